@@ -1,0 +1,44 @@
+"""The events the audit log records: one row each, hash-chained per conversation.
+
+The orchestrator builds these during a turn and appends them in one batch after the reply;
+`audit` never imports `experts` or `orchestrator`, so the payloads are plain JSON-able data.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+EventKind = Literal[
+    "turn_started",  # payload: user_message_id, client_message_id, text, user_id
+    "model_attempt",  # payload: see ModelAttemptPayload below
+    "triage",  # payload: category, reason
+    "request",  # payload: category, request (dict) or need_more_info (dict)
+    "outcome",  # payload: category, instruction, data
+    "handler_error",  # payload: category, error
+    "reply",  # payload: assistant_message_id, text, model, prompt versions
+    "turn_failed",  # payload: error, stage
+    "compaction",  # payload: summary_id, covered_until_message_id, evicted, summary text
+    "compaction_failed",  # payload: error
+]
+
+# A `model_attempt` payload holds: expert, model, attempt, settings, prompt {name, version,
+# sha256}, messages (exactly as sent), request_body (wire), response_body (raw), output
+# (parsed, JSON-able), usage {input_tokens, output_tokens, cache_read_tokens,
+# cache_write_tokens}, cost_usd, latency_ms, status_code, provider_request_id, stop_reason,
+# error. The system prompt text travels in `AuditEvent.system_prompt` and is stored once
+# by hash.
+
+
+@dataclass(frozen=True, kw_only=True)
+class AuditEvent:
+    """One audit row before it is chained and stored."""
+
+    kind: EventKind
+    turn_id: str
+    """Groups the events of one turn (the user message id of the turn)."""
+    payload: dict[str, Any]
+    system_prompt: str | None = None
+    """For `model_attempt`: the full system text; stored once, keyed by its sha256."""
+    created_at: datetime = field(default_factory=lambda: datetime.now(UTC))

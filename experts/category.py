@@ -1,0 +1,135 @@
+"""Categories of requests: what a developer registers to teach frontdesk a new kind of request.
+
+A `Category` pairs a pydantic request model (what the request expert extracts from the
+thread) with a handler ("TradCode": plain async Python that acts on it and returns an
+`Outcome`, whose instruction the response expert turns into the reply).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from pydantic import BaseModel, Field
+
+from frontdesk.errors import ConfigError
+
+_NAME = re.compile(r"^[A-Z][A-Z0-9_]{0,63}$")
+
+
+class NeedMoreInfo(BaseModel):
+    """The request expert's answer when required fields cannot be filled from the thread."""
+
+    missing: list[str] = Field(description="Names of the required fields the user has not given.")
+    question: str = Field(description="One short question asking the user for exactly those.")
+
+
+class Outcome(BaseModel):
+    """What a handler decided: an instruction for the response expert, and data for the bot."""
+
+    instruction: str
+    """What the reply must do, e.g. "Ask the user to confirm buying one bag of purple potatoes"."""
+    data: dict[str, Any] = Field(default_factory=dict)
+    """Anything the embedding bot acts on (an order id, a hand-off flag); never sent to a model."""
+
+
+class HandlerStore(Protocol):
+    """A handler's own key-value data, kept in the conversation database."""
+
+    async def get(self, key: str, default: Any = None) -> Any:
+        """The value under `key` for this category, or `default`."""
+        ...
+
+    async def put(self, key: str, value: Any) -> None:
+        """Store a JSON-able value under `key` for this category."""
+        ...
+
+
+@dataclass(frozen=True, kw_only=True)
+class HandlerContext:
+    """What a handler knows besides the request."""
+
+    conversation_id: str
+    user_id: str | None
+    category: str
+    turn_id: str
+    store: HandlerStore
+    """The handler's own data (orders, tickets, ...), scoped to its category."""
+    extras: Mapping[str, Any] = field(default_factory=dict)
+    """Whatever the embedding application passed to `Orchestrator(context=...)`."""
+
+
+Handler = Callable[[Any, HandlerContext], Awaitable[Outcome]]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Category:
+    """One kind of request the bot handles.
+
+    Args:
+        name: Upper-case label the triage expert picks, e.g. `ORDERS`.
+        description: One line telling the triage expert what belongs here.
+        request: The pydantic model the request expert extracts.
+        handler: `async (request, context) -> Outcome`.
+        examples: A few utterances that belong here.
+        request_prompt: Optional prompt name (in `prompts/`) or text replacing the default
+            request prompt for this category.
+    """
+
+    name: str
+    description: str
+    request: type[BaseModel] | None
+    handler: Handler | None
+    examples: tuple[str, ...] | list[str] = ()
+    request_prompt: str | None = None
+
+    def __post_init__(self) -> None:
+        problems = []
+        if not _NAME.match(self.name):
+            problems.append(
+                f"name {self.name!r} must be UPPER_SNAKE_CASE (letters, digits, _), e.g. 'ORDERS'"
+            )
+        if not self.description.strip():
+            problems.append(f"category {self.name!r} needs a description for the triage expert")
+        if (self.request is None) != (self.handler is None):
+            problems.append(
+                f"category {self.name!r} needs both a request model and a handler (or neither)"
+            )
+        if self.request is not None and not (
+            isinstance(self.request, type) and issubclass(self.request, BaseModel)
+        ):
+            problems.append(f"category {self.name!r}: request must be a pydantic BaseModel class")
+        if problems:
+            raise ConfigError("; ".join(problems))
+        object.__setattr__(self, "examples", tuple(self.examples))
+
+
+OTHER = "OTHER"
+"""Built-in: small talk or out of scope; a polite reply, no handler."""
+HUMAN = "HUMAN"
+"""Built-in: the user asks for a person or is distressed; a hand-off outcome."""
+BUILTIN_NAMES = (OTHER, HUMAN)
+
+
+def check_registry(categories: list[Category]) -> Mapping[str, Category]:
+    """Validate a list of categories and index it by name; lists every problem at once.
+
+    Raises:
+        ConfigError: on duplicate or reserved names, or an empty list.
+    """
+    problems = []
+    by_name: dict[str, Category] = {}
+    for category in categories:
+        if not isinstance(category, Category):
+            problems.append(f"{category!r} is not an experts.Category")
+            continue
+        if category.name in BUILTIN_NAMES:
+            problems.append(f"{category.name} is a built-in category; pick another name")
+        if category.name in by_name:
+            problems.append(f"duplicate category name {category.name!r}")
+        by_name[category.name] = category
+    if problems:
+        raise ConfigError("bad categories: " + "; ".join(problems))
+    return by_name

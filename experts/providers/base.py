@@ -1,0 +1,210 @@
+"""The seam between the experts and any language model: one request type, one response type.
+
+Real adapters (`AnthropicModel`, `OpenAIModel`), the `offline` stand-in and the test doubles
+(`FunctionModel`, `ScriptedModel`) all receive exactly the same `ModelRequest`, so a test
+that inspects it sees what a real provider would be sent.
+
+Every HTTP attempt a model makes is reported to the attempt observer in force (a context
+variable set by the orchestrator around each expert call); the audit log is built from
+those reports, so retries and their cost are visible.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol, TypedDict, runtime_checkable
+
+from pydantic import BaseModel
+
+from experts.errors import ModelRequestsBlocked
+
+Role = Literal["user", "assistant"]
+
+
+class Message(TypedDict):
+    """One turn of the user thread as sent to a model: only `user` and `assistant` roles."""
+
+    role: Role
+    content: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelSettings:
+    """Per-call settings; explicit so the audit log can record them."""
+
+    max_tokens: int = 1024
+    """Upper bound on the answer's tokens."""
+    temperature: float | None = None
+    """Sampling temperature; `None` leaves the provider's default."""
+    timeout: float = 60.0
+    """Seconds for one HTTP attempt (never the SDKs' 10-minute default)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class PromptRef:
+    """Which versioned system prompt a request carries, for the audit log."""
+
+    name: str
+    """The prompt file's name, e.g. `triage`."""
+    version: str
+    """The version from the prompt's front matter."""
+    sha256: str
+    """The hash of the rendered system text that was sent."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelRequest:
+    """Everything one expert call sends to a model."""
+
+    expert: str
+    """Which expert is asking: `triage`, `request`, `response` or `summariser`."""
+    system: str
+    """The expert's system prompt, already rendered."""
+    messages: Sequence[Message]
+    """The user thread (summary included, as its first user turn) and, for the response
+    expert only, one trailing assistant message holding the handler's instruction."""
+    output_type: type[BaseModel] | None = None
+    """The pydantic type to return, or `None` for text."""
+    settings: ModelSettings = field(default_factory=ModelSettings)
+    """Token, temperature and timeout settings for this call."""
+    prompt: PromptRef | None = None
+    """The versioned prompt behind `system`, recorded by the audit log."""
+    cache_prefix_messages: int = 0
+    """How many leading messages are stable between compactions; adapters that support
+    prompt caching mark the end of this prefix (and the system prompt) as cacheable."""
+    metadata: Mapping[str, str] = field(default_factory=dict)
+    """Correlation ids (conversation, turn); never sent to a provider."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Usage:
+    """Token usage of one call, as the provider reported it."""
+
+    input_tokens: int = 0
+    """Uncached input tokens."""
+    output_tokens: int = 0
+    """Output tokens."""
+    cache_read_tokens: int = 0
+    """Input tokens served from the provider's prompt cache."""
+    cache_write_tokens: int = 0
+    """Input tokens written to the provider's prompt cache."""
+
+    @property
+    def total_input_tokens(self) -> int:
+        """All input tokens, cached or not."""
+        return self.input_tokens + self.cache_read_tokens + self.cache_write_tokens
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(
+            input_tokens=self.input_tokens + other.input_tokens,
+            output_tokens=self.output_tokens + other.output_tokens,
+            cache_read_tokens=self.cache_read_tokens + other.cache_read_tokens,
+            cache_write_tokens=self.cache_write_tokens + other.cache_write_tokens,
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelResponse:
+    """What a model returned for one `ModelRequest`."""
+
+    output: Any
+    """The text (`str`) or an instance of the request's `output_type`."""
+    usage: Usage = field(default_factory=Usage)
+    """Token usage summed over the attempts that produced this response."""
+    model: str = ""
+    """The model spec that answered, e.g. `anthropic:claude-sonnet-4-5`."""
+    stop_reason: str | None = None
+    """The provider's stop reason (`end_turn`, `stop`, `tool_use`, ...)."""
+    provider_request_id: str | None = None
+    """The provider's request id of the successful attempt."""
+    raw: Any = None
+    """The raw response body (JSON-able), for the audit log."""
+    attempts: int = 1
+    """HTTP attempts spent, retries and validation re-asks included."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class AttemptEvent:
+    """One HTTP attempt (or one double's call), reported to the attempt observer."""
+
+    expert: str
+    model: str
+    attempt: int
+    """1-based attempt number within the expert call."""
+    latency_ms: float
+    request_body: Any
+    """The exact payload sent (JSON-able)."""
+    response_body: Any = None
+    """The raw response body or error body (JSON-able)."""
+    usage: Usage = field(default_factory=Usage)
+    status_code: int | None = None
+    provider_request_id: str | None = None
+    stop_reason: str | None = None
+    error: str | None = None
+    """`ErrorClass: message` when the attempt failed, else `None`."""
+    will_retry: bool = False
+    metadata: Mapping[str, str] = field(default_factory=dict)
+
+
+AttemptObserver = Callable[[AttemptEvent], None]
+
+_observer: contextvars.ContextVar[AttemptObserver | None] = contextvars.ContextVar(
+    "frontdesk_attempt_observer", default=None
+)
+
+
+@contextlib.contextmanager
+def observe_attempts(observer: AttemptObserver) -> Iterator[None]:
+    """Send every attempt made inside this block (in this task) to `observer`."""
+    token = _observer.set(observer)
+    try:
+        yield
+    finally:
+        _observer.reset(token)
+
+
+def report_attempt(event: AttemptEvent) -> None:
+    """Report one attempt to the observer in force, if any. Models call this."""
+    observer = _observer.get()
+    if observer is not None:
+        observer(event)
+
+
+@runtime_checkable
+class Model(Protocol):
+    """Anything that can answer a `ModelRequest`."""
+
+    @property
+    def name(self) -> str:
+        """The spec that names this model, e.g. `anthropic:claude-sonnet-4-5` or `offline`."""
+        ...
+
+    async def request(self, request: ModelRequest) -> ModelResponse:
+        """Answer one request; raise an `experts.errors.ModelError` on failure."""
+        ...
+
+
+ALLOW_MODEL_REQUESTS = True
+"""Global switch: the test suite sets it to `False` so no real provider is ever called."""
+
+
+def check_allow_model_requests() -> None:
+    """Raise when real provider calls are switched off (every real adapter calls this first).
+
+    Raises:
+        ModelRequestsBlocked: if `ALLOW_MODEL_REQUESTS` is `False`.
+    """
+    if not ALLOW_MODEL_REQUESTS:
+        raise ModelRequestsBlocked(
+            "real model requests are switched off (experts.providers.base.ALLOW_MODEL_REQUESTS"
+            " is False); use FunctionModel, ScriptedModel or model='offline' in tests, or"
+            " point the SDK at a local server and allow requests in that test"
+        )
+
+
+def json_schema_of(output_type: type[BaseModel]) -> dict[str, Any]:
+    """The JSON schema a provider is asked to fill for `output_type`."""
+    return output_type.model_json_schema()

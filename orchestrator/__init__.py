@@ -1,0 +1,1 @@
+"""The turn pipeline: thread -> triage -> request -> handler -> response -> thread/audit."""
