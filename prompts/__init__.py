@@ -1,1 +1,25 @@
-"""prompts package."""
+"""Versioned system prompts, one file per expert prompt, and their loader."""
+
+from prompts.loader import (
+    Prompt,
+    PromptError,
+    PromptMeta,
+    PromptVariableError,
+    RenderedPrompt,
+    builtin_names,
+    load_builtin,
+    load_prompt,
+    parse_prompt,
+)
+
+__all__ = [
+    "Prompt",
+    "PromptError",
+    "PromptMeta",
+    "PromptVariableError",
+    "RenderedPrompt",
+    "builtin_names",
+    "load_builtin",
+    "load_prompt",
+    "parse_prompt",
+]

@@ -1,0 +1,54 @@
+"""What every expert shares: build a `ModelRequest` from a rendered prompt and call the model."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from pydantic import BaseModel
+
+from experts.providers.base import (
+    Message,
+    Model,
+    ModelRequest,
+    ModelResponse,
+    ModelSettings,
+    PromptRef,
+)
+from prompts import RenderedPrompt
+
+
+@dataclass(frozen=True, kw_only=True)
+class ExpertCall:
+    """One expert's model, settings and rendered system prompt."""
+
+    expert: str
+    model: Model
+    prompt: RenderedPrompt
+    settings: ModelSettings
+
+    def build(
+        self,
+        messages: Sequence[Message],
+        *,
+        output_type: type[BaseModel] | None,
+        cache_prefix_messages: int = 0,
+        metadata: Mapping[str, str] | None = None,
+    ) -> ModelRequest:
+        """The exact request this expert sends: its own system prompt and the thread."""
+        return ModelRequest(
+            expert=self.expert,
+            system=self.prompt.text,
+            messages=list(messages),
+            output_type=output_type,
+            settings=self.settings,
+            prompt=PromptRef(
+                name=self.prompt.name, version=self.prompt.version, sha256=self.prompt.sha256
+            ),
+            cache_prefix_messages=cache_prefix_messages,
+            metadata=dict(metadata or {}),
+        )
+
+    async def send(self, request: ModelRequest) -> ModelResponse:
+        """Send the request to this expert's model."""
+        return await self.model.request(request)

@@ -1,0 +1,129 @@
+"""The request expert: the category's structured request, extracted from the whole thread.
+
+Its output type wraps the category's pydantic model with `NeedMoreInfo`, so that a thread
+that does not yet name every required field yields a question instead of a guess.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from functools import cache
+from typing import Any, ClassVar
+
+from pydantic import BaseModel, ConfigDict, Field, create_model, model_validator
+
+from experts._call import ExpertCall
+from experts.category import Category, NeedMoreInfo
+from experts.providers.base import Message, ModelResponse
+
+
+class Extraction(BaseModel):
+    """Base of the generated request-expert output types: exactly one field is set."""
+
+    model_config = ConfigDict(frozen=True)
+
+    request_model: ClassVar[type[BaseModel]]
+    request: Any = None
+    need_more_info: NeedMoreInfo | None = None
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> Extraction:
+        if (self.request is None) == (self.need_more_info is None):
+            raise ValueError(
+                "set exactly one of `request` (every required field known) or"
+                " `need_more_info` (what is missing, and a question)"
+            )
+        return self
+
+
+@cache
+def extraction_type(request_model: type[BaseModel]) -> type[Extraction]:
+    """Build `<Request>Extraction`: the request model, or what is missing."""
+    model = create_model(
+        f"{request_model.__name__}Extraction",
+        __base__=Extraction,
+        request=(
+            request_model | None,
+            Field(default=None, description="The request, when every required field is known."),
+        ),
+        need_more_info=(
+            NeedMoreInfo | None,
+            Field(default=None, description="What is missing and one question asking for it."),
+        ),
+    )
+    model.request_model = request_model
+    return model
+
+
+def describe_fields(request_model: type[BaseModel]) -> str:
+    """A readable list of the request model's fields for the request prompt."""
+    schema = request_model.model_json_schema()
+    required = set(schema.get("required", []))
+    lines = []
+    for name, prop in schema.get("properties", {}).items():
+        kind = _kind(prop, schema.get("$defs", {}))
+        need = "required" if name in required else "optional"
+        text = f"- {name} ({kind}, {need})"
+        if prop.get("description"):
+            text += f": {prop['description']}"
+        lines.append(text)
+    return "\n".join(lines)
+
+
+def _kind(prop: Mapping[str, Any], defs: Mapping[str, Any]) -> str:
+    if "$ref" in prop:
+        prop = defs.get(str(prop["$ref"]).rsplit("/", 1)[-1], {})
+    if "enum" in prop:
+        return "one of " + ", ".join(json.dumps(v) for v in prop["enum"])
+    if "const" in prop:
+        return f"exactly {json.dumps(prop['const'])}"
+    kind = str(prop.get("type", "value"))
+    bounds = [f"{k} {prop[k]}" for k in ("minimum", "maximum", "minLength", "maxLength") if k in prop]
+    return kind + (f" ({', '.join(bounds)})" if bounds else "")
+
+
+def prompt_variables(category: Category) -> dict[str, Any]:
+    """The request prompt's variables for one category."""
+    assert category.request is not None
+    return {
+        "category": category.name,
+        "description": category.description,
+        "fields": describe_fields(category.request),
+    }
+
+
+@dataclass(frozen=True, kw_only=True)
+class RequestResult:
+    """The extracted request (validated) or what is missing, with the response behind it."""
+
+    request: BaseModel | None
+    need_more_info: NeedMoreInfo | None
+    response: ModelResponse
+
+
+@dataclass(frozen=True, kw_only=True)
+class RequestExpert:
+    """Extracts one category's request from the thread."""
+
+    category: Category
+    call: ExpertCall
+
+    async def run(
+        self, messages: Sequence[Message], *, metadata: Mapping[str, str], cache_prefix: int = 0
+    ) -> RequestResult:
+        """Extract the current request from `messages` (the whole user thread)."""
+        assert self.category.request is not None
+        output_type = extraction_type(self.category.request)
+        request = self.call.build(
+            messages, output_type=output_type, cache_prefix_messages=cache_prefix, metadata=metadata
+        )
+        response = await self.call.send(request)
+        extraction = output_type.model_validate(response.output)
+        extracted = extraction.request
+        if extracted is not None and not isinstance(extracted, self.category.request):
+            extracted = self.category.request.model_validate(extracted)
+        return RequestResult(
+            request=extracted, need_more_info=extraction.need_more_info, response=response
+        )

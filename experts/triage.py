@@ -1,0 +1,115 @@
+"""The triage expert: which category does the user's latest message belong to?
+
+Its output type is generated from the registry, so a category the model invents fails
+validation by construction; the two built-ins (`OTHER`, `HUMAN`) are always present.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from pydantic import BaseModel, ConfigDict, Field, create_model
+
+from experts._call import ExpertCall
+from experts.category import HUMAN, OTHER, Category
+from experts.providers.base import Message, ModelResponse
+
+BUILTIN_DESCRIPTIONS: Mapping[str, tuple[str, tuple[str, ...]]] = {
+    OTHER: (
+        "Small talk, thanks, or anything outside what the categories above cover.",
+        ("Hello!", "Thanks, that's helpful", "What's the weather like?"),
+    ),
+    HUMAN: (
+        "The customer asks for a person, or is distressed or angry.",
+        ("Can I talk to a human?", "This is the third time, I'm furious"),
+    ),
+}
+
+
+class TriageDecision(BaseModel):
+    """Base of the generated triage output types."""
+
+    model_config = ConfigDict(frozen=True)
+
+    category_names: ClassVar[tuple[str, ...]] = ()
+    category: Any
+    reason: str = ""
+
+    @property
+    def name(self) -> str:
+        """The chosen category's name."""
+        value = self.category
+        return str(value.value if isinstance(value, enum.Enum) else value)
+
+
+def triage_output_type(categories: Sequence[Category]) -> type[TriageDecision]:
+    """Build the triage output type: an enum of every registered name plus the built-ins."""
+    described = {c.name: (c.description, tuple(c.examples)) for c in categories}
+    described.update(BUILTIN_DESCRIPTIONS)
+    names = tuple(described)
+    category_enum = enum.Enum(  # type: ignore[misc]
+        "CategoryName", {name: name for name in names}, type=str
+    )
+    extra = {
+        "x-frontdesk-categories": {
+            name: {"description": desc, "examples": list(examples)}
+            for name, (desc, examples) in described.items()
+        }
+    }
+    model = create_model(
+        "TriageDecision",
+        __base__=TriageDecision,
+        category=(category_enum, Field(description="The category of the latest user message.")),
+        reason=(str, Field(default="", description="One short sentence: why this category.")),
+    )
+    model.model_config["json_schema_extra"] = extra
+    model.model_rebuild(force=True)
+    model.category_names = names
+    return model
+
+
+def prompt_variables(categories: Sequence[Category]) -> dict[str, Any]:
+    """The triage prompt's variables: every category with description and examples."""
+    listed = [
+        {"name": c.name, "description": c.description, "examples": list(c.examples)}
+        for c in categories
+    ]
+    listed += [
+        {"name": name, "description": desc, "examples": list(examples)}
+        for name, (desc, examples) in BUILTIN_DESCRIPTIONS.items()
+    ]
+    return {"categories": listed}
+
+
+@dataclass(frozen=True, kw_only=True)
+class TriageResult:
+    """The triage expert's decision and the response that carried it."""
+
+    category: str
+    reason: str
+    response: ModelResponse
+
+
+@dataclass(frozen=True, kw_only=True)
+class TriageExpert:
+    """Routes the latest user message to one category."""
+
+    call: ExpertCall
+    output_type: type[TriageDecision]
+
+    async def run(
+        self, messages: Sequence[Message], *, metadata: Mapping[str, str], cache_prefix: int = 0
+    ) -> TriageResult:
+        """Classify the latest user message of `messages`."""
+        request = self.call.build(
+            messages,
+            output_type=self.output_type,
+            cache_prefix_messages=cache_prefix,
+            metadata=metadata,
+        )
+        response = await self.call.send(request)
+        decision = self.output_type.model_validate(response.output)
+        return TriageResult(category=decision.name, reason=decision.reason, response=response)

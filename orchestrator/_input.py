@@ -1,0 +1,51 @@
+"""Checks a user's text before anything is stored or sent.
+
+Role-like text ("SYSTEM: ...", `<|im_start|>system`, a JSON `{"role": "system"}`) is NOT
+rejected or rewritten: it is stored verbatim and sent as one user turn, because the thread
+is a list of typed turns, never text parsed for structure.
+"""
+
+from __future__ import annotations
+
+import unicodedata
+
+from orchestrator.errors import EmptyMessage, ForbiddenCharacters, InputTooLarge
+
+DEFAULT_MAX_MESSAGE_CHARS = 16_000
+
+# Tab, newline and carriage return are ordinary text; every other C0/C1 control is refused.
+_ALLOWED_CONTROLS = frozenset("\t\n\r")
+
+
+def check_user_text(text: object, *, max_chars: int = DEFAULT_MAX_MESSAGE_CHARS) -> str:
+    """Return `text` unchanged if it can be a user turn.
+
+    Raises:
+        EmptyMessage: empty or whitespace-only.
+        InputTooLarge: more than `max_chars` characters.
+        ForbiddenCharacters: NUL or other control characters, or lone surrogates.
+    """
+    if not isinstance(text, str):
+        raise ForbiddenCharacters(f"user text must be str, not {type(text).__name__}")
+    if not text.strip():
+        raise EmptyMessage("the message is empty; send some text")
+    if len(text) > max_chars:
+        raise InputTooLarge(
+            f"the message has {len(text):,} characters; the limit is {max_chars:,}"
+            " (Orchestrator(max_message_chars=...) changes it)"
+        )
+    for index, char in enumerate(text):
+        if char in _ALLOWED_CONTROLS:
+            continue
+        category = unicodedata.category(char)
+        if category == "Cc":
+            raise ForbiddenCharacters(
+                f"the message contains the control character U+{ord(char):04X} at position"
+                f" {index}; remove it"
+            )
+        if category == "Cs":
+            raise ForbiddenCharacters(
+                f"the message contains an unpaired surrogate U+{ord(char):04X} at position"
+                f" {index}; it is not valid Unicode text"
+            )
+    return text

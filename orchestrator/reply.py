@@ -1,0 +1,62 @@
+"""`Reply`: what `Orchestrator.handle` returns to the embedding bot."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import BaseModel
+
+from experts import NeedMoreInfo, Outcome
+from experts.providers import Usage
+
+
+@dataclass(frozen=True, kw_only=True)
+class Reply:
+    """One answered turn."""
+
+    text: str
+    """The reply to show the user."""
+    category: str | None
+    """The triage expert's category (`None` only for a replay whose audit is off)."""
+    request: BaseModel | None
+    """The extracted request, or `None` (no handler category, or more info needed)."""
+    message_id: str
+    """The assistant message's id (for `regenerate`)."""
+    user_message_id: str
+    """The user message's id (for `edit`)."""
+    conversation_id: str
+    need_more_info: NeedMoreInfo | None = None
+    """What the request expert found missing, when it did."""
+    outcome: Outcome | None = None
+    """The handler's outcome (its `data` is for the bot: order ids, hand-off flags)."""
+    usage: Mapping[str, Usage] = field(default_factory=dict)
+    """Token usage per expert for this turn."""
+    replayed: bool = False
+    """True when this reply was stored earlier under the same client_message_id."""
+    models: Mapping[str, str] = field(default_factory=dict)
+    """Which model answered each expert (`offline` marks the stand-in)."""
+
+    @property
+    def handoff(self) -> bool:
+        """Whether the bot should hand the conversation to a person."""
+        return bool(self.outcome and self.outcome.data.get("handoff"))
+
+    @property
+    def tokens(self) -> int:
+        """All tokens of the turn, input and output, over every expert."""
+        return sum(u.total_input_tokens + u.output_tokens for u in self.usage.values())
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-able view, for logs and APIs."""
+        return {
+            "text": self.text,
+            "category": self.category,
+            "request": self.request.model_dump(mode="json") if self.request else None,
+            "need_more_info": self.need_more_info.model_dump() if self.need_more_info else None,
+            "message_id": self.message_id,
+            "user_message_id": self.user_message_id,
+            "conversation_id": self.conversation_id,
+            "replayed": self.replayed,
+        }
