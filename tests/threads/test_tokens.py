@@ -1,0 +1,94 @@
+"""The local token estimate and its per-model calibration."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from frontdesk.errors import ConfigError
+from threads.tokens import MESSAGE_OVERHEAD, CalibratedCounter, EstimatingCounter, TokenCounter
+
+
+def test_estimate_is_close_to_chars_over_four_for_english() -> None:
+    text = (
+        "Hi, I'm Priya. My order 88213, placed on 3 March, arrived 40 minutes late and I was"
+        " told the delivery fee would be refunded."
+    )
+    tokens = EstimatingCounter().count(text)
+    # A BPE tokenizer gives about 32 tokens here; the estimate may over-count, not under.
+    assert 30 <= tokens <= 50
+    assert tokens >= len(text) / 5
+
+
+def test_estimate_counts_numbers_punctuation_and_non_ascii() -> None:
+    counter = EstimatingCounter()
+    assert counter.count("") == 0
+    assert counter.count("123456789") == 3
+    assert counter.count("!!!") == 3
+    assert counter.count("日本語") == 3
+    assert counter.count("potatoes") == 2
+
+
+@given(st.text(max_size=300), st.text(max_size=300))
+def test_appending_text_never_makes_it_cheaper(a: str, b: str) -> None:
+    counter = EstimatingCounter()
+    # Appending text never makes a message cheaper, so budgets cut in the right direction.
+    assert counter.count(a + " " + b) >= max(counter.count(a), counter.count(b)) - 1
+    assert counter.count(a) >= 0
+
+
+def test_count_messages_adds_framing() -> None:
+    counter = EstimatingCounter()
+    messages = [{"role": "user", "content": "hello"}, {"role": "assistant", "content": "hi"}]
+    assert counter.count_messages(messages) == 2 * MESSAGE_OVERHEAD + 2 + 1
+    assert isinstance(counter, TokenCounter)
+
+
+def test_calibrated_counter_learns_a_denser_tokenizer_at_once() -> None:
+    counter = CalibratedCounter(margin=0.0)
+    assert counter.count("abcd" * 100, model="m") == 100
+    counter.observe("m", estimated=100, exact=130)
+    assert counter.ratio("m") == pytest.approx(1.3)
+    assert counter.count("abcd" * 100, model="m") == 130
+    # Other models are untouched.
+    assert counter.count("abcd" * 100, model="other") == 100
+
+
+def test_calibrated_counter_falls_slowly_so_it_errs_on_over_count() -> None:
+    counter = CalibratedCounter(margin=0.0, decay=0.1)
+    counter.observe("m", estimated=100, exact=150)
+    counter.observe("m", estimated=100, exact=100)
+    assert counter.ratio("m") == pytest.approx(1.45)
+    assert counter.observations("m") == 2
+
+
+def test_calibrated_counter_ignores_calls_without_figures() -> None:
+    counter = CalibratedCounter(margin=0.0)
+    counter.observe("m", estimated=0, exact=50)
+    counter.observe("m", estimated=50, exact=0)
+    assert counter.observations("m") == 0
+    assert counter.ratio("m") == 1.0
+
+
+def test_margin_is_added_on_top() -> None:
+    counter = CalibratedCounter(margin=0.1)
+    counter.observe("m", estimated=100, exact=100)
+    assert counter.count("abcd" * 100, model="m") == 110
+
+
+def test_for_model_binds_and_follows_later_calibration() -> None:
+    counter = CalibratedCounter(margin=0.0)
+    bound = counter.for_model("m")
+    assert isinstance(bound, TokenCounter)
+    messages = [{"role": "user", "content": "abcd" * 10}]
+    before = bound.count_messages(messages)
+    counter.observe("m", estimated=10, exact=20)
+    assert bound.count_messages(messages) == 2 * before
+    assert bound.count("abcd") == 2
+
+
+@pytest.mark.parametrize(("margin", "decay"), [(-0.1, 0.1), (1.0, 0.1), (0.05, 0.0)])
+def test_bad_settings_are_config_errors(margin: float, decay: float) -> None:
+    with pytest.raises(ConfigError):
+        CalibratedCounter(margin=margin, decay=decay)

@@ -1,0 +1,167 @@
+"""Token counting: a fast local estimate, calibrated per model from what providers report.
+
+Budgets and the compaction threshold are decided before a request is built, so counting
+must be local and cheap (no network, no tokenizer download). An estimate that
+under-counts makes compaction fire too late and a request overflow its budget, so every
+counter here errs on the side of over-counting; `CalibratedCounter` learns, per model,
+the ratio between the estimate and the exact input tokens each provider reports.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import threading
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
+
+from frontdesk.errors import ConfigError
+
+MESSAGE_OVERHEAD = 4
+"""Tokens charged per message for its role and framing (providers add 3 to 5)."""
+
+_PIECES = re.compile(r"[A-Za-z]+|[0-9]+|\s+|[^\sA-Za-z0-9]")
+
+
+@runtime_checkable
+class TokenCounter(Protocol):
+    """Anything that can tell how many input tokens a text or a list of messages costs."""
+
+    def count(self, text: str) -> int:
+        """Tokens in `text`."""
+        ...
+
+    def count_messages(self, messages: Iterable[Mapping[str, object]]) -> int:
+        """Tokens in `messages` (each with `role` and `content`), framing included."""
+        ...
+
+
+def _estimate(text: str) -> int:
+    """Word- and punctuation-aware estimate, close to BPE tokenizers but never far under.
+
+    A letter run costs one token per 4 letters (rounded up), a digit run one per 3 digits
+    (tokenizers split numbers into short groups), each punctuation mark or symbol one, and
+    each non-ASCII character one (CJK, emoji and accents tokenize poorly). Whitespace
+    rides with the next word, except for long runs.
+    """
+    total = 0
+    for piece in _PIECES.findall(text):
+        first = piece[0]
+        if first.isspace():
+            total += len(piece) // 8
+        elif first.isascii() and first.isalpha():
+            total += math.ceil(len(piece) / 4)
+        elif first.isascii() and first.isdigit():
+            total += math.ceil(len(piece) / 3)
+        else:
+            total += 1
+    return total
+
+
+class EstimatingCounter:
+    """The default counter: a local estimate (roughly characters / 4, word-aware)."""
+
+    def count(self, text: str) -> int:
+        """Estimated tokens in `text`."""
+        return _estimate(text)
+
+    def count_messages(self, messages: Iterable[Mapping[str, object]]) -> int:
+        """Estimated tokens in `messages`, plus `MESSAGE_OVERHEAD` for each."""
+        return sum(MESSAGE_OVERHEAD + _estimate(str(m["content"])) for m in messages)
+
+
+@dataclass
+class _Ratio:
+    value: float
+    observations: int = 0
+
+
+@dataclass
+class CalibratedCounter:
+    """Scales a base estimate by a per-model ratio learnt from exact provider counts.
+
+    The ratio rises at once to any observation above it and falls only slowly
+    (`decay` of the gap per observation), so a model whose tokenizer is denser than the
+    estimate is over-counted rather than under-counted. Use `for_model` to get a
+    `TokenCounter` bound to one model.
+
+    Args:
+        base: The estimate to scale; `EstimatingCounter` by default.
+        margin: Extra fraction added on top of the learnt ratio (0.05 = 5 %).
+        decay: How far the ratio moves towards a lower observation (0 to 1).
+    """
+
+    base: TokenCounter = field(default_factory=EstimatingCounter)
+    margin: float = 0.05
+    decay: float = 0.1
+    _ratios: dict[str, _Ratio] = field(default_factory=dict, init=False, repr=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.margin < 1:
+            raise ConfigError(f"CalibratedCounter margin must be in [0, 1), got {self.margin}")
+        if not 0 < self.decay <= 1:
+            raise ConfigError(f"CalibratedCounter decay must be in (0, 1], got {self.decay}")
+
+    def observe(self, model: str, estimated: int, exact: int) -> None:
+        """Learn from one call: our `estimated` input tokens against the provider's `exact`.
+
+        Calls with no estimate or no exact figure (a test double, a failed call) teach
+        nothing and are ignored.
+        """
+        if estimated <= 0 or exact <= 0:
+            return
+        seen = exact / estimated
+        with self._lock:
+            ratio = self._ratios.get(model)
+            if ratio is None:
+                self._ratios[model] = _Ratio(seen, 1)
+                return
+            if seen >= ratio.value:
+                ratio.value = seen
+            else:
+                ratio.value -= (ratio.value - seen) * self.decay
+            ratio.observations += 1
+
+    def ratio(self, model: str) -> float:
+        """The factor applied to the base estimate for `model` (margin included)."""
+        with self._lock:
+            ratio = self._ratios.get(model)
+            learnt = ratio.value if ratio is not None else 1.0
+        return learnt * (1 + self.margin)
+
+    def observations(self, model: str) -> int:
+        """How many calls of `model` the ratio was learnt from."""
+        with self._lock:
+            ratio = self._ratios.get(model)
+            return ratio.observations if ratio is not None else 0
+
+    def count(self, text: str, *, model: str = "") -> int:
+        """Calibrated tokens in `text` for `model`."""
+        return _ceil(self.base.count(text) * self.ratio(model))
+
+    def count_messages(self, messages: Iterable[Mapping[str, object]], *, model: str = "") -> int:
+        """Calibrated tokens in `messages` for `model`."""
+        return _ceil(self.base.count_messages(messages) * self.ratio(model))
+
+    def for_model(self, model: str) -> TokenCounter:
+        """A `TokenCounter` that always counts for `model` (and follows later calibration)."""
+        return _BoundCounter(self, model)
+
+
+def _ceil(value: float) -> int:
+    """Round up, ignoring float noise (100 * 1.1 is 110, not 111)."""
+    return math.ceil(round(value, 6))
+
+
+@dataclass(frozen=True)
+class _BoundCounter:
+    owner: CalibratedCounter
+    model: str
+
+    def count(self, text: str) -> int:
+        return self.owner.count(text, model=self.model)
+
+    def count_messages(self, messages: Iterable[Mapping[str, object]]) -> int:
+        return self.owner.count_messages(messages, model=self.model)
