@@ -1,0 +1,99 @@
+"""Database URLs and engines shared by the conversation store and the audit log.
+
+Both packages open the same kind of database, so the URL rules (plain forms map to the async
+drivers) and the SQLite settings that make several writers safe live here, once.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import event
+from sqlalchemy.engine import URL, make_url
+from sqlalchemy.exc import ArgumentError
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+
+from frontdesk.errors import ConfigError
+
+__all__ = ["ACCEPTED_URLS", "DEFAULT_URL", "SQLITE_BUSY_TIMEOUT_MS", "create_engine", "normalise_url"]
+
+DEFAULT_URL = "sqlite:///frontdesk.db"
+"""The embedded default: a SQLite file in the working folder."""
+
+ACCEPTED_URLS = (
+    "sqlite:///PATH, sqlite+aiosqlite:///PATH, postgresql://USER@HOST/DB "
+    "or postgresql+asyncpg://USER@HOST/DB"
+)
+
+SQLITE_BUSY_TIMEOUT_MS = 30_000
+"""How long a SQLite writer waits for another writer before the driver gives up."""
+
+_DRIVERS = {
+    "sqlite": "sqlite+aiosqlite",
+    "sqlite+aiosqlite": "sqlite+aiosqlite",
+    "postgresql": "postgresql+asyncpg",
+    "postgres": "postgresql+asyncpg",
+    "postgresql+asyncpg": "postgresql+asyncpg",
+}
+
+
+def normalise_url(url: str) -> str:
+    """Map a store URL to its async-driver form.
+
+    Raises:
+        ConfigError: for any other scheme, an in-memory SQLite database (each connection
+            would see its own empty database), or a URL that does not parse.
+    """
+    try:
+        parsed: URL = make_url(url)
+    except (ArgumentError, ValueError, TypeError) as e:
+        raise ConfigError(f"cannot parse database URL {url!r}; use {ACCEPTED_URLS}") from e
+    driver = _DRIVERS.get(parsed.drivername)
+    if driver is None:
+        raise ConfigError(
+            f"unsupported database URL scheme {parsed.drivername!r}; use {ACCEPTED_URLS}"
+        )
+    if driver.startswith("sqlite") and parsed.database in (None, "", ":memory:"):
+        raise ConfigError(
+            "an in-memory SQLite database cannot be shared between connections; "
+            "use a file, e.g. sqlite:///frontdesk.db"
+        )
+    return parsed.set(drivername=driver).render_as_string(hide_password=False)
+
+
+def create_engine(url: str, **kwargs: Any) -> AsyncEngine:
+    """An async engine for `url` (any accepted form).
+
+    On SQLite every connection runs in WAL mode with a busy timeout, and every transaction
+    starts with `BEGIN IMMEDIATE`: SQLite silently ignores `SELECT ... FOR UPDATE`, so taking
+    the write lock up front is what serialises read-then-write transactions and keeps
+    "database is locked" (SQLITE_BUSY_SNAPSHOT) from reaching the caller.
+    """
+    normalised = normalise_url(url)
+    if normalised.startswith("sqlite"):
+        engine = create_async_engine(normalised, **kwargs)
+        _install_sqlite_hooks(engine)
+        return engine
+    kwargs.setdefault("pool_pre_ping", True)
+    return create_async_engine(normalised, **kwargs)
+
+
+def _install_sqlite_hooks(engine: AsyncEngine) -> None:
+    @event.listens_for(engine.sync_engine, "connect")
+    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+        # Hand transaction control to the "begin" hook below instead of the driver.
+        dbapi_connection.isolation_level = None
+        cursor = dbapi_connection.cursor()
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
+        cursor.execute("PRAGMA synchronous=NORMAL")
+        cursor.execute("PRAGMA foreign_keys=ON")
+        cursor.close()
+
+    @event.listens_for(engine.sync_engine, "begin")
+    def _on_begin(connection: Any) -> None:
+        if connection.get_execution_options().get("frontdesk_readonly"):
+            # A read-only transaction: a WAL snapshot, never blocked by writers.
+            connection.exec_driver_sql("BEGIN")
+        else:
+            connection.exec_driver_sql("BEGIN IMMEDIATE")

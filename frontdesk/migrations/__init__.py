@@ -1,0 +1,1 @@
+"""Alembic migrations of every frontdesk table (one environment; see `frontdesk.schema`)."""
