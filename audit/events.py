@@ -9,13 +9,17 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal
+from uuid import uuid4
 
 EventKind = Literal[
-    "turn_started",  # payload: user_message_id, client_message_id, text, user_id
+    "turn_started",  # payload: user_message_id, client_message_id, text, user_id, and
+    # optionally parent_id (the message the user message answers), which lets
+    # `audit show` pick the active path when edits and regenerations made branches
     "model_attempt",  # payload: see ModelAttemptPayload below
     "triage",  # payload: category, reason
     "request",  # payload: category, request (dict) or need_more_info (dict)
     "outcome",  # payload: category, instruction, data
+    "request_failed",  # payload: category, error (an unusable extraction; the turn hands off)
     "handler_error",  # payload: category, error
     "reply",  # payload: assistant_message_id, text, model, prompt versions
     "turn_failed",  # payload: error, stage
@@ -42,3 +46,5 @@ class AuditEvent:
     system_prompt: str | None = None
     """For `model_attempt`: the full system text; stored once, keyed by its sha256."""
     created_at: datetime = field(default_factory=lambda: datetime.now(UTC))
+    event_id: str = field(default_factory=lambda: uuid4().hex)
+    """Unique per event, so a batch re-sent from the spool is never stored twice."""

@@ -1,0 +1,368 @@
+"""The `Orchestrator`: wiring (models, prompts, store, audit), locks and idempotency.
+
+The data flow of one turn is in `orchestrator/turn.py`; this module decides which turn to
+run (new message, retry of a known client message id, edit, regeneration), serialises
+turns per conversation, and writes each turn's audit events in one batch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+import structlog
+
+from audit.store import AuditLog
+from experts import Category
+from experts._call import ExpertCall
+from experts.category import check_registry
+from experts.request import RequestExpert, extraction_type
+from experts.request import prompt_variables as request_variables
+from experts.response import ResponseExpert
+from experts.triage import TriageExpert, triage_output_type
+from experts.triage import prompt_variables as triage_variables
+from frontdesk.errors import UserError
+from orchestrator._input import DEFAULT_MAX_MESSAGE_CHARS, check_user_text
+from orchestrator._recorder import RecordedModel, TurnRecorder, recording
+from orchestrator.config import ExpertSettings, ModelChoice, resolve_models
+from orchestrator.errors import TurnFailed
+from orchestrator.reply import Reply
+from orchestrator.turn import Pipeline, Turn, run_turn
+from prompts import Prompt, RenderedPrompt, load_prompt, parse_prompt
+from threads.builder import UserThread, build_thread
+from threads.store import ConversationStore, MessageRecord
+from threads.tokens import EstimatingCounter, TokenCounter
+
+log = structlog.get_logger("frontdesk.orchestrator")
+
+DEFAULT_STORE = "sqlite:///frontdesk.db"
+
+
+class Orchestrator:
+    """Runs customer-service turns through the experts over one shared user thread.
+
+    Args:
+        categories: The registered categories (`experts.Category`).
+        model: A spec (`"anthropic:claude-sonnet-4-5"`, `"openai:gpt-4.1-mini"`,
+            `"openai:NAME@BASE_URL"`, `"offline"`), a `Model`, or a map from expert name
+            (`triage`, `request`, `response`, `summariser`, `default`) to either. `None`
+            picks a provider whose API key is set, else the offline stand-in.
+        store: A database URL or a `ConversationStore`.
+        audit: `True` (the conversation database), a URL, an `AuditLog`, or `False`.
+        audit_on_failure: `"raise"` fails the turn with a typed error when the audit log
+            cannot be written; `"spool"` keeps the events in a local file for later.
+        max_message_chars: Longest accepted user message.
+        shop_name: How the response expert names the business.
+        prompts_dir: A folder whose `<name>.md` files replace the built-in prompts.
+        settings: Per-expert model settings.
+        context: Extra data handed to every handler in `HandlerContext.extras`.
+        lock_timeout: Seconds a turn waits for another turn on the same conversation.
+    """
+
+    def __init__(
+        self,
+        categories: Iterable[Category],
+        *,
+        model: ModelChoice = None,
+        store: str | ConversationStore = DEFAULT_STORE,
+        audit: bool | str | AuditLog = True,
+        audit_on_failure: Literal["raise", "spool"] = "raise",
+        max_message_chars: int = DEFAULT_MAX_MESSAGE_CHARS,
+        shop_name: str = "the shop",
+        prompts_dir: Path | str | None = None,
+        settings: ExpertSettings | None = None,
+        context: Mapping[str, Any] | None = None,
+        lock_timeout: float = 30.0,
+        token_counter: TokenCounter | None = None,
+    ) -> None:
+        self.categories = check_registry(list(categories))
+        self.models = resolve_models(model)
+        self.prompts_dir = Path(prompts_dir) if prompts_dir is not None else None
+        self.settings = settings or ExpertSettings()
+        self.shop_name = shop_name
+        self.max_message_chars = max_message_chars
+        self.lock_timeout = lock_timeout
+        self.token_counter: TokenCounter = token_counter or EstimatingCounter()
+        self._context = dict(context or {})
+        self._store_spec = store
+        self._audit_spec = audit
+        self._audit_on_failure = audit_on_failure
+        self._experts = self._build_experts()
+        self._pipeline: Pipeline | None = None
+        self._audit: AuditLog | None = None
+        self._owns_store = isinstance(store, str)
+        self._owns_audit = not isinstance(audit, AuditLog)
+        self._open_lock = asyncio.Lock()
+        self._background: set[asyncio.Task[None]] = set()
+
+    # -- wiring -------------------------------------------------------------------------
+
+    def _call(self, expert: str, prompt: RenderedPrompt) -> ExpertCall:
+        return ExpertCall(
+            expert=expert,
+            model=RecordedModel(self.models[expert]),
+            prompt=prompt,
+            settings=self.settings.for_expert(expert),
+        )
+
+    def _prompt(self, name: str) -> Prompt:
+        return load_prompt(name, directory=self.prompts_dir)
+
+    def _request_prompt(self, category: Category) -> Prompt:
+        custom = category.request_prompt
+        if custom is None:
+            return self._prompt("request")
+        if "\n" not in custom and " " not in custom:
+            return self._prompt(custom)
+        if custom.startswith("---\n"):
+            return parse_prompt(custom, source=f"category {category.name}")
+        front = f"---\nname: request.{category.name.lower()}\nversion: custom\n---\n"
+        return parse_prompt(front + custom, source=f"category {category.name}")
+
+    def _build_experts(self) -> tuple[TriageExpert, dict[str, RequestExpert], ResponseExpert]:
+        """Render every prompt now, so a bad prompt fails at construction, not mid-turn."""
+        listed = list(self.categories.values())
+        triage = TriageExpert(
+            call=self._call("triage", self._prompt("triage").render(**triage_variables(listed))),
+            output_type=triage_output_type(listed),
+        )
+        requests = {}
+        for category in listed:
+            if category.request is None:
+                continue
+            extraction_type(category.request)
+            rendered = self._request_prompt(category).render(**request_variables(category))
+            requests[category.name] = RequestExpert(
+                category=category, call=self._call("request", rendered)
+            )
+        response = ResponseExpert(
+            call=self._call("response", self._prompt("response").render(shop_name=self.shop_name))
+        )
+        return triage, requests, response
+
+    async def _open(self) -> Pipeline:
+        """Open the store and audit log on first use (any process may do it)."""
+        async with self._open_lock:
+            if self._pipeline is not None:
+                return self._pipeline
+            store = self._store_spec
+            if isinstance(store, str):
+                store = await ConversationStore.open(store)
+            if self._audit_spec is True:
+                self._audit = await AuditLog.open(store.engine, on_failure=self._audit_on_failure)
+            elif isinstance(self._audit_spec, str):
+                self._audit = await AuditLog.open(
+                    self._audit_spec, on_failure=self._audit_on_failure
+                )
+            elif isinstance(self._audit_spec, AuditLog):
+                self._audit = self._audit_spec
+            triage, requests, response = self._experts
+            self._pipeline = Pipeline(
+                store=store,
+                categories=self.categories,
+                triage=triage,
+                requests=requests,
+                response=response,
+                context_extras=self._context,
+            )
+            return self._pipeline
+
+    @property
+    def store(self) -> ConversationStore:
+        """The conversation store (after the first call that opened it)."""
+        if self._pipeline is None:
+            raise UserError("the store opens on first use; await orch.open() first")
+        return self._pipeline.store
+
+    @property
+    def audit_log(self) -> AuditLog | None:
+        """The audit log, or `None` when auditing is off or not yet opened."""
+        return self._audit
+
+    async def open(self) -> Orchestrator:
+        """Open the store and audit log now rather than on the first turn."""
+        await self._open()
+        return self
+
+    # -- public turns -------------------------------------------------------------------
+
+    async def handle(
+        self,
+        conversation_id: str,
+        text: str,
+        *,
+        user_id: str | None = None,
+        client_message_id: str | None = None,
+    ) -> Reply:
+        """Answer one user message.
+
+        Idempotent per `client_message_id`: a retry returns the stored reply without a model
+        call, or finishes a turn interrupted after the user message was stored.
+
+        Raises:
+            InvalidUserText: before anything is stored or sent.
+            IdempotencyConflict: the id was used with other text; nothing is written.
+            ConversationBusy: another turn held the conversation past `lock_timeout`.
+            TurnFailed: the models could not answer; the user message is stored.
+        """
+        text = check_user_text(text, max_chars=self.max_message_chars)
+        p = await self._open()
+        async with p.store.conversation_lock(conversation_id, timeout=self.lock_timeout):
+            user_message, created = await p.store.add_user_message(
+                conversation_id,
+                text,
+                user_id=user_id,
+                client_message_id=client_message_id,
+                token_count=self.token_counter.count(text),
+            )
+            if not created:
+                replies = await p.store.replies_to(user_message.id)
+                if replies:
+                    return await self._replayed(user_message, replies[-1])
+                log.info("turn.resume", conversation_id=conversation_id, turn=user_message.id)
+            return await self._answer(p, user_message, user_id)
+
+    async def edit(self, user_message_id: str, text: str) -> Reply:
+        """Answer an edited user message: a sibling branch under the same parent."""
+        text = check_user_text(text, max_chars=self.max_message_chars)
+        p = await self._open()
+        original = await p.store.get(user_message_id)
+        if original.role != "user":
+            raise UserError(f"message {user_message_id} is an assistant message; edit a user one")
+        conversation = await p.store.conversation(original.conversation_id)
+        user_id = conversation.user_id if conversation else None
+        async with p.store.conversation_lock(original.conversation_id, timeout=self.lock_timeout):
+            edited, _ = await p.store.add_user_message(
+                original.conversation_id,
+                text,
+                user_id=user_id,
+                parent_id=original.parent_id,
+                token_count=self.token_counter.count(text),
+            )
+            return await self._answer(p, edited, user_id)
+
+    async def regenerate(self, assistant_message_id: str) -> Reply:
+        """Answer the same user message again: a sibling answer."""
+        p = await self._open()
+        answer = await p.store.get(assistant_message_id)
+        if answer.role != "assistant" or answer.parent_id is None:
+            raise UserError(f"message {assistant_message_id} is not an assistant message")
+        question = await p.store.get(answer.parent_id)
+        conversation = await p.store.conversation(answer.conversation_id)
+        user_id = conversation.user_id if conversation else None
+        async with p.store.conversation_lock(answer.conversation_id, timeout=self.lock_timeout):
+            return await self._answer(p, question, user_id)
+
+    async def user_thread(self, conversation_id: str) -> UserThread:
+        """What the experts will be sent next for this conversation (summary included)."""
+        p = await self._open()
+        leaf = await p.store.active_leaf(conversation_id)
+        if leaf is None:
+            return UserThread()
+        return await build_thread(p.store, leaf.id)
+
+    async def transcript(self, conversation_id: str) -> list[MessageRecord]:
+        """Every message of the active path, root first (never compacted)."""
+        p = await self._open()
+        leaf = await p.store.active_leaf(conversation_id)
+        return [] if leaf is None else await p.store.path(leaf.id)
+
+    async def aclose(self) -> None:
+        """Wait for background work, then close what this orchestrator opened."""
+        if self._background:
+            await asyncio.gather(*self._background, return_exceptions=True)
+        if self._audit is not None and self._owns_audit:
+            await self._audit.aclose()
+        if self._pipeline is not None and self._owns_store:
+            await self._pipeline.store.aclose()
+        self._pipeline = None
+        self._audit = None
+
+    async def __aenter__(self) -> Orchestrator:
+        return await self.open()
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    # -- machinery ----------------------------------------------------------------------
+
+    async def _answer(self, p: Pipeline, user_message: MessageRecord, user_id: str | None) -> Reply:
+        """Run the pipeline for a stored user message and audit the turn in one batch."""
+        recorder = TurnRecorder(turn_id=user_message.id)
+        recorder.note(
+            "turn_started",
+            user_message_id=user_message.id,
+            client_message_id=user_message.client_message_id,
+            parent_id=user_message.parent_id,
+            text=user_message.content,
+            user_id=user_id,
+        )
+        turn = Turn(
+            conversation_id=user_message.conversation_id,
+            user_id=user_id,
+            user_message=user_message,
+            thread=await build_thread(p.store, user_message.id),
+            recorder=recorder,
+        )
+        try:
+            with recording(recorder):
+                reply = await run_turn(p, turn)
+        except BaseException as e:
+            stage = e.stage if isinstance(e, TurnFailed) else "orchestrator"
+            recorder.note("turn_failed", stage=stage, error=f"{type(e).__name__}: {e}")
+            await self._write_audit(user_message.conversation_id, recorder, failing=True)
+            raise
+        await self._write_audit(user_message.conversation_id, recorder)
+        self._after_reply(user_message.conversation_id, reply.message_id)
+        return reply
+
+    async def _write_audit(
+        self, conversation_id: str, recorder: TurnRecorder, *, failing: bool = False
+    ) -> None:
+        if self._audit is None:
+            return
+        try:
+            await self._audit.append(conversation_id, recorder.events)
+        except Exception:
+            if not failing:
+                raise
+            # The turn is already failing; its own error is the one the caller must see.
+            log.exception("audit.write_failed_during_failed_turn", conversation_id=conversation_id)
+
+    async def _replayed(self, user_message: MessageRecord, answer: MessageRecord) -> Reply:
+        """The stored reply to a retried client message id, with its recorded route."""
+        category, request, missing = None, None, None
+        if self._audit is not None:
+            for event in await self._audit.events(user_message.conversation_id):
+                if event.turn_id != user_message.id:
+                    continue
+                if event.kind == "triage":
+                    category = event.payload.get("category")
+                elif event.kind == "request":
+                    request, missing = self._recorded_request(event.payload)
+        return Reply(
+            text=answer.content,
+            category=category,
+            request=request,
+            need_more_info=missing,
+            message_id=answer.id,
+            user_message_id=user_message.id,
+            conversation_id=user_message.conversation_id,
+            replayed=True,
+        )
+
+    def _recorded_request(self, payload: Mapping[str, Any]) -> tuple[Any, Any]:
+        from experts import NeedMoreInfo
+
+        category = self.categories.get(str(payload.get("category")))
+        request = payload.get("request")
+        missing = payload.get("need_more_info")
+        parsed = None
+        if category is not None and category.request is not None and request is not None:
+            parsed = category.request.model_validate(request)
+        return parsed, NeedMoreInfo.model_validate(missing) if missing else None
+
+    def _after_reply(self, conversation_id: str, leaf_id: str) -> None:
+        """Hook: background work after the reply is returned (compaction, issue 5)."""

@@ -1,0 +1,56 @@
+"""The outcomes the orchestrator itself decides: built-in routes and safe fallbacks.
+
+Each is an instruction for the response expert; none of them ever enters the thread.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from experts import Category, NeedMoreInfo, Outcome
+
+
+def handoff() -> Outcome:
+    """`HUMAN`: a person takes over; `data["handoff"]` tells the embedding bot."""
+    return Outcome(
+        instruction=(
+            "Tell the user that a person from the team will take over this conversation"
+            " shortly, and that they will not need to repeat themselves. Be warm and brief."
+        ),
+        data={"handoff": True},
+    )
+
+
+def small_talk(categories: Iterable[Category]) -> Outcome:
+    """`OTHER`: a polite reply that says what the bot can help with."""
+    topics = "; ".join(c.description.rstrip(".") for c in categories)
+    return Outcome(
+        instruction=(
+            "The message is small talk or outside what the team handles. Reply politely and"
+            f" briefly, and if it helps, say what you can help with: {topics}."
+        )
+    )
+
+
+def ask_for(missing: NeedMoreInfo) -> Outcome:
+    """The request lacks required fields: ask for exactly those."""
+    fields = ", ".join(missing.missing) or "the details of the request"
+    return Outcome(
+        instruction=(
+            f"Ask the user for exactly this missing information: {fields}."
+            f" A good question: {missing.question}"
+        ),
+        data={"need_more_info": missing.model_dump()},
+    )
+
+
+def handler_failed() -> Outcome:
+    """The handler raised: apologise, change nothing, offer a retry or a person."""
+    return Outcome(
+        instruction=(
+            "Apologise that something went wrong on our side while handling the request."
+            " Say that nothing was changed, and ask the user to try again in a moment or to"
+            " ask for a person."
+        ),
+        data={"error": "handler_failed"},
+    )

@@ -1,0 +1,138 @@
+"""Collects one turn's audit events while it runs, for one batch append after the reply.
+
+Model attempts arrive through the attempt observer (`experts.providers.observe_attempts`);
+the recorder pairs each with the `ModelRequest` of the expert call in progress, so the row
+holds the system prompt reference, the exact messages sent and the model's settings.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import dataclasses
+from collections.abc import Iterator
+from typing import Any
+
+from pydantic import BaseModel
+
+from audit.events import AuditEvent, EventKind
+from experts.providers import (
+    AttemptEvent,
+    Model,
+    ModelRequest,
+    ModelResponse,
+    Usage,
+    observe_attempts,
+)
+
+
+def usage_dict(usage: Usage) -> dict[str, int]:
+    """A `Usage` as the audit payload stores it."""
+    return dataclasses.asdict(usage)
+
+
+def jsonable(value: Any) -> Any:
+    """A JSON-able view of a parsed output (pydantic model, enum, str, ...)."""
+    if isinstance(value, BaseModel):
+        return value.model_dump(mode="json")
+    if isinstance(value, dict | list | str | int | float | bool) or value is None:
+        return value
+    return str(value)
+
+
+@dataclasses.dataclass
+class TurnRecorder:
+    """The events of one turn, in the order they happened."""
+
+    turn_id: str
+    events: list[AuditEvent] = dataclasses.field(default_factory=list)
+    _request: ModelRequest | None = None
+    _attempts: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+
+    def note(self, kind: EventKind, **payload: Any) -> None:
+        """Record a pipeline event (triage, request, outcome, reply, ...)."""
+        self.events.append(AuditEvent(kind=kind, turn_id=self.turn_id, payload=payload))
+
+    @contextlib.contextmanager
+    def expert_call(self, request: ModelRequest) -> Iterator[None]:
+        """Mark the expert call in progress, so its attempts carry its request."""
+        self._request = request
+        try:
+            yield
+        finally:
+            self._request = None
+
+    def on_attempt(self, attempt: AttemptEvent) -> None:
+        """Observer for model attempts: one `model_attempt` event each."""
+        request = self._request
+        payload: dict[str, Any] = {
+            "expert": attempt.expert,
+            "model": attempt.model,
+            "attempt": attempt.attempt,
+            "latency_ms": round(attempt.latency_ms, 3),
+            "request_body": attempt.request_body,
+            "response_body": attempt.response_body,
+            "usage": usage_dict(attempt.usage),
+            "status_code": attempt.status_code,
+            "provider_request_id": attempt.provider_request_id,
+            "stop_reason": attempt.stop_reason,
+            "error": attempt.error,
+            "will_retry": attempt.will_retry,
+        }
+        system = None
+        if request is not None:
+            system = request.system
+            payload["messages"] = [dict(m) for m in request.messages]
+            payload["settings"] = dataclasses.asdict(request.settings)
+            payload["output_type"] = request.output_type.__name__ if request.output_type else None
+            if request.prompt is not None:
+                payload["prompt"] = dataclasses.asdict(request.prompt)
+        self._attempts.append(payload)
+        self.events.append(
+            AuditEvent(
+                kind="model_attempt", turn_id=self.turn_id, payload=payload, system_prompt=system
+            )
+        )
+
+    def parsed(self, response: ModelResponse) -> None:
+        """Attach the parsed output to the last (successful) attempt of the call."""
+        if self._attempts:
+            self._attempts[-1]["output"] = jsonable(response.output)
+
+
+_current: contextvars.ContextVar[TurnRecorder | None] = contextvars.ContextVar(
+    "frontdesk_turn_recorder", default=None
+)
+
+
+@contextlib.contextmanager
+def recording(recorder: TurnRecorder) -> Iterator[None]:
+    """Record every expert call and model attempt made inside this block (this task)."""
+    token = _current.set(recorder)
+    try:
+        with observe_attempts(recorder.on_attempt):
+            yield
+    finally:
+        _current.reset(token)
+
+
+@dataclasses.dataclass(frozen=True)
+class RecordedModel:
+    """Wraps a model so each call's request and parsed output reach the turn's recorder."""
+
+    inner: Model
+
+    @property
+    def name(self) -> str:
+        """The wrapped model's name."""
+        return self.inner.name
+
+    async def request(self, request: ModelRequest) -> ModelResponse:
+        """Call the wrapped model inside the recorder's expert-call window."""
+        recorder = _current.get()
+        if recorder is None:
+            return await self.inner.request(request)
+        with recorder.expert_call(request):
+            response = await self.inner.request(request)
+            recorder.parsed(response)
+        return response

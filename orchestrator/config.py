@@ -1,0 +1,76 @@
+"""Which model each expert uses, and the settings a deployment may change."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from experts.providers import Model, ModelSettings
+from frontdesk.errors import ConfigError
+
+EXPERTS = ("triage", "request", "response", "summariser")
+"""The experts a model map may name (plus `default` for the rest)."""
+
+ModelSpec = str | Model
+ModelChoice = ModelSpec | Mapping[str, ModelSpec] | None
+
+
+def default_model_choice() -> dict[str, str]:
+    """The models used when none is given: a provider whose key is set, else `offline`.
+
+    The triage expert gets a small fast model; the others a stronger one.
+    """
+    if os.environ.get("ANTHROPIC_API_KEY"):
+        return {"triage": "anthropic:claude-haiku-4-5", "default": "anthropic:claude-sonnet-4-5"}
+    if os.environ.get("OPENAI_API_KEY"):
+        return {"triage": "openai:gpt-4.1-nano", "default": "openai:gpt-4.1-mini"}
+    return {"default": "offline"}
+
+
+def resolve_models(choice: ModelChoice) -> dict[str, Model]:
+    """One `Model` per expert from a spec, a `Model`, or a map expert -> spec or Model.
+
+    Raises:
+        ConfigError: an unknown expert name in the map, or an expert left without a model.
+    """
+    from experts.providers import model_from_spec
+
+    if choice is None:
+        choice = default_model_choice()
+    if isinstance(choice, str) or not isinstance(choice, Mapping):
+        model = model_from_spec(choice)
+        return dict.fromkeys(EXPERTS, model)
+    unknown = sorted(set(choice) - {*EXPERTS, "default"})
+    if unknown:
+        raise ConfigError(
+            f"model map names unknown experts {unknown}; use {', '.join(EXPERTS)} or 'default'"
+        )
+    missing = [e for e in EXPERTS if e not in choice and "default" not in choice]
+    if missing:
+        raise ConfigError(f"model map has no model for {missing}; add them or a 'default' entry")
+    cache: dict[int, Model] = {}
+    models: dict[str, Model] = {}
+    for expert in EXPERTS:
+        spec = choice.get(expert, choice.get("default"))
+        assert spec is not None
+        key = id(spec) if not isinstance(spec, str) else hash(spec)
+        if key not in cache:
+            cache[key] = model_from_spec(spec)
+        models[expert] = cache[key]
+    return models
+
+
+@dataclass(frozen=True, kw_only=True)
+class ExpertSettings:
+    """Per-expert call settings; triage needs few output tokens, the request expert more."""
+
+    triage: ModelSettings = field(default_factory=lambda: ModelSettings(max_tokens=256))
+    request: ModelSettings = field(default_factory=lambda: ModelSettings(max_tokens=1024))
+    response: ModelSettings = field(default_factory=lambda: ModelSettings(max_tokens=512))
+    summariser: ModelSettings = field(default_factory=lambda: ModelSettings(max_tokens=1024))
+
+    def for_expert(self, expert: str) -> ModelSettings:
+        """The settings of one expert."""
+        settings: ModelSettings = getattr(self, expert)
+        return settings

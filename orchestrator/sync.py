@@ -1,0 +1,52 @@
+"""A blocking wrapper around `Orchestrator`, for scripts and notebooks without an event loop."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from orchestrator._orchestrator import Orchestrator
+from orchestrator.reply import Reply
+from threads.builder import UserThread
+from threads.store import MessageRecord
+
+
+class SyncOrchestrator:
+    """The same API as `Orchestrator`, blocking; one private event loop per instance."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self._runner = asyncio.Runner()
+        self.orchestrator = Orchestrator(*args, **kwargs)
+
+    def handle(self, conversation_id: str, text: str, **kwargs: Any) -> Reply:
+        """Blocking `Orchestrator.handle`."""
+        return self._runner.run(self.orchestrator.handle(conversation_id, text, **kwargs))
+
+    def edit(self, user_message_id: str, text: str) -> Reply:
+        """Blocking `Orchestrator.edit`."""
+        return self._runner.run(self.orchestrator.edit(user_message_id, text))
+
+    def regenerate(self, assistant_message_id: str) -> Reply:
+        """Blocking `Orchestrator.regenerate`."""
+        return self._runner.run(self.orchestrator.regenerate(assistant_message_id))
+
+    def user_thread(self, conversation_id: str) -> UserThread:
+        """Blocking `Orchestrator.user_thread`."""
+        return self._runner.run(self.orchestrator.user_thread(conversation_id))
+
+    def transcript(self, conversation_id: str) -> list[MessageRecord]:
+        """Blocking `Orchestrator.transcript`."""
+        return self._runner.run(self.orchestrator.transcript(conversation_id))
+
+    def close(self) -> None:
+        """Close the orchestrator and the event loop."""
+        try:
+            self._runner.run(self.orchestrator.aclose())
+        finally:
+            self._runner.close()
+
+    def __enter__(self) -> SyncOrchestrator:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

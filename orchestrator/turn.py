@@ -1,0 +1,171 @@
+"""One turn, top to bottom: thread -> triage -> request -> handler -> response -> thread.
+
+The machinery (model wiring, locks, idempotency, audit batching) lives in
+`orchestrator/_orchestrator.py`; this module is the data flow of a turn and nothing else.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Mapping
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ValidationError
+
+from experts import Category, HandlerContext, NeedMoreInfo, Outcome
+from experts.category import HUMAN, OTHER
+from experts.errors import ModelError, OutputValidationError, Refusal, TruncatedOutput
+from experts.request import RequestExpert
+from experts.response import ResponseExpert
+from experts.triage import TriageExpert
+from orchestrator import _outcomes
+from orchestrator._recorder import TurnRecorder, jsonable
+from orchestrator.errors import TurnFailed
+from orchestrator.reply import Reply
+from threads.builder import UserThread
+from threads.store import ConversationStore, MessageRecord
+
+# Errors about one answer's content: the route falls back to a person, the turn goes on.
+T = TypeVar("T")
+
+CONTENT_ERRORS = (OutputValidationError, TruncatedOutput, Refusal, ValidationError)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Pipeline:
+    """Everything a turn needs, built once by the Orchestrator."""
+
+    store: ConversationStore
+    categories: Mapping[str, Category]
+    triage: TriageExpert
+    requests: Mapping[str, RequestExpert]
+    response: ResponseExpert
+    context_extras: Mapping[str, object]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Turn:
+    """One user message being answered."""
+
+    conversation_id: str
+    user_id: str | None
+    user_message: MessageRecord
+    thread: UserThread
+    recorder: TurnRecorder
+
+
+async def run_turn(p: Pipeline, t: Turn) -> Reply:
+    """Answer `t.user_message` and store the reply under it."""
+    messages = t.thread.as_messages()
+    meta = {"conversation_id": t.conversation_id, "turn_id": t.user_message.id}
+    usage: dict[str, Any] = {}
+
+    category, reason = await _triage(p, t, messages, meta, usage)
+    t.recorder.note("triage", category=category, reason=reason)
+
+    request, missing = await _extract(p, t, category, messages, meta, usage)
+    t.recorder.note("request", category=category, request=jsonable(request),
+                    need_more_info=jsonable(missing))
+
+    outcome = await _decide(p, t, category, request, missing)
+    t.recorder.note("outcome", category=category, instruction=outcome.instruction,
+                    data=jsonable(outcome.data))
+
+    answer = await _stage("response", t, p.response.run(messages, outcome.instruction,
+                                                         metadata=meta))
+    usage["response"] = answer.response.usage
+    assistant = await p.store.add_assistant_message(
+        t.user_message.id, answer.text, model=answer.response.model or None,
+        prompt_versions=_prompt_versions(p, category),
+    )
+    t.recorder.note("reply", assistant_message_id=assistant.id, text=answer.text,
+                    model=answer.response.model)
+    return Reply(
+        text=answer.text, category=category, request=request, need_more_info=missing,
+        outcome=outcome, message_id=assistant.id, user_message_id=t.user_message.id,
+        conversation_id=t.conversation_id, usage=usage,
+        models={"response": answer.response.model},
+    )
+
+
+async def _triage(p: Pipeline, t: Turn, messages: list[Any], meta: dict[str, str], usage: dict[str, Any]
+                  ) -> tuple[str, str]:
+    """The category, or `HUMAN` when the triage answer is unusable (a safe default)."""
+    try:
+        result = await _stage("triage", t, p.triage.run(messages, metadata=meta), fallback=True)
+    except CONTENT_ERRORS as e:
+        return HUMAN, f"triage answer unusable ({type(e).__name__}); handing off"
+    usage["triage"] = result.response.usage
+    return result.category, result.reason
+
+
+async def _extract(p: Pipeline, t: Turn, category: str, messages: list[Any], meta: dict[str, str], usage: dict[str, Any]
+                   ) -> tuple[BaseModel | None, NeedMoreInfo | None]:
+    """The category's request, or what is missing; nothing for the built-ins."""
+    expert = p.requests.get(category)
+    if expert is None:
+        return None, None
+    try:
+        result = await _stage("request", t, expert.run(messages, metadata=meta), fallback=True)
+    except CONTENT_ERRORS as e:
+        t.recorder.note("request_failed", category=category, error=f"{type(e).__name__}: {e}")
+        return None, None
+    usage["request"] = result.response.usage
+    return result.request, result.need_more_info
+
+
+async def _decide(p: Pipeline, t: Turn, category: str, request: BaseModel | None,
+                  missing: NeedMoreInfo | None) -> Outcome:
+    """The handler's outcome ("TradCode"), or the built-in outcome for this route."""
+    if category == HUMAN:
+        return _outcomes.handoff()
+    if category == OTHER:
+        return _outcomes.small_talk(p.categories.values())
+    if missing is not None:
+        return _outcomes.ask_for(missing)
+    if request is None:  # The extraction was unusable: a person is the safe route.
+        return _outcomes.handoff()
+    handler = p.categories[category].handler
+    assert handler is not None
+    context = HandlerContext(
+        conversation_id=t.conversation_id, user_id=t.user_id, category=category,
+        turn_id=t.user_message.id, store=p.store.handler_store(category),
+        extras=p.context_extras,
+    )
+    try:
+        outcome = await handler(request, context)
+        if not isinstance(outcome, Outcome):
+            raise TypeError(f"handler returned {type(outcome).__name__}, not experts.Outcome")
+    except Exception as e:  # A handler is the developer's code: any failure is contained.
+        t.recorder.note("handler_error", category=category, error=f"{type(e).__name__}: {e}")
+        return _outcomes.handler_failed()
+    return outcome
+
+
+async def _stage(stage: str, t: Turn, call: Awaitable[T], *, fallback: bool = False) -> T:
+    """Await one expert call; an outage (or, unless `fallback`, a bad answer) fails the turn.
+
+    With `fallback`, errors about the answer's content are re-raised for the caller to
+    take its safe route; provider outages always become `TurnFailed`, which carries the
+    stored user message's id and a safe reply.
+    """
+    try:
+        return await call
+    except CONTENT_ERRORS as e:
+        if fallback:
+            raise
+        raise TurnFailed(str(e), user_message_id=t.user_message.id, stage=stage) from e
+    except ModelError as e:
+        raise TurnFailed(str(e), user_message_id=t.user_message.id, stage=stage) from e
+
+
+def _prompt_versions(p: Pipeline, category: str) -> dict[str, str]:
+    """Which prompt versions produced this reply (kept on the assistant message)."""
+    versions = {
+        "triage": p.triage.call.prompt.name + "@" + p.triage.call.prompt.version,
+        "response": p.response.call.prompt.name + "@" + p.response.call.prompt.version,
+    }
+    expert = p.requests.get(category)
+    if expert is not None:
+        versions["request"] = expert.call.prompt.name + "@" + expert.call.prompt.version
+    return versions
