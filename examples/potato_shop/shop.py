@@ -1,0 +1,186 @@
+"""The potato shop's categories: request models and handlers ("TradCode")."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+from experts import Category, HandlerContext, Outcome
+from orchestrator import Orchestrator
+from orchestrator.config import ModelChoice
+
+Variety = Literal["purple", "idaho", "maris piper"]
+PRICE_PER_BAG = {"purple": 6.50, "idaho": 4.00, "maris piper": 4.50}
+DELIVERY_FEE = 3.99
+LATE_AFTER_MINUTES = 30
+
+# Orders placed before the demo starts; orders placed in conversations join them in the DB.
+SEED_ORDERS: dict[str, dict[str, Any]] = {
+    "88213": {
+        "customer": "Priya",
+        "placed": "3 March",
+        "variety": "maris piper",
+        "bags": 2,
+        "status": "delivered",
+        "minutes_late": 40,
+        "delivery_fee": DELIVERY_FEE,
+    },
+    "77120": {
+        "customer": "Sam",
+        "placed": "28 February",
+        "variety": "purple",
+        "bags": 1,
+        "status": "out for delivery",
+        "minutes_late": 0,
+        "delivery_fee": DELIVERY_FEE,
+    },
+}
+
+
+class OrderRequest(BaseModel):
+    """Buying potatoes."""
+
+    variety: Variety = Field(description="Which potatoes.")
+    bags: int = Field(ge=1, le=50, description="How many bags (1 to 50).")
+    confirmed: bool = Field(
+        default=False,
+        description="True only if the user explicitly confirmed this exact order after being"
+        " asked to confirm it.",
+    )
+
+
+class OrderStatusRequest(BaseModel):
+    """Where is an order."""
+
+    order_number: str = Field(pattern=r"^\d{4,8}$", description="The order number, digits only.")
+
+
+class RefundRequest(BaseModel):
+    """A refund on an order."""
+
+    order_number: str = Field(pattern=r"^\d{4,8}$", description="The order number, digits only.")
+    reason: str | None = Field(default=None, description="Why, in the user's words, if given.")
+
+
+async def _order(context: HandlerContext, number: str) -> dict[str, Any] | None:
+    stored: dict[str, Any] | None = await context.store.get(f"order:{number}")
+    return stored if stored is not None else SEED_ORDERS.get(number)
+
+
+async def place_order(request: OrderRequest, context: HandlerContext) -> Outcome:
+    """Ask to confirm first; once confirmed, place the order and keep it in the database."""
+    total = PRICE_PER_BAG[request.variety] * request.bags
+    what = f"{request.bags} bag{'s' if request.bags != 1 else ''} of {request.variety} potatoes"
+    if not request.confirmed:
+        pending = {"variety": request.variety, "bags": request.bags, "total": total}
+        await context.store.put(f"pending:{context.conversation_id}", pending)
+        return Outcome(
+            instruction=f"Ask the user to confirm buying {what} for £{total:.2f}"
+            " (they can press confirm or say yes).",
+            data={"action": "confirm_order", "pending_order": pending},
+        )
+    number = str(int(uuid.uuid4().int % 90_000) + 10_000)
+    order = {
+        "customer": context.user_id,
+        "placed": "today",
+        "variety": request.variety,
+        "bags": request.bags,
+        "status": "being packed",
+        "minutes_late": 0,
+        "delivery_fee": DELIVERY_FEE,
+        "total": total,
+    }
+    await context.store.put(f"order:{number}", order)
+    await context.store.put(f"pending:{context.conversation_id}", None)
+    return Outcome(
+        instruction=f"Tell the user their order {number} for {what} (£{total:.2f}) is placed"
+        " and will be delivered tomorrow.",
+        data={"order_number": number, "order": order},
+    )
+
+
+async def order_status(request: OrderStatusRequest, context: HandlerContext) -> Outcome:
+    """Look the order up."""
+    order = await _order(context, request.order_number)
+    if order is None:
+        return Outcome(
+            instruction=f"Tell the user we cannot find order {request.order_number} and ask them"
+            " to check the number."
+        )
+    return Outcome(
+        instruction=f"Tell the user that order {request.order_number} ({order['bags']} bags of"
+        f" {order['variety']}) is {order['status']}.",
+        data={"order_number": request.order_number, "status": order["status"]},
+    )
+
+
+async def refund(request: RefundRequest, context: HandlerContext) -> Outcome:
+    """Refund the delivery fee of a late delivery, once per order."""
+    number = request.order_number
+    order = await _order(context, number)
+    if order is None:
+        return Outcome(
+            instruction=f"Tell the user we cannot find order {number} and ask them to check it."
+        )
+    if await context.store.get(f"refund:{number}") is not None:
+        return Outcome(
+            instruction=f"Tell the user the delivery fee of order {number} was already refunded.",
+            data={"order_number": number, "refunded": False, "already": True},
+        )
+    if order["minutes_late"] <= LATE_AFTER_MINUTES:
+        return Outcome(
+            instruction=f"Tell the user order {number} was not late enough for a refund of the"
+            f" delivery fee (over {LATE_AFTER_MINUTES} minutes late), and offer a person to"
+            " look again.",
+            data={"order_number": number, "refunded": False},
+        )
+    fee = float(order["delivery_fee"])
+    await context.store.put(f"refund:{number}", {"amount": fee, "turn": context.turn_id})
+    return Outcome(
+        instruction=f"Tell the user the £{fee:.2f} delivery fee for order {number}, which arrived"
+        f" {order['minutes_late']} minutes late, has been refunded to their original payment"
+        " method and will show in 3-5 working days. Apologise for the delay.",
+        data={"order_number": number, "refunded": True, "amount": fee},
+    )
+
+
+ORDERS = Category(
+    name="ORDERS",
+    description="Buying potatoes, or changing or confirming an order not yet placed.",
+    request=OrderRequest,
+    handler=place_order,
+    examples=["I'd like to buy a bag of purple potatoes", "Make it three bags", "Yes, confirm"],
+)
+ORDER_STATUS = Category(
+    name="ORDER_STATUS",
+    description="Where an order is, or when it will arrive.",
+    request=OrderStatusRequest,
+    handler=order_status,
+    examples=["Where is my order 77120?", "Has order 88213 shipped?"],
+)
+REFUND = Category(
+    name="REFUND",
+    description="Money back on an order: a late delivery, a refund of a fee.",
+    request=RefundRequest,
+    handler=refund,
+    examples=[
+        "My order arrived late and I was told the delivery fee would be refunded",
+        "I want a refund for order 88213",
+    ],
+)
+
+
+def categories() -> list[Category]:
+    """The potato shop's categories."""
+    return [ORDERS, ORDER_STATUS, REFUND]
+
+
+def build(
+    *, model: ModelChoice = None, store: str = "sqlite:///frontdesk.db", **kwargs: Any
+) -> Orchestrator:
+    """An Orchestrator for the potato shop (`--app examples.potato_shop:build`)."""
+    return Orchestrator(
+        categories(), model=model, store=store, shop_name="Spud & Co.", **kwargs
+    )
