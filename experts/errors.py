@@ -5,7 +5,9 @@
     │   ├── ConfigError
     │   │   ├── UnknownModelSpec        a model spec frontdesk cannot parse
     │   │   └── MissingAPIKey           the provider's key is not set
-    │   └── ModelRequestsBlocked        a real provider call while they are switched off
+    │   ├── ModelRequestsBlocked        a real provider call while they are switched off
+    │   ├── UnexpectedModelCall         a ScriptedModel was called after its script ran out
+    │   └── UnconsumedSteps             a ScriptedModel still holds steps at assert_complete()
     └── ModelError                      a model call failed (provider errors translated here)
         ├── ModelAPIError               a provider answered with a non-retryable error
         │   ├── ModelHTTPError          ... with an HTTP status (status_code, body, headers)
@@ -38,6 +40,30 @@ class MissingAPIKey(ConfigError):
 
 class ModelRequestsBlocked(UserError):
     """A real provider call was made while `ALLOW_MODEL_REQUESTS` is `False`."""
+
+
+class UnexpectedModelCall(UserError, AssertionError):
+    """A `ScriptedModel` was called more times than it has steps (a test expectation failed)."""
+
+    def __init__(self, call: Any, call_index: int) -> None:
+        expert = getattr(call, "expert", "?")
+        super().__init__(
+            f"ScriptedModel has no step left for call #{call_index} (expert {expert!r});"
+            " add a step to the script or check why the code calls the model again"
+        )
+        self.call = call
+        self.call_index = call_index
+
+
+class UnconsumedSteps(UserError, AssertionError):
+    """A `ScriptedModel` still holds steps when the test says the script is complete."""
+
+    def __init__(self, remaining: list[Any]) -> None:
+        super().__init__(
+            f"ScriptedModel has {len(remaining)} unconsumed step(s); the code made fewer model"
+            " calls than the script expects"
+        )
+        self.remaining = remaining
 
 
 class ModelError(FrontdeskError):

@@ -1,0 +1,319 @@
+"""What both real adapters share: error classification, header parsing, the re-ask loop.
+
+An adapter (`AnthropicModel`, `OpenAIModel`) only builds its wire payload, makes one SDK call
+and parses the answer; `HTTPModel.request` runs those attempts under the retry policy and
+asks once more when the structured output fails validation.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import json
+import random
+import re
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from experts.errors import (
+    ModelConnectionError,
+    ModelError,
+    ModelHTTPError,
+    OutputValidationError,
+    ProviderOverloaded,
+    ProviderQuotaExhausted,
+    RateLimited,
+)
+from experts.providers._retry import (
+    AttemptFailure,
+    AttemptRecord,
+    AttemptSuccess,
+    Clock,
+    RetryConfig,
+    RetryRunner,
+    Sleep,
+)
+from experts.providers.base import ModelRequest, ModelResponse, check_allow_model_requests
+
+_QUOTA_MARKERS = (
+    "insufficient_quota",
+    "spend_limit",
+    "billing",
+    "credit_balance",
+    "credit balance",
+    "quota_exceeded",
+)
+_ERROR_TYPE_STATUS = {
+    "overloaded_error": 529,
+    "rate_limit_error": 429,
+    "api_error": 500,
+    "server_error": 500,
+    "timeout_error": 408,
+}
+
+
+@dataclass(kw_only=True)
+class Answer:
+    """A parsed, validated answer of one attempt."""
+
+    output: Any
+    record: AttemptRecord
+
+
+def parse_retry_after(headers: Mapping[str, str]) -> float | None:
+    """Seconds from `retry-after-ms` or `retry-after` (seconds or HTTP date), else `None`."""
+    lowered = {k.lower(): v for k, v in headers.items()}
+    try:
+        ms = float(lowered["retry-after-ms"])
+        if ms >= 0 and ms == ms and ms != float("inf"):
+            return ms / 1000
+    except (KeyError, ValueError):
+        pass
+    value = lowered.get("retry-after")
+    if value is None:
+        return None
+    try:
+        seconds = float(value)
+        if seconds >= 0 and seconds == seconds and seconds != float("inf"):
+            return seconds
+        return None
+    except ValueError:
+        pass
+    try:
+        parsed = email.utils.parsedate_tz(value)
+    except (TypeError, ValueError, IndexError):
+        return None
+    if parsed is None:
+        return None
+    return max(0.0, email.utils.mktime_tz(parsed) - time.time())
+
+
+def redact(value: Any, secret: str | None) -> Any:
+    """`value` with every occurrence of `secret` (and its long fragments) masked."""
+    if not secret or len(secret) < 8:
+        return value
+    if isinstance(value, str):
+        out = value.replace(secret, "***")
+        # Providers echo keys partly ("sk-abc...wxyz"); mask any 8+ character piece of the key.
+        for size in (12, 8):
+            for i in range(0, len(secret) - size + 1):
+                piece = secret[i : i + size]
+                if piece in out:
+                    out = out.replace(piece, "***")
+        return out
+    if isinstance(value, Mapping):
+        return {k: redact(v, secret) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [redact(v, secret) for v in value]
+    return value
+
+
+def _error_fields(body: Any) -> tuple[str, str, str]:
+    """`(type, code, message)` from an Anthropic- or OpenAI-shaped error body."""
+    error = body.get("error") if isinstance(body, Mapping) else None
+    if not isinstance(error, Mapping):
+        return "", "", str(body)[:300] if body else ""
+    details = error.get("details")
+    code = error.get("code") or (details.get("error_code") if isinstance(details, Mapping) else "")
+    return str(error.get("type") or ""), str(code or ""), str(error.get("message") or "")
+
+
+def http_failure(
+    status: int,
+    headers: Mapping[str, str],
+    body: Any,
+    record: AttemptRecord,
+    *,
+    provider: str,
+    key_env: str,
+    secret: str | None,
+    request_id_header: str,
+) -> AttemptFailure:
+    """Classify one error answer (an HTTP error, or an error body inside a 200)."""
+    lowered = {k.lower(): v for k, v in headers.items()}
+    body = redact(body, secret)
+    record.status_code = status
+    record.response_body = body
+    record.provider_request_id = lowered.get(request_id_header)
+    err_type, err_code, err_msg = _error_fields(body)
+    effective = status if status != 200 else _ERROR_TYPE_STATUS.get(err_type, 400)
+    retry_after = parse_retry_after(lowered)
+    label = f"{provider} {status}" + (f" {err_type}" if err_type else "")
+    common: dict[str, Any] = {"status_code": status, "body": body, "headers": lowered}
+    marker_text = f"{err_type} {err_code} {err_msg}".lower()
+    quota = effective == 402 or (effective == 429 and any(m in marker_text for m in _QUOTA_MARKERS))
+    error: ModelError
+    retryable = False
+    if quota:
+        error = ProviderQuotaExhausted(
+            f"{label}: the account is out of credit or over its spend limit"
+            f" ({err_code or err_type or 'quota'}); add credit or raise the limit, or use"
+            " another model",
+            **common,
+        )
+    elif effective in (401, 403):
+        error = ModelHTTPError(
+            f"{label}: the provider rejected the credentials; check {key_env}", **common
+        )
+    elif effective == 429:
+        error = RateLimited(
+            f"{label}: rate limited" + (f": {err_msg}" if err_msg else ""),
+            retry_after=retry_after,
+            **common,
+        )
+        retryable = True
+    elif effective >= 500 or err_type == "overloaded_error":
+        error = ProviderOverloaded(
+            f"{label}: the provider is overloaded or failing" + (f": {err_msg}" if err_msg else ""),
+            **common,
+        )
+        retryable = True
+    elif effective in (408, 409):
+        error = ModelHTTPError(f"{label}: {err_msg or 'request timeout or conflict'}", **common)
+        retryable = True
+    elif effective == 404:
+        error = ModelHTTPError(
+            f"{label}: not found (is the model name right?): {err_msg}", **common
+        )
+    else:
+        error = ModelHTTPError(f"{label}: the request was rejected: {err_msg}", **common)
+    should_retry = lowered.get("x-should-retry")
+    if should_retry == "false":
+        retryable = False
+    elif should_retry == "true" and not quota:
+        retryable = True
+    return AttemptFailure(error, record, retryable=retryable, retry_after=retry_after)
+
+
+def connection_failure(
+    record: AttemptRecord, *, provider: str, base_url: str, timed_out: bool
+) -> AttemptFailure:
+    """An attempt that never got an HTTP answer (refused, reset, timed out)."""
+    what = "timed out" if timed_out else "could not connect"
+    error = ModelConnectionError(
+        f"{provider}: {what} to {base_url}; check the base URL and that the server is"
+        " running (or raise ModelSettings.timeout)"
+    )
+    return AttemptFailure(error, record, retryable=True)
+
+
+def invalid_output(record: AttemptRecord, problem: str, cause: Exception | None) -> AttemptFailure:
+    """An answer that does not validate: the adapter asks once more, showing `problem`."""
+    error = OutputValidationError(
+        f"the model's answer did not validate: {problem}", last_response=record.response_body
+    )
+    error.__cause__ = cause
+    return AttemptFailure(error, record, invalid_output=True)
+
+
+def describe_validation_error(exc: ValidationError) -> str:
+    """A short, model-readable list of what is wrong with a structured answer."""
+    parts = []
+    for err in exc.errors(include_url=False):
+        loc = ".".join(str(p) for p in err["loc"]) or "(root)"
+        parts.append(f"{loc}: {err['msg']}")
+    return "; ".join(parts)
+
+
+def validate_output(output_type: type[BaseModel], data: Any, record: AttemptRecord) -> BaseModel:
+    """Validate `data` (a dict, or JSON text) into `output_type`, or raise `AttemptFailure`."""
+    try:
+        if isinstance(data, str):
+            return output_type.model_validate_json(strip_code_fence(data))
+        return output_type.model_validate(data)
+    except ValidationError as exc:
+        raise invalid_output(record, describe_validation_error(exc), exc) from exc
+
+
+def strip_code_fence(text: str) -> str:
+    """JSON inside a Markdown code fence (some OpenAI-compatible servers add one)."""
+    match = re.fullmatch(r"\s*```(?:json)?\s*(.*?)\s*```\s*", text, flags=re.DOTALL)
+    return match.group(1) if match else text
+
+
+def schema_name(output_type: type[BaseModel]) -> str:
+    """A tool / schema name the providers accept (`^[a-zA-Z0-9_-]{1,64}$`)."""
+    return re.sub(r"[^a-zA-Z0-9_-]", "_", output_type.__name__)[:64] or "output"
+
+
+def to_jsonable(value: Any) -> Any:
+    """`value` made JSON-able for the audit log (unknown objects become strings)."""
+    return json.loads(json.dumps(value, default=str))
+
+
+class HTTPModel(ABC):
+    """Shared behaviour of the real adapters: retries, re-ask, the response."""
+
+    provider: str = ""
+    key_env: str = ""
+
+    def __init__(
+        self,
+        *,
+        retry: RetryConfig | None,
+        sleep: Sleep | None,
+        clock: Clock | None,
+        rng: random.Random | None,
+    ) -> None:
+        self.retry_config = retry or RetryConfig()
+        self._sleep = sleep
+        self._clock = clock
+        self._rng = rng
+
+    @property
+    @abstractmethod
+    def name(self) -> str:
+        """The spec that names this model."""
+
+    @abstractmethod
+    async def _attempt(
+        self, request: ModelRequest, reask: list[dict[str, Any]], timeout: float
+    ) -> AttemptSuccess[Answer]:
+        """One HTTP attempt: send, then parse and validate, or raise `AttemptFailure`."""
+
+    @abstractmethod
+    def _reask_turns(self, failure: AttemptFailure) -> list[dict[str, Any]]:
+        """Wire messages that show the model its invalid answer and the problem."""
+
+    async def request(self, request: ModelRequest) -> ModelResponse:
+        """Answer `request`, retrying under the policy; raises only `ModelError`s."""
+        check_allow_model_requests()
+        runner = RetryRunner(
+            self.retry_config,
+            expert=request.expert,
+            model=self.name,
+            metadata=request.metadata,
+            sleep=self._sleep,
+            clock=self._clock,
+            rng=self._rng,
+        )
+        reask: list[dict[str, Any]] = []
+
+        async def send(_number: int) -> AttemptSuccess[Answer]:
+            return await self._attempt(
+                request, reask, runner.attempt_timeout(request.settings.timeout)
+            )
+
+        try:
+            try:
+                answer = await runner.run(send)
+            except AttemptFailure as failure:
+                if not failure.invalid_output or runner.attempts_left <= 0:
+                    raise
+                reask.extend(self._reask_turns(failure))
+                answer = await runner.run(send)
+        except AttemptFailure as failure:
+            raise failure.error from failure.error.__cause__
+        return ModelResponse(
+            output=answer.output,
+            usage=runner.usage,
+            model=self.name,
+            stop_reason=answer.record.stop_reason,
+            provider_request_id=answer.record.provider_request_id,
+            raw=answer.record.response_body,
+            attempts=runner.attempts,
+        )

@@ -1,0 +1,297 @@
+"""`AnthropicModel`: the Messages API through `anthropic.AsyncAnthropic`.
+
+Structured output is forced tool use: one tool whose `input_schema` is the output type's
+JSON schema, chosen with `tool_choice`. The system prompt and the last message of the
+stable prefix carry `cache_control` markers. A trailing assistant message (the response
+expert's instruction) is sent as a labelled extra text block of the last user turn, since
+Anthropic would treat a trailing assistant turn as a prefill to continue.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+from typing import Any
+
+import anthropic
+
+from experts.errors import MissingAPIKey, ModelAPIError, Refusal, TruncatedOutput
+from experts.providers._http import (
+    Answer,
+    HTTPModel,
+    connection_failure,
+    http_failure,
+    invalid_output,
+    schema_name,
+    to_jsonable,
+    validate_output,
+)
+from experts.providers._retry import (
+    AttemptFailure,
+    AttemptRecord,
+    AttemptSuccess,
+    Clock,
+    RetryConfig,
+    Sleep,
+)
+from experts.providers.base import ModelRequest, Usage, json_schema_of
+
+INSTRUCTION_LABEL = "[Instruction for your reply, from the system - not written by the user]"
+"""Heads the response expert's instruction when it is folded into the last user turn."""
+
+_EPHEMERAL = {"type": "ephemeral"}
+_TRUNCATED = {"max_tokens", "model_context_window_exceeded"}
+
+
+class AnthropicModel(HTTPModel):
+    """A Claude model on the Anthropic Messages API.
+
+    Args:
+        model_name: The Anthropic model id, e.g. `claude-sonnet-4-5`.
+        api_key: The key; defaults to `ANTHROPIC_API_KEY`.
+        base_url: The API root; defaults to `ANTHROPIC_BASE_URL`, else Anthropic's.
+        retry: The retry policy's bounds.
+        client: A ready client (its own retries are switched off).
+        sleep: Async sleep used between attempts (tests pass a fake clock's).
+        clock: Monotonic clock for the total budget.
+        rng: Random source for backoff jitter.
+
+    Raises:
+        MissingAPIKey: when no key is given and `ANTHROPIC_API_KEY` is not set.
+    """
+
+    provider = "anthropic"
+    key_env = "ANTHROPIC_API_KEY"
+
+    def __init__(
+        self,
+        model_name: str,
+        *,
+        api_key: str | None = None,
+        base_url: str | None = None,
+        retry: RetryConfig | None = None,
+        client: anthropic.AsyncAnthropic | None = None,
+        sleep: Sleep | None = None,
+        clock: Clock | None = None,
+        rng: random.Random | None = None,
+    ) -> None:
+        super().__init__(retry=retry, sleep=sleep, clock=clock, rng=rng)
+        self.model_name = model_name
+        if client is None:
+            api_key = api_key or os.environ.get("ANTHROPIC_API_KEY")
+            if not api_key:
+                raise MissingAPIKey(
+                    f"anthropic:{model_name} needs an API key: set ANTHROPIC_API_KEY or use"
+                    " model='offline'"
+                )
+            base_url = base_url or os.environ.get("ANTHROPIC_BASE_URL") or None
+            client = anthropic.AsyncAnthropic(
+                api_key=api_key,
+                base_url=base_url,
+                max_retries=0,
+                timeout=60.0,
+            )
+        self._client = client.with_options(max_retries=0)
+        self._secret = self._client.api_key
+        self.base_url = str(self._client.base_url)
+
+    @property
+    def name(self) -> str:
+        """`anthropic:<model>`."""
+        return f"anthropic:{self.model_name}"
+
+    def build_payload(self, request: ModelRequest, reask: list[dict[str, Any]]) -> dict[str, Any]:
+        """The Messages API body for `request` (plus re-ask turns), exactly as sent."""
+        payload: dict[str, Any] = {
+            "model": self.model_name,
+            "max_tokens": request.settings.max_tokens,
+            "messages": _wire_messages(request) + reask,
+        }
+        if request.system:
+            payload["system"] = [
+                {"type": "text", "text": request.system, "cache_control": _EPHEMERAL}
+            ]
+        if request.settings.temperature is not None:
+            payload["temperature"] = request.settings.temperature
+        if request.output_type is not None:
+            name = schema_name(request.output_type)
+            payload["tools"] = [
+                {
+                    "name": name,
+                    "description": f"Record the answer as a {name} object.",
+                    "input_schema": json_schema_of(request.output_type),
+                }
+            ]
+            payload["tool_choice"] = {"type": "tool", "name": name}
+        return payload
+
+    async def _attempt(
+        self, request: ModelRequest, reask: list[dict[str, Any]], timeout: float
+    ) -> AttemptSuccess[Answer]:
+        payload = self.build_payload(request, reask)
+        record = AttemptRecord(request_body=to_jsonable(payload))
+        headers: dict[str, str] = {}
+        try:
+            raw = await self._client.messages.with_raw_response.create(**payload, timeout=timeout)
+            headers = dict(raw.headers)
+            record.status_code = raw.status_code
+            record.provider_request_id = raw.headers.get("request-id")
+            body = await raw.json()
+        except anthropic.APIStatusError as exc:
+            failure = self._status_failure(
+                exc.status_code, dict(exc.response.headers), exc.body, record
+            )
+            failure.error.__cause__ = exc
+            raise failure from exc
+        except anthropic.APIConnectionError as exc:
+            failure = _connection(record, self.base_url, exc)
+            raise failure from exc
+        except anthropic.AnthropicError as exc:
+            error = ModelAPIError(f"anthropic: {type(exc).__name__}: {exc}")
+            error.__cause__ = exc
+            raise AttemptFailure(error, record) from exc
+        except ValueError as exc:
+            failure = self._status_failure(
+                200,
+                headers,
+                {"error": {"type": "api_error", "message": "body is not JSON"}},
+                record,
+            )
+            failure.error.__cause__ = exc
+            raise failure from exc
+        return AttemptSuccess(value=self._parse(request, body, headers, record), record=record)
+
+    def _status_failure(
+        self, status: int, headers: dict[str, str], body: Any, record: AttemptRecord
+    ) -> AttemptFailure:
+        return http_failure(
+            status,
+            headers,
+            body,
+            record,
+            provider=self.provider,
+            key_env=self.key_env,
+            secret=self._secret,
+            request_id_header="request-id",
+        )
+
+    def _parse(
+        self, request: ModelRequest, body: Any, headers: dict[str, str], record: AttemptRecord
+    ) -> Answer:
+        if not isinstance(body, dict) or body.get("type") == "error" or "error" in body:
+            raise self._status_failure(200, headers, body, record)
+        record.response_body = body
+        record.stop_reason = body.get("stop_reason")
+        record.usage = _usage(body.get("usage"))
+        if record.stop_reason in _TRUNCATED:
+            raise AttemptFailure(
+                TruncatedOutput(
+                    f"anthropic: the answer was cut off ({record.stop_reason}) at"
+                    f" max_tokens={request.settings.max_tokens}; raise ModelSettings.max_tokens"
+                ),
+                record,
+            )
+        if record.stop_reason == "refusal":
+            raise AttemptFailure(Refusal("anthropic: the model refused to answer"), record)
+        blocks = [b for b in body.get("content") or [] if isinstance(b, dict)]
+        if request.output_type is None:
+            text = "".join(str(b.get("text", "")) for b in blocks if b.get("type") == "text")
+            if not text.strip():
+                raise invalid_output(record, "the answer was empty", None)
+            return Answer(output=text, record=record)
+        name = schema_name(request.output_type)
+        tool_blocks = [b for b in blocks if b.get("type") == "tool_use" and b.get("name") == name]
+        if not tool_blocks:
+            raise invalid_output(record, f"no call of the {name} tool in the answer", None)
+        output = validate_output(request.output_type, tool_blocks[0].get("input"), record)
+        return Answer(output=output, record=record)
+
+    def _reask_turns(self, failure: AttemptFailure) -> list[dict[str, Any]]:
+        body = failure.record.response_body
+        blocks = body.get("content") if isinstance(body, dict) else None
+        blocks = [b for b in blocks or [] if isinstance(b, dict)]
+        problem = str(failure.error)
+        tool = next((b for b in blocks if b.get("type") == "tool_use"), None)
+        if tool is not None:
+            return [
+                {
+                    "role": "assistant",
+                    "content": [
+                        {
+                            "type": "tool_use",
+                            "id": tool.get("id"),
+                            "name": tool.get("name"),
+                            "input": tool.get("input")
+                            if isinstance(tool.get("input"), dict)
+                            else {},
+                        }
+                    ],
+                },
+                {
+                    "role": "user",
+                    "content": [
+                        {
+                            "type": "tool_result",
+                            "tool_use_id": tool.get("id"),
+                            "is_error": True,
+                            "content": f"{problem}. Call {tool.get('name')} again with corrected input.",
+                        }
+                    ],
+                },
+            ]
+        text = "".join(str(b.get("text", "")) for b in blocks if b.get("type") == "text")
+        return [
+            {
+                "role": "assistant",
+                "content": [{"type": "text", "text": text.strip() or "(no answer)"}],
+            },
+            {
+                "role": "user",
+                "content": [
+                    {"type": "text", "text": f"{problem}. Please answer again, correctly."}
+                ],
+            },
+        ]
+
+
+def _wire_messages(request: ModelRequest) -> list[dict[str, Any]]:
+    """The thread as Anthropic content blocks, with the cache breakpoint and the instruction."""
+    messages = list(request.messages)
+    instruction: str | None = None
+    if messages and messages[-1]["role"] == "assistant":
+        instruction = messages.pop()["content"]
+    wire: list[dict[str, Any]] = [
+        {"role": m["role"], "content": [{"type": "text", "text": m["content"]}]} for m in messages
+    ]
+    prefix = min(request.cache_prefix_messages, len(wire))
+    if prefix > 0:
+        wire[prefix - 1]["content"][-1]["cache_control"] = _EPHEMERAL
+    if instruction is not None:
+        block = {"type": "text", "text": f"{INSTRUCTION_LABEL}\n{instruction}"}
+        if wire and wire[-1]["role"] == "user":
+            wire[-1]["content"].append(block)
+        else:
+            wire.append({"role": "user", "content": [block]})
+    return wire
+
+
+def _usage(raw: Any) -> Usage:
+    if not isinstance(raw, dict):
+        return Usage()
+    return Usage(
+        input_tokens=int(raw.get("input_tokens") or 0),
+        output_tokens=int(raw.get("output_tokens") or 0),
+        cache_read_tokens=int(raw.get("cache_read_input_tokens") or 0),
+        cache_write_tokens=int(raw.get("cache_creation_input_tokens") or 0),
+    )
+
+
+def _connection(record: AttemptRecord, base_url: str, exc: Exception) -> AttemptFailure:
+    failure = connection_failure(
+        record,
+        provider="anthropic",
+        base_url=base_url,
+        timed_out=isinstance(exc, anthropic.APITimeoutError),
+    )
+    failure.error.__cause__ = exc
+    return failure

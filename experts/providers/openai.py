@@ -1,0 +1,247 @@
+"""`OpenAIModel`: Chat Completions through `openai.AsyncOpenAI`, for OpenAI and compatibles.
+
+Any OpenAI-compatible server (vLLM, Ollama, llama.cpp server) works through a base URL;
+no key is needed then. Structured output uses `response_format` `json_schema` with
+`strict: false` (strict mode would force every field required and rewrite the schema), and
+the answer is validated by pydantic. OpenAI caches prompt prefixes on its own; the cached
+part is reported as `cache_read_tokens`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+from typing import Any
+
+import openai
+
+from experts.errors import MissingAPIKey, ModelAPIError, Refusal, TruncatedOutput
+from experts.providers._http import (
+    Answer,
+    HTTPModel,
+    connection_failure,
+    http_failure,
+    invalid_output,
+    schema_name,
+    to_jsonable,
+    validate_output,
+)
+from experts.providers._retry import (
+    AttemptFailure,
+    AttemptRecord,
+    AttemptSuccess,
+    Clock,
+    RetryConfig,
+    Sleep,
+)
+from experts.providers.base import ModelRequest, Usage, json_schema_of
+
+PLACEHOLDER_KEY = "not-needed"
+"""Sent as the key to an OpenAI-compatible server given by base URL when no key is set."""
+
+
+class OpenAIModel(HTTPModel):
+    """A chat model on OpenAI's Chat Completions API, or on a compatible server.
+
+    Args:
+        model_name: The model id, e.g. `gpt-4.1-mini`, or a local server's model name.
+        api_key: The key; defaults to `OPENAI_API_KEY` (optional when a base URL is set).
+        base_url: The API root, e.g. `http://127.0.0.1:8000/v1`; defaults to
+            `OPENAI_BASE_URL`, else OpenAI's.
+        retry: The retry policy's bounds.
+        client: A ready client (its own retries are switched off).
+        sleep: Async sleep used between attempts (tests pass a fake clock's).
+        clock: Monotonic clock for the total budget.
+        rng: Random source for backoff jitter.
+
+    Raises:
+        MissingAPIKey: when neither a key nor a base URL is given.
+    """
+
+    provider = "openai"
+    key_env = "OPENAI_API_KEY"
+
+    def __init__(
+        self,
+        model_name: str,
+        *,
+        api_key: str | None = None,
+        base_url: str | None = None,
+        retry: RetryConfig | None = None,
+        client: openai.AsyncOpenAI | None = None,
+        sleep: Sleep | None = None,
+        clock: Clock | None = None,
+        rng: random.Random | None = None,
+    ) -> None:
+        super().__init__(retry=retry, sleep=sleep, clock=clock, rng=rng)
+        self.model_name = model_name
+        self._spec_base_url = base_url
+        if client is None:
+            api_key = api_key or os.environ.get("OPENAI_API_KEY")
+            base_url = base_url or os.environ.get("OPENAI_BASE_URL") or None
+            if not api_key:
+                if base_url is None:
+                    raise MissingAPIKey(
+                        f"openai:{model_name} needs an API key: set OPENAI_API_KEY, give an"
+                        " OpenAI-compatible server as 'openai:NAME@BASE_URL', or use"
+                        " model='offline'"
+                    )
+                api_key = PLACEHOLDER_KEY
+            client = openai.AsyncOpenAI(
+                api_key=api_key, base_url=base_url, max_retries=0, timeout=60.0
+            )
+        self._client = client.with_options(max_retries=0)
+        key = self._client.api_key
+        self._secret = key if isinstance(key, str) and key != PLACEHOLDER_KEY else None
+        self.base_url = str(self._client.base_url)
+        self._compatible = base_url is not None
+
+    @property
+    def name(self) -> str:
+        """`openai:<model>`, or `openai:<model>@<base_url>` for a server given by URL."""
+        if self._spec_base_url:
+            return f"openai:{self.model_name}@{self._spec_base_url}"
+        return f"openai:{self.model_name}"
+
+    def build_payload(self, request: ModelRequest, reask: list[dict[str, Any]]) -> dict[str, Any]:
+        """The Chat Completions body for `request` (plus re-ask turns), exactly as sent."""
+        messages: list[dict[str, Any]] = []
+        if request.system:
+            messages.append({"role": "system", "content": request.system})
+        messages.extend({"role": m["role"], "content": m["content"]} for m in request.messages)
+        payload: dict[str, Any] = {"model": self.model_name, "messages": messages + reask}
+        # Compatible servers know `max_tokens`; OpenAI's newer models only take the other.
+        token_field = "max_tokens" if self._compatible else "max_completion_tokens"
+        payload[token_field] = request.settings.max_tokens
+        if request.settings.temperature is not None:
+            payload["temperature"] = request.settings.temperature
+        if request.output_type is not None:
+            payload["response_format"] = {
+                "type": "json_schema",
+                "json_schema": {
+                    "name": schema_name(request.output_type),
+                    "schema": json_schema_of(request.output_type),
+                    "strict": False,
+                },
+            }
+        return payload
+
+    async def _attempt(
+        self, request: ModelRequest, reask: list[dict[str, Any]], timeout: float
+    ) -> AttemptSuccess[Answer]:
+        payload = self.build_payload(request, reask)
+        record = AttemptRecord(request_body=to_jsonable(payload))
+        headers: dict[str, str] = {}
+        try:
+            raw = await self._client.chat.completions.with_raw_response.create(
+                **payload, timeout=timeout
+            )
+            headers = dict(raw.headers)
+            record.status_code = raw.status_code
+            record.provider_request_id = raw.headers.get("x-request-id")
+            body = json.loads(raw.content)
+        except openai.APIStatusError as exc:
+            failure = self._status_failure(
+                exc.status_code, dict(exc.response.headers), exc.body, record
+            )
+            failure.error.__cause__ = exc
+            raise failure from exc
+        except openai.APIConnectionError as exc:
+            failure = connection_failure(
+                record,
+                provider=self.provider,
+                base_url=self.base_url,
+                timed_out=isinstance(exc, openai.APITimeoutError),
+            )
+            failure.error.__cause__ = exc
+            raise failure from exc
+        except openai.OpenAIError as exc:
+            error = ModelAPIError(f"openai: {type(exc).__name__}: {exc}")
+            error.__cause__ = exc
+            raise AttemptFailure(error, record) from exc
+        except ValueError as exc:
+            failure = self._status_failure(
+                200,
+                headers,
+                {"error": {"type": "server_error", "message": "body is not JSON"}},
+                record,
+            )
+            failure.error.__cause__ = exc
+            raise failure from exc
+        return AttemptSuccess(value=self._parse(request, body, headers, record), record=record)
+
+    def _status_failure(
+        self, status: int, headers: dict[str, str], body: Any, record: AttemptRecord
+    ) -> AttemptFailure:
+        return http_failure(
+            status,
+            headers,
+            body,
+            record,
+            provider=self.provider,
+            key_env=self.key_env,
+            secret=self._secret,
+            request_id_header="x-request-id",
+        )
+
+    def _parse(
+        self, request: ModelRequest, body: Any, headers: dict[str, str], record: AttemptRecord
+    ) -> Answer:
+        if not isinstance(body, dict) or body.get("error") or not body.get("choices"):
+            if isinstance(body, dict) and not body.get("error"):
+                body = {"error": {"type": "server_error", "message": "no choices in the answer"}}
+            raise self._status_failure(200, headers, body, record)
+        record.response_body = body
+        choice = body["choices"][0] if isinstance(body["choices"][0], dict) else {}
+        message = choice.get("message") if isinstance(choice.get("message"), dict) else {}
+        record.stop_reason = choice.get("finish_reason")
+        record.usage = _usage(body.get("usage"))
+        if record.stop_reason == "length":
+            raise AttemptFailure(
+                TruncatedOutput(
+                    f"openai: the answer was cut off (length) at"
+                    f" max_tokens={request.settings.max_tokens}; raise ModelSettings.max_tokens"
+                ),
+                record,
+            )
+        if message.get("refusal") or record.stop_reason == "content_filter":
+            raise AttemptFailure(Refusal("openai: the model refused to answer"), record)
+        content = message.get("content")
+        text = content if isinstance(content, str) else ""
+        if not text.strip():
+            raise invalid_output(record, "the answer was empty", None)
+        if request.output_type is None:
+            return Answer(output=text, record=record)
+        return Answer(output=validate_output(request.output_type, text, record), record=record)
+
+    def _reask_turns(self, failure: AttemptFailure) -> list[dict[str, Any]]:
+        body = failure.record.response_body
+        text = ""
+        try:
+            text = str(body["choices"][0]["message"]["content"] or "")
+        except (KeyError, IndexError, TypeError):
+            pass
+        fix = "Reply again with only the corrected JSON." if self._wants_json(failure) else ""
+        return [
+            {"role": "assistant", "content": text.strip() or "(no answer)"},
+            {"role": "user", "content": f"{failure.error}. {fix}".strip()},
+        ]
+
+    @staticmethod
+    def _wants_json(failure: AttemptFailure) -> bool:
+        body = failure.record.request_body
+        return isinstance(body, dict) and "response_format" in body
+
+
+def _usage(raw: Any) -> Usage:
+    if not isinstance(raw, dict):
+        return Usage()
+    prompt = int(raw.get("prompt_tokens") or 0)
+    details = raw.get("prompt_tokens_details")
+    cached = int(details.get("cached_tokens") or 0) if isinstance(details, dict) else 0
+    return Usage(
+        input_tokens=max(0, prompt - cached),
+        output_tokens=int(raw.get("completion_tokens") or 0),
+        cache_read_tokens=cached,
+    )
