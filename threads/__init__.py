@@ -1,1 +1,35 @@
-"""threads package."""
+"""Messages as a tree, the conversation store, the thread builder, token budgets.
+
+The store keeps every message the user and the assistant exchanged as one row of a tree
+per conversation (edits and regenerations are branches), on SQLite or PostgreSQL.
+"""
+
+from threads._handler_store import HandlerStore
+from threads._records import ConversationRecord, MessageRecord
+from threads.errors import (
+    ConversationBusy,
+    IdempotencyConflict,
+    InvalidInput,
+    MessageNotFound,
+    MessageNotInConversation,
+    SchemaOutdated,
+    StoreError,
+    StoreUnavailable,
+)
+from threads.store import UNSET, ConversationStore
+
+__all__ = [
+    "UNSET",
+    "ConversationBusy",
+    "ConversationRecord",
+    "ConversationStore",
+    "HandlerStore",
+    "IdempotencyConflict",
+    "InvalidInput",
+    "MessageNotFound",
+    "MessageNotInConversation",
+    "MessageRecord",
+    "SchemaOutdated",
+    "StoreError",
+    "StoreUnavailable",
+]

@@ -1,0 +1,106 @@
+"""The threads tables as SQLModel classes: conversation, message (a tree), lease, handler data.
+
+The tables are created by the Alembic revision `0001_threads`, never by `create_all`; these
+classes describe the same columns so that the store can query them. The store works on
+their `__table__` with SQLAlchemy Core, which keeps a turn's database time small.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Dialect
+from sqlmodel import Field, SQLModel
+
+__all__ = ["Conversation", "HandlerData", "Lease", "Message", "UTCDateTime", "utcnow"]
+
+
+def utcnow() -> datetime:
+    """Now, tz-aware UTC."""
+    return datetime.now(UTC)
+
+
+class UTCDateTime(sa.TypeDecorator[datetime]):
+    """A timestamp that is always tz-aware UTC in Python, on SQLite (no time zones) as well."""
+
+    impl = sa.DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError("naive datetime: pass a tz-aware UTC time")
+        value = value.astimezone(UTC)
+        # SQLite stores text; a naive UTC time sorts correctly as text.
+        return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
+
+    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+class Conversation(SQLModel, table=True):
+    """One conversation: who it is with, and which message is its active leaf."""
+
+    __tablename__ = "conversation"
+
+    id: str = Field(primary_key=True, max_length=255)
+    user_id: str | None = Field(default=None, max_length=255, index=True)
+    created_at: datetime = Field(sa_type=UTCDateTime)
+    meta: dict[str, Any] = Field(default_factory=dict, sa_column=sa.Column("metadata", sa.JSON()))
+    """Free-form JSON about the conversation (the column is named `metadata`)."""
+    active_leaf_id: str | None = Field(default=None, max_length=36)
+    """The message the next user message answers to; switching branches moves it."""
+
+
+class Message(SQLModel, table=True):
+    """One message of the transcript; `parent_id` links make the conversation a tree."""
+
+    __tablename__ = "message"
+    __table_args__ = (
+        sa.CheckConstraint("role IN ('user', 'assistant')", name="ck_message_role"),
+        sa.UniqueConstraint(
+            "conversation_id", "client_message_id", name="uq_message_client_message_id"
+        ),
+        sa.Index("ix_message_conversation_created", "conversation_id", "created_at"),
+        sa.Index("ix_message_parent_created", "parent_id", "created_at"),
+    )
+
+    id: str = Field(primary_key=True, max_length=36)
+    conversation_id: str = Field(foreign_key="conversation.id", max_length=255, ondelete="CASCADE")
+    parent_id: str | None = Field(
+        default=None, foreign_key="message.id", max_length=36, ondelete="CASCADE"
+    )
+    role: str = Field(max_length=16)
+    content: str = Field(sa_type=sa.Text)
+    created_at: datetime = Field(sa_type=UTCDateTime)
+    token_count: int = 0
+    client_message_id: str | None = Field(default=None, max_length=255)
+    model: str | None = Field(default=None, max_length=255)
+    prompt_versions: dict[str, str] | None = Field(default=None, sa_type=sa.JSON)
+
+
+class Lease(SQLModel, table=True):
+    """A named, expiring lock held by one owner (a turn, a compaction) across processes."""
+
+    __tablename__ = "lease"
+
+    name: str = Field(primary_key=True, max_length=300)
+    owner: str = Field(max_length=64)
+    expires_at: float
+    """Unix time (seconds) after which anyone may take the lease over."""
+
+
+class HandlerData(SQLModel, table=True):
+    """A category handler's own JSON values (orders, tickets), keyed by namespace and key."""
+
+    __tablename__ = "handler_data"
+
+    namespace: str = Field(primary_key=True, max_length=255)
+    key: str = Field(primary_key=True, max_length=255)
+    value: Any = Field(default=None, sa_type=sa.JSON)
+    updated_at: datetime = Field(sa_type=UTCDateTime)

@@ -1,0 +1,488 @@
+"""The conversation store: every message as a row of a tree, on SQLite or PostgreSQL.
+
+Nothing of a conversation lives in process memory: any process may handle any message of
+any conversation, and a turn reads what it needs from the database. Turns on one
+conversation are serialised across processes by `conversation_lock` (a lease row, so no
+transaction stays open while the models think); each write is one short transaction that
+locks the conversation row (PostgreSQL) or takes SQLite's write lock (`BEGIN IMMEDIATE`,
+because SQLite ignores `SELECT ... FOR UPDATE`).
+"""
+
+from __future__ import annotations
+
+import enum
+from contextlib import AbstractAsyncContextManager
+from typing import Any, Final
+
+import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.exc import DBAPIError, IntegrityError
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from frontdesk.db import create_engine
+from frontdesk.schema import ensure_schema
+from threads import _lease
+from threads._handler_store import HandlerStore
+from threads._records import ConversationRecord, MessageRecord, check_id, check_text, new_id
+from threads._tx import run_tx
+from threads.errors import (
+    IdempotencyConflict,
+    InvalidInput,
+    MessageNotFound,
+    MessageNotInConversation,
+    StoreError,
+    StoreUnavailable,
+)
+from threads.models import Conversation, Message, utcnow
+
+__all__ = [
+    "UNSET",
+    "ConversationRecord",
+    "ConversationStore",
+    "HandlerStore",
+    "MessageRecord",
+]
+
+_conv = Conversation.__table__  # type: ignore[attr-defined]
+_msg = Message.__table__  # type: ignore[attr-defined]
+
+
+class _Unset(enum.Enum):
+    UNSET = "UNSET"
+
+
+UNSET: Final = _Unset.UNSET
+"""`parent_id=UNSET` (the default) means "under the conversation's active leaf"."""
+
+
+class ConversationStore:
+    """Conversations and their messages (a tree per conversation), shared across processes.
+
+    Open one with `await ConversationStore.open(url)`; close it with `await store.aclose()`.
+    """
+
+    engine: AsyncEngine
+    """The database engine; public so that the audit log can share the database."""
+    url: str
+    """The normalised URL (async driver named)."""
+
+    def __init__(self, engine: AsyncEngine) -> None:
+        """Wrap an engine whose database is already at the head schema (see `open`)."""
+        self.engine = engine
+        self.url = engine.url.render_as_string(hide_password=False)
+
+    @classmethod
+    async def open(cls, url: str) -> ConversationStore:
+        """Open the store at `url`, initialising an empty database.
+
+        Args:
+            url: `sqlite:///PATH`, `sqlite+aiosqlite:///PATH`, `postgresql://...` or
+                `postgresql+asyncpg://...`.
+
+        Raises:
+            ConfigError: an unsupported URL.
+            SchemaOutdated: the database schema is behind; run `frontdesk db upgrade`.
+            StoreUnavailable: the database cannot be reached.
+        """
+        engine = create_engine(url)
+        try:
+            await ensure_schema(engine)
+        except (DBAPIError, OSError) as e:
+            await engine.dispose()
+            shown = engine.url.render_as_string(hide_password=True)
+            raise StoreUnavailable(f"cannot reach the database {shown}: {e}") from e
+        except BaseException:
+            await engine.dispose()
+            raise
+        return cls(engine)
+
+    async def aclose(self) -> None:
+        """Close every pooled connection."""
+        await self.engine.dispose()
+
+    # Locks -------------------------------------------------------------------------------
+
+    def conversation_lock(
+        self, conversation_id: str, *, timeout: float = 30.0, ttl: float = _lease.DEFAULT_TTL
+    ) -> AbstractAsyncContextManager[None]:
+        """Serialise turns on one conversation across processes.
+
+        Holds a lease row (renewed every `ttl / 3` while held, so a crashed holder's lease
+        expires after `ttl`); waiters poll with jittered backoff. No transaction is open
+        while it is held.
+
+        Raises:
+            ConversationBusy: not acquired within `timeout` seconds (retryable).
+        """
+        check_id(conversation_id, "conversation_id")
+        return _lease.hold_lease(
+            self.engine,
+            f"conversation:{conversation_id}",
+            new_id(),
+            timeout=timeout,
+            ttl=ttl,
+            subject=conversation_id,
+        )
+
+    async def try_lease(self, name: str, owner: str, ttl: float) -> bool:
+        """Take the lease `name` for `owner` for `ttl` seconds unless another owner holds it.
+
+        Taking a lease one already holds renews it. Returns whether `owner` holds it now.
+        """
+        return await _lease.try_lease(self.engine, name, owner, ttl)
+
+    async def release_lease(self, name: str, owner: str) -> None:
+        """Give up the lease `name` if `owner` holds it (otherwise do nothing)."""
+        await _lease.release_lease(self.engine, name, owner)
+
+    # Writes ------------------------------------------------------------------------------
+
+    async def add_user_message(
+        self,
+        conversation_id: str,
+        content: str,
+        *,
+        user_id: str | None = None,
+        client_message_id: str | None = None,
+        parent_id: str | None | _Unset = UNSET,
+        token_count: int = 0,
+    ) -> tuple[MessageRecord, bool]:
+        """Append a user message (creating the conversation if needed) and make it the leaf.
+
+        Args:
+            conversation_id: The conversation; created on first use, owned by `user_id`.
+            content: The text as the user sent it.
+            user_id: Recorded when the conversation is created.
+            client_message_id: The client's id for this message; a repeat with the same
+                text returns the stored message instead of adding one.
+            parent_id: The message this one follows: `UNSET` for the active leaf, `None` for
+                a new root, or a message id of this conversation (an edit is a sibling).
+            token_count: The message's token count, if known.
+
+        Returns:
+            `(record, created)`; `created` is `False` for an idempotent repeat.
+
+        Raises:
+            IdempotencyConflict: `client_message_id` was used here for another text.
+            MessageNotFound: `parent_id` does not exist or is in another conversation.
+            InvalidInput: text or ids that cannot be stored (NUL, lone surrogates).
+        """
+        check_id(conversation_id, "conversation_id")
+        check_text(content, "content")
+        if client_message_id is not None:
+            check_id(client_message_id, "client_message_id")
+        if user_id is not None:
+            check_id(user_id, "user_id")
+
+        async def work(conn: AsyncConnection) -> tuple[MessageRecord, bool]:
+            leaf_id = await _lock_conversation(conn, conversation_id, user_id)
+            if client_message_id is not None:
+                existing = await _by_client_id(conn, conversation_id, client_message_id)
+                if existing is not None:
+                    if existing.content != content:
+                        raise IdempotencyConflict(
+                            f"client_message_id {client_message_id!r} was already used in "
+                            f"conversation {conversation_id!r} for a different text; "
+                            "send a new text with a new client_message_id",
+                            conversation_id=conversation_id,
+                            client_message_id=client_message_id,
+                        )
+                    return existing, False
+            parent = leaf_id if parent_id is UNSET else parent_id
+            if parent is not None:
+                await _message_in(conn, parent, conversation_id)
+            record = await _insert(
+                conn,
+                conversation_id=conversation_id,
+                parent_id=parent,
+                role="user",
+                content=content,
+                token_count=token_count,
+                client_message_id=client_message_id,
+            )
+            return record, True
+
+        try:
+            return await run_tx(self.engine, work)
+        except StoreError as e:
+            # Two first messages racing on a new conversation: the loser re-reads.
+            if isinstance(e.__cause__, IntegrityError) and client_message_id is not None:
+                return await run_tx(self.engine, work)
+            raise
+
+    async def add_assistant_message(
+        self,
+        parent_id: str,
+        content: str,
+        *,
+        token_count: int = 0,
+        model: str | None = None,
+        prompt_versions: dict[str, str] | None = None,
+    ) -> MessageRecord:
+        """Append a reply under the user message `parent_id` and make it the active leaf.
+
+        A second reply under the same user message is a sibling (a regeneration).
+
+        Raises:
+            MessageNotFound: no message `parent_id`.
+            InvalidInput: `parent_id` is not a user message, or the text cannot be stored.
+        """
+        check_id(parent_id, "parent_id")
+        check_text(content, "content")
+
+        async def work(conn: AsyncConnection) -> MessageRecord:
+            parent = await _get(conn, parent_id)
+            if parent.role != "user":
+                raise InvalidInput(
+                    f"message {parent_id!r} is an assistant message; a reply goes under a "
+                    "user message (regenerate under the assistant message's parent)"
+                )
+            await _lock_conversation(conn, parent.conversation_id, None)
+            return await _insert(
+                conn,
+                conversation_id=parent.conversation_id,
+                parent_id=parent_id,
+                role="assistant",
+                content=content,
+                token_count=token_count,
+                model=model,
+                prompt_versions=prompt_versions,
+            )
+
+        return await run_tx(self.engine, work)
+
+    async def set_active_leaf(self, conversation_id: str, message_id: str) -> None:
+        """Switch the conversation to the branch through `message_id` (any of its messages).
+
+        Raises:
+            MessageNotFound: no such message.
+            MessageNotInConversation: the message belongs to another conversation.
+        """
+
+        async def work(conn: AsyncConnection) -> None:
+            await _message_in(conn, message_id, conversation_id)
+            await conn.execute(
+                sa.update(_conv)
+                .where(_conv.c.id == conversation_id)
+                .values(active_leaf_id=message_id)
+            )
+
+        await run_tx(self.engine, work)
+
+    # Reads -------------------------------------------------------------------------------
+
+    async def get(self, message_id: str) -> MessageRecord:
+        """The message `message_id`.
+
+        Raises:
+            MessageNotFound: there is none.
+        """
+
+        async def work(conn: AsyncConnection) -> MessageRecord:
+            return await _get(conn, message_id)
+
+        return await self._read(work)
+
+    async def find_by_client_id(
+        self, conversation_id: str, client_message_id: str
+    ) -> MessageRecord | None:
+        """The message the client sent with `client_message_id` here, if any."""
+
+        async def work(conn: AsyncConnection) -> MessageRecord | None:
+            return await _by_client_id(conn, conversation_id, client_message_id)
+
+        return await self._read(work)
+
+    async def replies_to(self, user_message_id: str) -> list[MessageRecord]:
+        """The assistant messages under `user_message_id`, oldest first."""
+        return await self._select(
+            sa.and_(_msg.c.parent_id == user_message_id, _msg.c.role == "assistant")
+        )
+
+    async def children(self, message_id: str) -> list[MessageRecord]:
+        """The messages directly under `message_id`, oldest first."""
+        return await self._select(_msg.c.parent_id == message_id)
+
+    async def messages(self, conversation_id: str) -> list[MessageRecord]:
+        """Every message of the conversation (all branches), oldest first."""
+        return await self._select(_msg.c.conversation_id == conversation_id)
+
+    async def branches(self, conversation_id: str) -> list[MessageRecord]:
+        """The leaves of the conversation's tree (one per branch), oldest first."""
+        child = _msg.alias("child")
+        has_child = sa.exists().where(child.c.parent_id == _msg.c.id)
+        return await self._select(sa.and_(_msg.c.conversation_id == conversation_id, ~has_child))
+
+    async def path(
+        self, leaf_id: str, *, stop_after: str | None = None, last: int | None = None
+    ) -> list[MessageRecord]:
+        """The messages from the root to `leaf_id` along parent links, root first.
+
+        One recursive query; never "sort by time".
+
+        Args:
+            leaf_id: The last message of the path.
+            stop_after: An ancestor of `leaf_id`: only the messages strictly after it.
+            last: At most this many messages (the newest ones).
+
+        Raises:
+            MessageNotFound: no message `leaf_id`.
+            InvalidInput: `stop_after` is not an ancestor of `leaf_id`, or `last` < 1.
+        """
+        if last is not None and last < 1:
+            raise InvalidInput(f"last must be at least 1, got {last}")
+
+        async def work(conn: AsyncConnection) -> list[MessageRecord]:
+            rows = (await conn.execute(_path_query(leaf_id, stop_after, last))).mappings().all()
+            return [MessageRecord.from_row(row) for row in rows]
+
+        if stop_after == leaf_id:
+            await self.get(leaf_id)
+            return []
+        path = await self._read(work)
+        if not path:
+            raise MessageNotFound(f"no message {leaf_id!r}", message_id=leaf_id)
+        truncated = last is not None and len(path) == last
+        if stop_after is not None and not truncated and path[0].parent_id != stop_after:
+            raise InvalidInput(f"message {stop_after!r} is not an ancestor of {leaf_id!r}")
+        return path
+
+    async def active_leaf(self, conversation_id: str) -> MessageRecord | None:
+        """The conversation's active leaf, or `None` (no such conversation, or no message)."""
+
+        async def work(conn: AsyncConnection) -> MessageRecord | None:
+            stmt = sa.select(_msg).join(_conv, _conv.c.active_leaf_id == _msg.c.id)
+            row = (await conn.execute(stmt.where(_conv.c.id == conversation_id))).mappings()
+            found = row.first()
+            return None if found is None else MessageRecord.from_row(found)
+
+        return await self._read(work)
+
+    async def conversation(self, conversation_id: str) -> ConversationRecord | None:
+        """The conversation's own row, or `None` when it does not exist."""
+
+        async def work(conn: AsyncConnection) -> ConversationRecord | None:
+            stmt = sa.select(_conv).where(_conv.c.id == conversation_id)
+            row = (await conn.execute(stmt)).mappings().first()
+            if row is None:
+                return None
+            return ConversationRecord(
+                id=row["id"],
+                user_id=row["user_id"],
+                created_at=row["created_at"],
+                metadata=row["metadata"] or {},
+                active_leaf_id=row["active_leaf_id"],
+            )
+
+        return await self._read(work)
+
+    def handler_store(self, namespace: str) -> HandlerStore:
+        """A key-value store (JSON values) in this database for one category's own data."""
+        check_id(namespace, "namespace")
+        return HandlerStore(self.engine, namespace)
+
+    # Helpers -----------------------------------------------------------------------------
+
+    async def _read(self, work: Any) -> Any:
+        return await run_tx(self.engine, work, readonly=True)
+
+    async def _select(self, where: sa.ColumnElement[bool]) -> list[MessageRecord]:
+        async def work(conn: AsyncConnection) -> list[MessageRecord]:
+            stmt = sa.select(_msg).where(where).order_by(_msg.c.created_at, _msg.c.id)
+            return [MessageRecord.from_row(r) for r in (await conn.execute(stmt)).mappings()]
+
+        result: list[MessageRecord] = await self._read(work)
+        return result
+
+
+def _path_query(leaf_id: str, stop_after: str | None, last: int | None) -> sa.Select[Any]:
+    walk = (
+        sa.select(_msg.c.id, _msg.c.parent_id, sa.literal(0).label("depth"))
+        .where(_msg.c.id == leaf_id)
+        .cte("walk", recursive=True)
+    )
+    up = _msg.alias("up")
+    step = sa.select(up.c.id, up.c.parent_id, walk.c.depth + 1).join(
+        walk, up.c.id == walk.c.parent_id
+    )
+    if stop_after is not None:
+        step = step.where(up.c.id != stop_after)
+    if last is not None:
+        step = step.where(walk.c.depth < last - 1)
+    walk = walk.union_all(step)
+    return sa.select(_msg).join(walk, _msg.c.id == walk.c.id).order_by(walk.c.depth.desc())
+
+
+async def _lock_conversation(
+    conn: AsyncConnection, conversation_id: str, user_id: str | None
+) -> str | None:
+    """Lock the conversation row (creating it if missing); returns its active leaf id.
+
+    On PostgreSQL this is a row lock (`FOR NO KEY UPDATE`). SQLite drops `FOR UPDATE`
+    silently; there the transaction's `BEGIN IMMEDIATE` already holds the write lock.
+    """
+    select = (
+        sa.select(_conv.c.active_leaf_id)
+        .where(_conv.c.id == conversation_id)
+        .with_for_update(key_share=True)
+    )
+    row = (await conn.execute(select)).first()
+    if row is not None:
+        return row[0]  # type: ignore[no-any-return]
+    insert: Any = (postgresql if conn.dialect.name == "postgresql" else sqlite).insert
+    await conn.execute(
+        insert(_conv)
+        .values(id=conversation_id, user_id=user_id, created_at=utcnow(), metadata={})
+        .on_conflict_do_nothing(index_elements=[_conv.c.id])
+    )
+    row = (await conn.execute(select)).first()
+    assert row is not None, "the conversation row exists after the upsert"
+    return row[0]  # type: ignore[no-any-return]
+
+
+async def _get(conn: AsyncConnection, message_id: str) -> MessageRecord:
+    row = (await conn.execute(sa.select(_msg).where(_msg.c.id == message_id))).mappings().first()
+    if row is None:
+        raise MessageNotFound(f"no message {message_id!r}", message_id=message_id)
+    return MessageRecord.from_row(row)
+
+
+async def _message_in(conn: AsyncConnection, message_id: str, conversation_id: str) -> None:
+    stmt = sa.select(_msg.c.conversation_id).where(_msg.c.id == message_id)
+    owner = (await conn.execute(stmt)).scalar()
+    if owner is None:
+        raise MessageNotFound(f"no message {message_id!r}", message_id=message_id)
+    if owner != conversation_id:
+        raise MessageNotInConversation(
+            f"message {message_id!r} is not in conversation {conversation_id!r}",
+            message_id=message_id,
+        )
+
+
+async def _by_client_id(
+    conn: AsyncConnection, conversation_id: str, client_message_id: str
+) -> MessageRecord | None:
+    stmt = sa.select(_msg).where(
+        _msg.c.conversation_id == conversation_id,
+        _msg.c.client_message_id == client_message_id,
+    )
+    row = (await conn.execute(stmt)).mappings().first()
+    return None if row is None else MessageRecord.from_row(row)
+
+
+async def _insert(conn: AsyncConnection, **values: Any) -> MessageRecord:
+    values.setdefault("client_message_id", None)
+    values.setdefault("model", None)
+    values.setdefault("prompt_versions", None)
+    record = MessageRecord(id=new_id(), created_at=utcnow(), **values)
+    await conn.execute(sa.insert(_msg).values(**_as_row(record)))
+    await conn.execute(
+        sa.update(_conv)
+        .where(_conv.c.id == record.conversation_id)
+        .values(active_leaf_id=record.id)
+    )
+    return record
+
+
+def _as_row(record: MessageRecord) -> dict[str, Any]:
+    return {name: getattr(record, name) for name in MessageRecord.__slots__}
