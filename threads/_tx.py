@@ -60,7 +60,7 @@ async def run_tx(
     retrying = AsyncRetrying(
         retry=retry_if_exception(is_transient),
         stop=stop_after_attempt(attempts),
-        wait=wait_exponential_jitter(initial=0.02, max=0.5),
+        wait=wait_exponential_jitter(multiplier=0.02, jitter=0.05, max=0.5),
         reraise=True,
         before_sleep=lambda state: _log.warning(
             "store.retry",
