@@ -1,0 +1,435 @@
+"""`AuditLog`: the append-only, hash-chained store of audit events.
+
+One `append` writes one turn's batch in one transaction. The conversation's head row
+(last seq and hash) is locked first (`SELECT ... FOR UPDATE` on PostgreSQL, `BEGIN
+IMMEDIATE` on SQLite), so concurrent writers queue instead of forking the chain, and the
+`(conversation_id, seq)` unique key refuses a fork even if the lock were bypassed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from functools import cached_property
+from pathlib import Path
+from typing import Any, Literal
+
+import structlog
+from sqlalchemy import select, union, update
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+from sqlalchemy.exc import DBAPIError, SQLAlchemyError
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from tenacity import (
+    AsyncRetrying,
+    retry_if_exception,
+    stop_after_attempt,
+    wait_random_exponential,
+)
+
+from audit.chain import (
+    GENESIS_HASH,
+    Head,
+    VerifyReport,
+    canonical_json,
+    row_hash,
+    sha256_text,
+    verify_chain,
+)
+from audit.errors import AuditConfigError, AuditWriteError
+from audit.events import AuditEvent
+from audit.spool import Spool
+from audit.tables import audit_event, audit_head, audit_prompt
+from frontdesk.db import create_engine
+from frontdesk.schema import ensure_schema
+
+log = structlog.get_logger("audit")
+
+OnFailure = Literal["raise", "spool"]
+
+DEFAULT_SPOOL_DIR = Path(".frontdesk-audit-spool")
+"""Where `on_failure="spool"` keeps unwritten batches when no `spool_dir` is given."""
+
+
+@dataclass(frozen=True)
+class StoredAuditEvent:
+    """One stored audit row, with its place in the chain."""
+
+    conversation_id: str
+    seq: int
+    event_id: str
+    kind: str
+    turn_id: str
+    created_at: str
+    """ISO 8601 in UTC, exactly as hashed."""
+    payload_json: str
+    """The payload as canonical JSON, exactly as hashed."""
+    prompt_sha256: str | None
+    prev_hash: str
+    hash: str
+    system_prompt: str | None = None
+    """The system prompt text (stored once by hash), for `model_attempt` rows."""
+
+    @cached_property
+    def payload(self) -> dict[str, Any]:
+        """The decoded payload."""
+        value: dict[str, Any] = json.loads(self.payload_json)
+        return value
+
+    @property
+    def timestamp(self) -> datetime:
+        """`created_at` as an aware datetime."""
+        return datetime.fromisoformat(self.created_at)
+
+
+def _utc_text(moment: datetime) -> str:
+    """The canonical timestamp text (naive datetimes are taken as UTC)."""
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return moment.astimezone(UTC).isoformat(timespec="microseconds")
+
+
+def _retryable(error: BaseException) -> bool:
+    """Serialization failures, deadlocks and dropped connections are worth one more try."""
+    if not isinstance(error, DBAPIError):
+        return False
+    code = getattr(error.orig, "sqlstate", None) or getattr(error.orig, "pgcode", None)
+    return bool(error.connection_invalidated) or code in {"40001", "40P01"}
+
+
+@dataclass(frozen=True)
+class _Prepared:
+    """An event with its JSON and hash inputs computed before the transaction."""
+
+    event: AuditEvent
+    created_at: str
+    payload_json: str
+    prompt_sha256: str | None
+
+
+class AuditLog:
+    """The audit log of every expert call and turn decision; open it with `AuditLog.open`."""
+
+    def __init__(
+        self, engine: AsyncEngine, *, owns_engine: bool, on_failure: OnFailure, spool: Spool | None
+    ) -> None:
+        self._engine = engine
+        self._owns_engine = owns_engine
+        self._on_failure = on_failure
+        self._spool = spool
+
+    @classmethod
+    async def open(
+        cls,
+        url_or_engine: str | AsyncEngine,
+        *,
+        on_failure: OnFailure = "raise",
+        spool_dir: Path | None = None,
+    ) -> AuditLog:
+        """Open (and if needed create) the audit log.
+
+        Args:
+            url_or_engine: A database URL (`sqlite:///PATH`, `sqlite+aiosqlite:///PATH`,
+                `postgresql://...`, `postgresql+asyncpg://...`) or an engine to share with
+                the conversation store (it is then never disposed here).
+            on_failure: `"raise"` fails the turn with `AuditWriteError` when a batch cannot
+                be written; `"spool"` keeps it in a local file and writes it later.
+            spool_dir: The spool's folder (default `.frontdesk-audit-spool`).
+
+        Raises:
+            ConfigError: for an unknown URL form or `on_failure` value.
+            SchemaOutdated: the database's schema is older than this code.
+        """
+        if on_failure not in ("raise", "spool"):
+            raise AuditConfigError(f"on_failure must be 'raise' or 'spool', not {on_failure!r}")
+        owns = isinstance(url_or_engine, str)
+        if isinstance(url_or_engine, str):
+            engine = create_engine(url_or_engine)
+        else:
+            engine = url_or_engine
+        try:
+            await ensure_schema(engine)
+        except BaseException:
+            if owns:
+                await engine.dispose()
+            raise
+        spool = Spool(spool_dir or DEFAULT_SPOOL_DIR) if on_failure == "spool" else None
+        return cls(engine, owns_engine=owns, on_failure=on_failure, spool=spool)
+
+    @property
+    def engine(self) -> AsyncEngine:
+        """The engine the log writes through."""
+        return self._engine
+
+    async def __aenter__(self) -> AuditLog:
+        return self
+
+    async def __aexit__(self, *_exc: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Release the engine, only if this log created it."""
+        if self._owns_engine:
+            await self._engine.dispose()
+
+    # Writing.
+
+    async def append(self, conversation_id: str, events: Sequence[AuditEvent]) -> None:
+        """Write one batch (one turn's events) in one transaction, chained.
+
+        Raises:
+            AuditWriteError: the write failed and `on_failure` is `"raise"`.
+            AuditPayloadError: an event's payload is not JSON (never spooled: a bug to fix).
+        """
+        if not events:
+            return
+        prepared = [self._prepare(e) for e in events]
+        if self._spool is not None and self._spool.path.exists():
+            _, error = await self._spool.drain(self._write_idempotent)
+            if error is not None:
+                await self._spool_batch(conversation_id, events, error)
+                return
+        try:
+            await self._write(conversation_id, prepared, idempotent=False)
+        except (SQLAlchemyError, OSError, TimeoutError) as e:
+            if self._spool is None:
+                raise AuditWriteError(
+                    f"audit write of {len(events)} events for conversation {conversation_id!r}"
+                    f" failed ({type(e).__name__}); check the audit database, or open the log"
+                    " with on_failure='spool' to keep batches locally until it is back",
+                    conversation_id=conversation_id,
+                    events=len(events),
+                ) from e
+            await self._spool_batch(conversation_id, events, e)
+
+    async def flush_spool(self) -> int:
+        """Write the spooled batches now; returns how many were written.
+
+        Raises:
+            AuditWriteError: when the database still refuses them (they stay spooled).
+        """
+        if self._spool is None:
+            return 0
+        written, error = await self._spool.drain(self._write_idempotent)
+        if error is not None:
+            raise AuditWriteError(
+                f"the audit spool could not be flushed ({type(error).__name__});"
+                f" {self._spool.pending()} batches remain in {self._spool.path}",
+                conversation_id="",
+                events=0,
+            ) from error
+        return written
+
+    def spooled(self) -> int:
+        """How many batches wait in the spool."""
+        return 0 if self._spool is None else self._spool.pending()
+
+    async def _spool_batch(
+        self, conversation_id: str, events: Sequence[AuditEvent], error: BaseException
+    ) -> None:
+        assert self._spool is not None
+        await self._spool.add(conversation_id, events)
+        log.warning(
+            "audit_write_spooled",
+            conversation_id=conversation_id,
+            events=len(events),
+            error=type(error).__name__,
+            spool=str(self._spool.path),
+        )
+
+    def _prepare(self, event: AuditEvent) -> _Prepared:
+        prompt = None if event.system_prompt is None else sha256_text(event.system_prompt)
+        return _Prepared(event, _utc_text(event.created_at), canonical_json(event.payload), prompt)
+
+    async def _write_idempotent(self, conversation_id: str, events: Sequence[AuditEvent]) -> None:
+        await self._write(conversation_id, [self._prepare(e) for e in events], idempotent=True)
+
+    async def _write(
+        self, conversation_id: str, batch: Sequence[_Prepared], *, idempotent: bool
+    ) -> None:
+        """Write a batch, retrying transient database errors a few times."""
+        async for attempt in AsyncRetrying(
+            retry=retry_if_exception(_retryable),
+            stop=stop_after_attempt(3),
+            wait=wait_random_exponential(multiplier=0.05, max=1.0),
+            reraise=True,
+        ):
+            with attempt:
+                # The first statement writes the head row, so on SQLite the write lock is
+                # taken before anything is read (and frontdesk.db's engines begin with
+                # BEGIN IMMEDIATE anyway); on PostgreSQL the head row is locked FOR UPDATE.
+                async with self._engine.begin() as conn:
+                    await self._write_in(conn, conversation_id, batch, idempotent)
+
+    async def _write_in(
+        self,
+        conn: AsyncConnection,
+        conversation_id: str,
+        batch: Sequence[_Prepared],
+        idempotent: bool,
+    ) -> None:
+        """The body of the append transaction: lock the head, chain the rows, move the head."""
+        insert = pg_insert if conn.dialect.name == "postgresql" else sqlite_insert
+        await conn.execute(
+            insert(audit_head)
+            .values(conversation_id=conversation_id, seq=0, hash=GENESIS_HASH)
+            .on_conflict_do_nothing()
+        )
+        head = (
+            await conn.execute(
+                select(audit_head.c.seq, audit_head.c.hash)
+                .where(audit_head.c.conversation_id == conversation_id)
+                .with_for_update()
+            )
+        ).one()
+        if idempotent:
+            batch = await self._unwritten(conn, batch)
+            if not batch:
+                return
+        prompts = {p.prompt_sha256: p.event.system_prompt for p in batch if p.prompt_sha256}
+        if prompts:
+            await conn.execute(
+                insert(audit_prompt).on_conflict_do_nothing(),
+                [{"sha256": k, "text_json": canonical_json(v or "")} for k, v in prompts.items()],
+            )
+        seq, prev = head.seq, head.hash
+        rows = []
+        for item in batch:
+            seq += 1
+            row = self._row(conversation_id, seq, prev, item)
+            prev = row["hash"]
+            rows.append(row)
+        await conn.execute(audit_event.insert(), rows)
+        await conn.execute(
+            update(audit_head)
+            .where(audit_head.c.conversation_id == conversation_id)
+            .values(seq=seq, hash=prev)
+        )
+
+    @staticmethod
+    def _row(conversation_id: str, seq: int, prev: str, item: _Prepared) -> dict[str, Any]:
+        event = item.event
+        digest = row_hash(
+            conversation_id=conversation_id,
+            seq=seq,
+            event_id=event.event_id,
+            kind=event.kind,
+            turn_id=event.turn_id,
+            created_at=item.created_at,
+            payload=json.loads(item.payload_json),
+            prompt_sha256=item.prompt_sha256,
+            prev_hash=prev,
+        )
+        return {
+            "conversation_id": conversation_id,
+            "seq": seq,
+            "event_id": event.event_id,
+            "kind": event.kind,
+            "turn_id": event.turn_id,
+            "created_at": item.created_at,
+            "payload_json": item.payload_json,
+            "prompt_sha256": item.prompt_sha256,
+            "prev_hash": prev,
+            "hash": digest,
+        }
+
+    @staticmethod
+    async def _unwritten(conn: AsyncConnection, batch: Sequence[_Prepared]) -> list[_Prepared]:
+        """The events of a re-sent batch that are not stored yet."""
+        ids = [p.event.event_id for p in batch]
+        found = await conn.execute(
+            select(audit_event.c.event_id).where(audit_event.c.event_id.in_(ids))
+        )
+        stored = set(found.scalars())
+        return [p for p in batch if p.event.event_id not in stored]
+
+    # Reading.
+
+    @contextlib.asynccontextmanager
+    async def _read(self) -> AsyncIterator[AsyncConnection]:
+        """A read-only connection (a snapshot on SQLite, never queued behind writers)."""
+        async with self._engine.connect() as conn:
+            await conn.execution_options(frontdesk_readonly=True)
+            yield conn
+
+    async def conversations(self) -> list[str]:
+        """Every conversation with audit rows (or a head), sorted."""
+        query = union(
+            select(audit_event.c.conversation_id).distinct(),
+            select(audit_head.c.conversation_id),
+        )
+        async with self._read() as conn:
+            return sorted((await conn.execute(query)).scalars())
+
+    async def events(self, conversation_id: str) -> list[StoredAuditEvent]:
+        """A conversation's rows in chain order, with their system prompt texts."""
+        query = (
+            select(audit_event, audit_prompt.c.text_json)
+            .outerjoin(audit_prompt, audit_prompt.c.sha256 == audit_event.c.prompt_sha256)
+            .where(audit_event.c.conversation_id == conversation_id)
+            .order_by(audit_event.c.seq, audit_event.c.id)
+        )
+        async with self._read() as conn:
+            result = await conn.execute(query)
+            return [
+                StoredAuditEvent(
+                    conversation_id=r.conversation_id,
+                    seq=r.seq,
+                    event_id=r.event_id,
+                    kind=r.kind,
+                    turn_id=r.turn_id,
+                    created_at=r.created_at,
+                    payload_json=r.payload_json,
+                    prompt_sha256=r.prompt_sha256,
+                    prev_hash=r.prev_hash,
+                    hash=r.hash,
+                    system_prompt=None if r.text_json is None else json.loads(r.text_json),
+                )
+                for r in result
+            ]
+
+    async def heads(self) -> dict[str, Head]:
+        """Each conversation's head (last seq and hash): keep a copy elsewhere as an anchor."""
+        async with self._read() as conn:
+            result = await conn.execute(select(audit_head))
+            return {r.conversation_id: Head(r.seq, r.hash) for r in result if r.seq > 0}
+
+    async def verify(
+        self, conversation_id: str | None = None, *, anchors: Mapping[str, Head] | None = None
+    ) -> VerifyReport:
+        """Check the chain of one conversation (or all of them, with `None`).
+
+        Args:
+            conversation_id: The conversation to check; `None` checks every one.
+            anchors: Heads saved earlier outside the database (see `heads`); catches a
+                tail truncated by someone who also rewrote the head table.
+        """
+        ids = [conversation_id] if conversation_id is not None else await self.conversations()
+        if anchors and conversation_id is None:
+            ids = sorted(set(ids) | set(anchors))
+        verdicts = []
+        for cid in ids:
+            rows = await self.events(cid)
+            prompts = {
+                r.prompt_sha256: r.system_prompt or ""
+                for r in rows
+                if r.prompt_sha256 and r.system_prompt is not None
+            }
+            head = await self._head(cid)
+            anchor = (anchors or {}).get(cid)
+            verdicts.append(verify_chain(cid, rows, head=head, prompts=prompts, anchor=anchor))
+        return VerifyReport(verdicts)
+
+    async def _head(self, conversation_id: str) -> Head | None:
+        async with self._read() as conn:
+            row = (
+                await conn.execute(
+                    select(audit_head.c.seq, audit_head.c.hash).where(
+                        audit_head.c.conversation_id == conversation_id
+                    )
+                )
+            ).first()
+        return None if row is None else Head(row.seq, row.hash)

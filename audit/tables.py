@@ -1,0 +1,43 @@
+"""The audit tables: events (the chain), heads (where each chain ends) and prompt texts.
+
+The Alembic revision `0002_audit` creates them (with the trigger that makes
+`audit_event` append-only); these definitions are what the queries are built from.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import BigInteger, Column, Integer, MetaData, String, Table, Text
+
+metadata = MetaData()
+"""The audit tables' own metadata, never used to create tables (migrations do)."""
+
+audit_event = Table(
+    "audit_event",
+    metadata,
+    Column("id", BigInteger().with_variant(Integer, "sqlite"), primary_key=True),
+    Column("conversation_id", String(255), nullable=False),
+    Column("seq", Integer, nullable=False),
+    Column("event_id", String(64), nullable=False),
+    Column("kind", String(40), nullable=False),
+    Column("turn_id", String(255), nullable=False),
+    Column("created_at", String(40), nullable=False),
+    Column("payload_json", Text, nullable=False),
+    Column("prompt_sha256", String(64), nullable=True),
+    Column("prev_hash", String(64), nullable=False),
+    Column("hash", String(64), nullable=False),
+)
+
+audit_head = Table(
+    "audit_head",
+    metadata,
+    Column("conversation_id", String(255), primary_key=True),
+    Column("seq", Integer, nullable=False),
+    Column("hash", String(64), nullable=False),
+)
+
+audit_prompt = Table(
+    "audit_prompt",
+    metadata,
+    Column("sha256", String(64), primary_key=True),
+    Column("text_json", Text, nullable=False),
+)

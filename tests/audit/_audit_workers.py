@@ -1,0 +1,41 @@
+"""Worker processes for the concurrent-append tests (spawned, so importable by name)."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime
+
+from sqlalchemy.ext.asyncio import create_async_engine
+
+from audit.events import AuditEvent
+from audit.store import AuditLog
+
+
+async def _append_many(
+    url: str, schema: str | None, conversation_id: str, worker: int, count: int
+) -> None:
+    if schema is None:
+        log = await AuditLog.open(url)
+    else:
+        engine = create_async_engine(url, connect_args={"server_settings": {"search_path": schema}})
+        log = await AuditLog.open(engine)
+    try:
+        for i in range(count):
+            event = AuditEvent(
+                kind="turn_started",
+                turn_id=f"w{worker}-{i}",
+                payload={"worker": worker, "i": i},
+                created_at=datetime.now(UTC),
+            )
+            await log.append(conversation_id, [event])
+    finally:
+        await log.aclose()
+        if schema is not None:
+            await engine.dispose()
+
+
+def append_many(
+    url: str, schema: str | None, conversation_id: str, worker: int, count: int
+) -> None:
+    """Append `count` one-event batches to one conversation."""
+    asyncio.run(_append_many(url, schema, conversation_id, worker, count))
