@@ -1,5 +1,14 @@
-"""Model providers: the `Model` protocol, real adapters, the offline stand-in and test doubles."""
+"""Model providers: the `Model` protocol, real adapters, the offline stand-in and test doubles.
 
+`AnthropicModel` and `OpenAIModel` are imported on first use, so that importing the
+package (and the offline path) does not load both SDKs.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from experts.providers._retry import RetryConfig
 from experts.providers.base import (
     AttemptEvent,
     Message,
@@ -11,15 +20,44 @@ from experts.providers.base import (
     Usage,
     observe_attempts,
 )
+from experts.providers.fallback import FallbackModel
+from experts.providers.function import FunctionModel
+from experts.providers.offline import OfflineModel
+from experts.providers.scripted import ScriptedModel
+from experts.providers.spec import model_from_spec
+
+if TYPE_CHECKING:
+    from experts.providers.anthropic import AnthropicModel
+    from experts.providers.openai import OpenAIModel
 
 __all__ = [
+    "AnthropicModel",
     "AttemptEvent",
+    "FallbackModel",
+    "FunctionModel",
     "Message",
     "Model",
     "ModelRequest",
     "ModelResponse",
     "ModelSettings",
+    "OfflineModel",
+    "OpenAIModel",
     "PromptRef",
+    "RetryConfig",
+    "ScriptedModel",
     "Usage",
+    "model_from_spec",
     "observe_attempts",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "AnthropicModel":
+        from experts.providers.anthropic import AnthropicModel
+
+        return AnthropicModel
+    if name == "OpenAIModel":
+        from experts.providers.openai import OpenAIModel
+
+        return OpenAIModel
+    raise AttributeError(f"module 'experts.providers' has no attribute {name!r}")

@@ -271,7 +271,7 @@ class HTTPModel(ABC):
 
     @abstractmethod
     async def _attempt(
-        self, request: ModelRequest, reask: list[dict[str, Any]], timeout: float
+        self, request: ModelRequest, reask: list[dict[str, Any]], seconds: float
     ) -> AttemptSuccess[Answer]:
         """One HTTP attempt: send, then parse and validate, or raise `AttemptFailure`."""
 

@@ -90,7 +90,7 @@ class AttemptSuccess(Generic[T]):
     record: AttemptRecord
 
 
-class AttemptFailure(Exception):  # noqa: N818 - internal signal, never escapes the adapters
+class AttemptFailure(Exception):
     """A failed attempt, carrying the typed error to raise if it is not retried.
 
     Args:

@@ -126,13 +126,13 @@ class AnthropicModel(HTTPModel):
         return payload
 
     async def _attempt(
-        self, request: ModelRequest, reask: list[dict[str, Any]], timeout: float
+        self, request: ModelRequest, reask: list[dict[str, Any]], seconds: float
     ) -> AttemptSuccess[Answer]:
         payload = self.build_payload(request, reask)
         record = AttemptRecord(request_body=to_jsonable(payload))
         headers: dict[str, str] = {}
         try:
-            raw = await self._client.messages.with_raw_response.create(**payload, timeout=timeout)
+            raw = await self._client.messages.with_raw_response.create(**payload, timeout=seconds)
             headers = dict(raw.headers)
             record.status_code = raw.status_code
             record.provider_request_id = raw.headers.get("request-id")
@@ -234,7 +234,7 @@ class AnthropicModel(HTTPModel):
                             "type": "tool_result",
                             "tool_use_id": tool.get("id"),
                             "is_error": True,
-                            "content": f"{problem}. Call {tool.get('name')} again with corrected input.",
+                            "content": f"{problem}. Call {tool.get('name')} again, corrected.",
                         }
                     ],
                 },

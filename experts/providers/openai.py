@@ -128,14 +128,14 @@ class OpenAIModel(HTTPModel):
         return payload
 
     async def _attempt(
-        self, request: ModelRequest, reask: list[dict[str, Any]], timeout: float
+        self, request: ModelRequest, reask: list[dict[str, Any]], seconds: float
     ) -> AttemptSuccess[Answer]:
         payload = self.build_payload(request, reask)
         record = AttemptRecord(request_body=to_jsonable(payload))
         headers: dict[str, str] = {}
         try:
             raw = await self._client.chat.completions.with_raw_response.create(
-                **payload, timeout=timeout
+                **payload, timeout=seconds
             )
             headers = dict(raw.headers)
             record.status_code = raw.status_code
@@ -193,8 +193,10 @@ class OpenAIModel(HTTPModel):
                 body = {"error": {"type": "server_error", "message": "no choices in the answer"}}
             raise self._status_failure(200, headers, body, record)
         record.response_body = body
-        choice = body["choices"][0] if isinstance(body["choices"][0], dict) else {}
-        message = choice.get("message") if isinstance(choice.get("message"), dict) else {}
+        first = body["choices"][0]
+        choice: dict[str, Any] = first if isinstance(first, dict) else {}
+        found = choice.get("message")
+        message: dict[str, Any] = found if isinstance(found, dict) else {}
         record.stop_reason = choice.get("finish_reason")
         record.usage = _usage(body.get("usage"))
         if record.stop_reason == "length":

@@ -1,0 +1,63 @@
+"""`FallbackModel`: try another model once a model's own retries are spent."""
+
+from __future__ import annotations
+
+import structlog
+
+from experts.errors import ModelConnectionError, ModelError, ProviderOverloaded, RateLimited
+from experts.providers.base import Model, ModelRequest, ModelResponse
+from frontdesk.errors import ConfigError
+
+log = structlog.get_logger("frontdesk.providers")
+
+DEFAULT_FALLBACK_ON: tuple[type[ModelError], ...] = (
+    ProviderOverloaded,
+    ModelConnectionError,
+    RateLimited,
+)
+"""Outages worth another provider; bad requests, refusals and quota errors are not."""
+
+
+class FallbackModel:
+    """A model that falls back to the next one when the current one is out of service.
+
+    Args:
+        primary: The model tried first (with its own retry policy).
+        *fallbacks: Models tried in order, each once, after the previous one failed with
+            one of `fallback_on`.
+        fallback_on: The error types that move on to the next model.
+    """
+
+    def __init__(
+        self,
+        primary: Model,
+        *fallbacks: Model,
+        fallback_on: tuple[type[Exception], ...] = DEFAULT_FALLBACK_ON,
+    ) -> None:
+        if not fallbacks:
+            raise ConfigError("FallbackModel needs at least one fallback model after the primary")
+        self.models: tuple[Model, ...] = (primary, *fallbacks)
+        self.fallback_on = fallback_on
+
+    @property
+    def name(self) -> str:
+        """The primary's name; `ModelResponse.model` says which model answered."""
+        return self.models[0].name
+
+    async def request(self, request: ModelRequest) -> ModelResponse:
+        """Answer with the first model that does not fail with one of `fallback_on`."""
+        last = len(self.models) - 1
+        for index, model in enumerate(self.models):
+            try:
+                return await model.request(request)
+            except self.fallback_on as exc:
+                if index == last:
+                    raise
+                log.warning(
+                    "model_fallback",
+                    expert=request.expert,
+                    failed=model.name,
+                    error_class=type(exc).__name__,
+                    next=self.models[index + 1].name,
+                )
+        raise AssertionError("unreachable")  # pragma: no cover

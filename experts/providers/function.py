@@ -1,0 +1,157 @@
+"""`FunctionModel`: a test double that answers each request by calling a Python function.
+
+The function receives exactly the `ModelRequest` a real adapter would be sent, and returns
+a `ModelResponse`, a `str`, a `dict` or a pydantic object (sync or async); dicts and JSON
+strings are validated into `request.output_type` as a provider's answer would be. Raising
+from the function simulates a provider error. Each call is reported as one attempt.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeAlias
+
+from pydantic import BaseModel, ValidationError
+
+from experts.errors import OutputValidationError
+from experts.providers._http import describe_validation_error, strip_code_fence
+from experts.providers.base import (
+    AttemptEvent,
+    ModelRequest,
+    ModelResponse,
+    report_attempt,
+)
+
+Reply: TypeAlias = ModelResponse | str | dict[str, Any] | BaseModel
+"""What a double's function or script step may answer with."""
+ModelFunction: TypeAlias = Callable[[ModelRequest], Reply | Awaitable[Reply]]
+"""`fn(request) -> Reply`, sync or async."""
+
+
+def request_body(request: ModelRequest) -> dict[str, Any]:
+    """A JSON-able view of `request`, recorded as a double's attempt `request_body`."""
+    return {
+        "expert": request.expert,
+        "system": request.system,
+        "messages": [dict(m) for m in request.messages],
+        "output_type": request.output_type.__name__ if request.output_type else None,
+        "max_tokens": request.settings.max_tokens,
+    }
+
+
+def to_response(reply: Any, request: ModelRequest, model: str) -> ModelResponse:
+    """Turn a double's reply into the `ModelResponse` a real adapter would return.
+
+    Raises:
+        OutputValidationError: the reply does not fit `request.output_type`.
+    """
+    if isinstance(reply, ModelResponse):
+        return reply if reply.model else dataclasses.replace(reply, model=model)
+    output_type = request.output_type
+    try:
+        if output_type is None:
+            if not isinstance(reply, str):
+                raise OutputValidationError(
+                    f"{model}: the {request.expert} expert asked for text, but the double"
+                    f" returned {type(reply).__name__}; return a str",
+                    model=model,
+                )
+            output: Any = reply
+        elif isinstance(reply, output_type):
+            output = reply
+        elif isinstance(reply, str):
+            output = output_type.model_validate_json(strip_code_fence(reply))
+        elif isinstance(reply, BaseModel):
+            output = output_type.model_validate(reply.model_dump())
+        elif isinstance(reply, dict):
+            output = output_type.model_validate(reply)
+        else:
+            raise OutputValidationError(
+                f"{model}: cannot turn {type(reply).__name__} into {output_type.__name__};"
+                " return a ModelResponse, str, dict or pydantic object",
+                model=model,
+            )
+    except ValidationError as exc:
+        raise OutputValidationError(
+            f"{model}: the double's answer is not a valid {_type_name(output_type)}:"
+            f" {describe_validation_error(exc)}",
+            model=model,
+            last_response=reply,
+        ) from exc
+    return ModelResponse(output=output, model=model, stop_reason="end_turn", raw=_raw(output))
+
+
+def _type_name(output_type: type[BaseModel] | None) -> str:
+    return output_type.__name__ if output_type is not None else "text"
+
+
+def _raw(output: Any) -> Any:
+    return output.model_dump(mode="json") if isinstance(output, BaseModel) else output
+
+
+def report_call(
+    request: ModelRequest,
+    model: str,
+    attempt: int,
+    started: float,
+    response: ModelResponse | None,
+    error: BaseException | None,
+) -> None:
+    """Report one double call as an attempt, as the real adapters do per HTTP request."""
+    report_attempt(
+        AttemptEvent(
+            expert=request.expert,
+            model=model,
+            attempt=attempt,
+            latency_ms=(time.perf_counter() - started) * 1000,
+            request_body=request_body(request),
+            response_body=response.raw if response is not None else None,
+            usage=response.usage if response is not None else ModelResponse(output="").usage,
+            stop_reason=response.stop_reason if response is not None else None,
+            error=f"{type(error).__name__}: {error}" if error is not None else None,
+            metadata=request.metadata,
+        )
+    )
+
+
+async def call_reply(fn: ModelFunction, request: ModelRequest) -> Any:
+    """Call `fn(request)`, awaiting it when it is async."""
+    reply = fn(request)
+    if inspect.isawaitable(reply):
+        reply = await reply
+    return reply
+
+
+class FunctionModel:
+    """A model whose answers come from `fn(request)`.
+
+    Args:
+        fn: `fn(request: ModelRequest) -> ModelResponse | str | dict | BaseModel`, sync or
+            async; may raise (e.g. `ProviderOverloaded`) to simulate a provider error.
+        name: The model's name in responses and attempt events.
+    """
+
+    def __init__(self, fn: ModelFunction, *, name: str = "function") -> None:
+        self._fn = fn
+        self._name = name
+        self.calls: list[ModelRequest] = []
+
+    @property
+    def name(self) -> str:
+        """The name given at construction (`function` by default)."""
+        return self._name
+
+    async def request(self, request: ModelRequest) -> ModelResponse:
+        """Answer `request` with `fn(request)`, validated like a provider's answer."""
+        self.calls.append(request)
+        started = time.perf_counter()
+        try:
+            response = to_response(await call_reply(self._fn, request), request, self._name)
+        except BaseException as exc:
+            report_call(request, self._name, 1, started, None, exc)
+            raise
+        report_call(request, self._name, 1, started, response, None)
+        return response

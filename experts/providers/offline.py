@@ -1,0 +1,417 @@
+"""`OfflineModel`: a deterministic stand-in so the demo and a first run need no key or network.
+
+It works purely from the `ModelRequest` (see docs/CONTRACTS.md), and labels everything it
+writes with `[offline]`:
+
+- triage: the category whose description and examples share the most (rarer) words with
+  the last user message; `HUMAN` when the user asks for a person; `OTHER` when nothing fits.
+- request extraction: fills the category's request model by field type from the user turns
+  (choices most recently named, numbers next to the field's noun, 4+ digit ids); asks for
+  whatever required field is still missing.
+- response: rephrases the handler's instruction (the trailing assistant message).
+- summariser: an extractive summary keeping names, numbers and the user's requests.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+import re
+import time
+import types
+import typing
+from collections.abc import Sequence
+from typing import Any, Literal, get_args, get_origin
+
+from pydantic import BaseModel, ValidationError
+
+from experts.errors import OutputValidationError
+from experts.providers.base import Message, ModelRequest, ModelResponse, json_schema_of
+from experts.providers.function import report_call
+
+LABEL = "[offline]"
+"""Starts every text the stand-in writes, so nobody mistakes it for a real model."""
+SUMMARY_LABEL = "[offline summary]"
+
+_STOP = frozenset(
+    "a an and are as at be but by can could do does for from have i i'd i'm in is it its"
+    " me my of on or our please so that the this to was we what when where which will with"
+    " would you your yours it's im id".split()
+)
+_HUMAN = re.compile(
+    r"\b(human|person|people|agent|someone|somebody|representative|operator|supervisor|"
+    r"manager|real\s+person|staff)\b",
+    re.IGNORECASE,
+)
+_BACK_TO_FIRST = re.compile(r"\b(first|original|initial|earlier)\b|\bgo(ing)?\s+back\b", re.I)
+_ONES = [
+    "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen"
+    " fifteen sixteen seventeen eighteen nineteen"
+][0].split()
+_TENS = {"twenty": 20, "thirty": 30, "forty": 40, "fifty": 50}
+
+
+def _number_words() -> dict[str, int]:
+    words: dict[str, int] = {"a": 1, "an": 1, "a single": 1, "a couple of": 2, "a dozen": 12}
+    words.update({w: i for i, w in enumerate(_ONES) if i > 0})
+    for tens, value in _TENS.items():
+        words[tens] = value
+        if value < 50:
+            for i in range(1, 10):
+                words[f"{tens}-{_ONES[i]}"] = value + i
+                words[f"{tens} {_ONES[i]}"] = value + i
+    return words
+
+
+_NUMBER_WORDS = _number_words()
+_NUMBER_ALT = "|".join(
+    re.escape(w).replace(r"\ ", r"\s+") for w in sorted(_NUMBER_WORDS, key=len, reverse=True)
+)
+
+
+def _stem(word: str) -> str:
+    if len(word) > 4 and word.endswith("ies"):
+        return word[:-3] + "y"
+    for suffix in ("ing", "ed", "es", "s"):
+        if len(word) > len(suffix) + 2 and word.endswith(suffix) and not word.endswith("ss"):
+            return word[: -len(suffix)]
+    return word
+
+
+def _tokens(text: str) -> set[str]:
+    words = re.findall(r"[a-z0-9]+(?:'[a-z]+)?", text.lower())
+    return {_stem(w.removesuffix("'s")) for w in words if w not in _STOP}
+
+
+class OfflineModel:
+    """The `offline` model: deterministic, no network, clearly labelled as a stand-in."""
+
+    @property
+    def name(self) -> str:
+        """Always `offline`."""
+        return "offline"
+
+    async def request(self, request: ModelRequest) -> ModelResponse:
+        """Answer `request` from its own contents (see the module docstring)."""
+        started = time.perf_counter()
+        try:
+            output = self.answer(request)
+        except Exception as exc:
+            report_call(request, self.name, 1, started, None, exc)
+            raise
+        raw = output.model_dump(mode="json") if isinstance(output, BaseModel) else output
+        response = ModelResponse(output=output, model=self.name, stop_reason="end_turn", raw=raw)
+        report_call(request, self.name, 1, started, response, None)
+        return response
+
+    def answer(self, request: ModelRequest) -> Any:
+        """The output for `request`: text, or an instance of its `output_type`."""
+        output_type = request.output_type
+        if output_type is None:
+            if request.expert == "summariser":
+                return summarise(request.messages)
+            if request.messages and request.messages[-1]["role"] == "assistant":
+                return reply_from_instruction(request.messages[-1]["content"])
+            return (
+                f"{LABEL} I am the offline stand-in model, so I can only follow the assistant's"
+                " instructions; set an API key for a real model to get free-form answers."
+            )
+        user_texts = [m["content"] for m in request.messages if m["role"] == "user"]
+        schema = json_schema_of(output_type)
+        if "x-frontdesk-categories" in schema or "category" in output_type.model_fields:
+            return triage(output_type, schema, user_texts[-1] if user_texts else "")
+        request_model = _request_model_of(output_type)
+        if request_model is not None:
+            return extract_wrapped(output_type, request_model, user_texts)
+        data, _missing = extract_fields(output_type, user_texts)
+        try:
+            return output_type.model_validate(data)
+        except ValidationError as exc:
+            raise OutputValidationError(
+                f"the offline model cannot fill {output_type.__name__} from the thread;"
+                " use a real model or a FunctionModel for this expert",
+                model=self.name,
+            ) from exc
+
+
+def triage(output_type: type[BaseModel], schema: dict[str, Any], text: str) -> BaseModel:
+    """Route `text` to the category sharing the most distinctive words with it."""
+    enum_values = _choices(output_type.model_fields["category"].annotation)
+    names = [str(_choice_value(v)) for v in enum_values]
+    categories: dict[str, Any] = schema.get("x-frontdesk-categories") or {}
+    if "HUMAN" in names and _HUMAN.search(text):
+        return output_type.model_validate(
+            {"category": "HUMAN", "reason": f"{LABEL} the user asks for a person"}
+        )
+    vocab = {
+        name: _tokens(
+            " ".join(
+                [name.replace("_", " "), str(info.get("description", ""))]
+                + [str(e) for e in info.get("examples", [])]
+            )
+        )
+        for name, info in categories.items()
+        if name in names
+    }
+    message = _tokens(text)
+    count = len(vocab)
+    best, best_score, best_words = "OTHER", 0.0, list[str]()
+    for name, words in vocab.items():
+        shared = sorted(message & words)
+        score = sum(
+            math.log((count + 1) / sum(1 for v in vocab.values() if w in v)) for w in shared
+        )
+        if score > best_score:
+            best, best_score, best_words = name, score, shared
+    if best_score < 0.5 or best not in names:
+        fallback = "OTHER" if "OTHER" in names else names[0]
+        return output_type.model_validate(
+            {"category": fallback, "reason": f"{LABEL} no category matched the message"}
+        )
+    return output_type.model_validate(
+        {"category": best, "reason": f"{LABEL} shared words: {', '.join(best_words)}"}
+    )
+
+
+def extract_wrapped(
+    output_type: type[BaseModel], request_model: type[BaseModel], user_texts: Sequence[str]
+) -> BaseModel:
+    """Fill the `<Request>Extraction` wrapper: the request, or `need_more_info`."""
+    data, missing = extract_fields(request_model, user_texts)
+    if not missing:
+        try:
+            request = request_model.model_validate(data)
+            return output_type.model_validate({"request": request, "need_more_info": None})
+        except ValidationError:
+            missing = [n for n, f in request_model.model_fields.items() if f.is_required()]
+    question = f"{LABEL} To go ahead I need " + _join(
+        [_describe(n, request_model.model_fields[n].annotation) for n in missing]
+    )
+    return output_type.model_validate(
+        {
+            "request": None,
+            "need_more_info": {"missing": missing, "question": question + ". Could you tell me?"},
+        }
+    )
+
+
+def extract_fields(
+    model: type[BaseModel], user_texts: Sequence[str]
+) -> tuple[dict[str, Any], list[str]]:
+    """Values found in the user turns for `model`'s fields, and the required ones missing."""
+    data: dict[str, Any] = {}
+    for name, info in model.model_fields.items():
+        value = _find(name, info.annotation, user_texts)
+        if value is not None:
+            data[name] = value
+    # Drop values the model rejects (e.g. out of range), so they are asked for again.
+    for _ in range(len(data) + 1):
+        try:
+            model.model_validate(data)
+            break
+        except ValidationError as exc:
+            bad = {str(e["loc"][0]) for e in exc.errors() if e["loc"] and e["type"] != "missing"}
+            if not bad & data.keys():
+                break
+            for key in bad:
+                data.pop(key, None)
+    missing = [n for n, f in model.model_fields.items() if f.is_required() and n not in data]
+    return data, missing
+
+
+def _find(name: str, annotation: Any, texts: Sequence[str]) -> Any:
+    annotation = _unwrap_optional(annotation)
+    choices = _choices(annotation)
+    if choices:
+        return _latest_choice(choices, texts)
+    if annotation in (int, float):
+        return _number_near(name, texts)
+    if annotation is str and re.search(r"number|(^|_)(id|no|ref|reference|code)$", name):
+        for text in reversed(texts):
+            runs = re.findall(r"(?<![\d.])\d{4,}(?![\d.])", text)
+            if runs:
+                return runs[-1]
+    return None
+
+
+def _latest_choice(choices: list[Any], texts: Sequence[str]) -> Any:
+    mentions: list[tuple[int, int, Any]] = []
+    for index, text in enumerate(texts):
+        for choice in choices:
+            for form in _choice_forms(choice):
+                pattern = r"\b" + re.escape(form).replace(r"\ ", r"[\s_-]+") + r"\b"
+                for match in re.finditer(pattern, text, flags=re.IGNORECASE):
+                    mentions.append((index, match.start(), choice))
+    if not mentions:
+        return None
+    mentions.sort(key=lambda m: (m[0], m[1]))
+    latest = len(texts) - 1
+    in_latest = [m for m in mentions if m[0] == latest]
+    if not in_latest and _BACK_TO_FIRST.search(texts[-1]):
+        return _choice_value(mentions[0][2])
+    return _choice_value(mentions[-1][2])
+
+
+def _number_near(name: str, texts: Sequence[str]) -> int | None:
+    parts = [
+        p
+        for p in name.lower().split("_")
+        if p not in {"num", "number", "count", "qty", "quantity", "of", "n", "total"}
+    ]
+    nouns: set[str] = set()
+    for part in parts or [name.lower()]:
+        singular = part[:-1] if part.endswith("s") and len(part) > 3 else part
+        nouns.update({singular, singular + "s", singular + "es", part})
+    noun_alt = "|".join(re.escape(n) for n in sorted(nouns, key=len, reverse=True))
+    pattern = re.compile(
+        rf"\b(?P<n>\d+|{_NUMBER_ALT})\s+(?:[a-z]+\s+)?(?:{noun_alt})\b", re.IGNORECASE
+    )
+    value: int | None = None
+    for text in texts:
+        for match in pattern.finditer(text):
+            raw = re.sub(r"\s+", " ", match.group("n").lower())
+            value = int(raw) if raw.isdigit() else _NUMBER_WORDS.get(raw, value)
+    return value
+
+
+def _unwrap_optional(annotation: Any) -> Any:
+    if get_origin(annotation) in (typing.Union, types.UnionType):
+        args = [a for a in get_args(annotation) if a is not type(None)]
+        if len(args) == 1:
+            return args[0]
+    return annotation
+
+
+def _choices(annotation: Any) -> list[Any]:
+    annotation = _unwrap_optional(annotation)
+    if get_origin(annotation) is Literal:
+        return list(get_args(annotation))
+    if isinstance(annotation, type) and issubclass(annotation, enum.Enum):
+        return list(annotation)
+    return []
+
+
+def _choice_forms(choice: Any) -> list[str]:
+    if isinstance(choice, enum.Enum):
+        return [str(choice.value), choice.name.lower().replace("_", " ")]
+    return [str(choice)]
+
+
+def _choice_value(choice: Any) -> Any:
+    return choice.value if isinstance(choice, enum.Enum) else choice
+
+
+def _describe(name: str, annotation: Any) -> str:
+    choices = _choices(annotation)
+    if not choices:
+        return name.replace("_", " ")
+    return f"{name.replace('_', ' ')} ({_join([str(_choice_value(c)) for c in choices], 'or')})"
+
+
+def _join(items: Sequence[str], word: str = "and") -> str:
+    if len(items) <= 1:
+        return "".join(items)
+    return ", ".join(items[:-1]) + f" {word} " + items[-1]
+
+
+def _request_model_of(output_type: type[BaseModel]) -> type[BaseModel] | None:
+    model = getattr(output_type, "request_model", None)
+    if isinstance(model, type) and issubclass(model, BaseModel):
+        return model
+    field = output_type.model_fields.get("request")
+    if field is None or "need_more_info" not in output_type.model_fields:
+        return None
+    inner = _unwrap_optional(field.annotation)
+    return inner if isinstance(inner, type) and issubclass(inner, BaseModel) else None
+
+
+_PRONOUNS = [
+    (r"\bthe user's\b", "your"),
+    (r"\bthe user\b", "you"),
+    (r"\bthe customer's\b", "your"),
+    (r"\bthe customer\b", "you"),
+    (r"\btheir\b", "your"),
+    (r"\bthemselves\b", "yourself"),
+    (r"\bthey\b", "you"),
+    (r"\bthem\b", "you"),
+]
+_INSTRUCTIONS = [
+    (r"ask (?:the user|them) to confirm (?:that )?(.+)", "Please confirm: {}."),
+    (r"ask (?:the user|them) (?:whether|if) (.+)", "Could you tell me whether {}?"),
+    (r"ask (?:the user|them) (?:for|about) (.+)", "Could you tell me {}?"),
+    (r"ask (?:the user|them) (.+)", "Could you tell me {}?"),
+    (r"(?:tell|inform) (?:the user|them) (?:that )?(.+)", "{}."),
+    (r"let (?:the user|them) know (?:that )?(.+)", "{}."),
+]
+
+
+def _second_person(text: str) -> str:
+    for pattern, replacement in _PRONOUNS:
+        text = re.sub(pattern, replacement, text, flags=re.IGNORECASE)
+    return text
+
+
+def reply_from_instruction(instruction: str) -> str:
+    """A reply that carries out `instruction`, e.g. "Ask the user to confirm X" -> confirm X."""
+    text = " ".join(instruction.split()).rstrip(".!? ")
+    for pattern, template in _INSTRUCTIONS:
+        match = re.fullmatch(pattern, text, flags=re.IGNORECASE)
+        if match:
+            body = template.format(_second_person(match.group(1)))
+            return f"{LABEL} {body[0].upper()}{body[1:]}"
+    body = _second_person(text) or "Done"
+    return f"{LABEL} {body[0].upper()}{body[1:]}."
+
+
+_REQUEST_CUE = re.compile(
+    r"\b(want|like|need|please|can i|could|would|refund|order|buy|cancel|change|return|"
+    r"deliver|book|send|help)\b",
+    re.IGNORECASE,
+)
+
+
+def summarise(messages: Sequence[Message]) -> str:
+    """An extractive summary: sentences with names, numbers, or the user's requests."""
+    lines: list[str] = []
+    for message in messages:
+        for role, text in _segments(message):
+            if text.startswith(SUMMARY_LABEL):
+                lines.extend(ln for ln in text.splitlines() if ln.startswith("- "))
+                continue
+            for sentence in re.split(r"(?<=[.!?])\s+", text):
+                sentence = sentence.strip()
+                if sentence and _keep(role, sentence):
+                    lines.append(f"- {role}: {sentence}")
+    unique = list(dict.fromkeys(lines))
+    if not unique:
+        return f"{SUMMARY_LABEL} nothing to keep (no names, numbers or requests)."
+    return "\n".join([SUMMARY_LABEL, *unique])
+
+
+def _segments(message: Message) -> list[tuple[str, str]]:
+    """(role, text) pieces; a transcript inside one message is split by its `user:` lines."""
+    pieces: list[tuple[str, str]] = []
+    role: str = message["role"]
+    buffer: list[str] = []
+    for line in message["content"].splitlines():
+        match = re.match(r"\s*(user|assistant)\s*:\s*(.*)", line, flags=re.IGNORECASE)
+        if match:
+            if buffer:
+                pieces.append((role, "\n".join(buffer)))
+            role, buffer = match.group(1).lower(), [match.group(2)]
+        else:
+            buffer.append(line)
+    if buffer:
+        pieces.append((role, "\n".join(buffer).strip()))
+    return pieces
+
+
+def _keep(role: str, sentence: str) -> bool:
+    if LABEL in sentence and role == "assistant" and not re.search(r"\d", sentence):
+        return False
+    if re.search(r"\d", sentence):
+        return True
+    if role != "user":
+        return False
+    names = re.findall(r"(?<!^)(?<![.!?]\s)\b[A-Z][a-z]+", sentence)
+    return bool(names) or bool(_REQUEST_CUE.search(sentence))
