@@ -160,8 +160,8 @@ def conv_id() -> str:
 
 
 @contextlib.asynccontextmanager
-async def pg_schema() -> AsyncIterator[AsyncEngine]:
-    """An engine bound to a fresh PostgreSQL schema, dropped afterwards."""
+async def pg_schema() -> AsyncIterator[tuple[AsyncEngine, str]]:
+    """An engine bound to a fresh PostgreSQL schema (and its name), dropped afterwards."""
     schema = f"audit_t_{uuid.uuid4().hex[:12]}"
     admin = create_async_engine(PG_URL)
     try:
@@ -171,7 +171,7 @@ async def pg_schema() -> AsyncIterator[AsyncEngine]:
             PG_URL, connect_args={"server_settings": {"search_path": schema}}
         )
         try:
-            yield engine
+            yield engine, schema
         finally:
             await engine.dispose()
             async with admin.begin() as conn:
@@ -183,7 +183,7 @@ async def pg_schema() -> AsyncIterator[AsyncEngine]:
 @pytest.fixture
 async def pg_engine() -> AsyncIterator[AsyncEngine]:
     """An engine on a fresh PostgreSQL schema (fails when PostgreSQL is down)."""
-    async with pg_schema() as engine:
+    async with pg_schema() as (engine, _schema):
         yield engine
 
 
@@ -197,7 +197,7 @@ async def audit_log(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIter
         finally:
             await log.aclose()
         return
-    async with pg_schema() as engine:
+    async with pg_schema() as (engine, _schema):
         log = await AuditLog.open(engine)
         try:
             yield log
