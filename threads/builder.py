@@ -3,14 +3,24 @@
 The user thread is the path from the root to the message being answered, holding only
 user and assistant turns (plus, after compaction, one summary of older turns). It is an
 approximation of the transcript that is cheap to send; the transcript is what happened.
+
+After a compaction the thread is the newest summary on the path (as its first user turn,
+labelled) followed by the path after the summary's cut point. Each expert then reads it
+through its own token budget (`UserThread.for_expert`); between compactions the thread
+only grows at its end, so the prefix up to the new question is byte-identical from turn
+to turn and is marked as cacheable.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
+from threads.budget import Budget, Fit, budget_for
 from threads.store import MessageRecord
+from threads.summaries import SummaryRecord, SummaryStore
+from threads.tokens import EstimatingCounter, TokenCounter
 
 SUMMARY_LABEL = "Summary of the earlier conversation:"
 
@@ -26,18 +36,85 @@ class ThreadMessage:
 
 
 @dataclass(frozen=True, kw_only=True)
+class ExpertView:
+    """What one expert is sent of the thread, after its budget."""
+
+    messages: list[dict[str, str]]
+    """The summary turn (if kept), the kept turns, and the question (if any)."""
+    cache_prefix_messages: int
+    """Leading messages that are stable between compactions (0 when the budget cut the
+    history, since a prefix that changes every turn is not worth caching)."""
+    fit: Fit[ThreadMessage]
+    """What the budget kept and dropped."""
+
+
+@dataclass(frozen=True, kw_only=True)
 class UserThread:
     """What the experts are sent: an optional summary, then whole turns."""
 
     summary: str | None = None
     messages: list[ThreadMessage] = field(default_factory=list)
+    summary_id: str | None = None
+    """The stored summary in use, if any."""
+    covers_until_message_id: str | None = None
+    """The summary's cut point: the last transcript message it replaces."""
+    replaced: int = 0
+    """How many transcript messages of this path the summary replaces."""
+
+    def summary_turn(self) -> str | None:
+        """The summary as the text of the thread's first user turn, labelled."""
+        return f"{SUMMARY_LABEL}\n{self.summary}" if self.summary else None
 
     def as_messages(self) -> list[dict[str, str]]:
         """The thread as `{"role", "content"}` dicts, the summary first as a user turn."""
         turns = [{"role": m.role, "content": m.content} for m in self.messages]
-        if self.summary:
-            return [{"role": "user", "content": f"{SUMMARY_LABEL}\n{self.summary}"}, *turns]
+        summary = self.summary_turn()
+        if summary is not None:
+            return [{"role": "user", "content": summary}, *turns]
         return turns
+
+    @property
+    def cache_prefix_messages(self) -> int:
+        """Leading messages of `as_messages()` stable until the next compaction.
+
+        Everything but a trailing user message (the question being answered): the next
+        turn's thread starts with exactly these messages.
+        """
+        count = len(self.messages) + (1 if self.summary else 0)
+        if self.messages and self.messages[-1].role == "user":
+            count -= 1
+        return count
+
+    def for_expert(
+        self,
+        expert: str,
+        *,
+        counter: TokenCounter | None = None,
+        budgets: Mapping[str, Budget] | None = None,
+    ) -> ExpertView:
+        """The thread as `expert` reads it: cut to its budget, with its cacheable prefix.
+
+        Raises:
+            QuestionOverBudget: the question alone is over the expert's allowance.
+            ConfigError: no budget for `expert`.
+        """
+        budget = budget_for(expert, budgets)
+        history: Sequence[ThreadMessage] = self.messages
+        question: ThreadMessage | None = None
+        if history and history[-1].role == "user":
+            history, question = history[:-1], history[-1]
+        fit = budget.fit(
+            counter=counter or EstimatingCounter(),
+            history=history,
+            summary=self.summary_turn(),
+            question=question.content if question is not None else None,
+        )
+        messages = [{"role": "user", "content": fit.summary}] if fit.summary else []
+        messages += [{"role": m.role, "content": m.content} for m in fit.history]
+        prefix = 0 if fit.history_cut else len(messages)
+        if question is not None:
+            messages.append({"role": question.role, "content": question.content})
+        return ExpertView(messages=messages, cache_prefix_messages=prefix, fit=fit)
 
 
 class PathSource(Protocol):
@@ -48,9 +125,43 @@ class PathSource(Protocol):
         ...
 
 
-async def build_thread(store: PathSource, leaf_id: str) -> UserThread:
-    """The user thread ending at `leaf_id` (a user message being answered, or any message)."""
+class SummarySource(Protocol):
+    """Where the builder finds summaries (`threads.summaries.SummaryStore`)."""
+
+    async def newest_on_path(
+        self, conversation_id: str, path_ids: Sequence[str]
+    ) -> SummaryRecord | None:
+        """The summary with the deepest cut point on the path, if any."""
+        ...
+
+
+async def build_thread(
+    store: PathSource, leaf_id: str, *, summaries: SummarySource | None = None
+) -> UserThread:
+    """The user thread ending at `leaf_id` (a user message being answered, or any message).
+
+    Args:
+        store: The conversation store.
+        leaf_id: The last message of the path.
+        summaries: Where to look for summaries; by default the store's own database (a
+            store without an `engine`, such as a test fake, has none).
+    """
     path = await store.path(leaf_id)
+    if summaries is None:
+        engine = getattr(store, "engine", None)
+        summaries = SummaryStore(engine) if engine is not None else None
+    found = None
+    if summaries is not None and path:
+        found = await summaries.newest_on_path(path[0].conversation_id, [m.id for m in path])
+    cut = 0
+    if found is not None:
+        cut = 1 + next(i for i, m in enumerate(path) if m.id == found.covers_until_message_id)
     return UserThread(
-        messages=[ThreadMessage(role=m.role, content=m.content, message_id=m.id) for m in path]
+        summary=found.content if found is not None else None,
+        messages=[
+            ThreadMessage(role=m.role, content=m.content, message_id=m.id) for m in path[cut:]
+        ],
+        summary_id=found.id if found is not None else None,
+        covers_until_message_id=found.covers_until_message_id if found is not None else None,
+        replaced=cut,
     )

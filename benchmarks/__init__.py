@@ -1,0 +1,1 @@
+"""Benchmarks: `python -m benchmarks` runs every module's `main()`; see docs/benchmarks.md."""
