@@ -270,6 +270,16 @@ class HTTPModel(ABC):
         """The spec that names this model."""
 
     @abstractmethod
+    async def aclose(self) -> None:
+        """Close the SDK client's connections (call once the model is no longer needed)."""
+
+    async def __aenter__(self) -> HTTPModel:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    @abstractmethod
     async def _attempt(
         self, request: ModelRequest, reask: list[dict[str, Any]], seconds: float
     ) -> AttemptSuccess[Answer]:

@@ -40,6 +40,7 @@ INSTRUCTION_LABEL = "[Instruction for your reply, from the system - not written 
 """Heads the response expert's instruction when it is folded into the last user turn."""
 
 _EPHEMERAL = {"type": "ephemeral"}
+_SDK_KEYWORDS = frozenset({"model", "max_tokens", "messages", "system", "tools", "tool_choice"})
 _TRUNCATED = {"max_tokens", "model_context_window_exceeded"}
 
 
@@ -100,6 +101,10 @@ class AnthropicModel(HTTPModel):
         """`anthropic:<model>`."""
         return f"anthropic:{self.model_name}"
 
+    async def aclose(self) -> None:
+        """Close the SDK client's HTTP connections."""
+        await self._client.close()
+
     def build_payload(self, request: ModelRequest, reask: list[dict[str, Any]]) -> dict[str, Any]:
         """The Messages API body for `request` (plus re-ask turns), exactly as sent."""
         payload: dict[str, Any] = {
@@ -132,7 +137,12 @@ class AnthropicModel(HTTPModel):
         record = AttemptRecord(request_body=to_jsonable(payload))
         headers: dict[str, str] = {}
         try:
-            raw = await self._client.messages.with_raw_response.create(**payload, timeout=seconds)
+            # Fields this SDK version has no keyword for (e.g. temperature) go in extra_body.
+            known = {k: v for k, v in payload.items() if k in _SDK_KEYWORDS}
+            extra = {k: v for k, v in payload.items() if k not in _SDK_KEYWORDS}
+            raw = await self._client.messages.with_raw_response.create(
+                **known, extra_body=extra or None, timeout=seconds
+            )
             headers = dict(raw.headers)
             record.status_code = raw.status_code
             record.provider_request_id = raw.headers.get("request-id")

@@ -104,6 +104,10 @@ class OpenAIModel(HTTPModel):
             return f"openai:{self.model_name}@{self._spec_base_url}"
         return f"openai:{self.model_name}"
 
+    async def aclose(self) -> None:
+        """Close the SDK client's HTTP connections."""
+        await self._client.close()
+
     def build_payload(self, request: ModelRequest, reask: list[dict[str, Any]]) -> dict[str, Any]:
         """The Chat Completions body for `request` (plus re-ask turns), exactly as sent."""
         messages: list[dict[str, Any]] = []
