@@ -1,7 +1,49 @@
-"""`frontdesk db ...` commands."""
+"""`frontdesk db ...`: schema migrations of the store's database."""
 
 from __future__ import annotations
 
+import asyncio
+from typing import Annotated
+
 import typer
+from rich.console import Console
+
+from frontdesk.db import create_engine
+from frontdesk.errors import ConfigError
+from frontdesk.schema import current_revisions, head_revisions, upgrade_schema
+from orchestrator._app import default_db
 
 app = typer.Typer(help="db commands", no_args_is_help=True)
+
+DbOption = Annotated[
+    str | None,
+    typer.Option("--db", help="Database URL (default: $FRONTDESK_DB or sqlite:///frontdesk.db)."),
+]
+
+
+async def _upgrade(url: str) -> tuple[tuple[str, ...] | None, tuple[str, ...], str]:
+    engine = create_engine(url)
+    try:
+        before = await current_revisions(engine)
+        after = await upgrade_schema(engine)
+    finally:
+        await engine.dispose()
+    return before, after, engine.url.render_as_string(hide_password=True)
+
+
+@app.command("upgrade")
+def upgrade(db: DbOption = None) -> None:
+    """Migrate the database schema to the version this frontdesk needs (head)."""
+    console = Console()
+    try:
+        before, after, shown = asyncio.run(_upgrade(db or default_db()))
+    except ConfigError as e:
+        console.print(f"[red]error:[/red] {e}")
+        raise typer.Exit(2) from e
+    was = ", ".join(before) if before else ("empty" if before is None else "base")
+    now = ", ".join(after)
+    # Plain echo: a URL must not be wrapped across lines.
+    if before == after:
+        typer.echo(f"{shown}: already at {now} (head {', '.join(head_revisions())})")
+    else:
+        typer.echo(f"{shown}: upgraded {was} -> {now}")

@@ -1,7 +1,115 @@
-"""`frontdesk thread ...` commands."""
+"""`frontdesk thread ...`: look at a conversation's transcript (a tree of messages)."""
 
 from __future__ import annotations
 
+import asyncio
+from collections import defaultdict
+from typing import Annotated
+
 import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.tree import Tree
+
+from frontdesk.errors import FrontdeskError
+from orchestrator._app import default_db
+from threads.store import ConversationStore, MessageRecord
 
 app = typer.Typer(help="thread commands", no_args_is_help=True)
+
+DbOption = Annotated[
+    str | None,
+    typer.Option("--db", help="Database URL (default: $FRONTDESK_DB or sqlite:///frontdesk.db)."),
+]
+PREVIEW = 70
+"""Characters of each message shown."""
+
+
+def render_tree(
+    conversation_id: str,
+    messages: list[MessageRecord],
+    active_path: list[MessageRecord],
+    *,
+    all_branches: bool,
+) -> Tree:
+    """The transcript as a rich Tree; the active path is marked `●`, other branches `○`.
+
+    A run of messages without alternatives stays at one level; only a branch point (an
+    edit or a regeneration) nests, one child per alternative.
+    """
+    active = {m.id for m in active_path}
+    leaf = active_path[-1].id if active_path else None
+    children: dict[str | None, list[MessageRecord]] = defaultdict(list)
+    for message in messages:
+        children[message.parent_id].append(message)
+    title = f"conversation [bold]{escape(conversation_id)}[/bold] ({len(messages)} messages"
+    tree = Tree(title + f", {sum(1 for m in messages if m.id not in children)} branches)")
+
+    def shown(kids: list[MessageRecord]) -> list[MessageRecord]:
+        return kids if all_branches else [k for k in kids if k.id in active]
+
+    def label(message: MessageRecord, siblings: int) -> str:
+        text = " ".join(message.content.split())
+        text = text if len(text) <= PREVIEW else text[: PREVIEW - 1] + "…"
+        mark = "●" if message.id in active else "○"
+        style = "bold" if message.id in active else "dim"
+        extra = ""
+        if siblings > 1 and not all_branches:
+            extra = f" [dim](1 of {siblings} versions)[/dim]"
+        if message.id == leaf:
+            extra += " [green]← active leaf[/green]"
+        return (
+            f"[{style}]{mark} {message.role:<9} {escape(text)}[/{style}]"
+            f" [dim]{message.id[:8]}[/dim]{extra}"
+        )
+
+    def add_run(node: Tree, message: MessageRecord, siblings: int) -> None:
+        while True:
+            current = node.add(label(message, siblings))
+            kids = children.get(message.id, [])
+            visible = shown(kids)
+            if len(visible) == 1:
+                message, siblings = visible[0], len(kids)
+                continue
+            for kid in visible:
+                add_run(current, kid, len(kids))
+            return
+
+    roots = children.get(None, [])
+    for root in shown(roots):
+        add_run(tree, root, len(roots))
+    return tree
+
+
+async def _show(url: str, conversation_id: str, all_branches: bool) -> Tree | None:
+    store = await ConversationStore.open(url)
+    try:
+        messages = await store.messages(conversation_id)
+        if not messages:
+            return None
+        leaf = await store.active_leaf(conversation_id)
+        path = await store.path(leaf.id) if leaf else []
+    finally:
+        await store.aclose()
+    return render_tree(conversation_id, messages, path, all_branches=all_branches)
+
+
+@app.command("show")
+def show(
+    conversation: Annotated[str, typer.Argument(help="The conversation id.")],
+    all_branches: Annotated[
+        bool, typer.Option("--all-branches", help="Show every branch, not only the active one.")
+    ] = False,
+    db: DbOption = None,
+) -> None:
+    """Show a conversation's messages as a tree, the active path marked."""
+    console = Console()
+    try:
+        tree = asyncio.run(_show(db or default_db(), conversation, all_branches))
+    except FrontdeskError as e:
+        console.print(f"[red]error:[/red] {escape(str(e))}")
+        raise typer.Exit(2) from e
+    if tree is None:
+        console.print(f"no conversation {conversation!r} in this database")
+        raise typer.Exit(1)
+    console.print(tree)

@@ -1,0 +1,163 @@
+"""Schema migrations: an empty database is initialised, an old one is refused until upgraded."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import asyncpg
+import pytest
+import sqlalchemy as sa
+from sqlalchemy.engine import make_url
+from typer.testing import CliRunner
+
+from frontdesk.db import create_engine
+from frontdesk.schema import (
+    SchemaOutdated,
+    current_revisions,
+    ensure_schema,
+    head_revisions,
+    upgrade_schema,
+)
+from orchestrator.cli import app
+from threads.errors import SchemaOutdated as ThreadsSchemaOutdated
+from threads.store import ConversationStore
+
+# The same default as tests/conftest.py, read here so that file is not imported twice.
+PG_URL = os.environ.get(
+    "FRONTDESK_TEST_PG_URL", "postgresql+asyncpg://postgres@127.0.0.1:5432/test"
+)
+
+
+async def _admin(sql: str) -> None:
+    dsn = make_url(PG_URL).set(drivername="postgresql").render_as_string(hide_password=False)
+    conn = await asyncpg.connect(dsn)
+    try:
+        await conn.execute(sql)
+    finally:
+        await conn.close()
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def empty_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """An empty database of each kind (PostgreSQL: created for this test, then dropped)."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'frontdesk.db'}"
+        return
+    name = f"fd_test_{uuid.uuid4().hex[:16]}"
+    asyncio.run(_admin(f'CREATE DATABASE "{name}"'))
+    try:
+        yield make_url(PG_URL).set(database=name).render_as_string(hide_password=False)
+    finally:
+        asyncio.run(_admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+
+
+async def _tables(url: str) -> set[str]:
+    engine = create_engine(url)
+    try:
+        async with engine.connect() as conn:
+            return set(await conn.run_sync(lambda c: sa.inspect(c).get_table_names()))
+    finally:
+        await engine.dispose()
+
+
+async def _stamp_base(url: str) -> None:
+    """An old database: migrated, then taken back to base (an empty version table)."""
+    engine = create_engine(url)
+    try:
+        await upgrade_schema(engine, "head")
+        await upgrade_schema_down(engine)
+    finally:
+        await engine.dispose()
+
+
+async def upgrade_schema_down(engine: sa.ext.asyncio.AsyncEngine) -> None:
+    from alembic import command
+
+    from frontdesk.schema import alembic_config
+
+    def down(conn: sa.Connection) -> None:
+        config = alembic_config()
+        config.attributes["connection"] = conn
+        command.downgrade(config, "base")
+
+    async with engine.begin() as conn:
+        await conn.run_sync(down)
+
+
+@pytest.mark.anyio
+async def test_an_empty_database_is_initialised_on_first_use(empty_url: str) -> None:
+    store = await ConversationStore.open(empty_url)
+    try:
+        user, _ = await store.add_user_message("conv-1", "hello")
+        assert await current_revisions(store.engine) == tuple(sorted(head_revisions()))
+    finally:
+        await store.aclose()
+    assert {"conversation", "message", "lease", "handler_data"} <= await _tables(empty_url)
+
+
+@pytest.mark.anyio
+async def test_several_stores_opening_an_empty_database_at_once(empty_url: str) -> None:
+    stores = await asyncio.gather(*(ConversationStore.open(empty_url) for _ in range(4)))
+    for store in stores:
+        await store.aclose()
+    engine = create_engine(empty_url)
+    try:
+        assert await current_revisions(engine) == tuple(sorted(head_revisions()))
+    finally:
+        await engine.dispose()
+
+
+@pytest.mark.anyio
+async def test_an_old_schema_is_refused_naming_the_command(empty_url: str) -> None:
+    await _stamp_base(empty_url)
+
+    with pytest.raises(SchemaOutdated, match="frontdesk db upgrade") as caught:
+        await ConversationStore.open(empty_url)
+
+    assert isinstance(caught.value, ThreadsSchemaOutdated)
+    assert "conversation" not in await _tables(empty_url)
+
+
+@pytest.mark.anyio
+async def test_tables_without_a_version_are_refused(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'foreign.db'}"
+    engine = create_engine(url)
+    try:
+        async with engine.begin() as conn:
+            await conn.execute(sa.text("CREATE TABLE message (id TEXT)"))
+        with pytest.raises(SchemaOutdated, match="frontdesk db upgrade"):
+            await ensure_schema(engine)
+    finally:
+        await engine.dispose()
+
+
+def test_db_upgrade_brings_an_old_database_to_head(empty_url: str) -> None:
+    asyncio.run(_stamp_base(empty_url))
+    runner = CliRunner()
+
+    result = runner.invoke(app, ["db", "upgrade", "--db", empty_url])
+
+    assert result.exit_code == 0, result.output
+    assert "upgraded base -> " in result.output and head_revisions()[0] in result.output
+
+    async def use() -> list[str]:
+        store = await ConversationStore.open(empty_url)
+        try:
+            user, _ = await store.add_user_message("conv-1", "after the upgrade")
+            return [m.content for m in await store.messages("conv-1")]
+        finally:
+            await store.aclose()
+
+    assert asyncio.run(use()) == ["after the upgrade"]
+    again = runner.invoke(app, ["db", "upgrade", "--db", empty_url])
+    assert again.exit_code == 0 and "already at" in again.output
+
+
+def test_db_upgrade_reports_a_bad_url() -> None:
+    result = CliRunner().invoke(app, ["db", "upgrade", "--db", "mysql://x@y/z"])
+    assert result.exit_code == 2
+    assert "postgresql" in result.output
