@@ -1,7 +1,362 @@
-"""`frontdesk audit ...` commands."""
+"""`frontdesk audit ...`: show, export, verify, cost and replay the audit log.
+
+The commands read the audit rows only (`audit` package); `replay` alone needs the
+application (`--app`) because it re-runs the experts.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import json
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Annotated, Any, Literal, TypeVar
+
 import typer
+from rich.console import Console, Group
+from rich.markup import escape
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+from sqlalchemy.engine import make_url
+
+from audit.chain import Head
+from audit.cost import CostLine, CostReport, cost_report
+from audit.errors import UnknownConversation
+from audit.export import render_html, write_jsonl
+from audit.store import AuditLog
+from audit.transcript import ExpertCall, Transcript, TurnView, build_transcript
+from frontdesk.errors import FrontdeskError, UserError
+from orchestrator._app import default_db
 
 app = typer.Typer(help="audit commands", no_args_is_help=True)
+
+T = TypeVar("T")
+
+DbOption = Annotated[
+    str | None,
+    typer.Option("--db", help="Database URL (default: $FRONTDESK_DB or sqlite:///frontdesk.db)."),
+]
+ConvArg = Annotated[str | None, typer.Argument(help="The conversation id.", show_default=False)]
+AllOption = Annotated[bool, typer.Option("--all", help="Every conversation in the log.")]
+
+
+def _url(db: str | None) -> str:
+    """The database URL; a SQLite file that does not exist is an error, not a new database."""
+    url = db or default_db()
+    parsed = make_url(url)
+    if parsed.drivername.startswith("sqlite") and parsed.database:
+        if not Path(parsed.database).exists():
+            raise UserError(f"no database at {parsed.database}; pass --db URL or set FRONTDESK_DB")
+    return url
+
+
+def _run(work: Callable[[AuditLog], Awaitable[T]], db: str | None) -> T:
+    """Open the log, run `work`, close; a frontdesk error prints and exits 2."""
+
+    async def main() -> T:
+        log = await AuditLog.open(_url(db))
+        try:
+            return await work(log)
+        finally:
+            await log.aclose()
+
+    try:
+        return asyncio.run(main())
+    except FrontdeskError as e:
+        Console(stderr=True).print(f"[red]error:[/red] {escape(str(e))}")
+        raise typer.Exit(2) from e
+
+
+async def _targets(log: AuditLog, conversation: str | None, every: bool) -> list[str]:
+    """The conversations a command works on (one, or all with `--all`)."""
+    if conversation is not None and every:
+        raise UserError("give a conversation id or --all, not both")
+    if conversation is None:
+        if not every:
+            raise UserError("give a conversation id, or --all for every conversation")
+        return await log.conversations()
+    return [conversation]
+
+
+async def _transcripts(log: AuditLog, ids: list[str]) -> list[Transcript]:
+    out = []
+    for cid in ids:
+        rows = await log.events(cid)
+        if not rows:
+            known = len(await log.conversations())
+            raise UnknownConversation(
+                f"no audit rows for conversation {cid!r} ({known} conversations in this log;"
+                " `frontdesk audit cost --all` lists them)"
+            )
+        out.append(build_transcript(cid, rows))
+    return out
+
+
+# -- show ---------------------------------------------------------------------------------
+
+
+def _call_line(call: ExpertCall) -> str:
+    t = call.tokens
+    status = "ok" if call.ok else f"[red]{escape(str(call.attempts[-1].error))}[/red]"
+    unknown = "" if call.cost.known else " [yellow](price unknown)[/yellow]"
+    return (
+        f"[bold]{call.expert}[/bold] {escape(call.model)}{unknown} · {len(call.attempts)}"
+        f" attempt(s) · {t.input} in / {t.output} out / {t.cache_read} cache read /"
+        f" {t.cache_write} cache write · ${call.cost.usd:.6f} · {call.latency_ms:.0f} ms · {status}"
+    )
+
+
+def _full_call(call: ExpertCall) -> list[Any]:
+    parts: list[Any] = []
+    for a in call.attempts:
+        parts.append(
+            Text(
+                f"  attempt {a.number}: status {a.status_code}, {a.error or 'ok'}"
+                f", request id {a.provider_request_id or '-'}",
+                style="dim",
+            )
+        )
+        if a.system_prompt is not None:
+            name = f"{a.prompt.get('name')} v{a.prompt.get('version')}" if a.prompt else ""
+            parts.append(
+                Panel(
+                    Text(a.system_prompt),
+                    title=f"system prompt {name}",
+                    title_align="left",
+                    border_style="dim",
+                )
+            )
+        parts.append(
+            Panel(
+                Text(json.dumps(a.messages, indent=2, ensure_ascii=False)),
+                title="messages sent",
+                title_align="left",
+                border_style="dim",
+            )
+        )
+        raw = a.response_body if a.response_body is not None else a.output
+        raw_text = raw if isinstance(raw, str) else json.dumps(raw, indent=2, ensure_ascii=False)
+        parts.append(
+            Panel(Text(raw_text), title="raw response", title_align="left", border_style="dim")
+        )
+    return parts
+
+
+def turn_panel(number: int, turn: TurnView, *, full: bool) -> Panel:
+    """One turn: what the user said, the decisions, each expert call, the reply."""
+    table = Table(show_header=False, box=None, padding=(0, 1))
+    table.add_column(style="bold cyan", no_wrap=True)
+    table.add_column()
+    table.add_row("user", Text(turn.user_text or "-"))
+    table.add_row("category", Text(f"{turn.category or '-'}  ({turn.reason or ''})"))
+    if turn.request is not None:
+        table.add_row("request", Text(json.dumps(turn.request, ensure_ascii=False)))
+    if turn.need_more_info:
+        table.add_row("need more", Text(json.dumps(turn.need_more_info, ensure_ascii=False)))
+    for label, value in (
+        ("request err", turn.request_error),
+        ("instruction", turn.instruction),
+        ("handler err", turn.handler_error),
+    ):
+        if value:
+            table.add_row(label, Text(value))
+    table.add_row("reply", Text(turn.reply_text or "-", style="green"))
+    if turn.failure:
+        table.add_row(
+            "failed", Text(f"{turn.failure.get('stage')}: {turn.failure.get('error')}", style="red")
+        )
+    parts: list[Any] = [table]
+    for call in turn.calls:
+        parts.append(Text.from_markup("  " + _call_line(call)))
+        if full:
+            parts.extend(_full_call(call))
+    title = f"turn {number} · {turn.tokens.total} tokens · ${turn.cost.usd:.6f}"
+    return Panel(Group(*parts), title=title, title_align="left")
+
+
+@app.command("show")
+def show(
+    conversation: Annotated[str, typer.Argument(help="The conversation id.")],
+    full: Annotated[
+        bool, typer.Option("--full", help="Show system prompts, messages sent and raw responses.")
+    ] = False,
+    all_branches: Annotated[
+        bool,
+        typer.Option(
+            "--all-branches", help="Also show turns off the active path (edits, regenerations)."
+        ),
+    ] = False,
+    db: DbOption = None,
+) -> None:
+    """A readable transcript of the active path, with each turn's decisions and calls."""
+
+    async def work(log: AuditLog) -> Transcript:
+        return (await _transcripts(log, [conversation]))[0]
+
+    transcript = _run(work, db)
+    console = Console()
+    turns = transcript.turns if all_branches else transcript.active
+    console.print(
+        f"conversation [bold]{escape(conversation)}[/bold]: {len(transcript.active)}"
+        f" turn(s) on the active path, {len(transcript.turns)} recorded"
+    )
+    for n, turn in enumerate(turns, start=1):
+        console.print(turn_panel(n, turn, full=full))
+
+
+# -- export -------------------------------------------------------------------------------
+
+
+@app.command("export")
+def export(
+    out: Annotated[Path, typer.Option("-o", "--output", help="File to write.")],
+    conversation: ConvArg = None,
+    every: AllOption = False,
+    fmt: Annotated[
+        Literal["jsonl", "html"],
+        typer.Option("--format", help="jsonl: one row per event; html: one self-contained page."),
+    ] = "jsonl",
+    db: DbOption = None,
+) -> None:
+    """Export conversations as JSONL (one row per event, with hashes) or one HTML page."""
+
+    async def work(log: AuditLog) -> int:
+        ids = await _targets(log, conversation, every)
+        if fmt == "html":
+            transcripts = await _transcripts(log, ids)
+            title = f"frontdesk audit: {ids[0]}" if len(ids) == 1 else "frontdesk audit"
+            out.write_text(render_html(transcripts, title=title), encoding="utf-8")
+            return sum(len(t.turns) for t in transcripts)
+        n = 0
+        with out.open("w", encoding="utf-8") as f:
+            for cid in ids:
+                n += write_jsonl(await log.events(cid), f)
+        return n
+
+    n = _run(work, db)
+    unit = "turns" if fmt == "html" else "events"
+    Console().print(f"wrote {n} {unit} to {out}")
+
+
+# -- verify and anchor --------------------------------------------------------------------
+
+
+def _read_anchors(path: Path) -> dict[str, Head]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        return {cid: Head(int(h["seq"]), str(h["hash"])) for cid, h in data.items()}
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise UserError(
+            f"cannot read anchors from {path}: {e}; write them with"
+            " `frontdesk audit anchor -o FILE`"
+        ) from e
+
+
+@app.command("verify")
+def verify(
+    conversation: ConvArg = None,
+    every: AllOption = False,
+    anchors: Annotated[
+        Path | None,
+        typer.Option(
+            "--anchors",
+            help="Heads saved earlier by `frontdesk audit anchor`; catches a truncated tail.",
+        ),
+    ] = None,
+    db: DbOption = None,
+) -> None:
+    """Check the hash chains; exit 1 naming the first bad row of each broken conversation."""
+
+    async def work(log: AuditLog) -> Any:
+        saved = _read_anchors(anchors) if anchors else None
+        target = None if conversation is None else conversation
+        if conversation is not None and every:
+            raise UserError("give a conversation id or --all, not both")
+        return await log.verify(target, anchors=saved)
+
+    report = _run(work, db)
+    console = Console()
+    for verdict in report.conversations:
+        if verdict.ok:
+            console.print(
+                f"[green]ok[/green]   {escape(verdict.conversation_id)} ({verdict.rows} rows)"
+            )
+        else:
+            assert verdict.problem is not None
+            console.print(
+                f"[red]BAD[/red]  {escape(verdict.conversation_id)}: first bad row"
+                f" seq {verdict.problem.seq} ({verdict.problem.kind}):"
+                f" {escape(verdict.problem.detail)}"
+            )
+    if not report.conversations:
+        console.print("no audit rows to verify")
+    raise typer.Exit(0 if report.ok else 1)
+
+
+@app.command("anchor")
+def anchor(
+    out: Annotated[Path, typer.Option("-o", "--output", help="File to write the heads to.")],
+    db: DbOption = None,
+) -> None:
+    """Save every conversation's head (seq, hash) to a file kept outside the database."""
+
+    async def work(log: AuditLog) -> dict[str, Head]:
+        return await log.heads()
+
+    heads = _run(work, db)
+    out.write_text(
+        json.dumps(
+            {c: {"seq": h.seq, "hash": h.hash} for c, h in heads.items()}, indent=2, sort_keys=True
+        ),
+        encoding="utf-8",
+    )
+    Console().print(f"wrote {len(heads)} heads to {out}")
+
+
+# -- cost ---------------------------------------------------------------------------------
+
+
+def cost_table(title: str, lines: list[CostLine]) -> Table:
+    """A rich table of cost lines."""
+    table = Table(title=title, title_justify="left")
+    table.add_column("")
+    for name in ("calls", "attempts", "input", "output", "cache read", "cache write", "USD"):
+        table.add_column(name, justify="right")
+    for line in lines:
+        flag = " ?" if line.unknown_models else ""
+        t = line.tokens
+        table.add_row(
+            escape(line.label),
+            str(line.calls),
+            str(line.attempts),
+            str(t.input),
+            str(t.output),
+            str(t.cache_read),
+            str(t.cache_write),
+            f"{line.usd:.6f}{flag}",
+        )
+    return table
+
+
+def print_cost(report: CostReport, console: Console) -> None:
+    """Per expert, per turn and total, then the models priced 0 for want of a price."""
+    console.print(cost_table("by expert", list(report.by_expert.values())))
+    console.print(cost_table("by turn", report.by_turn))
+    console.print(cost_table("total", [report.total]))
+    if report.unknown_models:
+        console.print(
+            "[yellow]? priced $0: not in audit.pricing.PRICES:[/yellow] "
+            + escape(", ".join(sorted(report.unknown_models)))
+        )
+
+
+@app.command("cost")
+def cost(conversation: ConvArg = None, every: AllOption = False, db: DbOption = None) -> None:
+    """Tokens and cost per expert, per turn and in total (cache reads shown)."""
+
+    async def work(log: AuditLog) -> CostReport:
+        ids = await _targets(log, conversation, every)
+        return cost_report(await _transcripts(log, ids))
+
+    print_cost(_run(work, db), Console())

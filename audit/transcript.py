@@ -1,0 +1,307 @@
+"""Transcript views built from the audit rows alone: turns, decisions and expert calls.
+
+`audit` never imports `threads`, so the active path is rebuilt from what the rows say:
+each `turn_started` names its user message's parent (the assistant message it answers),
+each `reply` names the assistant message it stored. Walking back from the newest turn
+through those links gives the path the user sees; edits and regenerations are the turns
+left off it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from audit.pricing import Cost, cost_of
+
+
+class AuditRow(Protocol):
+    """What a transcript needs from a stored row (`StoredAuditEvent` has it)."""
+
+    @property
+    def seq(self) -> int: ...
+    @property
+    def kind(self) -> str: ...
+    @property
+    def turn_id(self) -> str: ...
+    @property
+    def created_at(self) -> str: ...
+    @property
+    def payload(self) -> dict[str, Any]: ...
+    @property
+    def system_prompt(self) -> str | None: ...
+
+
+@dataclass(frozen=True)
+class Tokens:
+    """Token counts, as the providers reported them."""
+
+    input: int = 0
+    output: int = 0
+    cache_read: int = 0
+    cache_write: int = 0
+
+    @property
+    def total(self) -> int:
+        """Every token, cached or not."""
+        return self.input + self.output + self.cache_read + self.cache_write
+
+    def __add__(self, other: Tokens) -> Tokens:
+        return Tokens(
+            self.input + other.input,
+            self.output + other.output,
+            self.cache_read + other.cache_read,
+            self.cache_write + other.cache_write,
+        )
+
+    @classmethod
+    def of(cls, usage: dict[str, Any] | None) -> Tokens:
+        """Read a payload's `usage` dict (missing fields are 0)."""
+        u = usage or {}
+        return cls(
+            int(u.get("input_tokens") or 0),
+            int(u.get("output_tokens") or 0),
+            int(u.get("cache_read_tokens") or 0),
+            int(u.get("cache_write_tokens") or 0),
+        )
+
+
+def _add_costs(costs: Iterable[Cost]) -> Cost:
+    items = list(costs)
+    return Cost(sum(c.usd for c in items), all(c.known for c in items))
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """One HTTP attempt of an expert call (one `model_attempt` row)."""
+
+    seq: int
+    number: int
+    model: str
+    tokens: Tokens
+    cost: Cost
+    latency_ms: float
+    status_code: int | None
+    error: str | None
+    stop_reason: str | None
+    provider_request_id: str | None
+    prompt: dict[str, Any] | None
+    system_prompt: str | None
+    messages: list[dict[str, Any]]
+    request_body: Any
+    response_body: Any
+    output: Any
+
+    @classmethod
+    def of(cls, row: AuditRow) -> Attempt:
+        """Read a `model_attempt` row."""
+        p = row.payload
+        model = str(p.get("model") or "")
+        tokens = Tokens.of(p.get("usage"))
+        stored = p.get("cost_usd")
+        cost = (
+            Cost(float(stored), True)
+            if isinstance(stored, int | float)
+            else cost_of(
+                model,
+                input_tokens=tokens.input,
+                output_tokens=tokens.output,
+                cache_read_tokens=tokens.cache_read,
+                cache_write_tokens=tokens.cache_write,
+            )
+        )
+        return cls(
+            seq=row.seq,
+            number=int(p.get("attempt") or 1),
+            model=model,
+            tokens=tokens,
+            cost=cost,
+            latency_ms=float(p.get("latency_ms") or 0.0),
+            status_code=p.get("status_code"),
+            error=p.get("error"),
+            stop_reason=p.get("stop_reason"),
+            provider_request_id=p.get("provider_request_id"),
+            prompt=p.get("prompt"),
+            system_prompt=row.system_prompt,
+            messages=list(p.get("messages") or []),
+            request_body=p.get("request_body"),
+            response_body=p.get("response_body"),
+            output=p.get("output"),
+        )
+
+
+@dataclass
+class ExpertCall:
+    """One expert call: its attempts (retries and fallbacks included), in order."""
+
+    expert: str
+    attempts: list[Attempt] = field(default_factory=list)
+
+    @property
+    def model(self) -> str:
+        """The model of the last attempt (the one that answered, or failed last)."""
+        return self.attempts[-1].model
+
+    @property
+    def tokens(self) -> Tokens:
+        """Tokens over all attempts."""
+        return sum((a.tokens for a in self.attempts), Tokens())
+
+    @property
+    def cost(self) -> Cost:
+        """Cost over all attempts."""
+        return _add_costs(a.cost for a in self.attempts)
+
+    @property
+    def latency_ms(self) -> float:
+        """Time spent in attempts."""
+        return sum(a.latency_ms for a in self.attempts)
+
+    @property
+    def ok(self) -> bool:
+        """Whether the last attempt succeeded."""
+        return self.attempts[-1].error is None
+
+    @property
+    def output(self) -> Any:
+        """The parsed output of the last attempt."""
+        return self.attempts[-1].output
+
+
+@dataclass
+class TurnView:
+    """One turn as the audit log recorded it."""
+
+    turn_id: str
+    started_at: str = ""
+    user_text: str | None = None
+    parent_id: str | None = None
+    parent_known: bool = False
+    """Whether `turn_started` named the parent (older rows may not)."""
+    user_id: str | None = None
+    category: str | None = None
+    reason: str | None = None
+    request: dict[str, Any] | None = None
+    need_more_info: dict[str, Any] | None = None
+    request_error: str | None = None
+    instruction: str | None = None
+    outcome_data: dict[str, Any] | None = None
+    handler_error: str | None = None
+    reply_text: str | None = None
+    assistant_message_id: str | None = None
+    failure: dict[str, Any] | None = None
+    calls: list[ExpertCall] = field(default_factory=list)
+    events: list[str] = field(default_factory=list)
+    """Other events of the turn (compaction, ...), as `kind: detail` lines."""
+
+    @property
+    def tokens(self) -> Tokens:
+        """Tokens over every call of the turn."""
+        return sum((c.tokens for c in self.calls), Tokens())
+
+    @property
+    def cost(self) -> Cost:
+        """Cost over every call of the turn."""
+        return _add_costs(c.cost for c in self.calls)
+
+    @property
+    def latency_ms(self) -> float:
+        """Time spent in model calls."""
+        return sum(c.latency_ms for c in self.calls)
+
+    def add_attempt(self, attempt: Attempt, expert: str) -> None:
+        """File an attempt under the call it belongs to (a new call when it starts over)."""
+        last = self.calls[-1] if self.calls else None
+        if (
+            last is None
+            or last.expert != expert
+            or attempt.number <= last.attempts[-1].number
+            or last.ok
+        ):
+            self.calls.append(ExpertCall(expert))
+        self.calls[-1].attempts.append(attempt)
+
+
+@dataclass
+class Transcript:
+    """A conversation's turns, and which of them form the active path."""
+
+    conversation_id: str
+    turns: list[TurnView]
+    active: list[TurnView]
+
+    @property
+    def tokens(self) -> Tokens:
+        """Tokens over every turn, branches included."""
+        return sum((t.tokens for t in self.turns), Tokens())
+
+    @property
+    def cost(self) -> Cost:
+        """Cost over every turn, branches included."""
+        return _add_costs(t.cost for t in self.turns)
+
+
+def _apply(turn: TurnView, row: AuditRow) -> None:
+    """Fold one row into its turn."""
+    p = row.payload
+    kind = row.kind
+    if kind == "turn_started":
+        turn.started_at = row.created_at
+        turn.user_text = p.get("text")
+        turn.parent_id = p.get("parent_id")
+        turn.parent_known = "parent_id" in p
+        turn.user_id = p.get("user_id")
+    elif kind == "model_attempt":
+        turn.add_attempt(Attempt.of(row), str(p.get("expert") or "?"))
+    elif kind == "triage":
+        turn.category, turn.reason = p.get("category"), p.get("reason")
+    elif kind == "request":
+        turn.request, turn.need_more_info = p.get("request"), p.get("need_more_info")
+    elif kind == "request_failed":
+        turn.request_error = p.get("error")
+    elif kind == "outcome":
+        turn.instruction, turn.outcome_data = p.get("instruction"), p.get("data")
+    elif kind == "handler_error":
+        turn.handler_error = p.get("error")
+    elif kind == "reply":
+        turn.reply_text, turn.assistant_message_id = p.get("text"), p.get("assistant_message_id")
+    elif kind == "turn_failed":
+        turn.failure = dict(p)
+    else:
+        detail = p.get("error") or p.get("summary_id") or ""
+        turn.events.append(f"{kind}: {detail}".rstrip(": "))
+
+
+def build_transcript(conversation_id: str, rows: Sequence[AuditRow]) -> Transcript:
+    """Group a conversation's rows (in seq order) into turns and pick the active path."""
+    turns: list[TurnView] = []
+    open_turns: dict[str, TurnView] = {}
+    for row in rows:
+        turn = open_turns.get(row.turn_id)
+        if turn is None or row.kind == "turn_started":
+            turn = TurnView(turn_id=row.turn_id, started_at=row.created_at)
+            turns.append(turn)
+            open_turns[row.turn_id] = turn
+        _apply(turn, row)
+    return Transcript(conversation_id, turns, active_path(turns))
+
+
+def active_path(turns: Sequence[TurnView]) -> list[TurnView]:
+    """The newest turn and the turns its messages answer, oldest first."""
+    if not turns:
+        return []
+    if not turns[-1].parent_known:
+        # No links recorded: every turn in order, a regenerated turn only once (its newest).
+        newest = {t.turn_id: t for t in turns}
+        return [t for t in turns if newest[t.turn_id] is t]
+    by_reply = {t.assistant_message_id: t for t in turns if t.assistant_message_id}
+    path = [turns[-1]]
+    seen = {id(turns[-1])}
+    while path[-1].parent_id is not None:
+        previous = by_reply.get(path[-1].parent_id)
+        if previous is None or id(previous) in seen:
+            break
+        path.append(previous)
+        seen.add(id(previous))
+    return path[::-1]
