@@ -42,15 +42,19 @@ class CompactionPolicy:
                 f"CompactionPolicy keep_exchanges must be >= 1, got {self.keep_exchanges}"
             )
 
-    def plan(self, turns: Sequence[T], counter: TokenCounter) -> CompactionPlan[T] | None:
+    def plan(
+        self, turns: Sequence[T], counter: TokenCounter, *, force: bool = False
+    ) -> CompactionPlan[T] | None:
         """The turns to summarise now, or `None` while the thread is under its threshold.
 
         Args:
             turns: The path after the newest summary's cut point, oldest first.
             counter: Counts tokens.
+            force: Ignore the threshold (`frontdesk thread compact`); the last
+                `keep_exchanges` are still kept.
         """
         tokens = counter.count_messages({"role": t.role, "content": t.content} for t in turns)
-        if tokens <= self.threshold:
+        if tokens <= self.threshold and not force:
             return None
         groups = exchanges(turns)
         if len(groups) <= self.keep_exchanges:
