@@ -48,36 +48,38 @@ def render_tree(
     def shown(kids: list[MessageRecord]) -> list[MessageRecord]:
         return kids if all_branches else [k for k in kids if k.id in active]
 
-    def label(message: MessageRecord, siblings: int) -> str:
+    def label(message: MessageRecord, siblings: list[MessageRecord]) -> str:
         text = " ".join(message.content.split())
         text = text if len(text) <= PREVIEW else text[: PREVIEW - 1] + "…"
         mark = "●" if message.id in active else "○"
         style = "bold" if message.id in active else "dim"
         extra = ""
-        if siblings > 1 and not all_branches:
-            extra = f" [dim](1 of {siblings} versions)[/dim]"
+        if len(siblings) > 1 and not all_branches:
+            extra = f" [dim](version {siblings.index(message) + 1} of {len(siblings)})[/dim]"
         if message.id == leaf:
             extra += " [green]← active leaf[/green]"
         return (
             f"[{style}]{mark} {message.role:<9} {escape(text)}[/{style}]"
-            f" [dim]{message.id[:8]}[/dim]{extra}"
+            f" [dim]…{message.id[-8:]}[/dim]{extra}"
         )
 
-    def add_run(node: Tree, message: MessageRecord, siblings: int) -> None:
+    def add_run(node: Tree, message: MessageRecord, siblings: list[MessageRecord]) -> None:
         while True:
             current = node.add(label(message, siblings))
             kids = children.get(message.id, [])
             visible = shown(kids)
             if len(visible) == 1:
-                message, siblings = visible[0], len(kids)
+                message, siblings = visible[0], kids
                 continue
-            for kid in visible:
-                add_run(current, kid, len(kids))
+            for number, kid in enumerate(visible, 1):
+                mark = "●" if kid.id in active else "○"
+                branch = current.add(f"[dim]{mark} branch {number} of {len(kids)}[/dim]")
+                add_run(branch, kid, kids)
             return
 
     roots = children.get(None, [])
     for root in shown(roots):
-        add_run(tree, root, len(roots))
+        add_run(tree, root, roots)
     return tree
 
 
