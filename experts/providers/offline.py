@@ -36,7 +36,7 @@ SUMMARY_LABEL = "[offline summary]"
 _STOP = frozenset(
     "a an and are as at be but by can could do does for from have i i'd i'm in is it its"
     " me my of on or our please so that the this to was we what when where which will with"
-    " would you your yours it's im id".split()
+    " would you your yours it's im id like want need get just also some any hi hello thanks".split()
 )
 _HUMAN = re.compile(
     r"\b(human|person|people|agent|someone|somebody|representative|operator|supervisor|"
