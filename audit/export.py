@@ -53,6 +53,7 @@ class Bar:
     width: float
     height: float
     label: str
+    value: int
     title: str
 
 
@@ -67,7 +68,7 @@ def token_bars(turns: Sequence[TurnView]) -> list[Bar]:
     slot = CHART_WIDTH / len(turns)
     bars = []
     for i, turn in enumerate(turns):
-        height = (CHART_HEIGHT - 20) * turn.tokens.total / top
+        height = (CHART_HEIGHT - 32) * turn.tokens.total / top
         bars.append(
             Bar(
                 x=i * slot + slot * 0.15,
@@ -75,6 +76,7 @@ def token_bars(turns: Sequence[TurnView]) -> list[Bar]:
                 width=slot * 0.7,
                 height=height,
                 label=f"#{i + 1}",
+                value=turn.tokens.total,
                 title=f"turn {i + 1}: {turn.tokens.total} tokens "
                 f"({turn.tokens.cache_read} cache read)",
             )
