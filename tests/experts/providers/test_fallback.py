@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 import pytest
 
-from experts.errors import ConfigError, ModelHTTPError, ProviderOverloaded
+from experts.errors import ModelHTTPError, ProviderOverloaded
 from experts.providers import (
     AnthropicModel,
     AttemptEvent,
@@ -17,6 +17,7 @@ from experts.providers import (
     ScriptedModel,
     observe_attempts,
 )
+from frontdesk.errors import ConfigError
 from tests.experts.providers.conftest import FakeClock
 from tests.experts.providers.wire_server import (
     ANTHROPIC_PATH,

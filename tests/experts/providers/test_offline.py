@@ -66,7 +66,7 @@ class Triage(BaseModel):
             }
         }
     )
-    category: CategoryName  # type: ignore[valid-type]
+    category: CategoryName
     reason: str
 
 
