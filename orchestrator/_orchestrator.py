@@ -366,3 +366,6 @@ class Orchestrator:
 
     def _after_reply(self, conversation_id: str, leaf_id: str) -> None:
         """Hook: background work after the reply is returned (compaction, issue 5)."""
+        from orchestrator._compaction import schedule_compaction
+
+        schedule_compaction(self, conversation_id, leaf_id)

@@ -1,0 +1,189 @@
+"""Background compaction: the summariser runs after the reply, never on the user's time.
+
+`Orchestrator._after_reply` schedules `run_compaction` as a background task once a reply
+is stored. The task takes a lease in the database (`compaction:<conversation>`), so only
+one process compacts a conversation at a time; any other process simply skips. The
+compaction is transactional: the new summary is one row written in one transaction after
+the summariser succeeded, so a failing or empty summariser leaves the thread exactly as
+it was (audit event `compaction_failed`), and the next reply tries again. The transcript
+is never touched.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Literal
+
+import structlog
+
+from audit.store import AuditLog
+from experts._call import ExpertCall
+from experts.providers.base import Message, Model, ModelSettings
+from experts.summariser import SummariserExpert
+from orchestrator._recorder import RecordedModel, TurnRecorder, recording
+from prompts import load_prompt
+from threads.builder import build_thread
+from threads.compaction import CompactionPolicy
+from threads.store import ConversationStore
+from threads.summaries import SummaryRecord, SummaryStore
+from threads.tokens import TokenCounter
+
+if TYPE_CHECKING:
+    from orchestrator._orchestrator import Orchestrator
+
+log = structlog.get_logger("frontdesk.compaction")
+
+LEASE_TTL = 120.0
+"""Seconds a compaction lease lasts; a crashed compactor's lease expires after this."""
+
+Status = Literal["compacted", "not_needed", "busy", "failed"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class CompactionResult:
+    """What one compaction attempt did."""
+
+    status: Status
+    summary: SummaryRecord | None = None
+    evicted: int = 0
+    """Transcript messages the new summary covers beyond the previous one."""
+    error: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Compactor:
+    """Compacts one path of a conversation when it passes the policy's threshold."""
+
+    store: ConversationStore
+    summariser: SummariserExpert
+    policy: CompactionPolicy
+    counter: TokenCounter
+    audit: AuditLog | None = None
+    lease_ttl: float = LEASE_TTL
+
+    async def compact(
+        self, conversation_id: str, leaf_id: str, *, force: bool = False
+    ) -> CompactionResult:
+        """Summarise the older exchanges of the path ending at `leaf_id`, if due.
+
+        Args:
+            conversation_id: The conversation.
+            leaf_id: The last message of the path (the reply just stored).
+            force: Compact even under the threshold (keeping the policy's last exchanges).
+        """
+        name, owner = f"compaction:{conversation_id}", uuid.uuid4().hex
+        if not await self.store.try_lease(name, owner, self.lease_ttl):
+            log.info("compaction.busy", conversation_id=conversation_id)
+            return CompactionResult(status="busy")
+        try:
+            return await self._compact(conversation_id, leaf_id, force=force)
+        finally:
+            await self.store.release_lease(name, owner)
+
+    async def _compact(
+        self, conversation_id: str, leaf_id: str, *, force: bool
+    ) -> CompactionResult:
+        summaries = SummaryStore(self.store.engine)
+        thread = await build_thread(self.store, leaf_id, summaries=summaries)
+        plan = self.policy.plan(thread.messages, self.counter, force=force)
+        if plan is None:
+            return CompactionResult(status="not_needed")
+        evicted: list[Message] = [{"role": m.role, "content": m.content} for m in plan.evicted]
+        cut = plan.evicted[-1].message_id
+        assert cut is not None  # Thread turns after the summary always come from the transcript.
+        recorder = TurnRecorder(turn_id=leaf_id)
+        meta = {"conversation_id": conversation_id, "turn_id": leaf_id}
+        try:
+            with recording(recorder):
+                result = await self.summariser.run(thread.summary, evicted, metadata=meta)
+        except Exception as e:  # Any failure leaves the thread as it was; retried next turn.
+            error = f"{type(e).__name__}: {e}"
+            recorder.note(
+                "compaction_failed", error=error, covers_until_message_id=cut, evicted=len(evicted)
+            )
+            await self._audit(conversation_id, recorder)
+            log.warning("compaction.failed", conversation_id=conversation_id, error=error)
+            return CompactionResult(status="failed", error=error)
+        summary, created = await summaries.add(
+            conversation_id=conversation_id,
+            covers_until_message_id=cut,
+            content=result.text,
+            token_count=self.counter.count(result.text),
+            previous_summary_id=thread.summary_id,
+        )
+        recorder.note(
+            "compaction",
+            summary_id=summary.id,
+            covered_until_message_id=cut,
+            previous_summary_id=thread.summary_id,
+            evicted=len(evicted),
+            tokens_before=plan.tokens,
+            summary=summary.content,
+            already_stored=not created,
+        )
+        await self._audit(conversation_id, recorder)
+        log.info("compaction.done", conversation_id=conversation_id, evicted=len(evicted))
+        return CompactionResult(status="compacted", summary=summary, evicted=len(evicted))
+
+    async def _audit(self, conversation_id: str, recorder: TurnRecorder) -> None:
+        if self.audit is None:
+            return
+        try:
+            await self.audit.append(conversation_id, recorder.events)
+        except Exception:  # The summary (or the unchanged thread) stands; ops see the log.
+            log.exception("compaction.audit_failed", conversation_id=conversation_id)
+
+
+def summariser_expert(
+    model: Model, *, settings: ModelSettings | None = None, prompts_dir: Path | None = None
+) -> SummariserExpert:
+    """The summariser with its versioned prompt, its model wrapped for the audit recorder."""
+    return SummariserExpert(
+        call=ExpertCall(
+            expert="summariser",
+            model=RecordedModel(model),
+            prompt=load_prompt("summariser", directory=prompts_dir).render(),
+            settings=settings or ModelSettings(max_tokens=1024),
+        )
+    )
+
+
+def compactor_for(orch: Orchestrator, store: ConversationStore) -> Compactor:
+    """The orchestrator's compactor (its summariser model, policy, counter and audit log)."""
+    policy = getattr(orch, "compaction_policy", None) or CompactionPolicy()
+    return Compactor(
+        store=store,
+        summariser=summariser_expert(
+            orch.models["summariser"],
+            settings=orch.settings.for_expert("summariser"),
+            prompts_dir=orch.prompts_dir,
+        ),
+        policy=policy,
+        counter=orch.token_counter,
+        audit=orch.audit_log,
+    )
+
+
+async def run_compaction(
+    orch: Orchestrator, conversation_id: str, leaf_id: str, *, force: bool = False
+) -> CompactionResult:
+    """Compact the path ending at `leaf_id` with the orchestrator's settings."""
+    return await compactor_for(orch, orch.store).compact(conversation_id, leaf_id, force=force)
+
+
+def schedule_compaction(orch: Orchestrator, conversation_id: str, leaf_id: str) -> None:
+    """Start a background compaction; `Orchestrator.aclose` waits for it."""
+
+    async def background() -> None:
+        try:
+            await run_compaction(orch, conversation_id, leaf_id)
+        except Exception:  # A background task has no caller to raise to.
+            log.exception("compaction.crashed", conversation_id=conversation_id)
+
+    tasks: set[asyncio.Task[None]] = orch._background
+    task = asyncio.get_running_loop().create_task(background())
+    tasks.add(task)
+    task.add_done_callback(tasks.discard)

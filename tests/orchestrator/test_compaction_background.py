@@ -1,0 +1,197 @@
+"""Background compaction through the real Orchestrator (issue 5's must-hold cases)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from examples.potato_shop import categories as potato_categories
+from experts.errors import ModelAPIError
+from experts.providers import FunctionModel, ModelRequest
+from orchestrator import Orchestrator
+from orchestrator._compaction import compactor_for
+from tests.threads.conftest import create_pg_database, drop_pg_database
+from threads.builder import SUMMARY_LABEL
+from threads.compaction import CompactionPolicy
+from threads.summaries import SummaryStore
+
+pytestmark = pytest.mark.anyio
+
+
+def make(team: Any, db_url: str, policy: CompactionPolicy, **models: Any) -> Orchestrator:
+    """An orchestrator on the fake team, with `models` overriding experts, and `policy`."""
+    orch = Orchestrator(
+        potato_categories(), model={"default": team.model(), **models}, store=db_url
+    )
+    orch.compaction_policy = policy  # type: ignore[attr-defined]
+    return orch
+
+
+async def drain(orch: Orchestrator) -> None:
+    """Wait for the background compactions started so far."""
+    await asyncio.gather(*list(orch._background))
+
+
+async def kinds(orch: Orchestrator, conversation: str) -> list[str]:
+    assert orch.audit_log is not None
+    return [e.kind for e in await orch.audit_log.events(conversation)]
+
+
+async def test_compaction_fires_past_the_threshold_and_not_on_every_turn(
+    team: Any, db_url: str
+) -> None:
+    team.summarise = lambda r: "Priya's order 88213 was late; refund of the fee promised."
+    orch = make(team, db_url, CompactionPolicy(threshold=100, keep_exchanges=2))
+    turns = 12
+    for i in range(turns):
+        await orch.handle("c1", f"message number {i}")
+        await drain(orch)
+    compactions = len(team.of("summariser"))
+    assert 2 <= compactions <= turns // 3
+    thread = await orch.user_thread("c1")
+    assert thread.summary is not None and "88213" in thread.summary
+    assert thread.messages[0].role == "user"
+    assert len(thread.messages) < 2 * turns
+    # The transcript keeps every message.
+    assert len(await orch.transcript("c1")) == 2 * turns
+    # Each compaction is audited, with the summary it wrote.
+    assert (await kinds(orch, "c1")).count("compaction") == compactions
+    # The summariser saw the previous summary and whole exchanges, roles kept.
+    last = team.of("summariser")[-1]
+    assert last.messages[0]["content"].startswith("Summary so far")
+    assert [m["role"] for m in last.messages[1:-1]] == ["user", "assistant"] * (
+        (len(last.messages) - 2) // 2
+    )
+    await orch.aclose()
+
+
+async def test_the_prefix_sent_is_byte_identical_between_compactions(
+    team: Any, db_url: str
+) -> None:
+    orch = make(team, db_url, CompactionPolicy(threshold=100, keep_exchanges=2))
+    for i in range(12):
+        await orch.handle("c2", f"message number {i}")
+        await drain(orch)
+    final = (await orch.user_thread("c2")).as_messages()[0]
+    await orch.aclose()
+    calls = team.of("triage")
+    # A compaction after the last turn has no later call to show it.
+    expected = len(team.of("summariser")) - (final != calls[-1].messages[0])
+    boundaries = 0
+    for before, after in zip(calls, calls[1:], strict=False):
+        previous = list(before.messages)
+        if after.messages[: len(previous)] == previous:
+            continue
+        # Otherwise a compaction happened in between: the thread restarts from its summary.
+        boundaries += 1
+        assert after.messages[0]["content"].startswith(SUMMARY_LABEL)
+    assert boundaries == expected
+    assert boundaries >= 2
+
+
+async def test_the_reply_returns_before_the_summariser_runs(team: Any, db_url: str) -> None:
+    started, release = asyncio.Event(), asyncio.Event()
+
+    async def slow_summariser(request: ModelRequest) -> str:
+        started.set()
+        await release.wait()
+        return "the summary"
+
+    orch = make(
+        team,
+        db_url,
+        CompactionPolicy(threshold=1, keep_exchanges=1),
+        summariser=FunctionModel(slow_summariser),
+    )
+    await orch.handle("c3", "first")
+    await orch.handle("c3", "second")
+    await asyncio.wait_for(started.wait(), timeout=10)
+    # The summariser is blocked, yet the next turn is answered at once, unsummarised.
+    reply = await asyncio.wait_for(orch.handle("c3", "third"), timeout=10)
+    assert reply.text
+    assert (await orch.user_thread("c3")).summary is None
+    release.set()
+    await drain(orch)
+    thread = await orch.user_thread("c3")
+    assert thread.summary == "the summary"
+    await orch.aclose()
+
+
+async def test_a_failing_summariser_leaves_the_thread_unchanged_and_is_retried(
+    team: Any, db_url: str
+) -> None:
+    answers: list[Any] = [ModelAPIError("provider down"), "   ", "Summary at last."]
+
+    def flaky(request: ModelRequest) -> str:
+        answer = answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return str(answer)
+
+    orch = make(
+        team,
+        db_url,
+        CompactionPolicy(threshold=1, keep_exchanges=1),
+        summariser=FunctionModel(flaky),
+    )
+    texts = ["one", "two", "three", "four"]
+    for text in texts[:3]:
+        await orch.handle("c4", text)
+        await drain(orch)
+    # Two failures (an error, then blank text): no summary, no turn dropped.
+    thread = await orch.user_thread("c4")
+    assert thread.summary is None
+    assert [m.content for m in thread.messages if m.role == "user"] == texts[:3]
+    assert (await kinds(orch, "c4")).count("compaction_failed") == 2
+    # The next reply retries, and this time it works.
+    await orch.handle("c4", texts[3])
+    await drain(orch)
+    thread = await orch.user_thread("c4")
+    assert thread.summary == "Summary at last."
+    assert [m.content for m in thread.messages if m.role == "user"] == ["four"]
+    assert len(await orch.transcript("c4")) == 8
+    assert (await kinds(orch, "c4")).count("compaction") == 1
+    await orch.aclose()
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def shared_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """A database two "processes" (two orchestrators with their own engines) share."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'shared.db'}"
+        return
+    url = create_pg_database()
+    try:
+        yield url
+    finally:
+        drop_pg_database(url)
+
+
+async def test_two_processes_compacting_at_once_one_compacts(team: Any, shared_url: str) -> None:
+    async def summariser(request: ModelRequest) -> str:
+        await asyncio.sleep(0.2)
+        return "one summary"
+
+    never = CompactionPolicy(threshold=1_000_000, keep_exchanges=1)
+    first = make(team, shared_url, never, summariser=FunctionModel(summariser))
+    second = make(team, shared_url, never, summariser=FunctionModel(summariser))
+    for text in ["a", "b", "c"]:
+        reply = await first.handle("c5", text)
+    await drain(first)
+    await second.open()
+    due = CompactionPolicy(threshold=1, keep_exchanges=1)
+    compactors = [replace(compactor_for(o, o.store), policy=due) for o in (first, second)]
+    results = await asyncio.gather(*(c.compact("c5", reply.message_id) for c in compactors))
+    assert sorted(r.status for r in results) == ["busy", "compacted"]
+    stored = await SummaryStore(first.store.engine).for_conversation("c5")
+    assert [s.content for s in stored] == ["one summary"]
+    # The lease is released: a later forced compaction by the other process works.
+    again = await compactors[1].compact("c5", reply.message_id, force=True)
+    assert again.status in {"compacted", "not_needed"}
+    await first.aclose()
+    await second.aclose()
