@@ -15,7 +15,13 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from frontdesk.errors import ConfigError
 
-__all__ = ["ACCEPTED_URLS", "DEFAULT_URL", "SQLITE_BUSY_TIMEOUT_MS", "create_engine", "normalise_url"]
+__all__ = [
+    "ACCEPTED_URLS",
+    "DEFAULT_URL",
+    "SQLITE_BUSY_TIMEOUT_MS",
+    "create_engine",
+    "normalise_url",
+]
 
 DEFAULT_URL = "sqlite:///frontdesk.db"
 """The embedded default: a SQLite file in the working folder."""

@@ -8,10 +8,11 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
-import asyncpg
+import asyncpg  # type: ignore[import-untyped]
 import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import make_url
+from sqlalchemy.ext.asyncio import AsyncEngine
 from typer.testing import CliRunner
 
 from frontdesk.db import create_engine
@@ -74,7 +75,7 @@ async def _stamp_base(url: str) -> None:
         await engine.dispose()
 
 
-async def upgrade_schema_down(engine: sa.ext.asyncio.AsyncEngine) -> None:
+async def upgrade_schema_down(engine: AsyncEngine) -> None:
     from alembic import command
 
     from frontdesk.schema import alembic_config

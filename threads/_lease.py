@@ -75,25 +75,25 @@ async def release_lease(engine: AsyncEngine, name: str, owner: str) -> None:
 
 @asynccontextmanager
 async def hold_lease(
-    engine: AsyncEngine, name: str, owner: str, *, timeout: float, ttl: float, subject: str
+    engine: AsyncEngine, name: str, owner: str, *, wait: float, ttl: float, subject: str
 ) -> AsyncIterator[None]:
     """Wait for the lease (polling with jittered backoff), hold it while the body runs.
 
     Raises:
-        ConversationBusy: the lease was not free within `timeout` seconds.
+        ConversationBusy: the lease was not free within `wait` seconds.
     """
     started = time.monotonic()
     delay = 0.002
     while not await try_lease(engine, name, owner, ttl):
         waited = time.monotonic() - started
-        if waited >= timeout:
+        if waited >= wait:
             raise ConversationBusy(
                 f"conversation {subject!r} is busy: another turn held it for {waited:.1f} s; "
                 "retry later",
                 conversation_id=subject,
                 waited=waited,
             )
-        await anyio.sleep(min(delay * random.uniform(0.5, 1.5), timeout - waited))
+        await anyio.sleep(min(delay * random.uniform(0.5, 1.5), wait - waited))
         delay = min(delay * 2, 0.1)
     renewer = asyncio.create_task(_keep_renewed(engine, name, owner, ttl))
     try:

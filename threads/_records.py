@@ -10,6 +10,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal, cast
 
+from sqlalchemy import RowMapping
+
 from threads.errors import InvalidInput
 
 Role = Literal["user", "assistant"]
@@ -36,7 +38,7 @@ class MessageRecord:
     """Assistant messages only: expert name -> "prompt-name@version" used for the reply."""
 
     @classmethod
-    def from_row(cls, row: Mapping[str, Any]) -> MessageRecord:
+    def from_row(cls, row: RowMapping | Mapping[str, Any]) -> MessageRecord:
         """Build a record from a `message` row mapping."""
         return cls(
             id=row["id"],

@@ -62,7 +62,10 @@ class MessageNotInConversation(MessageNotFound):
 
 
 class StoreError(FrontdeskError):
-    """The database failed in a way the store did not expect; `retryable` says if a retry may help."""
+    """The database failed in a way the store did not expect.
+
+    `retryable` says whether running the operation again may help.
+    """
 
     retryable: bool = False
 

@@ -11,8 +11,9 @@ because SQLite ignores `SELECT ... FOR UPDATE`).
 from __future__ import annotations
 
 import enum
+from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
@@ -42,6 +43,8 @@ __all__ = [
     "HandlerStore",
     "MessageRecord",
 ]
+
+T = TypeVar("T")
 
 _conv = Conversation.__table__  # type: ignore[attr-defined]
 _msg = Message.__table__  # type: ignore[attr-defined]
@@ -119,7 +122,7 @@ class ConversationStore:
             self.engine,
             f"conversation:{conversation_id}",
             new_id(),
-            timeout=timeout,
+            wait=timeout,
             ttl=ttl,
             subject=conversation_id,
         )
@@ -383,7 +386,7 @@ class ConversationStore:
 
     # Helpers -----------------------------------------------------------------------------
 
-    async def _read(self, work: Any) -> Any:
+    async def _read(self, work: Callable[[AsyncConnection], Awaitable[T]]) -> T:
         return await run_tx(self.engine, work, readonly=True)
 
     async def _select(self, where: sa.ColumnElement[bool]) -> list[MessageRecord]:
@@ -391,8 +394,7 @@ class ConversationStore:
             stmt = sa.select(_msg).where(where).order_by(_msg.c.created_at, _msg.c.id)
             return [MessageRecord.from_row(r) for r in (await conn.execute(stmt)).mappings()]
 
-        result: list[MessageRecord] = await self._read(work)
-        return result
+        return await self._read(work)
 
 
 def _path_query(leaf_id: str, stop_after: str | None, last: int | None) -> sa.Select[Any]:

@@ -19,13 +19,18 @@ from pathlib import Path
 from threads.store import ConversationStore
 
 
+def _barrier(sync: list[str]) -> None:
+    if sync:
+        Path(sync[0]).touch()
+        while not Path(sync[1]).exists():
+            time.sleep(0.005)
+
+
 async def _main(mode: str, url: str, conv: str, tag: str, count: int, sync: list[str]) -> None:
     store = await ConversationStore.open(url)
     try:
-        if sync:
-            Path(sync[0]).touch()
-            while not Path(sync[1]).exists():
-                time.sleep(0.005)
+        # Blocking on purpose: nothing else runs in this worker until all start together.
+        await asyncio.to_thread(_barrier, sync)
         for i in range(count):
             text = f"{tag}-{i}"
             if mode == "turns":

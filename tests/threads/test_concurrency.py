@@ -35,7 +35,11 @@ def run_workers(mode: str, url: str, conv: str, procs: int, count: int, tmp: Pat
     workers = [
         subprocess.Popen(
             [sys.executable, str(WORKER), mode, url, conv, f"p{n}", str(count), str(r), str(go)],
-            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
         )
         for n, r in enumerate(ready)
     ]
@@ -82,7 +86,9 @@ async def check_linear_turns(url: str, conv: str, procs: int, count: int) -> Non
 
 
 @pytest.mark.postgres
-async def test_four_processes_fifty_turns_each_on_postgres(fresh_pg_url: str, tmp_path: Path) -> None:
+async def test_four_processes_fifty_turns_each_on_postgres(
+    fresh_pg_url: str, tmp_path: Path
+) -> None:
     conv = "conv-shared"
     await (await ConversationStore.open(fresh_pg_url)).aclose()
     run_workers("turns", fresh_pg_url, conv, procs=4, count=50, tmp=tmp_path)
@@ -115,9 +121,11 @@ async def check_linear_appends(url: str, conv: str, procs: int, count: int) -> N
 
 async def test_sqlite_serialises_unlocked_writers_with_begin_immediate(tmp_path: Path) -> None:
     # SQLite drops FOR UPDATE, so the read of the active leaf would not be locked by it ...
-    locked = sa.select(Conversation.__table__).with_for_update(key_share=True)  # type: ignore[attr-defined]
+    table: sa.Table = Conversation.__table__  # type: ignore[attr-defined]
+    locked = sa.select(table).with_for_update(key_share=True)
+    pg_dialect = postgresql.dialect()  # type: ignore[no-untyped-call]
     assert "FOR" not in str(locked.compile(dialect=sqlite.dialect()))
-    assert "FOR NO KEY UPDATE" in str(locked.compile(dialect=postgresql.dialect()))
+    assert "FOR NO KEY UPDATE" in str(locked.compile(dialect=pg_dialect))
     # ... yet writers in four processes, without the conversation lock, never fork the chain:
     # BEGIN IMMEDIATE takes the write lock before the leaf is read.
     url = f"sqlite:///{tmp_path / 'frontdesk.db'}"

@@ -27,11 +27,17 @@ def conv_id() -> str:
 async def test_messages_round_trip_with_their_fields(store: ConversationStore) -> None:
     conv = conv_id()
     user, created = await store.add_user_message(
-        conv, "I'd like a bag of purple potatoes", user_id="u-1", client_message_id="m-1",
+        conv,
+        "I'd like a bag of purple potatoes",
+        user_id="u-1",
+        client_message_id="m-1",
         token_count=9,
     )
     reply = await store.add_assistant_message(
-        user.id, "Please confirm one bag.", token_count=5, model="offline",
+        user.id,
+        "Please confirm one bag.",
+        token_count=5,
+        model="offline",
         prompt_versions={"triage": "triage@1", "response": "response@2"},
     )
 
@@ -39,7 +45,10 @@ async def test_messages_round_trip_with_their_fields(store: ConversationStore) -
     assert await store.get(user.id) == user
     assert await store.get(reply.id) == reply
     assert (user.role, user.parent_id, user.token_count, user.client_message_id) == (
-        "user", None, 9, "m-1",
+        "user",
+        None,
+        9,
+        "m-1",
     )
     assert (reply.role, reply.parent_id, reply.model) == ("assistant", user.id, "offline")
     assert reply.prompt_versions == {"triage": "triage@1", "response": "response@2"}
@@ -48,7 +57,10 @@ async def test_messages_round_trip_with_their_fields(store: ConversationStore) -
     record = await store.conversation(conv)
     assert record is not None
     assert (record.id, record.user_id, record.metadata, record.active_leaf_id) == (
-        conv, "u-1", {}, reply.id,
+        conv,
+        "u-1",
+        {},
+        reply.id,
     )
     assert await store.conversation(conv_id()) is None
 
@@ -71,7 +83,10 @@ async def test_path_follows_parents_when_time_order_differs(store: ConversationS
     assert by_time == ["u1", "a1", "u2", "a2", "u2 edited", "a2 edited", "u3", "a3"]
     assert [m.content for m in await store.path(a3.id)] == ["u1", "a1", "u2", "a2", "u3", "a3"]
     assert [m.content for m in await store.path(a2_edit.id)] == [
-        "u1", "a1", "u2 edited", "a2 edited",
+        "u1",
+        "a1",
+        "u2 edited",
+        "a2 edited",
     ]
     assert u3.parent_id == a2.id
     assert [m.id for m in await store.children(a1.id)] == [u2.id, u2_edit.id]
@@ -86,7 +101,10 @@ async def test_path_stop_after_and_last(store: ConversationStore) -> None:
         ids += [user.id, (await store.add_assistant_message(user.id, f"a{i}")).id]
 
     assert [m.content for m in await store.path(ids[-1], stop_after=ids[3])] == [
-        "u2", "a2", "u3", "a3",
+        "u2",
+        "a2",
+        "u3",
+        "a3",
     ]
     assert await store.path(ids[-1], stop_after=ids[-1]) == []
     assert [m.content for m in await store.path(ids[-1], last=3)] == ["a2", "u3", "a3"]

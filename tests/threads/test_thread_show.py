@@ -61,8 +61,10 @@ def test_all_branches_shows_every_message_nested_at_branch_points(tmp_path: Path
     assert result.output.count("●") == 6 and result.output.count("○") == 5
     assert "● branch 2 of 2" in result.output and "○ branch 1 of 2" in result.output
     # The first exchange is at the top level; the alternatives nest under the branch point.
-    depth = {text: next(len(l) - len(l.lstrip(" │├└─")) for l in lines if text in l)
-             for text in ["purple potatoes", "two bags", "three bags", "Three bags: please"]}
+    depth = {
+        text: next(len(line) - len(line.lstrip(" │├└─")) for line in lines if text in line)
+        for text in ["purple potatoes", "two bags", "three bags", "Three bags: please"]
+    }
     assert depth["purple potatoes"] < depth["two bags"] == depth["three bags"]
     assert depth["three bags"] < depth["Three bags: please"]
 

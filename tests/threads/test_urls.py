@@ -26,7 +26,13 @@ def test_accepted_forms(given: str, expected: str) -> None:
 
 @pytest.mark.parametrize(
     "url",
-    ["mysql://u@db/app", "postgresql+psycopg2://u@db/app", "not a url", "sqlite://", "sqlite:///:memory:"],
+    [
+        "mysql://u@db/app",
+        "postgresql+psycopg2://u@db/app",
+        "not a url",
+        "sqlite://",
+        "sqlite:///:memory:",
+    ],
 )
 def test_other_forms_name_the_accepted_ones(url: str) -> None:
     with pytest.raises(ConfigError, match="sqlite"):
