@@ -13,6 +13,7 @@ from rich.tree import Tree
 
 from frontdesk.errors import FrontdeskError
 from orchestrator._app import default_db
+from threads.builder import build_thread
 from threads.store import ConversationStore, MessageRecord
 
 app = typer.Typer(help="thread commands", no_args_is_help=True)
@@ -31,6 +32,7 @@ def render_tree(
     active_path: list[MessageRecord],
     *,
     all_branches: bool,
+    summarised: frozenset[str] = frozenset(),
 ) -> Tree:
     """The transcript as a rich Tree; the active path is marked `●`, other branches `○`.
 
@@ -58,6 +60,8 @@ def render_tree(
             extra = f" [dim](version {siblings.index(message) + 1} of {len(siblings)})[/dim]"
         if message.id == leaf:
             extra += " [green]← active leaf[/green]"
+        if message.id in summarised:
+            extra += " [magenta]≡ summarised[/magenta]"
         return (
             f"[{style}]{mark} {message.role:<9} {escape(text)}[/{style}]"
             f" [dim]…{message.id[-8:]}[/dim]{extra}"
@@ -91,9 +95,14 @@ async def _show(url: str, conversation_id: str, all_branches: bool) -> Tree | No
             return None
         leaf = await store.active_leaf(conversation_id)
         path = await store.path(leaf.id) if leaf else []
+        replaced = (await build_thread(store, leaf.id)).replaced if leaf else 0
     finally:
         await store.aclose()
-    return render_tree(conversation_id, messages, path, all_branches=all_branches)
+    # What the experts no longer see verbatim: the path prefix the newest summary covers.
+    summarised = frozenset(m.id for m in path[:replaced])
+    return render_tree(
+        conversation_id, messages, path, all_branches=all_branches, summarised=summarised
+    )
 
 
 @app.command("show")
@@ -115,3 +124,60 @@ def show(
         console.print(f"no conversation {conversation!r} in this database")
         raise typer.Exit(1)
     console.print(tree)
+
+
+AppOption = Annotated[
+    str, typer.Option("--app", help="module:attr naming an Orchestrator (its summariser model).")
+]
+ModelOption = Annotated[
+    str | None, typer.Option("--model", help="Model spec for the summariser, e.g. offline.")
+]
+
+
+async def _compact(app_spec: str, model: str | None, url: str, conversation_id: str) -> int:
+    """Force a compaction of the active path; returns the exit code."""
+    from orchestrator._app import load_app
+    from orchestrator._compaction import run_compaction
+
+    console = Console()
+    orch = load_app(app_spec, model=model, db=url)
+    try:
+        await orch.open()
+        leaf = await orch.store.active_leaf(conversation_id)
+        if leaf is None:
+            console.print(f"no conversation {conversation_id!r} in this database")
+            return 1
+        result = await run_compaction(orch, conversation_id, leaf.id, force=True)
+    finally:
+        await orch.aclose()
+    if result.status == "compacted" and result.summary is not None:
+        console.print(
+            f"compacted: {result.evicted} messages summarised into summary"
+            f" …{result.summary.id[-8:]} ({result.summary.token_count} tokens)"
+        )
+        return 0
+    if result.status == "not_needed":
+        console.print("nothing to compact: the path holds only the exchanges always kept")
+        return 0
+    if result.status == "busy":
+        console.print("another process is compacting this conversation; try again shortly")
+        return 3
+    console.print(f"[red]compaction failed, thread unchanged:[/red] {escape(result.error or '')}")
+    return 1
+
+
+@app.command("compact")
+def compact(
+    conversation: Annotated[str, typer.Argument(help="The conversation id.")],
+    db: DbOption = None,
+    app_spec: AppOption = "examples.potato_shop:build",
+    model: ModelOption = None,
+) -> None:
+    """Summarise the active path's older exchanges now (the transcript keeps them all)."""
+    try:
+        code = asyncio.run(_compact(app_spec, model, db or default_db(), conversation))
+    except FrontdeskError as e:
+        Console().print(f"[red]error:[/red] {escape(str(e))}")
+        raise typer.Exit(2) from e
+    if code:
+        raise typer.Exit(code)
