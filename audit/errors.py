@@ -38,3 +38,7 @@ class UnknownConversation(UserError):
 
 class AuditConfigError(ConfigError):
     """A database URL or audit setting that cannot work; the message says what to use."""
+
+
+class ReplayError(AuditError):
+    """A recorded turn could not be replayed (e.g. no recorded response for an expert)."""

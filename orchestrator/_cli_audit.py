@@ -16,6 +16,7 @@ import typer
 from rich.console import Console, Group
 from rich.markup import escape
 from rich.panel import Panel
+from rich.progress import Progress
 from rich.table import Table
 from rich.text import Text
 from sqlalchemy.engine import make_url
@@ -24,10 +25,12 @@ from audit.chain import Head
 from audit.cost import CostLine, CostReport, cost_report
 from audit.errors import UnknownConversation
 from audit.export import render_html, write_jsonl
+from audit.replay import ReplayReport, TurnDiff, replay_transcript
 from audit.store import AuditLog
 from audit.transcript import ExpertCall, Transcript, TurnView, build_transcript
 from frontdesk.errors import FrontdeskError, UserError
-from orchestrator._app import default_db
+from orchestrator._app import DEFAULT_APP, default_db, load_app
+from orchestrator._replay import build_runner, parse_models
 
 app = typer.Typer(help="audit commands", no_args_is_help=True)
 
@@ -360,3 +363,116 @@ def cost(conversation: ConvArg = None, every: AllOption = False, db: DbOption = 
         return cost_report(await _transcripts(log, ids))
 
     print_cost(_run(work, db), Console())
+
+
+# -- replay -------------------------------------------------------------------------------
+
+
+def _short(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False) if not isinstance(value, str) else value
+
+
+def diff_panel(diff: TurnDiff) -> Panel | None:
+    """What changed in one replayed turn, or `None` when nothing did."""
+    lines: list[Text] = []
+    if diff.error is not None:
+        lines.append(Text(f"replay failed: {diff.error}", style="red"))
+    after = diff.after
+    if after is not None:
+        if diff.category_changed:
+            lines.append(Text(f"category: {diff.before.category} -> {after.category}", style="red"))
+        for change in diff.request_changes:
+            lines.append(
+                Text(
+                    f"request.{change.name}: {_short(change.before)} -> {_short(change.after)}",
+                    style="red",
+                )
+            )
+        if diff.need_more_info_changed:
+            lines.append(
+                Text(
+                    f"need more info: {_short(diff.before.need_more_info)} ->"
+                    f" {_short(after.need_more_info)}",
+                    style="yellow",
+                )
+            )
+        for line in diff.reply_diff[2:]:
+            style = "green" if line.startswith("+") else "red" if line.startswith("-") else "dim"
+            lines.append(Text("reply " + line, style=style))
+        if after.note:
+            lines.append(Text(after.note, style="dim"))
+    if not lines:
+        return None
+    t = diff.turn
+    title = f"{t.conversation_id} turn {t.number}: {(t.view.user_text or '')[:60]}"
+    return Panel(Group(*lines), title=title, title_align="left")
+
+
+def summary_table(report: ReplayReport) -> Table:
+    """Per conversation: turns replayed and how many changed, by kind."""
+    table = Table(title="replay summary", title_justify="left")
+    for name in (
+        "conversation",
+        "turns",
+        "category",
+        "request",
+        "need more info",
+        "reply",
+        "errors",
+    ):
+        table.add_column(name, justify="left" if name == "conversation" else "right")
+    for row in report.summary():
+        table.add_row(escape(row[0]), *(str(v) for v in row[1:]))
+    return table
+
+
+@app.command("replay")
+def replay(
+    conversation: ConvArg = None,
+    every: AllOption = False,
+    app_spec: Annotated[
+        str,
+        typer.Option(
+            "--app",
+            help="module:attr naming the Orchestrator (its categories, settings and models).",
+        ),
+    ] = DEFAULT_APP,
+    prompts: Annotated[
+        Path | None, typer.Option("--prompts", help="A folder of prompt files to replay with.")
+    ] = None,
+    model: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--model",
+            help="EXPERT=SPEC (repeatable),"
+            " a SPEC for every expert, or `recorded` (no model call).",
+        ),
+    ] = None,
+    db: DbOption = None,
+) -> None:
+    """Re-run recorded turns with other prompts or models; exit 1 if a category or request
+    changed."""
+    console = Console()
+
+    async def work(log: AuditLog) -> ReplayReport:
+        ids = await _targets(log, conversation, every)
+        runner = build_runner(
+            load_app(app_spec), prompts_dir=prompts, models=parse_models(list(model or []))
+        )
+        report = ReplayReport()
+        with Progress(console=console, transient=True, disable=len(ids) < 2) as progress:
+            task = progress.add_task("replaying", total=len(ids))
+            for cid in ids:
+                [transcript] = await _transcripts(log, [cid])
+                report.diffs.extend(await replay_transcript(transcript, runner))
+                progress.advance(task)
+        return report
+
+    report = _run(work, db)
+    changed = [p for p in (diff_panel(d) for d in report.diffs) if p is not None]
+    for panel in changed:
+        console.print(panel)
+    console.print(summary_table(report))
+    verdict = "no category or request changed" if report.exit_code == 0 else "changes found"
+    console.print(f"{len(report.diffs)} turn(s) replayed: {verdict}")
+    raise typer.Exit(report.exit_code)

@@ -1,0 +1,173 @@
+"""The replay runner: re-run a recorded turn's experts with new prompts or models.
+
+`audit.replay` compares; this module re-runs, because only the orchestrator knows the
+experts. A replay builds a second `Orchestrator` from the application's categories and
+settings, with the prompts folder and models asked for and auditing off, and feeds each
+expert the thread exactly as recorded. Handlers are never called (they act on the world:
+orders, refunds); when the route and request are unchanged the recorded instruction is
+reused, built-in routes get their built-in instruction, and otherwise the reply is not
+re-run and the diff says so. `models="recorded"` answers every call from the recorded
+responses, so a replay makes no model call at all.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from audit.errors import ReplayError
+from audit.replay import RecordedTurn, ReplayResult
+from experts import NeedMoreInfo
+from experts.category import HUMAN, OTHER
+from experts.providers import FunctionModel, Message, ModelRequest
+from frontdesk.errors import ConfigError
+from orchestrator import _outcomes
+from orchestrator._orchestrator import Orchestrator
+from orchestrator._recorder import jsonable
+from orchestrator.turn import CONTENT_ERRORS
+
+EXPERTS = ("triage", "request", "response", "summariser")
+
+
+@dataclass
+class RecordedResponses:
+    """Answers each expert call from the current turn's recorded outputs, in order."""
+
+    turn: RecordedTurn | None = None
+    _used: dict[str, int] = field(default_factory=dict)
+
+    def start(self, turn: RecordedTurn) -> None:
+        """Serve `turn`'s recorded outputs from now on."""
+        self.turn, self._used = turn, {}
+
+    def answer(self, request: ModelRequest) -> Any:
+        """The next recorded output of `request.expert` in this turn."""
+        assert self.turn is not None
+        outputs = self.turn.outputs(request.expert)
+        index = self._used.get(request.expert, 0)
+        if index >= len(outputs):
+            raise ReplayError(
+                f"turn {self.turn.number} of {self.turn.conversation_id!r} has no recorded"
+                f" {request.expert} response to replay (the route changed); replay with a"
+                " model instead of `recorded`"
+            )
+        self._used[request.expert] = index + 1
+        return outputs[index]
+
+
+def parse_models(specs: list[str]) -> dict[str, str] | Literal["recorded"] | None:
+    """`--model` values: `recorded`, `EXPERT=SPEC` (repeatable), or one SPEC for all.
+
+    Raises:
+        ConfigError: an unknown expert name, or `recorded` mixed with other values.
+    """
+    if not specs:
+        return None
+    if "recorded" in specs:
+        if len(specs) > 1:
+            raise ConfigError(
+                "--model recorded replays every expert from the record; give it alone"
+            )
+        return "recorded"
+    models: dict[str, str] = {}
+    for spec in specs:
+        expert, sep, value = spec.partition("=")
+        if not sep:
+            models["default"] = spec
+            continue
+        if expert not in EXPERTS:
+            raise ConfigError(f"--model {spec!r}: unknown expert {expert!r}; use one of {EXPERTS}")
+        models[expert] = value
+    return models
+
+
+@dataclass
+class ReplayRunner:
+    """Re-runs recorded turns with a replay-configured orchestrator (auditing off)."""
+
+    orchestrator: Orchestrator
+    recorded: RecordedResponses | None = None
+
+    async def __call__(self, turn: RecordedTurn) -> ReplayResult:
+        """Re-run triage, extraction and the reply for one recorded turn."""
+        if self.recorded is not None:
+            self.recorded.start(turn)
+        triage, requests, response = self.orchestrator._experts  # see report: public hook
+        messages: list[Message] = [
+            {"role": m["role"], "content": m["content"]} for m in turn.messages
+        ]
+        meta = {"conversation_id": turn.conversation_id, "turn_id": turn.view.turn_id}
+        try:
+            category = (await triage.run(messages, metadata=meta)).category
+        except CONTENT_ERRORS:
+            category = HUMAN
+        request: dict[str, Any] | None = None
+        missing: dict[str, Any] | None = None
+        expert = requests.get(category)
+        if expert is not None:
+            try:
+                extracted = await expert.run(messages, metadata=meta)
+                request, missing = jsonable(extracted.request), jsonable(extracted.need_more_info)
+            except CONTENT_ERRORS:
+                pass
+        instruction, note = self._instruction(turn, category, request, missing, expert is None)
+        reply = None
+        if instruction is not None:
+            reply = (await response.run(messages, instruction, metadata=meta)).text
+        return ReplayResult(category, request, missing, reply, note)
+
+    def _instruction(
+        self,
+        turn: RecordedTurn,
+        category: str,
+        request: dict[str, Any] | None,
+        missing: dict[str, Any] | None,
+        builtin: bool,
+    ) -> tuple[str | None, str | None]:
+        """The response expert's instruction, without calling any handler."""
+        if category == HUMAN or (not builtin and request is None and missing is None):
+            return _outcomes.handoff().instruction, None
+        if category == OTHER:
+            return _outcomes.small_talk(self.orchestrator.categories.values()).instruction, None
+        if missing is not None:
+            return _outcomes.ask_for(NeedMoreInfo.model_validate(missing)).instruction, None
+        view = turn.view
+        if category == view.category and request == view.request and view.instruction:
+            return view.instruction, None
+        return None, "reply not re-run: the route changed and handlers are not called in replay"
+
+
+def build_runner(
+    app: Orchestrator,
+    *,
+    prompts_dir: Path | None = None,
+    models: Mapping[str, Any] | Literal["recorded"] | None = None,
+) -> ReplayRunner:
+    """A runner re-running turns with `app`'s categories and the given prompts and models.
+
+    Args:
+        app: The application's orchestrator (its categories, settings and models).
+        prompts_dir: A folder of prompt files replacing the app's (`--prompts`).
+        models: Per-expert specs replacing the app's (`"default"` for all), or
+            `"recorded"` to answer every call from the recorded responses.
+    """
+    recorded = RecordedResponses() if models == "recorded" else None
+    choice: dict[str, Any] = dict(app.models)
+    if recorded is not None:
+        double = FunctionModel(recorded.answer, name="recorded")
+        choice = dict.fromkeys(EXPERTS, double)
+    elif isinstance(models, Mapping) and models:
+        default = models.get("default")
+        choice = {e: models.get(e, default) or app.models[e] for e in EXPERTS}
+    replay = Orchestrator(
+        list(app.categories.values()),
+        model=choice,
+        audit=False,
+        prompts_dir=prompts_dir or app.prompts_dir,
+        settings=app.settings,
+        shop_name=app.shop_name,
+        max_message_chars=app.max_message_chars,
+    )
+    return ReplayRunner(replay, recorded)
