@@ -21,12 +21,17 @@ cache, so the turns are assumed less than 5 minutes apart; prefixes under the mo
 
 from __future__ import annotations
 
+import asyncio
 import json
+import logging
 import re
+import tempfile
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import structlog
 
 from experts.summariser import summariser_messages
 from threads.builder import ThreadMessage, UserThread
@@ -80,9 +85,9 @@ COUNTER = WordCounter()
 
 
 def words(prefix: str, n: int) -> str:
-    """`prefix` padded with filler words to exactly `n` words."""
+    """`prefix` padded with filler words to exactly `n` words (one token each)."""
     head = prefix.split()[:n]
-    return " ".join(head + [f"w{i}" for i in range(n - len(head))])
+    return " ".join(head + ["tok"] * (n - len(head)))
 
 
 @dataclass
@@ -285,6 +290,71 @@ def run_frontdesk(policy: CompactionPolicy | None = None) -> PolicyRun:
     return run
 
 
+# -- the real pipeline ---------------------------------------------------------------------
+
+
+async def _pipeline(directory: str) -> PolicyRun:
+    """The 40 turns through `Orchestrator`, with doubles that bill what they are sent."""
+    from examples.potato_shop import build
+    from experts.providers import FunctionModel, ModelRequest, ModelResponse, Usage
+
+    run, prompt_cache = PolicyRun("frontdesk pipeline"), PromptCache()
+    texts = scenario_turns()
+    turn: dict[str, Billed] = {}
+
+    def double(request: ModelRequest) -> ModelResponse:
+        messages = [{"role": m["role"], "content": m["content"]} for m in request.messages]
+        users = [i for i, m in enumerate(messages) if m["role"] == "user"]
+        # Everything before the new question is what the adapter marks (the stable prefix).
+        prefix = 0 if request.expert == "summariser" else users[-1]
+        billed = prompt_cache.bill(request.expert, request.system, messages, prefix)
+        turn[request.expert] = billed
+        last = messages[users[-1]]["content"]
+        output: object
+        if request.expert == "triage":
+            output = {"category": "REFUND" if "refund" in last.lower() else "OTHER", "reason": "-"}
+        elif request.expert == "request":
+            found = re.findall(r"\b\d{5}\b", " ".join(m["content"] for m in messages))
+            run.fact_kept_turn_40 = FACT in found
+            missing = {"missing": ["order_number"], "question": "Which order?"}
+            output = (
+                {"request": {"order_number": found[0]}, "need_more_info": None}
+                if found
+                else {"request": None, "need_more_info": missing}
+            )
+        elif request.expert == "summariser":
+            output = summariser_double(None, messages)
+        else:
+            output = answer(len(run.per_turn) + 1)
+        if request.output_type is not None:
+            output = request.output_type.model_validate(output)
+        usage = Usage(
+            input_tokens=billed.uncached,
+            cache_read_tokens=billed.cache_read,
+            cache_write_tokens=billed.cache_write,
+        )
+        return ModelResponse(output=output, usage=usage, model=PRICES.model)
+
+    orch = build(model=FunctionModel(double), store=f"sqlite:///{directory}/bench.db")
+    try:
+        for i, text in enumerate(texts, start=1):
+            turn = {}
+            await orch.handle("priya", question(i, text))
+            run.per_turn.append(turn)
+            # Compaction runs in the background after the reply; let it finish so its
+            # call is billed to this turn, as it would be before the user's next message.
+            await asyncio.gather(*list(orch._background))
+    finally:
+        await orch.aclose()
+    return run
+
+
+def run_pipeline() -> PolicyRun:
+    """`_pipeline` in a temporary SQLite database."""
+    with tempfile.TemporaryDirectory() as directory:
+        return asyncio.run(_pipeline(directory))
+
+
 # -- report -------------------------------------------------------------------------------
 
 
@@ -365,6 +435,34 @@ def report(prices: Prices = PRICES) -> str:
             ]
         )
     )
+    pipe = run_pipeline()
+    for expert in EXPERTS:
+        total = pipe.total(expert)
+        lines.append(
+            _row(
+                [
+                    f"frontdesk pipeline: {expert} ({total.calls} calls)",
+                    f"{pipe.last_turn_input(expert):,}",
+                    f"{total.input:,}",
+                    f"${total.plain_usd:.4f}",
+                    f"${total.cost_usd:.4f}",
+                    ("yes" if pipe.fact_kept_turn_40 else "no") if expert == "request" else "",
+                ]
+            )
+        )
+    piped = pipe.total()
+    lines.append(
+        _row(
+            [
+                "frontdesk pipeline: all experts",
+                f"{pipe.last_turn_input():,}",
+                f"{piped.input:,}",
+                f"${piped.plain_usd:.4f}",
+                f"${piped.cost_usd:.4f}",
+                "",
+            ]
+        )
+    )
     s4 = run_seed("summary+4", cache=False).total()
     lines += ["", "Ratios (frontdesk expert / seed's summary + last 4 exchanges):", ""]
     lines.append(_row(["expert", "total input", "billed with caching"]))
@@ -400,7 +498,8 @@ def report(prices: Prices = PRICES) -> str:
 
 
 def main() -> None:
-    """Print the report."""
+    """Print the report (the compactions' info logs silenced)."""
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
     print(report())
 
 
