@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterable, Mapping
+from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import Any, Literal
 
@@ -59,6 +60,8 @@ class Orchestrator:
         settings: Per-expert model settings.
         context: Extra data handed to every handler in `HandlerContext.extras`.
         lock_timeout: Seconds a turn waits for another turn on the same conversation.
+        lock_ttl: Seconds after which the lock of a crashed process expires.
+        token_counter: Counts message tokens (a fast local estimate by default).
     """
 
     def __init__(
@@ -75,6 +78,7 @@ class Orchestrator:
         settings: ExpertSettings | None = None,
         context: Mapping[str, Any] | None = None,
         lock_timeout: float = 30.0,
+        lock_ttl: float = 15.0,
         token_counter: TokenCounter | None = None,
     ) -> None:
         self.categories = check_registry(list(categories))
@@ -84,6 +88,7 @@ class Orchestrator:
         self.shop_name = shop_name
         self.max_message_chars = max_message_chars
         self.lock_timeout = lock_timeout
+        self.lock_ttl = lock_ttl
         self.token_counter: TokenCounter = token_counter or EstimatingCounter()
         self._context = dict(context or {})
         self._store_spec = store
@@ -209,7 +214,7 @@ class Orchestrator:
         """
         text = check_user_text(text, max_chars=self.max_message_chars)
         p = await self._open()
-        async with p.store.conversation_lock(conversation_id, timeout=self.lock_timeout):
+        async with self._lock(p, conversation_id):
             user_message, created = await p.store.add_user_message(
                 conversation_id,
                 text,
@@ -233,7 +238,7 @@ class Orchestrator:
             raise UserError(f"message {user_message_id} is an assistant message; edit a user one")
         conversation = await p.store.conversation(original.conversation_id)
         user_id = conversation.user_id if conversation else None
-        async with p.store.conversation_lock(original.conversation_id, timeout=self.lock_timeout):
+        async with self._lock(p, original.conversation_id):
             edited, _ = await p.store.add_user_message(
                 original.conversation_id,
                 text,
@@ -252,7 +257,7 @@ class Orchestrator:
         question = await p.store.get(answer.parent_id)
         conversation = await p.store.conversation(answer.conversation_id)
         user_id = conversation.user_id if conversation else None
-        async with p.store.conversation_lock(answer.conversation_id, timeout=self.lock_timeout):
+        async with self._lock(p, answer.conversation_id):
             return await self._answer(p, question, user_id)
 
     async def user_thread(self, conversation_id: str) -> UserThread:
@@ -287,6 +292,12 @@ class Orchestrator:
         await self.aclose()
 
     # -- machinery ----------------------------------------------------------------------
+
+    def _lock(self, p: Pipeline, conversation_id: str) -> AbstractAsyncContextManager[None]:
+        """Serialise turns on one conversation across processes."""
+        return p.store.conversation_lock(
+            conversation_id, timeout=self.lock_timeout, ttl=self.lock_ttl
+        )
 
     async def _answer(self, p: Pipeline, user_message: MessageRecord, user_id: str | None) -> Reply:
         """Run the pipeline for a stored user message and audit the turn in one batch."""

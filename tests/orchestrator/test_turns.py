@@ -1,0 +1,208 @@
+"""Which turn runs: idempotent retries, crash recovery, outages, edits, other processes."""
+
+from __future__ import annotations
+
+import asyncio
+import multiprocessing
+from typing import Any
+
+import pytest
+
+from examples.potato_shop import categories as potato_categories
+from experts.errors import ProviderOverloaded
+from experts.providers import FunctionModel, ModelRequest
+from orchestrator import Orchestrator, TurnFailed
+from threads.errors import IdempotencyConflict
+
+pytestmark = pytest.mark.anyio
+
+
+def ordering(team: Any) -> None:
+    team.route = lambda r: "ORDERS"
+    team.extract = lambda r: {"request": {"variety": "purple", "bags": 1}}
+
+
+async def test_same_client_id_twice_is_one_turn_and_no_second_model_call(
+    team: Any, db_url: str
+) -> None:
+    ordering(team)
+    orch = Orchestrator(potato_categories(), model=team.model(), store=db_url)
+    first = await orch.handle("c", "a bag of purple please", client_message_id="m-1")
+    calls = len(team.calls)
+    again = await orch.handle("c", "a bag of purple please", client_message_id="m-1")
+    transcript = await orch.transcript("c")
+    await orch.aclose()
+    assert calls == 3
+    assert len(team.calls) == 3
+    assert again.replayed and not first.replayed
+    assert (again.text, again.message_id, again.category) == (
+        first.text,
+        first.message_id,
+        "ORDERS",
+    )
+    assert again.request == first.request
+    assert [m.role for m in transcript] == ["user", "assistant"]
+
+
+async def test_same_client_id_concurrently_is_one_turn(team: Any, db_url: str) -> None:
+    ordering(team)
+    orch = Orchestrator(potato_categories(), model=team.model(), store=db_url)
+    replies = await asyncio.gather(
+        *(orch.handle("c", "a bag please", client_message_id="m-1") for _ in range(5))
+    )
+    transcript = await orch.transcript("c")
+    await orch.aclose()
+    assert len({r.message_id for r in replies}) == 1
+    assert sum(not r.replayed for r in replies) == 1
+    assert len(team.calls) == 3
+    assert [m.role for m in transcript] == ["user", "assistant"]
+
+
+async def test_same_client_id_with_other_text_is_a_conflict_that_writes_nothing(
+    team: Any, db_url: str
+) -> None:
+    ordering(team)
+    orch = Orchestrator(potato_categories(), model=team.model(), store=db_url)
+    await orch.handle("c", "a bag please", client_message_id="m-1")
+    calls = len(team.calls)
+    with pytest.raises(IdempotencyConflict):
+        await orch.handle("c", "ten bags please", client_message_id="m-1")
+    transcript = await orch.transcript("c")
+    await orch.aclose()
+    assert len(team.calls) == calls
+    assert [m.content for m in transcript] == ["a bag please", transcript[1].content]
+
+
+async def test_an_outage_keeps_the_message_and_a_retry_finishes_the_turn(
+    team: Any, db_url: str
+) -> None:
+    ordering(team)
+    down = True
+
+    def flaky(request: ModelRequest) -> Any:
+        if down and request.expert == "response":
+            raise ProviderOverloaded("overloaded", status_code=529, model="fake", attempts=4)
+        return team(request)
+
+    orch = Orchestrator(potato_categories(), model=FunctionModel(flaky), store=db_url)
+    with pytest.raises(TurnFailed) as failed:
+        await orch.handle("c", "a bag of purple", client_message_id="m-1")
+    assert failed.value.stage == "response"
+    assert failed.value.safe_reply
+    stored = await orch.transcript("c")
+    assert [(m.role, m.content) for m in stored] == [("user", "a bag of purple")]
+    assert failed.value.user_message_id == stored[0].id
+
+    down = False
+    reply = await orch.handle("c", "a bag of purple", client_message_id="m-1")
+    transcript = await orch.transcript("c")
+    log = orch.audit_log
+    assert log is not None
+    kinds = [e.kind for e in await log.events("c")]
+    await orch.aclose()
+    assert not reply.replayed
+    assert reply.user_message_id == stored[0].id
+    assert [m.role for m in transcript] == ["user", "assistant"]
+    assert kinds.count("turn_failed") == 1 and kinds.count("reply") == 1
+
+
+async def test_edit_makes_a_sibling_branch_and_regenerate_a_sibling_answer(
+    team: Any, db_url: str
+) -> None:
+    ordering(team)
+    orch = Orchestrator(potato_categories(), model=team.model(), store=db_url)
+    first = await orch.handle("c", "one bag of purple")
+    second = await orch.handle("c", "make it two")
+    edited = await orch.edit(second.user_message_id, "make it five")
+    path = await orch.transcript("c")
+    assert [m.content for m in path][:3] == ["one bag of purple", first.text, "make it five"]
+    assert path[2].parent_id == first.message_id
+    regenerated = await orch.regenerate(edited.message_id)
+    path = await orch.transcript("c")
+    siblings = await orch.store.replies_to(edited.user_message_id)
+    await orch.aclose()
+    assert path[-1].id == regenerated.message_id
+    assert {m.id for m in siblings} == {edited.message_id, regenerated.message_id}
+    last_request = team.of("request")[-1]
+    assert [m["content"] for m in last_request.messages] == [
+        "one bag of purple",
+        first.text,
+        "make it five",
+    ]
+
+
+def _carry_on(db_url: str, conversation: str, text: str) -> list[tuple[str, str]]:
+    """Run in a separate process: a new Orchestrator over the same database."""
+
+    def fake(request: ModelRequest) -> Any:
+        if request.expert == "triage":
+            return {"category": "OTHER"}
+        return f"seen {len(request.messages) - 1} earlier turns"
+
+    async def run() -> list[tuple[str, str]]:
+        orch = Orchestrator(potato_categories(), model=FunctionModel(fake), store=db_url)
+        await orch.handle(conversation, text)
+        thread = await orch.user_thread(conversation)
+        await orch.aclose()
+        return [(m.role, m.content) for m in thread.messages]
+
+    return asyncio.run(run())
+
+
+async def test_another_process_carries_the_conversation_on(team: Any, db_url: str) -> None:
+    orch = Orchestrator(potato_categories(), model=team.model(), store=db_url)
+    reply = await orch.handle("c", "hello")
+    await orch.aclose()
+    ctx = multiprocessing.get_context("spawn")
+    with ctx.Pool(1) as pool:
+        thread = await asyncio.to_thread(pool.apply, _carry_on, (db_url, "c", "still there?"))
+    assert thread == [
+        ("user", "hello"),
+        ("assistant", reply.text),
+        ("user", "still there?"),
+        ("assistant", "seen 3 earlier turns"),
+    ]
+
+
+def _hang_in_response(db_url: str, conversation: str) -> None:
+    """Run in a separate process: store the user message, then hang in the response expert."""
+
+    async def fake(request: ModelRequest) -> Any:
+        if request.expert == "triage":
+            return {"category": "OTHER"}
+        await asyncio.sleep(3600)
+        return "never"
+
+    async def run() -> None:
+        orch = Orchestrator(
+            potato_categories(), model=FunctionModel(fake), store=db_url, lock_ttl=1.0
+        )
+        await orch.handle(conversation, "hello?", client_message_id="m-1")
+
+    asyncio.run(run())
+
+
+async def test_a_crash_mid_turn_leaves_the_message_once_and_a_retry_answers_once(
+    team: Any, db_url: str
+) -> None:
+    ctx = multiprocessing.get_context("spawn")
+    worker = ctx.Process(target=_hang_in_response, args=(db_url, "c"))
+    worker.start()
+    orch = Orchestrator(potato_categories(), model=team.model(), store=db_url, lock_ttl=1.0)
+    try:
+        for _ in range(300):
+            await asyncio.sleep(0.05)
+            if worker.exitcode is None and await orch.transcript("c"):
+                break
+        assert [m.content for m in await orch.transcript("c")] == ["hello?"]
+    finally:
+        worker.kill()
+        worker.join()
+    reply = await orch.handle("c", "hello?", client_message_id="m-1")
+    transcript = await orch.transcript("c")
+    await orch.aclose()
+    assert [(m.role, m.content) for m in transcript] == [
+        ("user", "hello?"),
+        ("assistant", reply.text),
+    ]
+    assert len(team.of("response")) == 1
