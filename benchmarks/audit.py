@@ -1,0 +1,176 @@
+"""Audit overhead: what writing one turn's audit batch costs on the reply path.
+
+Two measurements on a SQLite file (and PostgreSQL with `--pg URL`):
+
+1. `append`: one turn's batch of 8 events (turn_started, 3 model attempts with their
+   system prompts and messages, triage, request, outcome, reply) appended with
+   `AuditLog.append`, 300 turns over 30 conversations; median and p95 ms per batch.
+2. `turn`: full `Orchestrator.handle` turns with instant `FunctionModel` experts, auditing
+   on vs off (`audit=False`), 150 turns each; the median difference is the overhead.
+
+    python -m benchmarks.audit [--turns 300] [--pg postgresql+asyncpg://...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from audit.events import AuditEvent
+from audit.store import AuditLog
+from examples.potato_shop import categories
+from experts.providers import FunctionModel, ModelRequest
+from frontdesk.db import create_engine
+from orchestrator import Orchestrator
+
+SYSTEM = "You are an expert of a customer-service team. " * 40  # ~2 kB, like the real prompts
+TEXT = "I'd like to buy a bag of purple potatoes, please, delivered tomorrow."
+
+
+def turn_batch(turn_id: str, history: int) -> list[AuditEvent]:
+    """One turn's 8 events, with `history` earlier messages in each attempt's payload."""
+    messages = [
+        {"role": "user" if i % 2 == 0 else "assistant", "content": TEXT} for i in range(history)
+    ] + [{"role": "user", "content": TEXT}]
+    usage = {
+        "input_tokens": 900,
+        "output_tokens": 40,
+        "cache_read_tokens": 600,
+        "cache_write_tokens": 0,
+    }
+
+    def attempt(expert: str, output: Any) -> AuditEvent:
+        return AuditEvent(
+            kind="model_attempt",
+            turn_id=turn_id,
+            system_prompt=SYSTEM + expert,
+            payload={
+                "expert": expert,
+                "model": "anthropic:claude-sonnet-4-5",
+                "attempt": 1,
+                "latency_ms": 420.0,
+                "messages": messages,
+                "usage": usage,
+                "status_code": 200,
+                "output": output,
+                "response_body": {"content": [{"text": str(output)}]},
+                "provider_request_id": "req_" + turn_id,
+            },
+        )
+
+    return [
+        AuditEvent(kind="turn_started", turn_id=turn_id, payload={"text": TEXT}),
+        attempt("triage", {"category": "ORDERS", "reason": "buying"}),
+        AuditEvent(kind="triage", turn_id=turn_id, payload={"category": "ORDERS"}),
+        attempt("request", {"request": {"variety": "purple", "bags": 1}}),
+        AuditEvent(kind="request", turn_id=turn_id, payload={"request": {"bags": 1}}),
+        AuditEvent(kind="outcome", turn_id=turn_id, payload={"instruction": "Ask to confirm"}),
+        attempt("response", "Ok great, please press confirm."),
+        AuditEvent(kind="reply", turn_id=turn_id, payload={"text": "Ok great"}),
+    ]
+
+
+def _stats(ms: list[float]) -> str:
+    p95 = statistics.quantiles(ms, n=20)[18]
+    return f"median {statistics.median(ms):.2f} ms, p95 {p95:.2f} ms (n={len(ms)})"
+
+
+async def bench_append_pg(url: str, turns: int) -> list[float]:
+    """`bench_append` in a fresh PostgreSQL schema, dropped afterwards."""
+    schema = f"bench_audit_{uuid.uuid4().hex[:8]}"
+    admin = create_engine(url)
+    async with admin.begin() as conn:
+        await conn.execute(text(f'CREATE SCHEMA "{schema}"'))
+    engine = create_engine(url, connect_args={"server_settings": {"search_path": schema}})
+    try:
+        return await bench_append(engine, turns)
+    finally:
+        await engine.dispose()
+        async with admin.begin() as conn:
+            await conn.execute(text(f'DROP SCHEMA "{schema}" CASCADE'))
+        await admin.dispose()
+
+
+async def bench_append(url: str | AsyncEngine, turns: int) -> list[float]:
+    """Milliseconds per 8-event batch."""
+    log = await AuditLog.open(url)
+    convs = [f"bench-{uuid.uuid4().hex[:8]}" for _ in range(30)]
+    times = []
+    try:
+        for i in range(turns):
+            batch = turn_batch(f"t{i}", history=2 * (i // len(convs)))
+            start = time.perf_counter()
+            await log.append(convs[i % len(convs)], batch)
+            times.append((time.perf_counter() - start) * 1000)
+    finally:
+        await log.aclose()
+    return times
+
+
+def _answer(request: ModelRequest) -> Any:
+    if request.expert == "triage":
+        return {"category": "ORDERS", "reason": "buying"}
+    if request.expert == "request":
+        return {"request": {"variety": "purple", "bags": 1}, "need_more_info": None}
+    return "Ok great, please press confirm to buy one bag of purple potatoes."
+
+
+async def bench_turns(folder: Path, audit: bool, turns: int) -> list[float]:
+    """Milliseconds per full turn (instant models), auditing on or off."""
+    orch = Orchestrator(
+        categories(),
+        model=FunctionModel(_answer),
+        audit=audit,
+        store=f"sqlite:///{folder / f'turns-{audit}.db'}",
+    )
+    times = []
+    try:
+        await orch.open()
+        for i in range(turns):
+            start = time.perf_counter()
+            await orch.handle(f"c{i % 30}", f"{TEXT} ({i})", client_message_id=f"m{i}")
+            times.append((time.perf_counter() - start) * 1000)
+    finally:
+        await orch.aclose()
+    return times
+
+
+async def run(turns: int, pg: str | None) -> None:
+    """Print the measurements."""
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp)
+        sqlite_append = await bench_append(f"sqlite:///{folder / 'audit.db'}", turns)
+        print(f"append 8-event batch, SQLite:     {_stats(sqlite_append)}")
+        if pg:
+            print(f"append 8-event batch, PostgreSQL: {_stats(await bench_append_pg(pg, turns))}")
+        half = max(turns // 2, 20)
+        off = await bench_turns(folder, False, half)
+        on = await bench_turns(folder, True, half)
+        print(f"full turn, audit off, SQLite:     {_stats(off)}")
+        print(f"full turn, audit on,  SQLite:     {_stats(on)}")
+        delta = statistics.median(on) - statistics.median(off)
+        print(f"audit overhead per turn (median on - median off): {delta:.2f} ms")
+
+
+def main(argv: list[str]) -> None:
+    """`python -m benchmarks.audit [--turns N] [--pg URL]`."""
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.audit")
+    parser.add_argument("--turns", type=int, default=300)
+    parser.add_argument("--pg", default=None, help="Also measure appends on this PostgreSQL URL.")
+    args, _ = parser.parse_known_args(argv)
+    asyncio.run(run(args.turns, args.pg))
+
+
+if __name__ == "__main__":
+    import sys
+
+    main(sys.argv[1:])
