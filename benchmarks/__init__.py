@@ -1,1 +1,1 @@
-"""Benchmarks run by `make bench` (`python -m benchmarks`); not part of the test suite."""
+"""Benchmarks: `python -m benchmarks` runs every module's `main()`; see docs/benchmarks.md."""

@@ -1,27 +1,24 @@
-"""Run every benchmark module in this package: `python -m benchmarks [args passed on]`.
-
-Each module `benchmarks/<name>.py` with a `main(argv)` function is one benchmark.
-"""
+"""Run every benchmark module (`benchmarks/*.py` with a `main()`), in name order."""
 
 from __future__ import annotations
 
 import importlib
 import pkgutil
-import sys
 
 import benchmarks
 
 
-def main(argv: list[str]) -> None:
-    """Run each benchmark module's `main` in name order."""
+def main() -> None:
+    """Import each benchmark module and call its `main()`."""
     for info in sorted(pkgutil.iter_modules(benchmarks.__path__), key=lambda m: m.name):
         if info.name.startswith("_"):
             continue
         module = importlib.import_module(f"benchmarks.{info.name}")
-        if hasattr(module, "main"):
-            print(f"== benchmarks.{info.name}", flush=True)
-            module.main(argv)
+        run = getattr(module, "main", None)
+        if callable(run):
+            print(f"== benchmarks.{info.name}")
+            run()
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    main()
