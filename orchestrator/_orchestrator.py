@@ -41,6 +41,13 @@ log = structlog.get_logger("frontdesk.orchestrator")
 DEFAULT_STORE = "sqlite:///frontdesk.db"
 
 
+def _passed_in(model: object, choice: ModelChoice) -> bool:
+    """Whether `model` is an instance the caller passed (rather than one built from a spec)."""
+    if isinstance(choice, Mapping):
+        return any(model is c for c in choice.values())
+    return model is choice
+
+
 class Orchestrator:
     """Runs customer-service turns through the experts over one shared user thread.
 
@@ -83,6 +90,11 @@ class Orchestrator:
     ) -> None:
         self.categories = check_registry(list(categories))
         self.models = resolve_models(model)
+        # Models built here from spec strings hold HTTP clients this orchestrator must close;
+        # Model instances passed in belong to the caller.
+        self._owned_models = {
+            id(m): m for m in self.models.values() if not _passed_in(m, model)
+        }.values()
         self.prompts_dir = Path(prompts_dir) if prompts_dir is not None else None
         self.settings = settings or ExpertSettings()
         self.shop_name = shop_name
@@ -282,6 +294,10 @@ class Orchestrator:
             await self._audit.aclose()
         if self._pipeline is not None and self._owns_store:
             await self._pipeline.store.aclose()
+        for model in self._owned_models:
+            close = getattr(model, "aclose", None)
+            if close is not None:
+                await close()
         self._pipeline = None
         self._audit = None
 

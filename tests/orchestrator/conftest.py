@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from experts.providers import FunctionModel, ModelRequest
+from tests.threads.conftest import create_pg_database, drop_pg_database
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 
@@ -64,3 +65,13 @@ def team() -> FakeTeam:
 @pytest.fixture
 def db_url(tmp_path: Path) -> str:
     return f"sqlite:///{tmp_path / 'frontdesk.db'}"
+
+
+@pytest.fixture
+def fresh_pg_url() -> Iterator[str]:
+    """An empty PostgreSQL database for this test alone (fails when PostgreSQL is down)."""
+    url = create_pg_database()
+    try:
+        yield url
+    finally:
+        drop_pg_database(url)

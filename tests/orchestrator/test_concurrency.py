@@ -12,7 +12,6 @@ import pytest
 from examples.potato_shop import categories as potato_categories
 from experts.providers import FunctionModel, ModelRequest
 from orchestrator import Orchestrator
-from tests.conftest import PG_URL
 
 pytestmark = pytest.mark.anyio
 
@@ -39,11 +38,17 @@ def _worker(url: str, conversation: str, worker: int) -> None:
     asyncio.run(run())
 
 
-@pytest.mark.parametrize("backend", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def url(request: pytest.FixtureRequest, db_url: str) -> str:
+    """A SQLite file, or a fresh PostgreSQL database."""
+    if request.param == "postgres":
+        return str(request.getfixturevalue("fresh_pg_url"))
+    return db_url
+
+
 async def test_processes_appending_to_one_conversation_lose_and_duplicate_nothing(
-    backend: str, db_url: str
+    url: str,
 ) -> None:
-    url = PG_URL if backend == "postgres" else db_url
     conversation = f"conc-{uuid.uuid4().hex}"
     ctx = multiprocessing.get_context("spawn")
     workers = [ctx.Process(target=_worker, args=(url, conversation, w)) for w in range(PROCESSES)]
