@@ -1,1 +1,68 @@
-"""audit package."""
+"""audit: the append-only, hash-chained record of every expert call and turn decision.
+
+`AuditLog` stores and verifies it; `build_transcript` reads it back as turns and calls;
+`cost_report`, `render_html` / `write_jsonl` and `replay_transcript` serve the ops commands
+(`frontdesk audit show|export|verify|cost|replay`). The package imports neither `experts`
+nor `orchestrator`.
+"""
+
+from audit.chain import ChainProblem, ConversationVerdict, Head, VerifyReport
+from audit.cost import CostLine, CostReport, cost_report
+from audit.errors import (
+    AuditConfigError,
+    AuditError,
+    AuditPayloadError,
+    AuditWriteError,
+    ReplayError,
+    UnknownConversation,
+)
+from audit.events import AuditEvent, EventKind
+from audit.export import render_html, write_jsonl
+from audit.pricing import PRICES, Cost, Price, cost_of, price_of
+from audit.replay import (
+    RecordedTurn,
+    ReplayReport,
+    ReplayResult,
+    TurnDiff,
+    TurnRunner,
+    replay_transcript,
+)
+from audit.store import AuditLog, StoredAuditEvent
+from audit.transcript import ExpertCall, Transcript, TurnView, build_transcript
+
+__all__ = [
+    "PRICES",
+    "AuditConfigError",
+    "AuditError",
+    "AuditEvent",
+    "AuditLog",
+    "AuditPayloadError",
+    "AuditWriteError",
+    "ChainProblem",
+    "ConversationVerdict",
+    "Cost",
+    "CostLine",
+    "CostReport",
+    "EventKind",
+    "ExpertCall",
+    "Head",
+    "Price",
+    "RecordedTurn",
+    "ReplayError",
+    "ReplayReport",
+    "ReplayResult",
+    "StoredAuditEvent",
+    "Transcript",
+    "TurnDiff",
+    "TurnRunner",
+    "TurnView",
+    "UnknownConversation",
+    "VerifyReport",
+    "build_transcript",
+    "cost_of",
+    "cost_report",
+    "price_of",
+    "render_html",
+    "replay_transcript",
+    "write_jsonl",
+]
