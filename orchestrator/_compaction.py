@@ -74,6 +74,9 @@ class Compactor:
             leaf_id: The last message of the path (the reply just stored).
             force: Compact even under the threshold (keeping the policy's last exchanges).
         """
+        if not force and not await self._due(leaf_id):
+            # Most turns: a read, no lease write, so turns never queue behind compaction.
+            return CompactionResult(status="not_needed")
         name, owner = f"compaction:{conversation_id}", uuid.uuid4().hex
         if not await self.store.try_lease(name, owner, self.lease_ttl):
             log.info("compaction.busy", conversation_id=conversation_id)
@@ -82,6 +85,10 @@ class Compactor:
             return await self._compact(conversation_id, leaf_id, force=force)
         finally:
             await self.store.release_lease(name, owner)
+
+    async def _due(self, leaf_id: str) -> bool:
+        thread = await build_thread(self.store, leaf_id)
+        return self.policy.plan(thread.messages, self.counter) is not None
 
     async def _compact(
         self, conversation_id: str, leaf_id: str, *, force: bool
