@@ -24,7 +24,7 @@ BUILTIN_DESCRIPTIONS: Mapping[str, tuple[str, tuple[str, ...]]] = {
     ),
     HUMAN: (
         "The customer asks for a person, or is distressed or angry.",
-        ("Can I talk to a human?", "This is the third time, I'm furious"),
+        ("Can I talk to a human?", "I'm furious, get me someone who can help"),
     ),
 }
 

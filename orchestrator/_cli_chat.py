@@ -10,6 +10,7 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.panel import Panel
 from rich.table import Table
 
@@ -43,14 +44,14 @@ def _turn_table(number: int, text: str, reply: Reply) -> Table:
     table = Table(show_header=False, box=None, padding=(0, 1))
     table.add_column(style="bold cyan", no_wrap=True)
     table.add_column()
-    table.add_row("user", text)
+    table.add_row("user", escape(text))
     table.add_row("category", reply.category or "-")
     if reply.request is not None:
-        table.add_row("request", json.dumps(reply.request.model_dump(mode="json")))
+        table.add_row("request", escape(json.dumps(reply.request.model_dump(mode="json"))))
     elif reply.need_more_info is not None:
-        table.add_row("missing", ", ".join(reply.need_more_info.missing) or "-")
-    table.add_row("instruction", reply.outcome.instruction if reply.outcome else "-")
-    table.add_row("reply", f"[green]{reply.text}[/green]")
+        table.add_row("missing", escape(", ".join(reply.need_more_info.missing) or "-"))
+    table.add_row("instruction", escape(reply.outcome.instruction) if reply.outcome else "-")
+    table.add_row("reply", f"[green]{escape(reply.text)}[/green]")
     usage = ", ".join(
         f"{expert} {u.total_input_tokens}in/{u.output_tokens}out" for expert, u in reply.usage.items()
     )
@@ -95,15 +96,15 @@ async def _chat(app: str, model: str | None, db: str, conversation: str) -> None
             try:
                 reply = await orch.handle(conversation, text)
             except InvalidUserText as e:
-                console.print(f"[red]{e}[/red]")
+                console.print(f"[red]{escape(str(e))}[/red]")
                 continue
             except TurnFailed as e:
-                console.print(f"[yellow]{e.safe_reply}[/yellow]  [dim]({e.stage}: {e})[/dim]")
+                console.print(f"[yellow]{e.safe_reply}[/yellow]  [dim]({e.stage}: {escape(str(e))})[/dim]")
                 continue
             detail = reply.category or ""
             if reply.request is not None:
                 detail += " " + json.dumps(reply.request.model_dump(mode="json"))
-            console.print(f"[dim]{detail}[/dim]\n[green]bot>[/green] {reply.text}")
+            console.print(f"[dim]{escape(detail)}[/dim]\n[green]bot>[/green] {escape(reply.text)}")
     finally:
         await orch.aclose()
 

@@ -14,8 +14,8 @@ def handoff() -> Outcome:
     """`HUMAN`: a person takes over; `data["handoff"]` tells the embedding bot."""
     return Outcome(
         instruction=(
-            "Tell the user that a person from the team will take over this conversation"
-            " shortly, and that they will not need to repeat themselves. Be warm and brief."
+            "Tell the user a person from the team will take over this conversation shortly"
+            " and they will not need to repeat themselves. Be warm and brief."
         ),
         data={"handoff": True},
     )
@@ -26,8 +26,8 @@ def small_talk(categories: Iterable[Category]) -> Outcome:
     topics = "; ".join(c.description.rstrip(".") for c in categories)
     return Outcome(
         instruction=(
-            "The message is small talk or outside what the team handles. Reply politely and"
-            f" briefly, and if it helps, say what you can help with: {topics}."
+            f"Tell the user we are here to help with: {topics}. The message was small talk or"
+            " outside what the team handles: answer it politely and briefly, in kind."
         )
     )
 
@@ -48,9 +48,9 @@ def handler_failed() -> Outcome:
     """The handler raised: apologise, change nothing, offer a retry or a person."""
     return Outcome(
         instruction=(
-            "Apologise that something went wrong on our side while handling the request."
-            " Say that nothing was changed, and ask the user to try again in a moment or to"
-            " ask for a person."
+            "Tell the user something went wrong on our side while handling the request and"
+            " nothing was changed. Ask them to try again in a moment or to ask for a person."
+            " Apologise."
         ),
         data={"error": "handler_failed"},
     )

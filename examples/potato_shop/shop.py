@@ -64,6 +64,10 @@ class RefundRequest(BaseModel):
     reason: str | None = Field(default=None, description="Why, in the user's words, if given.")
 
 
+def _bags(count: int) -> str:
+    return f"{count} bag{'s' if count != 1 else ''}"
+
+
 async def _order(context: HandlerContext, number: str) -> dict[str, Any] | None:
     stored: dict[str, Any] | None = await context.store.get(f"order:{number}")
     return stored if stored is not None else SEED_ORDERS.get(number)
@@ -72,7 +76,7 @@ async def _order(context: HandlerContext, number: str) -> dict[str, Any] | None:
 async def place_order(request: OrderRequest, context: HandlerContext) -> Outcome:
     """Ask to confirm first; once confirmed, place the order and keep it in the database."""
     total = PRICE_PER_BAG[request.variety] * request.bags
-    what = f"{request.bags} bag{'s' if request.bags != 1 else ''} of {request.variety} potatoes"
+    what = f"{_bags(request.bags)} of {request.variety} potatoes"
     if not request.confirmed:
         pending = {"variety": request.variety, "bags": request.bags, "total": total}
         await context.store.put(f"pending:{context.conversation_id}", pending)
@@ -110,7 +114,7 @@ async def order_status(request: OrderStatusRequest, context: HandlerContext) -> 
             " to check the number."
         )
     return Outcome(
-        instruction=f"Tell the user that order {request.order_number} ({order['bags']} bags of"
+        instruction=f"Tell the user that order {request.order_number} ({_bags(order['bags'])} of"
         f" {order['variety']}) is {order['status']}.",
         data={"order_number": request.order_number, "status": order["status"]},
     )
@@ -148,7 +152,8 @@ async def refund(request: RefundRequest, context: HandlerContext) -> Outcome:
 
 ORDERS = Category(
     name="ORDERS",
-    description="Buying potatoes, or changing or confirming an order not yet placed.",
+    description="Buying potatoes (purple, idaho, maris piper), or changing or confirming an"
+    " order not yet placed.",
     request=OrderRequest,
     handler=place_order,
     examples=["I'd like to buy a bag of purple potatoes", "Make it three bags", "Yes, confirm"],

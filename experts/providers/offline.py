@@ -26,7 +26,7 @@ from typing import Any, Literal, get_args, get_origin
 from pydantic import BaseModel, ValidationError
 
 from experts.errors import OutputValidationError
-from experts.providers.base import Message, ModelRequest, ModelResponse, json_schema_of
+from experts.providers.base import Message, ModelRequest, ModelResponse, Usage, json_schema_of
 from experts.providers.function import report_call
 
 LABEL = "[offline]"
@@ -83,6 +83,18 @@ def _tokens(text: str) -> set[str]:
     return {_stem(w.removesuffix("'s")) for w in words if w not in _STOP}
 
 
+def _estimated_usage(request: ModelRequest, raw: Any) -> Usage:
+    """Roughly what a real model would bill (4 characters a token), so figures stay readable.
+
+    The stand-in has no tokenizer; these are estimates, and the audit log names the model
+    `offline`, so nobody mistakes them for provider-reported usage.
+    """
+    sent = len(request.system) + sum(len(m["content"]) + 16 for m in request.messages)
+    if request.output_type is not None:
+        sent += len(str(json_schema_of(request.output_type)))
+    return Usage(input_tokens=sent // 4 + 1, output_tokens=len(str(raw)) // 4 + 1)
+
+
 class OfflineModel:
     """The `offline` model: deterministic, no network, clearly labelled as a stand-in."""
 
@@ -100,7 +112,13 @@ class OfflineModel:
             report_call(request, self.name, 1, started, None, exc)
             raise
         raw = output.model_dump(mode="json") if isinstance(output, BaseModel) else output
-        response = ModelResponse(output=output, model=self.name, stop_reason="end_turn", raw=raw)
+        response = ModelResponse(
+            output=output,
+            model=self.name,
+            stop_reason="end_turn",
+            raw=raw,
+            usage=_estimated_usage(request, raw),
+        )
         report_call(request, self.name, 1, started, response, None)
         return response
 
@@ -351,16 +369,45 @@ def _second_person(text: str) -> str:
     return text
 
 
+_SENTENCE = re.compile(r"(?<=[.!?;])\s+(?=[A-Z])")
+_APOLOGISE = re.compile(r"apologi[sz]e\b\s*(?:to (?:the user|them)\s*)?(.*)", re.IGNORECASE)
+# Sentences about how to write the reply, not what it says: the stand-in leaves them out.
+_STYLE = re.compile(
+    r"(be|reply|keep|answer|do not|don't|never|use|avoid|mention|respond|write)\b", re.IGNORECASE
+)
+
+
 def reply_from_instruction(instruction: str) -> str:
-    """A reply that carries out `instruction`, e.g. "Ask the user to confirm X" -> confirm X."""
-    text = " ".join(instruction.split()).rstrip(".!? ")
+    """A reply that carries out `instruction`, sentence by sentence.
+
+    "Ask the user to confirm X" becomes "Please confirm: X.", "Tell the user that Y" becomes
+    "Y.", "Apologise for Z" becomes "Sorry for Z.", and sentences about style ("Be brief")
+    are left out.
+    """
+    parts = [_reply_sentence(s) for s in _SENTENCE.split(" ".join(instruction.split()))]
+    body = " ".join(p for p in parts if p) or "Done."
+    return f"{LABEL} {body}"
+
+
+def _reply_sentence(sentence: str) -> str:
+    text = sentence.rstrip(".!?; ")
+    if not text:
+        return ""
     for pattern, template in _INSTRUCTIONS:
         match = re.fullmatch(pattern, text, flags=re.IGNORECASE)
         if match:
-            body = template.format(_second_person(match.group(1)))
-            return f"{LABEL} {body[0].upper()}{body[1:]}"
-    body = _second_person(text) or "Done"
-    return f"{LABEL} {body[0].upper()}{body[1:]}."
+            return _capitalised(template.format(_second_person(match.group(1))))
+    apology = _APOLOGISE.fullmatch(text)
+    if apology:
+        rest = _second_person(apology.group(1))
+        return "Sorry" + (f" {rest}" if rest and not rest.startswith("that") else "") + "."
+    if _STYLE.match(text):
+        return ""
+    return _capitalised(_second_person(text)) + "."
+
+
+def _capitalised(text: str) -> str:
+    return text[:1].upper() + text[1:]
 
 
 _REQUEST_CUE = re.compile(
