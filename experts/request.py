@@ -80,7 +80,9 @@ def _kind(prop: Mapping[str, Any], defs: Mapping[str, Any]) -> str:
     if "const" in prop:
         return f"exactly {json.dumps(prop['const'])}"
     kind = str(prop.get("type", "value"))
-    bounds = [f"{k} {prop[k]}" for k in ("minimum", "maximum", "minLength", "maxLength") if k in prop]
+    bounds = [
+        f"{k} {prop[k]}" for k in ("minimum", "maximum", "minLength", "maxLength") if k in prop
+    ]
     return kind + (f" ({', '.join(bounds)})" if bounds else "")
 
 

@@ -42,7 +42,10 @@ class ResponseExpert:
             {"role": "assistant", "content": instruction},
         ]
         request = self.call.build(
-            with_instruction, output_type=None, cache_prefix_messages=cache_prefix, metadata=metadata
+            with_instruction,
+            output_type=None,
+            cache_prefix_messages=cache_prefix,
+            metadata=metadata,
         )
         response = await self.call.send(request)
         text = str(response.output).strip()

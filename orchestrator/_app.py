@@ -23,7 +23,9 @@ def describe_models(model: ModelChoice) -> str:
     """One line saying which models will answer, naming the offline stand-in plainly."""
     choice = default_model_choice() if model is None else model
     specs = choice if isinstance(choice, dict) else {"default": choice}
-    names = {k: (v if isinstance(v, str) else getattr(v, "name", repr(v))) for k, v in specs.items()}
+    names = {
+        k: (v if isinstance(v, str) else getattr(v, "name", repr(v))) for k, v in specs.items()
+    }
     if set(names.values()) == {"offline"}:
         return (
             "No ANTHROPIC_API_KEY or OPENAI_API_KEY set: using the offline stand-in model"

@@ -32,10 +32,12 @@ DEMO_TURNS = [
 ]
 
 DbOption = Annotated[
-    str | None, typer.Option("--db", help="Database URL (default: $FRONTDESK_DB or sqlite:///frontdesk.db).")
+    str | None,
+    typer.Option("--db", help="Database URL (default: $FRONTDESK_DB or sqlite:///frontdesk.db)."),
 ]
 ModelOption = Annotated[
-    str | None, typer.Option("--model", help="Model spec, e.g. offline, anthropic:claude-sonnet-4-5.")
+    str | None,
+    typer.Option("--model", help="Model spec, e.g. offline, anthropic:claude-sonnet-4-5."),
 ]
 AppOption = Annotated[str, typer.Option("--app", help="module:attr naming an Orchestrator.")]
 
@@ -53,7 +55,8 @@ def _turn_table(number: int, text: str, reply: Reply) -> Table:
     table.add_row("instruction", escape(reply.outcome.instruction) if reply.outcome else "-")
     table.add_row("reply", f"[green]{escape(reply.text)}[/green]")
     usage = ", ".join(
-        f"{expert} {u.total_input_tokens}in/{u.output_tokens}out" for expert, u in reply.usage.items()
+        f"{expert} {u.total_input_tokens}in/{u.output_tokens}out"
+        for expert, u in reply.usage.items()
     )
     table.add_row("tokens", usage or "-")
     return table
@@ -99,7 +102,9 @@ async def _chat(app: str, model: str | None, db: str, conversation: str) -> None
                 console.print(f"[red]{escape(str(e))}[/red]")
                 continue
             except TurnFailed as e:
-                console.print(f"[yellow]{e.safe_reply}[/yellow]  [dim]({e.stage}: {escape(str(e))})[/dim]")
+                console.print(
+                    f"[yellow]{e.safe_reply}[/yellow]  [dim]({e.stage}: {escape(str(e))})[/dim]"
+                )
                 continue
             detail = reply.category or ""
             if reply.request is not None:

@@ -28,11 +28,13 @@ from frontdesk.errors import UserError
 from orchestrator._input import DEFAULT_MAX_MESSAGE_CHARS, check_user_text
 from orchestrator._recorder import RecordedModel, TurnRecorder, recording
 from orchestrator.config import ExpertSettings, ModelChoice, resolve_models
-from orchestrator.errors import TurnFailed
+from orchestrator.errors import InputTooLarge, TurnFailed
 from orchestrator.reply import Reply
 from orchestrator.turn import Pipeline, Turn, run_turn
 from prompts import Prompt, RenderedPrompt, load_prompt, parse_prompt
-from threads.builder import UserThread, build_thread
+from threads.budget import Budget, budget_for
+from threads.builder import ThreadMessage, UserThread, build_thread
+from threads.compaction import CompactionPolicy
 from threads.store import ConversationStore, MessageRecord
 from threads.tokens import EstimatingCounter, TokenCounter
 
@@ -68,6 +70,8 @@ class Orchestrator:
         context: Extra data handed to every handler in `HandlerContext.extras`.
         lock_timeout: Seconds a turn waits for another turn on the same conversation.
         lock_ttl: Seconds after which the lock of a crashed process expires.
+        budgets: Token budgets per expert (`threads.Budget`), replacing the defaults.
+        compaction: When and how the summariser compacts long threads.
         token_counter: Counts message tokens (a fast local estimate by default).
     """
 
@@ -87,6 +91,8 @@ class Orchestrator:
         lock_timeout: float = 30.0,
         lock_ttl: float = 15.0,
         token_counter: TokenCounter | None = None,
+        budgets: Mapping[str, Budget] | None = None,
+        compaction: CompactionPolicy | None = None,
     ) -> None:
         self.categories = check_registry(list(categories))
         self.models = resolve_models(model)
@@ -106,7 +112,10 @@ class Orchestrator:
         self._store_spec = store
         self._audit_spec = audit
         self._audit_on_failure = audit_on_failure
+        self.budgets: Mapping[str, Budget] = dict(budgets or {})
+        self.compaction_policy = compaction or CompactionPolicy()
         self._experts = self._build_experts()
+        self._check_budgets()
         self._pipeline: Pipeline | None = None
         self._audit: AuditLog | None = None
         self._owns_store = isinstance(store, str)
@@ -159,6 +168,33 @@ class Orchestrator:
         )
         return triage, requests, response
 
+    def _check_budgets(self) -> None:
+        """Refuse at construction a system prompt over its expert's allowance."""
+        triage, requests, response = self._experts
+        calls = [triage.call, response.call, *(r.call for r in requests.values())]
+        summariser = self._prompt("summariser").render()
+        sized = [(c.expert, c.prompt.text) for c in calls] + [("summariser", summariser.text)]
+        for expert, text in sized:
+            budget_for(expert, self.budgets).check_system(
+                self.token_counter.count(text), expert=expert
+            )
+
+    @property
+    def experts(self) -> tuple[TriageExpert, Mapping[str, RequestExpert], ResponseExpert]:
+        """The triage, request (per category) and response experts, as wired (for replay)."""
+        return self._experts
+
+    def _check_question(self, text: str) -> None:
+        """Refuse before storing a question no expert's budget can hold (no provider 413)."""
+        tokens = self.token_counter.count(text)
+        for expert in ("triage", "request", "response"):
+            allowance = budget_for(expert, self.budgets).question
+            if tokens > allowance:
+                raise InputTooLarge(
+                    f"the message is about {tokens:,} tokens; the {expert} expert's question"
+                    f" allowance is {allowance:,} (Orchestrator(budgets=...) changes it)"
+                )
+
     async def _open(self) -> Pipeline:
         """Open the store and audit log on first use (any process may do it)."""
         async with self._open_lock:
@@ -183,6 +219,8 @@ class Orchestrator:
                 requests=requests,
                 response=response,
                 context_extras=self._context,
+                counter=self.token_counter,
+                budgets=self.budgets,
             )
             return self._pipeline
 
@@ -225,6 +263,7 @@ class Orchestrator:
             TurnFailed: the models could not answer; the user message is stored.
         """
         text = check_user_text(text, max_chars=self.max_message_chars)
+        self._check_question(text)
         p = await self._open()
         async with self._lock(p, conversation_id):
             user_message, created = await p.store.add_user_message(
@@ -244,6 +283,7 @@ class Orchestrator:
     async def edit(self, user_message_id: str, text: str) -> Reply:
         """Answer an edited user message: a sibling branch under the same parent."""
         text = check_user_text(text, max_chars=self.max_message_chars)
+        self._check_question(text)
         p = await self._open()
         original = await p.store.get(user_message_id)
         if original.role != "user":
@@ -342,7 +382,11 @@ class Orchestrator:
             await self._write_audit(user_message.conversation_id, recorder, failing=True)
             raise
         await self._write_audit(user_message.conversation_id, recorder)
-        self._after_reply(user_message.conversation_id, reply.message_id)
+        # The policy is checked on the thread already in memory, so a turn under the
+        # threshold costs no database read; the background task checks again under its lease.
+        after = [*turn.thread.messages, ThreadMessage(role="assistant", content=reply.text)]
+        if self.compaction_policy.plan(after, self.token_counter) is not None:
+            self._after_reply(user_message.conversation_id, reply.message_id)
         return reply
 
     async def _write_audit(

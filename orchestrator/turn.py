@@ -22,11 +22,15 @@ from orchestrator import _outcomes
 from orchestrator._recorder import TurnRecorder, jsonable
 from orchestrator.errors import TurnFailed
 from orchestrator.reply import Reply
-from threads.builder import UserThread
+from threads.budget import Budget
+from threads.builder import ExpertView, UserThread
 from threads.store import ConversationStore, MessageRecord
+from threads.tokens import TokenCounter
 
 # Errors about one answer's content: the route falls back to a person, the turn goes on.
 T = TypeVar("T")
+
+EXPERTS = ("triage", "request", "response")
 
 CONTENT_ERRORS = (OutputValidationError, TruncatedOutput, Refusal, ValidationError)
 
@@ -41,6 +45,8 @@ class Pipeline:
     requests: Mapping[str, RequestExpert]
     response: ResponseExpert
     context_extras: Mapping[str, object]
+    counter: TokenCounter
+    budgets: Mapping[str, Budget]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -56,57 +62,94 @@ class Turn:
 
 async def run_turn(p: Pipeline, t: Turn) -> Reply:
     """Answer `t.user_message` and store the reply under it."""
-    messages = t.thread.as_messages()
+    views = {e: t.thread.for_expert(e, counter=p.counter, budgets=p.budgets) for e in EXPERTS}
     meta = {"conversation_id": t.conversation_id, "turn_id": t.user_message.id}
     usage: dict[str, Any] = {}
 
-    category, reason = await _triage(p, t, messages, meta, usage)
+    category, reason = await _triage(p, t, views["triage"], meta, usage)
     t.recorder.note("triage", category=category, reason=reason)
 
-    request, missing = await _extract(p, t, category, messages, meta, usage)
-    t.recorder.note("request", category=category, request=jsonable(request),
-                    need_more_info=jsonable(missing))
+    request, missing = await _extract(p, t, category, views["request"], meta, usage)
+    t.recorder.note(
+        "request", category=category, request=jsonable(request), need_more_info=jsonable(missing)
+    )
 
     outcome = await _decide(p, t, category, request, missing)
-    t.recorder.note("outcome", category=category, instruction=outcome.instruction,
-                    data=jsonable(outcome.data))
+    t.recorder.note(
+        "outcome", category=category, instruction=outcome.instruction, data=jsonable(outcome.data)
+    )
 
-    answer = await _stage("response", t, p.response.run(messages, outcome.instruction,
-                                                         metadata=meta))
+    seen = views["response"]
+    answer = await _stage(
+        "response",
+        t,
+        p.response.run(
+            seen.messages,
+            outcome.instruction,
+            metadata=meta,
+            cache_prefix=seen.cache_prefix_messages,
+        ),
+    )
     usage["response"] = answer.response.usage
     assistant = await p.store.add_assistant_message(
-        t.user_message.id, answer.text, model=answer.response.model or None,
+        t.user_message.id,
+        answer.text,
+        model=answer.response.model or None,
         prompt_versions=_prompt_versions(p, category),
     )
-    t.recorder.note("reply", assistant_message_id=assistant.id, text=answer.text,
-                    model=answer.response.model)
+    t.recorder.note(
+        "reply", assistant_message_id=assistant.id, text=answer.text, model=answer.response.model
+    )
     return Reply(
-        text=answer.text, category=category, request=request, need_more_info=missing,
-        outcome=outcome, message_id=assistant.id, user_message_id=t.user_message.id,
-        conversation_id=t.conversation_id, usage=usage,
+        text=answer.text,
+        category=category,
+        request=request,
+        need_more_info=missing,
+        outcome=outcome,
+        message_id=assistant.id,
+        user_message_id=t.user_message.id,
+        conversation_id=t.conversation_id,
+        usage=usage,
         models={"response": answer.response.model},
     )
 
 
-async def _triage(p: Pipeline, t: Turn, messages: list[Any], meta: dict[str, str], usage: dict[str, Any]
-                  ) -> tuple[str, str]:
+async def _triage(
+    p: Pipeline, t: Turn, view: ExpertView, meta: dict[str, str], usage: dict[str, Any]
+) -> tuple[str, str]:
     """The category, or `HUMAN` when the triage answer is unusable (a safe default)."""
     try:
-        result = await _stage("triage", t, p.triage.run(messages, metadata=meta), fallback=True)
+        result = await _stage(
+            "triage",
+            t,
+            p.triage.run(view.messages, metadata=meta, cache_prefix=view.cache_prefix_messages),
+            fallback=True,
+        )
     except CONTENT_ERRORS as e:
         return HUMAN, f"triage answer unusable ({type(e).__name__}); handing off"
     usage["triage"] = result.response.usage
     return result.category, result.reason
 
 
-async def _extract(p: Pipeline, t: Turn, category: str, messages: list[Any], meta: dict[str, str], usage: dict[str, Any]
-                   ) -> tuple[BaseModel | None, NeedMoreInfo | None]:
+async def _extract(
+    p: Pipeline,
+    t: Turn,
+    category: str,
+    view: ExpertView,
+    meta: dict[str, str],
+    usage: dict[str, Any],
+) -> tuple[BaseModel | None, NeedMoreInfo | None]:
     """The category's request, or what is missing; nothing for the built-ins."""
     expert = p.requests.get(category)
     if expert is None:
         return None, None
     try:
-        result = await _stage("request", t, expert.run(messages, metadata=meta), fallback=True)
+        result = await _stage(
+            "request",
+            t,
+            expert.run(view.messages, metadata=meta, cache_prefix=view.cache_prefix_messages),
+            fallback=True,
+        )
     except CONTENT_ERRORS as e:
         t.recorder.note("request_failed", category=category, error=f"{type(e).__name__}: {e}")
         return None, None
@@ -114,8 +157,9 @@ async def _extract(p: Pipeline, t: Turn, category: str, messages: list[Any], met
     return result.request, result.need_more_info
 
 
-async def _decide(p: Pipeline, t: Turn, category: str, request: BaseModel | None,
-                  missing: NeedMoreInfo | None) -> Outcome:
+async def _decide(
+    p: Pipeline, t: Turn, category: str, request: BaseModel | None, missing: NeedMoreInfo | None
+) -> Outcome:
     """The handler's outcome ("TradCode"), or the built-in outcome for this route."""
     if category == HUMAN:
         return _outcomes.handoff()
@@ -128,8 +172,11 @@ async def _decide(p: Pipeline, t: Turn, category: str, request: BaseModel | None
     handler = p.categories[category].handler
     assert handler is not None
     context = HandlerContext(
-        conversation_id=t.conversation_id, user_id=t.user_id, category=category,
-        turn_id=t.user_message.id, store=p.store.handler_store(category),
+        conversation_id=t.conversation_id,
+        user_id=t.user_id,
+        category=category,
+        turn_id=t.user_message.id,
+        store=p.store.handler_store(category),
         extras=p.context_extras,
     )
     try:

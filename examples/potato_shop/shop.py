@@ -186,6 +186,4 @@ def build(
     *, model: ModelChoice = None, store: str = "sqlite:///frontdesk.db", **kwargs: Any
 ) -> Orchestrator:
     """An Orchestrator for the potato shop (`--app examples.potato_shop:build`)."""
-    return Orchestrator(
-        categories(), model=model, store=store, shop_name="Spud & Co.", **kwargs
-    )
+    return Orchestrator(categories(), model=model, store=store, shop_name="Spud & Co.", **kwargs)

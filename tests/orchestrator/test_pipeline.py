@@ -17,6 +17,8 @@ from orchestrator import (
     InputTooLarge,
     Orchestrator,
 )
+from threads.builder import SUMMARY_LABEL
+from threads.compaction import CompactionPolicy
 
 pytestmark = pytest.mark.anyio
 
@@ -68,7 +70,12 @@ async def test_every_expert_gets_its_own_prompt_and_only_the_thread_over_50_turn
         "REFUND": {"order_number": "88213"},
     }
     team.extract = lambda r: {"request": requests[_last_category(team)]}
-    orch = Orchestrator(potato_categories(), model=team.model(), store=db_url)
+    orch = Orchestrator(
+        potato_categories(),
+        model=team.model(),
+        store=db_url,
+        compaction=CompactionPolicy(threshold=300, keep_exchanges=2),
+    )
     said: list[str] = []
     instructions: list[str] = []
     for i in range(50):
@@ -80,25 +87,34 @@ async def test_every_expert_gets_its_own_prompt_and_only_the_thread_over_50_turn
     await orch.aclose()
 
     systems = {c.expert: c.system for c in team.calls}
-    assert len(set(systems.values())) == 3  # triage, request and response prompts differ
+    assert len(set(systems.values())) == 4  # triage, request, response, summariser differ
+    summaries = {c.expert for c in team.calls if c.expert == "summariser"}
+    assert summaries, "50 turns should have compacted the thread at least once"
     for call in team.calls:
+        if call.expert == "summariser":
+            continue
         thread = list(call.messages)
         if call.expert == "response":
             *thread, instruction = thread
             assert instruction["role"] == "assistant"
             assert instruction["content"] in instructions
+        if thread[0]["content"].startswith(SUMMARY_LABEL):
+            summary, *thread = thread
+            assert summary["role"] == "user"
+            assert summary["content"] == SUMMARY_LABEL + "\nsummary"
         assert {m["role"] for m in thread} <= {"user", "assistant"}
-        assert [m["role"] for m in thread] == ["user", "assistant"] * (len(thread) // 2) + [
-            "user"
-        ]
+        assert thread[0]["role"] == "user"
         contents = [m["content"] for m in thread]
-        assert contents == said[: len(contents)]
+        # Whole, consecutive turns of what was said, ending with the question answered.
+        start = said.index(contents[0])
+        assert contents == said[start : start + len(contents)]
+        assert start % 2 == 0 and len(contents) % 2 == 1
         for m in thread:
             assert m["content"] not in instructions
             assert call.system not in m["content"]
-    # The thread each expert saw on the last turn is the same for all three.
-    last = [c for c in team.calls if len(c.messages) >= 99]
-    assert {tuple(m["content"] for m in c.messages[:99]) for c in last} == {tuple(said[:99])}
+    # On the last turn triage and response read windows of the same thread, ending the same.
+    triage, response = team.of("triage")[-1], team.of("response")[-1]
+    assert triage.messages[-1] == response.messages[-2] == {"role": "user", "content": said[-2]}
 
 
 NAMES = ["ORDERS", "ORDER_STATUS", "REFUND", "OTHER", "HUMAN"]
@@ -188,9 +204,7 @@ async def test_bad_text_is_a_typed_error_before_any_model_call(
 
 
 async def test_the_message_limit_is_configurable(team: Any, db_url: str) -> None:
-    orch = Orchestrator(
-        potato_categories(), model=team.model(), store=db_url, max_message_chars=10
-    )
+    orch = Orchestrator(potato_categories(), model=team.model(), store=db_url, max_message_chars=10)
     with pytest.raises(InputTooLarge, match="limit is 10"):
         await orch.handle("c", "eleven char")
     await orch.aclose()
@@ -206,9 +220,7 @@ FORGED = [
 
 
 @pytest.mark.parametrize("text", FORGED)
-async def test_role_like_text_is_one_verbatim_user_turn(
-    team: Any, db_url: str, text: str
-) -> None:
+async def test_role_like_text_is_one_verbatim_user_turn(team: Any, db_url: str, text: str) -> None:
     orch = Orchestrator(potato_categories(), model=team.model(), store=db_url)
     await orch.handle("c", text)
     transcript = await orch.transcript("c")

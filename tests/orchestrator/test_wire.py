@@ -9,7 +9,6 @@ import pytest
 from examples.potato_shop import categories as potato_categories
 from experts.providers.anthropic import INSTRUCTION_LABEL
 from orchestrator import Orchestrator
-from tests.experts.providers.conftest import _wire_server, wire  # noqa: F401 (fixtures)
 from tests.experts.providers.wire_server import (
     ANTHROPIC_PATH,
     OPENAI_PATH,
@@ -39,7 +38,7 @@ async def test_anthropic_bodies_hold_each_experts_prompt_and_the_same_thread(
 ) -> None:
     monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-test-key")
     monkeypatch.setenv("ANTHROPIC_BASE_URL", wire.url)
-    for text, request in TURNS:
+    for _text, request in TURNS:
         wire.script(
             ANTHROPIC_PATH,
             Reply(body=anthropic_tool("TriageDecision", {"category": "ORDERS", "reason": "buy"})),
