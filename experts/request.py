@@ -10,7 +10,7 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 from pydantic import BaseModel, ConfigDict, Field, create_model, model_validator
 
@@ -45,7 +45,8 @@ def extraction_type(request_model: type[BaseModel]) -> type[Extraction]:
         f"{request_model.__name__}Extraction",
         __base__=Extraction,
         request=(
-            request_model | None,
+            # A runtime-built union: its type is only known here, so it is typed as Any.
+            cast(Any, request_model | None),
             Field(default=None, description="The request, when every required field is known."),
         ),
         need_more_info=(

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field, create_model
+from pydantic.config import JsonDict
 
 from experts._call import ExpertCall
 from experts.category import HUMAN, OTHER, Category
@@ -53,7 +54,7 @@ def triage_output_type(categories: Sequence[Category]) -> type[TriageDecision]:
     category_enum = enum.Enum(  # type: ignore[misc]
         "CategoryName", {name: name for name in names}, type=str
     )
-    extra = {
+    extra: JsonDict = {
         "x-frontdesk-categories": {
             name: {"description": desc, "examples": list(examples)}
             for name, (desc, examples) in described.items()

@@ -15,6 +15,7 @@ from pydantic import BaseModel, ValidationError
 from experts import Category, HandlerContext, NeedMoreInfo, Outcome
 from experts.category import HUMAN, OTHER
 from experts.errors import ModelError, OutputValidationError, Refusal, TruncatedOutput
+from experts.providers import Message
 from experts.request import RequestExpert
 from experts.response import ResponseExpert
 from experts.triage import TriageExpert
@@ -84,7 +85,7 @@ async def run_turn(p: Pipeline, t: Turn) -> Reply:
         "response",
         t,
         p.response.run(
-            seen.messages,
+            _turns(seen),
             outcome.instruction,
             metadata=meta,
             cache_prefix=seen.cache_prefix_messages,
@@ -122,7 +123,7 @@ async def _triage(
         result = await _stage(
             "triage",
             t,
-            p.triage.run(view.messages, metadata=meta, cache_prefix=view.cache_prefix_messages),
+            p.triage.run(_turns(view), metadata=meta, cache_prefix=view.cache_prefix_messages),
             fallback=True,
         )
     except CONTENT_ERRORS as e:
@@ -147,7 +148,7 @@ async def _extract(
         result = await _stage(
             "request",
             t,
-            expert.run(view.messages, metadata=meta, cache_prefix=view.cache_prefix_messages),
+            expert.run(_turns(view), metadata=meta, cache_prefix=view.cache_prefix_messages),
             fallback=True,
         )
     except CONTENT_ERRORS as e:
@@ -204,6 +205,14 @@ async def _stage(stage: str, t: Turn, call: Awaitable[T], *, fallback: bool = Fa
         raise TurnFailed(str(e), user_message_id=t.user_message.id, stage=stage) from e
     except ModelError as e:
         raise TurnFailed(str(e), user_message_id=t.user_message.id, stage=stage) from e
+
+
+def _turns(view: ExpertView) -> list[Message]:
+    """The view's turns typed as model messages (the builder only makes these two roles)."""
+    return [
+        Message(role="assistant" if m["role"] == "assistant" else "user", content=m["content"])
+        for m in view.messages
+    ]
 
 
 def _prompt_versions(p: Pipeline, category: str) -> dict[str, str]:

@@ -28,7 +28,7 @@ def make(team: Any, db_url: str, policy: CompactionPolicy, **models: Any) -> Orc
     orch = Orchestrator(
         potato_categories(), model={"default": team.model(), **models}, store=db_url
     )
-    orch.compaction_policy = policy  # type: ignore[attr-defined]
+    orch.compaction_policy = policy
     return orch
 
 

@@ -54,7 +54,8 @@ async def test_processes_appending_to_one_conversation_lose_and_duplicate_nothin
     workers = [ctx.Process(target=_worker, args=(url, conversation, w)) for w in range(PROCESSES)]
     for w in workers:
         w.start()
-    await asyncio.to_thread(lambda: [w.join(300) for w in workers])
+    for w in workers:
+        await asyncio.to_thread(w.join, 300)
     assert [w.exitcode for w in workers] == [0] * PROCESSES
 
     orch = Orchestrator(potato_categories(), model=FunctionModel(_echo), store=url)
