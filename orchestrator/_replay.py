@@ -94,7 +94,7 @@ class ReplayRunner:
         """Re-run triage, extraction and the reply for one recorded turn."""
         if self.recorded is not None:
             self.recorded.start(turn)
-        triage, requests, response = self.orchestrator._experts  # see report: public hook
+        triage, requests, response = self.orchestrator.experts
         messages: list[Message] = [
             {"role": m["role"], "content": m["content"]} for m in turn.messages
         ]
