@@ -73,10 +73,9 @@ async def _demo(model: str | None, db: str) -> None:
             console.print(Panel(_turn_table(number, text, reply), title=f"turn {number}"))
     finally:
         await orch.aclose()
-    console.print(
-        f"\nSee it again: [bold]frontdesk thread show {conversation} --db {db}[/bold]"
-        f"   and   [bold]frontdesk audit show {conversation} --db {db}[/bold]"
-    )
+    console.print("\nSee it again:")
+    for command in ("thread show", "audit show"):
+        console.print(f"  frontdesk {command} {conversation} --db {db}", soft_wrap=True)
 
 
 def demo(model: ModelOption = None, db: DbOption = None) -> None:

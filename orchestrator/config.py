@@ -12,7 +12,9 @@ from frontdesk.errors import ConfigError
 EXPERTS = ("triage", "request", "response", "summariser")
 """The experts a model map may name (plus `default` for the rest)."""
 
-ModelSpec = str | Model
+ModelSpec = str | Model | list[str | Model] | tuple[str | Model, ...]
+"""A spec string, a `Model`, or a list tried in order (e.g. `["anthropic:...", "offline"]`:
+the next one answers when the previous is out of service after its retries)."""
 ModelChoice = ModelSpec | Mapping[str, ModelSpec] | None
 
 
@@ -34,12 +36,10 @@ def resolve_models(choice: ModelChoice) -> dict[str, Model]:
     Raises:
         ConfigError: an unknown expert name in the map, or an expert left without a model.
     """
-    from experts.providers import model_from_spec
-
     if choice is None:
         choice = default_model_choice()
-    if isinstance(choice, str) or not isinstance(choice, Mapping):
-        model = model_from_spec(choice)
+    if not isinstance(choice, Mapping):
+        model = _model(choice)
         return dict.fromkeys(EXPERTS, model)
     unknown = sorted(set(choice) - {*EXPERTS, "default"})
     if unknown:
@@ -54,11 +54,23 @@ def resolve_models(choice: ModelChoice) -> dict[str, Model]:
     for expert in EXPERTS:
         spec = choice.get(expert, choice.get("default"))
         assert spec is not None
-        key = id(spec) if not isinstance(spec, str) else hash(spec)
+        key = hash(spec) if isinstance(spec, str) else id(spec)
         if key not in cache:
-            cache[key] = model_from_spec(spec)
+            cache[key] = _model(spec)
         models[expert] = cache[key]
     return models
+
+
+def _model(spec: ModelSpec) -> Model:
+    """One model from a spec, a Model, or a fallback list."""
+    from experts.providers import FallbackModel, model_from_spec
+
+    if isinstance(spec, list | tuple):
+        if len(spec) < 2:
+            raise ConfigError("a fallback list needs at least two models, e.g. [spec, 'offline']")
+        primary, *rest = (model_from_spec(s) for s in spec)
+        return FallbackModel(primary, *rest)
+    return model_from_spec(spec)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -44,6 +44,13 @@ class FallbackModel:
         """The primary's name; `ModelResponse.model` says which model answered."""
         return self.models[0].name
 
+    async def aclose(self) -> None:
+        """Close the wrapped models' HTTP clients."""
+        for model in self.models:
+            close = getattr(model, "aclose", None)
+            if close is not None:
+                await close()
+
     async def request(self, request: ModelRequest) -> ModelResponse:
         """Answer with the first model that does not fail with one of `fallback_on`."""
         last = len(self.models) - 1

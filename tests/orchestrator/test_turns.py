@@ -206,3 +206,23 @@ async def test_a_crash_mid_turn_leaves_the_message_once_and_a_retry_answers_once
         ("assistant", reply.text),
     ]
     assert len(team.of("response")) == 1
+
+
+async def test_a_fallback_list_answers_from_the_next_model_in_an_outage(
+    team: Any, db_url: str
+) -> None:
+    ordering(team)
+
+    def down(request: ModelRequest) -> Any:
+        raise ProviderOverloaded("overloaded", status_code=529, model="primary", attempts=4)
+
+    orch = Orchestrator(
+        potato_categories(),
+        model={"default": [FunctionModel(down, name="primary"), "offline"]},
+        store=db_url,
+    )
+    reply = await orch.handle("c", "I'd like to buy a bag of purple potatoes")
+    await orch.aclose()
+    assert reply.category == "ORDERS"
+    assert reply.models == {"response": "offline"}
+    assert reply.text.startswith("[offline]")
