@@ -17,7 +17,7 @@ from experts.category import HUMAN, OTHER
 from experts.errors import ModelError, OutputValidationError, Refusal, TruncatedOutput
 from experts.providers import Message
 from experts.request import RequestExpert
-from experts.response import ResponseExpert
+from experts.response import ResponseExpert, ResponseResult
 from experts.triage import TriageExpert
 from orchestrator import _outcomes
 from orchestrator._recorder import TurnRecorder, jsonable
@@ -80,18 +80,7 @@ async def run_turn(p: Pipeline, t: Turn) -> Reply:
         "outcome", category=category, instruction=outcome.instruction, data=jsonable(outcome.data)
     )
 
-    seen = views["response"]
-    answer = await _stage(
-        "response",
-        t,
-        p.response.run(
-            _turns(seen),
-            outcome.instruction,
-            metadata=meta,
-            cache_prefix=seen.cache_prefix_messages,
-        ),
-    )
-    usage["response"] = answer.response.usage
+    answer = await _respond(p, t, views["response"], outcome.instruction, meta, usage)
     assistant = await p.store.add_assistant_message(
         t.user_message.id,
         answer.text,
@@ -156,6 +145,23 @@ async def _extract(
         return None, None
     usage["request"] = result.response.usage
     return result.request, result.need_more_info
+
+
+async def _respond(
+    p: Pipeline,
+    t: Turn,
+    view: ExpertView,
+    instruction: str,
+    meta: dict[str, str],
+    usage: dict[str, Any],
+) -> ResponseResult:
+    """The reply: the thread plus ONE assistant instruction message, sent to the response expert."""
+    call = p.response.run(
+        _turns(view), instruction, metadata=meta, cache_prefix=view.cache_prefix_messages
+    )
+    answer = await _stage("response", t, call)
+    usage["response"] = answer.response.usage
+    return answer
 
 
 async def _decide(
