@@ -43,7 +43,7 @@ from audit.errors import AuditConfigError, AuditWriteError
 from audit.events import AuditEvent
 from audit.spool import Spool
 from audit.tables import audit_event, audit_head, audit_prompt
-from frontdesk.db import create_engine
+from frontdesk.db import create_engine, write_slot
 from frontdesk.schema import ensure_schema
 
 log = structlog.get_logger("audit")
@@ -177,8 +177,22 @@ class AuditLog:
 
     # Writing.
 
-    async def append(self, conversation_id: str, events: Sequence[AuditEvent]) -> None:
+    async def append(
+        self,
+        conversation_id: str,
+        events: Sequence[AuditEvent],
+        *,
+        connection: AsyncConnection | None = None,
+    ) -> None:
         """Write one batch (one turn's events) in one transaction, chained.
+
+        Args:
+            conversation_id: The conversation the events belong to.
+            events: The batch, in order.
+            connection: A connection of this log's engine inside a write transaction the
+                caller commits (the turn's last write), so that the batch costs no
+                transaction of its own. A failure then propagates as it is, for the caller
+                to roll back and append again without it; check `joinable` first.
 
         Raises:
             AuditWriteError: the write failed and `on_failure` is `"raise"`.
@@ -187,6 +201,14 @@ class AuditLog:
         if not events:
             return
         prepared = [self._prepare(e) for e in events]
+        if connection is not None:
+            if not self.joinable(connection.engine):
+                raise AuditConfigError(
+                    "append(connection=...) needs a connection of the audit log's own engine"
+                    " and an empty spool; call append without a connection"
+                )
+            await self._write_in(connection, conversation_id, prepared, idempotent=False)
+            return
         if self._spool is not None and self._spool.path.exists():
             _, error = await self._spool.drain(self._write_idempotent)
             if error is not None:
@@ -204,6 +226,13 @@ class AuditLog:
                     events=len(events),
                 ) from e
             await self._spool_batch(conversation_id, events, e)
+
+    def joinable(self, engine: AsyncEngine) -> bool:
+        """Whether a batch may be written in a transaction of `engine` (see `append`).
+
+        Only when the log writes to that very engine, and no spooled batch must go first.
+        """
+        return engine is self._engine and (self._spool is None or not self._spool.path.exists())
 
     async def flush_spool(self) -> int:
         """Write the spooled batches now; returns how many were written.
@@ -261,7 +290,7 @@ class AuditLog:
                 # The first statement writes the head row, so on SQLite the write lock is
                 # taken before anything is read (and frontdesk.db's engines begin with
                 # BEGIN IMMEDIATE anyway); on PostgreSQL the head row is locked FOR UPDATE.
-                async with self._engine.begin() as conn:
+                async with write_slot(self._engine), self._engine.begin() as conn:
                     await self._write_in(conn, conversation_id, batch, idempotent)
 
     async def _write_in(

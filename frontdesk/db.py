@@ -6,9 +6,13 @@ drivers) and the SQLite settings that make several writers safe live here, once.
 
 from __future__ import annotations
 
+import asyncio
+import weakref
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
-from sqlalchemy import event
+from sqlalchemy import Engine, event
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
@@ -21,6 +25,7 @@ __all__ = [
     "SQLITE_BUSY_TIMEOUT_MS",
     "create_engine",
     "normalise_url",
+    "write_slot",
 ]
 
 DEFAULT_URL = "sqlite:///frontdesk.db"
@@ -77,6 +82,9 @@ def create_engine(url: str, **kwargs: Any) -> AsyncEngine:
     """
     normalised = normalise_url(url)
     if normalised.startswith("sqlite"):
+        # Every transaction ends in an explicit COMMIT or ROLLBACK, so the pool's extra
+        # rollback on check-in would only cost one more round trip to the driver thread.
+        kwargs.setdefault("pool_reset_on_return", None)
         engine = create_async_engine(normalised, **kwargs)
         _install_sqlite_hooks(engine)
         return engine
@@ -103,3 +111,30 @@ def _install_sqlite_hooks(engine: AsyncEngine) -> None:
             connection.exec_driver_sql("BEGIN")
         else:
             connection.exec_driver_sql("BEGIN IMMEDIATE")
+
+
+_write_locks: weakref.WeakKeyDictionary[Engine, tuple[asyncio.AbstractEventLoop, asyncio.Lock]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+@asynccontextmanager
+async def write_slot(engine: AsyncEngine) -> AsyncIterator[None]:
+    """Queue this process's SQLite write transactions on an asyncio lock.
+
+    SQLite has one writer at a time. Without this, concurrent tasks of one process would
+    all issue `BEGIN IMMEDIATE` and wait in SQLite's busy handler, which sleeps in steps
+    of up to 100 ms; queued here they are woken the moment the previous writer commits.
+    Other processes still meet at the database's own lock (the busy timeout). PostgreSQL
+    locks rows, so writers there are not queued.
+    """
+    if engine.dialect.name != "sqlite":
+        yield
+        return
+    loop = asyncio.get_running_loop()
+    entry = _write_locks.get(engine.sync_engine)
+    if entry is None or entry[0] is not loop:
+        entry = (loop, asyncio.Lock())
+        _write_locks[engine.sync_engine] = entry
+    async with entry[1]:
+        yield

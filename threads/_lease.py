@@ -5,6 +5,12 @@ an expired row or the caller's own row; the database's row lock (PostgreSQL) or 
 (SQLite, `BEGIN IMMEDIATE`) makes the check-and-take atomic. No transaction stays open
 while the lease is held, so a turn may spend seconds on model calls without blocking the
 database; a holder that crashes stops renewing and its lease expires after `ttl`.
+
+A turn takes its conversation's lease in the same transaction as its first write (the user
+message) and gives it back in the same transaction as its last (the reply and the audit
+batch), so the lease costs no transaction of its own (`TurnLease`). Waiters in the same
+process are woken the moment the holder lets go; the database row stays the truth across
+processes, where waiters poll with jittered backoff.
 """
 
 from __future__ import annotations
@@ -12,9 +18,9 @@ from __future__ import annotations
 import asyncio
 import random
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, TypeVar
 
 import anyio
 import sqlalchemy as sa
@@ -29,23 +35,35 @@ from threads.models import Lease
 _lease = Lease.__table__  # type: ignore[attr-defined]
 _log = structlog.get_logger("threads.lease")
 
+T = TypeVar("T")
+
 DEFAULT_TTL = 15.0
 """Seconds a lease lives without renewal; a held lease is renewed every `ttl / 3`."""
+
+
+async def _take(conn: AsyncConnection, name: str, owner: str, ttl: float) -> bool:
+    """In `conn`'s transaction: take (or renew) the lease unless another owner holds it."""
+    now = time.time()
+    insert: Any = (postgresql if conn.dialect.name == "postgresql" else sqlite).insert
+    stmt = insert(_lease).values(name=name, owner=owner, expires_at=now + ttl)
+    stmt = stmt.on_conflict_do_update(
+        index_elements=[_lease.c.name],
+        set_={"owner": stmt.excluded.owner, "expires_at": stmt.excluded.expires_at},
+        where=sa.or_(_lease.c.expires_at < now, _lease.c.owner == owner),
+    ).returning(_lease.c.owner)
+    return (await conn.execute(stmt)).first() is not None
+
+
+async def _give_back(conn: AsyncConnection, name: str, owner: str) -> None:
+    """In `conn`'s transaction: delete the lease if `owner` still holds it."""
+    await conn.execute(sa.delete(_lease).where(_lease.c.name == name, _lease.c.owner == owner))
 
 
 async def try_lease(engine: AsyncEngine, name: str, owner: str, ttl: float) -> bool:
     """Take (or renew) the lease `name` for `owner` unless someone else holds it unexpired."""
 
     async def work(conn: AsyncConnection) -> bool:
-        now = time.time()
-        insert: Any = (postgresql if conn.dialect.name == "postgresql" else sqlite).insert
-        stmt = insert(_lease).values(name=name, owner=owner, expires_at=now + ttl)
-        stmt = stmt.on_conflict_do_update(
-            index_elements=[_lease.c.name],
-            set_={"owner": stmt.excluded.owner, "expires_at": stmt.excluded.expires_at},
-            where=sa.or_(_lease.c.expires_at < now, _lease.c.owner == owner),
-        ).returning(_lease.c.owner)
-        return (await conn.execute(stmt)).first() is not None
+        return await _take(conn, name, owner, ttl)
 
     return await run_tx(engine, work)
 
@@ -68,9 +86,111 @@ async def release_lease(engine: AsyncEngine, name: str, owner: str) -> None:
     """Give the lease up if `owner` still holds it."""
 
     async def work(conn: AsyncConnection) -> None:
-        await conn.execute(sa.delete(_lease).where(_lease.c.name == name, _lease.c.owner == owner))
+        await _give_back(conn, name, owner)
 
     await run_tx(engine, work)
+    _released(engine, name)
+
+
+class TurnLease:
+    """One holder's claim on a lease, taken with a first write and given back with a last.
+
+    `take` waits until the lease is free, then takes it and runs the first write in one
+    transaction; `release` runs the last write and gives the lease back in one
+    transaction; `aclose` gives it back alone if it is still held (a failed turn). While
+    held, the lease is renewed every `ttl / 3`, by a task started only when a turn is
+    still running then.
+    """
+
+    def __init__(
+        self, engine: AsyncEngine, name: str, owner: str, *, wait: float, ttl: float, subject: str
+    ) -> None:
+        """Describe the claim; nothing is written until `take`."""
+        self.engine = engine
+        self.name = name
+        self.owner = owner
+        self.wait = wait
+        self.ttl = ttl
+        self.subject = subject
+        self.held = False
+        self._timer: asyncio.TimerHandle | None = None
+        self._renewer: asyncio.Task[None] | None = None
+
+    async def take(
+        self, first: Callable[[AsyncConnection], Awaitable[T]] | None = None
+    ) -> T | None:
+        """Wait for the lease, then take it and run `first` in the same transaction.
+
+        When `first` raises, nothing is written and the lease is not taken.
+
+        Raises:
+            ConversationBusy: the lease was not free within `wait` seconds.
+        """
+
+        async def work(conn: AsyncConnection) -> tuple[bool, T | None]:
+            if not await _take(conn, self.name, self.owner, self.ttl):
+                return False, None
+            return True, None if first is None else await first(conn)
+
+        started = time.monotonic()
+        delay = 0.002
+        while True:
+            taken, result = await run_tx(self.engine, work)
+            if taken:
+                self.held = True
+                self._timer = asyncio.get_running_loop().call_later(self.ttl / 3, self._renew)
+                return result
+            waited = time.monotonic() - started
+            if waited >= self.wait:
+                raise ConversationBusy(
+                    f"conversation {self.subject!r} is busy: another turn held it for "
+                    f"{waited:.1f} s; retry later",
+                    conversation_id=self.subject,
+                    waited=waited,
+                )
+            await _until_released(
+                self.engine, self.name, min(delay * random.uniform(0.5, 1.5), self.wait - waited)
+            )
+            delay = min(delay * 2, 0.1)
+
+    async def release(self, last: Callable[[AsyncConnection], Awaitable[T]]) -> T:
+        """Run `last` and give the lease back in one transaction.
+
+        When the transaction fails, the lease is still held (call `aclose`).
+        """
+
+        async def work(conn: AsyncConnection) -> T:
+            await _give_back(conn, self.name, self.owner)
+            return await last(conn)
+
+        self._stop_renewing()
+        result = await run_tx(self.engine, work)
+        self.held = False
+        _released(self.engine, self.name)
+        return result
+
+    async def aclose(self) -> None:
+        """Give the lease back if it is still held (shielded from cancellation)."""
+        self._stop_renewing()
+        if self.held:
+            with anyio.CancelScope(shield=True):
+                await release_lease(self.engine, self.name, self.owner)
+            self.held = False
+
+    def _renew(self) -> None:
+        self._timer = None
+        if self.held:
+            self._renewer = asyncio.get_running_loop().create_task(
+                _keep_renewed(self.engine, self.name, self.owner, self.ttl)
+            )
+
+    def _stop_renewing(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if self._renewer is not None:
+            self._renewer.cancel()
+            self._renewer = None
 
 
 @asynccontextmanager
@@ -82,34 +202,42 @@ async def hold_lease(
     Raises:
         ConversationBusy: the lease was not free within `wait` seconds.
     """
-    started = time.monotonic()
-    delay = 0.002
-    while not await try_lease(engine, name, owner, ttl):
-        waited = time.monotonic() - started
-        if waited >= wait:
-            raise ConversationBusy(
-                f"conversation {subject!r} is busy: another turn held it for {waited:.1f} s; "
-                "retry later",
-                conversation_id=subject,
-                waited=waited,
-            )
-        await anyio.sleep(min(delay * random.uniform(0.5, 1.5), wait - waited))
-        delay = min(delay * 2, 0.1)
-    renewer = asyncio.create_task(_keep_renewed(engine, name, owner, ttl))
+    lease = TurnLease(engine, name, owner, wait=wait, ttl=ttl, subject=subject)
+    await lease.take()
     try:
         yield
     finally:
-        renewer.cancel()
-        with anyio.CancelScope(shield=True):
-            await release_lease(engine, name, owner)
+        await lease.aclose()
 
 
 async def _keep_renewed(engine: AsyncEngine, name: str, owner: str, ttl: float) -> None:
     while True:
-        await anyio.sleep(ttl / 3)
         try:
             if not await renew_lease(engine, name, owner, ttl):
                 _log.warning("lease.lost", lease=name)
                 return
         except Exception as e:  # A failed renewal must not kill the turn; the next may work.
             _log.warning("lease.renew_failed", lease=name, error=type(e).__name__)
+        await anyio.sleep(ttl / 3)
+
+
+# In-process wake-ups: (engine, lease name) -> the event its waiters in this process await.
+_releases: dict[tuple[int, str], tuple[asyncio.AbstractEventLoop, asyncio.Event]] = {}
+
+
+async def _until_released(engine: AsyncEngine, name: str, longest: float) -> None:
+    """Sleep up to `longest` seconds, or less when a holder in this process lets go."""
+    key = (id(engine.sync_engine), name)
+    loop = asyncio.get_running_loop()
+    entry = _releases.get(key)
+    if entry is None or entry[0] is not loop:
+        entry = (loop, asyncio.Event())
+        _releases[key] = entry
+    with anyio.move_on_after(longest):
+        await entry[1].wait()
+
+
+def _released(engine: AsyncEngine, name: str) -> None:
+    entry = _releases.pop((id(engine.sync_engine), name), None)
+    if entry is not None:
+        entry[1].set()

@@ -20,6 +20,7 @@ from tenacity import (
     wait_exponential_jitter,
 )
 
+from frontdesk.db import write_slot
 from threads.errors import StoreError, StoreUnavailable
 
 T = TypeVar("T")
@@ -71,11 +72,13 @@ async def run_tx(
     try:
         async for attempt in retrying:
             with attempt:
-                async with engine.connect() as conn:
-                    if readonly:
+                if readonly:
+                    async with engine.connect() as conn:
                         await conn.execution_options(frontdesk_readonly=True)
-                    async with conn.begin():
-                        return await work(conn)
+                        async with conn.begin():
+                            return await work(conn)
+                async with write_slot(engine), engine.connect() as conn, conn.begin():
+                    return await work(conn)
     except DBAPIError as e:
         if is_transient(e):
             raise StoreUnavailable(
