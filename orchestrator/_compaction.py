@@ -120,6 +120,7 @@ class Compactor:
             content=result.text,
             token_count=self.counter.count(result.text),
             previous_summary_id=thread.summary_id,
+            covered_messages=thread.replaced + len(plan.evicted),
         )
         recorder.note(
             "compaction",

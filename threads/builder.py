@@ -146,9 +146,15 @@ async def build_thread(
         summaries: Where to look for summaries; by default the store's own database (a
             store without an `engine`, such as a test fake, has none).
     """
+    engine = getattr(store, "engine", None)
+    if engine is not None and (
+        summaries is None or (isinstance(summaries, SummaryStore) and summaries.engine is engine)
+    ):
+        # The store's own database: one query that stops at the newest summary's cut point.
+        since = await SummaryStore(engine).path_since_newest(leaf_id)
+        return _thread(since.summary, since.messages, since.replaced)
     path = await store.path(leaf_id)
     if summaries is None:
-        engine = getattr(store, "engine", None)
         summaries = SummaryStore(engine) if engine is not None else None
     found = None
     if summaries is not None and path:
@@ -156,12 +162,17 @@ async def build_thread(
     cut = 0
     if found is not None:
         cut = 1 + next(i for i, m in enumerate(path) if m.id == found.covers_until_message_id)
+    return _thread(found, path[cut:], cut)
+
+
+def _thread(
+    summary: SummaryRecord | None, after: Sequence[MessageRecord], replaced: int
+) -> UserThread:
+    """The thread: `summary` (if any), then the messages `after` its cut point."""
     return UserThread(
-        summary=found.content if found is not None else None,
-        messages=[
-            ThreadMessage(role=m.role, content=m.content, message_id=m.id) for m in path[cut:]
-        ],
-        summary_id=found.id if found is not None else None,
-        covers_until_message_id=found.covers_until_message_id if found is not None else None,
-        replaced=cut,
+        summary=summary.content if summary is not None else None,
+        messages=[ThreadMessage(role=m.role, content=m.content, message_id=m.id) for m in after],
+        summary_id=summary.id if summary is not None else None,
+        covers_until_message_id=summary.covers_until_message_id if summary is not None else None,
+        replaced=replaced,
     )

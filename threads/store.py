@@ -24,6 +24,7 @@ from frontdesk.db import create_engine
 from frontdesk.schema import ensure_schema
 from threads import _lease
 from threads._handler_store import HandlerStore
+from threads._lease import TurnLease
 from threads._records import ConversationRecord, MessageRecord, check_id, check_text, new_id
 from threads._tx import run_tx
 from threads.errors import (
@@ -42,6 +43,7 @@ __all__ = [
     "ConversationStore",
     "HandlerStore",
     "MessageRecord",
+    "TurnLease",
 ]
 
 T = TypeVar("T")
@@ -127,6 +129,25 @@ class ConversationStore:
             subject=conversation_id,
         )
 
+    def turn_lease(
+        self, conversation_id: str, *, timeout: float = 30.0, ttl: float = _lease.DEFAULT_TTL
+    ) -> TurnLease:
+        """The conversation's lock for one turn, taken and released inside the turn's writes.
+
+        Pass it to `add_user_message(lease=...)` (or `take()` it alone), end the turn with
+        `finish_turn`, and `aclose()` it in a `finally` for a turn that fails. It excludes
+        `conversation_lock` holders and other turns alike, across processes.
+        """
+        check_id(conversation_id, "conversation_id")
+        return TurnLease(
+            self.engine,
+            f"conversation:{conversation_id}",
+            new_id(),
+            wait=timeout,
+            ttl=ttl,
+            subject=conversation_id,
+        )
+
     async def try_lease(self, name: str, owner: str, ttl: float) -> bool:
         """Take the lease `name` for `owner` for `ttl` seconds unless another owner holds it.
 
@@ -149,6 +170,7 @@ class ConversationStore:
         client_message_id: str | None = None,
         parent_id: str | None | _Unset = UNSET,
         token_count: int = 0,
+        lease: TurnLease | None = None,
     ) -> tuple[MessageRecord, bool]:
         """Append a user message (creating the conversation if needed) and make it the leaf.
 
@@ -161,6 +183,8 @@ class ConversationStore:
             parent_id: The message this one follows: `UNSET` for the active leaf, `None` for
                 a new root, or a message id of this conversation (an edit is a sibling).
             token_count: The message's token count, if known.
+            lease: A `turn_lease` not yet taken: it is waited for, then taken in the
+                same transaction as the message (or the idempotent lookup).
 
         Returns:
             `(record, created)`; `created` is `False` for an idempotent repeat.
@@ -169,6 +193,7 @@ class ConversationStore:
             IdempotencyConflict: `client_message_id` was used here for another text.
             MessageNotFound: `parent_id` does not exist or is in another conversation.
             InvalidInput: text or ids that cannot be stored (NUL, lone surrogates).
+            ConversationBusy: `lease` was not free within its timeout.
         """
         check_id(conversation_id, "conversation_id")
         check_text(content, "content")
@@ -205,12 +230,19 @@ class ConversationStore:
             )
             return record, True
 
+        async def run() -> tuple[MessageRecord, bool]:
+            if lease is None:
+                return await run_tx(self.engine, work)
+            result = await lease.take(work)
+            assert result is not None, "take returns what the first write returned"
+            return result
+
         try:
-            return await run_tx(self.engine, work)
+            return await run()
         except StoreError as e:
             # Two first messages racing on a new conversation: the loser re-reads.
             if isinstance(e.__cause__, IntegrityError) and client_message_id is not None:
-                return await run_tx(self.engine, work)
+                return await run()
             raise
 
     async def add_assistant_message(
@@ -253,6 +285,60 @@ class ConversationStore:
             )
 
         return await run_tx(self.engine, work)
+
+    def stage_reply(
+        self,
+        parent: MessageRecord,
+        content: str,
+        *,
+        token_count: int = 0,
+        model: str | None = None,
+        prompt_versions: dict[str, str] | None = None,
+    ) -> MessageRecord:
+        """The reply to the user message `parent`, checked but not written (see `finish_turn`).
+
+        Raises:
+            InvalidInput: `parent` is not a user message, or the text cannot be stored.
+        """
+        check_text(content, "content")
+        if parent.role != "user":
+            raise InvalidInput(
+                f"message {parent.id!r} is an assistant message; a reply goes under a "
+                "user message (regenerate under the assistant message's parent)"
+            )
+        return MessageRecord(
+            id=new_id(),
+            created_at=utcnow(),
+            conversation_id=parent.conversation_id,
+            parent_id=parent.id,
+            role="assistant",
+            content=content,
+            token_count=token_count,
+            client_message_id=None,
+            model=model,
+            prompt_versions=prompt_versions,
+        )
+
+    async def finish_turn(
+        self,
+        lease: TurnLease,
+        reply: MessageRecord | None,
+        *,
+        also: Callable[[AsyncConnection], Awaitable[None]] | None = None,
+    ) -> None:
+        """End a turn in one transaction: store `reply` (from `stage_reply`) as the active
+        leaf, run `also` (the turn's audit batch), and give the lease back.
+
+        On failure nothing of it is written and the lease is still held.
+        """
+
+        async def work(conn: AsyncConnection) -> None:
+            if reply is not None:
+                await _write(conn, reply)
+            if also is not None:
+                await also(conn)
+
+        await lease.release(work)
 
     async def set_active_leaf(self, conversation_id: str, message_id: str) -> None:
         """Switch the conversation to the branch through `message_id` (any of its messages).
@@ -477,13 +563,18 @@ async def _insert(conn: AsyncConnection, **values: Any) -> MessageRecord:
     values.setdefault("model", None)
     values.setdefault("prompt_versions", None)
     record = MessageRecord(id=new_id(), created_at=utcnow(), **values)
+    await _write(conn, record)
+    return record
+
+
+async def _write(conn: AsyncConnection, record: MessageRecord) -> None:
+    """Insert `record` and make it its conversation's active leaf."""
     await conn.execute(sa.insert(_msg).values(**_as_row(record)))
     await conn.execute(
         sa.update(_conv)
         .where(_conv.c.id == record.conversation_id)
         .values(active_leaf_id=record.id)
     )
-    return record
 
 
 def _as_row(record: MessageRecord) -> dict[str, Any]:

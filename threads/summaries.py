@@ -20,12 +20,12 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlmodel import Field, SQLModel
 
-from threads._records import new_id
+from threads._records import MessageRecord, new_id
 from threads._tx import run_tx
-from threads.errors import StoreError
-from threads.models import UTCDateTime, utcnow
+from threads.errors import MessageNotFound, StoreError
+from threads.models import Message, UTCDateTime, utcnow
 
-__all__ = ["Summary", "SummaryRecord", "SummaryStore"]
+__all__ = ["PathSinceSummary", "Summary", "SummaryRecord", "SummaryStore"]
 
 
 class Summary(SQLModel, table=True):
@@ -47,9 +47,12 @@ class Summary(SQLModel, table=True):
     created_at: datetime = Field(sa_type=UTCDateTime)
     previous_summary_id: str | None = Field(default=None, max_length=36)
     """The summary this one rolled forward (it covers a shorter prefix of the same path)."""
+    covered_messages: int | None = None
+    """How many messages the covered path prefix holds (migration `0004`; `None` before)."""
 
 
 _summary = Summary.__table__  # type: ignore[attr-defined]
+_msg = Message.__table__  # type: ignore[attr-defined]
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -63,6 +66,8 @@ class SummaryRecord:
     token_count: int
     created_at: datetime
     previous_summary_id: str | None
+    covered_messages: int | None = None
+    """How many messages the covered path prefix holds (`None`: written before it was kept)."""
 
     @classmethod
     def from_row(cls, row: Any) -> SummaryRecord:
@@ -75,7 +80,20 @@ class SummaryRecord:
             token_count=row["token_count"],
             created_at=row["created_at"],
             previous_summary_id=row["previous_summary_id"],
+            covered_messages=row.get("covered_messages"),
         )
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class PathSinceSummary:
+    """A path read only as far back as its newest summary's cut point."""
+
+    summary: SummaryRecord | None
+    """The newest summary on the path (the one whose cut point is deepest), if any."""
+    messages: list[MessageRecord]
+    """The path after the cut point (the whole path when there is no summary), root first."""
+    replaced: int
+    """How many messages of the path the summary replaces (0 without one)."""
 
 
 class SummaryStore:
@@ -113,6 +131,38 @@ class SummaryStore:
             return None
         return max(rows, key=lambda s: (position[s.covers_until_message_id], s.created_at))
 
+    async def path_since_newest(self, leaf_id: str) -> PathSinceSummary:
+        """The newest summary on the path to `leaf_id` and the messages after its cut point.
+
+        One recursive query that walks up from `leaf_id` and stops at the first message
+        that is a summary's cut point (the deepest cut on this path is the newest
+        compaction), so a long compacted conversation is never read back to its root.
+
+        Raises:
+            MessageNotFound: no message `leaf_id`.
+        """
+
+        async def work(conn: AsyncConnection) -> PathSinceSummary:
+            rows = (await conn.execute(_path_since_summary(leaf_id))).mappings().all()
+            if not rows:
+                raise MessageNotFound(f"no message {leaf_id!r}", message_id=leaf_id)
+            top = rows[0]
+            if top["summary_id"] is None:
+                return PathSinceSummary(
+                    summary=None, messages=[MessageRecord.from_row(r) for r in rows], replaced=0
+                )
+            summary = SummaryRecord.from_row({c.name: top[f"summary_{c.name}"] for c in _summary.c})
+            replaced = summary.covered_messages
+            if replaced is None:  # A summary written before the count was kept.
+                replaced = await _depth(conn, top["id"])
+            return PathSinceSummary(
+                summary=summary,
+                messages=[MessageRecord.from_row(r) for r in rows[1:]],
+                replaced=replaced,
+            )
+
+        return await run_tx(self.engine, work, readonly=True)
+
     async def add(
         self,
         *,
@@ -121,6 +171,7 @@ class SummaryStore:
         content: str,
         token_count: int,
         previous_summary_id: str | None = None,
+        covered_messages: int | None = None,
     ) -> tuple[SummaryRecord, bool]:
         """Store a summary in one transaction; returns it and whether it is new.
 
@@ -135,6 +186,7 @@ class SummaryStore:
             "token_count": token_count,
             "created_at": utcnow(),
             "previous_summary_id": previous_summary_id,
+            "covered_messages": covered_messages,
         }
 
         async def insert(conn: AsyncConnection) -> SummaryRecord:
@@ -177,3 +229,46 @@ class SummaryStore:
 
         result: SummaryRecord | None = await run_tx(self.engine, work, readonly=True)
         return result
+
+
+def _covers(summary: Any, message: Any) -> sa.ColumnElement[bool]:
+    return sa.and_(
+        summary.c.conversation_id == message.c.conversation_id,
+        summary.c.covers_until_message_id == message.c.id,
+    )
+
+
+def _path_since_summary(leaf_id: str) -> sa.Select[Any]:
+    """Walk up from `leaf_id`, stopping after the first message that is a cut point."""
+    here = _summary.alias("here")
+    walk = (
+        sa.select(_msg.c.id, _msg.c.parent_id, sa.literal(0).label("depth"), here.c.id.label("cut"))
+        .select_from(_msg.outerjoin(here, _covers(here, _msg)))
+        .where(_msg.c.id == leaf_id)
+        .cte("walk", recursive=True)
+    )
+    up, there = _msg.alias("up"), _summary.alias("there")
+    step = (
+        sa.select(up.c.id, up.c.parent_id, walk.c.depth + 1, there.c.id)
+        .select_from(
+            walk.join(up, up.c.id == walk.c.parent_id).outerjoin(there, _covers(there, up))
+        )
+        .where(walk.c.cut.is_(None))
+    )
+    walk = walk.union_all(step)
+    return (
+        sa.select(_msg, *(c.label(f"summary_{c.name}") for c in _summary.c))
+        .join(walk, _msg.c.id == walk.c.id)
+        .outerjoin(_summary, _summary.c.id == walk.c.cut)
+        .order_by(walk.c.depth.desc())
+    )
+
+
+async def _depth(conn: AsyncConnection, message_id: str) -> int:
+    """How many messages the path from the root to `message_id` holds (it included)."""
+    walk = sa.select(_msg.c.id, _msg.c.parent_id).where(_msg.c.id == message_id).cte(recursive=True)
+    up = _msg.alias("up")
+    walk = walk.union_all(
+        sa.select(up.c.id, up.c.parent_id).join(walk, up.c.id == walk.c.parent_id)
+    )
+    return int((await conn.execute(sa.select(sa.func.count()).select_from(walk))).scalar_one())
