@@ -8,17 +8,20 @@ turns per conversation, and writes each turn's audit events in one batch.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import json
 from collections.abc import Iterable, Mapping
-from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import Any, Literal
 
 import structlog
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from audit.store import AuditLog
 from experts import Category
 from experts._call import ExpertCall
 from experts.category import check_registry
+from experts.providers import ModelRequest, ModelResponse
 from experts.request import RequestExpert, extraction_type
 from experts.request import prompt_variables as request_variables
 from experts.response import ResponseExpert
@@ -27,7 +30,7 @@ from experts.triage import prompt_variables as triage_variables
 from frontdesk.errors import UserError
 from orchestrator._input import DEFAULT_MAX_MESSAGE_CHARS, check_user_text
 from orchestrator._recorder import RecordedModel, TurnRecorder, recording
-from orchestrator.config import ExpertSettings, ModelChoice, resolve_models
+from orchestrator.config import EXPERTS, ExpertSettings, ModelChoice, resolve_models
 from orchestrator.errors import InputTooLarge, TurnFailed
 from orchestrator.reply import Reply
 from orchestrator.turn import Pipeline, Turn, run_turn
@@ -35,12 +38,54 @@ from prompts import Prompt, RenderedPrompt, load_prompt, parse_prompt
 from threads.budget import Budget, budget_for
 from threads.builder import ThreadMessage, UserThread, build_thread
 from threads.compaction import CompactionPolicy
-from threads.store import ConversationStore, MessageRecord
-from threads.tokens import EstimatingCounter, TokenCounter
+from threads.store import ConversationStore, MessageRecord, TurnLease
+from threads.tokens import CalibratedCounter, TokenCounter
 
 log = structlog.get_logger("frontdesk.orchestrator")
 
 DEFAULT_STORE = "sqlite:///frontdesk.db"
+
+
+class _StagingStore(ConversationStore):
+    """The store as one turn's pipeline sees it: the reply to the turn's question is
+    checked and staged, not written, so that the orchestrator stores it together with the
+    audit batch and the lease release in one transaction (`ConversationStore.finish_turn`).
+    """
+
+    def __init__(self, store: ConversationStore, question: MessageRecord) -> None:
+        """Share `store`'s database; stage the first reply to `question`."""
+        self.engine = store.engine
+        self.url = store.url
+        self._store = store
+        self._question = question
+        self.staged: MessageRecord | None = None
+
+    async def add_assistant_message(
+        self,
+        parent_id: str,
+        content: str,
+        *,
+        token_count: int = 0,
+        model: str | None = None,
+        prompt_versions: dict[str, str] | None = None,
+    ) -> MessageRecord:
+        """Stage the turn's reply; any other reply is written at once."""
+        if parent_id != self._question.id or self.staged is not None:
+            return await self._store.add_assistant_message(
+                parent_id,
+                content,
+                token_count=token_count,
+                model=model,
+                prompt_versions=prompt_versions,
+            )
+        self.staged = self._store.stage_reply(
+            self._question,
+            content,
+            token_count=token_count,
+            model=model,
+            prompt_versions=prompt_versions,
+        )
+        return self.staged
 
 
 def _passed_in(model: object, choice: ModelChoice) -> bool:
@@ -107,7 +152,7 @@ class Orchestrator:
         self.max_message_chars = max_message_chars
         self.lock_timeout = lock_timeout
         self.lock_ttl = lock_ttl
-        self.token_counter: TokenCounter = token_counter or EstimatingCounter()
+        self.token_counter: TokenCounter = token_counter or CalibratedCounter()
         self._context = dict(context or {})
         self._store_spec = store
         self._audit_spec = audit
@@ -128,7 +173,7 @@ class Orchestrator:
     def _call(self, expert: str, prompt: RenderedPrompt) -> ExpertCall:
         return ExpertCall(
             expert=expert,
-            model=RecordedModel(self.models[expert]),
+            model=RecordedModel(self.models[expert], calibrate=self._calibrate),
             prompt=prompt,
             settings=self.settings.for_expert(expert),
         )
@@ -167,6 +212,30 @@ class Orchestrator:
             call=self._call("response", self._prompt("response").render(shop_name=self.shop_name))
         )
         return triage, requests, response
+
+    def counter_for(self, expert: str) -> TokenCounter:
+        """The token counter for one expert's model (calibrated per model when it can be)."""
+        if isinstance(self.token_counter, CalibratedCounter):
+            return self.token_counter.for_model(self.models[expert].name)
+        return self.token_counter
+
+    def _calibrate(self, request: ModelRequest, response: ModelResponse) -> None:
+        """Learn the estimate's error from a real provider's exact input token count."""
+        counter = self.token_counter
+        exact = response.usage.total_input_tokens
+        if not isinstance(counter, CalibratedCounter) or exact <= 0:
+            return
+        if not response.model.startswith(("anthropic:", "openai:")):
+            return  # Doubles and the offline stand-in report no real count to learn from.
+        estimated = counter.base.count(request.system) + counter.base.count_messages(
+            request.messages
+        )
+        if request.output_type is not None:
+            estimated += counter.base.count(json.dumps(request.output_type.model_json_schema()))
+        # A count far from any tokenizer's (a proxy that reports nothing useful) would teach
+        # the counter nonsense; such figures are kept in the audit log, not learnt from.
+        if 0.25 <= exact / max(estimated, 1) <= 4:
+            counter.observe(response.model, estimated, exact)
 
     def _check_budgets(self) -> None:
         """Refuse at construction a system prompt over its expert's allowance."""
@@ -219,7 +288,7 @@ class Orchestrator:
                 requests=requests,
                 response=response,
                 context_extras=self._context,
-                counter=self.token_counter,
+                counters={e: self.counter_for(e) for e in EXPERTS},
                 budgets=self.budgets,
             )
             return self._pipeline
@@ -265,20 +334,25 @@ class Orchestrator:
         text = check_user_text(text, max_chars=self.max_message_chars)
         self._check_question(text)
         p = await self._open()
-        async with self._lock(p, conversation_id):
+        lease = self._lease(p, conversation_id)
+        try:
+            # The lease is taken in the user message's own transaction.
             user_message, created = await p.store.add_user_message(
                 conversation_id,
                 text,
                 user_id=user_id,
                 client_message_id=client_message_id,
                 token_count=self.token_counter.count(text),
+                lease=lease,
             )
             if not created:
                 replies = await p.store.replies_to(user_message.id)
                 if replies:
                     return await self._replayed(user_message, replies[-1])
                 log.info("turn.resume", conversation_id=conversation_id, turn=user_message.id)
-            return await self._answer(p, user_message, user_id)
+            return await self._answer(p, user_message, user_id, lease)
+        finally:
+            await lease.aclose()
 
     async def edit(self, user_message_id: str, text: str) -> Reply:
         """Answer an edited user message: a sibling branch under the same parent."""
@@ -290,15 +364,19 @@ class Orchestrator:
             raise UserError(f"message {user_message_id} is an assistant message; edit a user one")
         conversation = await p.store.conversation(original.conversation_id)
         user_id = conversation.user_id if conversation else None
-        async with self._lock(p, original.conversation_id):
+        lease = self._lease(p, original.conversation_id)
+        try:
             edited, _ = await p.store.add_user_message(
                 original.conversation_id,
                 text,
                 user_id=user_id,
                 parent_id=original.parent_id,
                 token_count=self.token_counter.count(text),
+                lease=lease,
             )
-            return await self._answer(p, edited, user_id)
+            return await self._answer(p, edited, user_id, lease)
+        finally:
+            await lease.aclose()
 
     async def regenerate(self, assistant_message_id: str) -> Reply:
         """Answer the same user message again: a sibling answer."""
@@ -309,8 +387,12 @@ class Orchestrator:
         question = await p.store.get(answer.parent_id)
         conversation = await p.store.conversation(answer.conversation_id)
         user_id = conversation.user_id if conversation else None
-        async with self._lock(p, answer.conversation_id):
-            return await self._answer(p, question, user_id)
+        lease = self._lease(p, answer.conversation_id)
+        try:
+            await lease.take()
+            return await self._answer(p, question, user_id, lease)
+        finally:
+            await lease.aclose()
 
     async def user_thread(self, conversation_id: str) -> UserThread:
         """What the experts will be sent next for this conversation (summary included)."""
@@ -349,14 +431,15 @@ class Orchestrator:
 
     # -- machinery ----------------------------------------------------------------------
 
-    def _lock(self, p: Pipeline, conversation_id: str) -> AbstractAsyncContextManager[None]:
-        """Serialise turns on one conversation across processes."""
-        return p.store.conversation_lock(
-            conversation_id, timeout=self.lock_timeout, ttl=self.lock_ttl
-        )
+    def _lease(self, p: Pipeline, conversation_id: str) -> TurnLease:
+        """Serialise turns on one conversation across processes (a lease, not yet taken)."""
+        return p.store.turn_lease(conversation_id, timeout=self.lock_timeout, ttl=self.lock_ttl)
 
-    async def _answer(self, p: Pipeline, user_message: MessageRecord, user_id: str | None) -> Reply:
-        """Run the pipeline for a stored user message and audit the turn in one batch."""
+    async def _answer(
+        self, p: Pipeline, user_message: MessageRecord, user_id: str | None, lease: TurnLease
+    ) -> Reply:
+        """Run the pipeline for a stored user message (under the held `lease`), then store
+        the reply, audit the turn in one batch and give the lease back."""
         recorder = TurnRecorder(turn_id=user_message.id)
         recorder.note(
             "turn_started",
@@ -373,21 +456,59 @@ class Orchestrator:
             thread=await build_thread(p.store, user_message.id),
             recorder=recorder,
         )
+        staging = _StagingStore(p.store, user_message)
         try:
             with recording(recorder):
-                reply = await run_turn(p, turn)
+                reply = await run_turn(dataclasses.replace(p, store=staging), turn)
         except BaseException as e:
-            stage = e.stage if isinstance(e, TurnFailed) else "orchestrator"
-            recorder.note("turn_failed", stage=stage, error=f"{type(e).__name__}: {e}")
-            await self._write_audit(user_message.conversation_id, recorder, failing=True)
+            await self._fail(user_message.conversation_id, recorder, e)
             raise
-        await self._write_audit(user_message.conversation_id, recorder)
+        await self._finish(p, lease, staging.staged, user_message.conversation_id, recorder)
         # The policy is checked on the thread already in memory, so a turn under the
         # threshold costs no database read; the background task checks again under its lease.
         after = [*turn.thread.messages, ThreadMessage(role="assistant", content=reply.text)]
         if self.compaction_policy.plan(after, self.token_counter) is not None:
             self._after_reply(user_message.conversation_id, reply.message_id)
         return reply
+
+    async def _finish(
+        self,
+        p: Pipeline,
+        lease: TurnLease,
+        reply: MessageRecord | None,
+        conversation_id: str,
+        recorder: TurnRecorder,
+    ) -> None:
+        """Store the reply, write the audit batch and give the lease back: one transaction
+        when the audit log shares the conversation database, else reply, audit, release."""
+        audit = self._audit
+        if audit is None:
+            await p.store.finish_turn(lease, reply)
+            return
+        if audit.joinable(p.store.engine):
+
+            async def write_batch(conn: AsyncConnection) -> None:
+                await audit.append(conversation_id, recorder.events, connection=conn)
+
+            try:
+                await p.store.finish_turn(lease, reply, also=write_batch)
+                return
+            except Exception as e:  # Nothing was written: take the separate path below.
+                log.warning("turn.joint_write_failed", conversation_id=conversation_id, error=e)
+        try:
+            await p.store.finish_turn(lease, reply, release=False)
+        except BaseException as e:
+            await self._fail(conversation_id, recorder, e)
+            raise
+        await self._write_audit(conversation_id, recorder)
+
+    async def _fail(
+        self, conversation_id: str, recorder: TurnRecorder, error: BaseException
+    ) -> None:
+        """Audit a failing turn (its own error stays the one the caller sees)."""
+        stage = error.stage if isinstance(error, TurnFailed) else "orchestrator"
+        recorder.note("turn_failed", stage=stage, error=f"{type(error).__name__}: {error}")
+        await self._write_audit(conversation_id, recorder, failing=True)
 
     async def _write_audit(
         self, conversation_id: str, recorder: TurnRecorder, *, failing: bool = False

@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import dataclasses
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from pydantic import BaseModel
@@ -116,11 +116,19 @@ def recording(recorder: TurnRecorder) -> Iterator[None]:
         _current.reset(token)
 
 
+Calibrate = Callable[[ModelRequest, ModelResponse], None]
+
+
 @dataclasses.dataclass(frozen=True)
 class RecordedModel:
-    """Wraps a model so each call's request and parsed output reach the turn's recorder."""
+    """Wraps a model so each call's request and parsed output reach the turn's recorder.
+
+    `calibrate`, when given, sees every successful call, so the token counter can learn
+    from the exact input counts the provider reports.
+    """
 
     inner: Model
+    calibrate: Calibrate | None = None
 
     @property
     def name(self) -> str:
@@ -131,8 +139,11 @@ class RecordedModel:
         """Call the wrapped model inside the recorder's expert-call window."""
         recorder = _current.get()
         if recorder is None:
-            return await self.inner.request(request)
-        with recorder.expert_call(request):
             response = await self.inner.request(request)
-            recorder.parsed(response)
+        else:
+            with recorder.expert_call(request):
+                response = await self.inner.request(request)
+                recorder.parsed(response)
+        if self.calibrate is not None:
+            self.calibrate(request, response)
         return response

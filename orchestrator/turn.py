@@ -46,7 +46,7 @@ class Pipeline:
     requests: Mapping[str, RequestExpert]
     response: ResponseExpert
     context_extras: Mapping[str, object]
-    counter: TokenCounter
+    counters: Mapping[str, TokenCounter]
     budgets: Mapping[str, Budget]
 
 
@@ -63,7 +63,7 @@ class Turn:
 
 async def run_turn(p: Pipeline, t: Turn) -> Reply:
     """Answer `t.user_message` and store the reply under it."""
-    views = {e: t.thread.for_expert(e, counter=p.counter, budgets=p.budgets) for e in EXPERTS}
+    views = {e: t.thread.for_expert(e, counter=p.counters[e], budgets=p.budgets) for e in EXPERTS}
     meta = {"conversation_id": t.conversation_id, "turn_id": t.user_message.id}
     usage: dict[str, Any] = {}
 
