@@ -1,0 +1,51 @@
+"""The README's tour, type-checked by `make lint` (mypy --strict); run by test_readme_api."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+from experts import Category, HandlerContext, Outcome
+from experts.providers import FunctionModel, ModelRequest
+from orchestrator import Orchestrator, Reply
+
+
+class OrderRequest(BaseModel):
+    variety: Literal["purple", "idaho", "maris piper"]
+    bags: int = Field(ge=1, le=50)
+
+
+async def place_order(request: OrderRequest, context: HandlerContext) -> Outcome:
+    return Outcome(instruction=f"Ask the user to confirm {request.bags} bags of {request.variety}")
+
+
+orders = Category(
+    name="ORDERS",
+    description="Buying potatoes",
+    request=OrderRequest,
+    handler=place_order,
+    examples=["I'd like a bag of purple potatoes"],
+)
+
+
+def fake(request: ModelRequest) -> str | dict[str, object]:
+    if request.expert == "triage":
+        return {"category": "ORDERS"}
+    if request.expert == "request":
+        return {"request": {"variety": "purple", "bags": 1}}
+    return "Please press confirm to buy one bag of purple potatoes."
+
+
+async def tour(store: str) -> list[Reply]:
+    orch = Orchestrator(categories=[orders], model=FunctionModel(fake), store=store)
+    reply = await orch.handle(
+        "conv-1", "I'd like a bag of purple potatoes", user_id="u-1", client_message_id="m-1"
+    )
+    edited = await orch.edit(reply.user_message_id, "two bags")
+    again = await orch.regenerate(reply.message_id)
+    thread = await orch.user_thread("conv-1")
+    transcript = await orch.transcript("conv-1")
+    assert thread.summary is None and transcript[-1].role == "assistant"
+    await orch.aclose()
+    return [reply, edited, again]
