@@ -325,11 +325,13 @@ class ConversationStore:
         reply: MessageRecord | None,
         *,
         also: Callable[[AsyncConnection], Awaitable[None]] | None = None,
+        release: bool = True,
     ) -> None:
         """End a turn in one transaction: store `reply` (from `stage_reply`) as the active
         leaf, run `also` (the turn's audit batch), and give the lease back.
 
-        On failure nothing of it is written and the lease is still held.
+        With `release=False` the lease stays held (for a last write elsewhere, then
+        `lease.aclose()`). On failure nothing of it is written and the lease is still held.
         """
 
         async def work(conn: AsyncConnection) -> None:
@@ -338,7 +340,10 @@ class ConversationStore:
             if also is not None:
                 await also(conn)
 
-        await lease.release(work)
+        if release:
+            await lease.release(work)
+        else:
+            await run_tx(self.engine, work)
 
     async def set_active_leaf(self, conversation_id: str, message_id: str) -> None:
         """Switch the conversation to the branch through `message_id` (any of its messages).
