@@ -36,7 +36,7 @@ from orchestrator.reply import Reply
 from orchestrator.turn import Pipeline, Turn, run_turn
 from prompts import Prompt, RenderedPrompt, load_prompt, parse_prompt
 from threads.budget import Budget, budget_for
-from threads.builder import ThreadMessage, UserThread, build_thread
+from threads.builder import ThreadMessage, UserThread, build_thread, thread_since
 from threads.compaction import CompactionPolicy
 from threads.store import ConversationStore, MessageRecord, TurnLease
 from threads.tokens import CalibratedCounter, TokenCounter
@@ -336,8 +336,8 @@ class Orchestrator:
         p = await self._open()
         lease = self._lease(p, conversation_id)
         try:
-            # The lease is taken in the user message's own transaction.
-            user_message, created = await p.store.add_user_message(
+            # One transaction takes the lease, stores the message and reads the thread.
+            start = await p.store.start_turn(
                 conversation_id,
                 text,
                 user_id=user_id,
@@ -345,12 +345,13 @@ class Orchestrator:
                 token_count=self.token_counter.count(text),
                 lease=lease,
             )
-            if not created:
+            user_message = start.message
+            if not start.created:
                 replies = await p.store.replies_to(user_message.id)
                 if replies:
                     return await self._replayed(user_message, replies[-1])
                 log.info("turn.resume", conversation_id=conversation_id, turn=user_message.id)
-            return await self._answer(p, user_message, user_id, lease)
+            return await self._answer(p, user_message, user_id, lease, thread_since(start.path))
         finally:
             await lease.aclose()
 
@@ -366,7 +367,7 @@ class Orchestrator:
         user_id = conversation.user_id if conversation else None
         lease = self._lease(p, original.conversation_id)
         try:
-            edited, _ = await p.store.add_user_message(
+            start = await p.store.start_turn(
                 original.conversation_id,
                 text,
                 user_id=user_id,
@@ -374,7 +375,7 @@ class Orchestrator:
                 token_count=self.token_counter.count(text),
                 lease=lease,
             )
-            return await self._answer(p, edited, user_id, lease)
+            return await self._answer(p, start.message, user_id, lease, thread_since(start.path))
         finally:
             await lease.aclose()
 
@@ -390,7 +391,8 @@ class Orchestrator:
         lease = self._lease(p, answer.conversation_id)
         try:
             await lease.take()
-            return await self._answer(p, question, user_id, lease)
+            thread = await build_thread(p.store, question.id)
+            return await self._answer(p, question, user_id, lease, thread)
         finally:
             await lease.aclose()
 
@@ -436,7 +438,12 @@ class Orchestrator:
         return p.store.turn_lease(conversation_id, timeout=self.lock_timeout, ttl=self.lock_ttl)
 
     async def _answer(
-        self, p: Pipeline, user_message: MessageRecord, user_id: str | None, lease: TurnLease
+        self,
+        p: Pipeline,
+        user_message: MessageRecord,
+        user_id: str | None,
+        lease: TurnLease,
+        thread: UserThread,
     ) -> Reply:
         """Run the pipeline for a stored user message (under the held `lease`), then store
         the reply, audit the turn in one batch and give the lease back."""
@@ -453,7 +460,7 @@ class Orchestrator:
             conversation_id=user_message.conversation_id,
             user_id=user_id,
             user_message=user_message,
-            thread=await build_thread(p.store, user_message.id),
+            thread=thread,
             recorder=recorder,
         )
         staging = _StagingStore(p.store, user_message)

@@ -19,7 +19,7 @@ from typing import Literal, Protocol
 
 from threads.budget import Budget, Fit, budget_for
 from threads.store import MessageRecord
-from threads.summaries import SummaryRecord, SummaryStore
+from threads.summaries import PathSinceSummary, SummaryRecord, SummaryStore
 from threads.tokens import EstimatingCounter, TokenCounter
 
 SUMMARY_LABEL = "Summary of the earlier conversation:"
@@ -151,8 +151,7 @@ async def build_thread(
         summaries is None or (isinstance(summaries, SummaryStore) and summaries.engine is engine)
     ):
         # The store's own database: one query that stops at the newest summary's cut point.
-        since = await SummaryStore(engine).path_since_newest(leaf_id)
-        return _thread(since.summary, since.messages, since.replaced)
+        return thread_since(await SummaryStore(engine).path_since_newest(leaf_id))
     path = await store.path(leaf_id)
     if summaries is None:
         summaries = SummaryStore(engine) if engine is not None else None
@@ -163,6 +162,12 @@ async def build_thread(
     if found is not None:
         cut = 1 + next(i for i, m in enumerate(path) if m.id == found.covers_until_message_id)
     return _thread(found, path[cut:], cut)
+
+
+def thread_since(path: PathSinceSummary) -> UserThread:
+    """The user thread from a path read as far back as its newest summary's cut point
+    (`SummaryStore.path_since_newest`, or `ConversationStore.start_turn`)."""
+    return _thread(path.summary, path.messages, path.replaced)
 
 
 def _thread(

@@ -13,6 +13,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass
 from typing import Any, Final, TypeVar
 
 import sqlalchemy as sa
@@ -36,6 +37,7 @@ from threads.errors import (
     StoreUnavailable,
 )
 from threads.models import Conversation, Message, utcnow
+from threads.summaries import PathSinceSummary, path_since_newest_in
 
 __all__ = [
     "UNSET",
@@ -44,12 +46,25 @@ __all__ = [
     "HandlerStore",
     "MessageRecord",
     "TurnLease",
+    "TurnStart",
 ]
 
 T = TypeVar("T")
 
 _conv = Conversation.__table__  # type: ignore[attr-defined]
 _msg = Message.__table__  # type: ignore[attr-defined]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class TurnStart:
+    """What a turn's first transaction read and wrote (`ConversationStore.start_turn`)."""
+
+    message: MessageRecord
+    """The user message (the stored one for an idempotent repeat)."""
+    created: bool
+    """`False` for an idempotent repeat of a stored message."""
+    path: PathSinceSummary
+    """The path to `message` from the newest summary's cut point."""
 
 
 class _Unset(enum.Enum):
@@ -203,32 +218,9 @@ class ConversationStore:
             check_id(user_id, "user_id")
 
         async def work(conn: AsyncConnection) -> tuple[MessageRecord, bool]:
-            leaf_id = await _lock_conversation(conn, conversation_id, user_id)
-            if client_message_id is not None:
-                existing = await _by_client_id(conn, conversation_id, client_message_id)
-                if existing is not None:
-                    if existing.content != content:
-                        raise IdempotencyConflict(
-                            f"client_message_id {client_message_id!r} was already used in "
-                            f"conversation {conversation_id!r} for a different text; "
-                            "send a new text with a new client_message_id",
-                            conversation_id=conversation_id,
-                            client_message_id=client_message_id,
-                        )
-                    return existing, False
-            parent = leaf_id if parent_id is UNSET else parent_id
-            if parent is not None:
-                await _message_in(conn, parent, conversation_id)
-            record = await _insert(
-                conn,
-                conversation_id=conversation_id,
-                parent_id=parent,
-                role="user",
-                content=content,
-                token_count=token_count,
-                client_message_id=client_message_id,
+            return await _add_user(
+                conn, conversation_id, content, user_id, client_message_id, parent_id, token_count
             )
-            return record, True
 
         async def run() -> tuple[MessageRecord, bool]:
             if lease is None:
@@ -237,13 +229,49 @@ class ConversationStore:
             assert result is not None, "take returns what the first write returned"
             return result
 
-        try:
-            return await run()
-        except StoreError as e:
-            # Two first messages racing on a new conversation: the loser re-reads.
-            if isinstance(e.__cause__, IntegrityError) and client_message_id is not None:
-                return await run()
-            raise
+        return await _retrying_a_new_conversation(run, client_message_id)
+
+    async def start_turn(
+        self,
+        conversation_id: str,
+        content: str,
+        *,
+        lease: TurnLease,
+        user_id: str | None = None,
+        client_message_id: str | None = None,
+        parent_id: str | None | _Unset = UNSET,
+        token_count: int = 0,
+    ) -> TurnStart:
+        """A turn's first transaction: take `lease`, add the user message, read its path.
+
+        The same as `add_user_message(..., lease=lease)` (same arguments, same errors),
+        plus the path to the message as far back as the newest summary's cut point
+        (`threads.builder.thread_since` turns it into the user thread), all in one
+        transaction, so a turn starts with one round of database work.
+        """
+        check_id(conversation_id, "conversation_id")
+        check_text(content, "content")
+        if client_message_id is not None:
+            check_id(client_message_id, "client_message_id")
+        if user_id is not None:
+            check_id(user_id, "user_id")
+
+        async def work(conn: AsyncConnection) -> TurnStart:
+            message, created = await _add_user(
+                conn, conversation_id, content, user_id, client_message_id, parent_id, token_count
+            )
+            return TurnStart(
+                message=message,
+                created=created,
+                path=await path_since_newest_in(conn, message.id),
+            )
+
+        async def run() -> TurnStart:
+            result = await lease.take(work)
+            assert result is not None, "take returns what the first write returned"
+            return result
+
+        return await _retrying_a_new_conversation(run, client_message_id)
 
     async def add_assistant_message(
         self,
@@ -506,31 +534,109 @@ def _path_query(leaf_id: str, stop_after: str | None, last: int | None) -> sa.Se
     return sa.select(_msg).join(walk, _msg.c.id == walk.c.id).order_by(walk.c.depth.desc())
 
 
-async def _lock_conversation(
-    conn: AsyncConnection, conversation_id: str, user_id: str | None
-) -> str | None:
-    """Lock the conversation row (creating it if missing); returns its active leaf id.
+async def _retrying_a_new_conversation(
+    run: Callable[[], Awaitable[T]], client_message_id: str | None
+) -> T:
+    try:
+        return await run()
+    except StoreError as e:
+        # Two first messages racing on a new conversation: the loser re-reads.
+        if isinstance(e.__cause__, IntegrityError) and client_message_id is not None:
+            return await run()
+        raise
 
-    On PostgreSQL this is a row lock (`FOR NO KEY UPDATE`). SQLite drops `FOR UPDATE`
-    silently; there the transaction's `BEGIN IMMEDIATE` already holds the write lock.
+
+async def _add_user(
+    conn: AsyncConnection,
+    conversation_id: str,
+    content: str,
+    user_id: str | None,
+    client_message_id: str | None,
+    parent_id: str | None | _Unset,
+    token_count: int,
+) -> tuple[MessageRecord, bool]:
+    """The body of `add_user_message`: idempotent per `client_message_id`."""
+    leaf_id, existing = await _lock_conversation(conn, conversation_id, user_id, client_message_id)
+    if existing is not None:
+        assert client_message_id is not None, "only a client message id finds a message"
+        if existing.content != content:
+            raise IdempotencyConflict(
+                f"client_message_id {client_message_id!r} was already used in "
+                f"conversation {conversation_id!r} for a different text; "
+                "send a new text with a new client_message_id",
+                conversation_id=conversation_id,
+                client_message_id=client_message_id,
+            )
+        return existing, False
+    if parent_id is UNSET:
+        parent = leaf_id  # The conversation's own leaf: no need to check where it lives.
+    else:
+        parent = parent_id
+        if parent is not None:
+            await _message_in(conn, parent, conversation_id)
+    record = await _insert(
+        conn,
+        conversation_id=conversation_id,
+        parent_id=parent,
+        role="user",
+        content=content,
+        token_count=token_count,
+        client_message_id=client_message_id,
+    )
+    return record, True
+
+
+async def _lock_conversation(
+    conn: AsyncConnection,
+    conversation_id: str,
+    user_id: str | None,
+    client_message_id: str | None = None,
+) -> tuple[str | None, MessageRecord | None]:
+    """Lock the conversation row (creating it if missing).
+
+    Returns its active leaf id and, in the same statement, the message already stored
+    with `client_message_id` (if one is given and found). On PostgreSQL this is a row lock
+    (`FOR NO KEY UPDATE`). SQLite drops `FOR UPDATE` silently; there the transaction's
+    `BEGIN IMMEDIATE` already holds the write lock.
     """
-    select = (
-        sa.select(_conv.c.active_leaf_id)
-        .where(_conv.c.id == conversation_id)
-        .with_for_update(key_share=True)
+    select, params = _LOCK_CONVERSATION, {"conversation_id": conversation_id}
+    if client_message_id is not None:
+        select = _LOCK_CONVERSATION_WITH_CLIENT_ID
+        params["client_message_id"] = client_message_id
+    row = (await conn.execute(select, params)).mappings().first()
+    if row is None:
+        insert: Any = (postgresql if conn.dialect.name == "postgresql" else sqlite).insert
+        await conn.execute(
+            insert(_conv)
+            .values(id=conversation_id, user_id=user_id, created_at=utcnow(), metadata={})
+            .on_conflict_do_nothing(index_elements=[_conv.c.id])
+        )
+        row = (await conn.execute(select, params)).mappings().first()
+        assert row is not None, "the conversation row exists after the upsert"
+    found = None if client_message_id is None or row["id"] is None else MessageRecord.from_row(row)
+    return row["leaf_id"], found
+
+
+def _lock_conversation_query(with_client_id: bool) -> sa.Select[Any]:
+    leaf = _conv.c.active_leaf_id.label("leaf_id")
+    by_id = _conv.c.id == sa.bindparam("conversation_id")
+    if not with_client_id:
+        return sa.select(leaf).where(by_id).with_for_update(key_share=True)
+    sent = sa.and_(
+        _msg.c.conversation_id == _conv.c.id,
+        _msg.c.client_message_id == sa.bindparam("client_message_id"),
     )
-    row = (await conn.execute(select)).first()
-    if row is not None:
-        return row[0]  # type: ignore[no-any-return]
-    insert: Any = (postgresql if conn.dialect.name == "postgresql" else sqlite).insert
-    await conn.execute(
-        insert(_conv)
-        .values(id=conversation_id, user_id=user_id, created_at=utcnow(), metadata={})
-        .on_conflict_do_nothing(index_elements=[_conv.c.id])
+    return (
+        sa.select(leaf, _msg)
+        .select_from(_conv.outerjoin(_msg, sent))
+        .where(by_id)
+        .with_for_update(of=_conv, key_share=True)
     )
-    row = (await conn.execute(select)).first()
-    assert row is not None, "the conversation row exists after the upsert"
-    return row[0]  # type: ignore[no-any-return]
+
+
+# Built once: building a statement costs more than running it on SQLite.
+_LOCK_CONVERSATION = _lock_conversation_query(with_client_id=False)
+_LOCK_CONVERSATION_WITH_CLIENT_ID = _lock_conversation_query(with_client_id=True)
 
 
 async def _get(conn: AsyncConnection, message_id: str) -> MessageRecord:

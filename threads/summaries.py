@@ -25,7 +25,13 @@ from threads._tx import run_tx
 from threads.errors import MessageNotFound, StoreError
 from threads.models import Message, UTCDateTime, utcnow
 
-__all__ = ["PathSinceSummary", "Summary", "SummaryRecord", "SummaryStore"]
+__all__ = [
+    "PathSinceSummary",
+    "Summary",
+    "SummaryRecord",
+    "SummaryStore",
+    "path_since_newest_in",
+]
 
 
 class Summary(SQLModel, table=True):
@@ -143,23 +149,7 @@ class SummaryStore:
         """
 
         async def work(conn: AsyncConnection) -> PathSinceSummary:
-            rows = (await conn.execute(_path_since_summary(leaf_id))).mappings().all()
-            if not rows:
-                raise MessageNotFound(f"no message {leaf_id!r}", message_id=leaf_id)
-            top = rows[0]
-            if top["summary_id"] is None:
-                return PathSinceSummary(
-                    summary=None, messages=[MessageRecord.from_row(r) for r in rows], replaced=0
-                )
-            summary = SummaryRecord.from_row({c.name: top[f"summary_{c.name}"] for c in _summary.c})
-            replaced = summary.covered_messages
-            if replaced is None:  # A summary written before the count was kept.
-                replaced = await _depth(conn, top["id"])
-            return PathSinceSummary(
-                summary=summary,
-                messages=[MessageRecord.from_row(r) for r in rows[1:]],
-                replaced=replaced,
-            )
+            return await path_since_newest_in(conn, leaf_id)
 
         return await run_tx(self.engine, work, readonly=True)
 
@@ -231,6 +221,29 @@ class SummaryStore:
         return result
 
 
+async def path_since_newest_in(conn: AsyncConnection, leaf_id: str) -> PathSinceSummary:
+    """`SummaryStore.path_since_newest` inside the caller's transaction (a turn's first).
+
+    Raises:
+        MessageNotFound: no message `leaf_id`.
+    """
+    rows = (await conn.execute(_PATH_SINCE_SUMMARY, {"leaf_id": leaf_id})).mappings().all()
+    if not rows:
+        raise MessageNotFound(f"no message {leaf_id!r}", message_id=leaf_id)
+    top = rows[0]
+    if top["summary_id"] is None:
+        return PathSinceSummary(
+            summary=None, messages=[MessageRecord.from_row(r) for r in rows], replaced=0
+        )
+    summary = SummaryRecord.from_row({c.name: top[f"summary_{c.name}"] for c in _summary.c})
+    replaced = summary.covered_messages
+    if replaced is None:  # A summary written before the count was kept.
+        replaced = await _depth(conn, top["id"])
+    return PathSinceSummary(
+        summary=summary, messages=[MessageRecord.from_row(r) for r in rows[1:]], replaced=replaced
+    )
+
+
 def _covers(summary: Any, message: Any) -> sa.ColumnElement[bool]:
     return sa.and_(
         summary.c.conversation_id == message.c.conversation_id,
@@ -238,13 +251,13 @@ def _covers(summary: Any, message: Any) -> sa.ColumnElement[bool]:
     )
 
 
-def _path_since_summary(leaf_id: str) -> sa.Select[Any]:
-    """Walk up from `leaf_id`, stopping after the first message that is a cut point."""
+def _path_since_summary() -> sa.Select[Any]:
+    """Walk up from `:leaf_id`, stopping after the first message that is a cut point."""
     here = _summary.alias("here")
     walk = (
         sa.select(_msg.c.id, _msg.c.parent_id, sa.literal(0).label("depth"), here.c.id.label("cut"))
         .select_from(_msg.outerjoin(here, _covers(here, _msg)))
-        .where(_msg.c.id == leaf_id)
+        .where(_msg.c.id == sa.bindparam("leaf_id"))
         .cte("walk", recursive=True)
     )
     up, there = _msg.alias("up"), _summary.alias("there")
@@ -262,6 +275,10 @@ def _path_since_summary(leaf_id: str) -> sa.Select[Any]:
         .outerjoin(_summary, _summary.c.id == walk.c.cut)
         .order_by(walk.c.depth.desc())
     )
+
+
+# Built once: constructing (and cache-keying) the recursive query costs more than running it.
+_PATH_SINCE_SUMMARY = _path_since_summary()
 
 
 async def _depth(conn: AsyncConnection, message_id: str) -> int:
