@@ -302,16 +302,17 @@ class AuditLog:
     ) -> None:
         """The body of the append transaction: lock the head, chain the rows, move the head."""
         insert = pg_insert if conn.dialect.name == "postgresql" else sqlite_insert
-        await conn.execute(
-            insert(audit_head)
-            .values(conversation_id=conversation_id, seq=0, hash=GENESIS_HASH)
-            .on_conflict_do_nothing()
+        # One statement creates the head if missing and returns it, row-locked on
+        # PostgreSQL (an upsert that "updates" the row locks it like SELECT ... FOR UPDATE).
+        upsert = insert(audit_head).values(
+            conversation_id=conversation_id, seq=0, hash=GENESIS_HASH
         )
         head = (
             await conn.execute(
-                select(audit_head.c.seq, audit_head.c.hash)
-                .where(audit_head.c.conversation_id == conversation_id)
-                .with_for_update()
+                upsert.on_conflict_do_update(
+                    index_elements=[audit_head.c.conversation_id],
+                    set_={"seq": audit_head.c.seq},
+                ).returning(audit_head.c.seq, audit_head.c.hash)
             )
         ).one()
         if idempotent:
