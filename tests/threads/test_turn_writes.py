@@ -1,0 +1,238 @@
+"""A turn's writes: the lease rides in the first and last transactions; the thread read
+stops at the newest summary's cut point. On SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Sequence
+from pathlib import Path
+
+import anyio
+import pytest
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from threads import _lease
+from threads.builder import build_thread, thread_since
+from threads.errors import ConversationBusy, IdempotencyConflict
+from threads.store import ConversationStore, MessageRecord
+from threads.summaries import SummaryRecord, SummaryStore, path_since_newest_in
+
+pytestmark = pytest.mark.anyio
+
+
+def conv_id() -> str:
+    """A conversation id no other test uses (the PostgreSQL database is shared)."""
+    return f"turn-{uuid.uuid4().hex[:12]}"
+
+
+async def chat(store: ConversationStore, conversation: str, n: int) -> list[MessageRecord]:
+    """`n` exchanges; returns the messages, root first."""
+    out: list[MessageRecord] = []
+    for i in range(n):
+        user, _ = await store.add_user_message(conversation, f"question {i}")
+        out += [user, await store.add_assistant_message(user.id, f"answer {i}")]
+    return out
+
+
+async def busy(store: ConversationStore, conversation: str) -> bool:
+    """Whether another turn would find the conversation held."""
+    try:
+        async with store.conversation_lock(conversation, timeout=0.05):
+            return False
+    except ConversationBusy:
+        return True
+
+
+async def test_a_turn_holds_the_lease_from_its_first_write_to_its_last(
+    store: ConversationStore,
+) -> None:
+    conversation = conv_id()
+    lease = store.turn_lease(conversation, timeout=5)
+    start = await store.start_turn(conversation, "hello", lease=lease, client_message_id="m-1")
+    assert start.created and lease.held
+    assert [m.content for m in start.path.messages] == ["hello"]
+    assert await busy(store, conversation)
+    reply = store.stage_reply(start.message, "hi there")
+    assert await store.active_leaf(conversation) == start.message  # Staged, not written.
+    await store.finish_turn(lease, reply)
+    assert not lease.held
+    assert not await busy(store, conversation)
+    assert await store.active_leaf(conversation) == reply
+    assert [m.content for m in await store.path(reply.id)] == ["hello", "hi there"]
+
+
+async def test_an_idempotent_repeat_returns_the_stored_message_under_the_lease(
+    store: ConversationStore,
+) -> None:
+    conversation = conv_id()
+    first = store.turn_lease(conversation)
+    start = await store.start_turn(conversation, "hello", lease=first, client_message_id="m-1")
+    await first.aclose()
+    again = store.turn_lease(conversation)
+    repeat = await store.start_turn(conversation, "hello", lease=again, client_message_id="m-1")
+    assert not repeat.created and repeat.message == start.message and again.held
+    await again.aclose()
+    other = store.turn_lease(conversation)
+    with pytest.raises(IdempotencyConflict):
+        await store.start_turn(conversation, "bye", lease=other, client_message_id="m-1")
+    assert not other.held  # The failed first write took no lease.
+    assert not await busy(store, conversation)
+
+
+async def test_a_failed_last_write_writes_nothing_and_keeps_the_lease(
+    store: ConversationStore,
+) -> None:
+    conversation = conv_id()
+    lease = store.turn_lease(conversation)
+    start = await store.start_turn(conversation, "hello", lease=lease)
+    reply = store.stage_reply(start.message, "hi")
+
+    async def broken_audit(conn: AsyncConnection) -> None:
+        raise RuntimeError("audit batch refused")
+
+    with pytest.raises(RuntimeError):
+        await store.finish_turn(lease, reply, also=broken_audit)
+    assert lease.held and await busy(store, conversation)
+    assert await store.active_leaf(conversation) == start.message
+    await store.finish_turn(lease, reply, release=False)  # The reply alone; lease kept.
+    assert lease.held and await store.active_leaf(conversation) == reply
+    await lease.aclose()
+    assert not await busy(store, conversation)
+
+
+async def test_turns_queue_on_the_lease_and_a_waiter_times_out(
+    store: ConversationStore,
+) -> None:
+    conversation = conv_id()
+    holder = store.turn_lease(conversation)
+    await store.start_turn(conversation, "first", lease=holder)
+    waiter = store.turn_lease(conversation, timeout=0.2)
+    started = time.monotonic()
+    with pytest.raises(ConversationBusy):
+        await store.start_turn(conversation, "second", lease=waiter)
+    assert 0.2 <= time.monotonic() - started < 2
+    assert [m.content for m in await store.messages(conversation)] == ["first"]
+    await holder.aclose()
+
+
+async def test_a_waiter_in_the_same_process_wakes_when_the_holder_lets_go(
+    store: ConversationStore,
+) -> None:
+    name = f"conversation:{conv_id()}"
+    woke = 0.0
+
+    async def wait() -> None:
+        nonlocal woke
+        await _lease._until_released(store.engine, name, 10.0)
+        woke = time.monotonic()
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(wait)
+        await anyio.sleep(0.05)
+        assert await store.try_lease(name, "holder", ttl=30)
+        released = time.monotonic()
+        await store.release_lease(name, "holder")
+    assert woke - released < 1.0  # Not the 10 s it would otherwise sleep.
+
+
+async def test_the_thread_read_stops_at_the_newest_cut_and_counts_what_it_replaced(
+    store: ConversationStore,
+) -> None:
+    conversation = conv_id()
+    path = await chat(store, conversation, 4)
+    question, _ = await store.add_user_message(conversation, "and now?")
+    summaries = SummaryStore(store.engine)
+    await summaries.add(
+        conversation_id=conversation,
+        covers_until_message_id=path[1].id,
+        content="S1",
+        token_count=1,
+        covered_messages=2,
+    )
+    await summaries.add(
+        conversation_id=conversation,
+        covers_until_message_id=path[5].id,
+        content="S2",
+        token_count=1,
+        covered_messages=6,
+    )
+    since = await summaries.path_since_newest(question.id)
+    assert since.summary is not None and since.summary.content == "S2"
+    assert [m.content for m in since.messages] == ["question 3", "answer 3", "and now?"]
+    assert since.replaced == 6
+    thread = thread_since(since)
+    assert thread == await build_thread(store, question.id)
+    # The same thread as the walk to the root gives (a custom summary source).
+    walked = await build_thread(store, question.id, summaries=_Wrapped(summaries))
+    assert walked == thread
+
+
+async def test_a_summary_without_its_count_is_counted_from_the_root(
+    store: ConversationStore,
+) -> None:
+    conversation = conv_id()
+    path = await chat(store, conversation, 3)
+    await SummaryStore(store.engine).add(
+        conversation_id=conversation,
+        covers_until_message_id=path[3].id,
+        content="old",
+        token_count=1,
+    )
+    thread = await build_thread(store, path[-1].id)
+    assert (thread.summary, thread.replaced) == ("old", 4)
+    assert [m.content for m in thread.messages] == ["question 2", "answer 2"]
+
+
+async def test_the_thread_read_does_not_grow_with_the_transcript_above_the_cut(
+    tmp_path: Path,
+) -> None:
+    # SQLite's progress handler counts the work the query does (PostgreSQL runs the same SQL).
+    store = await ConversationStore.open(f"sqlite:///{tmp_path / 'walk.db'}")
+    work: dict[int, int] = {}
+    try:
+        for exchanges in (3, 60):
+            conversation = conv_id()
+            path = await chat(store, conversation, exchanges)
+            await SummaryStore(store.engine).add(
+                conversation_id=conversation,
+                covers_until_message_id=path[-3].id,
+                content="summary",
+                token_count=1,
+                covered_messages=len(path) - 2,
+            )
+            steps = 0
+
+            def count() -> int:
+                nonlocal steps
+                steps += 1
+                return 0
+
+            async with store.engine.connect() as conn:
+                raw = (await conn.get_raw_connection()).driver_connection
+                assert raw is not None
+                await raw.set_progress_handler(count, 20)
+                since = await path_since_newest_in(conn, path[-1].id)
+                await raw.set_progress_handler(None, 20)
+            assert since.replaced == len(path) - 2
+            assert [m.content for m in since.messages] == [
+                f"question {exchanges - 1}",
+                f"answer {exchanges - 1}",
+            ]
+            work[exchanges] = steps
+    finally:
+        await store.aclose()
+    # 20x the transcript above the cut, about the same work (a walk to the root: ~20x).
+    assert work[60] <= 2 * work[3] + 10, work
+
+
+class _Wrapped:
+    """A summary source that is not the store's own (so the builder walks to the root)."""
+
+    def __init__(self, inner: SummaryStore) -> None:
+        self.inner = inner
+
+    async def newest_on_path(
+        self, conversation_id: str, path_ids: Sequence[str]
+    ) -> SummaryRecord | None:
+        return await self.inner.newest_on_path(conversation_id, path_ids)
