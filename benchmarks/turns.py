@@ -6,6 +6,13 @@ frontdesk's own overhead. The workload mirrors ../shared/peerbench (three calls 
 "at turn N" is the median over the same windows: 6-15, 76-125, 951-1000).
 
     python -m benchmarks.turns [--turns 1000] [--convs 200] [--per-conv 5] [--out FILE]
+                               [--with-peers | --no-peers] [--peers-dir DIR]
+
+With peers (the default when ../shared/peerbench exists beside the repository, so that
+`make bench` reproduces docs/benchmarks.md), the peer script runs first, one repetition of
+the stdlib floor, LangGraph and the Agents SDK, then frontdesk, one after the other (never
+at the same time: the machine has two cores), and the goals of issue 4 are checked against
+the best peer of that same run.
 """
 
 from __future__ import annotations
@@ -16,6 +23,7 @@ import glob
 import json
 import os
 import statistics
+import subprocess
 import tempfile
 import time
 from pathlib import Path
@@ -29,6 +37,10 @@ from experts.providers import FunctionModel, ModelRequest
 from orchestrator import Orchestrator
 
 WINDOWS = {"t10": (6, 15), "t100": (76, 125), "t1000": (951, 1000)}
+PEER_CONFIGS = "baseline,langgraph:sync,agents:w20"
+FLOOR = "baseline"
+"""The stdlib floor: shown beside the peers, but not a peer (it is no framework)."""
+PEERS_DIR = Path(__file__).resolve().parents[2] / "shared" / "peerbench"
 REPLY = "Thanks, I have checked your account; the refund of 42.50 is on its way."
 FILLER = (
     "I have been a customer for a while and something does not look right, could you "
@@ -112,21 +124,119 @@ async def run_concurrent(db: Path, convs: int, per_conv: int) -> dict[str, Any]:
     return {"convs": convs, "per_conv": per_conv, "turns_per_s": convs * per_conv / elapsed}
 
 
+def run_peers(peers_dir: Path, results: Path, turns: int, convs: int, per_conv: int) -> Any:
+    """Run the peer benchmark (its own virtualenv, one repetition); its summary.json."""
+    subprocess.run(
+        [
+            "bash",
+            str(peers_dir / "run.sh"),
+            "--reps",
+            "1",
+            "--configs",
+            PEER_CONFIGS,
+            "--turns",
+            str(turns),
+            "--convs",
+            str(convs),
+            "--per-conv",
+            str(per_conv),
+            "--results",
+            str(results),
+        ],
+        check=True,
+    )
+    return json.loads((results / "summary.json").read_text())
+
+
+def goals(figures: dict[str, Any], peers: dict[str, Any]) -> dict[str, Any]:
+    """Issue 4's goals against the best peer (the floor excluded) measured in the same run."""
+    ours_long, ours_conc = figures["long"], figures["concurrent"]
+    rivals = {name: p for name, p in peers.items() if name != FLOOR}
+    best_t10 = min(rivals, key=lambda name: rivals[name]["t10_med_ms"])
+    best_rate = max(rivals, key=lambda name: rivals[name]["turns_per_s"])
+    t10 = ours_long["t10_median_ms"]
+    t1000 = ours_long.get("t1000_median_ms")
+    rate = ours_conc["turns_per_s"]
+    return {
+        "t10": {
+            "best_peer": best_t10,
+            "peer_ms": rivals[best_t10]["t10_med_ms"],
+            "ours_ms": t10,
+            "ratio": t10 / rivals[best_t10]["t10_med_ms"],
+            "met": t10 <= 0.3 * rivals[best_t10]["t10_med_ms"],
+        },
+        "flat": {
+            "ratio": None if t1000 is None else t1000 / t10,
+            "met": t1000 is not None and t1000 <= 1.3 * t10,
+        },
+        "concurrent": {
+            "best_peer": best_rate,
+            "peer_turns_per_s": rivals[best_rate]["turns_per_s"],
+            "ours_turns_per_s": rate,
+            "ratio": rate / rivals[best_rate]["turns_per_s"],
+            "met": rate >= 4 * rivals[best_rate]["turns_per_s"],
+        },
+        "db_mb": {name: p.get("db_mb") for name, p in peers.items()}
+        | {"frontdesk": ours_long["db_mb"]},
+    }
+
+
+def table(figures: dict[str, Any], peers: dict[str, Any]) -> str:
+    """The Markdown table of docs/benchmarks.md ("Turn overhead")."""
+
+    def cell(value: float | None) -> str:
+        if value is None:
+            return "-"
+        return f"{value:.0f}" if value >= 100 else f"{value:.1f}" if value >= 10 else f"{value:.2f}"
+
+    long, conc = figures["long"], figures["concurrent"]
+    rows = [
+        "| config | ms @10 | ms @100 | ms @1000 | 200x5 turns/s | DB MB @1000 |",
+        "|---|---|---|---|---|---|",
+        "| **frontdesk** | "
+        + " | ".join(cell(long.get(f"{w}_median_ms")) for w in WINDOWS)
+        + f" | {cell(conc['turns_per_s'])} | {cell(long['db_mb'])} |",
+    ]
+    for name, p in peers.items():
+        seq = "" if p.get("ran_concurrently", True) else " (sequential)"
+        rows.append(
+            f"| {name} | "
+            + " | ".join(cell(p.get(f"{w}_med_ms")) for w in WINDOWS)
+            + f" | {cell(p.get('turns_per_s'))}{seq} | {cell(p.get('db_mb'))} |"
+        )
+    return "\n".join(rows)
+
+
 def main(argv: list[str] | None = None) -> None:
-    """Run both measurements and print (and optionally write) the figures as JSON."""
+    """Run both measurements (after the peers'), print (and optionally write) the figures."""
     parser = argparse.ArgumentParser(prog="python -m benchmarks.turns")
     parser.add_argument("--turns", type=int, default=1000)
     parser.add_argument("--convs", type=int, default=200)
     parser.add_argument("--per-conv", type=int, default=5)
     parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--with-peers", action=argparse.BooleanOptionalAction, default=None)
+    parser.add_argument("--peers-dir", type=Path, default=PEERS_DIR)
     args, _ = parser.parse_known_args(argv)
+    with_peers = args.with_peers
+    if with_peers is None:
+        with_peers = (args.peers_dir / "run.sh").exists()
     with tempfile.TemporaryDirectory(prefix="frontdesk-bench-") as tmp:
+        peers = None
+        if with_peers:
+            peers = run_peers(
+                args.peers_dir, Path(tmp) / "peers", args.turns, args.convs, args.per_conv
+            )
         long = asyncio.run(run_long(Path(tmp) / "long.db", args.turns))
         concurrent = asyncio.run(
             run_concurrent(Path(tmp) / "concurrent.db", args.convs, args.per_conv)
         )
-    figures = {"long": long, "concurrent": concurrent}
+    figures: dict[str, Any] = {"long": long, "concurrent": concurrent}
+    if peers is not None:
+        figures["peers"] = peers
+        figures["goals"] = goals(figures, peers)
     print(json.dumps(figures, indent=2))
+    if peers is not None:
+        print(table(figures, peers))
     if args.out is not None:
         args.out.write_text(json.dumps(figures, indent=2))
 
