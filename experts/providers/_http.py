@@ -7,6 +7,8 @@ asks once more when the structured output fails validation.
 
 from __future__ import annotations
 
+import dataclasses
+
 import email.utils
 import json
 import random
@@ -27,6 +29,7 @@ from experts.errors import (
     ProviderOverloaded,
     ProviderQuotaExhausted,
     RateLimited,
+    TruncatedOutput,
 )
 from experts.providers._retry import (
     AttemptFailure,
@@ -302,19 +305,26 @@ class HTTPModel(ABC):
             rng=self._rng,
         )
         reask: list[dict[str, Any]] = []
+        current = request
 
         async def send(_number: int) -> AttemptSuccess[Answer]:
             return await self._attempt(
-                request, reask, runner.attempt_timeout(request.settings.timeout)
+                current, reask, runner.attempt_timeout(current.settings.timeout)
             )
 
         try:
             try:
                 answer = await runner.run(send)
             except AttemptFailure as failure:
-                if not failure.invalid_output or runner.attempts_left <= 0:
+                if runner.attempts_left <= 0:
                     raise
-                reask.extend(self._reask_turns(failure))
+                if failure.invalid_output:
+                    reask.extend(self._reask_turns(failure))
+                elif isinstance(failure.error, TruncatedOutput):
+                    # Cut off by the token limit: once more with room to finish, never a loop.
+                    current = _with_more_room(current)
+                else:
+                    raise
                 answer = await runner.run(send)
         except AttemptFailure as failure:
             raise failure.error from failure.error.__cause__
@@ -327,3 +337,9 @@ class HTTPModel(ABC):
             raw=answer.record.response_body,
             attempts=runner.attempts,
         )
+
+
+def _with_more_room(request: ModelRequest) -> ModelRequest:
+    """The same request with twice the answer's token limit."""
+    settings = dataclasses.replace(request.settings, max_tokens=request.settings.max_tokens * 2)
+    return dataclasses.replace(request, settings=settings)

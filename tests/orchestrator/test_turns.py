@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from examples.potato_shop import categories as potato_categories
-from experts.errors import ProviderOverloaded
+from experts.errors import OutputValidationError, ProviderOverloaded, Refusal, TruncatedOutput
 from experts.providers import FunctionModel, ModelRequest
 from orchestrator import Orchestrator, TurnFailed
 from threads.errors import IdempotencyConflict
@@ -226,3 +226,40 @@ async def test_a_fallback_list_answers_from_the_next_model_in_an_outage(
     assert reply.category == "ORDERS"
     assert reply.models == {"response": "offline"}
     assert reply.text.startswith("[offline]")
+
+
+@pytest.mark.parametrize("error", [TruncatedOutput, Refusal, OutputValidationError])
+async def test_an_unusable_triage_answer_takes_the_safe_route(
+    team: Any, db_url: str, error: type[Exception]
+) -> None:
+    def broken_triage(request: ModelRequest) -> Any:
+        if request.expert == "triage":
+            raise error("cut off, refused or invalid")
+        return team(request)
+
+    orch = Orchestrator(potato_categories(), model=FunctionModel(broken_triage), store=db_url)
+    reply = await orch.handle("c", "refund order 88213 now")
+    log = orch.audit_log
+    assert log is not None
+    triage = [e.payload for e in await log.events("c") if e.kind == "triage"]
+    await orch.aclose()
+    assert reply.category == "HUMAN" and reply.handoff
+    assert team.of("request") == []
+    assert triage[0]["reason"].startswith(f"triage answer unusable ({error.__name__})")
+
+
+async def test_a_refused_reply_fails_the_turn_with_a_safe_reply_and_keeps_the_message(
+    team: Any, db_url: str
+) -> None:
+    def refusing(request: ModelRequest) -> Any:
+        if request.expert == "response":
+            raise Refusal("no")
+        return team(request)
+
+    orch = Orchestrator(potato_categories(), model=FunctionModel(refusing), store=db_url)
+    with pytest.raises(TurnFailed) as failed:
+        await orch.handle("c", "hello")
+    transcript = await orch.transcript("c")
+    await orch.aclose()
+    assert failed.value.stage == "response" and "try again" in failed.value.safe_reply
+    assert [(m.role, m.content) for m in transcript] == [("user", "hello")]

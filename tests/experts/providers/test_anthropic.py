@@ -343,16 +343,28 @@ async def test_invalid_twice_is_output_validation_error(
     assert len(wire.requests_to(ANTHROPIC_PATH)) == 2
 
 
-async def test_max_tokens_stop_is_truncated_output(
+async def test_max_tokens_stop_is_truncated_output_after_one_larger_try(
+    wire: WireServer, clock: FakeClock, make: Maker
+) -> None:
+    cut = Reply(200, anthropic_tool("Order", {"variety": "pur"}, stop_reason="max_tokens"))
+    wire.script(ANTHROPIC_PATH, cut, cut)
+    with pytest.raises(TruncatedOutput):
+        await make(wire).request(ask(Order))
+    sent = [r.body["max_tokens"] for r in wire.requests_to(ANTHROPIC_PATH)]
+    assert sent == [1024, 2048]
+
+
+async def test_max_tokens_stop_then_room_to_finish_succeeds(
     wire: WireServer, clock: FakeClock, make: Maker
 ) -> None:
     wire.script(
         ANTHROPIC_PATH,
         Reply(200, anthropic_tool("Order", {"variety": "pur"}, stop_reason="max_tokens")),
+        Reply(200, anthropic_tool("Order", {"variety": "purple", "bags": 2})),
     )
-    with pytest.raises(TruncatedOutput):
-        await make(wire).request(ask(Order))
-    assert len(wire.requests_to(ANTHROPIC_PATH)) == 1
+    response = await make(wire).request(ask(Order))
+    assert response.output == Order(variety="purple", bags=2)
+    assert response.attempts == 2
 
 
 async def test_refusal(wire: WireServer, clock: FakeClock, make: Maker) -> None:

@@ -154,11 +154,18 @@ async def test_invalid_twice_raises(wire: WireServer, make: Maker) -> None:
     assert len(wire.requests_to(OPENAI_PATH)) == 2
 
 
-async def test_length_is_truncated_output(wire: WireServer, make: Maker) -> None:
-    wire.script(OPENAI_PATH, Reply(200, openai_completion('{"vari', finish_reason="length")))
+async def test_length_is_truncated_output_after_one_larger_try(
+    wire: WireServer, make: Maker
+) -> None:
+    cut = Reply(200, openai_completion('{"vari', finish_reason="length"))
+    wire.script(OPENAI_PATH, cut, cut)
     with pytest.raises(TruncatedOutput):
         await make(wire).request(ask(Order))
-    assert len(wire.requests_to(OPENAI_PATH)) == 1
+    sent = [
+        r.body.get("max_completion_tokens", r.body.get("max_tokens"))
+        for r in wire.requests_to(OPENAI_PATH)
+    ]
+    assert sent == [1024, 2048]
 
 
 async def test_refusal(wire: WireServer, make: Maker) -> None:
