@@ -8,7 +8,6 @@ asks once more when the structured output fails validation.
 from __future__ import annotations
 
 import dataclasses
-
 import email.utils
 import json
 import random
