@@ -214,7 +214,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--convs", type=int, default=200)
     parser.add_argument("--per-conv", type=int, default=5)
     parser.add_argument("--out", type=Path, default=None)
-    parser.add_argument("--with-peers", action=argparse.BooleanOptionalAction, default=None)
+    parser.add_argument("--with-peers", dest="with_peers", action="store_true", default=None)
+    parser.add_argument("--no-peers", dest="with_peers", action="store_false")
     parser.add_argument("--peers-dir", type=Path, default=PEERS_DIR)
     args, _ = parser.parse_known_args(argv)
     with_peers = args.with_peers
