@@ -9,6 +9,7 @@ the ratio between the estimate and the exact input tokens each provider reports.
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 import threading
@@ -37,6 +38,9 @@ class TokenCounter(Protocol):
         ...
 
 
+# Each turn counts the same thread texts again (per expert, per budget check); a bounded
+# cache makes a repeat count a dictionary lookup.
+@functools.lru_cache(maxsize=65_536)
 def _estimate(text: str) -> int:
     """Word- and punctuation-aware estimate, close to BPE tokenizers but never far under.
 
