@@ -183,13 +183,23 @@ async def run_compaction(
 
 
 def schedule_compaction(orch: Orchestrator, conversation_id: str, leaf_id: str) -> None:
-    """Start a background compaction; `Orchestrator.aclose` waits for it."""
+    """Start a background compaction; `Orchestrator.aclose` waits for it.
+
+    One already running in this process for the conversation is left to finish: the next
+    turn past the threshold schedules again, so nothing is skipped for good.
+    """
+    running: set[str] = orch._compacting
+    if conversation_id in running:
+        return
+    running.add(conversation_id)
 
     async def background() -> None:
         try:
             await run_compaction(orch, conversation_id, leaf_id)
         except Exception:  # A background task has no caller to raise to.
             log.exception("compaction.crashed", conversation_id=conversation_id)
+        finally:
+            running.discard(conversation_id)
 
     tasks: set[asyncio.Task[None]] = orch._background
     task = asyncio.get_running_loop().create_task(background())

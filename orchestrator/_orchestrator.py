@@ -167,6 +167,8 @@ class Orchestrator:
         self._owns_audit = not isinstance(audit, AuditLog)
         self._open_lock = asyncio.Lock()
         self._background: set[asyncio.Task[None]] = set()
+        self._compacting: set[str] = set()
+        """Conversations this process is compacting now (the DB lease covers other processes)."""
 
     # -- wiring -------------------------------------------------------------------------
 
