@@ -412,6 +412,22 @@ class Orchestrator:
         leaf = await p.store.active_leaf(conversation_id)
         return [] if leaf is None else await p.store.path(leaf.id)
 
+    async def branches(self, conversation_id: str) -> list[MessageRecord]:
+        """The leaves of the conversation's tree: one per branch (edits, regenerations)."""
+        p = await self._open()
+        return await p.store.branches(conversation_id)
+
+    async def switch_branch(self, conversation_id: str, message_id: str) -> list[MessageRecord]:
+        """Make the path through `message_id` the active one; returns that transcript.
+
+        Raises:
+            MessageNotFound: no such message.
+            MessageNotInConversation: it belongs to another conversation.
+        """
+        p = await self._open()
+        await p.store.set_active_leaf(conversation_id, message_id)
+        return await self.transcript(conversation_id)
+
     async def aclose(self) -> None:
         """Wait for background work, then close what this orchestrator opened."""
         if self._background:

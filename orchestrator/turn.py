@@ -8,14 +8,14 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from pydantic import BaseModel, ValidationError
 
 from experts import Category, HandlerContext, NeedMoreInfo, Outcome
 from experts.category import HUMAN, OTHER
 from experts.errors import ModelError, OutputValidationError, Refusal, TruncatedOutput
-from experts.providers import Message
+from experts.providers import Message, ModelResponse
 from experts.request import RequestExpert
 from experts.response import ResponseExpert, ResponseResult
 from experts.triage import TriageExpert
@@ -65,12 +65,12 @@ async def run_turn(p: Pipeline, t: Turn) -> Reply:
     """Answer `t.user_message` and store the reply under it."""
     views = {e: t.thread.for_expert(e, counter=p.counters[e], budgets=p.budgets) for e in EXPERTS}
     meta = {"conversation_id": t.conversation_id, "turn_id": t.user_message.id}
-    usage: dict[str, Any] = {}
+    answered: dict[str, ModelResponse] = {}  # expert -> the response it got, for the Reply
 
-    category, reason = await _triage(p, t, views["triage"], meta, usage)
+    category, reason = await _triage(p, t, views["triage"], meta, answered)
     t.recorder.note("triage", category=category, reason=reason)
 
-    request, missing = await _extract(p, t, category, views["request"], meta, usage)
+    request, missing = await _extract(p, t, category, views["request"], meta, answered)
     t.recorder.note(
         "request", category=category, request=jsonable(request), need_more_info=jsonable(missing)
     )
@@ -80,7 +80,7 @@ async def run_turn(p: Pipeline, t: Turn) -> Reply:
         "outcome", category=category, instruction=outcome.instruction, data=jsonable(outcome.data)
     )
 
-    answer = await _respond(p, t, views["response"], outcome.instruction, meta, usage)
+    answer = await _respond(p, t, views["response"], outcome.instruction, meta, answered)
     assistant = await p.store.add_assistant_message(
         t.user_message.id,
         answer.text,
@@ -99,13 +99,13 @@ async def run_turn(p: Pipeline, t: Turn) -> Reply:
         message_id=assistant.id,
         user_message_id=t.user_message.id,
         conversation_id=t.conversation_id,
-        usage=usage,
-        models={"response": answer.response.model},
+        usage={expert: r.usage for expert, r in answered.items()},
+        models={expert: r.model for expert, r in answered.items()},
     )
 
 
 async def _triage(
-    p: Pipeline, t: Turn, view: ExpertView, meta: dict[str, str], usage: dict[str, Any]
+    p: Pipeline, t: Turn, view: ExpertView, meta: dict[str, str], answered: dict[str, ModelResponse]
 ) -> tuple[str, str]:
     """The category, or `HUMAN` when the triage answer is unusable (a safe default)."""
     try:
@@ -117,7 +117,7 @@ async def _triage(
         )
     except CONTENT_ERRORS as e:
         return HUMAN, f"triage answer unusable ({type(e).__name__}); handing off"
-    usage["triage"] = result.response.usage
+    answered["triage"] = result.response
     return result.category, result.reason
 
 
@@ -127,7 +127,7 @@ async def _extract(
     category: str,
     view: ExpertView,
     meta: dict[str, str],
-    usage: dict[str, Any],
+    answered: dict[str, ModelResponse],
 ) -> tuple[BaseModel | None, NeedMoreInfo | None]:
     """The category's request, or what is missing; nothing for the built-ins."""
     expert = p.requests.get(category)
@@ -143,7 +143,7 @@ async def _extract(
     except CONTENT_ERRORS as e:
         t.recorder.note("request_failed", category=category, error=f"{type(e).__name__}: {e}")
         return None, None
-    usage["request"] = result.response.usage
+    answered["request"] = result.response
     return result.request, result.need_more_info
 
 
@@ -153,14 +153,14 @@ async def _respond(
     view: ExpertView,
     instruction: str,
     meta: dict[str, str],
-    usage: dict[str, Any],
+    answered: dict[str, ModelResponse],
 ) -> ResponseResult:
     """The reply: the thread plus ONE assistant instruction message, sent to the response expert."""
     call = p.response.run(
         _turns(view), instruction, metadata=meta, cache_prefix=view.cache_prefix_messages
     )
     answer = await _stage("response", t, call)
-    usage["response"] = answer.response.usage
+    answered["response"] = answer.response
     return answer
 
 

@@ -24,7 +24,7 @@ async def test_offline_reproduces_the_potato_scenario(
         assert reply.request is not None
         assert reply.request.model_dump(include={"variety", "bags"}) == turn["expect"]["request"]
         assert reply.text.startswith("[offline]")
-        assert reply.models == {"response": "offline"}
+        assert reply.models == dict.fromkeys(("triage", "request", "response"), "offline")
     thread = await orch.user_thread("c")
     await orch.aclose()
     assert [m.role for m in thread.messages] == ["user", "assistant"] * 4

@@ -12,7 +12,7 @@ from examples.potato_shop import categories as potato_categories
 from experts.errors import OutputValidationError, ProviderOverloaded, Refusal, TruncatedOutput
 from experts.providers import FunctionModel, ModelRequest
 from orchestrator import Orchestrator, TurnFailed
-from threads.errors import IdempotencyConflict
+from threads.errors import IdempotencyConflict, MessageNotInConversation
 
 pytestmark = pytest.mark.anyio
 
@@ -224,7 +224,7 @@ async def test_a_fallback_list_answers_from_the_next_model_in_an_outage(
     reply = await orch.handle("c", "I'd like to buy a bag of purple potatoes")
     await orch.aclose()
     assert reply.category == "ORDERS"
-    assert reply.models == {"response": "offline"}
+    assert reply.models == {"triage": "offline", "request": "offline", "response": "offline"}
     assert reply.text.startswith("[offline]")
 
 
@@ -263,3 +263,23 @@ async def test_a_refused_reply_fails_the_turn_with_a_safe_reply_and_keeps_the_me
     await orch.aclose()
     assert failed.value.stage == "response" and "try again" in failed.value.safe_reply
     assert [(m.role, m.content) for m in transcript] == [("user", "hello")]
+
+
+async def test_branches_are_listed_and_any_can_become_the_active_path(
+    team: Any, db_url: str
+) -> None:
+    ordering(team)
+    orch = Orchestrator(potato_categories(), model=team.model(), store=db_url)
+    first = await orch.handle("c", "one bag of purple")
+    edited = await orch.edit(first.user_message_id, "two bags of idaho")
+    leaves = await orch.branches("c")
+    assert {m.id for m in leaves} == {first.message_id, edited.message_id}
+    path = await orch.switch_branch("c", first.message_id)
+    assert [m.content for m in path] == ["one bag of purple", first.text]
+    assert [m.content for m in (await orch.user_thread("c")).messages] == [
+        "one bag of purple",
+        first.text,
+    ]
+    with pytest.raises(MessageNotInConversation):
+        await orch.switch_branch("other", first.message_id)
+    await orch.aclose()
