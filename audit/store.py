@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import structlog
-from sqlalchemy import select, union, update
+from sqlalchemy import Connection, select, union, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
@@ -43,7 +43,7 @@ from audit.errors import AuditConfigError, AuditWriteError
 from audit.events import AuditEvent
 from audit.spool import Spool
 from audit.tables import audit_event, audit_head, audit_prompt
-from frontdesk.db import create_engine, write_slot
+from frontdesk.db import create_engine, dispose_engine, run_write, writes_to
 from frontdesk.schema import ensure_schema
 
 log = structlog.get_logger("audit")
@@ -173,7 +173,7 @@ class AuditLog:
     async def aclose(self) -> None:
         """Release the engine, only if this log created it."""
         if self._owns_engine:
-            await self._engine.dispose()
+            await dispose_engine(self._engine)
 
     # Writing.
 
@@ -207,7 +207,7 @@ class AuditLog:
                     "append(connection=...) needs a connection of the audit log's own engine"
                     " and an empty spool; call append without a connection"
                 )
-            await self._write_in(connection, conversation_id, prepared, idempotent=False)
+            await connection.run_sync(self._write_in, conversation_id, prepared, False)
             return
         if self._spool is not None and self._spool.path.exists():
             _, error = await self._spool.drain(self._write_idempotent)
@@ -226,6 +226,31 @@ class AuditLog:
                     events=len(events),
                 ) from e
             await self._spool_batch(conversation_id, events, e)
+
+    def append_sync(
+        self, conn: Connection, conversation_id: str, events: Sequence[AuditEvent]
+    ) -> None:
+        """`append(..., connection=...)` for a sync connection: the batch in the caller's
+        transaction, e.g. a turn's last write run by `frontdesk.db.run_write`.
+
+        Args:
+            conn: A connection of this log's database (see `joinable`) inside a write
+                transaction the caller commits. A failure propagates as it is.
+            conversation_id: The conversation the events belong to.
+            events: The batch, in order.
+
+        Raises:
+            AuditConfigError: `conn` is not of this log's database, or batches are spooled.
+            AuditPayloadError: an event's payload is not JSON.
+        """
+        if not events:
+            return
+        if not writes_to(conn, self._engine) or not self.joinable(self._engine):
+            raise AuditConfigError(
+                "append_sync needs a connection of the audit log's own engine and an empty"
+                " spool; call append without a connection"
+            )
+        self._write_in(conn, conversation_id, [self._prepare(e) for e in events], False)
 
     def joinable(self, engine: AsyncEngine) -> bool:
         """Whether a batch may be written in a transaction of `engine` (see `append`).
@@ -280,6 +305,10 @@ class AuditLog:
         self, conversation_id: str, batch: Sequence[_Prepared], *, idempotent: bool
     ) -> None:
         """Write a batch, retrying transient database errors a few times."""
+
+        def work(conn: Connection) -> None:
+            self._write_in(conn, conversation_id, batch, idempotent)
+
         async for attempt in AsyncRetrying(
             retry=retry_if_exception(_retryable),
             stop=stop_after_attempt(3),
@@ -290,12 +319,11 @@ class AuditLog:
                 # The first statement writes the head row, so on SQLite the write lock is
                 # taken before anything is read (and frontdesk.db's engines begin with
                 # BEGIN IMMEDIATE anyway); on PostgreSQL the head row is locked FOR UPDATE.
-                async with write_slot(self._engine), self._engine.begin() as conn:
-                    await self._write_in(conn, conversation_id, batch, idempotent)
+                await run_write(self._engine, work)
 
-    async def _write_in(
+    def _write_in(
         self,
-        conn: AsyncConnection,
+        conn: Connection,
         conversation_id: str,
         batch: Sequence[_Prepared],
         idempotent: bool,
@@ -307,21 +335,19 @@ class AuditLog:
         upsert = insert(audit_head).values(
             conversation_id=conversation_id, seq=0, hash=GENESIS_HASH
         )
-        head = (
-            await conn.execute(
-                upsert.on_conflict_do_update(
-                    index_elements=[audit_head.c.conversation_id],
-                    set_={"seq": audit_head.c.seq},
-                ).returning(audit_head.c.seq, audit_head.c.hash)
-            )
+        head = conn.execute(
+            upsert.on_conflict_do_update(
+                index_elements=[audit_head.c.conversation_id],
+                set_={"seq": audit_head.c.seq},
+            ).returning(audit_head.c.seq, audit_head.c.hash)
         ).one()
         if idempotent:
-            batch = await self._unwritten(conn, batch)
+            batch = self._unwritten(conn, batch)
             if not batch:
                 return
         prompts = {p.prompt_sha256: p.event.system_prompt for p in batch if p.prompt_sha256}
         if prompts:
-            await conn.execute(
+            conn.execute(
                 insert(audit_prompt).on_conflict_do_nothing(),
                 [{"sha256": k, "text_json": canonical_json(v or "")} for k, v in prompts.items()],
             )
@@ -332,8 +358,8 @@ class AuditLog:
             row = self._row(conversation_id, seq, prev, item)
             prev = row["hash"]
             rows.append(row)
-        await conn.execute(audit_event.insert(), rows)
-        await conn.execute(
+        conn.execute(audit_event.insert(), rows)
+        conn.execute(
             update(audit_head)
             .where(audit_head.c.conversation_id == conversation_id)
             .values(seq=seq, hash=prev)
@@ -367,12 +393,10 @@ class AuditLog:
         }
 
     @staticmethod
-    async def _unwritten(conn: AsyncConnection, batch: Sequence[_Prepared]) -> list[_Prepared]:
+    def _unwritten(conn: Connection, batch: Sequence[_Prepared]) -> list[_Prepared]:
         """The events of a re-sent batch that are not stored yet."""
         ids = [p.event.event_id for p in batch]
-        found = await conn.execute(
-            select(audit_event.c.event_id).where(audit_event.c.event_id.in_(ids))
-        )
+        found = conn.execute(select(audit_event.c.event_id).where(audit_event.c.event_id.in_(ids)))
         stored = set(found.scalars())
         return [p for p in batch if p.event.event_id not in stored]
 

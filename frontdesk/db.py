@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import asyncio
 import weakref
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, TypeVar
 
-from sqlalchemy import Engine, event
+import sqlalchemy
+from sqlalchemy import Connection, Engine, event
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
@@ -24,9 +26,14 @@ __all__ = [
     "DEFAULT_URL",
     "SQLITE_BUSY_TIMEOUT_MS",
     "create_engine",
+    "dispose_engine",
     "normalise_url",
+    "run_write",
     "write_slot",
+    "writes_to",
 ]
+
+T = TypeVar("T")
 
 DEFAULT_URL = "sqlite:///frontdesk.db"
 """The embedded default: a SQLite file in the working folder."""
@@ -86,14 +93,14 @@ def create_engine(url: str, **kwargs: Any) -> AsyncEngine:
         # rollback on check-in would only cost one more round trip to the driver thread.
         kwargs.setdefault("pool_reset_on_return", None)
         engine = create_async_engine(normalised, **kwargs)
-        _install_sqlite_hooks(engine)
+        _install_sqlite_hooks(engine.sync_engine)
         return engine
     kwargs.setdefault("pool_pre_ping", True)
     return create_async_engine(normalised, **kwargs)
 
 
-def _install_sqlite_hooks(engine: AsyncEngine) -> None:
-    @event.listens_for(engine.sync_engine, "connect")
+def _install_sqlite_hooks(engine: Engine) -> None:
+    @event.listens_for(engine, "connect")
     def _on_connect(dbapi_connection: Any, _record: Any) -> None:
         # Hand transaction control to the "begin" hook below instead of the driver.
         dbapi_connection.isolation_level = None
@@ -104,7 +111,7 @@ def _install_sqlite_hooks(engine: AsyncEngine) -> None:
         cursor.execute("PRAGMA foreign_keys=ON")
         cursor.close()
 
-    @event.listens_for(engine.sync_engine, "begin")
+    @event.listens_for(engine, "begin")
     def _on_begin(connection: Any) -> None:
         if connection.get_execution_options().get("frontdesk_readonly"):
             # A read-only transaction: a WAL snapshot, never blocked by writers.
@@ -138,3 +145,93 @@ async def write_slot(engine: AsyncEngine) -> AsyncIterator[None]:
         _write_locks[engine.sync_engine] = entry
     async with entry[1]:
         yield
+
+
+class _FastWriter:
+    """A sync SQLite engine over an async engine's file, driven from one thread.
+
+    The async SQLite driver crosses to its thread three or four times per statement; this
+    writer runs a whole transaction in one hop to its own thread, about ten times cheaper
+    for a turn's short transactions. One thread per database is enough: SQLite has one
+    writer at a time, and the thread owns its connection (pysqlite's same-thread check).
+    """
+
+    def __init__(self, engine: AsyncEngine) -> None:
+        url = engine.url.set(drivername="sqlite")
+        self.engine = sqlalchemy.create_engine(url, pool_reset_on_return=None)
+        _install_sqlite_hooks(self.engine)
+        options = engine.get_execution_options()
+        if options:
+            self.engine = self.engine.execution_options(**options)
+        self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="frontdesk-sqlite")
+        self.closed = False
+
+    def transaction(self, work: Callable[[Connection], T]) -> T:
+        with self.engine.begin() as conn:
+            return work(conn)
+
+    def close(self) -> None:
+        """Close the pooled connection on its own thread, then let the thread end."""
+        if not self.closed:
+            self.closed = True
+            self.executor.submit(self.engine.dispose)
+            self.executor.shutdown(wait=False)
+
+
+_writers: weakref.WeakKeyDictionary[Engine, _FastWriter] = weakref.WeakKeyDictionary()
+
+
+def _writer(engine: AsyncEngine) -> _FastWriter:
+    writer = _writers.get(engine.sync_engine)
+    if writer is None or writer.closed:
+        writer = _FastWriter(engine)
+        _writers[engine.sync_engine] = writer
+        # An engine dropped without `dispose_engine` still frees the thread and connection.
+        weakref.finalize(engine.sync_engine, writer.close)
+    return writer
+
+
+async def run_write(engine: AsyncEngine, work: Callable[[Connection], T]) -> T:
+    """Run `work` (sync SQL on a sync `Connection`) in one write transaction of `engine`.
+
+    The SQL is written once, sync, for both databases. On SQLite it runs on a sync engine
+    over the same file, in one hop to a thread of its own, queued behind this process's
+    other writers (`write_slot`); on PostgreSQL it runs in the async engine's transaction
+    (`AsyncConnection.run_sync`). The transaction is committed when `work` returns and
+    rolled back when it raises.
+
+    A transaction already handed to the SQLite thread runs to its end even if the caller
+    is cancelled meanwhile; the cancellation is delivered once it has.
+    """
+    if engine.dialect.name != "sqlite":
+        async with engine.begin() as conn:
+            return await conn.run_sync(work)
+    async with write_slot(engine):
+        writer = _writer(engine)
+        future = asyncio.get_running_loop().run_in_executor(
+            writer.executor, writer.transaction, work
+        )
+        try:
+            return await asyncio.shield(future)
+        except asyncio.CancelledError:
+            # Keep the write slot until the thread is done, so writers never overlap.
+            await asyncio.wait([future])
+            raise
+
+
+def writes_to(conn: Connection, engine: AsyncEngine) -> bool:
+    """Whether `conn` is a connection of `engine` (directly, or its SQLite fast writer)."""
+    if conn.engine is engine.sync_engine:
+        return True
+    writer = _writers.get(engine.sync_engine)
+    return writer is not None and conn.engine.pool is writer.engine.pool
+
+
+async def dispose_engine(engine: AsyncEngine) -> None:
+    """Close every pooled connection of `engine`, its SQLite fast writer's included."""
+    writer = _writers.pop(engine.sync_engine, None)
+    if writer is not None and not writer.closed:
+        writer.closed = True
+        await asyncio.get_running_loop().run_in_executor(writer.executor, writer.engine.dispose)
+        writer.executor.shutdown(wait=False)
+    await engine.dispose()

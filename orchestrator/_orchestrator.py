@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import structlog
-from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy import Connection
 
 from audit.store import AuditLog
 from experts import Category
@@ -512,8 +512,8 @@ class Orchestrator:
             return
         if audit.joinable(p.store.engine):
 
-            async def write_batch(conn: AsyncConnection) -> None:
-                await audit.append(conversation_id, recorder.events, connection=conn)
+            def write_batch(conn: Connection) -> None:
+                audit.append_sync(conn, conversation_id, recorder.events)
 
             try:
                 await p.store.finish_turn(lease, reply, also=write_batch)

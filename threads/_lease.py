@@ -18,17 +18,18 @@ from __future__ import annotations
 import asyncio
 import random
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any, TypeVar
 
 import anyio
 import sqlalchemy as sa
 import structlog
+from sqlalchemy import Connection
 from sqlalchemy.dialects import postgresql, sqlite
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncEngine
 
-from threads._tx import run_tx
+from threads._tx import run_sync_tx
 from threads.errors import ConversationBusy
 from threads.models import Lease
 
@@ -41,7 +42,7 @@ DEFAULT_TTL = 15.0
 """Seconds a lease lives without renewal; a held lease is renewed every `ttl / 3`."""
 
 
-async def _take(conn: AsyncConnection, name: str, owner: str, ttl: float) -> bool:
+def _take(conn: Connection, name: str, owner: str, ttl: float) -> bool:
     """In `conn`'s transaction: take (or renew) the lease unless another owner holds it."""
     now = time.time()
     insert: Any = (postgresql if conn.dialect.name == "postgresql" else sqlite).insert
@@ -51,44 +52,44 @@ async def _take(conn: AsyncConnection, name: str, owner: str, ttl: float) -> boo
         set_={"owner": stmt.excluded.owner, "expires_at": stmt.excluded.expires_at},
         where=sa.or_(_lease.c.expires_at < now, _lease.c.owner == owner),
     ).returning(_lease.c.owner)
-    return (await conn.execute(stmt)).first() is not None
+    return conn.execute(stmt).first() is not None
 
 
-async def _give_back(conn: AsyncConnection, name: str, owner: str) -> None:
+def _give_back(conn: Connection, name: str, owner: str) -> None:
     """In `conn`'s transaction: delete the lease if `owner` still holds it."""
-    await conn.execute(sa.delete(_lease).where(_lease.c.name == name, _lease.c.owner == owner))
+    conn.execute(sa.delete(_lease).where(_lease.c.name == name, _lease.c.owner == owner))
 
 
 async def try_lease(engine: AsyncEngine, name: str, owner: str, ttl: float) -> bool:
     """Take (or renew) the lease `name` for `owner` unless someone else holds it unexpired."""
 
-    async def work(conn: AsyncConnection) -> bool:
-        return await _take(conn, name, owner, ttl)
+    def work(conn: Connection) -> bool:
+        return _take(conn, name, owner, ttl)
 
-    return await run_tx(engine, work)
+    return await run_sync_tx(engine, work)
 
 
 async def renew_lease(engine: AsyncEngine, name: str, owner: str, ttl: float) -> bool:
     """Push the expiry of a lease `owner` holds; `False` when it was lost meanwhile."""
 
-    async def work(conn: AsyncConnection) -> bool:
+    def work(conn: Connection) -> bool:
         stmt = (
             sa.update(_lease)
             .where(_lease.c.name == name, _lease.c.owner == owner)
             .values(expires_at=time.time() + ttl)
         )
-        return (await conn.execute(stmt)).rowcount == 1
+        return conn.execute(stmt).rowcount == 1
 
-    return await run_tx(engine, work)
+    return await run_sync_tx(engine, work)
 
 
 async def release_lease(engine: AsyncEngine, name: str, owner: str) -> None:
     """Give the lease up if `owner` still holds it."""
 
-    async def work(conn: AsyncConnection) -> None:
-        await _give_back(conn, name, owner)
+    def work(conn: Connection) -> None:
+        _give_back(conn, name, owner)
 
-    await run_tx(engine, work)
+    await run_sync_tx(engine, work)
     _released(engine, name)
 
 
@@ -116,10 +117,8 @@ class TurnLease:
         self._timer: asyncio.TimerHandle | None = None
         self._renewer: asyncio.Task[None] | None = None
 
-    async def take(
-        self, first: Callable[[AsyncConnection], Awaitable[T]] | None = None
-    ) -> T | None:
-        """Wait for the lease, then take it and run `first` in the same transaction.
+    async def take(self, first: Callable[[Connection], T] | None = None) -> T | None:
+        """Wait for the lease, then take it and run `first` (sync SQL) in the same transaction.
 
         When `first` raises, nothing is written and the lease is not taken.
 
@@ -127,15 +126,23 @@ class TurnLease:
             ConversationBusy: the lease was not free within `wait` seconds.
         """
 
-        async def work(conn: AsyncConnection) -> tuple[bool, T | None]:
-            if not await _take(conn, self.name, self.owner, self.ttl):
+        def work(conn: Connection) -> tuple[bool, T | None]:
+            if not _take(conn, self.name, self.owner, self.ttl):
                 return False, None
-            return True, None if first is None else await first(conn)
+            return True, None if first is None else first(conn)
 
         started = time.monotonic()
         delay = 0.002
         while True:
-            taken, result = await run_tx(self.engine, work)
+            # Held "maybe" while the transaction runs: a caller cancelled meanwhile still
+            # gives it back in `aclose` (deleting a lease one does not hold does nothing).
+            self.held = True
+            try:
+                taken, result = await run_sync_tx(self.engine, work)
+            except BaseException as e:
+                self.held = isinstance(e, asyncio.CancelledError)
+                raise
+            self.held = taken
             if taken:
                 self.held = True
                 self._timer = asyncio.get_running_loop().call_later(self.ttl / 3, self._renew)
@@ -153,18 +160,18 @@ class TurnLease:
             )
             delay = min(delay * 2, 0.1)
 
-    async def release(self, last: Callable[[AsyncConnection], Awaitable[T]]) -> T:
-        """Run `last` and give the lease back in one transaction.
+    async def release(self, last: Callable[[Connection], T]) -> T:
+        """Run `last` (sync SQL) and give the lease back in one transaction.
 
         When the transaction fails, the lease is still held (call `aclose`).
         """
 
-        async def work(conn: AsyncConnection) -> T:
-            await _give_back(conn, self.name, self.owner)
-            return await last(conn)
+        def work(conn: Connection) -> T:
+            _give_back(conn, self.name, self.owner)
+            return last(conn)
 
         self._stop_renewing()
-        result = await run_tx(self.engine, work)
+        result = await run_sync_tx(self.engine, work)
         self.held = False
         _released(self.engine, self.name)
         return result

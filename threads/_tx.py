@@ -11,6 +11,7 @@ from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
 import structlog
+from sqlalchemy import Connection
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from tenacity import (
@@ -20,7 +21,7 @@ from tenacity import (
     wait_exponential_jitter,
 )
 
-from frontdesk.db import write_slot
+from frontdesk.db import run_write, write_slot
 from threads.errors import StoreError, StoreUnavailable
 
 T = TypeVar("T")
@@ -45,6 +46,31 @@ def is_transient(error: BaseException) -> bool:
     return "database is locked" in str(error.orig)
 
 
+def _retrying(attempts: int) -> AsyncRetrying:
+    return AsyncRetrying(
+        retry=retry_if_exception(is_transient),
+        stop=stop_after_attempt(attempts),
+        wait=wait_exponential_jitter(multiplier=0.02, jitter=0.05, max=0.5),
+        reraise=True,
+        before_sleep=lambda state: _log.warning(
+            "store.retry",
+            attempt=state.attempt_number,
+            error=type(state.outcome.exception()).__name__ if state.outcome else None,
+        ),
+    )
+
+
+def _translated(error: SQLAlchemyError, attempts: int) -> StoreError:
+    if not isinstance(error, DBAPIError):
+        return StoreError(f"database error: {error}")
+    if is_transient(error):
+        return StoreUnavailable(
+            f"the database kept failing transiently after {attempts} attempts "
+            f"({type(error.orig).__name__}); retry the operation"
+        )
+    return StoreError(f"database error: {type(error.orig).__name__}: {error.orig}")
+
+
 async def run_tx(
     engine: AsyncEngine,
     work: Callable[[AsyncConnection], Awaitable[T]],
@@ -58,19 +84,8 @@ async def run_tx(
         StoreUnavailable: a transient failure outlived the retries.
         StoreError: any other database failure.
     """
-    retrying = AsyncRetrying(
-        retry=retry_if_exception(is_transient),
-        stop=stop_after_attempt(attempts),
-        wait=wait_exponential_jitter(multiplier=0.02, jitter=0.05, max=0.5),
-        reraise=True,
-        before_sleep=lambda state: _log.warning(
-            "store.retry",
-            attempt=state.attempt_number,
-            error=type(state.outcome.exception()).__name__ if state.outcome else None,
-        ),
-    )
     try:
-        async for attempt in retrying:
+        async for attempt in _retrying(attempts):
             with attempt:
                 if readonly:
                     async with engine.connect() as conn:
@@ -79,13 +94,33 @@ async def run_tx(
                             return await work(conn)
                 async with write_slot(engine), engine.connect() as conn, conn.begin():
                     return await work(conn)
-    except DBAPIError as e:
-        if is_transient(e):
-            raise StoreUnavailable(
-                f"the database kept failing transiently after {attempts} attempts "
-                f"({type(e.orig).__name__}); retry the operation"
-            ) from e
-        raise StoreError(f"database error: {type(e.orig).__name__}: {e.orig}") from e
     except SQLAlchemyError as e:
-        raise StoreError(f"database error: {e}") from e
+        raise _translated(e, attempts) from e
+    raise AssertionError("unreachable: tenacity either returns or raises")
+
+
+async def run_sync_tx(
+    engine: AsyncEngine,
+    work: Callable[[Connection], T],
+    *,
+    readonly: bool = False,
+    attempts: int = ATTEMPTS,
+) -> T:
+    """`run_tx` for SQL written sync: a write runs in one hop (`frontdesk.db.run_write`).
+
+    Raises:
+        StoreUnavailable: a transient failure outlived the retries.
+        StoreError: any other database failure.
+    """
+    try:
+        async for attempt in _retrying(attempts):
+            with attempt:
+                if readonly:
+                    async with engine.connect() as conn:
+                        await conn.execution_options(frontdesk_readonly=True)
+                        async with conn.begin():
+                            return await conn.run_sync(work)
+                return await run_write(engine, work)
+    except SQLAlchemyError as e:
+        raise _translated(e, attempts) from e
     raise AssertionError("unreachable: tenacity either returns or raises")

@@ -10,34 +10,27 @@ because SQLite ignores `SELECT ... FOR UPDATE`).
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
-from typing import Any, Final, TypeVar
+from typing import TypeVar
 
 import sqlalchemy as sa
-from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy import Connection
 from sqlalchemy.exc import DBAPIError, IntegrityError
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncEngine
 
-from frontdesk.db import create_engine
+from frontdesk.db import create_engine, dispose_engine
 from frontdesk.schema import ensure_schema
-from threads import _lease
+from threads import _lease, _turn
 from threads._handler_store import HandlerStore
 from threads._lease import TurnLease
 from threads._records import ConversationRecord, MessageRecord, check_id, check_text, new_id
-from threads._tx import run_tx
-from threads.errors import (
-    IdempotencyConflict,
-    InvalidInput,
-    MessageNotFound,
-    MessageNotInConversation,
-    StoreError,
-    StoreUnavailable,
-)
+from threads._turn import UNSET, ParentId
+from threads._tx import run_sync_tx
+from threads.errors import InvalidInput, MessageNotFound, StoreError, StoreUnavailable
 from threads.models import Conversation, Message, utcnow
-from threads.summaries import PathSinceSummary, path_since_newest_in
+from threads.summaries import PathSinceSummary, path_since_newest_sync
 
 __all__ = [
     "UNSET",
@@ -65,14 +58,6 @@ class TurnStart:
     """`False` for an idempotent repeat of a stored message."""
     path: PathSinceSummary
     """The path to `message` from the newest summary's cut point."""
-
-
-class _Unset(enum.Enum):
-    UNSET = "UNSET"
-
-
-UNSET: Final = _Unset.UNSET
-"""`parent_id=UNSET` (the default) means "under the conversation's active leaf"."""
 
 
 class ConversationStore:
@@ -118,7 +103,7 @@ class ConversationStore:
 
     async def aclose(self) -> None:
         """Close every pooled connection."""
-        await self.engine.dispose()
+        await dispose_engine(self.engine)
 
     # Locks -------------------------------------------------------------------------------
 
@@ -183,7 +168,7 @@ class ConversationStore:
         *,
         user_id: str | None = None,
         client_message_id: str | None = None,
-        parent_id: str | None | _Unset = UNSET,
+        parent_id: ParentId = UNSET,
         token_count: int = 0,
         lease: TurnLease | None = None,
     ) -> tuple[MessageRecord, bool]:
@@ -217,14 +202,14 @@ class ConversationStore:
         if user_id is not None:
             check_id(user_id, "user_id")
 
-        async def work(conn: AsyncConnection) -> tuple[MessageRecord, bool]:
-            return await _add_user(
+        def work(conn: Connection) -> tuple[MessageRecord, bool]:
+            return _turn.add_user(
                 conn, conversation_id, content, user_id, client_message_id, parent_id, token_count
             )
 
         async def run() -> tuple[MessageRecord, bool]:
             if lease is None:
-                return await run_tx(self.engine, work)
+                return await run_sync_tx(self.engine, work)
             result = await lease.take(work)
             assert result is not None, "take returns what the first write returned"
             return result
@@ -239,7 +224,7 @@ class ConversationStore:
         lease: TurnLease,
         user_id: str | None = None,
         client_message_id: str | None = None,
-        parent_id: str | None | _Unset = UNSET,
+        parent_id: ParentId = UNSET,
         token_count: int = 0,
     ) -> TurnStart:
         """A turn's first transaction: take `lease`, add the user message, read its path.
@@ -256,14 +241,12 @@ class ConversationStore:
         if user_id is not None:
             check_id(user_id, "user_id")
 
-        async def work(conn: AsyncConnection) -> TurnStart:
-            message, created = await _add_user(
+        def work(conn: Connection) -> TurnStart:
+            message, created = _turn.add_user(
                 conn, conversation_id, content, user_id, client_message_id, parent_id, token_count
             )
             return TurnStart(
-                message=message,
-                created=created,
-                path=await path_since_newest_in(conn, message.id),
+                message=message, created=created, path=path_since_newest_sync(conn, message.id)
             )
 
         async def run() -> TurnStart:
@@ -293,26 +276,17 @@ class ConversationStore:
         check_id(parent_id, "parent_id")
         check_text(content, "content")
 
-        async def work(conn: AsyncConnection) -> MessageRecord:
-            parent = await _get(conn, parent_id)
-            if parent.role != "user":
-                raise InvalidInput(
-                    f"message {parent_id!r} is an assistant message; a reply goes under a "
-                    "user message (regenerate under the assistant message's parent)"
-                )
-            await _lock_conversation(conn, parent.conversation_id, None)
-            return await _insert(
+        def work(conn: Connection) -> MessageRecord:
+            return _turn.add_assistant(
                 conn,
-                conversation_id=parent.conversation_id,
-                parent_id=parent_id,
-                role="assistant",
+                parent_id,
                 content=content,
                 token_count=token_count,
                 model=model,
                 prompt_versions=prompt_versions,
             )
 
-        return await run_tx(self.engine, work)
+        return await run_sync_tx(self.engine, work)
 
     def stage_reply(
         self,
@@ -352,7 +326,7 @@ class ConversationStore:
         lease: TurnLease,
         reply: MessageRecord | None,
         *,
-        also: Callable[[AsyncConnection], Awaitable[None]] | None = None,
+        also: Callable[[Connection], None] | None = None,
         release: bool = True,
     ) -> None:
         """End a turn in one transaction: store `reply` (from `stage_reply`) as the active
@@ -362,16 +336,16 @@ class ConversationStore:
         `lease.aclose()`). On failure nothing of it is written and the lease is still held.
         """
 
-        async def work(conn: AsyncConnection) -> None:
+        def work(conn: Connection) -> None:
             if reply is not None:
-                await _write(conn, reply)
+                _turn.write(conn, reply)
             if also is not None:
-                await also(conn)
+                also(conn)
 
         if release:
             await lease.release(work)
         else:
-            await run_tx(self.engine, work)
+            await run_sync_tx(self.engine, work)
 
     async def set_active_leaf(self, conversation_id: str, message_id: str) -> None:
         """Switch the conversation to the branch through `message_id` (any of its messages).
@@ -381,15 +355,10 @@ class ConversationStore:
             MessageNotInConversation: the message belongs to another conversation.
         """
 
-        async def work(conn: AsyncConnection) -> None:
-            await _message_in(conn, message_id, conversation_id)
-            await conn.execute(
-                sa.update(_conv)
-                .where(_conv.c.id == conversation_id)
-                .values(active_leaf_id=message_id)
-            )
+        def work(conn: Connection) -> None:
+            _turn.set_leaf(conn, conversation_id, message_id)
 
-        await run_tx(self.engine, work)
+        await run_sync_tx(self.engine, work)
 
     # Reads -------------------------------------------------------------------------------
 
@@ -400,20 +369,16 @@ class ConversationStore:
             MessageNotFound: there is none.
         """
 
-        async def work(conn: AsyncConnection) -> MessageRecord:
-            return await _get(conn, message_id)
-
-        return await self._read(work)
+        return await self._read(lambda conn: _turn.get(conn, message_id))
 
     async def find_by_client_id(
         self, conversation_id: str, client_message_id: str
     ) -> MessageRecord | None:
         """The message the client sent with `client_message_id` here, if any."""
 
-        async def work(conn: AsyncConnection) -> MessageRecord | None:
-            return await _by_client_id(conn, conversation_id, client_message_id)
-
-        return await self._read(work)
+        return await self._read(
+            lambda conn: _turn.by_client_id(conn, conversation_id, client_message_id)
+        )
 
     async def replies_to(self, user_message_id: str) -> list[MessageRecord]:
         """The assistant messages under `user_message_id`, oldest first."""
@@ -454,8 +419,8 @@ class ConversationStore:
         if last is not None and last < 1:
             raise InvalidInput(f"last must be at least 1, got {last}")
 
-        async def work(conn: AsyncConnection) -> list[MessageRecord]:
-            rows = (await conn.execute(_path_query(leaf_id, stop_after, last))).mappings().all()
+        def work(conn: Connection) -> list[MessageRecord]:
+            rows = conn.execute(_turn.path_query(leaf_id, stop_after, last)).mappings().all()
             return [MessageRecord.from_row(row) for row in rows]
 
         if stop_after == leaf_id:
@@ -472,9 +437,9 @@ class ConversationStore:
     async def active_leaf(self, conversation_id: str) -> MessageRecord | None:
         """The conversation's active leaf, or `None` (no such conversation, or no message)."""
 
-        async def work(conn: AsyncConnection) -> MessageRecord | None:
+        def work(conn: Connection) -> MessageRecord | None:
             stmt = sa.select(_msg).join(_conv, _conv.c.active_leaf_id == _msg.c.id)
-            row = (await conn.execute(stmt.where(_conv.c.id == conversation_id))).mappings()
+            row = conn.execute(stmt.where(_conv.c.id == conversation_id)).mappings()
             found = row.first()
             return None if found is None else MessageRecord.from_row(found)
 
@@ -483,9 +448,9 @@ class ConversationStore:
     async def conversation(self, conversation_id: str) -> ConversationRecord | None:
         """The conversation's own row, or `None` when it does not exist."""
 
-        async def work(conn: AsyncConnection) -> ConversationRecord | None:
+        def work(conn: Connection) -> ConversationRecord | None:
             stmt = sa.select(_conv).where(_conv.c.id == conversation_id)
-            row = (await conn.execute(stmt)).mappings().first()
+            row = conn.execute(stmt).mappings().first()
             if row is None:
                 return None
             return ConversationRecord(
@@ -505,33 +470,15 @@ class ConversationStore:
 
     # Helpers -----------------------------------------------------------------------------
 
-    async def _read(self, work: Callable[[AsyncConnection], Awaitable[T]]) -> T:
-        return await run_tx(self.engine, work, readonly=True)
+    async def _read(self, work: Callable[[Connection], T]) -> T:
+        return await run_sync_tx(self.engine, work, readonly=True)
 
     async def _select(self, where: sa.ColumnElement[bool]) -> list[MessageRecord]:
-        async def work(conn: AsyncConnection) -> list[MessageRecord]:
+        def work(conn: Connection) -> list[MessageRecord]:
             stmt = sa.select(_msg).where(where).order_by(_msg.c.created_at, _msg.c.id)
-            return [MessageRecord.from_row(r) for r in (await conn.execute(stmt)).mappings()]
+            return [MessageRecord.from_row(r) for r in conn.execute(stmt).mappings()]
 
         return await self._read(work)
-
-
-def _path_query(leaf_id: str, stop_after: str | None, last: int | None) -> sa.Select[Any]:
-    walk = (
-        sa.select(_msg.c.id, _msg.c.parent_id, sa.literal(0).label("depth"))
-        .where(_msg.c.id == leaf_id)
-        .cte("walk", recursive=True)
-    )
-    up = _msg.alias("up")
-    step = sa.select(up.c.id, up.c.parent_id, walk.c.depth + 1).join(
-        walk, up.c.id == walk.c.parent_id
-    )
-    if stop_after is not None:
-        step = step.where(up.c.id != stop_after)
-    if last is not None:
-        step = step.where(walk.c.depth < last - 1)
-    walk = walk.union_all(step)
-    return sa.select(_msg).join(walk, _msg.c.id == walk.c.id).order_by(walk.c.depth.desc())
 
 
 async def _retrying_a_new_conversation(
@@ -544,149 +491,3 @@ async def _retrying_a_new_conversation(
         if isinstance(e.__cause__, IntegrityError) and client_message_id is not None:
             return await run()
         raise
-
-
-async def _add_user(
-    conn: AsyncConnection,
-    conversation_id: str,
-    content: str,
-    user_id: str | None,
-    client_message_id: str | None,
-    parent_id: str | None | _Unset,
-    token_count: int,
-) -> tuple[MessageRecord, bool]:
-    """The body of `add_user_message`: idempotent per `client_message_id`."""
-    leaf_id, existing = await _lock_conversation(conn, conversation_id, user_id, client_message_id)
-    if existing is not None:
-        assert client_message_id is not None, "only a client message id finds a message"
-        if existing.content != content:
-            raise IdempotencyConflict(
-                f"client_message_id {client_message_id!r} was already used in "
-                f"conversation {conversation_id!r} for a different text; "
-                "send a new text with a new client_message_id",
-                conversation_id=conversation_id,
-                client_message_id=client_message_id,
-            )
-        return existing, False
-    if parent_id is UNSET:
-        parent = leaf_id  # The conversation's own leaf: no need to check where it lives.
-    else:
-        parent = parent_id
-        if parent is not None:
-            await _message_in(conn, parent, conversation_id)
-    record = await _insert(
-        conn,
-        conversation_id=conversation_id,
-        parent_id=parent,
-        role="user",
-        content=content,
-        token_count=token_count,
-        client_message_id=client_message_id,
-    )
-    return record, True
-
-
-async def _lock_conversation(
-    conn: AsyncConnection,
-    conversation_id: str,
-    user_id: str | None,
-    client_message_id: str | None = None,
-) -> tuple[str | None, MessageRecord | None]:
-    """Lock the conversation row (creating it if missing).
-
-    Returns its active leaf id and, in the same statement, the message already stored
-    with `client_message_id` (if one is given and found). On PostgreSQL this is a row lock
-    (`FOR NO KEY UPDATE`). SQLite drops `FOR UPDATE` silently; there the transaction's
-    `BEGIN IMMEDIATE` already holds the write lock.
-    """
-    select, params = _LOCK_CONVERSATION, {"conversation_id": conversation_id}
-    if client_message_id is not None:
-        select = _LOCK_CONVERSATION_WITH_CLIENT_ID
-        params["client_message_id"] = client_message_id
-    row = (await conn.execute(select, params)).mappings().first()
-    if row is None:
-        insert: Any = (postgresql if conn.dialect.name == "postgresql" else sqlite).insert
-        await conn.execute(
-            insert(_conv)
-            .values(id=conversation_id, user_id=user_id, created_at=utcnow(), metadata={})
-            .on_conflict_do_nothing(index_elements=[_conv.c.id])
-        )
-        row = (await conn.execute(select, params)).mappings().first()
-        assert row is not None, "the conversation row exists after the upsert"
-    found = None if client_message_id is None or row["id"] is None else MessageRecord.from_row(row)
-    return row["leaf_id"], found
-
-
-def _lock_conversation_query(with_client_id: bool) -> sa.Select[Any]:
-    leaf = _conv.c.active_leaf_id.label("leaf_id")
-    by_id = _conv.c.id == sa.bindparam("conversation_id")
-    if not with_client_id:
-        return sa.select(leaf).where(by_id).with_for_update(key_share=True)
-    sent = sa.and_(
-        _msg.c.conversation_id == _conv.c.id,
-        _msg.c.client_message_id == sa.bindparam("client_message_id"),
-    )
-    return (
-        sa.select(leaf, _msg)
-        .select_from(_conv.outerjoin(_msg, sent))
-        .where(by_id)
-        .with_for_update(of=_conv, key_share=True)
-    )
-
-
-# Built once: building a statement costs more than running it on SQLite.
-_LOCK_CONVERSATION = _lock_conversation_query(with_client_id=False)
-_LOCK_CONVERSATION_WITH_CLIENT_ID = _lock_conversation_query(with_client_id=True)
-
-
-async def _get(conn: AsyncConnection, message_id: str) -> MessageRecord:
-    row = (await conn.execute(sa.select(_msg).where(_msg.c.id == message_id))).mappings().first()
-    if row is None:
-        raise MessageNotFound(f"no message {message_id!r}", message_id=message_id)
-    return MessageRecord.from_row(row)
-
-
-async def _message_in(conn: AsyncConnection, message_id: str, conversation_id: str) -> None:
-    stmt = sa.select(_msg.c.conversation_id).where(_msg.c.id == message_id)
-    owner = (await conn.execute(stmt)).scalar()
-    if owner is None:
-        raise MessageNotFound(f"no message {message_id!r}", message_id=message_id)
-    if owner != conversation_id:
-        raise MessageNotInConversation(
-            f"message {message_id!r} is not in conversation {conversation_id!r}",
-            message_id=message_id,
-        )
-
-
-async def _by_client_id(
-    conn: AsyncConnection, conversation_id: str, client_message_id: str
-) -> MessageRecord | None:
-    stmt = sa.select(_msg).where(
-        _msg.c.conversation_id == conversation_id,
-        _msg.c.client_message_id == client_message_id,
-    )
-    row = (await conn.execute(stmt)).mappings().first()
-    return None if row is None else MessageRecord.from_row(row)
-
-
-async def _insert(conn: AsyncConnection, **values: Any) -> MessageRecord:
-    values.setdefault("client_message_id", None)
-    values.setdefault("model", None)
-    values.setdefault("prompt_versions", None)
-    record = MessageRecord(id=new_id(), created_at=utcnow(), **values)
-    await _write(conn, record)
-    return record
-
-
-async def _write(conn: AsyncConnection, record: MessageRecord) -> None:
-    """Insert `record` and make it its conversation's active leaf."""
-    await conn.execute(sa.insert(_msg).values(**_as_row(record)))
-    await conn.execute(
-        sa.update(_conv)
-        .where(_conv.c.id == record.conversation_id)
-        .values(active_leaf_id=record.id)
-    )
-
-
-def _as_row(record: MessageRecord) -> dict[str, Any]:
-    return {name: getattr(record, name) for name in MessageRecord.__slots__}

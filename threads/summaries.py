@@ -16,6 +16,7 @@ from datetime import datetime
 from typing import Any
 
 import sqlalchemy as sa
+from sqlalchemy import Connection
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlmodel import Field, SQLModel
@@ -31,6 +32,7 @@ __all__ = [
     "SummaryRecord",
     "SummaryStore",
     "path_since_newest_in",
+    "path_since_newest_sync",
 ]
 
 
@@ -222,12 +224,21 @@ class SummaryStore:
 
 
 async def path_since_newest_in(conn: AsyncConnection, leaf_id: str) -> PathSinceSummary:
-    """`SummaryStore.path_since_newest` inside the caller's transaction (a turn's first).
+    """`SummaryStore.path_since_newest` inside the caller's transaction.
 
     Raises:
         MessageNotFound: no message `leaf_id`.
     """
-    rows = (await conn.execute(_PATH_SINCE_SUMMARY, {"leaf_id": leaf_id})).mappings().all()
+    return await conn.run_sync(path_since_newest_sync, leaf_id)
+
+
+def path_since_newest_sync(conn: Connection, leaf_id: str) -> PathSinceSummary:
+    """`path_since_newest_in` for a sync connection (a turn's first transaction).
+
+    Raises:
+        MessageNotFound: no message `leaf_id`.
+    """
+    rows = conn.execute(_PATH_SINCE_SUMMARY, {"leaf_id": leaf_id}).mappings().all()
     if not rows:
         raise MessageNotFound(f"no message {leaf_id!r}", message_id=leaf_id)
     top = rows[0]
@@ -238,7 +249,7 @@ async def path_since_newest_in(conn: AsyncConnection, leaf_id: str) -> PathSince
     summary = SummaryRecord.from_row({c.name: top[f"summary_{c.name}"] for c in _summary.c})
     replaced = summary.covered_messages
     if replaced is None:  # A summary written before the count was kept.
-        replaced = await _depth(conn, top["id"])
+        replaced = _depth(conn, top["id"])
     return PathSinceSummary(
         summary=summary, messages=[MessageRecord.from_row(r) for r in rows[1:]], replaced=replaced
     )
@@ -281,11 +292,11 @@ def _path_since_summary() -> sa.Select[Any]:
 _PATH_SINCE_SUMMARY = _path_since_summary()
 
 
-async def _depth(conn: AsyncConnection, message_id: str) -> int:
+def _depth(conn: Connection, message_id: str) -> int:
     """How many messages the path from the root to `message_id` holds (it included)."""
     walk = sa.select(_msg.c.id, _msg.c.parent_id).where(_msg.c.id == message_id).cte(recursive=True)
     up = _msg.alias("up")
     walk = walk.union_all(
         sa.select(up.c.id, up.c.parent_id).join(walk, up.c.id == walk.c.parent_id)
     )
-    return int((await conn.execute(sa.select(sa.func.count()).select_from(walk))).scalar_one())
+    return int(conn.execute(sa.select(sa.func.count()).select_from(walk)).scalar_one())

@@ -25,13 +25,18 @@ async def test_the_reply_and_its_audit_batch_are_one_transaction(
     await orch.open()
     assert orch.audit_log is not None
     joined: list[bool] = []
-    append = orch.audit_log.append
+    append, append_sync = orch.audit_log.append, orch.audit_log.append_sync
 
     async def spy(conversation_id: str, events: Any, *, connection: Any = None) -> None:
         joined.append(connection is not None)
         await append(conversation_id, events, connection=connection)
 
+    def sync_spy(connection: Any, conversation_id: str, events: Any) -> None:
+        joined.append(connection is not None)
+        append_sync(connection, conversation_id, events)
+
     monkeypatch.setattr(orch.audit_log, "append", spy)
+    monkeypatch.setattr(orch.audit_log, "append_sync", sync_spy)
     reply = await orch.handle("c", "hello", client_message_id="m-1")
     again = await orch.handle("c", "hello", client_message_id="m-1")
     transcript = await orch.transcript("c")
@@ -56,7 +61,11 @@ async def test_when_the_joint_write_fails_the_reply_and_audit_are_written_apart(
             raise RuntimeError("cannot join")
         await append(conversation_id, events)
 
+    def refuses_to_join_sync(connection: Any, conversation_id: str, events: Any) -> None:
+        raise RuntimeError("cannot join")
+
     monkeypatch.setattr(orch.audit_log, "append", refuses_to_join)
+    monkeypatch.setattr(orch.audit_log, "append_sync", refuses_to_join_sync)
     reply = await orch.handle("c", "hello")
     second = await orch.handle("c", "and again")  # The lease was given back.
     transcript = await orch.transcript("c")

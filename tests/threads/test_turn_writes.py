@@ -10,7 +10,7 @@ from pathlib import Path
 
 import anyio
 import pytest
-from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy import Connection
 
 from threads import _lease
 from threads.builder import build_thread, thread_since
@@ -88,7 +88,7 @@ async def test_a_failed_last_write_writes_nothing_and_keeps_the_lease(
     start = await store.start_turn(conversation, "hello", lease=lease)
     reply = store.stage_reply(start.message, "hi")
 
-    async def broken_audit(conn: AsyncConnection) -> None:
+    def broken_audit(conn: Connection) -> None:
         raise RuntimeError("audit batch refused")
 
     with pytest.raises(RuntimeError):

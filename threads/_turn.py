@@ -1,0 +1,244 @@
+"""The SQL of the store's transactions, written once, sync, for both databases.
+
+Each function runs inside a transaction the caller opened: on SQLite a turn's writes run on
+a sync engine in one hop to the database's own thread (`frontdesk.db.run_write`); on
+PostgreSQL, and for reads, through the async engine's `run_sync`. Statements that cost more
+to build than to run are built once.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Any, Final
+
+import sqlalchemy as sa
+from sqlalchemy import Connection
+from sqlalchemy.dialects import postgresql, sqlite
+
+from threads._records import MessageRecord, new_id
+from threads.errors import (
+    IdempotencyConflict,
+    InvalidInput,
+    MessageNotFound,
+    MessageNotInConversation,
+)
+from threads.models import Conversation, Message, utcnow
+
+_conv = Conversation.__table__  # type: ignore[attr-defined]
+_msg = Message.__table__  # type: ignore[attr-defined]
+
+
+class _Unset(enum.Enum):
+    UNSET = "UNSET"
+
+
+UNSET: Final = _Unset.UNSET
+"""`parent_id=UNSET` (the default) means "under the conversation's active leaf"."""
+
+ParentId = str | None | _Unset
+
+
+def add_user(
+    conn: Connection,
+    conversation_id: str,
+    content: str,
+    user_id: str | None,
+    client_message_id: str | None,
+    parent_id: ParentId,
+    token_count: int,
+) -> tuple[MessageRecord, bool]:
+    """The body of `add_user_message`: idempotent per `client_message_id`."""
+    leaf_id, existing = lock_conversation(conn, conversation_id, user_id, client_message_id)
+    if existing is not None:
+        assert client_message_id is not None, "only a client message id finds a message"
+        if existing.content != content:
+            raise IdempotencyConflict(
+                f"client_message_id {client_message_id!r} was already used in "
+                f"conversation {conversation_id!r} for a different text; "
+                "send a new text with a new client_message_id",
+                conversation_id=conversation_id,
+                client_message_id=client_message_id,
+            )
+        return existing, False
+    if parent_id is UNSET:
+        parent = leaf_id  # The conversation's own leaf: no need to check where it lives.
+    else:
+        parent = parent_id
+        if parent is not None:
+            message_in(conn, parent, conversation_id)
+    record = insert(
+        conn,
+        conversation_id=conversation_id,
+        parent_id=parent,
+        role="user",
+        content=content,
+        token_count=token_count,
+        client_message_id=client_message_id,
+    )
+    return record, True
+
+
+def add_assistant(conn: Connection, parent_id: str, **values: Any) -> MessageRecord:
+    """The body of `add_assistant_message`: a reply under the user message `parent_id`."""
+    parent = get(conn, parent_id)
+    if parent.role != "user":
+        raise InvalidInput(
+            f"message {parent_id!r} is an assistant message; a reply goes under a "
+            "user message (regenerate under the assistant message's parent)"
+        )
+    lock_conversation(conn, parent.conversation_id, None)
+    return insert(
+        conn,
+        conversation_id=parent.conversation_id,
+        parent_id=parent_id,
+        role="assistant",
+        **values,
+    )
+
+
+def lock_conversation(
+    conn: Connection,
+    conversation_id: str,
+    user_id: str | None,
+    client_message_id: str | None = None,
+) -> tuple[str | None, MessageRecord | None]:
+    """Lock the conversation row (creating it if missing).
+
+    Returns its active leaf id and, in the same statement, the message already stored
+    with `client_message_id` (if one is given and found). On PostgreSQL this is a row lock
+    (`FOR NO KEY UPDATE`). SQLite drops `FOR UPDATE` silently; there the transaction's
+    `BEGIN IMMEDIATE` already holds the write lock.
+    """
+    select, params = _LOCK_CONVERSATION, {"conversation_id": conversation_id}
+    if client_message_id is not None:
+        select = _LOCK_CONVERSATION_WITH_CLIENT_ID
+        params["client_message_id"] = client_message_id
+    row = conn.execute(select, params).mappings().first()
+    if row is None:
+        upsert: Any = (postgresql if conn.dialect.name == "postgresql" else sqlite).insert
+        conn.execute(
+            upsert(_conv)
+            .values(id=conversation_id, user_id=user_id, created_at=utcnow(), metadata={})
+            .on_conflict_do_nothing(index_elements=[_conv.c.id])
+        )
+        row = conn.execute(select, params).mappings().first()
+        assert row is not None, "the conversation row exists after the upsert"
+    found = None if client_message_id is None or row["id"] is None else MessageRecord.from_row(row)
+    return row["leaf_id"], found
+
+
+def _lock_conversation_query(with_client_id: bool) -> sa.Select[Any]:
+    leaf = _conv.c.active_leaf_id.label("leaf_id")
+    by_id = _conv.c.id == sa.bindparam("conversation_id")
+    if not with_client_id:
+        return sa.select(leaf).where(by_id).with_for_update(key_share=True)
+    sent = sa.and_(
+        _msg.c.conversation_id == _conv.c.id,
+        _msg.c.client_message_id == sa.bindparam("client_message_id"),
+    )
+    return (
+        sa.select(leaf, _msg)
+        .select_from(_conv.outerjoin(_msg, sent))
+        .where(by_id)
+        .with_for_update(of=_conv, key_share=True)
+    )
+
+
+# Built once: building a statement costs more than running it on SQLite.
+_LOCK_CONVERSATION = _lock_conversation_query(with_client_id=False)
+_LOCK_CONVERSATION_WITH_CLIENT_ID = _lock_conversation_query(with_client_id=True)
+
+
+def get(conn: Connection, message_id: str) -> MessageRecord:
+    """The message `message_id`.
+
+    Raises:
+        MessageNotFound: there is none.
+    """
+    row = conn.execute(sa.select(_msg).where(_msg.c.id == message_id)).mappings().first()
+    if row is None:
+        raise MessageNotFound(f"no message {message_id!r}", message_id=message_id)
+    return MessageRecord.from_row(row)
+
+
+def message_in(conn: Connection, message_id: str, conversation_id: str) -> None:
+    """Check that `message_id` exists and belongs to `conversation_id`.
+
+    Raises:
+        MessageNotFound: no such message.
+        MessageNotInConversation: it belongs to another conversation.
+    """
+    stmt = sa.select(_msg.c.conversation_id).where(_msg.c.id == message_id)
+    owner = conn.execute(stmt).scalar()
+    if owner is None:
+        raise MessageNotFound(f"no message {message_id!r}", message_id=message_id)
+    if owner != conversation_id:
+        raise MessageNotInConversation(
+            f"message {message_id!r} is not in conversation {conversation_id!r}",
+            message_id=message_id,
+        )
+
+
+def by_client_id(
+    conn: Connection, conversation_id: str, client_message_id: str
+) -> MessageRecord | None:
+    """The message sent with `client_message_id` in the conversation, if any."""
+    stmt = sa.select(_msg).where(
+        _msg.c.conversation_id == conversation_id,
+        _msg.c.client_message_id == client_message_id,
+    )
+    row = conn.execute(stmt).mappings().first()
+    return None if row is None else MessageRecord.from_row(row)
+
+
+def insert(conn: Connection, **values: Any) -> MessageRecord:
+    """Insert a new message (id and time assigned here) as its conversation's leaf."""
+    values.setdefault("client_message_id", None)
+    values.setdefault("model", None)
+    values.setdefault("prompt_versions", None)
+    record = MessageRecord(id=new_id(), created_at=utcnow(), **values)
+    write(conn, record)
+    return record
+
+
+_INSERT_MESSAGE = sa.insert(_msg)
+_SET_LEAF = (
+    sa.update(_conv)
+    .where(_conv.c.id == sa.bindparam("conversation"))
+    .values(active_leaf_id=sa.bindparam("leaf"))
+)
+
+
+def write(conn: Connection, record: MessageRecord) -> None:
+    """Insert `record` and make it its conversation's active leaf."""
+    conn.execute(_INSERT_MESSAGE, _as_row(record))
+    conn.execute(_SET_LEAF, {"conversation": record.conversation_id, "leaf": record.id})
+
+
+def set_leaf(conn: Connection, conversation_id: str, message_id: str) -> None:
+    """Make `message_id` (checked to be in the conversation) its active leaf."""
+    message_in(conn, message_id, conversation_id)
+    conn.execute(_SET_LEAF, {"conversation": conversation_id, "leaf": message_id})
+
+
+def _as_row(record: MessageRecord) -> dict[str, Any]:
+    return {name: getattr(record, name) for name in MessageRecord.__slots__}
+
+
+def path_query(leaf_id: str, stop_after: str | None, last: int | None) -> sa.Select[Any]:
+    """The path from the root to `leaf_id` (root first) by one recursive query."""
+    walk = (
+        sa.select(_msg.c.id, _msg.c.parent_id, sa.literal(0).label("depth"))
+        .where(_msg.c.id == leaf_id)
+        .cte("walk", recursive=True)
+    )
+    up = _msg.alias("up")
+    step = sa.select(up.c.id, up.c.parent_id, walk.c.depth + 1).join(
+        walk, up.c.id == walk.c.parent_id
+    )
+    if stop_after is not None:
+        step = step.where(up.c.id != stop_after)
+    if last is not None:
+        step = step.where(walk.c.depth < last - 1)
+    walk = walk.union_all(step)
+    return sa.select(_msg).join(walk, _msg.c.id == walk.c.id).order_by(walk.c.depth.desc())
