@@ -9,6 +9,7 @@ IMMEDIATE` on SQLite), so concurrent writers queue instead of forking the chain,
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -18,7 +19,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import structlog
-from sqlalchemy import Connection, select, union, update
+from sqlalchemy import Connection, bindparam, select, union, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
@@ -108,6 +109,87 @@ class _Prepared:
     created_at: str
     payload_json: str
     prompt_sha256: str | None
+
+
+def spliced_row_hash(
+    *,
+    conversation_id: str,
+    seq: int,
+    event_id: str,
+    kind: str,
+    turn_id: str,
+    created_at: str,
+    payload_json: str,
+    prompt_sha256: str | None,
+    prev_hash: str,
+) -> str:
+    """`audit.chain.row_hash` from the payload's canonical JSON, without parsing it again.
+
+    The row's canonical JSON is its fields' canonical JSON (sorted keys) with the payload's
+    own canonical text in its place. When a field other than the payload is not ASCII, the
+    whole text might have to be ASCII-escaped (a lone surrogate in the payload), so those
+    rare rows take `row_hash` itself.
+    """
+    fields = (conversation_id, event_id, kind, turn_id, created_at, prev_hash)
+    if not all(f.isascii() for f in fields) or not (prompt_sha256 or "").isascii():
+        return row_hash(
+            conversation_id=conversation_id,
+            seq=seq,
+            event_id=event_id,
+            kind=kind,
+            turn_id=turn_id,
+            created_at=created_at,
+            payload=json.loads(payload_json),
+            prompt_sha256=prompt_sha256,
+            prev_hash=prev_hash,
+        )
+    # Keys in sorted order, as canonical_json writes them.
+    head = canonical_json(
+        {
+            "conversation_id": conversation_id,
+            "created_at": created_at,
+            "event_id": event_id,
+            "kind": kind,
+        }
+    )
+    tail = canonical_json(
+        {"prev_hash": prev_hash, "prompt_sha256": prompt_sha256, "seq": seq, "turn_id": turn_id}
+    )
+    return sha256_text(f'{head[:-1]},"payload":{payload_json},{tail[1:]}')
+
+
+@functools.lru_cache(maxsize=256)
+def _prompt_json(text: str) -> str:
+    """A system prompt's stored JSON text (the same few prompts come with every turn)."""
+    return canonical_json(text)
+
+
+@dataclass(frozen=True)
+class _Statements:
+    head: Any
+    """Create the head row if missing and return it (row-locked on PostgreSQL)."""
+    prompt: Any
+    """Store a prompt text unless it is stored already."""
+
+
+def _statements(insert: Any) -> _Statements:
+    upsert = insert(audit_head).values(
+        conversation_id=bindparam("conversation_id"), seq=0, hash=GENESIS_HASH
+    )
+    head = upsert.on_conflict_do_update(
+        index_elements=[audit_head.c.conversation_id], set_={"seq": audit_head.c.seq}
+    ).returning(audit_head.c.seq, audit_head.c.hash)
+    return _Statements(head=head, prompt=insert(audit_prompt).on_conflict_do_nothing())
+
+
+# Built once (index: is PostgreSQL): building a statement costs more than running it.
+_STATEMENTS = (_statements(sqlite_insert), _statements(pg_insert))
+_INSERT_EVENT = audit_event.insert()
+_MOVE_HEAD = (
+    update(audit_head)
+    .where(audit_head.c.conversation_id == bindparam("conversation"))
+    .values(seq=bindparam("seq"), hash=bindparam("hash"))
+)
 
 
 class AuditLog:
@@ -329,18 +411,10 @@ class AuditLog:
         idempotent: bool,
     ) -> None:
         """The body of the append transaction: lock the head, chain the rows, move the head."""
-        insert = pg_insert if conn.dialect.name == "postgresql" else sqlite_insert
+        statements = _STATEMENTS[conn.dialect.name == "postgresql"]
         # One statement creates the head if missing and returns it, row-locked on
         # PostgreSQL (an upsert that "updates" the row locks it like SELECT ... FOR UPDATE).
-        upsert = insert(audit_head).values(
-            conversation_id=conversation_id, seq=0, hash=GENESIS_HASH
-        )
-        head = conn.execute(
-            upsert.on_conflict_do_update(
-                index_elements=[audit_head.c.conversation_id],
-                set_={"seq": audit_head.c.seq},
-            ).returning(audit_head.c.seq, audit_head.c.hash)
-        ).one()
+        head = conn.execute(statements.head, {"conversation_id": conversation_id}).one()
         if idempotent:
             batch = self._unwritten(conn, batch)
             if not batch:
@@ -348,8 +422,8 @@ class AuditLog:
         prompts = {p.prompt_sha256: p.event.system_prompt for p in batch if p.prompt_sha256}
         if prompts:
             conn.execute(
-                insert(audit_prompt).on_conflict_do_nothing(),
-                [{"sha256": k, "text_json": canonical_json(v or "")} for k, v in prompts.items()],
+                statements.prompt,
+                [{"sha256": k, "text_json": _prompt_json(v or "")} for k, v in prompts.items()],
             )
         seq, prev = head.seq, head.hash
         rows = []
@@ -358,24 +432,20 @@ class AuditLog:
             row = self._row(conversation_id, seq, prev, item)
             prev = row["hash"]
             rows.append(row)
-        conn.execute(audit_event.insert(), rows)
-        conn.execute(
-            update(audit_head)
-            .where(audit_head.c.conversation_id == conversation_id)
-            .values(seq=seq, hash=prev)
-        )
+        conn.execute(_INSERT_EVENT, rows)
+        conn.execute(_MOVE_HEAD, {"conversation": conversation_id, "seq": seq, "hash": prev})
 
     @staticmethod
     def _row(conversation_id: str, seq: int, prev: str, item: _Prepared) -> dict[str, Any]:
         event = item.event
-        digest = row_hash(
+        digest = spliced_row_hash(
             conversation_id=conversation_id,
             seq=seq,
             event_id=event.event_id,
             kind=event.kind,
             turn_id=event.turn_id,
             created_at=item.created_at,
-            payload=json.loads(item.payload_json),
+            payload_json=item.payload_json,
             prompt_sha256=item.prompt_sha256,
             prev_hash=prev,
         )

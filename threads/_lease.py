@@ -42,22 +42,35 @@ DEFAULT_TTL = 15.0
 """Seconds a lease lives without renewal; a held lease is renewed every `ttl / 3`."""
 
 
+def _take_statement(insert: Any) -> Any:
+    owner: sa.BindParameter[str] = sa.bindparam("owner")
+    stmt = insert(_lease).values(
+        name=sa.bindparam("name"), owner=owner, expires_at=sa.bindparam("expires")
+    )
+    return stmt.on_conflict_do_update(
+        index_elements=[_lease.c.name],
+        set_={"owner": stmt.excluded.owner, "expires_at": stmt.excluded.expires_at},
+        where=sa.or_(_lease.c.expires_at < sa.bindparam("now"), _lease.c.owner == owner),
+    ).returning(_lease.c.owner)
+
+
+# Built once (index: is PostgreSQL): building a statement costs more than running it.
+_TAKE = (_take_statement(sqlite.insert), _take_statement(postgresql.insert))
+_GIVE_BACK = sa.delete(_lease).where(
+    _lease.c.name == sa.bindparam("name"), _lease.c.owner == sa.bindparam("owner")
+)
+
+
 def _take(conn: Connection, name: str, owner: str, ttl: float) -> bool:
     """In `conn`'s transaction: take (or renew) the lease unless another owner holds it."""
     now = time.time()
-    insert: Any = (postgresql if conn.dialect.name == "postgresql" else sqlite).insert
-    stmt = insert(_lease).values(name=name, owner=owner, expires_at=now + ttl)
-    stmt = stmt.on_conflict_do_update(
-        index_elements=[_lease.c.name],
-        set_={"owner": stmt.excluded.owner, "expires_at": stmt.excluded.expires_at},
-        where=sa.or_(_lease.c.expires_at < now, _lease.c.owner == owner),
-    ).returning(_lease.c.owner)
-    return conn.execute(stmt).first() is not None
+    params = {"name": name, "owner": owner, "expires": now + ttl, "now": now}
+    return conn.execute(_TAKE[conn.dialect.name == "postgresql"], params).first() is not None
 
 
 def _give_back(conn: Connection, name: str, owner: str) -> None:
     """In `conn`'s transaction: delete the lease if `owner` still holds it."""
-    conn.execute(sa.delete(_lease).where(_lease.c.name == name, _lease.c.owner == owner))
+    conn.execute(_GIVE_BACK, {"name": name, "owner": owner})
 
 
 async def try_lease(engine: AsyncEngine, name: str, owner: str, ttl: float) -> bool:

@@ -1,0 +1,43 @@
+"""The row hash written at append time equals `audit.chain.row_hash` for every kind of text."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from audit.chain import canonical_json, row_hash
+from audit.store import spliced_row_hash
+
+TEXTS = [
+    "plain",
+    "café, 日本語 and an emoji 🥔",
+    "a lone surrogate \ud800 in the payload",
+    'quotes " and backslashes \\ and control \x01 characters',
+]
+
+
+@pytest.mark.parametrize("text", TEXTS)
+@pytest.mark.parametrize("conversation_id", ["conv-1", "conversación-ü"])
+@pytest.mark.parametrize("prompt_sha256", [None, "ab" * 32])
+def test_the_spliced_hash_is_the_chain_hash(
+    text: str, conversation_id: str, prompt_sha256: str | None
+) -> None:
+    payload = {"text": text, "nested": {"b": [1, 2.5, None, True], "a": text}}
+    fields = {
+        "conversation_id": conversation_id,
+        "seq": 7,
+        "event_id": "e-1",
+        "kind": "reply",
+        "turn_id": "t-1",
+        "created_at": "2026-01-01T00:00:00.000000+00:00",
+        "prompt_sha256": prompt_sha256,
+        "prev_hash": "0" * 64,
+    }
+    expected = row_hash(payload=payload, **fields)  # type: ignore[arg-type]
+    spliced = spliced_row_hash(payload_json=canonical_json(payload), **fields)  # type: ignore[arg-type]
+    assert spliced == expected
+    # The payload really went through its canonical text (a changed payload changes the hash).
+    other = canonical_json({**payload, "text": text + "!"})
+    assert spliced_row_hash(payload_json=other, **fields) != expected  # type: ignore[arg-type]
+    assert json.loads(canonical_json(payload)) == json.loads(json.dumps(payload))
