@@ -6,6 +6,10 @@ and the version.
 """
 
 from frontdesk.errors import ConfigError, FrontdeskError, UserError
+from frontdesk.logs import protect_logs
+
+# Payload-carrying DEBUG records of the SDKs and the driver never reach the logs (see logs.py).
+protect_logs()
 
 __version__ = "0.1.0"
 

@@ -92,11 +92,11 @@ def create_engine(url: str, **kwargs: Any) -> AsyncEngine:
         # Every transaction ends in an explicit COMMIT or ROLLBACK, so the pool's extra
         # rollback on check-in would only cost one more round trip to the driver thread.
         kwargs.setdefault("pool_reset_on_return", None)
-        engine = create_async_engine(normalised, **kwargs)
+        engine = create_async_engine(normalised, **{"hide_parameters": True, **kwargs})
         _install_sqlite_hooks(engine.sync_engine)
         return engine
     kwargs.setdefault("pool_pre_ping", True)
-    return create_async_engine(normalised, **kwargs)
+    return create_async_engine(normalised, **{"hide_parameters": True, **kwargs})
 
 
 def _install_sqlite_hooks(engine: Engine) -> None:
@@ -158,7 +158,7 @@ class _FastWriter:
 
     def __init__(self, engine: AsyncEngine) -> None:
         url = engine.url.set(drivername="sqlite")
-        self.engine = sqlalchemy.create_engine(url, pool_reset_on_return=None)
+        self.engine = sqlalchemy.create_engine(url, pool_reset_on_return=None, hide_parameters=True)
         _install_sqlite_hooks(self.engine)
         options = engine.get_execution_options()
         if options:
