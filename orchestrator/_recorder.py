@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import dataclasses
+import hashlib
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -38,6 +39,28 @@ def jsonable(value: Any) -> Any:
     if isinstance(value, dict | list | str | int | float | bool) or value is None:
         return value
     return str(value)
+
+
+def without_system(body: Any, system: str) -> Any:
+    """`body` with the system prompt's text replaced by a reference to its stored copy.
+
+    The audit log keeps each prompt text once, by hash (`AuditEvent.system_prompt`); the
+    wire body would otherwise repeat it in every attempt row.
+    """
+    if not system:
+        return body
+    if isinstance(body, str):
+        return _prompt_reference(system) if body == system else body
+    if isinstance(body, list):
+        return [without_system(item, system) for item in body]
+    if isinstance(body, dict):
+        return {key: without_system(value, system) for key, value in body.items()}
+    return body
+
+
+def _prompt_reference(system: str) -> str:
+    digest = hashlib.sha256(system.encode("utf-8", "surrogatepass")).hexdigest()
+    return f"[system prompt sha256:{digest}, stored once in the audit log]"
 
 
 @dataclasses.dataclass
@@ -82,6 +105,7 @@ class TurnRecorder:
         system = None
         if request is not None:
             system = request.system
+            payload["request_body"] = without_system(attempt.request_body, system)
             payload["messages"] = [dict(m) for m in request.messages]
             payload["settings"] = dataclasses.asdict(request.settings)
             payload["output_type"] = request.output_type.__name__ if request.output_type else None

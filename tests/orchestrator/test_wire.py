@@ -104,3 +104,30 @@ async def test_openai_bodies_send_the_instruction_as_the_one_extra_assistant_mes
         ("assistant", reply.text),
     ]
     assert all(m.content != instruction for m in thread.messages)
+
+
+async def test_the_audit_keeps_each_system_prompt_once_not_in_every_wire_body(
+    wire: WireServer, db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-test-key")
+    monkeypatch.setenv("ANTHROPIC_BASE_URL", wire.url)
+    wire.script(
+        ANTHROPIC_PATH,
+        Reply(body=anthropic_tool("TriageDecision", {"category": "OTHER", "reason": "hi"})),
+        Reply(body=anthropic_text("Hello!")),
+    )
+    orch = Orchestrator(potato_categories(), model="anthropic:claude-test", store=db_url)
+    await orch.handle("c", "hello")
+    log = orch.audit_log
+    assert log is not None
+    attempts = [e for e in await log.events("c") if e.kind == "model_attempt"]
+    await orch.aclose()
+    sent = [r.body for r in wire.requests_to(ANTHROPIC_PATH)]
+    for event, body in zip(attempts, sent, strict=True):
+        system = body["system"][0]["text"]
+        assert event.system_prompt == system  # the exact text, stored once by hash
+        stored = event.payload["request_body"]
+        assert stored["system"][0]["text"].startswith("[system prompt sha256:")
+        assert {k: v for k, v in stored.items() if k != "system"} == {
+            k: v for k, v in body.items() if k != "system"
+        }
