@@ -11,6 +11,7 @@ import weakref
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import sqlalchemy
@@ -147,13 +148,39 @@ async def write_slot(engine: AsyncEngine) -> AsyncIterator[None]:
         yield
 
 
+@dataclass(eq=False)
+class _Job:
+    """One caller's write transaction body, queued for the SQLite writer thread."""
+
+    work: Callable[[Connection], Any]
+    future: asyncio.Future[Any]
+    ok: bool = False
+    value: Any = None
+    """What `work` returned (`ok`) or the exception it, or the commit, raised."""
+
+    def settle(self) -> None:
+        """Hand the outcome to the caller (on the event loop, after the COMMIT)."""
+        if self.future.done():
+            return
+        if self.ok:
+            self.future.set_result(self.value)
+        else:
+            self.future.set_exception(self.value)
+
+
 class _FastWriter:
     """A sync SQLite engine over an async engine's file, driven from one thread.
 
     The async SQLite driver crosses to its thread three or four times per statement; this
-    writer runs a whole transaction in one hop to its own thread, about ten times cheaper
-    for a turn's short transactions. One thread per database is enough: SQLite has one
-    writer at a time, and the thread owns its connection (pysqlite's same-thread check).
+    writer runs whole transactions in one hop to its own thread. One thread per database is
+    enough: SQLite has one writer at a time, and the thread owns its connection (pysqlite's
+    same-thread check).
+
+    Group commit: the write jobs that queue up while the thread is busy run next in ONE
+    transaction, each inside its own SAVEPOINT, then one COMMIT. A job that raises rolls
+    back to its savepoint only (its caller gets the error); the others are committed
+    together, and no caller hears of its write before the COMMIT succeeded. A batch costs
+    one BEGIN, one COMMIT and one hop each way, however many jobs it holds.
     """
 
     def __init__(self, engine: AsyncEngine) -> None:
@@ -163,12 +190,96 @@ class _FastWriter:
         options = engine.get_execution_options()
         if options:
             self.engine = self.engine.execution_options(**options)
+        self.async_engine = weakref.ref(engine)
         self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="frontdesk-sqlite")
         self.closed = False
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.pending: list[_Job] = []
+        self.drainer: asyncio.Task[None] | None = None
 
-    def transaction(self, work: Callable[[Connection], T]) -> T:
-        with self.engine.begin() as conn:
-            return work(conn)
+    def submit(self, work: Callable[[Connection], Any]) -> _Job:
+        """Queue `work`; the batch it joins runs once the thread is free."""
+        loop = asyncio.get_running_loop()
+        if loop is not self.loop:  # A new event loop (each test has its own): start afresh.
+            self.loop, self.pending, self.drainer = loop, [], None
+        job = _Job(work, loop.create_future())
+        self.pending.append(job)
+        if self.drainer is None:
+            self.drainer = loop.create_task(self._drain())
+        return job
+
+    def withdraw(self, job: _Job) -> bool:
+        """Take `job` off the queue if no transaction has picked it up yet."""
+        if job in self.pending:
+            self.pending.remove(job)
+            return True
+        return False
+
+    async def _drain(self) -> None:
+        """Run the queued jobs batch by batch until the queue is empty."""
+        loop = asyncio.get_running_loop()
+        jobs: list[_Job] = []
+        try:
+            while self.pending:
+                engine = self.async_engine()
+                if engine is None:
+                    break
+                # Queued behind the async engine's writers of this process (`write_slot`).
+                async with write_slot(engine):
+                    jobs, self.pending = self.pending, []
+                    done = loop.run_in_executor(self.executor, self.run_batch, jobs)
+                    try:
+                        await asyncio.shield(done)
+                    except asyncio.CancelledError:
+                        # The loop is closing: let the transaction end before letting go.
+                        await asyncio.wait([done])
+                        raise
+                    except Exception as e:  # The connection itself failed (a ROLLBACK).
+                        for job in jobs:
+                            job.value, job.ok = e, False
+                for job in jobs:
+                    job.settle()
+                jobs = []
+        finally:
+            self.drainer = None
+            for job in [*jobs, *self.pending]:
+                job.future.cancel()
+
+    def run_batch(self, jobs: list[_Job]) -> None:
+        """On the writer thread: run `jobs`, a savepoint each, in as few transactions as
+        SQLite allows (a failure that ends the whole transaction starts a new one)."""
+        while jobs:
+            jobs = self._transaction(jobs)
+
+    def _transaction(self, jobs: list[_Job]) -> list[_Job]:
+        """Run `jobs` in one transaction; returns those left to run when SQLite ended the
+        transaction on its own (after an I/O or busy error), which then all fail."""
+        with self.engine.connect() as conn:
+            raw = conn.connection.driver_connection
+            assert raw is not None, "a checked-out pysqlite connection"
+            try:
+                with conn.begin():
+                    for index, job in enumerate(jobs):
+                        raw.execute("SAVEPOINT frontdesk_job")
+                        try:
+                            job.value, job.ok = job.work(conn), True
+                        except Exception as e:
+                            job.value, job.ok = e, False
+                            if not raw.in_transaction:
+                                # SQLite rolled the whole transaction back: nothing of this
+                                # batch is written; the jobs not run yet get a fresh one.
+                                for done in jobs[:index]:
+                                    done.value, done.ok = e, False
+                                return jobs[index + 1 :]
+                            raw.execute("ROLLBACK TO frontdesk_job")
+                        raw.execute("RELEASE frontdesk_job")
+            except Exception as e:  # BEGIN or COMMIT failed: nothing of the batch is written.
+                if raw.in_transaction:  # A failed COMMIT leaves SQLite's transaction open.
+                    raw.rollback()
+                for job in jobs:
+                    if job.ok or job.value is None:  # Keep a job's own error.
+                        job.value, job.ok = e, False
+        return []
 
     def close(self) -> None:
         """Close the pooled connection on its own thread, then let the thread end."""
@@ -195,28 +306,28 @@ async def run_write(engine: AsyncEngine, work: Callable[[Connection], T]) -> T:
     """Run `work` (sync SQL on a sync `Connection`) in one write transaction of `engine`.
 
     The SQL is written once, sync, for both databases. On SQLite it runs on a sync engine
-    over the same file, in one hop to a thread of its own, queued behind this process's
-    other writers (`write_slot`); on PostgreSQL it runs in the async engine's transaction
-    (`AsyncConnection.run_sync`). The transaction is committed when `work` returns and
+    over the same file, on a thread of its own, grouped with the other writes queued
+    meanwhile into one transaction (a savepoint each, see `_FastWriter`); on PostgreSQL
+    it runs in the async engine's transaction (`AsyncConnection.run_sync`). The write is
+    committed when `work` returns (and the caller resumes only after the COMMIT), and
     rolled back when it raises.
 
-    A transaction already handed to the SQLite thread runs to its end even if the caller
-    is cancelled meanwhile; the cancellation is delivered once it has.
+    A caller cancelled before its write started withdraws it; once handed to the SQLite
+    thread, it runs to its end, and the cancellation is delivered after.
     """
     if engine.dialect.name != "sqlite":
         async with engine.begin() as conn:
             return await conn.run_sync(work)
-    async with write_slot(engine):
-        writer = _writer(engine)
-        future = asyncio.get_running_loop().run_in_executor(
-            writer.executor, writer.transaction, work
-        )
-        try:
-            return await asyncio.shield(future)
-        except asyncio.CancelledError:
-            # Keep the write slot until the thread is done, so writers never overlap.
-            await asyncio.wait([future])
-            raise
+    writer = _writer(engine)
+    job = writer.submit(work)
+    try:
+        result: T = await asyncio.shield(job.future)
+    except asyncio.CancelledError:
+        if not writer.withdraw(job):
+            # Keep the caller until the transaction is over, so its outcome is known.
+            await asyncio.wait([job.future])
+        raise
+    return result
 
 
 def writes_to(conn: Connection, engine: AsyncEngine) -> bool:
@@ -230,6 +341,8 @@ def writes_to(conn: Connection, engine: AsyncEngine) -> bool:
 async def dispose_engine(engine: AsyncEngine) -> None:
     """Close every pooled connection of `engine`, its SQLite fast writer's included."""
     writer = _writers.pop(engine.sync_engine, None)
+    if writer is not None and writer.drainer is not None:
+        await asyncio.wait([writer.drainer])  # The queued writes end first.
     if writer is not None and not writer.closed:
         writer.closed = True
         await asyncio.get_running_loop().run_in_executor(writer.executor, writer.engine.dispose)
