@@ -44,7 +44,14 @@ from audit.errors import AuditConfigError, AuditWriteError
 from audit.events import AuditEvent
 from audit.spool import Spool
 from audit.tables import audit_event, audit_head, audit_prompt
-from frontdesk.db import create_engine, dispose_engine, run_write, writes_to
+from frontdesk.db import (
+    SqliteStatement,
+    create_engine,
+    dispose_engine,
+    run_write,
+    sqlite_driver,
+    writes_to,
+)
 from frontdesk.schema import ensure_schema
 
 log = structlog.get_logger("audit")
@@ -189,6 +196,25 @@ _MOVE_HEAD = (
     update(audit_head)
     .where(audit_head.c.conversation_id == bindparam("conversation"))
     .values(seq=bindparam("seq"), hash=bindparam("hash"))
+)
+_EVENT_COLUMNS = [c.name for c in audit_event.c if c.name != "id"]
+
+
+@dataclass(frozen=True)
+class _SqliteStatements:
+    """The append's statements run straight on the SQLite writer's driver."""
+
+    head: SqliteStatement
+    prompt: SqliteStatement
+    event: SqliteStatement
+    move_head: SqliteStatement
+
+
+_SQLITE = _SqliteStatements(
+    head=SqliteStatement(_STATEMENTS[0].head),
+    prompt=SqliteStatement(_STATEMENTS[0].prompt, ["sha256", "text_json"]),
+    event=SqliteStatement(_INSERT_EVENT, _EVENT_COLUMNS),
+    move_head=SqliteStatement(_MOVE_HEAD),
 )
 
 
@@ -411,29 +437,40 @@ class AuditLog:
         idempotent: bool,
     ) -> None:
         """The body of the append transaction: lock the head, chain the rows, move the head."""
+        raw = sqlite_driver(conn)
         statements = _STATEMENTS[conn.dialect.name == "postgresql"]
         # One statement creates the head if missing and returns it, row-locked on
         # PostgreSQL (an upsert that "updates" the row locks it like SELECT ... FOR UPDATE).
-        head = conn.execute(statements.head, {"conversation_id": conversation_id}).one()
+        head_key = {"conversation_id": conversation_id}
+        if raw is not None:
+            seq, prev = _SQLITE.head.execute(raw, head_key).fetchone()
+        else:
+            seq, prev = conn.execute(statements.head, head_key).one()
         if idempotent:
             batch = self._unwritten(conn, batch)
             if not batch:
                 return
-        prompts = {p.prompt_sha256: p.event.system_prompt for p in batch if p.prompt_sha256}
-        if prompts:
-            conn.execute(
-                statements.prompt,
-                [{"sha256": k, "text_json": _prompt_json(v or "")} for k, v in prompts.items()],
-            )
-        seq, prev = head.seq, head.hash
+        prompts = [
+            {"sha256": p.prompt_sha256, "text_json": _prompt_json(p.event.system_prompt or "")}
+            for p in {p.prompt_sha256: p for p in batch if p.prompt_sha256}.values()
+        ]
         rows = []
         for item in batch:
             seq += 1
             row = self._row(conversation_id, seq, prev, item)
             prev = row["hash"]
             rows.append(row)
+        moved = {"conversation": conversation_id, "seq": seq, "hash": prev}
+        if raw is not None:
+            if prompts:
+                _SQLITE.prompt.executemany(raw, prompts)
+            _SQLITE.event.executemany(raw, rows)
+            _SQLITE.move_head.execute(raw, moved)
+            return
+        if prompts:
+            conn.execute(statements.prompt, prompts)
         conn.execute(_INSERT_EVENT, rows)
-        conn.execute(_MOVE_HEAD, {"conversation": conversation_id, "seq": seq, "hash": prev})
+        conn.execute(_MOVE_HEAD, moved)
 
     @staticmethod
     def _row(conversation_id: str, seq: int, prev: str, item: _Prepared) -> dict[str, Any]:

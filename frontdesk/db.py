@@ -7,8 +7,9 @@ drivers) and the SQLite settings that make several writers safe live here, once.
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 import weakref
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -16,9 +17,11 @@ from typing import Any, TypeVar
 
 import sqlalchemy
 from sqlalchemy import Connection, Engine, event
+from sqlalchemy.dialects.sqlite.pysqlite import SQLiteDialect_pysqlite
 from sqlalchemy.engine import URL, make_url
-from sqlalchemy.exc import ArgumentError
+from sqlalchemy.exc import ArgumentError, DBAPIError, StatementError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+from sqlalchemy.sql.expression import Executable
 
 from frontdesk.errors import ConfigError
 
@@ -28,8 +31,10 @@ __all__ = [
     "SQLITE_BUSY_TIMEOUT_MS",
     "create_engine",
     "dispose_engine",
+    "SqliteStatement",
     "normalise_url",
     "run_write",
+    "sqlite_driver",
     "write_slot",
     "writes_to",
 ]
@@ -328,6 +333,72 @@ async def run_write(engine: AsyncEngine, work: Callable[[Connection], T]) -> T:
             await asyncio.wait([job.future])
         raise
     return result
+
+
+_PYSQLITE = SQLiteDialect_pysqlite()
+
+
+def sqlite_driver(conn: Connection) -> sqlite3.Connection | None:
+    """The pysqlite connection under `conn` (a SQLite writer's), or `None` on other drivers.
+
+    On it, `SqliteStatement` runs a turn's prebuilt statements without SQLAlchemy's
+    execution layer; elsewhere (PostgreSQL, the async drivers) they go through `conn`.
+    """
+    if conn.dialect.driver != "pysqlite":
+        return None
+    raw = conn.connection.driver_connection
+    return raw if isinstance(raw, sqlite3.Connection) else None
+
+
+class SqliteStatement:
+    """A prebuilt statement compiled once for pysqlite and run straight on the driver.
+
+    For a turn's small statements SQLAlchemy's execution layer (execution context, events,
+    result wrapping) costs more than SQLite's own work, and on SQLite every write runs on
+    one thread, so that cost caps the throughput. The SQL, the parameter order, the
+    defaults and the bind processing (timestamps, JSON) are SQLAlchemy's own, taken from
+    the compiled statement; driver errors are raised as SQLAlchemy's typed errors
+    (`IntegrityError`, `OperationalError`), as `Connection.execute` would.
+    """
+
+    def __init__(self, statement: Executable, column_keys: Sequence[str] | None = None) -> None:
+        """Compile `statement` (with these insert/update columns, if given)."""
+        keys = None if column_keys is None else list(column_keys)
+        compiled = statement.compile(dialect=_PYSQLITE, column_keys=keys)  # type: ignore[attr-defined]
+        self.sql: str = str(compiled)
+        names = compiled.positiontup or ()
+        self._slots = [
+            (
+                name,
+                None if bind.required else bind.effective_value,
+                bind.type.dialect_impl(_PYSQLITE).bind_processor(_PYSQLITE),
+            )
+            for name, bind in ((name, compiled.binds[name]) for name in names)
+        ]
+
+    def _bind(self, params: Mapping[str, Any]) -> tuple[Any, ...]:
+        values = []
+        for name, default, process in self._slots:
+            value = params.get(name, default)
+            values.append(value if process is None else process(value))
+        return tuple(values)
+
+    def execute(self, raw: sqlite3.Connection, params: Mapping[str, Any]) -> sqlite3.Cursor:
+        """Run the statement once with named `params`; the cursor holds any RETURNING rows."""
+        try:
+            return raw.execute(self.sql, self._bind(params))
+        except sqlite3.Error as e:
+            raise self._error(e) from e
+
+    def executemany(self, raw: sqlite3.Connection, rows: Sequence[Mapping[str, Any]]) -> None:
+        """Run the statement once per row of named parameters."""
+        try:
+            raw.executemany(self.sql, [self._bind(row) for row in rows])
+        except sqlite3.Error as e:
+            raise self._error(e) from e
+
+    def _error(self, error: sqlite3.Error) -> StatementError:
+        return DBAPIError.instance(self.sql, None, error, sqlite3.Error, hide_parameters=True)
 
 
 def writes_to(conn: Connection, engine: AsyncEngine) -> bool:

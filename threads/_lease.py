@@ -29,6 +29,7 @@ from sqlalchemy import Connection
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from frontdesk.db import SqliteStatement, sqlite_driver
 from threads._tx import run_sync_tx
 from threads.errors import ConversationBusy
 from threads.models import Lease
@@ -61,16 +62,28 @@ _GIVE_BACK = sa.delete(_lease).where(
 )
 
 
+# The same, run straight on the SQLite writer's driver (`frontdesk.db.SqliteStatement`).
+_TAKE_SQLITE = SqliteStatement(_TAKE[0])
+_GIVE_BACK_SQLITE = SqliteStatement(_GIVE_BACK)
+
+
 def _take(conn: Connection, name: str, owner: str, ttl: float) -> bool:
     """In `conn`'s transaction: take (or renew) the lease unless another owner holds it."""
     now = time.time()
     params = {"name": name, "owner": owner, "expires": now + ttl, "now": now}
+    raw = sqlite_driver(conn)
+    if raw is not None:
+        return _TAKE_SQLITE.execute(raw, params).fetchone() is not None
     return conn.execute(_TAKE[conn.dialect.name == "postgresql"], params).first() is not None
 
 
 def _give_back(conn: Connection, name: str, owner: str) -> None:
     """In `conn`'s transaction: delete the lease if `owner` still holds it."""
-    conn.execute(_GIVE_BACK, {"name": name, "owner": owner})
+    raw = sqlite_driver(conn)
+    if raw is not None:
+        _GIVE_BACK_SQLITE.execute(raw, {"name": name, "owner": owner})
+    else:
+        conn.execute(_GIVE_BACK, {"name": name, "owner": owner})
 
 
 async def try_lease(engine: AsyncEngine, name: str, owner: str, ttl: float) -> bool:

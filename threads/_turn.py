@@ -15,6 +15,7 @@ import sqlalchemy as sa
 from sqlalchemy import Connection
 from sqlalchemy.dialects import postgresql, sqlite
 
+from frontdesk.db import SqliteStatement, sqlite_driver
 from threads._records import MessageRecord, new_id
 from threads.errors import (
     IdempotencyConflict,
@@ -209,10 +210,21 @@ _SET_LEAF = (
 )
 
 
+# The same, run straight on the SQLite writer's driver (`frontdesk.db.SqliteStatement`).
+_INSERT_MESSAGE_SQLITE = SqliteStatement(_INSERT_MESSAGE, MessageRecord.__slots__)
+_SET_LEAF_SQLITE = SqliteStatement(_SET_LEAF)
+
+
 def write(conn: Connection, record: MessageRecord) -> None:
     """Insert `record` and make it its conversation's active leaf."""
+    leaf = {"conversation": record.conversation_id, "leaf": record.id}
+    raw = sqlite_driver(conn)
+    if raw is not None:
+        _INSERT_MESSAGE_SQLITE.execute(raw, _as_row(record))
+        _SET_LEAF_SQLITE.execute(raw, leaf)
+        return
     conn.execute(_INSERT_MESSAGE, _as_row(record))
-    conn.execute(_SET_LEAF, {"conversation": record.conversation_id, "leaf": record.id})
+    conn.execute(_SET_LEAF, leaf)
 
 
 def set_leaf(conn: Connection, conversation_id: str, message_id: str) -> None:
