@@ -114,6 +114,14 @@ def lock_conversation(
     if client_message_id is not None:
         select = _LOCK_CONVERSATION_WITH_CLIENT_ID
         params["client_message_id"] = client_message_id
+    raw = sqlite_driver(conn)
+    if raw is not None:
+        # The usual case on the SQLite writer: the conversation exists and the message is
+        # new, so only the leaf id is needed. The rest (a new conversation, a stored
+        # message to decode) goes through SQLAlchemy below.
+        got = _LOCK_SQLITE[client_message_id is not None].execute(raw, params).fetchone()
+        if got is not None and (client_message_id is None or got[1] is None):
+            return got[0], None
     row = conn.execute(select, params).mappings().first()
     if row is None:
         upsert: Any = (postgresql if conn.dialect.name == "postgresql" else sqlite).insert
@@ -148,6 +156,10 @@ def _lock_conversation_query(with_client_id: bool) -> sa.Select[Any]:
 # Built once: building a statement costs more than running it on SQLite.
 _LOCK_CONVERSATION = _lock_conversation_query(with_client_id=False)
 _LOCK_CONVERSATION_WITH_CLIENT_ID = _lock_conversation_query(with_client_id=True)
+_LOCK_SQLITE = (  # Index: with the client message id.
+    SqliteStatement(_LOCK_CONVERSATION),
+    SqliteStatement(_LOCK_CONVERSATION_WITH_CLIENT_ID),
+)
 
 
 def get(conn: Connection, message_id: str) -> MessageRecord:
