@@ -242,6 +242,8 @@ def _find(name: str, annotation: Any, texts: Sequence[str]) -> Any:
     choices = _choices(annotation)
     if choices:
         return _latest_choice(choices, texts)
+    if annotation is bool:
+        return _affirmed(name, texts[-1]) if texts else None
     if annotation in (int, float):
         return _number_near(name, texts)
     if annotation is str and re.search(r"number|(^|_)(id|no|ref|reference|code)$", name):
@@ -249,6 +251,23 @@ def _find(name: str, annotation: Any, texts: Sequence[str]) -> Any:
             runs = re.findall(r"(?<![\d.])\d{4,}(?![\d.])", text)
             if runs:
                 return runs[-1]
+    return None
+
+
+_YES = re.compile(r"^\s*(yes|yep|yeah|ok|okay|sure|go ahead|please do)\b", re.IGNORECASE)
+_NO = re.compile(r"\b(no|not|don't|do not|cancel|stop|wait)\b", re.IGNORECASE)
+
+
+def _affirmed(name: str, latest: str) -> bool | None:
+    """A yes/no field (e.g. `confirmed`): true when the LATEST user message says yes to it.
+
+    "yes", or the field's own word ("confirm" for `confirmed`), without a "no"/"cancel".
+    Anything earlier never counts, so a stale "yes" cannot confirm a changed request.
+    """
+    stem = _stem(name.split("_")[-1].lower())[:6]
+    said_it = bool(_YES.search(latest)) or (len(stem) >= 4 and stem in latest.lower())
+    if said_it and not _NO.search(latest):
+        return True
     return None
 
 

@@ -64,3 +64,21 @@ def test_the_offline_model_is_named_plainly() -> None:
     assert describe_models("anthropic:claude-sonnet-4-5") == (
         "Models: default=anthropic:claude-sonnet-4-5"
     )
+
+
+async def test_offline_places_the_order_only_once_the_user_says_yes(db_url: str) -> None:
+    orch = build(model="offline", store=db_url)
+    asked = await orch.handle("c", "I'd like two bags of purple potatoes")
+    placed = await orch.handle("c", "yes, confirm")
+    stored = await orch.store.handler_store("ORDERS").items("order:")
+    await orch.aclose()
+    assert asked.outcome is not None and asked.outcome.data["action"] == "confirm_order"
+    assert placed.request is not None and placed.request.model_dump() == {
+        "variety": "purple",
+        "bags": 2,
+        "confirmed": True,
+    }
+    assert placed.outcome is not None
+    number = placed.outcome.data["order_number"]
+    assert [key for key, _ in stored] == [f"order:{number}"]
+    assert number in placed.text
