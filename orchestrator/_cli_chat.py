@@ -25,6 +25,7 @@ DEMO_TURNS = [
     "Actually, I want to buy two bags",
     "actually maybe Idaho potatoes are better this time of year",
     "no let's go back to my first plan but make it three bags",
+    "Yes, please confirm",
     "Where is my order 77120?",
     "Hi, I'm Priya. My order 88213, placed on 3 March, arrived 40 minutes late and I was told"
     " the delivery fee would be refunded.",

@@ -32,7 +32,9 @@ def test_demo_runs_the_potato_shop_offline_and_says_so(runner: CliRunner, tmp_pa
         "refunded",
     ):
         assert expected in out
-    assert out.count("instruction") == 7
+    assert '{"variety": "purple", "bags": 3, "confirmed": true}' in out
+    assert "is placed and will be delivered tomorrow" in out
+    assert out.count("instruction") == 8
     assert "frontdesk audit show demo-" in out
 
 
