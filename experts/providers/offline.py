@@ -282,11 +282,16 @@ def _latest_choice(choices: list[Any], texts: Sequence[str]) -> Any:
     if not mentions:
         return None
     mentions.sort(key=lambda m: (m[0], m[1]))
-    latest = len(texts) - 1
-    in_latest = [m for m in mentions if m[0] == latest]
-    if not in_latest and _BACK_TO_FIRST.search(texts[-1]):
-        return _choice_value(mentions[0][2])
-    return _choice_value(mentions[-1][2])
+    # Read the turns in order, as a person would: each mention sets the value, and a turn
+    # that goes back to the "first plan" without naming one restores the earliest mention.
+    value = None
+    for index, text in enumerate(texts):
+        named = [m[2] for m in mentions if m[0] == index]
+        if named:
+            value = named[-1]
+        elif value is not None and _BACK_TO_FIRST.search(text):
+            value = mentions[0][2]
+    return None if value is None else _choice_value(value)
 
 
 def _number_near(name: str, texts: Sequence[str]) -> int | None:
