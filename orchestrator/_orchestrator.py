@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import json
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, Literal
@@ -19,23 +18,17 @@ from sqlalchemy import Connection
 
 from audit.store import AuditLog
 from experts import Category
-from experts._call import ExpertCall
 from experts.category import check_registry
-from experts.providers import ModelRequest, ModelResponse
-from experts.request import RequestExpert, extraction_type
-from experts.request import prompt_variables as request_variables
-from experts.response import ResponseExpert
-from experts.triage import TriageExpert, triage_output_type
-from experts.triage import prompt_variables as triage_variables
 from frontdesk.errors import UserError
+from orchestrator import _wiring
 from orchestrator._input import DEFAULT_MAX_MESSAGE_CHARS, check_user_text
-from orchestrator._recorder import RecordedModel, TurnRecorder, recording
+from orchestrator._recorder import TurnRecorder, recording
+from orchestrator._staging import StagingStore
 from orchestrator.config import EXPERTS, ExpertSettings, ModelChoice, resolve_models
-from orchestrator.errors import InputTooLarge, TurnFailed
+from orchestrator.errors import TurnFailed
 from orchestrator.reply import Reply
 from orchestrator.turn import Pipeline, Turn, run_turn
-from prompts import Prompt, RenderedPrompt, load_prompt, parse_prompt
-from threads.budget import Budget, budget_for
+from threads.budget import Budget
 from threads.builder import ThreadMessage, UserThread, build_thread, thread_since
 from threads.compaction import CompactionPolicy
 from threads.store import ConversationStore, MessageRecord, TurnLease
@@ -44,48 +37,6 @@ from threads.tokens import CalibratedCounter, TokenCounter
 log = structlog.get_logger("frontdesk.orchestrator")
 
 DEFAULT_STORE = "sqlite:///frontdesk.db"
-
-
-class _StagingStore(ConversationStore):
-    """The store as one turn's pipeline sees it: the reply to the turn's question is
-    checked and staged, not written, so that the orchestrator stores it together with the
-    audit batch and the lease release in one transaction (`ConversationStore.finish_turn`).
-    """
-
-    def __init__(self, store: ConversationStore, question: MessageRecord) -> None:
-        """Share `store`'s database; stage the first reply to `question`."""
-        self.engine = store.engine
-        self.url = store.url
-        self._store = store
-        self._question = question
-        self.staged: MessageRecord | None = None
-
-    async def add_assistant_message(
-        self,
-        parent_id: str,
-        content: str,
-        *,
-        token_count: int = 0,
-        model: str | None = None,
-        prompt_versions: dict[str, str] | None = None,
-    ) -> MessageRecord:
-        """Stage the turn's reply; any other reply is written at once."""
-        if parent_id != self._question.id or self.staged is not None:
-            return await self._store.add_assistant_message(
-                parent_id,
-                content,
-                token_count=token_count,
-                model=model,
-                prompt_versions=prompt_versions,
-            )
-        self.staged = self._store.stage_reply(
-            self._question,
-            content,
-            token_count=token_count,
-            model=model,
-            prompt_versions=prompt_versions,
-        )
-        return self.staged
 
 
 def _passed_in(model: object, choice: ModelChoice) -> bool:
@@ -159,8 +110,16 @@ class Orchestrator:
         self._audit_on_failure = audit_on_failure
         self.budgets: Mapping[str, Budget] = dict(budgets or {})
         self.compaction_policy = compaction or CompactionPolicy()
-        self._experts = self._build_experts()
-        self._check_budgets()
+        wiring = _wiring.Wiring(
+            categories=list(self.categories.values()),
+            models=self.models,
+            settings=self.settings,
+            prompts_dir=self.prompts_dir,
+            shop_name=shop_name,
+            counter=self.token_counter,
+        )
+        self._experts = wiring.build()
+        wiring.check_budgets(self._experts, self.budgets)
         self._pipeline: Pipeline | None = None
         self._audit: AuditLog | None = None
         self._owns_store = isinstance(store, str)
@@ -172,99 +131,14 @@ class Orchestrator:
 
     # -- wiring -------------------------------------------------------------------------
 
-    def _call(self, expert: str, prompt: RenderedPrompt) -> ExpertCall:
-        return ExpertCall(
-            expert=expert,
-            model=RecordedModel(self.models[expert], calibrate=self._calibrate),
-            prompt=prompt,
-            settings=self.settings.for_expert(expert),
-        )
-
-    def _prompt(self, name: str) -> Prompt:
-        return load_prompt(name, directory=self.prompts_dir)
-
-    def _request_prompt(self, category: Category) -> Prompt:
-        custom = category.request_prompt
-        if custom is None:
-            return self._prompt("request")
-        if "\n" not in custom and " " not in custom:
-            return self._prompt(custom)
-        if custom.startswith("---\n"):
-            return parse_prompt(custom, source=f"category {category.name}")
-        front = f"---\nname: request.{category.name.lower()}\nversion: custom\n---\n"
-        return parse_prompt(front + custom, source=f"category {category.name}")
-
-    def _build_experts(self) -> tuple[TriageExpert, dict[str, RequestExpert], ResponseExpert]:
-        """Render every prompt now, so a bad prompt fails at construction, not mid-turn."""
-        listed = list(self.categories.values())
-        triage = TriageExpert(
-            call=self._call("triage", self._prompt("triage").render(**triage_variables(listed))),
-            output_type=triage_output_type(listed),
-        )
-        requests = {}
-        for category in listed:
-            if category.request is None:
-                continue
-            extraction_type(category.request)
-            rendered = self._request_prompt(category).render(**request_variables(category))
-            requests[category.name] = RequestExpert(
-                category=category, call=self._call("request", rendered)
-            )
-        response = ResponseExpert(
-            call=self._call("response", self._prompt("response").render(shop_name=self.shop_name))
-        )
-        return triage, requests, response
-
     def counter_for(self, expert: str) -> TokenCounter:
         """The token counter for one expert's model (calibrated per model when it can be)."""
-        if isinstance(self.token_counter, CalibratedCounter):
-            return self.token_counter.for_model(self.models[expert].name)
-        return self.token_counter
-
-    def _calibrate(self, request: ModelRequest, response: ModelResponse) -> None:
-        """Learn the estimate's error from a real provider's exact input token count."""
-        counter = self.token_counter
-        exact = response.usage.total_input_tokens
-        if not isinstance(counter, CalibratedCounter) or exact <= 0:
-            return
-        if not response.model.startswith(("anthropic:", "openai:")):
-            return  # Doubles and the offline stand-in report no real count to learn from.
-        estimated = counter.base.count(request.system) + counter.base.count_messages(
-            request.messages
-        )
-        if request.output_type is not None:
-            estimated += counter.base.count(json.dumps(request.output_type.model_json_schema()))
-        # A count far from any tokenizer's (a proxy that reports nothing useful) would teach
-        # the counter nonsense; such figures are kept in the audit log, not learnt from.
-        if 0.25 <= exact / max(estimated, 1) <= 4:
-            counter.observe(response.model, estimated, exact)
-
-    def _check_budgets(self) -> None:
-        """Refuse at construction a system prompt over its expert's allowance."""
-        triage, requests, response = self._experts
-        calls = [triage.call, response.call, *(r.call for r in requests.values())]
-        summariser = self._prompt("summariser").render()
-        sized = [(c.expert, c.prompt.text) for c in calls] + [("summariser", summariser.text)]
-        for expert, text in sized:
-            budget_for(expert, self.budgets).check_system(
-                self.token_counter.count(text), expert=expert
-            )
+        return _wiring.counter_for(self.token_counter, self.models[expert].name)
 
     @property
-    def experts(self) -> tuple[TriageExpert, Mapping[str, RequestExpert], ResponseExpert]:
+    def experts(self) -> _wiring.Experts:
         """The triage, request (per category) and response experts, as wired (for replay)."""
         return self._experts
-
-    def _check_question(self, text: str) -> None:
-        """Refuse before storing a question no expert's budget can hold (no provider 413)."""
-        tokens = self.token_counter.count(text)
-        for expert in ("triage", "request", "response"):
-            allowance = budget_for(expert, self.budgets).question
-            if tokens > allowance:
-                raise InputTooLarge(
-                    f"the message is about {tokens:,} tokens; the {expert} expert's question"
-                    f" allowance is {allowance:,} (Orchestrator(budgets=...) changes it)"
-                )
 
     async def _open(self) -> Pipeline:
         """Open the store and audit log on first use (any process may do it)."""
@@ -334,7 +208,7 @@ class Orchestrator:
             TurnFailed: the models could not answer; the user message is stored.
         """
         text = check_user_text(text, max_chars=self.max_message_chars)
-        self._check_question(text)
+        _wiring.check_question(text, self.token_counter, self.budgets)
         p = await self._open()
         lease = self._lease(p, conversation_id)
         try:
@@ -360,7 +234,7 @@ class Orchestrator:
     async def edit(self, user_message_id: str, text: str) -> Reply:
         """Answer an edited user message: a sibling branch under the same parent."""
         text = check_user_text(text, max_chars=self.max_message_chars)
-        self._check_question(text)
+        _wiring.check_question(text, self.token_counter, self.budgets)
         p = await self._open()
         original = await p.store.get(user_message_id)
         if original.role != "user":
@@ -481,7 +355,7 @@ class Orchestrator:
             thread=thread,
             recorder=recorder,
         )
-        staging = _StagingStore(p.store, user_message)
+        staging = StagingStore(p.store, user_message)
         try:
             with recording(recorder):
                 reply = await run_turn(dataclasses.replace(p, store=staging), turn)

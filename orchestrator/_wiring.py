@@ -1,0 +1,138 @@
+"""Wiring experts at construction: prompts rendered, models wrapped, budgets checked.
+
+Everything here runs once, when an `Orchestrator` is built, so that a bad prompt, a prompt
+over its token allowance or an unknown prompt name fails at start-up rather than mid-turn.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from experts import Category
+from experts._call import ExpertCall
+from experts.providers import Model, ModelRequest, ModelResponse
+from experts.request import RequestExpert, extraction_type
+from experts.request import prompt_variables as request_variables
+from experts.response import ResponseExpert
+from experts.triage import TriageExpert, triage_output_type
+from experts.triage import prompt_variables as triage_variables
+from orchestrator._recorder import RecordedModel
+from orchestrator.config import ExpertSettings
+from orchestrator.errors import InputTooLarge
+from prompts import Prompt, RenderedPrompt, load_prompt, parse_prompt
+from threads.budget import Budget, budget_for
+from threads.tokens import CalibratedCounter, TokenCounter
+
+Experts = tuple[TriageExpert, Mapping[str, RequestExpert], ResponseExpert]
+"""The triage expert, the request expert of each category, and the response expert."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Wiring:
+    """What the experts are built from."""
+
+    categories: Sequence[Category]
+    models: Mapping[str, Model]
+    settings: ExpertSettings
+    prompts_dir: Path | None
+    shop_name: str
+    counter: TokenCounter
+
+    def prompt(self, name: str) -> Prompt:
+        """A prompt by name: `prompts_dir` first, then the built-in."""
+        return load_prompt(name, directory=self.prompts_dir)
+
+    def call(self, expert: str, prompt: RenderedPrompt) -> ExpertCall:
+        """One expert's model (recorded for the audit, calibrating the counter) and prompt."""
+        return ExpertCall(
+            expert=expert,
+            model=RecordedModel(self.models[expert], calibrate=self.calibrate),
+            prompt=prompt,
+            settings=self.settings.for_expert(expert),
+        )
+
+    def request_prompt(self, category: Category) -> Prompt:
+        """The category's own request prompt (a name or a text), else the default."""
+        custom = category.request_prompt
+        if custom is None:
+            return self.prompt("request")
+        if "\n" not in custom and " " not in custom:
+            return self.prompt(custom)
+        if custom.startswith("---\n"):
+            return parse_prompt(custom, source=f"category {category.name}")
+        front = f"---\nname: request.{category.name.lower()}\nversion: custom\n---\n"
+        return parse_prompt(front + custom, source=f"category {category.name}")
+
+    def build(self) -> Experts:
+        """Every expert, with its prompt rendered now."""
+        listed = list(self.categories)
+        triage = TriageExpert(
+            call=self.call("triage", self.prompt("triage").render(**triage_variables(listed))),
+            output_type=triage_output_type(listed),
+        )
+        requests = {}
+        for category in listed:
+            if category.request is None:
+                continue
+            extraction_type(category.request)
+            rendered = self.request_prompt(category).render(**request_variables(category))
+            requests[category.name] = RequestExpert(
+                category=category, call=self.call("request", rendered)
+            )
+        response = ResponseExpert(
+            call=self.call("response", self.prompt("response").render(shop_name=self.shop_name))
+        )
+        return triage, requests, response
+
+    def check_budgets(self, experts: Experts, budgets: Mapping[str, Budget]) -> None:
+        """Refuse a system prompt over its expert's allowance (`ConfigError`)."""
+        triage, requests, response = experts
+        calls = [triage.call, response.call, *(r.call for r in requests.values())]
+        summariser = self.prompt("summariser").render()
+        sized = [(c.expert, c.prompt.text) for c in calls] + [("summariser", summariser.text)]
+        for expert, text in sized:
+            budget_for(expert, budgets).check_system(self.counter.count(text), expert=expert)
+
+    def calibrate(self, request: ModelRequest, response: ModelResponse) -> None:
+        """Learn the estimate's error from a real provider's exact input token count."""
+        counter = self.counter
+        exact = response.usage.total_input_tokens
+        if not isinstance(counter, CalibratedCounter) or exact <= 0:
+            return
+        if not response.model.startswith(("anthropic:", "openai:")):
+            return  # Doubles and the offline stand-in report no real count to learn from.
+        estimated = counter.base.count(request.system) + counter.base.count_messages(
+            request.messages
+        )
+        if request.output_type is not None:
+            estimated += counter.base.count(json.dumps(request.output_type.model_json_schema()))
+        # A count far from any tokenizer's (a proxy that reports nothing useful) would teach
+        # the counter nonsense; such figures are kept in the audit log, not learnt from.
+        if 0.25 <= exact / max(estimated, 1) <= 4:
+            counter.observe(response.model, estimated, exact)
+
+
+def counter_for(counter: TokenCounter, model_name: str) -> TokenCounter:
+    """The counter for one model (calibrated per model when it can be)."""
+    if isinstance(counter, CalibratedCounter):
+        return counter.for_model(model_name)
+    return counter
+
+
+def check_question(text: str, counter: TokenCounter, budgets: Mapping[str, Budget]) -> None:
+    """Refuse before storing a question no expert's budget can hold (no provider 413).
+
+    Raises:
+        InputTooLarge: naming the expert and its allowance.
+    """
+    tokens = counter.count(text)
+    for expert in ("triage", "request", "response"):
+        allowance = budget_for(expert, budgets).question
+        if tokens > allowance:
+            raise InputTooLarge(
+                f"the message is about {tokens:,} tokens; the {expert} expert's question"
+                f" allowance is {allowance:,} (Orchestrator(budgets=...) changes it)"
+            )
