@@ -19,6 +19,7 @@ from sqlalchemy import Connection
 from audit.store import AuditLog
 from experts import Category
 from experts.category import check_registry
+from frontdesk.db import normalise_url
 from frontdesk.errors import UserError
 from orchestrator import _wiring
 from orchestrator._input import DEFAULT_MAX_MESSAGE_CHARS, check_user_text
@@ -105,6 +106,8 @@ class Orchestrator:
         self.lock_ttl = lock_ttl
         self.token_counter: TokenCounter = token_counter or CalibratedCounter()
         self._context = dict(context or {})
+        if isinstance(store, str):
+            normalise_url(store)  # A bad URL is a ConfigError now, not on the first turn.
         self._store_spec = store
         self._audit_spec = audit
         self._audit_on_failure = audit_on_failure

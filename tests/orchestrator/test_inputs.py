@@ -128,3 +128,12 @@ def test_a_system_prompt_over_its_budget_is_refused_at_start_up(team: Any) -> No
             model=team.model(),
             budgets={"triage": Budget(system=50, history=100, question=4_500, answer=100)},
         )
+
+
+@pytest.mark.parametrize(
+    ("store", "hint"),
+    [("mysql://x/y", "postgresql://"), ("sqlite:///:memory:", "use a file")],
+)
+def test_a_bad_store_url_is_refused_at_construction(team: Any, store: str, hint: str) -> None:
+    with pytest.raises(ConfigError, match=hint):
+        Orchestrator(potato_categories(), model=team.model(), store=store)
