@@ -412,7 +412,8 @@ def writes_to(conn: Connection, engine: AsyncEngine) -> bool:
 async def dispose_engine(engine: AsyncEngine) -> None:
     """Close every pooled connection of `engine`, its SQLite fast writer's included."""
     writer = _writers.pop(engine.sync_engine, None)
-    if writer is not None and writer.drainer is not None:
+    running = asyncio.get_running_loop()
+    if writer is not None and writer.drainer is not None and writer.loop is running:
         await asyncio.wait([writer.drainer])  # The queued writes end first.
     if writer is not None and not writer.closed:
         writer.closed = True

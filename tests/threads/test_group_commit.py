@@ -169,3 +169,17 @@ async def test_writes_from_many_tasks_all_land(engine: AsyncEngine) -> None:
     calls: list[Awaitable[None]] = [write(n) for n in range(200)]
     await asyncio.gather(*calls)
     assert await parents(engine) == list(range(200))
+
+
+async def test_closing_the_engine_lets_the_queued_writes_finish(
+    engine: AsyncEngine, tmp_path: Path
+) -> None:
+    tasks = [asyncio.ensure_future(run_write(engine, insert_parent(n))) for n in range(5)]
+    await asyncio.sleep(0)  # Queued.
+    await dispose_engine(engine)
+    await asyncio.gather(*tasks)
+    reopened = create_engine(f"sqlite:///{tmp_path / 'group.db'}")
+    try:
+        assert await parents(reopened) == list(range(5))
+    finally:
+        await dispose_engine(reopened)
