@@ -375,6 +375,12 @@ class SqliteStatement:
             )
             for name, bind in ((name, compiled.binds[name]) for name in names)
         ]
+        # For a SELECT: each result column's key and SQLAlchemy's own decoding for it
+        # (timestamps, JSON), so rows read on the driver equal rows read through SQLAlchemy.
+        self._columns = [
+            (column.keyname, column.type.dialect_impl(_PYSQLITE).result_processor(_PYSQLITE, None))
+            for column in compiled._result_columns
+        ]
 
     def _bind(self, params: Mapping[str, Any]) -> tuple[Any, ...]:
         values = []
@@ -389,6 +395,18 @@ class SqliteStatement:
             return raw.execute(self.sql, self._bind(params))
         except sqlite3.Error as e:
             raise self._error(e) from e
+
+    def mappings(self, raw: sqlite3.Connection, params: Mapping[str, Any]) -> list[dict[str, Any]]:
+        """Run a SELECT and return its rows as dicts keyed like SQLAlchemy's `.mappings()`."""
+        rows = self.execute(raw, params).fetchall()
+        columns = self._columns
+        return [
+            {
+                key: value if process is None else process(value)
+                for (key, process), value in zip(columns, row, strict=True)
+            }
+            for row in rows
+        ]
 
     def executemany(self, raw: sqlite3.Connection, rows: Sequence[Mapping[str, Any]]) -> None:
         """Run the statement once per row of named parameters."""

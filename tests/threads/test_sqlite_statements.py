@@ -116,3 +116,44 @@ async def test_only_the_sqlite_writer_runs_statements_on_the_driver(
     assert on_driver == (store.engine.dialect.name == "sqlite")
     async with store.engine.connect() as conn:  # The async engine's own connection.
         assert await conn.run_sync(sqlite_driver) is None
+
+
+async def test_the_thread_read_on_the_driver_equals_the_read_through_sqlalchemy(
+    sqlite_store: ConversationStore,
+) -> None:
+    from threads.summaries import SummaryStore, path_since_newest_sync
+
+    conversation = f"c-{uuid.uuid4().hex}"
+    leaf = None
+    for i in range(4):
+        question, _ = await sqlite_store.add_user_message(conversation, f"question {i} é")
+        leaf = await sqlite_store.add_assistant_message(
+            question.id, f"answer {i}", prompt_versions={"triage": "triage@1"}, model="m"
+        )
+        if i == 1:
+            await SummaryStore(sqlite_store.engine).add(
+                conversation_id=conversation,
+                covers_until_message_id=leaf.id,
+                content="the first two exchanges",
+                token_count=7,
+                covered_messages=4,
+            )
+    assert leaf is not None
+    leaf_id = leaf.id
+
+    def on_driver(conn: Connection) -> Any:
+        assert sqlite_driver(conn) is not None
+        return path_since_newest_sync(conn, leaf_id)
+
+    driver = await run_write(sqlite_store.engine, on_driver)
+    through_sqlalchemy = await SummaryStore(sqlite_store.engine).path_since_newest(leaf_id)
+    assert driver == through_sqlalchemy
+    assert driver.summary is not None and driver.summary.content == "the first two exchanges"
+    assert [m.content for m in driver.messages] == [
+        "question 2 é",
+        "answer 2",
+        "question 3 é",
+        "answer 3",
+    ]
+    assert driver.messages[1].prompt_versions == {"triage": "triage@1"}
+    assert driver.messages[0].created_at.tzinfo is not None
