@@ -26,8 +26,8 @@ def small_talk(categories: Iterable[Category]) -> Outcome:
     topics = "; ".join(c.description.rstrip(".") for c in categories)
     return Outcome(
         instruction=(
-            f"Tell the user we are here to help with: {topics}. The message was small talk or"
-            " outside what the team handles: answer it politely and briefly, in kind."
+            f"Tell the user we are here to help with: {topics}. Answer small talk politely"
+            " and briefly, in kind; say plainly when something is outside what we handle."
         )
     )
 

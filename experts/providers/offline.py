@@ -393,7 +393,7 @@ def _second_person(text: str) -> str:
     return text
 
 
-_SENTENCE = re.compile(r"(?<=[.!?;])\s+(?=[A-Z])")
+_SENTENCE = re.compile(r"(?<=[.!?])\s+(?=[A-Z])")
 _APOLOGISE = re.compile(r"apologi[sz]e\b\s*(?:to (?:the user|them)\s*)?(.*)", re.IGNORECASE)
 # Sentences about how to write the reply, not what it says: the stand-in leaves them out.
 _STYLE = re.compile(
