@@ -16,11 +16,13 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol, cast
 
+import httpx
 from pydantic import BaseModel, ValidationError
 
 from experts.errors import (
+    ModelAPIError,
     ModelConnectionError,
     ModelError,
     ModelHTTPError,
@@ -247,11 +249,40 @@ def to_jsonable(value: Any) -> Any:
     return json.loads(json.dumps(value, default=str))
 
 
+class _StatusError(Protocol):
+    """What both SDKs' HTTP status errors carry."""
+
+    status_code: int
+    response: httpx.Response
+    body: object
+
+
+@dataclass(frozen=True)
+class SDKErrors:
+    """One SDK's exception classes, for translating them at the adapter boundary."""
+
+    status: type[Exception]
+    """An HTTP error status (has `status_code`, `response`, `body`)."""
+    connection: type[Exception]
+    """The host could not be reached or the connection dropped."""
+    timeout: type[Exception]
+    """The attempt timed out (a kind of `connection`)."""
+    base: type[Exception]
+    """Anything else the SDK raises."""
+
+
 class HTTPModel(ABC):
     """Shared behaviour of the real adapters: retries, re-ask, the response."""
 
     provider: str = ""
     key_env: str = ""
+    request_id_header: str = ""
+    """The response header carrying the provider's request id."""
+    server_error_type: str = "api_error"
+    """The provider's error type for a server fault (used when a 200 body is not JSON)."""
+    sdk_errors: SDKErrors
+    _secret: str | None = None
+    base_url: str = ""
 
     def __init__(
         self,
@@ -286,6 +317,47 @@ class HTTPModel(ABC):
         self, request: ModelRequest, reask: list[dict[str, Any]], seconds: float
     ) -> AttemptSuccess[Answer]:
         """One HTTP attempt: send, then parse and validate, or raise `AttemptFailure`."""
+
+    def _status_failure(
+        self, status: int, headers: dict[str, str], body: Any, record: AttemptRecord
+    ) -> AttemptFailure:
+        """An error status (or an error inside a 200) as a typed, classified failure."""
+        return http_failure(
+            status,
+            headers,
+            body,
+            record,
+            provider=self.provider,
+            key_env=self.key_env,
+            secret=self._secret,
+            request_id_header=self.request_id_header,
+        )
+
+    def _translated(
+        self, exc: Exception, record: AttemptRecord, headers: dict[str, str]
+    ) -> AttemptFailure:
+        """The SDK's exception (or a body that is not JSON) as our typed failure."""
+        errors = self.sdk_errors
+        if isinstance(exc, errors.status):
+            status = cast(_StatusError, exc)
+            failure = self._status_failure(
+                status.status_code, dict(status.response.headers), status.body, record
+            )
+        elif isinstance(exc, errors.connection):
+            failure = connection_failure(
+                record,
+                provider=self.provider,
+                base_url=self.base_url,
+                timed_out=isinstance(exc, errors.timeout),
+            )
+        elif isinstance(exc, errors.base):
+            error = ModelAPIError(f"{self.provider}: {type(exc).__name__}: {exc}")
+            failure = AttemptFailure(error, record)
+        else:  # The SDK returned a 200 whose body is not JSON.
+            body = {"error": {"type": self.server_error_type, "message": "body is not JSON"}}
+            failure = self._status_failure(200, headers, body, record)
+        failure.error.__cause__ = exc
+        return failure
 
     @abstractmethod
     def _reask_turns(self, failure: AttemptFailure) -> list[dict[str, Any]]:

@@ -15,12 +15,11 @@ from typing import Any
 
 import anthropic
 
-from experts.errors import MissingAPIKey, ModelAPIError, Refusal, TruncatedOutput
+from experts.errors import MissingAPIKey, Refusal, TruncatedOutput
 from experts.providers._http import (
     Answer,
     HTTPModel,
-    connection_failure,
-    http_failure,
+    SDKErrors,
     invalid_output,
     schema_name,
     to_jsonable,
@@ -63,6 +62,14 @@ class AnthropicModel(HTTPModel):
 
     provider = "anthropic"
     key_env = "ANTHROPIC_API_KEY"
+    request_id_header = "request-id"
+    server_error_type = "api_error"
+    sdk_errors = SDKErrors(
+        status=anthropic.APIStatusError,
+        connection=anthropic.APIConnectionError,
+        timeout=anthropic.APITimeoutError,
+        base=anthropic.AnthropicError,
+    )
 
     def __init__(
         self,
@@ -147,43 +154,9 @@ class AnthropicModel(HTTPModel):
             record.status_code = raw.status_code
             record.provider_request_id = raw.headers.get("request-id")
             body = await raw.json()
-        except anthropic.APIStatusError as exc:
-            failure = self._status_failure(
-                exc.status_code, dict(exc.response.headers), exc.body, record
-            )
-            failure.error.__cause__ = exc
-            raise failure from exc
-        except anthropic.APIConnectionError as exc:
-            failure = _connection(record, self.base_url, exc)
-            raise failure from exc
-        except anthropic.AnthropicError as exc:
-            error = ModelAPIError(f"anthropic: {type(exc).__name__}: {exc}")
-            error.__cause__ = exc
-            raise AttemptFailure(error, record) from exc
-        except ValueError as exc:
-            failure = self._status_failure(
-                200,
-                headers,
-                {"error": {"type": "api_error", "message": "body is not JSON"}},
-                record,
-            )
-            failure.error.__cause__ = exc
-            raise failure from exc
+        except (anthropic.AnthropicError, ValueError) as exc:
+            raise self._translated(exc, record, headers) from exc
         return AttemptSuccess(value=self._parse(request, body, headers, record), record=record)
-
-    def _status_failure(
-        self, status: int, headers: dict[str, str], body: Any, record: AttemptRecord
-    ) -> AttemptFailure:
-        return http_failure(
-            status,
-            headers,
-            body,
-            record,
-            provider=self.provider,
-            key_env=self.key_env,
-            secret=self._secret,
-            request_id_header="request-id",
-        )
 
     def _parse(
         self, request: ModelRequest, body: Any, headers: dict[str, str], record: AttemptRecord
@@ -294,14 +267,3 @@ def _usage(raw: Any) -> Usage:
         cache_read_tokens=int(raw.get("cache_read_input_tokens") or 0),
         cache_write_tokens=int(raw.get("cache_creation_input_tokens") or 0),
     )
-
-
-def _connection(record: AttemptRecord, base_url: str, exc: Exception) -> AttemptFailure:
-    failure = connection_failure(
-        record,
-        provider="anthropic",
-        base_url=base_url,
-        timed_out=isinstance(exc, anthropic.APITimeoutError),
-    )
-    failure.error.__cause__ = exc
-    return failure

@@ -16,12 +16,11 @@ from typing import Any
 
 import openai
 
-from experts.errors import MissingAPIKey, ModelAPIError, Refusal, TruncatedOutput
+from experts.errors import MissingAPIKey, Refusal, TruncatedOutput
 from experts.providers._http import (
     Answer,
     HTTPModel,
-    connection_failure,
-    http_failure,
+    SDKErrors,
     invalid_output,
     schema_name,
     to_jsonable,
@@ -61,6 +60,14 @@ class OpenAIModel(HTTPModel):
 
     provider = "openai"
     key_env = "OPENAI_API_KEY"
+    request_id_header = "x-request-id"
+    server_error_type = "server_error"
+    sdk_errors = SDKErrors(
+        status=openai.APIStatusError,
+        connection=openai.APIConnectionError,
+        timeout=openai.APITimeoutError,
+        base=openai.OpenAIError,
+    )
 
     def __init__(
         self,
@@ -145,49 +152,9 @@ class OpenAIModel(HTTPModel):
             record.status_code = raw.status_code
             record.provider_request_id = raw.headers.get("x-request-id")
             body = json.loads(raw.content)
-        except openai.APIStatusError as exc:
-            failure = self._status_failure(
-                exc.status_code, dict(exc.response.headers), exc.body, record
-            )
-            failure.error.__cause__ = exc
-            raise failure from exc
-        except openai.APIConnectionError as exc:
-            failure = connection_failure(
-                record,
-                provider=self.provider,
-                base_url=self.base_url,
-                timed_out=isinstance(exc, openai.APITimeoutError),
-            )
-            failure.error.__cause__ = exc
-            raise failure from exc
-        except openai.OpenAIError as exc:
-            error = ModelAPIError(f"openai: {type(exc).__name__}: {exc}")
-            error.__cause__ = exc
-            raise AttemptFailure(error, record) from exc
-        except ValueError as exc:
-            failure = self._status_failure(
-                200,
-                headers,
-                {"error": {"type": "server_error", "message": "body is not JSON"}},
-                record,
-            )
-            failure.error.__cause__ = exc
-            raise failure from exc
+        except (openai.OpenAIError, ValueError) as exc:
+            raise self._translated(exc, record, headers) from exc
         return AttemptSuccess(value=self._parse(request, body, headers, record), record=record)
-
-    def _status_failure(
-        self, status: int, headers: dict[str, str], body: Any, record: AttemptRecord
-    ) -> AttemptFailure:
-        return http_failure(
-            status,
-            headers,
-            body,
-            record,
-            provider=self.provider,
-            key_env=self.key_env,
-            secret=self._secret,
-            request_id_header="x-request-id",
-        )
 
     def _parse(
         self, request: ModelRequest, body: Any, headers: dict[str, str], record: AttemptRecord
