@@ -195,12 +195,7 @@ class ConversationStore:
             InvalidInput: text or ids that cannot be stored (NUL, lone surrogates).
             ConversationBusy: `lease` was not free within its timeout.
         """
-        check_id(conversation_id, "conversation_id")
-        check_text(content, "content")
-        if client_message_id is not None:
-            check_id(client_message_id, "client_message_id")
-        if user_id is not None:
-            check_id(user_id, "user_id")
+        _check_user_message(conversation_id, content, user_id, client_message_id)
 
         def work(conn: Connection) -> tuple[MessageRecord, bool]:
             return _turn.add_user(
@@ -234,12 +229,7 @@ class ConversationStore:
         (`threads.builder.thread_since` turns it into the user thread), all in one
         transaction, so a turn starts with one round of database work.
         """
-        check_id(conversation_id, "conversation_id")
-        check_text(content, "content")
-        if client_message_id is not None:
-            check_id(client_message_id, "client_message_id")
-        if user_id is not None:
-            check_id(user_id, "user_id")
+        _check_user_message(conversation_id, content, user_id, client_message_id)
 
         def work(conn: Connection) -> TurnStart:
             message, created = _turn.add_user(
@@ -491,3 +481,15 @@ async def _retrying_a_new_conversation(
         if isinstance(e.__cause__, IntegrityError) and client_message_id is not None:
             return await run()
         raise
+
+
+def _check_user_message(
+    conversation_id: str, content: str, user_id: str | None, client_message_id: str | None
+) -> None:
+    """Refuse ids and text that cannot be stored the same way on both databases."""
+    check_id(conversation_id, "conversation_id")
+    check_text(content, "content")
+    if client_message_id is not None:
+        check_id(client_message_id, "client_message_id")
+    if user_id is not None:
+        check_id(user_id, "user_id")
