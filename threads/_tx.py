@@ -139,13 +139,10 @@ async def run_sync_tx(
         StoreUnavailable: a transient failure outlived the retries.
         StoreError: any other database failure.
     """
+    if readonly:
 
-    async def once() -> T:
-        if readonly:
-            async with engine.connect() as conn:
-                await conn.execution_options(frontdesk_readonly=True)
-                async with conn.begin():
-                    return await conn.run_sync(work)
-        return await run_write(engine, work)
+        async def read(conn: AsyncConnection) -> T:
+            return await conn.run_sync(work)
 
-    return await _attempts(once, attempts)
+        return await run_tx(engine, read, readonly=True, attempts=attempts)
+    return await _attempts(lambda: run_write(engine, work), attempts)
