@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import Iterable, Mapping
+from collections.abc import Awaitable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
@@ -20,7 +20,7 @@ from audit.store import AuditLog
 from experts import Category
 from experts.category import check_registry
 from frontdesk.db import normalise_url
-from frontdesk.errors import UserError
+from frontdesk.errors import ConfigError, UserError
 from orchestrator import _wiring
 from orchestrator._input import DEFAULT_MAX_MESSAGE_CHARS, check_user_text
 from orchestrator._recorder import TurnRecorder, recording
@@ -67,6 +67,8 @@ class Orchestrator:
         context: Extra data handed to every handler in `HandlerContext.extras`.
         lock_timeout: Seconds a turn waits for another turn on the same conversation.
         lock_ttl: Seconds after which the lock of a crashed process expires.
+        turn_deadline: Seconds a turn's expert calls may take in all (retries included);
+            past it the turn fails with `TurnFailed(stage="deadline")`, the message kept.
         budgets: Token budgets per expert (`threads.Budget`), replacing the defaults.
         compaction: When and how the summariser compacts long threads.
         token_counter: Counts message tokens (a fast local estimate by default).
@@ -87,6 +89,7 @@ class Orchestrator:
         context: Mapping[str, Any] | None = None,
         lock_timeout: float = 30.0,
         lock_ttl: float = 15.0,
+        turn_deadline: float | None = 120.0,
         token_counter: TokenCounter | None = None,
         budgets: Mapping[str, Budget] | None = None,
         compaction: CompactionPolicy | None = None,
@@ -104,6 +107,9 @@ class Orchestrator:
         self.max_message_chars = max_message_chars
         self.lock_timeout = lock_timeout
         self.lock_ttl = lock_ttl
+        if turn_deadline is not None and turn_deadline <= 0:
+            raise ConfigError(f"turn_deadline must be > 0 seconds or None, got {turn_deadline}")
+        self.turn_deadline = turn_deadline
         self.token_counter: TokenCounter = token_counter or CalibratedCounter()
         self._context = dict(context or {})
         if isinstance(store, str):
@@ -361,7 +367,9 @@ class Orchestrator:
         staging = StagingStore(p.store, user_message)
         try:
             with recording(recorder):
-                reply = await run_turn(dataclasses.replace(p, store=staging), turn)
+                reply = await self._within_deadline(
+                    run_turn(dataclasses.replace(p, store=staging), turn), user_message
+                )
         except BaseException as e:
             await self._fail(user_message.conversation_id, recorder, e)
             raise
@@ -372,6 +380,19 @@ class Orchestrator:
         if self.compaction_policy.plan(after, self.token_counter) is not None:
             self._after_reply(user_message.conversation_id, reply.message_id)
         return reply
+
+    async def _within_deadline(self, turn: Awaitable[Reply], user_message: MessageRecord) -> Reply:
+        """Run the turn's expert calls under the turn deadline (a provider that hangs or a
+        long retry-after never holds the caller, or the conversation's lease, past it)."""
+        try:
+            async with asyncio.timeout(self.turn_deadline):
+                return await turn
+        except TimeoutError as e:
+            raise TurnFailed(
+                f"the turn took longer than its {self.turn_deadline} s deadline",
+                user_message_id=user_message.id,
+                stage="deadline",
+            ) from e
 
     async def _finish(
         self,

@@ -283,3 +283,36 @@ async def test_branches_are_listed_and_any_can_become_the_active_path(
     with pytest.raises(MessageNotInConversation):
         await orch.switch_branch("other", first.message_id)
     await orch.aclose()
+
+
+async def test_a_hanging_provider_fails_the_turn_at_its_deadline_and_keeps_the_message(
+    team: Any, db_url: str
+) -> None:
+    async def hanging(request: ModelRequest) -> Any:
+        if request.expert == "response":
+            await asyncio.sleep(3600)
+        return team(request)
+
+    orch = Orchestrator(
+        potato_categories(), model=FunctionModel(hanging), store=db_url, turn_deadline=0.3
+    )
+    started = asyncio.get_running_loop().time()
+    with pytest.raises(TurnFailed) as failed:
+        await orch.handle("c", "hello", client_message_id="m-1")
+    elapsed = asyncio.get_running_loop().time() - started
+    transcript = await orch.transcript("c")
+    log = orch.audit_log
+    assert log is not None
+    kinds = [e.kind for e in await log.events("c")]
+    await orch.aclose()
+    assert failed.value.stage == "deadline"
+    assert elapsed < 3
+    assert [(m.role, m.content) for m in transcript] == [("user", "hello")]
+    assert kinds[-1] == "turn_failed"
+
+
+def test_a_turn_deadline_must_be_positive(team: Any) -> None:
+    from frontdesk.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="turn_deadline"):
+        Orchestrator(potato_categories(), model=team.model(), turn_deadline=0)
