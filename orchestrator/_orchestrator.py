@@ -19,6 +19,7 @@ from sqlalchemy import Connection
 from audit.store import AuditLog
 from experts import Category
 from experts.category import check_registry
+from experts.errors import ProviderQuotaExhausted
 from frontdesk.db import normalise_url
 from frontdesk.errors import ConfigError, UserError
 from orchestrator import _wiring
@@ -431,6 +432,10 @@ class Orchestrator:
         """Audit a failing turn (its own error stays the one the caller sees)."""
         stage = error.stage if isinstance(error, TurnFailed) else "orchestrator"
         recorder.note("turn_failed", stage=stage, error=f"{type(error).__name__}: {error}")
+        if isinstance(error.__cause__, ProviderQuotaExhausted):
+            # Money ran out: every turn will fail until someone tops up, so say it loudly.
+            cause = error.__cause__
+            log.error("alert.provider_quota_exhausted", model=cause.model, stage=stage)
         await self._write_audit(conversation_id, recorder, failing=True)
 
     async def _write_audit(

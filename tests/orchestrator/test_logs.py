@@ -76,3 +76,26 @@ async def test_a_rejected_key_is_not_logged(
         await orch.aclose()
     assert len(wire.requests_to(ANTHROPIC_PATH)) == 1
     assert _leaks(caplog, events) == []
+
+
+async def test_a_quota_error_raises_an_ops_alert_and_a_safe_reply(team: Any, db_url: str) -> None:
+    from experts.errors import ProviderQuotaExhausted
+
+    def broke(request: ModelRequest) -> Any:
+        raise ProviderQuotaExhausted("insufficient_quota", status_code=429, model="openai:x")
+
+    with capture_logs() as events:
+        orch = Orchestrator(potato_categories(), model=FunctionModel(broke), store=db_url)
+        with pytest.raises(TurnFailed) as failed:
+            await orch.handle("c", "hello")
+        await orch.aclose()
+    alerts = [e for e in events if e["event"] == "alert.provider_quota_exhausted"]
+    assert alerts == [
+        {
+            "event": "alert.provider_quota_exhausted",
+            "model": "openai:x",
+            "stage": "triage",
+            "log_level": "error",
+        }
+    ]
+    assert "try again" in failed.value.safe_reply
