@@ -23,6 +23,12 @@ GENESIS_HASH = "0" * 64
 """The `prev_hash` of a conversation's first row."""
 
 
+def _dumps(value: Any) -> str:
+    return json.dumps(
+        value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+    )
+
+
 def canonical_json(value: Any) -> str:
     """One deterministic JSON text per value: sorted keys, no spaces, no NaN.
 
@@ -33,10 +39,14 @@ def canonical_json(value: Any) -> str:
         AuditPayloadError: when the value holds NaN/infinity or something not JSON-able.
     """
     try:
-        plain = to_jsonable_python(value)
-        text = json.dumps(
-            plain, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
-        )
+        try:
+            # Payloads are plain JSON almost always; converting them first costs as much
+            # as encoding them, so conversion runs only for what `json` cannot encode.
+            plain = value
+            text = _dumps(plain)
+        except TypeError:
+            plain = to_jsonable_python(value)
+            text = _dumps(plain)
     except (ValueError, TypeError) as e:
         raise AuditPayloadError(
             f"audit payload is not plain JSON ({e}); pass str/int/float/bool/None, lists and"

@@ -5,6 +5,9 @@ from __future__ import annotations
 import json
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from pydantic_core import to_jsonable_python
 
 from audit.chain import canonical_json, row_hash
 from audit.store import spliced_row_hash
@@ -41,3 +44,34 @@ def test_the_spliced_hash_is_the_chain_hash(
     other = canonical_json({**payload, "text": text + "!"})
     assert spliced_row_hash(payload_json=other, **fields) != expected  # type: ignore[arg-type]
     assert json.loads(canonical_json(payload)) == json.loads(json.dumps(payload))
+
+
+_JSON = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(),
+    lambda children: (
+        st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=8), children, max_size=4)
+    ),
+    max_leaves=20,
+)
+
+
+@given(_JSON)
+def test_canonical_json_of_plain_values_is_unchanged_by_the_fast_path(value: object) -> None:
+    slow = json.dumps(
+        to_jsonable_python(value),
+        sort_keys=True,
+        separators=(",", ":"),
+        ensure_ascii=False,
+        allow_nan=False,
+    )
+    try:
+        slow.encode("utf-8")
+    except UnicodeEncodeError:
+        slow = json.dumps(
+            to_jsonable_python(value), sort_keys=True, separators=(",", ":"), ensure_ascii=True
+        )
+    assert canonical_json(value) == slow
