@@ -15,10 +15,6 @@ for _var in ("ANTHROPIC_API_KEY", "OPENAI_API_KEY", "ANTHROPIC_BASE_URL", "OPENA
 
 providers_base.ALLOW_MODEL_REQUESTS = False
 
-PG_URL = os.environ.get(
-    "FRONTDESK_TEST_PG_URL", "postgresql+asyncpg://postgres@127.0.0.1:5432/test"
-)
-
 
 @pytest.fixture
 def anyio_backend() -> str:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import os
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,13 +23,9 @@ from frontdesk.schema import (
     upgrade_schema,
 )
 from orchestrator.cli import app
+from tests._pg import PG_URL
 from threads.errors import SchemaOutdated as ThreadsSchemaOutdated
 from threads.store import ConversationStore
-
-# The same default as tests/conftest.py, read here so that file is not imported twice.
-PG_URL = os.environ.get(
-    "FRONTDESK_TEST_PG_URL", "postgresql+asyncpg://postgres@127.0.0.1:5432/test"
-)
 
 
 async def _admin(sql: str) -> None:

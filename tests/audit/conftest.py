@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import os
 import uuid
 from collections.abc import AsyncIterator, Callable
 from datetime import UTC, datetime, timedelta
@@ -16,11 +15,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from audit.events import AuditEvent
 from audit.store import AuditLog
-
-# The same default as tests/conftest.py, read here so that file is not imported twice.
-PG_URL = os.environ.get(
-    "FRONTDESK_TEST_PG_URL", "postgresql+asyncpg://postgres@127.0.0.1:5432/test"
-)
+from tests._pg import PG_URL
 
 SYSTEM_TRIAGE = "You are the triage expert. Pick one category."
 

@@ -9,8 +9,9 @@ import anyio.to_thread
 import pytest
 
 from audit.store import AuditLog
+from tests._pg import PG_URL
 from tests.audit._audit_workers import append_many
-from tests.audit.conftest import PG_URL, pg_schema
+from tests.audit.conftest import pg_schema
 
 pytestmark = pytest.mark.anyio
 

@@ -7,7 +7,6 @@ other tests use the same server; when the server is down they fail, never skip.
 from __future__ import annotations
 
 import asyncio
-import os
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -16,12 +15,8 @@ import asyncpg  # type: ignore[import-untyped]
 import pytest
 from sqlalchemy.engine import make_url
 
+from tests._pg import PG_URL
 from threads.store import ConversationStore
-
-# The same default as tests/conftest.py, read here so that file is not imported twice.
-PG_URL = os.environ.get(
-    "FRONTDESK_TEST_PG_URL", "postgresql+asyncpg://postgres@127.0.0.1:5432/test"
-)
 
 
 def _admin_dsn() -> str:
