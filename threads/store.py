@@ -205,9 +205,7 @@ class ConversationStore:
         async def run() -> tuple[MessageRecord, bool]:
             if lease is None:
                 return await run_sync_tx(self.engine, work)
-            result = await lease.take(work)
-            assert result is not None, "take returns what the first write returned"
-            return result
+            return await _taking(lease, work)
 
         return await _retrying_a_new_conversation(run, client_message_id)
 
@@ -239,12 +237,7 @@ class ConversationStore:
                 message=message, created=created, path=path_since_newest_sync(conn, message.id)
             )
 
-        async def run() -> TurnStart:
-            result = await lease.take(work)
-            assert result is not None, "take returns what the first write returned"
-            return result
-
-        return await _retrying_a_new_conversation(run, client_message_id)
+        return await _retrying_a_new_conversation(lambda: _taking(lease, work), client_message_id)
 
     async def add_assistant_message(
         self,
@@ -469,6 +462,13 @@ class ConversationStore:
             return [MessageRecord.from_row(r) for r in conn.execute(stmt).mappings()]
 
         return await self._read(work)
+
+
+async def _taking(lease: TurnLease, work: Callable[[Connection], T]) -> T:
+    """Take `lease` with `work` as the transaction's body; returns what `work` returned."""
+    result = await lease.take(work)
+    assert result is not None, "take returns what the first write returned"
+    return result
 
 
 async def _retrying_a_new_conversation(
