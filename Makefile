@@ -21,10 +21,19 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(BIN)/python -m pytest -q
 
+# mypy reads the package as it is installed: a link tree of the wheel's layout
+# (frontdesk/experts -> experts/, ...), so `mypy -p frontdesk` sees the real import names.
+TYPECHECK := build/typecheck
+FOLDERS := experts orchestrator threads audit prompts examples
+
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/mypy .
+	rm -rf $(TYPECHECK) && mkdir -p $(TYPECHECK)/frontdesk
+	cp -rs $(CURDIR)/frontdesk/. $(TYPECHECK)/frontdesk/
+	for d in $(FOLDERS); do ln -s $(CURDIR)/$$d $(TYPECHECK)/frontdesk/$$d; done
+	cd $(TYPECHECK) && $(CURDIR)/$(BIN)/mypy --config-file $(CURDIR)/pyproject.toml -p frontdesk
+	MYPYPATH=$(TYPECHECK) $(BIN)/mypy tests benchmarks
 
 format: $(STAMP)
 	$(BIN)/ruff format .

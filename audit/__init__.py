@@ -6,9 +6,9 @@
 nor `orchestrator`.
 """
 
-from audit.chain import ChainProblem, ConversationVerdict, Head, VerifyReport
-from audit.cost import CostLine, CostReport, cost_report
-from audit.errors import (
+from frontdesk.audit.chain import ChainProblem, ConversationVerdict, Head, VerifyReport
+from frontdesk.audit.cost import CostLine, CostReport, cost_report
+from frontdesk.audit.errors import (
     AuditConfigError,
     AuditError,
     AuditPayloadError,
@@ -16,10 +16,10 @@ from audit.errors import (
     ReplayError,
     UnknownConversation,
 )
-from audit.events import AuditEvent, EventKind
-from audit.export import render_html, write_jsonl
-from audit.pricing import PRICES, Cost, Price, cost_of, price_of
-from audit.replay import (
+from frontdesk.audit.events import AuditEvent, EventKind
+from frontdesk.audit.export import render_html, write_jsonl
+from frontdesk.audit.pricing import PRICES, Cost, Price, cost_of, price_of
+from frontdesk.audit.replay import (
     RecordedTurn,
     ReplayReport,
     ReplayResult,
@@ -27,8 +27,8 @@ from audit.replay import (
     TurnRunner,
     replay_transcript,
 )
-from audit.store import AuditLog, StoredAuditEvent
-from audit.transcript import ExpertCall, Transcript, TurnView, build_transcript
+from frontdesk.audit.store import AuditLog, StoredAuditEvent
+from frontdesk.audit.transcript import ExpertCall, Transcript, TurnView, build_transcript
 
 __all__ = [
     "PRICES",

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from audit.pricing import Cost
-from audit.transcript import Tokens, Transcript
+from frontdesk.audit.pricing import Cost
+from frontdesk.audit.transcript import Tokens, Transcript
 
 
 @dataclass

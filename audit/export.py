@@ -14,8 +14,8 @@ from typing import IO, Any
 
 from jinja2 import Environment, PackageLoader, select_autoescape
 
-from audit.store import StoredAuditEvent
-from audit.transcript import Transcript, TurnView
+from frontdesk.audit.store import StoredAuditEvent
+from frontdesk.audit.transcript import Transcript, TurnView
 
 
 def event_record(row: StoredAuditEvent) -> dict[str, Any]:
@@ -93,7 +93,7 @@ def _pretty(value: Any) -> str:
 
 def _environment() -> Environment:
     env = Environment(
-        loader=PackageLoader("audit", "templates"),
+        loader=PackageLoader("frontdesk.audit", "templates"),
         autoescape=select_autoescape(default=True, default_for_string=True),
         trim_blocks=True,
         lstrip_blocks=True,

@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from audit.transcript import Transcript, TurnView
+from frontdesk.audit.transcript import Transcript, TurnView
 
 
 @dataclass(frozen=True)

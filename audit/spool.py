@@ -20,8 +20,8 @@ from typing import Any
 import anyio
 import anyio.to_thread
 
-from audit.chain import canonical_json
-from audit.events import AuditEvent
+from frontdesk.audit.chain import canonical_json
+from frontdesk.audit.events import AuditEvent
 
 BatchWriter = Callable[[str, Sequence[AuditEvent]], Awaitable[None]]
 

@@ -31,7 +31,7 @@ from tenacity import (
     wait_random_exponential,
 )
 
-from audit.chain import (
+from frontdesk.audit.chain import (
     GENESIS_HASH,
     Head,
     VerifyReport,
@@ -40,10 +40,10 @@ from audit.chain import (
     sha256_text,
     verify_chain,
 )
-from audit.errors import AuditConfigError, AuditWriteError
-from audit.events import AuditEvent
-from audit.spool import Spool
-from audit.tables import audit_event, audit_head, audit_prompt
+from frontdesk.audit.errors import AuditConfigError, AuditWriteError
+from frontdesk.audit.events import AuditEvent
+from frontdesk.audit.spool import Spool
+from frontdesk.audit.tables import audit_event, audit_head, audit_prompt
 from frontdesk.db import (
     SqliteStatement,
     create_engine,

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from audit.pricing import Cost, cost_of
+from frontdesk.audit.pricing import Cost, cost_of
 
 
 class AuditRow(Protocol):

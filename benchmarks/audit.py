@@ -25,12 +25,12 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from audit.events import AuditEvent
-from audit.store import AuditLog
-from examples.potato_shop import categories
-from experts.providers import FunctionModel, ModelRequest
+from frontdesk.audit.events import AuditEvent
+from frontdesk.audit.store import AuditLog
 from frontdesk.db import create_engine
-from orchestrator import Orchestrator
+from frontdesk.examples.potato_shop import categories
+from frontdesk.experts.providers import FunctionModel, ModelRequest
+from frontdesk.orchestrator import Orchestrator
 
 SYSTEM = "You are an expert of a customer-service team. " * 40  # ~2 kB, like the real prompts
 TEXT = "I'd like to buy a bag of purple potatoes, please, delivered tomorrow."

@@ -33,9 +33,9 @@ from typing import Any
 
 import structlog
 
-from experts.summariser import summariser_messages
-from threads.builder import ThreadMessage, UserThread
-from threads.compaction import CompactionPolicy
+from frontdesk.experts.summariser import summariser_messages
+from frontdesk.threads.builder import ThreadMessage, UserThread
+from frontdesk.threads.compaction import CompactionPolicy
 
 SCENARIO = Path(__file__).resolve().parents[1] / "tests" / "data" / "priya-late-delivery.json"
 SYSTEM, QUESTION, ANSWER, SUMMARY, INSTRUCTION = 500, 50, 250, 300, 20
@@ -295,8 +295,8 @@ def run_frontdesk(policy: CompactionPolicy | None = None) -> PolicyRun:
 
 async def _pipeline(directory: str) -> PolicyRun:
     """The 40 turns through `Orchestrator`, with doubles that bill what they are sent."""
-    from examples.potato_shop import build
-    from experts.providers import FunctionModel, ModelRequest, ModelResponse, Usage
+    from frontdesk.examples.potato_shop import build
+    from frontdesk.experts.providers import FunctionModel, ModelRequest, ModelResponse, Usage
 
     run, prompt_cache = PolicyRun("frontdesk pipeline"), PromptCache()
     texts = scenario_turns()

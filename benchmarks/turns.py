@@ -31,10 +31,10 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from experts import Category, Outcome
-from experts.category import HandlerContext
-from experts.providers import FunctionModel, ModelRequest
-from orchestrator import Orchestrator
+from frontdesk.experts import Category, Outcome
+from frontdesk.experts.category import HandlerContext
+from frontdesk.experts.providers import FunctionModel, ModelRequest
+from frontdesk.orchestrator import Orchestrator
 
 WINDOWS = {"t10": (6, 15), "t100": (76, 125), "t1000": (951, 1000)}
 PEER_CONFIGS = "baseline,langgraph:sync,agents:w20"

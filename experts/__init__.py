@@ -1,5 +1,5 @@
 """The experts (triage, request, response, summariser) and the categories they route to."""
 
-from experts.category import Category, HandlerContext, NeedMoreInfo, Outcome
+from frontdesk.experts.category import Category, HandlerContext, NeedMoreInfo, Outcome
 
 __all__ = ["Category", "HandlerContext", "NeedMoreInfo", "Outcome"]

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from pydantic import BaseModel
 
-from experts.providers.base import (
+from frontdesk.experts.providers.base import (
     Message,
     Model,
     ModelRequest,
@@ -15,7 +15,7 @@ from experts.providers.base import (
     ModelSettings,
     PromptRef,
 )
-from prompts import RenderedPrompt
+from frontdesk.prompts import RenderedPrompt
 
 
 @dataclass(frozen=True, kw_only=True)

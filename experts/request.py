@@ -14,9 +14,9 @@ from typing import Any, ClassVar, cast
 
 from pydantic import BaseModel, ConfigDict, Field, create_model, model_validator
 
-from experts._call import ExpertCall
-from experts.category import Category, NeedMoreInfo
-from experts.providers.base import Message, ModelResponse
+from frontdesk.experts._call import ExpertCall
+from frontdesk.experts.category import Category, NeedMoreInfo
+from frontdesk.experts.providers.base import Message, ModelResponse
 
 
 class Extraction(BaseModel):

@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from experts._call import ExpertCall
-from experts.providers.base import Message, ModelResponse
+from frontdesk.experts._call import ExpertCall
+from frontdesk.experts.providers.base import Message, ModelResponse
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from experts._call import ExpertCall
-from experts.errors import ModelError
-from experts.providers.base import Message, ModelResponse
+from frontdesk.errors import EmptySummary
+from frontdesk.experts._call import ExpertCall
+from frontdesk.experts.providers.base import Message, ModelResponse
 
 PREVIOUS_LABEL = "Summary so far (of the turns before the ones below):"
 WRITE_REQUEST = (
@@ -21,10 +21,6 @@ WRITE_REQUEST = (
     " Keep names, order and reference numbers, amounts, dates, decisions and what was"
     " already tried."
 )
-
-
-class EmptySummary(ModelError):
-    """The summariser answered with no usable text; the thread must stay as it was."""
 
 
 @dataclass(frozen=True, kw_only=True)

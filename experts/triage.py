@@ -14,9 +14,9 @@ from typing import Any, ClassVar
 from pydantic import BaseModel, ConfigDict, Field, create_model
 from pydantic.config import JsonDict
 
-from experts._call import ExpertCall
-from experts.category import HUMAN, OTHER, Category
-from experts.providers.base import Message, ModelResponse
+from frontdesk.experts._call import ExpertCall
+from frontdesk.experts.category import HUMAN, OTHER, Category
+from frontdesk.experts.providers.base import Message, ModelResponse
 
 BUILTIN_DESCRIPTIONS: Mapping[str, tuple[str, tuple[str, ...]]] = {
     OTHER: (

@@ -1,15 +1,106 @@
-"""The root of every frontdesk error, in a leaf module that every package may import.
+"""Every error frontdesk raises on purpose, in one tree (a leaf module every package imports).
 
-    FrontdeskError                  anything frontdesk raises on purpose
-    ├── UserError                   the caller did something to fix (bad input, bad config)
-    │   └── ConfigError             bad configuration: names the setting and what to do
-    └── (run failures live in each package's errors.py: experts, threads, audit, orchestrator)
+    FrontdeskError                      anything frontdesk raises on purpose
+    ├── UserError                       the caller did something to fix
+    │   ├── ConfigError                 bad configuration: names the setting and what to do
+    │   │   ├── UnknownModelSpec        a model spec frontdesk cannot parse
+    │   │   ├── MissingAPIKey           the provider's key is not set
+    │   │   ├── AuditConfigError        a database URL or setting the audit log cannot use
+    │   │   ├── PromptError             a prompt file is missing or malformed
+    │   │   │   └── PromptVariableError a prompt rendered without a variable it uses
+    │   │   ├── SchemaOutdated          the database schema is behind: `frontdesk db upgrade`
+    │   │   └── SchemaAhead             the database schema is newer than this code
+    │   ├── InvalidUserText             the text cannot be a user turn (nothing stored)
+    │   │   ├── EmptyMessage            empty or whitespace-only
+    │   │   ├── InputTooLarge           over `max_message_chars`, or over the question budget
+    │   │   └── ForbiddenCharacters     NUL or other control characters, lone surrogates
+    │   ├── InvalidInput                text or an id the store cannot keep on every backend
+    │   ├── IdempotencyConflict         a client message id reused with different text (409)
+    │   ├── ConversationNotFound        no such conversation for this user (404)
+    │   ├── MessageNotFound             no such message (or not in the named conversation)
+    │   │   └── MessageNotInConversation
+    │   ├── QuestionOverBudget          the new question alone is over its token allowance
+    │   ├── AuditPayloadError           an event that cannot be stored as canonical JSON
+    │   ├── UnknownConversation         no audit rows for the conversation asked for
+    │   ├── ModelRequestsBlocked        a real provider call while they are switched off
+    │   ├── UnexpectedModelCall         a ScriptedModel was called after its script ran out
+    │   └── UnconsumedSteps             a ScriptedModel still holds steps at assert_complete()
+    ├── TurnFailed                      a turn could not be answered; the user message is
+    │                                   stored, `safe_reply` is what to show, and a retry with
+    │                                   the same client_message_id finishes the turn
+    ├── ModelError                      a model call failed (provider errors translated here)
+    │   ├── ModelAPIError               a non-retryable provider error
+    │   │   └── ModelHTTPError          ... with an HTTP status (status_code, body, headers)
+    │   │       ├── ProviderQuotaExhausted  money ran out (429 insufficient_quota)
+    │   │       ├── RateLimited         429 still failing, or retry-after beyond the budget
+    │   │       └── ProviderOverloaded  529/5xx for the whole attempt budget
+    │   ├── ModelConnectionError        unreachable host, connection reset, timeout
+    │   ├── TruncatedOutput             stopped by max_tokens / length
+    │   ├── Refusal                     the model refused
+    │   ├── OutputValidationError       structured output still invalid after re-asking
+    │   └── EmptySummary                the summariser gave no usable text
+    ├── StoreError                      an unexpected database failure
+    │   ├── StoreUnavailable            transient (serialisation, deadlock, disconnect): retry
+    │   └── ConversationBusy            another turn holds the conversation: retry later
+    └── AuditError                      the audit log failed at run time
+        ├── AuditWriteError             a batch could not be written (and was not spooled)
+        └── ReplayError                 a recorded turn could not be replayed
 
-It is factored out of the packages so that `threads` and `audit`, which import neither
-`experts` nor `orchestrator`, share one base with them.
+No `anthropic.*` or `openai.*` exception ever crosses the adapter boundary. The packages'
+own `errors` modules re-export their part of this tree.
 """
 
 from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+__all__ = [
+    "SAFE_REPLY",
+    "AuditConfigError",
+    "AuditError",
+    "AuditPayloadError",
+    "AuditWriteError",
+    "ConfigError",
+    "ConversationBusy",
+    "ConversationNotFound",
+    "EmptyMessage",
+    "EmptySummary",
+    "ForbiddenCharacters",
+    "FrontdeskError",
+    "IdempotencyConflict",
+    "InputTooLarge",
+    "InvalidInput",
+    "InvalidUserText",
+    "MessageNotFound",
+    "MessageNotInConversation",
+    "MissingAPIKey",
+    "ModelAPIError",
+    "ModelConnectionError",
+    "ModelError",
+    "ModelHTTPError",
+    "ModelRequestsBlocked",
+    "OutputValidationError",
+    "PromptError",
+    "PromptVariableError",
+    "ProviderOverloaded",
+    "ProviderQuotaExhausted",
+    "QuestionOverBudget",
+    "RateLimited",
+    "Refusal",
+    "ReplayError",
+    "SchemaAhead",
+    "SchemaOutdated",
+    "StoreError",
+    "StoreUnavailable",
+    "TruncatedOutput",
+    "TurnFailed",
+    "UnconsumedSteps",
+    "UnexpectedModelCall",
+    "UnknownConversation",
+    "UnknownModelSpec",
+    "UserError",
+]
 
 
 class FrontdeskError(Exception):
@@ -22,3 +113,269 @@ class UserError(FrontdeskError):
 
 class ConfigError(UserError):
     """Configuration that cannot work (unknown model spec, missing key, bad budget, ...)."""
+
+
+class ConversationNotFound(UserError):
+    """No conversation with this id belongs to this user.
+
+    Raised the same way for a conversation that does not exist and for one owned by another
+    user, so that a caller cannot probe for other customers' conversations.
+    """
+
+    def __init__(self, message: str, *, conversation_id: str) -> None:
+        super().__init__(message)
+        self.conversation_id = conversation_id
+
+
+# --- Models and experts (experts) ---
+class UnknownModelSpec(ConfigError):
+    """A model spec that is not `anthropic:NAME`, `openai:NAME[@BASE_URL]`, `offline` or a Model."""
+
+
+class MissingAPIKey(ConfigError):
+    """A provider was asked for but its API key is not set."""
+
+
+class ModelRequestsBlocked(UserError):
+    """A real provider call was made while `ALLOW_MODEL_REQUESTS` is `False`."""
+
+
+class UnexpectedModelCall(UserError, AssertionError):
+    """A `ScriptedModel` was called more times than it has steps (a test expectation failed)."""
+
+    def __init__(self, call: Any, call_index: int) -> None:
+        expert = getattr(call, "expert", "?")
+        super().__init__(
+            f"ScriptedModel has no step left for call #{call_index} (expert {expert!r});"
+            " add a step to the script or check why the code calls the model again"
+        )
+        self.call = call
+        self.call_index = call_index
+
+
+class UnconsumedSteps(UserError, AssertionError):
+    """A `ScriptedModel` still holds steps when the test says the script is complete."""
+
+    def __init__(self, remaining: list[Any]) -> None:
+        super().__init__(
+            f"ScriptedModel has {len(remaining)} unconsumed step(s); the code made fewer model"
+            " calls than the script expects"
+        )
+        self.remaining = remaining
+
+
+class ModelError(FrontdeskError):
+    """A model call failed; `model` names the spec, `attempts` the HTTP attempts spent."""
+
+    def __init__(self, message: str, *, model: str = "", attempts: int = 1) -> None:
+        super().__init__(message)
+        self.model = model
+        self.attempts = attempts
+
+
+class ModelAPIError(ModelError):
+    """The provider answered with an error that retrying will not fix."""
+
+
+class ModelHTTPError(ModelAPIError):
+    """A provider error with an HTTP status; headers are lowercased."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        status_code: int,
+        model: str = "",
+        body: Any = None,
+        headers: Mapping[str, str] | None = None,
+        attempts: int = 1,
+    ) -> None:
+        super().__init__(message, model=model, attempts=attempts)
+        self.status_code = status_code
+        self.body = body
+        self.headers = {k.lower(): v for k, v in (headers or {}).items()}
+
+
+class ProviderQuotaExhausted(ModelHTTPError):
+    """The account is out of credit or over its spend limit: never retried."""
+
+
+class RateLimited(ModelHTTPError):
+    """Rate limited past the retry budget; `retry_after` is the provider's wait in seconds."""
+
+    def __init__(self, message: str, *, retry_after: float | None = None, **kwargs: Any) -> None:
+        super().__init__(message, **kwargs)
+        self.retry_after = retry_after
+
+
+class ProviderOverloaded(ModelHTTPError):
+    """529 / 5xx on every attempt of the budget."""
+
+
+class ModelConnectionError(ModelError):
+    """The provider could not be reached (connection refused or reset, timeout)."""
+
+
+class TruncatedOutput(ModelError):
+    """The answer was cut off by the token limit; never half-parsed."""
+
+
+class Refusal(ModelError):
+    """The model refused to answer."""
+
+
+class OutputValidationError(ModelError):
+    """Structured output failed validation even after re-asking with the error shown."""
+
+    def __init__(self, message: str, *, last_response: Any = None, **kwargs: Any) -> None:
+        super().__init__(message, **kwargs)
+        self.last_response = last_response
+
+
+# --- The conversation store (threads) ---
+class InvalidInput(UserError):
+    """Text or an id that cannot be stored identically on SQLite and PostgreSQL (NUL, bad UTF-8)."""
+
+
+class IdempotencyConflict(UserError):
+    """The client message id was already used in this conversation for a different text.
+
+    Nothing was written. Send the new text with a new client message id.
+    """
+
+    def __init__(self, message: str, *, conversation_id: str, client_message_id: str) -> None:
+        super().__init__(message)
+        self.conversation_id = conversation_id
+        self.client_message_id = client_message_id
+
+
+class MessageNotFound(UserError):
+    """No message has this id."""
+
+    def __init__(self, message: str, *, message_id: str) -> None:
+        super().__init__(message)
+        self.message_id = message_id
+
+
+class MessageNotInConversation(MessageNotFound):
+    """The message exists but belongs to another conversation."""
+
+
+class StoreError(FrontdeskError):
+    """The database failed in a way the store did not expect.
+
+    `retryable` says whether running the operation again may help.
+    """
+
+    retryable: bool = False
+
+
+class StoreUnavailable(StoreError):
+    """A transient failure (serialisation failure, deadlock, lost connection) that outlived the
+    store's own bounded retries; the whole operation can be retried."""
+
+    retryable = True
+
+
+class ConversationBusy(StoreError):
+    """Another turn held the conversation for longer than the caller was willing to wait."""
+
+    retryable = True
+
+    def __init__(self, message: str, *, conversation_id: str, waited: float) -> None:
+        super().__init__(message)
+        self.conversation_id = conversation_id
+        self.waited = waited
+
+
+# --- The audit log (audit) ---
+class AuditError(FrontdeskError):
+    """The audit log failed at run time."""
+
+
+class AuditWriteError(AuditError):
+    """A batch of events could not be written; with `on_failure="raise"` the turn fails."""
+
+    def __init__(self, message: str, *, conversation_id: str, events: int) -> None:
+        super().__init__(message)
+        self.conversation_id = conversation_id
+        self.events = events
+
+
+class AuditPayloadError(UserError):
+    """An event payload holds something that is not JSON (NaN, a socket, ...)."""
+
+
+class UnknownConversation(UserError):
+    """No audit rows exist for the conversation id given."""
+
+
+class AuditConfigError(ConfigError):
+    """A database URL or audit setting that cannot work; the message says what to use."""
+
+
+class ReplayError(AuditError):
+    """A recorded turn could not be replayed (e.g. no recorded response for an expert)."""
+
+
+# --- Turns (orchestrator) ---
+class InvalidUserText(UserError):
+    """The text cannot be stored or sent as a user turn."""
+
+
+class EmptyMessage(InvalidUserText):
+    """Empty or whitespace-only text."""
+
+
+class InputTooLarge(InvalidUserText):
+    """Text longer than the configured limit."""
+
+
+class ForbiddenCharacters(InvalidUserText):
+    """NUL or other control characters, or invalid surrogates."""
+
+
+SAFE_REPLY = (
+    "Sorry, we can't answer right now because of a problem on our side. Your message is"
+    " saved; please try again in a moment."
+)
+
+
+class TurnFailed(FrontdeskError):
+    """The turn could not be answered; the user's message is stored."""
+
+    def __init__(
+        self, message: str, *, user_message_id: str, stage: str, safe_reply: str = SAFE_REPLY
+    ) -> None:
+        super().__init__(message)
+        self.user_message_id = user_message_id
+        self.stage = stage
+        self.safe_reply = safe_reply
+
+
+# --- Budgets (threads) ---
+class QuestionOverBudget(UserError):
+    """The new question alone is over its allowance; it is never cut, so it is refused."""
+
+
+# --- Prompts (prompts) ---
+class PromptError(ConfigError):
+    """A prompt file is missing or malformed."""
+
+
+class PromptVariableError(PromptError):
+    """A prompt was rendered without a variable it uses."""
+
+
+# --- Schema (frontdesk) ---
+class SchemaOutdated(ConfigError):
+    """The database schema is older than this code; run `frontdesk db upgrade --db URL`."""
+
+
+class SchemaAhead(ConfigError):
+    """The database schema is newer than this code (or unknown to it); upgrade frontdesk."""
+
+
+# --- Models and experts (experts) ---
+class EmptySummary(ModelError):
+    """The summariser answered with no usable text; the thread must stay as it was."""

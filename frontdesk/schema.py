@@ -17,7 +17,7 @@ from alembic.script import ScriptDirectory
 from sqlalchemy import Connection, inspect, text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from frontdesk.errors import ConfigError
+from frontdesk.errors import SchemaAhead, SchemaOutdated
 
 __all__ = [
     "SchemaAhead",
@@ -31,14 +31,6 @@ __all__ = [
 
 VERSION_TABLE = "alembic_version"
 _PG_LOCK_KEY = 0x66726F6E74  # "front": one advisory lock for every schema change.
-
-
-class SchemaOutdated(ConfigError):
-    """The database schema is older than this code; run `frontdesk db upgrade --db URL`."""
-
-
-class SchemaAhead(ConfigError):
-    """The database schema is newer than this code (or unknown to it); upgrade frontdesk."""
 
 
 def alembic_config() -> Config:

@@ -1,16 +1,16 @@
 """The turn pipeline: thread -> triage -> request -> handler -> response -> thread/audit."""
 
-from orchestrator._orchestrator import Orchestrator
-from orchestrator.config import ExpertSettings
-from orchestrator.errors import (
+from frontdesk.orchestrator._orchestrator import Orchestrator
+from frontdesk.orchestrator.config import ExpertSettings
+from frontdesk.orchestrator.errors import (
     EmptyMessage,
     ForbiddenCharacters,
     InputTooLarge,
     InvalidUserText,
     TurnFailed,
 )
-from orchestrator.reply import Reply
-from orchestrator.sync import SyncOrchestrator
+from frontdesk.orchestrator.reply import Reply
+from frontdesk.orchestrator.sync import SyncOrchestrator
 
 __all__ = [
     "EmptyMessage",

@@ -8,10 +8,10 @@ import os
 from typing import Any
 
 from frontdesk.errors import ConfigError
-from orchestrator._orchestrator import Orchestrator
-from orchestrator.config import ModelChoice, default_model_choice
+from frontdesk.orchestrator._orchestrator import Orchestrator
+from frontdesk.orchestrator.config import ModelChoice, default_model_choice
 
-DEFAULT_APP = "examples.potato_shop:build"
+DEFAULT_APP = "frontdesk.examples.potato_shop:build"
 
 
 def default_db() -> str:

@@ -21,16 +21,16 @@ from rich.table import Table
 from rich.text import Text
 from sqlalchemy.engine import make_url
 
-from audit.chain import Head
-from audit.cost import CostLine, CostReport, cost_report
-from audit.errors import UnknownConversation
-from audit.export import render_html, write_jsonl
-from audit.replay import ReplayReport, TurnDiff, replay_transcript
-from audit.store import AuditLog
-from audit.transcript import ExpertCall, Transcript, TurnView, build_transcript
+from frontdesk.audit.chain import Head
+from frontdesk.audit.cost import CostLine, CostReport, cost_report
+from frontdesk.audit.errors import UnknownConversation
+from frontdesk.audit.export import render_html, write_jsonl
+from frontdesk.audit.replay import ReplayReport, TurnDiff, replay_transcript
+from frontdesk.audit.store import AuditLog
+from frontdesk.audit.transcript import ExpertCall, Transcript, TurnView, build_transcript
 from frontdesk.errors import FrontdeskError, UserError
-from orchestrator._app import DEFAULT_APP, default_db, load_app
-from orchestrator._replay import build_runner, parse_models
+from frontdesk.orchestrator._app import DEFAULT_APP, default_db, load_app
+from frontdesk.orchestrator._replay import build_runner, parse_models
 
 app = typer.Typer(help="audit commands", no_args_is_help=True)
 

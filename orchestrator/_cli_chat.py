@@ -14,9 +14,9 @@ from rich.markup import escape
 from rich.panel import Panel
 from rich.table import Table
 
-from orchestrator._app import DEFAULT_APP, default_db, describe_models, load_app
-from orchestrator.errors import InvalidUserText, TurnFailed
-from orchestrator.reply import Reply
+from frontdesk.orchestrator._app import DEFAULT_APP, default_db, describe_models, load_app
+from frontdesk.orchestrator.errors import InvalidUserText, TurnFailed
+from frontdesk.orchestrator.reply import Reply
 
 console = Console()
 

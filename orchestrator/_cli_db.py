@@ -10,8 +10,8 @@ from rich.console import Console
 
 from frontdesk.db import create_engine
 from frontdesk.errors import ConfigError
+from frontdesk.orchestrator._app import default_db
 from frontdesk.schema import current_revisions, head_revisions, upgrade_schema
-from orchestrator._app import default_db
 
 app = typer.Typer(help="db commands", no_args_is_help=True)
 

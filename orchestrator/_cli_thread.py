@@ -12,9 +12,9 @@ from rich.markup import escape
 from rich.tree import Tree
 
 from frontdesk.errors import FrontdeskError
-from orchestrator._app import default_db
-from threads.builder import build_thread
-from threads.store import ConversationStore, MessageRecord
+from frontdesk.orchestrator._app import default_db
+from frontdesk.threads.builder import build_thread
+from frontdesk.threads.store import ConversationStore, MessageRecord
 
 app = typer.Typer(help="thread commands", no_args_is_help=True)
 
@@ -136,8 +136,8 @@ ModelOption = Annotated[
 
 async def _compact(app_spec: str, model: str | None, url: str, conversation_id: str) -> int:
     """Force a compaction of the active path; returns the exit code."""
-    from orchestrator._app import load_app
-    from orchestrator._compaction import run_compaction
+    from frontdesk.orchestrator._app import load_app
+    from frontdesk.orchestrator._compaction import run_compaction
 
     console = Console()
     orch = load_app(app_spec, model=model, db=url)
@@ -170,7 +170,7 @@ async def _compact(app_spec: str, model: str | None, url: str, conversation_id: 
 def compact(
     conversation: Annotated[str, typer.Argument(help="The conversation id.")],
     db: DbOption = None,
-    app_spec: AppOption = "examples.potato_shop:build",
+    app_spec: AppOption = "frontdesk.examples.potato_shop:build",
     model: ModelOption = None,
 ) -> None:
     """Summarise the active path's older exchanges now (the transcript keeps them all)."""

@@ -19,20 +19,20 @@ from typing import TYPE_CHECKING, Literal
 
 import structlog
 
-from audit.store import AuditLog
-from experts._call import ExpertCall
-from experts.providers.base import Message, Model, ModelSettings
-from experts.summariser import SummariserExpert
-from orchestrator._recorder import RecordedModel, TurnRecorder, recording
-from prompts import load_prompt
-from threads.builder import build_thread
-from threads.compaction import CompactionPolicy
-from threads.store import ConversationStore
-from threads.summaries import SummaryRecord, SummaryStore
-from threads.tokens import TokenCounter
+from frontdesk.audit.store import AuditLog
+from frontdesk.experts._call import ExpertCall
+from frontdesk.experts.providers.base import Message, Model, ModelSettings
+from frontdesk.experts.summariser import SummariserExpert
+from frontdesk.orchestrator._recorder import RecordedModel, TurnRecorder, recording
+from frontdesk.prompts import load_prompt
+from frontdesk.threads.builder import build_thread
+from frontdesk.threads.compaction import CompactionPolicy
+from frontdesk.threads.store import ConversationStore
+from frontdesk.threads.summaries import SummaryRecord, SummaryStore
+from frontdesk.threads.tokens import TokenCounter
 
 if TYPE_CHECKING:
-    from orchestrator._orchestrator import Orchestrator
+    from frontdesk.orchestrator._orchestrator import Orchestrator
 
 log = structlog.get_logger("frontdesk.compaction")
 

@@ -16,25 +16,25 @@ from typing import Any, Literal
 import structlog
 from sqlalchemy import Connection
 
-from audit.store import AuditLog
-from experts import Category
-from experts.category import check_registry
-from experts.errors import ProviderQuotaExhausted
+from frontdesk.audit.store import AuditLog
 from frontdesk.db import normalise_url
 from frontdesk.errors import ConfigError, UserError
-from orchestrator import _wiring
-from orchestrator._input import DEFAULT_MAX_MESSAGE_CHARS, check_user_text
-from orchestrator._recorder import TurnRecorder, recording
-from orchestrator._staging import StagingStore
-from orchestrator.config import EXPERTS, ExpertSettings, ModelChoice, resolve_models
-from orchestrator.errors import TurnFailed
-from orchestrator.reply import Reply
-from orchestrator.turn import Pipeline, Turn, run_turn
-from threads.budget import Budget
-from threads.builder import ThreadMessage, UserThread, build_thread, thread_since
-from threads.compaction import CompactionPolicy
-from threads.store import ConversationStore, MessageRecord, TurnLease
-from threads.tokens import CalibratedCounter, TokenCounter
+from frontdesk.experts import Category
+from frontdesk.experts.category import check_registry
+from frontdesk.experts.errors import ProviderQuotaExhausted
+from frontdesk.orchestrator import _wiring
+from frontdesk.orchestrator._input import DEFAULT_MAX_MESSAGE_CHARS, check_user_text
+from frontdesk.orchestrator._recorder import TurnRecorder, recording
+from frontdesk.orchestrator._staging import StagingStore
+from frontdesk.orchestrator.config import EXPERTS, ExpertSettings, ModelChoice, resolve_models
+from frontdesk.orchestrator.errors import TurnFailed
+from frontdesk.orchestrator.reply import Reply
+from frontdesk.orchestrator.turn import Pipeline, Turn, run_turn
+from frontdesk.threads.budget import Budget
+from frontdesk.threads.builder import ThreadMessage, UserThread, build_thread, thread_since
+from frontdesk.threads.compaction import CompactionPolicy
+from frontdesk.threads.store import ConversationStore, MessageRecord, TurnLease
+from frontdesk.threads.tokens import CalibratedCounter, TokenCounter
 
 log = structlog.get_logger("frontdesk.orchestrator")
 
@@ -474,7 +474,7 @@ class Orchestrator:
         )
 
     def _recorded_request(self, payload: Mapping[str, Any]) -> tuple[Any, Any]:
-        from experts import NeedMoreInfo
+        from frontdesk.experts import NeedMoreInfo
 
         category = self.categories.get(str(payload.get("category")))
         request = payload.get("request")
@@ -486,6 +486,6 @@ class Orchestrator:
 
     def _after_reply(self, conversation_id: str, leaf_id: str) -> None:
         """Hook: background work after the reply is returned (compaction, issue 5)."""
-        from orchestrator._compaction import schedule_compaction
+        from frontdesk.orchestrator._compaction import schedule_compaction
 
         schedule_compaction(self, conversation_id, leaf_id)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from experts import Category, NeedMoreInfo, Outcome
+from frontdesk.experts import Category, NeedMoreInfo, Outcome
 
 
 def handoff() -> Outcome:

@@ -16,8 +16,8 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from audit.events import AuditEvent, EventKind
-from experts.providers import (
+from frontdesk.audit.events import AuditEvent, EventKind
+from frontdesk.experts.providers import (
     AttemptEvent,
     Model,
     ModelRequest,

@@ -17,16 +17,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from audit.errors import ReplayError
-from audit.replay import RecordedTurn, ReplayResult
-from experts import NeedMoreInfo
-from experts.category import HUMAN, OTHER
-from experts.providers import FunctionModel, Message, ModelRequest
+from frontdesk.audit.errors import ReplayError
+from frontdesk.audit.replay import RecordedTurn, ReplayResult
 from frontdesk.errors import ConfigError
-from orchestrator import _outcomes
-from orchestrator._orchestrator import Orchestrator
-from orchestrator._recorder import jsonable
-from orchestrator.turn import CONTENT_ERRORS
+from frontdesk.experts import NeedMoreInfo
+from frontdesk.experts.category import HUMAN, OTHER
+from frontdesk.experts.providers import FunctionModel, Message, ModelRequest
+from frontdesk.orchestrator import _outcomes
+from frontdesk.orchestrator._orchestrator import Orchestrator
+from frontdesk.orchestrator._recorder import jsonable
+from frontdesk.orchestrator.turn import CONTENT_ERRORS
 
 EXPERTS = ("triage", "request", "response", "summariser")
 

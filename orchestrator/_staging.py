@@ -6,7 +6,7 @@ release in one transaction (`ConversationStore.finish_turn`).
 
 from __future__ import annotations
 
-from threads.store import ConversationStore, MessageRecord
+from frontdesk.threads.store import ConversationStore, MessageRecord
 
 
 class StagingStore(ConversationStore):

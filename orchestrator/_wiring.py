@@ -11,20 +11,20 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from experts import Category
-from experts._call import ExpertCall
-from experts.providers import Model, ModelRequest, ModelResponse
-from experts.request import RequestExpert, extraction_type
-from experts.request import prompt_variables as request_variables
-from experts.response import ResponseExpert
-from experts.triage import TriageExpert, triage_output_type
-from experts.triage import prompt_variables as triage_variables
-from orchestrator._recorder import RecordedModel
-from orchestrator.config import ExpertSettings
-from orchestrator.errors import InputTooLarge
-from prompts import Prompt, RenderedPrompt, load_prompt, parse_prompt
-from threads.budget import Budget, budget_for
-from threads.tokens import CalibratedCounter, TokenCounter
+from frontdesk.experts import Category
+from frontdesk.experts._call import ExpertCall
+from frontdesk.experts.providers import Model, ModelRequest, ModelResponse
+from frontdesk.experts.request import RequestExpert, extraction_type
+from frontdesk.experts.request import prompt_variables as request_variables
+from frontdesk.experts.response import ResponseExpert
+from frontdesk.experts.triage import TriageExpert, triage_output_type
+from frontdesk.experts.triage import prompt_variables as triage_variables
+from frontdesk.orchestrator._recorder import RecordedModel
+from frontdesk.orchestrator.config import ExpertSettings
+from frontdesk.orchestrator.errors import InputTooLarge
+from frontdesk.prompts import Prompt, RenderedPrompt, load_prompt, parse_prompt
+from frontdesk.threads.budget import Budget, budget_for
+from frontdesk.threads.tokens import CalibratedCounter, TokenCounter
 
 Experts = tuple[TriageExpert, Mapping[str, RequestExpert], ResponseExpert]
 """The triage expert, the request expert of each category, and the response expert."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from orchestrator import _cli_audit, _cli_chat, _cli_db, _cli_thread
+from frontdesk.orchestrator import _cli_audit, _cli_chat, _cli_db, _cli_thread
 
 app = typer.Typer(
     help="frontdesk: customer-service conversations through a system of experts.",

@@ -6,8 +6,8 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from experts.providers import Model, ModelSettings
 from frontdesk.errors import ConfigError
+from frontdesk.experts.providers import Model, ModelSettings
 
 EXPERTS = ("triage", "request", "response", "summariser")
 """The experts a model map may name (plus `default` for the rest)."""
@@ -63,7 +63,7 @@ def resolve_models(choice: ModelChoice) -> dict[str, Model]:
 
 def _model(spec: ModelSpec) -> Model:
     """One model from a spec, a Model, or a fallback list."""
-    from experts.providers import FallbackModel, model_from_spec
+    from frontdesk.experts.providers import FallbackModel, model_from_spec
 
     if isinstance(spec, list | tuple):
         if len(spec) < 2:

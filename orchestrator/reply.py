@@ -8,8 +8,8 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from experts import NeedMoreInfo, Outcome
-from experts.providers import Usage
+from frontdesk.experts import NeedMoreInfo, Outcome
+from frontdesk.experts.providers import Usage
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -5,10 +5,10 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from orchestrator._orchestrator import Orchestrator
-from orchestrator.reply import Reply
-from threads.builder import UserThread
-from threads.store import MessageRecord
+from frontdesk.orchestrator._orchestrator import Orchestrator
+from frontdesk.orchestrator.reply import Reply
+from frontdesk.threads.builder import UserThread
+from frontdesk.threads.store import MessageRecord
 
 
 class SyncOrchestrator:

@@ -12,21 +12,21 @@ from typing import TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from experts import Category, HandlerContext, NeedMoreInfo, Outcome
-from experts.category import HUMAN, OTHER
-from experts.errors import ModelError, OutputValidationError, Refusal, TruncatedOutput
-from experts.providers import Message, ModelResponse
-from experts.request import RequestExpert
-from experts.response import ResponseExpert, ResponseResult
-from experts.triage import TriageExpert
-from orchestrator import _outcomes
-from orchestrator._recorder import TurnRecorder, jsonable
-from orchestrator.errors import TurnFailed
-from orchestrator.reply import Reply
-from threads.budget import Budget
-from threads.builder import ExpertView, UserThread
-from threads.store import ConversationStore, MessageRecord
-from threads.tokens import TokenCounter
+from frontdesk.experts import Category, HandlerContext, NeedMoreInfo, Outcome
+from frontdesk.experts.category import HUMAN, OTHER
+from frontdesk.experts.errors import ModelError, OutputValidationError, Refusal, TruncatedOutput
+from frontdesk.experts.providers import Message, ModelResponse
+from frontdesk.experts.request import RequestExpert
+from frontdesk.experts.response import ResponseExpert, ResponseResult
+from frontdesk.experts.triage import TriageExpert
+from frontdesk.orchestrator import _outcomes
+from frontdesk.orchestrator._recorder import TurnRecorder, jsonable
+from frontdesk.orchestrator.errors import TurnFailed
+from frontdesk.orchestrator.reply import Reply
+from frontdesk.threads.budget import Budget
+from frontdesk.threads.builder import ExpertView, UserThread
+from frontdesk.threads.store import ConversationStore, MessageRecord
+from frontdesk.threads.tokens import TokenCounter
 
 # Errors about one answer's content: the route falls back to a person, the turn goes on.
 T = TypeVar("T")

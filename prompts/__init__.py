@@ -1,10 +1,9 @@
 """Versioned system prompts, one file per expert prompt, and their loader."""
 
-from prompts.loader import (
+from frontdesk.errors import PromptError, PromptVariableError
+from frontdesk.prompts.loader import (
     Prompt,
-    PromptError,
     PromptMeta,
-    PromptVariableError,
     RenderedPrompt,
     builtin_names,
     load_builtin,

@@ -19,6 +19,7 @@ from __future__ import annotations
 import hashlib
 from functools import cache
 from importlib import resources
+from importlib.resources.abc import Traversable
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +27,7 @@ import jinja2
 from jinja2.sandbox import SandboxedEnvironment
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from frontdesk.errors import ConfigError
+from frontdesk.errors import PromptError, PromptVariableError
 
 _ENV = SandboxedEnvironment(
     undefined=jinja2.StrictUndefined,
@@ -37,12 +38,9 @@ _ENV = SandboxedEnvironment(
 )
 
 
-class PromptError(ConfigError):
-    """A prompt file is missing or malformed."""
-
-
-class PromptVariableError(PromptError):
-    """A prompt was rendered without a variable it uses."""
+def _package_files() -> Traversable:
+    """The installed prompt files (inside the wheel, or the source folder when editable)."""
+    return resources.files(__package__ or "frontdesk.prompts")
 
 
 class PromptMeta(BaseModel):
@@ -145,7 +143,7 @@ def _parse_front_matter(head: str, source: str) -> dict[str, Any]:
 def load_builtin(name: str) -> Prompt:
     """Load a prompt shipped in this package (`prompts/<name>.md`)."""
     try:
-        text = resources.files("prompts").joinpath(f"{name}.md").read_text(encoding="utf-8")
+        text = _package_files().joinpath(f"{name}.md").read_text(encoding="utf-8")
     except FileNotFoundError as e:
         raise PromptError(f"no built-in prompt named {name!r} (prompts/{name}.md)") from e
     return parse_prompt(text, source=f"prompts/{name}.md")
@@ -167,5 +165,7 @@ def load_prompt(name: str, *, directory: Path | None = None) -> Prompt:
 def builtin_names() -> list[str]:
     """Names of every prompt shipped in this package."""
     return sorted(
-        p.name[:-3] for p in resources.files("prompts").iterdir() if p.name.endswith(".md")
+        p.name[:-3]
+        for p in resources.files("frontdesk.prompts").iterdir()
+        if p.name.endswith(".md")
     )

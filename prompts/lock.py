@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from prompts.loader import builtin_names, load_builtin
+from frontdesk.prompts.loader import builtin_names, load_builtin
 
 LOCK_FILE = Path(__file__).with_name("versions.lock")
 

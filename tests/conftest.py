@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
-import experts.providers.base as providers_base
+import frontdesk.experts.providers.base as providers_base
 
 # Keys from the developer's shell must never reach a test: a test that needs one sets it.
 for _var in ("ANTHROPIC_API_KEY", "OPENAI_API_KEY", "ANTHROPIC_BASE_URL", "OPENAI_BASE_URL"):

@@ -4,70 +4,160 @@ from __future__ import annotations
 
 import ast
 import importlib
+import subprocess
+import tomllib
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
-# What each package may import from the project (besides itself).
+# The design card's folders, each installed as `frontdesk.<folder>`.
+FOLDERS = ("experts", "orchestrator", "threads", "audit", "prompts", "examples")
+
+# What each folder may import from the project (besides itself). "core" is the package root's
+# plumbing (`frontdesk.errors`, `.logs`, `.db`, `.schema`), which every folder may use.
 ALLOWED = {
-    "frontdesk": set(),
-    "prompts": {"frontdesk"},
-    "threads": {"frontdesk"},
-    "audit": {"frontdesk"},
-    "experts": {"frontdesk", "prompts"},
-    "orchestrator": {"frontdesk", "prompts", "experts", "threads", "audit"},
-    "examples": {"frontdesk", "experts", "orchestrator"},
+    "core": set(),
+    "prompts": {"core"},
+    "threads": {"core"},
+    "audit": {"core"},
+    "experts": {"core", "prompts"},
+    "orchestrator": {"core", "prompts", "experts", "threads", "audit"},
+    "examples": {"core", "experts", "orchestrator"},
 }
 
+# The public face re-exports from every folder, so it sits above them all.
+FACE = {"__init__.py", "testing.py"}
 
-def imported_packages(path: Path) -> set[str]:
+
+def _imports(path: Path) -> list[str]:
     tree = ast.parse(path.read_text(encoding="utf-8"))
-    found = set()
+    found: list[str] = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
-            found |= {alias.name.split(".")[0] for alias in node.names}
+            found += [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            found.add(node.module.split(".")[0])
-    return found & set(ALLOWED)
+            found.append(node.module)
+    return found
 
 
-@pytest.mark.parametrize("package", sorted(ALLOWED))
-def test_imports_flow_downward(package: str) -> None:
+def _layer(module: str) -> str | None:
+    """Which layer an absolute import names: a folder, "core", or None (not the project)."""
+    parts = module.split(".")
+    if parts[0] != "frontdesk":
+        return None
+    if len(parts) > 1 and parts[1] in FOLDERS:
+        return parts[1]
+    return "core"
+
+
+def _sources(folder: str) -> list[Path]:
+    base = ROOT / ("frontdesk" if folder == "core" else folder)
+    paths = [p for p in base.rglob("*.py") if "migrations" not in p.parts]
+    if folder == "core":
+        paths = [p for p in paths if p.parent != base or p.name not in FACE]
+    return paths
+
+
+@pytest.mark.parametrize("folder", sorted(ALLOWED))
+def test_imports_flow_downward(folder: str) -> None:
     wrong = {}
-    for path in (ROOT / package).rglob("*.py"):
-        if "migrations" in path.parts:
-            continue  # Alembic's env imports the table definitions of every package.
-        upward = imported_packages(path) - ALLOWED[package] - {package}
+    for path in _sources(folder):
+        layers = {_layer(m) for m in _imports(path)} - {None, folder}
+        upward = layers - ALLOWED[folder]
         if upward:
-            wrong[str(path.relative_to(ROOT))] = sorted(upward)
+            wrong[str(path.relative_to(ROOT))] = sorted(str(u) for u in upward)
     assert wrong == {}
 
 
+def test_nothing_imports_the_old_top_level_names() -> None:
+    """`experts`, `audit`, ... are not importable names of an install: only `frontdesk.*` is."""
+    tracked = subprocess.run(
+        ["git", "ls-files", "*.py"], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout.split()
+    offenders = {
+        path: old
+        for path in tracked
+        for old in _imports(ROOT / path)
+        if old.split(".")[0] in FOLDERS
+    }
+    assert offenders == {}
+
+
+def test_the_wheel_layout_maps_every_folder_under_frontdesk() -> None:
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    setup = config["tool"]["setuptools"]
+    assert setup["package-dir"] == {"frontdesk": "frontdesk"} | {
+        f"frontdesk.{folder}": folder for folder in FOLDERS
+    }
+    on_disk = set()
+    for folder in ("frontdesk", *FOLDERS):
+        for d in [ROOT / folder, *(ROOT / folder).rglob("*")]:
+            if d.is_dir() and d.name != "__pycache__":
+                inner = d.relative_to(ROOT / folder).parts
+                prefix = ["frontdesk"] if folder == "frontdesk" else ["frontdesk", folder]
+                on_disk.add(".".join([*prefix, *inner]))
+    assert sorted(setup["packages"]) == sorted(on_disk)
+
+
 @pytest.mark.parametrize(
-    "module", ["experts", "experts.providers", "orchestrator", "prompts", "frontdesk"]
+    "module",
+    [
+        "frontdesk",
+        "frontdesk.errors",
+        "frontdesk.experts",
+        "frontdesk.experts.providers",
+        "frontdesk.orchestrator",
+        "frontdesk.prompts",
+        "frontdesk.audit",
+        "frontdesk.testing",
+        "frontdesk.threads",
+    ],
 )
 def test_public_names_are_exported_sorted(module: str) -> None:
     mod = importlib.import_module(module)
     names = list(mod.__all__)
-    assert names == sorted(names)
+    assert names == sorted(names, key=lambda n: (not n.isupper(), n))  # constants first
     for name in names:
         assert hasattr(mod, name), f"{module}.__all__ names {name} but it is missing"
 
 
 def test_design_public_surface_is_importable() -> None:
-    from experts import Category, NeedMoreInfo, Outcome
-    from experts.providers import (
-        FunctionModel,
-        ModelRequest,
-        ModelResponse,
-        ScriptedModel,
-        model_from_spec,
+    import frontdesk
+    from frontdesk import (
+        Category,
+        HandlerContext,
+        NeedMoreInfo,
+        Orchestrator,
+        Outcome,
+        Reply,
+        SyncOrchestrator,
     )
-    from orchestrator import Orchestrator, Reply
+    from frontdesk.errors import (
+        ConversationBusy,
+        FrontdeskError,
+        IdempotencyConflict,
+        InvalidUserText,
+        TurnFailed,
+    )
+    from frontdesk.experts.providers import model_from_spec
+    from frontdesk.testing import FunctionModel, ModelRequest, ModelResponse, ScriptedModel
 
+    for error in (ConversationBusy, IdempotencyConflict, InvalidUserText, TurnFailed):
+        assert issubclass(error, FrontdeskError)
+    assert frontdesk.Orchestrator is Orchestrator
     assert all(
-        [Category, Outcome, NeedMoreInfo, FunctionModel, ScriptedModel, ModelRequest]
-        + [ModelResponse, model_from_spec, Orchestrator, Reply]
+        [Category, HandlerContext, NeedMoreInfo, Outcome, Reply, SyncOrchestrator]
+        + [FunctionModel, ScriptedModel, ModelRequest, ModelResponse, model_from_spec]
     )
+
+
+def test_every_public_error_is_in_the_one_tree() -> None:
+    """The packages' `errors` modules re-export `frontdesk.errors`; none defines its own."""
+    import frontdesk.errors as tree
+
+    for module in ("experts", "threads", "audit", "orchestrator"):
+        mod = importlib.import_module(f"frontdesk.{module}.errors")
+        for name in mod.__all__:
+            assert getattr(mod, name) is getattr(tree, name), f"{module}.errors.{name}"

@@ -10,8 +10,8 @@ import pytest
 from sqlalchemy import text
 from typer.testing import CliRunner
 
-from audit.store import AuditLog
-from orchestrator.cli import app
+from frontdesk.audit.store import AuditLog
+from frontdesk.orchestrator.cli import app
 from tests.audit.conftest import turn_events
 
 runner = CliRunner()

@@ -15,6 +15,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from typer.testing import CliRunner
 
 from frontdesk.db import create_engine
+from frontdesk.orchestrator.cli import app
 from frontdesk.schema import (
     SchemaOutdated,
     current_revisions,
@@ -22,10 +23,9 @@ from frontdesk.schema import (
     head_revisions,
     upgrade_schema,
 )
-from orchestrator.cli import app
+from frontdesk.threads.errors import SchemaOutdated as ThreadsSchemaOutdated
+from frontdesk.threads.store import ConversationStore
 from tests._pg import PG_URL
-from threads.errors import SchemaOutdated as ThreadsSchemaOutdated
-from threads.store import ConversationStore
 
 
 async def _admin(sql: str) -> None:

@@ -13,10 +13,10 @@ from importlib import resources
 
 import pytest
 
-from prompts import builtin_names, load_builtin
-from prompts.lock import current_lock
+from frontdesk.prompts import builtin_names, load_builtin
+from frontdesk.prompts.lock import current_lock
 
-LOCK = json.loads(resources.files("prompts").joinpath("versions.lock").read_text())
+LOCK = json.loads(resources.files("frontdesk.prompts").joinpath("versions.lock").read_text())
 
 
 @pytest.mark.parametrize("name", builtin_names())

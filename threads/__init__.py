@@ -4,9 +4,9 @@ The store keeps every message the user and the assistant exchanged as one row of
 per conversation (edits and regenerations are branches), on SQLite or PostgreSQL.
 """
 
-from threads._handler_store import HandlerStore
-from threads._records import ConversationRecord, MessageRecord
-from threads.errors import (
+from frontdesk.threads._handler_store import HandlerStore
+from frontdesk.threads._records import ConversationRecord, MessageRecord
+from frontdesk.threads.errors import (
     ConversationBusy,
     IdempotencyConflict,
     InvalidInput,
@@ -16,7 +16,7 @@ from threads.errors import (
     StoreError,
     StoreUnavailable,
 )
-from threads.store import UNSET, ConversationStore
+from frontdesk.threads.store import UNSET, ConversationStore
 
 __all__ = [
     "UNSET",

@@ -12,9 +12,9 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from threads._tx import run_tx
-from threads.errors import InvalidInput
-from threads.models import HandlerData, utcnow
+from frontdesk.threads._tx import run_tx
+from frontdesk.threads.errors import InvalidInput
+from frontdesk.threads.models import HandlerData, utcnow
 
 _data = HandlerData.__table__  # type: ignore[attr-defined]
 

@@ -30,9 +30,9 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from frontdesk.db import SqliteStatement, sqlite_driver
-from threads._tx import run_sync_tx
-from threads.errors import ConversationBusy
-from threads.models import Lease
+from frontdesk.threads._tx import run_sync_tx
+from frontdesk.threads.errors import ConversationBusy
+from frontdesk.threads.models import Lease
 
 _lease = Lease.__table__  # type: ignore[attr-defined]
 _log = structlog.get_logger("threads.lease")

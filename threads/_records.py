@@ -12,7 +12,7 @@ from typing import Any, Literal, cast
 
 from sqlalchemy import RowMapping
 
-from threads.errors import InvalidInput
+from frontdesk.threads.errors import InvalidInput
 
 Role = Literal["user", "assistant"]
 

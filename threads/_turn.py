@@ -16,14 +16,14 @@ from sqlalchemy import Connection
 from sqlalchemy.dialects import postgresql, sqlite
 
 from frontdesk.db import SqliteStatement, sqlite_driver
-from threads._records import MessageRecord, new_id
-from threads.errors import (
+from frontdesk.threads._records import MessageRecord, new_id
+from frontdesk.threads.errors import (
     IdempotencyConflict,
     InvalidInput,
     MessageNotFound,
     MessageNotInConversation,
 )
-from threads.models import Conversation, Message, utcnow
+from frontdesk.threads.models import Conversation, Message, utcnow
 
 _conv = Conversation.__table__  # type: ignore[attr-defined]
 _msg = Message.__table__  # type: ignore[attr-defined]

@@ -24,7 +24,7 @@ from tenacity import (
 )
 
 from frontdesk.db import run_write, write_slot
-from threads.errors import StoreError, StoreUnavailable
+from frontdesk.threads.errors import StoreError, StoreUnavailable
 
 T = TypeVar("T")
 

@@ -14,8 +14,11 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Generic, Protocol, TypeVar
 
-from frontdesk.errors import ConfigError, UserError
-from threads.tokens import TokenCounter
+from frontdesk.errors import (
+    ConfigError,
+    QuestionOverBudget,
+)
+from frontdesk.threads.tokens import TokenCounter
 
 
 class Turn(Protocol):
@@ -33,10 +36,6 @@ class Turn(Protocol):
 
 
 T = TypeVar("T", bound=Turn)
-
-
-class QuestionOverBudget(UserError):
-    """The new question alone is over its allowance; it is never cut, so it is refused."""
 
 
 @dataclass(frozen=True, kw_only=True)

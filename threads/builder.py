@@ -17,10 +17,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
-from threads.budget import Budget, Fit, budget_for
-from threads.store import MessageRecord
-from threads.summaries import PathSinceSummary, SummaryRecord, SummaryStore
-from threads.tokens import EstimatingCounter, TokenCounter
+from frontdesk.threads.budget import Budget, Fit, budget_for
+from frontdesk.threads.store import MessageRecord
+from frontdesk.threads.summaries import PathSinceSummary, SummaryRecord, SummaryStore
+from frontdesk.threads.tokens import EstimatingCounter, TokenCounter
 
 SUMMARY_LABEL = "Summary of the earlier conversation:"
 

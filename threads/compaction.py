@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from typing import Generic
 
 from frontdesk.errors import ConfigError
-from threads.budget import T, exchanges
-from threads.tokens import TokenCounter
+from frontdesk.threads.budget import T, exchanges
+from frontdesk.threads.tokens import TokenCounter
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -22,15 +22,21 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from frontdesk.db import create_engine, dispose_engine
 from frontdesk.schema import ensure_schema
-from threads import _lease, _turn
-from threads._handler_store import HandlerStore
-from threads._lease import TurnLease
-from threads._records import ConversationRecord, MessageRecord, check_id, check_text, new_id
-from threads._turn import UNSET, ParentId
-from threads._tx import run_sync_tx
-from threads.errors import InvalidInput, MessageNotFound, StoreError, StoreUnavailable
-from threads.models import Conversation, Message, utcnow
-from threads.summaries import PathSinceSummary, path_since_newest_sync
+from frontdesk.threads import _lease, _turn
+from frontdesk.threads._handler_store import HandlerStore
+from frontdesk.threads._lease import TurnLease
+from frontdesk.threads._records import (
+    ConversationRecord,
+    MessageRecord,
+    check_id,
+    check_text,
+    new_id,
+)
+from frontdesk.threads._turn import UNSET, ParentId
+from frontdesk.threads._tx import run_sync_tx
+from frontdesk.threads.errors import InvalidInput, MessageNotFound, StoreError, StoreUnavailable
+from frontdesk.threads.models import Conversation, Message, utcnow
+from frontdesk.threads.summaries import PathSinceSummary, path_since_newest_sync
 
 __all__ = [
     "UNSET",

@@ -22,10 +22,10 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlmodel import Field, SQLModel
 
 from frontdesk.db import SqliteStatement, sqlite_driver
-from threads._records import MessageRecord, new_id
-from threads._tx import run_tx
-from threads.errors import MessageNotFound, StoreError
-from threads.models import Message, UTCDateTime, utcnow
+from frontdesk.threads._records import MessageRecord, new_id
+from frontdesk.threads._tx import run_tx
+from frontdesk.threads.errors import MessageNotFound, StoreError
+from frontdesk.threads.models import Message, UTCDateTime, utcnow
 
 __all__ = [
     "PathSinceSummary",

@@ -8,7 +8,7 @@ Orders live in the conversation database through the handler store, so any proce
 carry a conversation on.
 """
 
-from examples.potato_shop.shop import (
+from frontdesk.examples.potato_shop.shop import (
     ORDER_STATUS,
     ORDERS,
     REFUND,

@@ -7,9 +7,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from experts import Category, HandlerContext, Outcome
-from orchestrator import Orchestrator
-from orchestrator.config import ModelChoice
+from frontdesk.experts import Category, HandlerContext, Outcome
+from frontdesk.orchestrator import Orchestrator
+from frontdesk.orchestrator.config import ModelChoice
 
 Variety = Literal["purple", "idaho", "maris piper"]
 PRICE_PER_BAG = {"purple": 6.50, "idaho": 4.00, "maris piper": 4.50}

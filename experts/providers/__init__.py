@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from experts.providers._retry import RetryConfig
-from experts.providers.base import (
+from frontdesk.experts.providers._retry import RetryConfig
+from frontdesk.experts.providers.base import (
     AttemptEvent,
     Message,
     Model,
@@ -20,15 +20,15 @@ from experts.providers.base import (
     Usage,
     observe_attempts,
 )
-from experts.providers.fallback import FallbackModel
-from experts.providers.function import FunctionModel
-from experts.providers.offline import OfflineModel
-from experts.providers.scripted import ScriptedModel
-from experts.providers.spec import model_from_spec
+from frontdesk.experts.providers.fallback import FallbackModel
+from frontdesk.experts.providers.function import FunctionModel
+from frontdesk.experts.providers.offline import OfflineModel
+from frontdesk.experts.providers.scripted import ScriptedModel
+from frontdesk.experts.providers.spec import model_from_spec
 
 if TYPE_CHECKING:
-    from experts.providers.anthropic import AnthropicModel
-    from experts.providers.openai import OpenAIModel
+    from frontdesk.experts.providers.anthropic import AnthropicModel
+    from frontdesk.experts.providers.openai import OpenAIModel
 
 __all__ = [
     "AnthropicModel",
@@ -53,11 +53,11 @@ __all__ = [
 
 def __getattr__(name: str) -> Any:
     if name == "AnthropicModel":
-        from experts.providers.anthropic import AnthropicModel
+        from frontdesk.experts.providers.anthropic import AnthropicModel
 
         return AnthropicModel
     if name == "OpenAIModel":
-        from experts.providers.openai import OpenAIModel
+        from frontdesk.experts.providers.openai import OpenAIModel
 
         return OpenAIModel
-    raise AttributeError(f"module 'experts.providers' has no attribute {name!r}")
+    raise AttributeError(f"module 'frontdesk.experts.providers' has no attribute {name!r}")

@@ -21,7 +21,7 @@ from typing import Any, Protocol, cast
 import httpx
 from pydantic import BaseModel, ValidationError
 
-from experts.errors import (
+from frontdesk.experts.errors import (
     ModelAPIError,
     ModelConnectionError,
     ModelError,
@@ -32,7 +32,7 @@ from experts.errors import (
     RateLimited,
     TruncatedOutput,
 )
-from experts.providers._retry import (
+from frontdesk.experts.providers._retry import (
     AttemptFailure,
     AttemptRecord,
     AttemptSuccess,
@@ -41,7 +41,7 @@ from experts.providers._retry import (
     RetryRunner,
     Sleep,
 )
-from experts.providers.base import ModelRequest, ModelResponse, check_allow_model_requests
+from frontdesk.experts.providers.base import ModelRequest, ModelResponse, check_allow_model_requests
 
 _QUOTA_MARKERS = (
     "insufficient_quota",

@@ -15,8 +15,8 @@ from typing import Any
 
 import anthropic
 
-from experts.errors import MissingAPIKey, Refusal, TruncatedOutput
-from experts.providers._http import (
+from frontdesk.experts.errors import MissingAPIKey, Refusal, TruncatedOutput
+from frontdesk.experts.providers._http import (
     Answer,
     HTTPModel,
     SDKErrors,
@@ -25,7 +25,7 @@ from experts.providers._http import (
     to_jsonable,
     validate_output,
 )
-from experts.providers._retry import (
+from frontdesk.experts.providers._retry import (
     AttemptFailure,
     AttemptRecord,
     AttemptSuccess,
@@ -33,7 +33,7 @@ from experts.providers._retry import (
     RetryConfig,
     Sleep,
 )
-from experts.providers.base import ModelRequest, Usage, json_schema_of
+from frontdesk.experts.providers.base import ModelRequest, Usage, json_schema_of
 
 INSTRUCTION_LABEL = "[Instruction for your reply, from the system - not written by the user]"
 """Heads the response expert's instruction when it is folded into the last user turn."""

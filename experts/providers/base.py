@@ -19,7 +19,7 @@ from typing import Any, Literal, Protocol, TypedDict, runtime_checkable
 
 from pydantic import BaseModel
 
-from experts.errors import ModelRequestsBlocked
+from frontdesk.experts.errors import ModelRequestsBlocked
 
 Role = Literal["user", "assistant"]
 

@@ -4,9 +4,14 @@ from __future__ import annotations
 
 import structlog
 
-from experts.errors import ModelConnectionError, ModelError, ProviderOverloaded, RateLimited
-from experts.providers.base import Model, ModelRequest, ModelResponse
 from frontdesk.errors import ConfigError
+from frontdesk.experts.errors import (
+    ModelConnectionError,
+    ModelError,
+    ProviderOverloaded,
+    RateLimited,
+)
+from frontdesk.experts.providers.base import Model, ModelRequest, ModelResponse
 
 log = structlog.get_logger("frontdesk.providers")
 

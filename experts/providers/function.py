@@ -16,19 +16,19 @@ from typing import Any, TypeAlias
 
 from pydantic import BaseModel, ValidationError
 
-from experts.errors import OutputValidationError
-from experts.providers._http import describe_validation_error, strip_code_fence
-from experts.providers.base import (
+from frontdesk.experts.errors import OutputValidationError
+from frontdesk.experts.providers._http import describe_validation_error, strip_code_fence
+from frontdesk.experts.providers.base import (
     AttemptEvent,
     ModelRequest,
     ModelResponse,
     report_attempt,
 )
 
-Reply: TypeAlias = ModelResponse | str | dict[str, Any] | BaseModel
+FunctionReply: TypeAlias = ModelResponse | str | dict[str, Any] | BaseModel
 """What a double's function or script step may answer with."""
-ModelFunction: TypeAlias = Callable[[ModelRequest], Reply | Awaitable[Reply]]
-"""`fn(request) -> Reply`, sync or async."""
+ModelFunction: TypeAlias = Callable[[ModelRequest], FunctionReply | Awaitable[FunctionReply]]
+"""`fn(request) -> FunctionReply`, sync or async."""
 
 
 def request_body(request: ModelRequest) -> dict[str, Any]:

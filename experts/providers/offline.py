@@ -25,9 +25,15 @@ from typing import Any, Literal, get_args, get_origin
 
 from pydantic import BaseModel, ValidationError
 
-from experts.errors import OutputValidationError
-from experts.providers.base import Message, ModelRequest, ModelResponse, Usage, json_schema_of
-from experts.providers.function import report_call
+from frontdesk.experts.errors import OutputValidationError
+from frontdesk.experts.providers.base import (
+    Message,
+    ModelRequest,
+    ModelResponse,
+    Usage,
+    json_schema_of,
+)
+from frontdesk.experts.providers.function import report_call
 
 LABEL = "[offline]"
 """Starts every text the stand-in writes, so nobody mistakes it for a real model."""

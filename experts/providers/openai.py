@@ -16,8 +16,8 @@ from typing import Any
 
 import openai
 
-from experts.errors import MissingAPIKey, Refusal, TruncatedOutput
-from experts.providers._http import (
+from frontdesk.experts.errors import MissingAPIKey, Refusal, TruncatedOutput
+from frontdesk.experts.providers._http import (
     Answer,
     HTTPModel,
     SDKErrors,
@@ -26,7 +26,7 @@ from experts.providers._http import (
     to_jsonable,
     validate_output,
 )
-from experts.providers._retry import (
+from frontdesk.experts.providers._retry import (
     AttemptFailure,
     AttemptRecord,
     AttemptSuccess,
@@ -34,7 +34,7 @@ from experts.providers._retry import (
     RetryConfig,
     Sleep,
 )
-from experts.providers.base import ModelRequest, Usage, json_schema_of
+from frontdesk.experts.providers.base import ModelRequest, Usage, json_schema_of
 
 PLACEHOLDER_KEY = "not-needed"
 """Sent as the key to an OpenAI-compatible server given by base URL when no key is set."""

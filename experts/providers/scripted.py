@@ -12,11 +12,11 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any, TypeAlias
 
-from experts.errors import UnconsumedSteps, UnexpectedModelCall
-from experts.providers.base import ModelRequest, ModelResponse
-from experts.providers.function import Reply, call_reply, report_call, to_response
+from frontdesk.experts.errors import UnconsumedSteps, UnexpectedModelCall
+from frontdesk.experts.providers.base import ModelRequest, ModelResponse
+from frontdesk.experts.providers.function import FunctionReply, call_reply, report_call, to_response
 
-Step: TypeAlias = Reply | BaseException | Callable[[ModelRequest], Any]
+Step: TypeAlias = FunctionReply | BaseException | Callable[[ModelRequest], Any]
 """One scripted answer, an exception to raise, or `fn(request) -> answer`."""
 
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import difflib
 import re
 
-from experts.errors import UnknownModelSpec
-from experts.providers._retry import RetryConfig
-from experts.providers.base import Model
+from frontdesk.experts.errors import UnknownModelSpec
+from frontdesk.experts.providers._retry import RetryConfig
+from frontdesk.experts.providers.base import Model
 
 VALID_FORMS = (
     "'anthropic:<model>' (e.g. 'anthropic:claude-sonnet-4-5'), 'openai:<model>'"
@@ -39,7 +39,7 @@ def model_from_spec(spec: str | Model, *, retry: RetryConfig | None = None) -> M
         )
     text = spec.strip()
     if text.lower() == "offline":
-        from experts.providers.offline import OfflineModel
+        from frontdesk.experts.providers.offline import OfflineModel
 
         return OfflineModel()
     provider, sep, rest = text.partition(":")
@@ -60,7 +60,7 @@ def model_from_spec(spec: str | Model, *, retry: RetryConfig | None = None) -> M
                 f"model spec {spec!r}: '@<base_url>' is for OpenAI-compatible servers; for"
                 " Anthropic set ANTHROPIC_BASE_URL instead"
             )
-        from experts.providers.anthropic import AnthropicModel
+        from frontdesk.experts.providers.anthropic import AnthropicModel
 
         return AnthropicModel(name, retry=retry)
     if at and not re.match(r"^https?://[^\s/@]+", base_url.strip()):
@@ -68,7 +68,7 @@ def model_from_spec(spec: str | Model, *, retry: RetryConfig | None = None) -> M
             f"model spec {spec!r}: the base URL must start with http:// or https:// (and"
             " carry no credentials), e.g. 'openai:llama3@http://127.0.0.1:11434/v1'"
         )
-    from experts.providers.openai import OpenAIModel
+    from frontdesk.experts.providers.openai import OpenAIModel
 
     return OpenAIModel(name, base_url=base_url.strip() or None, retry=retry)
 

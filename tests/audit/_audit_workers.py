@@ -7,8 +7,8 @@ from datetime import UTC, datetime
 
 from sqlalchemy.ext.asyncio import create_async_engine
 
-from audit.events import AuditEvent
-from audit.store import AuditLog
+from frontdesk.audit.events import AuditEvent
+from frontdesk.audit.store import AuditLog
 
 
 async def _append_many(

@@ -13,8 +13,8 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
-from audit.events import AuditEvent
-from audit.store import AuditLog
+from frontdesk.audit.events import AuditEvent
+from frontdesk.audit.store import AuditLog
 from tests._pg import PG_URL
 
 SYSTEM_TRIAGE = "You are the triage expert. Pick one category."

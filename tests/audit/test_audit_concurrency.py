@@ -8,7 +8,7 @@ from pathlib import Path
 import anyio.to_thread
 import pytest
 
-from audit.store import AuditLog
+from frontdesk.audit.store import AuditLog
 from tests._pg import PG_URL
 from tests.audit._audit_workers import append_many
 from tests.audit.conftest import pg_schema

@@ -11,10 +11,10 @@ from pathlib import Path
 import anyio
 import pytest
 
-from audit.events import AuditEvent
-from audit.export import render_html, write_jsonl
-from audit.store import AuditLog
-from audit.transcript import build_transcript
+from frontdesk.audit.events import AuditEvent
+from frontdesk.audit.export import render_html, write_jsonl
+from frontdesk.audit.store import AuditLog
+from frontdesk.audit.transcript import build_transcript
 
 pytestmark = pytest.mark.anyio
 

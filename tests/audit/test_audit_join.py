@@ -6,9 +6,9 @@ from collections.abc import Callable
 
 import pytest
 
-from audit.errors import AuditConfigError
-from audit.events import AuditEvent
-from audit.store import AuditLog
+from frontdesk.audit.errors import AuditConfigError
+from frontdesk.audit.events import AuditEvent
+from frontdesk.audit.store import AuditLog
 from frontdesk.db import create_engine
 
 pytestmark = pytest.mark.anyio

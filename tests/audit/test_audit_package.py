@@ -5,7 +5,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-import audit
+from frontdesk import audit
 
 AUDIT = Path(audit.__file__).parent
 
@@ -26,6 +26,8 @@ def test_audit_imports_neither_experts_nor_orchestrator_nor_threads() -> None:
             elif isinstance(node, ast.ImportFrom) and node.module:
                 names = [node.module]
             for name in names:
-                assert name.split(".")[0] not in {"experts", "orchestrator", "threads"}, (
-                    f"{path.name} imports {name}"
-                )
+                assert ".".join(name.split(".")[:2]) not in {
+                    "frontdesk.experts",
+                    "frontdesk.orchestrator",
+                    "frontdesk.threads",
+                }, f"{path.name} imports {name}"

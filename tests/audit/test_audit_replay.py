@@ -7,13 +7,13 @@ from typing import Any
 
 import pytest
 
-from audit.replay import ReplayReport, ReplayResult, compare, replay_transcript
-from audit.transcript import build_transcript
-from examples.potato_shop import categories
-from experts.providers import FunctionModel, ModelRequest
+from frontdesk.audit.replay import ReplayReport, ReplayResult, compare, replay_transcript
+from frontdesk.audit.transcript import build_transcript
 from frontdesk.errors import ConfigError
-from orchestrator import Orchestrator
-from orchestrator._replay import build_runner, parse_models
+from frontdesk.examples.potato_shop import categories
+from frontdesk.experts.providers import FunctionModel, ModelRequest
+from frontdesk.orchestrator import Orchestrator
+from frontdesk.orchestrator._replay import build_runner, parse_models
 
 pytestmark = pytest.mark.anyio
 
@@ -113,7 +113,7 @@ async def test_replay_with_another_prompt_folder(tmp_path: Path) -> None:
     try:
         prompts = tmp_path / "prompts"
         prompts.mkdir()
-        import prompts as prompt_pkg
+        import frontdesk.prompts as prompt_pkg
 
         source = Path(prompt_pkg.__file__).parent / "triage.md"
         text = source.read_text().replace("\n---\n", "\n---\nALWAYS BE BRIEF.\n", 1)
@@ -131,8 +131,8 @@ async def test_replay_with_another_prompt_folder(tmp_path: Path) -> None:
 
 
 def test_need_more_info_change_gates() -> None:
-    from audit.replay import RecordedTurn
-    from audit.transcript import TurnView
+    from frontdesk.audit.replay import RecordedTurn
+    from frontdesk.audit.transcript import TurnView
 
     view = TurnView("t1", category="ORDERS", need_more_info={"missing": ["bags"], "question": "?"})
     turn = RecordedTurn("c", 1, view)

@@ -9,8 +9,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pydantic_core import to_jsonable_python
 
-from audit.chain import canonical_json, row_hash
-from audit.store import spliced_row_hash
+from frontdesk.audit.chain import canonical_json, row_hash
+from frontdesk.audit.store import spliced_row_hash
 
 TEXTS = [
     "plain",

@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from examples.potato_shop import categories
-from experts.providers import FunctionModel, ModelRequest
-from orchestrator import Orchestrator
+from frontdesk.examples.potato_shop import categories
+from frontdesk.experts.providers import FunctionModel, ModelRequest
+from frontdesk.orchestrator import Orchestrator
 
 pytestmark = pytest.mark.anyio
 

@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 from sqlalchemy import text
 
-from audit.chain import GENESIS_HASH, Head, sha256_text
-from audit.errors import AuditPayloadError
-from audit.events import AuditEvent
-from audit.store import AuditLog
+from frontdesk.audit.chain import GENESIS_HASH, Head, sha256_text
+from frontdesk.audit.errors import AuditPayloadError
+from frontdesk.audit.events import AuditEvent
+from frontdesk.audit.store import AuditLog
 from frontdesk.errors import ConfigError
 
 pytestmark = pytest.mark.anyio
@@ -160,7 +160,7 @@ async def test_row_appended_past_the_head(
     n = await _two_turns(audit_log, conv_id, make_turn)
     last = (await audit_log.events(conv_id))[-1]
     # A forger who computes a valid hash still cannot move the head without being seen.
-    from audit.chain import row_hash
+    from frontdesk.audit.chain import row_hash
 
     forged = row_hash(
         conversation_id=conv_id,

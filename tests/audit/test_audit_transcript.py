@@ -6,11 +6,11 @@ from collections.abc import Callable
 
 import pytest
 
-from audit.cost import cost_report
-from audit.events import AuditEvent
-from audit.pricing import cost_of, price_of
-from audit.store import AuditLog
-from audit.transcript import build_transcript
+from frontdesk.audit.cost import cost_report
+from frontdesk.audit.events import AuditEvent
+from frontdesk.audit.pricing import cost_of, price_of
+from frontdesk.audit.store import AuditLog
+from frontdesk.audit.transcript import build_transcript
 
 pytestmark = pytest.mark.anyio
 

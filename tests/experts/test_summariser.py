@@ -4,16 +4,16 @@ from __future__ import annotations
 
 import pytest
 
-from experts._call import ExpertCall
-from experts.providers import FunctionModel, Message, ModelRequest, ModelSettings
-from experts.summariser import (
+from frontdesk.errors import EmptySummary
+from frontdesk.experts._call import ExpertCall
+from frontdesk.experts.providers import FunctionModel, Message, ModelRequest, ModelSettings
+from frontdesk.experts.summariser import (
     PREVIOUS_LABEL,
     WRITE_REQUEST,
-    EmptySummary,
     SummariserExpert,
     summariser_messages,
 )
-from prompts import load_builtin
+from frontdesk.prompts import load_builtin
 
 pytestmark = pytest.mark.anyio
 

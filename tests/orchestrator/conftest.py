@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from experts.providers import FunctionModel, ModelRequest
+from frontdesk.experts.providers import FunctionModel, ModelRequest
 from tests.experts.providers.conftest import _wire_server, wire  # noqa: F401 (fixtures)
 from tests.threads.conftest import create_pg_database, drop_pg_database
 

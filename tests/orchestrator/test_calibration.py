@@ -7,10 +7,10 @@ from typing import Any
 
 import pytest
 
-from examples.potato_shop import categories as potato_categories
-from experts.providers import FunctionModel, ModelRequest, ModelResponse, Usage
-from orchestrator import Orchestrator
-from threads.tokens import CalibratedCounter, EstimatingCounter
+from frontdesk.examples.potato_shop import categories as potato_categories
+from frontdesk.experts.providers import FunctionModel, ModelRequest, ModelResponse, Usage
+from frontdesk.orchestrator import Orchestrator
+from frontdesk.threads.tokens import CalibratedCounter, EstimatingCounter
 
 pytestmark = pytest.mark.anyio
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from orchestrator.cli import app
+from frontdesk.orchestrator.cli import app
 
 
 @pytest.fixture

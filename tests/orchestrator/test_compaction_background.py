@@ -10,15 +10,15 @@ from typing import Any
 
 import pytest
 
-from examples.potato_shop import categories as potato_categories
-from experts.errors import ModelAPIError
-from experts.providers import FunctionModel, ModelRequest
-from orchestrator import Orchestrator
-from orchestrator._compaction import compactor_for
+from frontdesk.examples.potato_shop import categories as potato_categories
+from frontdesk.experts.errors import ModelAPIError
+from frontdesk.experts.providers import FunctionModel, ModelRequest
+from frontdesk.orchestrator import Orchestrator
+from frontdesk.orchestrator._compaction import compactor_for
+from frontdesk.threads.builder import SUMMARY_LABEL
+from frontdesk.threads.compaction import CompactionPolicy
+from frontdesk.threads.summaries import SummaryStore
 from tests.threads.conftest import create_pg_database, drop_pg_database
-from threads.builder import SUMMARY_LABEL
-from threads.compaction import CompactionPolicy
-from threads.summaries import SummaryStore
 
 pytestmark = pytest.mark.anyio
 

@@ -7,10 +7,10 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
-from examples.potato_shop import build
-from orchestrator.cli import app
-from threads.store import ConversationStore
-from threads.summaries import SummaryStore
+from frontdesk.examples.potato_shop import build
+from frontdesk.orchestrator.cli import app
+from frontdesk.threads.store import ConversationStore
+from frontdesk.threads.summaries import SummaryStore
 
 WIDE = {"COLUMNS": "200", "NO_COLOR": "1"}
 TURNS = [

@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from examples.potato_shop import categories as potato_categories
-from experts.providers import FunctionModel, ModelRequest
-from orchestrator import Orchestrator
+from frontdesk.examples.potato_shop import categories as potato_categories
+from frontdesk.experts.providers import FunctionModel, ModelRequest
+from frontdesk.orchestrator import Orchestrator
 
 pytestmark = pytest.mark.anyio
 

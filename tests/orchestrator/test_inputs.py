@@ -8,11 +8,11 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
-from examples.potato_shop import categories as potato_categories
-from experts import Category, HandlerContext, Outcome
 from frontdesk.errors import ConfigError
-from orchestrator import InputTooLarge, Orchestrator
-from prompts import builtin_names, load_builtin
+from frontdesk.examples.potato_shop import categories as potato_categories
+from frontdesk.experts import Category, HandlerContext, Outcome
+from frontdesk.orchestrator import InputTooLarge, Orchestrator
+from frontdesk.prompts import builtin_names, load_builtin
 
 pytestmark = pytest.mark.anyio
 
@@ -120,7 +120,7 @@ def test_a_model_map_naming_an_unknown_expert_is_refused(team: Any) -> None:
 
 
 def test_a_system_prompt_over_its_budget_is_refused_at_start_up(team: Any) -> None:
-    from threads.budget import Budget
+    from frontdesk.threads.budget import Budget
 
     with pytest.raises(ConfigError, match="triage system prompt is"):
         Orchestrator(

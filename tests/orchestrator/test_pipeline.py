@@ -8,17 +8,17 @@ from typing import Any
 import pytest
 from pydantic import BaseModel, Field
 
-from examples.potato_shop import categories as potato_categories
-from experts import Category, HandlerContext, Outcome
-from experts.providers import ModelRequest
-from orchestrator import (
+from frontdesk.examples.potato_shop import categories as potato_categories
+from frontdesk.experts import Category, HandlerContext, Outcome
+from frontdesk.experts.providers import ModelRequest
+from frontdesk.orchestrator import (
     EmptyMessage,
     ForbiddenCharacters,
     InputTooLarge,
     Orchestrator,
 )
-from threads.builder import SUMMARY_LABEL
-from threads.compaction import CompactionPolicy
+from frontdesk.threads.builder import SUMMARY_LABEL
+from frontdesk.threads.compaction import CompactionPolicy
 
 pytestmark = pytest.mark.anyio
 
@@ -287,7 +287,7 @@ async def test_a_developer_category_in_another_domain_needs_no_library_change(
 
 
 async def test_each_expert_can_have_its_own_model(team: Any, db_url: str) -> None:
-    from experts.providers import FunctionModel
+    from frontdesk.experts.providers import FunctionModel
 
     seen: list[str] = []
 

@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from audit.store import AuditLog
-from examples.potato_shop import categories as potato_categories
-from orchestrator import Orchestrator
+from frontdesk.audit.store import AuditLog
+from frontdesk.examples.potato_shop import categories as potato_categories
+from frontdesk.orchestrator import Orchestrator
 
 pytestmark = pytest.mark.anyio
 

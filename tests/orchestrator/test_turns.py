@@ -8,11 +8,16 @@ from typing import Any
 
 import pytest
 
-from examples.potato_shop import categories as potato_categories
-from experts.errors import OutputValidationError, ProviderOverloaded, Refusal, TruncatedOutput
-from experts.providers import FunctionModel, ModelRequest
-from orchestrator import Orchestrator, TurnFailed
-from threads.errors import IdempotencyConflict, MessageNotInConversation
+from frontdesk.examples.potato_shop import categories as potato_categories
+from frontdesk.experts.errors import (
+    OutputValidationError,
+    ProviderOverloaded,
+    Refusal,
+    TruncatedOutput,
+)
+from frontdesk.experts.providers import FunctionModel, ModelRequest
+from frontdesk.orchestrator import Orchestrator, TurnFailed
+from frontdesk.threads.errors import IdempotencyConflict, MessageNotInConversation
 
 pytestmark = pytest.mark.anyio
 

@@ -6,9 +6,9 @@ from typing import Any
 
 import pytest
 
-from examples.potato_shop import categories as potato_categories
-from experts.providers.anthropic import INSTRUCTION_LABEL
-from orchestrator import Orchestrator
+from frontdesk.examples.potato_shop import categories as potato_categories
+from frontdesk.experts.providers.anthropic import INSTRUCTION_LABEL
+from frontdesk.orchestrator import Orchestrator
 from tests.experts.providers.wire_server import (
     ANTHROPIC_PATH,
     OPENAI_PATH,

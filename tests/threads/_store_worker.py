@@ -16,7 +16,7 @@ import sys
 import time
 from pathlib import Path
 
-from threads.store import ConversationStore
+from frontdesk.threads.store import ConversationStore
 
 
 def _barrier(sync: list[str]) -> None:

@@ -15,8 +15,8 @@ import asyncpg  # type: ignore[import-untyped]
 import pytest
 from sqlalchemy.engine import make_url
 
+from frontdesk.threads.store import ConversationStore
 from tests._pg import PG_URL
-from threads.store import ConversationStore
 
 
 def _admin_dsn() -> str:

@@ -8,16 +8,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from frontdesk.errors import ConfigError
-from threads.budget import (
+from frontdesk.errors import ConfigError, QuestionOverBudget
+from frontdesk.threads.budget import (
     DEFAULT_BUDGETS,
     Budget,
     Document,
-    QuestionOverBudget,
     budget_for,
     exchanges,
 )
-from threads.tokens import EstimatingCounter
+from frontdesk.threads.tokens import EstimatingCounter
 
 COUNTER = EstimatingCounter()
 

@@ -9,9 +9,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from frontdesk.errors import ConfigError
-from threads.budget import exchanges
-from threads.compaction import CompactionPolicy
-from threads.tokens import EstimatingCounter
+from frontdesk.threads.budget import exchanges
+from frontdesk.threads.compaction import CompactionPolicy
+from frontdesk.threads.tokens import EstimatingCounter
 
 COUNTER = EstimatingCounter()
 

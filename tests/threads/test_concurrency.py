@@ -18,8 +18,8 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
 
-from threads.models import Conversation
-from threads.store import ConversationStore
+from frontdesk.threads.models import Conversation
+from frontdesk.threads.store import ConversationStore
 
 pytestmark = pytest.mark.anyio
 

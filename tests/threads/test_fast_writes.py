@@ -18,7 +18,7 @@ import sqlalchemy as sa
 from sqlalchemy import Connection
 
 from frontdesk.db import create_engine, dispose_engine, run_write, writes_to
-from threads.store import ConversationStore
+from frontdesk.threads.store import ConversationStore
 
 pytestmark = pytest.mark.anyio
 

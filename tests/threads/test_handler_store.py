@@ -6,8 +6,8 @@ import uuid
 
 import pytest
 
-from threads.errors import InvalidInput
-from threads.store import ConversationStore
+from frontdesk.threads.errors import InvalidInput
+from frontdesk.threads.store import ConversationStore
 
 pytestmark = pytest.mark.anyio
 
@@ -42,7 +42,7 @@ async def test_a_value_that_is_not_json_is_refused(store: ConversationStore) -> 
 
 
 async def test_it_is_the_handler_store_the_experts_expect(store: ConversationStore) -> None:
-    from experts.category import HandlerStore as ExpectedStore
+    from frontdesk.experts.category import HandlerStore as ExpectedStore
 
     data: ExpectedStore = store.handler_store("ORDERS")  # mypy checks the protocol here.
     await data.put("k", 1)

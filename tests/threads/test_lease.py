@@ -8,8 +8,8 @@ import uuid
 import anyio
 import pytest
 
-from threads.errors import ConversationBusy
-from threads.store import ConversationStore
+from frontdesk.threads.errors import ConversationBusy
+from frontdesk.threads.store import ConversationStore
 
 pytestmark = pytest.mark.anyio
 

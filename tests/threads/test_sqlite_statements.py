@@ -19,10 +19,10 @@ import sqlalchemy as sa
 from sqlalchemy import Connection
 from sqlalchemy.exc import IntegrityError
 
-from audit.store import _SQLITE, _STATEMENTS
+from frontdesk.audit.store import _SQLITE, _STATEMENTS
 from frontdesk.db import SqliteStatement, run_write, sqlite_driver
-from threads._turn import _INSERT_MESSAGE, _INSERT_MESSAGE_SQLITE
-from threads.store import ConversationStore
+from frontdesk.threads._turn import _INSERT_MESSAGE, _INSERT_MESSAGE_SQLITE
+from frontdesk.threads.store import ConversationStore
 
 pytestmark = pytest.mark.anyio
 
@@ -121,7 +121,7 @@ async def test_only_the_sqlite_writer_runs_statements_on_the_driver(
 async def test_the_thread_read_on_the_driver_equals_the_read_through_sqlalchemy(
     sqlite_store: ConversationStore,
 ) -> None:
-    from threads.summaries import SummaryStore, path_since_newest_sync
+    from frontdesk.threads.summaries import SummaryStore, path_since_newest_sync
 
     conversation = f"c-{uuid.uuid4().hex}"
     leaf = None

@@ -8,13 +8,13 @@ from datetime import UTC
 
 import pytest
 
-from threads.errors import (
+from frontdesk.threads.errors import (
     IdempotencyConflict,
     InvalidInput,
     MessageNotFound,
     MessageNotInConversation,
 )
-from threads.store import UNSET, ConversationStore
+from frontdesk.threads.store import UNSET, ConversationStore
 
 pytestmark = pytest.mark.anyio
 

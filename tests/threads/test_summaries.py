@@ -6,10 +6,10 @@ import uuid
 
 import pytest
 
-from threads.budget import Budget
-from threads.builder import SUMMARY_LABEL, build_thread
-from threads.store import ConversationStore, MessageRecord
-from threads.summaries import SummaryStore
+from frontdesk.threads.budget import Budget
+from frontdesk.threads.builder import SUMMARY_LABEL, build_thread
+from frontdesk.threads.store import ConversationStore, MessageRecord
+from frontdesk.threads.summaries import SummaryStore
 
 pytestmark = pytest.mark.anyio
 

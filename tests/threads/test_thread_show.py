@@ -7,8 +7,8 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
-from orchestrator.cli import app
-from threads.store import ConversationStore
+from frontdesk.orchestrator.cli import app
+from frontdesk.threads.store import ConversationStore
 
 WIDE = {"COLUMNS": "200"}
 """Rich wraps at the terminal width; a wide one keeps each message on one line."""

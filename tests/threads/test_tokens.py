@@ -7,7 +7,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from frontdesk.errors import ConfigError
-from threads.tokens import MESSAGE_OVERHEAD, CalibratedCounter, EstimatingCounter, TokenCounter
+from frontdesk.threads.tokens import (
+    MESSAGE_OVERHEAD,
+    CalibratedCounter,
+    EstimatingCounter,
+    TokenCounter,
+)
 
 
 def test_estimate_is_close_to_chars_over_four_for_english() -> None:

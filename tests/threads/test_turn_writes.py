@@ -12,11 +12,11 @@ import anyio
 import pytest
 from sqlalchemy import Connection
 
-from threads import _lease
-from threads.builder import build_thread, thread_since
-from threads.errors import ConversationBusy, IdempotencyConflict
-from threads.store import ConversationStore, MessageRecord
-from threads.summaries import SummaryRecord, SummaryStore, path_since_newest_in
+from frontdesk.threads import _lease
+from frontdesk.threads.builder import build_thread, thread_since
+from frontdesk.threads.errors import ConversationBusy, IdempotencyConflict
+from frontdesk.threads.store import ConversationStore, MessageRecord
+from frontdesk.threads.summaries import SummaryRecord, SummaryStore, path_since_newest_in
 
 pytestmark = pytest.mark.anyio
 

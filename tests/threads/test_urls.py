@@ -6,8 +6,8 @@ import pytest
 
 from frontdesk.db import normalise_url
 from frontdesk.errors import ConfigError
-from threads.errors import StoreUnavailable
-from threads.store import ConversationStore
+from frontdesk.threads.errors import StoreUnavailable
+from frontdesk.threads.store import ConversationStore
 
 
 @pytest.mark.parametrize(

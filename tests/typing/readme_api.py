@@ -6,9 +6,9 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from experts import Category, HandlerContext, Outcome
-from experts.providers import FunctionModel, ModelRequest
-from orchestrator import Orchestrator, Reply
+from frontdesk.experts import Category, HandlerContext, Outcome
+from frontdesk.experts.providers import FunctionModel, ModelRequest
+from frontdesk.orchestrator import Orchestrator, Reply
 
 
 class OrderRequest(BaseModel):

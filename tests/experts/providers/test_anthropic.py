@@ -9,7 +9,7 @@ import pytest
 import structlog
 from pydantic import BaseModel
 
-from experts.errors import (
+from frontdesk.experts.errors import (
     ModelConnectionError,
     ModelHTTPError,
     ModelRequestsBlocked,
@@ -20,8 +20,8 @@ from experts.errors import (
     Refusal,
     TruncatedOutput,
 )
-from experts.providers import AttemptEvent, ModelRequest, ModelSettings, observe_attempts
-from experts.providers.anthropic import INSTRUCTION_LABEL, AnthropicModel
+from frontdesk.experts.providers import AttemptEvent, ModelRequest, ModelSettings, observe_attempts
+from frontdesk.experts.providers.anthropic import INSTRUCTION_LABEL, AnthropicModel
 from tests.experts.providers.conftest import FakeClock
 from tests.experts.providers.wire_server import (
     ANTHROPIC_PATH,

@@ -5,13 +5,13 @@ from __future__ import annotations
 import pytest
 from pydantic import BaseModel
 
-from experts.errors import (
+from frontdesk.experts.errors import (
     OutputValidationError,
     ProviderOverloaded,
     UnconsumedSteps,
     UnexpectedModelCall,
 )
-from experts.providers import (
+from frontdesk.experts.providers import (
     AttemptEvent,
     FunctionModel,
     ModelRequest,

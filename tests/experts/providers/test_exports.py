@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import experts.providers as providers
+import frontdesk.experts.providers as providers
 
 
 def test_all_is_sorted_and_importable() -> None:

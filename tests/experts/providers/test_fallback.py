@@ -6,8 +6,9 @@ from collections.abc import Callable
 
 import pytest
 
-from experts.errors import ModelHTTPError, ProviderOverloaded
-from experts.providers import (
+from frontdesk.errors import ConfigError
+from frontdesk.experts.errors import ModelHTTPError, ProviderOverloaded
+from frontdesk.experts.providers import (
     AnthropicModel,
     AttemptEvent,
     FallbackModel,
@@ -17,7 +18,6 @@ from experts.providers import (
     ScriptedModel,
     observe_attempts,
 )
-from frontdesk.errors import ConfigError
 from tests.experts.providers.conftest import FakeClock
 from tests.experts.providers.wire_server import (
     ANTHROPIC_PATH,

@@ -10,9 +10,15 @@ from typing import Any, ClassVar, Literal
 import pytest
 from pydantic import BaseModel, ConfigDict, Field
 
-from experts import NeedMoreInfo
-from experts.providers import AttemptEvent, Message, ModelRequest, model_from_spec, observe_attempts
-from experts.providers.offline import LABEL, OfflineModel
+from frontdesk.experts import NeedMoreInfo
+from frontdesk.experts.providers import (
+    AttemptEvent,
+    Message,
+    ModelRequest,
+    model_from_spec,
+    observe_attempts,
+)
+from frontdesk.experts.providers.offline import LABEL, OfflineModel
 
 pytestmark = pytest.mark.anyio
 

@@ -10,7 +10,7 @@ import pytest
 import structlog
 from pydantic import BaseModel
 
-from experts.errors import (
+from frontdesk.experts.errors import (
     MissingAPIKey,
     ModelConnectionError,
     ModelHTTPError,
@@ -21,8 +21,8 @@ from experts.errors import (
     Refusal,
     TruncatedOutput,
 )
-from experts.providers import AttemptEvent, ModelRequest, observe_attempts
-from experts.providers.openai import PLACEHOLDER_KEY, OpenAIModel
+from frontdesk.experts.providers import AttemptEvent, ModelRequest, observe_attempts
+from frontdesk.experts.providers.openai import PLACEHOLDER_KEY, OpenAIModel
 from tests.experts.providers.conftest import FakeClock
 from tests.experts.providers.wire_server import (
     OPENAI_PATH,

@@ -10,16 +10,16 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from experts.errors import ProviderOverloaded, RateLimited
-from experts.providers._http import parse_retry_after, redact
-from experts.providers._retry import (
+from frontdesk.errors import ConfigError
+from frontdesk.experts.errors import ProviderOverloaded, RateLimited
+from frontdesk.experts.providers._http import parse_retry_after, redact
+from frontdesk.experts.providers._retry import (
     AttemptFailure,
     AttemptRecord,
     AttemptSuccess,
     RetryConfig,
     RetryRunner,
 )
-from frontdesk.errors import ConfigError
 from tests.experts.providers.conftest import FakeClock
 
 pytestmark = pytest.mark.anyio

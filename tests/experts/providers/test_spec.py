@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from experts.errors import MissingAPIKey, UnknownModelSpec
-from experts.providers import (
+from frontdesk.experts.errors import MissingAPIKey, UnknownModelSpec
+from frontdesk.experts.providers import (
     AnthropicModel,
     FunctionModel,
     ModelRequest,
