@@ -31,6 +31,7 @@ from tenacity import (
     wait_random_exponential,
 )
 
+from frontdesk._sqlite import Statement
 from frontdesk.audit.chain import (
     GENESIS_HASH,
     Head,
@@ -44,14 +45,7 @@ from frontdesk.audit.errors import AuditConfigError, AuditWriteError
 from frontdesk.audit.events import AuditEvent
 from frontdesk.audit.spool import Spool
 from frontdesk.audit.tables import audit_event, audit_head, audit_prompt
-from frontdesk.db import (
-    SqliteStatement,
-    create_engine,
-    dispose_engine,
-    run_write,
-    sqlite_driver,
-    writes_to,
-)
+from frontdesk.db import create_engine, dispose_engine, run_write, writes_to
 from frontdesk.schema import ensure_schema
 
 log = structlog.get_logger("audit")
@@ -171,50 +165,29 @@ def _prompt_json(text: str) -> str:
     return canonical_json(text)
 
 
-@dataclass(frozen=True)
-class _Statements:
-    head: Any
+def _head(insert: Any) -> Any:
     """Create the head row if missing and return it (row-locked on PostgreSQL)."""
-    prompt: Any
-    """Store a prompt text unless it is stored already."""
-
-
-def _statements(insert: Any) -> _Statements:
     upsert = insert(audit_head).values(
         conversation_id=bindparam("conversation_id"), seq=0, hash=GENESIS_HASH
     )
-    head = upsert.on_conflict_do_update(
+    return upsert.on_conflict_do_update(
         index_elements=[audit_head.c.conversation_id], set_={"seq": audit_head.c.seq}
     ).returning(audit_head.c.seq, audit_head.c.hash)
-    return _Statements(head=head, prompt=insert(audit_prompt).on_conflict_do_nothing())
 
 
-# Built once (index: is PostgreSQL): building a statement costs more than running it.
-_STATEMENTS = (_statements(sqlite_insert), _statements(pg_insert))
-_INSERT_EVENT = audit_event.insert()
-_MOVE_HEAD = (
+# Built once: building a statement costs more than running it.
+_HEAD = Statement(_head(sqlite_insert), postgresql=_head(pg_insert))
+_PROMPT = Statement(  # Store a prompt text unless it is stored already.
+    sqlite_insert(audit_prompt).on_conflict_do_nothing(),
+    postgresql=pg_insert(audit_prompt).on_conflict_do_nothing(),
+    columns=["sha256", "text_json"],
+)
+_EVENT_COLUMNS = [c.name for c in audit_event.c if c.name != "id"]
+_INSERT_EVENT = Statement(audit_event.insert(), columns=_EVENT_COLUMNS)
+_MOVE_HEAD = Statement(
     update(audit_head)
     .where(audit_head.c.conversation_id == bindparam("conversation"))
     .values(seq=bindparam("seq"), hash=bindparam("hash"))
-)
-_EVENT_COLUMNS = [c.name for c in audit_event.c if c.name != "id"]
-
-
-@dataclass(frozen=True)
-class _SqliteStatements:
-    """The append's statements run straight on the SQLite writer's driver."""
-
-    head: SqliteStatement
-    prompt: SqliteStatement
-    event: SqliteStatement
-    move_head: SqliteStatement
-
-
-_SQLITE = _SqliteStatements(
-    head=SqliteStatement(_STATEMENTS[0].head),
-    prompt=SqliteStatement(_STATEMENTS[0].prompt, ["sha256", "text_json"]),
-    event=SqliteStatement(_INSERT_EVENT, _EVENT_COLUMNS),
-    move_head=SqliteStatement(_MOVE_HEAD),
 )
 
 
@@ -437,15 +410,11 @@ class AuditLog:
         idempotent: bool,
     ) -> None:
         """The body of the append transaction: lock the head, chain the rows, move the head."""
-        raw = sqlite_driver(conn)
-        statements = _STATEMENTS[conn.dialect.name == "postgresql"]
         # One statement creates the head if missing and returns it, row-locked on
         # PostgreSQL (an upsert that "updates" the row locks it like SELECT ... FOR UPDATE).
-        head_key = {"conversation_id": conversation_id}
-        if raw is not None:
-            seq, prev = _SQLITE.head.execute(raw, head_key).fetchone()
-        else:
-            seq, prev = conn.execute(statements.head, head_key).one()
+        head = _HEAD.first(conn, {"conversation_id": conversation_id})
+        assert head is not None, "the upsert returns the head row"
+        seq, prev = head["seq"], head["hash"]
         if idempotent:
             batch = self._unwritten(conn, batch)
             if not batch:
@@ -461,16 +430,10 @@ class AuditLog:
             prev = row["hash"]
             rows.append(row)
         moved = {"conversation": conversation_id, "seq": seq, "hash": prev}
-        if raw is not None:
-            if prompts:
-                _SQLITE.prompt.executemany(raw, prompts)
-            _SQLITE.event.executemany(raw, rows)
-            _SQLITE.move_head.execute(raw, moved)
-            return
         if prompts:
-            conn.execute(statements.prompt, prompts)
-        conn.execute(_INSERT_EVENT, rows)
-        conn.execute(_MOVE_HEAD, moved)
+            _PROMPT.run_many(conn, prompts)
+        _INSERT_EVENT.run_many(conn, rows)
+        _MOVE_HEAD.run(conn, moved)
 
     @staticmethod
     def _row(conversation_id: str, seq: int, prev: str, item: _Prepared) -> dict[str, Any]:

@@ -29,7 +29,7 @@ from sqlalchemy import Connection
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from frontdesk.db import SqliteStatement, sqlite_driver
+from frontdesk._sqlite import Statement
 from frontdesk.threads._tx import run_sync_tx
 from frontdesk.threads.errors import ConversationBusy
 from frontdesk.threads.models import Lease
@@ -55,35 +55,25 @@ def _take_statement(insert: Any) -> Any:
     ).returning(_lease.c.owner)
 
 
-# Built once (index: is PostgreSQL): building a statement costs more than running it.
-_TAKE = (_take_statement(sqlite.insert), _take_statement(postgresql.insert))
-_GIVE_BACK = sa.delete(_lease).where(
-    _lease.c.name == sa.bindparam("name"), _lease.c.owner == sa.bindparam("owner")
+# Built once: building a statement costs more than running it.
+_TAKE = Statement(_take_statement(sqlite.insert), postgresql=_take_statement(postgresql.insert))
+_GIVE_BACK = Statement(
+    sa.delete(_lease).where(
+        _lease.c.name == sa.bindparam("name"), _lease.c.owner == sa.bindparam("owner")
+    )
 )
-
-
-# The same, run straight on the SQLite writer's driver (`frontdesk.db.SqliteStatement`).
-_TAKE_SQLITE = SqliteStatement(_TAKE[0])
-_GIVE_BACK_SQLITE = SqliteStatement(_GIVE_BACK)
 
 
 def _take(conn: Connection, name: str, owner: str, ttl: float) -> bool:
     """In `conn`'s transaction: take (or renew) the lease unless another owner holds it."""
     now = time.time()
     params = {"name": name, "owner": owner, "expires": now + ttl, "now": now}
-    raw = sqlite_driver(conn)
-    if raw is not None:
-        return _TAKE_SQLITE.execute(raw, params).fetchone() is not None
-    return conn.execute(_TAKE[conn.dialect.name == "postgresql"], params).first() is not None
+    return _TAKE.first(conn, params) is not None
 
 
 def _give_back(conn: Connection, name: str, owner: str) -> None:
     """In `conn`'s transaction: delete the lease if `owner` still holds it."""
-    raw = sqlite_driver(conn)
-    if raw is not None:
-        _GIVE_BACK_SQLITE.execute(raw, {"name": name, "owner": owner})
-    else:
-        conn.execute(_GIVE_BACK, {"name": name, "owner": owner})
+    _GIVE_BACK.run(conn, {"name": name, "owner": owner})
 
 
 async def try_lease(engine: AsyncEngine, name: str, owner: str, ttl: float) -> bool:

@@ -15,7 +15,7 @@ import sqlalchemy as sa
 from sqlalchemy import Connection
 from sqlalchemy.dialects import postgresql, sqlite
 
-from frontdesk.db import SqliteStatement, sqlite_driver
+from frontdesk._sqlite import Statement
 from frontdesk.threads._records import MessageRecord, new_id
 from frontdesk.threads.errors import (
     IdempotencyConflict,
@@ -114,15 +114,7 @@ def lock_conversation(
     if client_message_id is not None:
         select = _LOCK_CONVERSATION_WITH_CLIENT_ID
         params["client_message_id"] = client_message_id
-    raw = sqlite_driver(conn)
-    if raw is not None:
-        # The usual case on the SQLite writer: the conversation exists and the message is
-        # new, so only the leaf id is needed. The rest (a new conversation, a stored
-        # message to decode) goes through SQLAlchemy below.
-        got = _LOCK_SQLITE[client_message_id is not None].execute(raw, params).fetchone()
-        if got is not None and (client_message_id is None or got[1] is None):
-            return got[0], None
-    row = conn.execute(select, params).mappings().first()
+    row = select.first(conn, params)
     if row is None:
         upsert: Any = (postgresql if conn.dialect.name == "postgresql" else sqlite).insert
         conn.execute(
@@ -130,7 +122,7 @@ def lock_conversation(
             .values(id=conversation_id, user_id=user_id, created_at=utcnow(), metadata={})
             .on_conflict_do_nothing(index_elements=[_conv.c.id])
         )
-        row = conn.execute(select, params).mappings().first()
+        row = select.first(conn, params)
         assert row is not None, "the conversation row exists after the upsert"
     found = None if client_message_id is None or row["id"] is None else MessageRecord.from_row(row)
     return row["leaf_id"], found
@@ -154,12 +146,8 @@ def _lock_conversation_query(with_client_id: bool) -> sa.Select[Any]:
 
 
 # Built once: building a statement costs more than running it on SQLite.
-_LOCK_CONVERSATION = _lock_conversation_query(with_client_id=False)
-_LOCK_CONVERSATION_WITH_CLIENT_ID = _lock_conversation_query(with_client_id=True)
-_LOCK_SQLITE = (  # Index: with the client message id.
-    SqliteStatement(_LOCK_CONVERSATION),
-    SqliteStatement(_LOCK_CONVERSATION_WITH_CLIENT_ID),
-)
+_LOCK_CONVERSATION = Statement(_lock_conversation_query(with_client_id=False))
+_LOCK_CONVERSATION_WITH_CLIENT_ID = Statement(_lock_conversation_query(with_client_id=True))
 
 
 def get(conn: Connection, message_id: str) -> MessageRecord:
@@ -214,35 +202,24 @@ def insert(conn: Connection, **values: Any) -> MessageRecord:
     return record
 
 
-_INSERT_MESSAGE = sa.insert(_msg)
-_SET_LEAF = (
+_INSERT_MESSAGE = Statement(sa.insert(_msg), columns=MessageRecord.__slots__)
+_SET_LEAF = Statement(
     sa.update(_conv)
     .where(_conv.c.id == sa.bindparam("conversation"))
     .values(active_leaf_id=sa.bindparam("leaf"))
 )
 
 
-# The same, run straight on the SQLite writer's driver (`frontdesk.db.SqliteStatement`).
-_INSERT_MESSAGE_SQLITE = SqliteStatement(_INSERT_MESSAGE, MessageRecord.__slots__)
-_SET_LEAF_SQLITE = SqliteStatement(_SET_LEAF)
-
-
 def write(conn: Connection, record: MessageRecord) -> None:
     """Insert `record` and make it its conversation's active leaf."""
-    leaf = {"conversation": record.conversation_id, "leaf": record.id}
-    raw = sqlite_driver(conn)
-    if raw is not None:
-        _INSERT_MESSAGE_SQLITE.execute(raw, _as_row(record))
-        _SET_LEAF_SQLITE.execute(raw, leaf)
-        return
-    conn.execute(_INSERT_MESSAGE, _as_row(record))
-    conn.execute(_SET_LEAF, leaf)
+    _INSERT_MESSAGE.run(conn, _as_row(record))
+    _SET_LEAF.run(conn, {"conversation": record.conversation_id, "leaf": record.id})
 
 
 def set_leaf(conn: Connection, conversation_id: str, message_id: str) -> None:
     """Make `message_id` (checked to be in the conversation) its active leaf."""
     message_in(conn, message_id, conversation_id)
-    conn.execute(_SET_LEAF, {"conversation": conversation_id, "leaf": message_id})
+    _SET_LEAF.run(conn, {"conversation": conversation_id, "leaf": message_id})
 
 
 def _as_row(record: MessageRecord) -> dict[str, Any]:

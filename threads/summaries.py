@@ -10,7 +10,7 @@ touched: a summary only changes what the experts are sent.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -21,7 +21,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlmodel import Field, SQLModel
 
-from frontdesk.db import SqliteStatement, sqlite_driver
+from frontdesk._sqlite import Statement
 from frontdesk.threads._records import MessageRecord, new_id
 from frontdesk.threads._tx import run_tx
 from frontdesk.threads.errors import MessageNotFound, StoreError
@@ -239,11 +239,7 @@ def path_since_newest_sync(conn: Connection, leaf_id: str) -> PathSinceSummary:
     Raises:
         MessageNotFound: no message `leaf_id`.
     """
-    raw = sqlite_driver(conn)
-    if raw is not None:  # The SQLite writer: read on the driver (see frontdesk.db).
-        rows: Sequence[Mapping[str, Any]] = _PATH_ON_DRIVER.mappings(raw, {"leaf_id": leaf_id})
-    else:
-        rows = [dict(r) for r in conn.execute(_PATH_SINCE_SUMMARY, {"leaf_id": leaf_id}).mappings()]
+    rows = _PATH_SINCE_SUMMARY.rows(conn, {"leaf_id": leaf_id})
     if not rows:
         raise MessageNotFound(f"no message {leaf_id!r}", message_id=leaf_id)
     top = rows[0]
@@ -294,8 +290,7 @@ def _path_since_summary() -> sa.Select[Any]:
 
 
 # Built once: constructing (and cache-keying) the recursive query costs more than running it.
-_PATH_SINCE_SUMMARY = _path_since_summary()
-_PATH_ON_DRIVER = SqliteStatement(_PATH_SINCE_SUMMARY)
+_PATH_SINCE_SUMMARY = Statement(_path_since_summary())
 
 
 def _depth(conn: Connection, message_id: str) -> int:

@@ -1,4 +1,4 @@
-"""`frontdesk.db.SqliteStatement`: prebuilt statements run straight on the pysqlite driver.
+"""`frontdesk._sqlite.Statement`: prebuilt statements run straight on the pysqlite driver.
 
 They must write exactly what `Connection.execute` writes (same SQL, defaults and bind
 processing: timestamps, JSON) and fail with the same typed SQLAlchemy errors, because the
@@ -19,9 +19,11 @@ import sqlalchemy as sa
 from sqlalchemy import Connection
 from sqlalchemy.exc import IntegrityError
 
-from frontdesk.audit.store import _SQLITE, _STATEMENTS
-from frontdesk.db import SqliteStatement, run_write, sqlite_driver
-from frontdesk.threads._turn import _INSERT_MESSAGE, _INSERT_MESSAGE_SQLITE
+from frontdesk._sqlite import Statement
+from frontdesk._sqlite.statement import driver_connection
+from frontdesk.audit.store import _HEAD
+from frontdesk.db import run_write
+from frontdesk.threads._turn import _INSERT_MESSAGE
 from frontdesk.threads.store import ConversationStore
 
 pytestmark = pytest.mark.anyio
@@ -62,14 +64,14 @@ async def test_a_row_written_on_the_driver_equals_one_written_by_sqlalchemy(
     versions = {"response": "response@3"}
 
     def both(conn: Connection) -> list[tuple[Any, ...]]:
-        raw = sqlite_driver(conn)
+        raw = driver_connection(conn)
         assert raw is not None  # A SQLite write runs on the pysqlite writer.
         stored = []
         for prompt_versions in (None, versions):
             ours = message_row(conversation, prompt_versions=prompt_versions)
             theirs = message_row(conversation, prompt_versions=prompt_versions)
-            _INSERT_MESSAGE_SQLITE.execute(raw, ours)
-            conn.execute(_INSERT_MESSAGE, theirs)
+            _INSERT_MESSAGE.run(conn, ours)  # On the driver.
+            conn.execute(_INSERT_MESSAGE.statement, theirs)  # Through SQLAlchemy.
             for row in (ours, theirs):
                 found = raw.execute("SELECT * FROM message WHERE id = ?", (row["id"],))
                 stored.append(found.fetchone()[1:])  # All but the id.
@@ -84,38 +86,64 @@ async def test_a_row_written_on_the_driver_equals_one_written_by_sqlalchemy(
     assert {m.created_at for m in read} == {message_row("")["created_at"]}
 
 
+def sync_sqlite(path: Path) -> sa.Engine:
+    """A plain SQLAlchemy engine on pysqlite: its connections run statements on the driver."""
+    return sa.create_engine(f"sqlite:///{path}")
+
+
 async def test_literal_values_of_the_statement_are_bound(tmp_path: Path) -> None:
     # The audit head upsert carries seq=0 and the genesis hash as literal values.
-    assert _SQLITE.head.sql == str(
-        _STATEMENTS[0].head.compile(dialect=sa.create_engine("sqlite://").dialect)
-    )
-    raw = sqlite3.connect(tmp_path / "head.db")
-    raw.execute("CREATE TABLE audit_head (conversation_id TEXT PRIMARY KEY, seq INT, hash TEXT)")
-    assert _SQLITE.head.execute(raw, {"conversation_id": "c-1"}).fetchone() == (0, "0" * 64)
-    raw.close()
+    assert _HEAD.sql == str(_HEAD.statement.compile(dialect=sa.create_engine("sqlite://").dialect))
+    engine = sync_sqlite(tmp_path / "head.db")
+    with engine.begin() as conn:
+        assert driver_connection(conn) is not None
+        conn.exec_driver_sql(
+            "CREATE TABLE audit_head (conversation_id TEXT PRIMARY KEY, seq INT, hash TEXT)"
+        )
+        assert _HEAD.first(conn, {"conversation_id": "c-1"}) == {"seq": 0, "hash": "0" * 64}
+        assert _HEAD.rows(conn, {"conversation_id": "c-1"}) == [{"seq": 0, "hash": "0" * 64}]
+    engine.dispose()
 
 
 async def test_driver_errors_are_sqlalchemys_typed_errors(tmp_path: Path) -> None:
-    raw = sqlite3.connect(tmp_path / "errors.db")
-    raw.execute("CREATE TABLE t (id INTEGER PRIMARY KEY, v TEXT)")
-    insert = SqliteStatement(sa.text("INSERT INTO t (id, v) VALUES (:id, :v)"))
-    insert.execute(raw, {"id": 1, "v": "secret"})
-    with pytest.raises(IntegrityError) as caught:
-        insert.execute(raw, {"id": 1, "v": "secret"})
-    assert isinstance(caught.value.orig, sqlite3.IntegrityError)
-    assert "secret" not in str(caught.value)  # Parameters stay out of the message.
-    with pytest.raises(IntegrityError):
-        insert.executemany(raw, [{"id": 2, "v": "a"}, {"id": 2, "v": "b"}])
-    raw.close()
+    engine = sync_sqlite(tmp_path / "errors.db")
+    insert = Statement(sa.text("INSERT INTO t (id, v) VALUES (:id, :v)"))
+    with engine.begin() as conn:
+        conn.exec_driver_sql("CREATE TABLE t (id INTEGER PRIMARY KEY, v TEXT)")
+        insert.run(conn, {"id": 1, "v": "secret"})
+        with pytest.raises(IntegrityError) as caught:
+            insert.run(conn, {"id": 1, "v": "secret"})
+        assert isinstance(caught.value.orig, sqlite3.IntegrityError)
+        assert "secret" not in str(caught.value)  # Parameters stay out of the message.
+        with pytest.raises(IntegrityError):
+            insert.run_many(conn, [{"id": 2, "v": "a"}, {"id": 2, "v": "b"}])
+    engine.dispose()
+
+
+async def test_a_statement_runs_through_sqlalchemy_off_the_writer(
+    store: ConversationStore,
+) -> None:
+    # The same call on the async engine's connection (aiosqlite or asyncpg): SQLAlchemy's path.
+    conversation = f"c-{uuid.uuid4().hex}"
+    await store.add_user_message(conversation, "hello")
+    select = Statement(sa.text("SELECT id, active_leaf_id FROM conversation WHERE id = :c"))
+    async with store.engine.connect() as conn:
+        assert await conn.run_sync(driver_connection) is None
+        row = await conn.run_sync(lambda sync: select.first(sync, {"c": conversation}))
+        missing = await conn.run_sync(lambda sync: select.first(sync, {"c": "nobody"}))
+    on_writer = await run_write(store.engine, lambda sync: select.first(sync, {"c": conversation}))
+    assert row is not None and row["id"] == conversation and row["active_leaf_id"] is not None
+    assert missing is None
+    assert dict(row) == dict(on_writer or {})
 
 
 async def test_only_the_sqlite_writer_runs_statements_on_the_driver(
     store: ConversationStore,
 ) -> None:
-    on_driver = await run_write(store.engine, lambda conn: sqlite_driver(conn) is not None)
+    on_driver = await run_write(store.engine, lambda conn: driver_connection(conn) is not None)
     assert on_driver == (store.engine.dialect.name == "sqlite")
     async with store.engine.connect() as conn:  # The async engine's own connection.
-        assert await conn.run_sync(sqlite_driver) is None
+        assert await conn.run_sync(driver_connection) is None
 
 
 async def test_the_thread_read_on_the_driver_equals_the_read_through_sqlalchemy(
@@ -142,7 +170,7 @@ async def test_the_thread_read_on_the_driver_equals_the_read_through_sqlalchemy(
     leaf_id = leaf.id
 
     def on_driver(conn: Connection) -> Any:
-        assert sqlite_driver(conn) is not None
+        assert driver_connection(conn) is not None
         return path_since_newest_sync(conn, leaf_id)
 
     driver = await run_write(sqlite_store.engine, on_driver)

@@ -1,0 +1,19 @@
+"""SQLite's fast path, all of it: what runs differently on SQLite, so that callers need not.
+
+What belongs here, and only here:
+
+- `writer`: the SQLite writer thread behind `frontdesk.db.run_write`. Every write
+  transaction of a process's SQLite database runs there, in one hop, and the writes queued
+  meanwhile are group-committed (one `BEGIN IMMEDIATE`, a savepoint each, one `COMMIT`).
+  Also the connection settings (WAL, busy timeout) and `write_slot`.
+- `Statement`: a prebuilt statement the store and the audit log run on any sync
+  `Connection` without asking which driver is under it. On the writer's pysqlite
+  connection it runs straight on the driver (same SQL, binds and decoding as SQLAlchemy's,
+  same typed errors); everywhere else, PostgreSQL included, through `Connection.execute`.
+
+Code outside this package never branches on the driver.
+"""
+
+from frontdesk._sqlite.statement import Statement
+
+__all__ = ["Statement"]

@@ -1,0 +1,276 @@
+"""The SQLite writer thread: every write of a process's SQLite database, group-committed.
+
+The async SQLite driver crosses to its thread three or four times per statement; a writer
+runs whole write transactions in one hop to a thread of its own, batching the writes that
+queue up meanwhile into one transaction (`_FastWriter`). `frontdesk.db.run_write` is the
+public door; this module is the SQLite side of it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import weakref
+from collections.abc import AsyncIterator, Callable
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import sqlalchemy
+from sqlalchemy import Connection, Engine, event
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+__all__ = ["dispose", "install_hooks", "owns", "run", "write_slot"]
+
+T = TypeVar("T")
+
+SQLITE_BUSY_TIMEOUT_MS = 30_000
+"""How long a SQLite writer waits for another writer before the driver gives up."""
+
+
+def install_hooks(engine: Engine) -> None:
+    """WAL, the busy timeout and foreign keys on every connection; `BEGIN IMMEDIATE` on writes."""
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+        # Hand transaction control to the "begin" hook below instead of the driver.
+        dbapi_connection.isolation_level = None
+        cursor = dbapi_connection.cursor()
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
+        cursor.execute("PRAGMA synchronous=NORMAL")
+        cursor.execute("PRAGMA foreign_keys=ON")
+        cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(connection: Any) -> None:
+        if connection.get_execution_options().get("frontdesk_readonly"):
+            # A read-only transaction: a WAL snapshot, never blocked by writers.
+            connection.exec_driver_sql("BEGIN")
+        else:
+            connection.exec_driver_sql("BEGIN IMMEDIATE")
+
+
+_write_locks: weakref.WeakKeyDictionary[Engine, tuple[asyncio.AbstractEventLoop, asyncio.Lock]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+@asynccontextmanager
+async def write_slot(engine: AsyncEngine) -> AsyncIterator[None]:
+    """Queue this process's SQLite write transactions on an asyncio lock.
+
+    SQLite has one writer at a time. Without this, concurrent tasks of one process would
+    all issue `BEGIN IMMEDIATE` and wait in SQLite's busy handler, which sleeps in steps
+    of up to 100 ms; queued here they are woken the moment the previous writer commits.
+    Other processes still meet at the database's own lock (the busy timeout). PostgreSQL
+    locks rows, so writers there are not queued.
+    """
+    if engine.dialect.name != "sqlite":
+        yield
+        return
+    loop = asyncio.get_running_loop()
+    entry = _write_locks.get(engine.sync_engine)
+    if entry is None or entry[0] is not loop:
+        entry = (loop, asyncio.Lock())
+        _write_locks[engine.sync_engine] = entry
+    async with entry[1]:
+        yield
+
+
+@dataclass(eq=False)
+class _Job:
+    """One caller's write transaction body, queued for the SQLite writer thread."""
+
+    work: Callable[[Connection], Any]
+    future: asyncio.Future[Any]
+    ok: bool = False
+    value: Any = None
+    """What `work` returned (`ok`) or the exception it, or the commit, raised."""
+
+    def settle(self) -> None:
+        """Hand the outcome to the caller (on the event loop, after the COMMIT)."""
+        if self.future.done():
+            return
+        if self.ok:
+            self.future.set_result(self.value)
+        else:
+            self.future.set_exception(self.value)
+
+
+class _FastWriter:
+    """A sync SQLite engine over an async engine's file, driven from one thread.
+
+    The async SQLite driver crosses to its thread three or four times per statement; this
+    writer runs whole transactions in one hop to its own thread. One thread per database is
+    enough: SQLite has one writer at a time, and the thread owns its connection (pysqlite's
+    same-thread check).
+
+    Group commit: the write jobs that queue up while the thread is busy run next in ONE
+    transaction, each inside its own SAVEPOINT, then one COMMIT. A job that raises rolls
+    back to its savepoint only (its caller gets the error); the others are committed
+    together, and no caller hears of its write before the COMMIT succeeded. A batch costs
+    one BEGIN, one COMMIT and one hop each way, however many jobs it holds.
+    """
+
+    def __init__(self, engine: AsyncEngine) -> None:
+        url = engine.url.set(drivername="sqlite")
+        self.engine = sqlalchemy.create_engine(url, pool_reset_on_return=None, hide_parameters=True)
+        install_hooks(self.engine)
+        options = engine.get_execution_options()
+        if options:
+            self.engine = self.engine.execution_options(**options)
+        self.async_engine = weakref.ref(engine)
+        self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="frontdesk-sqlite")
+        self.closed = False
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.pending: list[_Job] = []
+        self.drainer: asyncio.Task[None] | None = None
+
+    def submit(self, work: Callable[[Connection], Any]) -> _Job:
+        """Queue `work`; the batch it joins runs once the thread is free."""
+        loop = asyncio.get_running_loop()
+        if loop is not self.loop:  # A new event loop (each test has its own): start afresh.
+            self.loop, self.pending, self.drainer = loop, [], None
+        job = _Job(work, loop.create_future())
+        self.pending.append(job)
+        if self.drainer is None:
+            self.drainer = loop.create_task(self._drain())
+        return job
+
+    def withdraw(self, job: _Job) -> bool:
+        """Take `job` off the queue if no transaction has picked it up yet."""
+        if job in self.pending:
+            self.pending.remove(job)
+            return True
+        return False
+
+    async def _drain(self) -> None:
+        """Run the queued jobs batch by batch until the queue is empty."""
+        loop = asyncio.get_running_loop()
+        jobs: list[_Job] = []
+        try:
+            while self.pending:
+                engine = self.async_engine()
+                if engine is None:
+                    break
+                # Queued behind the async engine's writers of this process (`write_slot`).
+                async with write_slot(engine):
+                    jobs, self.pending = self.pending, []
+                    done = loop.run_in_executor(self.executor, self.run_batch, jobs)
+                    try:
+                        await asyncio.shield(done)
+                    except asyncio.CancelledError:
+                        # The loop is closing: let the transaction end before letting go.
+                        await asyncio.wait([done])
+                        raise
+                    except Exception as e:  # The connection itself failed (a ROLLBACK).
+                        for job in jobs:
+                            job.value, job.ok = e, False
+                for job in jobs:
+                    job.settle()
+                jobs = []
+        finally:
+            self.drainer = None
+            for job in [*jobs, *self.pending]:
+                job.future.cancel()
+
+    def run_batch(self, jobs: list[_Job]) -> None:
+        """On the writer thread: run `jobs`, a savepoint each, in as few transactions as
+        SQLite allows (a failure that ends the whole transaction starts a new one)."""
+        while jobs:
+            jobs = self._transaction(jobs)
+
+    def _transaction(self, jobs: list[_Job]) -> list[_Job]:
+        """Run `jobs` in one transaction; returns those left to run when SQLite ended the
+        transaction on its own (after an I/O or busy error), which then all fail."""
+        with self.engine.connect() as conn:
+            raw = conn.connection.driver_connection
+            assert raw is not None, "a checked-out pysqlite connection"
+            try:
+                with conn.begin():
+                    for index, job in enumerate(jobs):
+                        raw.execute("SAVEPOINT frontdesk_job")
+                        try:
+                            job.value, job.ok = job.work(conn), True
+                        except Exception as e:
+                            job.value, job.ok = e, False
+                            if not raw.in_transaction:
+                                # SQLite rolled the whole transaction back: nothing of this
+                                # batch is written; the jobs not run yet get a fresh one.
+                                for done in jobs[:index]:
+                                    done.value, done.ok = e, False
+                                return jobs[index + 1 :]
+                            raw.execute("ROLLBACK TO frontdesk_job")
+                        raw.execute("RELEASE frontdesk_job")
+            except Exception as e:  # BEGIN or COMMIT failed: nothing of the batch is written.
+                if raw.in_transaction:  # A failed COMMIT leaves SQLite's transaction open.
+                    raw.rollback()
+                for job in jobs:
+                    if job.ok or job.value is None:  # Keep a job's own error.
+                        job.value, job.ok = e, False
+        return []
+
+    def close(self) -> None:
+        """Close the pooled connection on its own thread, then let the thread end."""
+        if self.closed:
+            return
+        self.closed = True
+        try:
+            self.executor.submit(self.engine.dispose)
+        except RuntimeError:
+            # The interpreter is exiting (an engine never disposed): the executor's thread
+            # has already ended, and the committed file outlives the connection.
+            pass
+        self.executor.shutdown(wait=False)
+
+
+_writers: weakref.WeakKeyDictionary[Engine, _FastWriter] = weakref.WeakKeyDictionary()
+
+
+def _writer(engine: AsyncEngine) -> _FastWriter:
+    writer = _writers.get(engine.sync_engine)
+    if writer is None or writer.closed:
+        writer = _FastWriter(engine)
+        _writers[engine.sync_engine] = writer
+        # An engine dropped without `dispose_engine` still frees the thread and connection.
+        weakref.finalize(engine.sync_engine, writer.close)
+    return writer
+
+
+async def run(engine: AsyncEngine, work: Callable[[Connection], T]) -> T:
+    """Run `work` in a write transaction of `engine` (SQLite) on its writer thread.
+
+    A caller cancelled before its write started withdraws it; once handed to the thread,
+    it runs to its end, and the cancellation is delivered after.
+    """
+    writer = _writer(engine)
+    job = writer.submit(work)
+    try:
+        result: T = await asyncio.shield(job.future)
+    except asyncio.CancelledError:
+        if not writer.withdraw(job):
+            # Keep the caller until the transaction is over, so its outcome is known.
+            await asyncio.wait([job.future])
+        raise
+    return result
+
+
+def owns(conn: Connection, engine: AsyncEngine) -> bool:
+    """Whether `conn` is a connection of `engine`'s writer."""
+    writer = _writers.get(engine.sync_engine)
+    return writer is not None and conn.engine.pool is writer.engine.pool
+
+
+async def dispose(engine: AsyncEngine) -> None:
+    """Let `engine`'s queued writes end, then close its writer's connection and thread."""
+    writer = _writers.pop(engine.sync_engine, None)
+    if writer is None:
+        return
+    running = asyncio.get_running_loop()
+    if writer.drainer is not None and writer.loop is running:
+        await asyncio.wait([writer.drainer])  # The queued writes end first.
+    if not writer.closed:
+        writer.closed = True
+        await running.run_in_executor(writer.executor, writer.engine.dispose)
+        writer.executor.shutdown(wait=False)
