@@ -161,7 +161,7 @@ async def run(turns: int, pg: str | None) -> None:
         print(f"audit overhead per turn (median on - median off): {delta:.2f} ms")
 
 
-def main(argv: list[str]) -> None:
+def main(argv: list[str] | None = None) -> None:
     """`python -m benchmarks.audit [--turns N] [--pg URL]`."""
     parser = argparse.ArgumentParser(prog="python -m benchmarks.audit")
     parser.add_argument("--turns", type=int, default=300)
