@@ -52,7 +52,7 @@ async def test_the_library_in_one_screen_runs_as_written(tmp_path: Path) -> None
 def test_the_readme_imports_only_the_public_namespace() -> None:
     """Every `from X import` / `import X` in a README or docs code block names `frontdesk`."""
     texts = [README, *sorted((ROOT / "docs").glob("*.md"))]
-    wrong = {}
+    wrong: dict[str, list[str]] = {}
     for path in texts:
         for block in _python_blocks(path.read_text(encoding="utf-8")):
             for module in re.findall(r"^\s*(?:from|import)\s+([\w.]+)", block, re.MULTILINE):
