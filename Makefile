@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test lint format bench clean
+.PHONY: install demo test test-quick package-check prerequisites lint format bench clean
 
 $(STAMP): pyproject.toml
 	@command -v $(PY) >/dev/null 2>&1 || { echo "need $(PY) on PATH (or run: make PY=python3 ...)"; exit 1; }
@@ -18,8 +18,38 @@ install: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/frontdesk demo
 
-test: $(STAMP)
+# What the suite needs besides .venv: headless Chromium (the HTML export is rendered in it)
+# and a reachable PostgreSQL (checked by tests/_pg.py, which names the fix). Chromium is
+# installed when missing and we are root on Debian; otherwise this stops at once, before
+# anything is built, with the command to run.
+CHROMIUM ?= chromium
+CHROMIUM_FIX := sudo apt-get update && sudo apt-get install -y chromium
+
+prerequisites:
+	@if ! command -v $(CHROMIUM) >/dev/null 2>&1 && ! command -v $(CHROMIUM)-browser >/dev/null 2>&1; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "installing Debian's chromium (the audit HTML export test renders in it)"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null \
+	      || { echo "apt-get install chromium failed" >&2; exit 1; }; \
+	  else \
+	    echo "make test needs headless Chromium and it is not installed. Run:" >&2; \
+	    echo "  $(CHROMIUM_FIX)" >&2; exit 1; \
+	  fi; \
+	fi
+
+# The whole suite, the multi-process tests (marker `processes`) and the package check
+# (marker `package`: sdist + wheel in a fresh venv beside a host app) included.
+test: prerequisites $(STAMP)
+	@$(BIN)/python -m tests._pg
 	$(BIN)/python -m pytest -q
+
+# The edit loop: everything but the slow multi-process tests and the package check.
+test-quick: prerequisites $(STAMP)
+	@$(BIN)/python -m tests._pg
+	$(BIN)/python -m pytest -q -m "not processes and not package"
+
+package-check: $(STAMP)
+	$(BIN)/python -m pytest -q -m package
 
 # mypy reads the package as it is installed: a link tree of the wheel's layout
 # (frontdesk/experts -> experts/, ...), so `mypy -p frontdesk` sees the real import names.

@@ -1,4 +1,4 @@
-"""Turn overhead: full frontdesk turns with instant fake models on a SQLite file.
+"""Turn overhead: full frontdesk turns with instant fake models, on a SQLite file and on PostgreSQL.
 
 Each turn is the whole pipeline (lock, user message, thread, triage, request, handler,
 response, reply, audit batch) with `FunctionModel` answering instantly, so what is timed is
@@ -7,6 +7,12 @@ frontdesk's own overhead. The workload mirrors ../shared/peerbench (three calls 
 
     python -m benchmarks.turns [--turns 1000] [--convs 200] [--per-conv 5] [--out FILE]
                                [--with-peers | --no-peers] [--peers-dir DIR]
+                               [--pg URL | --no-pg]
+
+The same two measurements then run on PostgreSQL (`--pg`, default `$FRONTDESK_BENCH_PG_URL`,
+else the local server the tests use), each in a database of its own, created and dropped
+here; when the default server is not reachable the PostgreSQL figures say so and are
+skipped (a URL given with `--pg` must work).
 
 With peers (the default when ../shared/peerbench exists beside the repository, so that
 `make bench` reproduces docs/benchmarks.md), the peer script runs first, one repetition of
@@ -26,10 +32,15 @@ import statistics
 import subprocess
 import tempfile
 import time
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+import asyncpg  # type: ignore[import-untyped]
 from pydantic import BaseModel
+from sqlalchemy.engine import make_url
 
 from frontdesk.experts import Category, Outcome
 from frontdesk.experts.category import HandlerContext
@@ -41,6 +52,7 @@ PEER_CONFIGS = "baseline,langgraph:sync,agents:w20"
 FLOOR = "baseline"
 """The stdlib floor: shown beside the peers, but not a peer (it is no framework)."""
 PEERS_DIR = Path(__file__).resolve().parents[2] / "shared" / "peerbench"
+PG_DEFAULT = "postgresql+asyncpg://postgres@127.0.0.1:5432/test"
 REPLY = "Thanks, I have checked your account; the refund of 42.50 is on its way."
 FILLER = (
     "I have been a customer for a while and something does not look right, could you "
@@ -86,9 +98,14 @@ def _db_bytes(path: Path) -> int:
     return sum(os.path.getsize(p) for p in glob.glob(f"{path}*"))
 
 
-async def run_long(db: Path, turns: int) -> dict[str, Any]:
+def _store(db: Path | str) -> str:
+    """A SQLite file's path, or a database URL as it is."""
+    return db if isinstance(db, str) else f"sqlite:///{db}"
+
+
+async def run_long(db: Path | str, turns: int) -> dict[str, Any]:
     """One conversation of `turns` turns; per-turn wall time and the database size."""
-    orch = Orchestrator([BILLING], model=FunctionModel(_model), store=f"sqlite:///{db}")
+    orch = Orchestrator([BILLING], model=FunctionModel(_model), store=_store(db))
     times = []
     try:
         for i in range(1, turns + 1):
@@ -98,16 +115,18 @@ async def run_long(db: Path, turns: int) -> dict[str, Any]:
             assert reply.text == REPLY, reply.text
     finally:
         await orch.aclose()
-    result: dict[str, Any] = {"turns": turns, "db_mb": _db_bytes(db) / 2**20}
+    result: dict[str, Any] = {"turns": turns}
+    if isinstance(db, Path):
+        result["db_mb"] = _db_bytes(db) / 2**20
     for name, (low, high) in WINDOWS.items():
         if high <= turns:
             result[f"{name}_median_ms"] = statistics.median(times[low - 1 : high])
     return result
 
 
-async def run_concurrent(db: Path, convs: int, per_conv: int) -> dict[str, Any]:
+async def run_concurrent(db: Path | str, convs: int, per_conv: int) -> dict[str, Any]:
     """`convs` conversations of `per_conv` turns, all at once; turns per second."""
-    orch = Orchestrator([BILLING], model=FunctionModel(_model), store=f"sqlite:///{db}")
+    orch = Orchestrator([BILLING], model=FunctionModel(_model), store=_store(db))
 
     async def conversation(c: int) -> None:
         for i in range(1, per_conv + 1):
@@ -122,6 +141,54 @@ async def run_concurrent(db: Path, convs: int, per_conv: int) -> dict[str, Any]:
     finally:
         await orch.aclose()
     return {"convs": convs, "per_conv": per_conv, "turns_per_s": convs * per_conv / elapsed}
+
+
+def _admin_dsn(url: str) -> str:
+    return make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
+
+
+@asynccontextmanager
+async def pg_database(url: str) -> AsyncIterator[str]:
+    """A fresh database on the server of `url` for one measurement, dropped afterwards."""
+    name = f"fd_bench_{uuid.uuid4().hex[:12]}"
+    admin = await asyncpg.connect(_admin_dsn(url))
+    try:
+        await admin.execute(f'CREATE DATABASE "{name}"')
+        try:
+            yield make_url(url).set(database=name).render_as_string(hide_password=False)
+        finally:
+            await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    finally:
+        await admin.close()
+
+
+async def _pg_mb(url: str) -> float:
+    conn = await asyncpg.connect(_admin_dsn(url))
+    try:
+        size: int = await conn.fetchval("SELECT pg_database_size(current_database())")
+    finally:
+        await conn.close()
+    return size / 2**20
+
+
+async def run_postgres(url: str, turns: int, convs: int, per_conv: int) -> dict[str, Any]:
+    """Both measurements on PostgreSQL (store and audit log in one database, as by default)."""
+    async with pg_database(url) as db:
+        long = await run_long(db, turns)
+        long["db_mb"] = await _pg_mb(db)
+    async with pg_database(url) as db:
+        concurrent = await run_concurrent(db, convs, per_conv)
+    return {"long": long, "concurrent": concurrent}
+
+
+async def _reachable(url: str) -> str | None:
+    """None when the server answers, else why not."""
+    try:
+        conn = await asyncpg.connect(_admin_dsn(url), timeout=5)
+    except (OSError, asyncpg.PostgresError) as e:
+        return f"{type(e).__name__}: {e}"
+    await conn.close()
+    return None
 
 
 def run_peers(peers_dir: Path, results: Path, turns: int, convs: int, per_conv: int) -> Any:
@@ -181,6 +248,14 @@ def goals(figures: dict[str, Any], peers: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _row(label: str, long: dict[str, Any], conc: dict[str, Any], cell: Any) -> str:
+    return (
+        f"| {label} | "
+        + " | ".join(cell(long.get(f"{w}_median_ms")) for w in WINDOWS)
+        + f" | {cell(conc['turns_per_s'])} | {cell(long.get('db_mb'))} |"
+    )
+
+
 def table(figures: dict[str, Any], peers: dict[str, Any]) -> str:
     """The Markdown table of docs/benchmarks.md ("Turn overhead")."""
 
@@ -193,10 +268,11 @@ def table(figures: dict[str, Any], peers: dict[str, Any]) -> str:
     rows = [
         "| config | ms @10 | ms @100 | ms @1000 | 200x5 turns/s | DB MB @1000 |",
         "|---|---|---|---|---|---|",
-        "| **frontdesk** | "
-        + " | ".join(cell(long.get(f"{w}_median_ms")) for w in WINDOWS)
-        + f" | {cell(conc['turns_per_s'])} | {cell(long['db_mb'])} |",
+        _row("**frontdesk** (SQLite)", long, conc, cell),
     ]
+    pg = figures.get("postgres", {})
+    if "long" in pg:
+        rows.append(_row("**frontdesk** (PostgreSQL)", pg["long"], pg["concurrent"], cell))
     for name, p in peers.items():
         seq = "" if p.get("ran_concurrently", True) else " (sequential)"
         rows.append(
@@ -205,6 +281,18 @@ def table(figures: dict[str, Any], peers: dict[str, Any]) -> str:
             + f" | {cell(p.get('turns_per_s'))}{seq} | {cell(p.get('db_mb'))} |"
         )
     return "\n".join(rows)
+
+
+def _postgres(args: argparse.Namespace) -> dict[str, Any]:
+    """The PostgreSQL figures, or why there are none (only when no URL was asked for)."""
+    url = args.pg or os.environ.get("FRONTDESK_BENCH_PG_URL") or PG_DEFAULT
+    unreachable = asyncio.run(_reachable(url))
+    if unreachable is not None:
+        if args.pg:
+            raise SystemExit(f"--pg: PostgreSQL is not reachable: {unreachable}")
+        print(f"PostgreSQL turns skipped: the default server is not reachable ({unreachable})")
+        return {"skipped": unreachable}
+    return asyncio.run(run_postgres(url, args.turns, args.convs, args.per_conv))
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -217,6 +305,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--with-peers", dest="with_peers", action="store_true", default=None)
     parser.add_argument("--no-peers", dest="with_peers", action="store_false")
     parser.add_argument("--peers-dir", type=Path, default=PEERS_DIR)
+    parser.add_argument("--pg", default=None, help="PostgreSQL URL (default: the local server)")
+    parser.add_argument("--no-pg", action="store_true")
     args, _ = parser.parse_known_args(argv)
     with_peers = args.with_peers
     if with_peers is None:
@@ -232,9 +322,13 @@ def main(argv: list[str] | None = None) -> None:
             run_concurrent(Path(tmp) / "concurrent.db", args.convs, args.per_conv)
         )
     figures: dict[str, Any] = {"long": long, "concurrent": concurrent}
+    if not args.no_pg:
+        figures["postgres"] = _postgres(args)
     if peers is not None:
         figures["peers"] = peers
         figures["goals"] = goals(figures, peers)
+        if "long" in figures.get("postgres", {}):
+            figures["postgres"]["goals"] = goals(figures["postgres"], peers)
     print(json.dumps(figures, indent=2))
     if peers is not None:
         print(table(figures, peers))

@@ -1,4 +1,4 @@
-"""`python -m prompts.lock`: rewrite `prompts/versions.lock` from the shipped prompt files."""
+"""`python -m frontdesk.prompts.lock`: rewrite `versions.lock` from the shipped prompt files."""
 
 from __future__ import annotations
 

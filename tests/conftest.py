@@ -1,13 +1,20 @@
-"""Shared fixtures: no real provider is ever called from the suite."""
+"""Shared fixtures: no real provider is ever called from the suite, and the PostgreSQL databases.
+
+PostgreSQL has one isolation scheme, a database of the test's own (tests/_pg.py):
+`fresh_pg_url` per test, `session_pg_url` per session for tests that keep to their own
+conversation ids, `pg_engine` an engine on a fresh one.
+"""
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 
 import pytest
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 import frontdesk.experts.providers.base as providers_base
+from tests._pg import fresh_database
 
 # Keys from the developer's shell must never reach a test: a test that needs one sets it.
 for _var in ("ANTHROPIC_API_KEY", "OPENAI_API_KEY", "ANTHROPIC_BASE_URL", "OPENAI_BASE_URL"):
@@ -29,3 +36,27 @@ def allow_model_requests() -> Iterator[None]:
         yield
     finally:
         providers_base.ALLOW_MODEL_REQUESTS = False
+
+
+@pytest.fixture
+def fresh_pg_url() -> Iterator[str]:
+    """An empty PostgreSQL database for this test alone (fails when PostgreSQL is down)."""
+    with fresh_database() as url:
+        yield url
+
+
+@pytest.fixture(scope="session")
+def session_pg_url() -> Iterator[str]:
+    """A PostgreSQL database shared by the session's tests (each uses its own conversations)."""
+    with fresh_database() as url:
+        yield url
+
+
+@pytest.fixture
+async def pg_engine(fresh_pg_url: str) -> AsyncIterator[AsyncEngine]:
+    """An engine on a fresh PostgreSQL database."""
+    engine = create_async_engine(fresh_pg_url)
+    try:
+        yield engine
+    finally:
+        await engine.dispose()

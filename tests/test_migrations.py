@@ -3,14 +3,11 @@
 from __future__ import annotations
 
 import asyncio
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
-import asyncpg  # type: ignore[import-untyped]
 import pytest
 import sqlalchemy as sa
-from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncEngine
 from typer.testing import CliRunner
 
@@ -25,30 +22,15 @@ from frontdesk.schema import (
 )
 from frontdesk.threads.errors import SchemaOutdated as ThreadsSchemaOutdated
 from frontdesk.threads.store import ConversationStore
-from tests._pg import PG_URL
-
-
-async def _admin(sql: str) -> None:
-    dsn = make_url(PG_URL).set(drivername="postgresql").render_as_string(hide_password=False)
-    conn = await asyncpg.connect(dsn)
-    try:
-        await conn.execute(sql)
-    finally:
-        await conn.close()
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
 def empty_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    """An empty database of each kind (PostgreSQL: created for this test, then dropped)."""
+    """An empty database of each kind (PostgreSQL: `fresh_pg_url`)."""
     if request.param == "sqlite":
         yield f"sqlite:///{tmp_path / 'frontdesk.db'}"
         return
-    name = f"fd_test_{uuid.uuid4().hex[:16]}"
-    asyncio.run(_admin(f'CREATE DATABASE "{name}"'))
-    try:
-        yield make_url(PG_URL).set(database=name).render_as_string(hide_password=False)
-    finally:
-        asyncio.run(_admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+    yield str(request.getfixturevalue("fresh_pg_url"))
 
 
 async def _tables(url: str) -> set[str]:

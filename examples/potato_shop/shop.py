@@ -7,8 +7,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from frontdesk.experts import Category, HandlerContext, Outcome
-from frontdesk.orchestrator import Orchestrator
+from frontdesk import Category, HandlerContext, Orchestrator, Outcome
 from frontdesk.orchestrator.config import ModelChoice
 
 Variety = Literal["purple", "idaho", "maris piper"]
@@ -185,5 +184,5 @@ def categories() -> list[Category]:
 def build(
     *, model: ModelChoice = None, store: str = "sqlite:///frontdesk.db", **kwargs: Any
 ) -> Orchestrator:
-    """An Orchestrator for the potato shop (`--app examples.potato_shop:build`)."""
+    """An Orchestrator for the potato shop (`--app frontdesk.examples.potato_shop:build`)."""
     return Orchestrator(categories(), model=model, store=store, shop_name="Spud & Co.", **kwargs)

@@ -5,20 +5,12 @@ from __future__ import annotations
 import asyncio
 from datetime import UTC, datetime
 
-from sqlalchemy.ext.asyncio import create_async_engine
-
 from frontdesk.audit.events import AuditEvent
 from frontdesk.audit.store import AuditLog
 
 
-async def _append_many(
-    url: str, schema: str | None, conversation_id: str, worker: int, count: int
-) -> None:
-    if schema is None:
-        log = await AuditLog.open(url)
-    else:
-        engine = create_async_engine(url, connect_args={"server_settings": {"search_path": schema}})
-        log = await AuditLog.open(engine)
+async def _append_many(url: str, conversation_id: str, worker: int, count: int) -> None:
+    log = await AuditLog.open(url)
     try:
         for i in range(count):
             event = AuditEvent(
@@ -30,12 +22,8 @@ async def _append_many(
             await log.append(conversation_id, [event])
     finally:
         await log.aclose()
-        if schema is not None:
-            await engine.dispose()
 
 
-def append_many(
-    url: str, schema: str | None, conversation_id: str, worker: int, count: int
-) -> None:
+def append_many(url: str, conversation_id: str, worker: int, count: int) -> None:
     """Append `count` one-event batches to one conversation."""
-    asyncio.run(_append_many(url, schema, conversation_id, worker, count))
+    asyncio.run(_append_many(url, conversation_id, worker, count))

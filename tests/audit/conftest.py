@@ -1,8 +1,7 @@
-"""Audit fixtures: an `AuditLog` on SQLite and on PostgreSQL (a fresh schema per test)."""
+"""Audit fixtures: an `AuditLog` on SQLite and on PostgreSQL (a fresh database per test)."""
 
 from __future__ import annotations
 
-import contextlib
 import uuid
 from collections.abc import AsyncIterator, Callable
 from datetime import UTC, datetime, timedelta
@@ -10,12 +9,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import text
-from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from frontdesk.audit.events import AuditEvent
 from frontdesk.audit.store import AuditLog
-from tests._pg import PG_URL
 
 SYSTEM_TRIAGE = "You are the triage expert. Pick one category."
 
@@ -154,35 +150,7 @@ def conv_id() -> str:
     return f"conv-{uuid.uuid4().hex[:12]}"
 
 
-@contextlib.asynccontextmanager
-async def pg_schema() -> AsyncIterator[tuple[AsyncEngine, str]]:
-    """An engine bound to a fresh PostgreSQL schema (and its name), dropped afterwards."""
-    schema = f"audit_t_{uuid.uuid4().hex[:12]}"
-    admin = create_async_engine(PG_URL)
-    try:
-        async with admin.begin() as conn:
-            await conn.execute(text(f'CREATE SCHEMA "{schema}"'))
-        engine = create_async_engine(
-            PG_URL, connect_args={"server_settings": {"search_path": schema}}
-        )
-        try:
-            yield engine, schema
-        finally:
-            await engine.dispose()
-            async with admin.begin() as conn:
-                await conn.execute(text(f'DROP SCHEMA "{schema}" CASCADE'))
-    finally:
-        await admin.dispose()
-
-
-@pytest.fixture
-async def pg_engine() -> AsyncIterator[AsyncEngine]:
-    """An engine on a fresh PostgreSQL schema (fails when PostgreSQL is down)."""
-    async with pg_schema() as (engine, _schema):
-        yield engine
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
 async def audit_log(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[AuditLog]:
     """An open `AuditLog` on each backend."""
     if request.param == "sqlite":
@@ -192,9 +160,8 @@ async def audit_log(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIter
         finally:
             await log.aclose()
         return
-    async with pg_schema() as (engine, _schema):
-        log = await AuditLog.open(engine)
-        try:
-            yield log
-        finally:
-            await log.aclose()
+    log = await AuditLog.open(str(request.getfixturevalue("fresh_pg_url")))
+    try:
+        yield log
+    finally:
+        await log.aclose()

@@ -9,20 +9,18 @@ import anyio.to_thread
 import pytest
 
 from frontdesk.audit.store import AuditLog
-from tests._pg import PG_URL
 from tests.audit._audit_workers import append_many
-from tests.audit.conftest import pg_schema
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.processes]
 
 PROCESSES = 8
 APPENDS = 50
 
 
-def _run_workers(url: str, schema: str | None, conversation_id: str) -> None:
+def _run_workers(url: str, conversation_id: str) -> None:
     ctx = multiprocessing.get_context("spawn")
     procs = [
-        ctx.Process(target=append_many, args=(url, schema, conversation_id, w, APPENDS))
+        ctx.Process(target=append_many, args=(url, conversation_id, w, APPENDS))
         for w in range(PROCESSES)
     ]
     for p in procs:
@@ -44,21 +42,20 @@ async def _check(log: AuditLog, conversation_id: str) -> None:
 
 
 @pytest.mark.postgres
-async def test_eight_processes_on_postgresql(conv_id: str) -> None:
-    async with pg_schema() as (engine, schema):
-        log = await AuditLog.open(engine)  # migrates the fresh schema before the workers
-        try:
-            await anyio.to_thread.run_sync(_run_workers, PG_URL, schema, conv_id)
-            await _check(log, conv_id)
-        finally:
-            await log.aclose()
+async def test_eight_processes_on_postgresql(conv_id: str, fresh_pg_url: str) -> None:
+    log = await AuditLog.open(fresh_pg_url)  # migrates the fresh database before the workers
+    try:
+        await anyio.to_thread.run_sync(_run_workers, fresh_pg_url, conv_id)
+        await _check(log, conv_id)
+    finally:
+        await log.aclose()
 
 
 async def test_eight_processes_on_sqlite(conv_id: str, tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'audit.db'}"
     log = await AuditLog.open(url)
     try:
-        await anyio.to_thread.run_sync(_run_workers, url, None, conv_id)
+        await anyio.to_thread.run_sync(_run_workers, url, conv_id)
         await _check(log, conv_id)
     finally:
         await log.aclose()

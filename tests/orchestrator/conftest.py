@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -12,7 +12,6 @@ import pytest
 
 from frontdesk.experts.providers import FunctionModel, ModelRequest
 from tests.experts.providers.conftest import _wire_server, wire  # noqa: F401 (fixtures)
-from tests.threads.conftest import create_pg_database, drop_pg_database
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 
@@ -66,13 +65,3 @@ def team() -> FakeTeam:
 @pytest.fixture
 def db_url(tmp_path: Path) -> str:
     return f"sqlite:///{tmp_path / 'frontdesk.db'}"
-
-
-@pytest.fixture
-def fresh_pg_url() -> Iterator[str]:
-    """An empty PostgreSQL database for this test alone (fails when PostgreSQL is down)."""
-    url = create_pg_database()
-    try:
-        yield url
-    finally:
-        drop_pg_database(url)

@@ -18,7 +18,6 @@ from frontdesk.orchestrator._compaction import compactor_for
 from frontdesk.threads.builder import SUMMARY_LABEL
 from frontdesk.threads.compaction import CompactionPolicy
 from frontdesk.threads.summaries import SummaryStore
-from tests.threads.conftest import create_pg_database, drop_pg_database
 
 pytestmark = pytest.mark.anyio
 
@@ -165,11 +164,7 @@ def shared_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     if request.param == "sqlite":
         yield f"sqlite:///{tmp_path / 'shared.db'}"
         return
-    url = create_pg_database()
-    try:
-        yield url
-    finally:
-        drop_pg_database(url)
+    yield str(request.getfixturevalue("fresh_pg_url"))
 
 
 async def test_two_processes_compacting_at_once_one_compacts(team: Any, shared_url: str) -> None:

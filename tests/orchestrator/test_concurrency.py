@@ -13,7 +13,7 @@ from frontdesk.examples.potato_shop import categories as potato_categories
 from frontdesk.experts.providers import FunctionModel, ModelRequest
 from frontdesk.orchestrator import Orchestrator
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.processes]
 
 PROCESSES = 4
 TURNS = 50

@@ -154,6 +154,7 @@ def _carry_on(db_url: str, conversation: str, text: str) -> list[tuple[str, str]
     return asyncio.run(run())
 
 
+@pytest.mark.processes
 async def test_another_process_carries_the_conversation_on(team: Any, db_url: str) -> None:
     orch = Orchestrator(potato_categories(), model=team.model(), store=db_url)
     reply = await orch.handle("c", "hello")
@@ -187,6 +188,7 @@ def _hang_in_response(db_url: str, conversation: str) -> None:
     asyncio.run(run())
 
 
+@pytest.mark.processes
 async def test_a_crash_mid_turn_leaves_the_message_once_and_a_retry_answers_once(
     team: Any, db_url: str
 ) -> None:

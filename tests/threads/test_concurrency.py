@@ -85,6 +85,7 @@ async def check_linear_turns(url: str, conv: str, procs: int, count: int) -> Non
         assert child.parent_id == parent.id
 
 
+@pytest.mark.processes
 @pytest.mark.postgres
 async def test_four_processes_fifty_turns_each_on_postgres(
     fresh_pg_url: str, tmp_path: Path
@@ -95,6 +96,7 @@ async def test_four_processes_fifty_turns_each_on_postgres(
     await check_linear_turns(fresh_pg_url, conv, procs=4, count=50)
 
 
+@pytest.mark.processes
 async def test_four_processes_on_sqlite_never_see_database_locked(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'frontdesk.db'}"
     conv = "conv-shared"
@@ -119,6 +121,7 @@ async def check_linear_appends(url: str, conv: str, procs: int, count: int) -> N
     assert [m.id for m in path] == [m.id for m in messages]
 
 
+@pytest.mark.processes
 async def test_sqlite_serialises_unlocked_writers_with_begin_immediate(tmp_path: Path) -> None:
     # SQLite drops FOR UPDATE, so the read of the active leaf would not be locked by it ...
     table: sa.Table = Conversation.__table__  # type: ignore[attr-defined]
@@ -134,6 +137,7 @@ async def test_sqlite_serialises_unlocked_writers_with_begin_immediate(tmp_path:
     await check_linear_appends(url, "conv-shared", procs=4, count=30)
 
 
+@pytest.mark.processes
 @pytest.mark.postgres
 async def test_postgres_serialises_unlocked_writers_with_a_row_lock(
     fresh_pg_url: str, tmp_path: Path
@@ -177,6 +181,7 @@ def test_eight_threads_on_sqlite_never_see_database_locked(tmp_path: Path) -> No
     asyncio.run(check_linear_turns(url, conv, procs=8, count=10))
 
 
+@pytest.mark.processes
 async def test_a_second_process_carries_the_conversation_on(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'frontdesk.db'}"
     store = await ConversationStore.open(url)

@@ -6,9 +6,8 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from frontdesk.experts import Category, HandlerContext, Outcome
-from frontdesk.experts.providers import FunctionModel, ModelRequest
-from frontdesk.orchestrator import Orchestrator, Reply
+from frontdesk import Category, HandlerContext, Orchestrator, Outcome, Reply
+from frontdesk.testing import FunctionModel, ModelRequest
 
 
 class OrderRequest(BaseModel):

@@ -1,0 +1,26 @@
+"""`frontdesk demo` as a CI job or a pipe runs it: no TTY, stdin closed, output piped."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+
+def test_demo_runs_to_the_end_without_a_tty(tmp_path: Path) -> None:
+    cli = Path(sys.executable).with_name("frontdesk")
+    env = {k: v for k, v in os.environ.items() if k != "TERM"}
+    done = subprocess.run(
+        [str(cli), "demo"],
+        cwd=tmp_path,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "frontdesk thread show demo-" in done.stdout
+    assert "Traceback" not in done.stderr
+    assert (tmp_path / "frontdesk.db").exists()
