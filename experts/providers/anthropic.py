@@ -37,6 +37,7 @@ from frontdesk.experts.providers._retry import (
 )
 from frontdesk.experts.providers.base import ModelRequest, Usage, json_schema_of
 from frontdesk.labels import INSTRUCTION_LABEL, neutralise
+from frontdesk.masking import mask_url
 
 __all__ = ["INSTRUCTION_LABEL", "AnthropicModel"]
 
@@ -105,7 +106,7 @@ class AnthropicModel(HTTPModel):
             )
         self._client = client.with_options(max_retries=0)
         self._secret = self._client.api_key
-        self.base_url = str(self._client.base_url)
+        self.base_url = mask_url(str(self._client.base_url))
 
     @property
     def name(self) -> str:
@@ -159,7 +160,7 @@ class AnthropicModel(HTTPModel):
             record.provider_request_id = raw.headers.get("request-id")
             body = await raw.json()
         except (anthropic.AnthropicError, ValueError) as exc:
-            raise self._translated(exc, record, headers) from exc
+            raise self._translated(exc, record, headers) from None
         return AttemptSuccess(value=self._parse(request, body, headers, record), record=record)
 
     def _parse(
