@@ -1,9 +1,12 @@
 """`AuditLog`: the append-only, hash-chained store of audit events.
 
 One `append` writes one turn's batch in one transaction. The conversation's head row
-(last seq and hash) is locked first (`SELECT ... FOR UPDATE` on PostgreSQL, `BEGIN
-IMMEDIATE` on SQLite), so concurrent writers queue instead of forking the chain, and the
-`(conversation_id, seq)` unique key refuses a fork even if the lock were bypassed.
+(last seq and hash) is locked first (`BEGIN IMMEDIATE` on SQLite; on PostgreSQL the
+`audit_lock_head` function, `SELECT ... FOR UPDATE` as the tables' owner), so concurrent
+writers queue instead of forking the chain, and the `(conversation_id, seq)` unique key
+refuses a fork even if the lock were bypassed. On PostgreSQL the head then moves only by
+the `audit_event_link` trigger, which also refuses a row that does not continue the chain
+(migration `0007_audit_guard`), so the application's role needs no UPDATE on any audit table.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import structlog
-from sqlalchemy import Connection, bindparam, select, union, update
+from sqlalchemy import Connection, bindparam, select, text, union, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
@@ -190,7 +193,13 @@ def _statements(insert: Any) -> _Statements:
 
 
 # Built once (index: is PostgreSQL): building a statement costs more than running it.
-_STATEMENTS = (_statements(sqlite_insert), _statements(pg_insert))
+_STATEMENTS = (
+    _statements(sqlite_insert),
+    _Statements(
+        head=text("SELECT head_seq, head_hash FROM audit_lock_head(:conversation_id)"),
+        prompt=_statements(pg_insert).prompt,
+    ),
+)
 _INSERT_EVENT = audit_event.insert()
 _MOVE_HEAD = (
     update(audit_head)
@@ -470,7 +479,8 @@ class AuditLog:
         if prompts:
             conn.execute(statements.prompt, prompts)
         conn.execute(_INSERT_EVENT, rows)
-        conn.execute(_MOVE_HEAD, moved)
+        if conn.dialect.name != "postgresql":  # There the link trigger has moved it.
+            conn.execute(_MOVE_HEAD, moved)
 
     @staticmethod
     def _row(conversation_id: str, seq: int, prev: str, item: _Prepared) -> dict[str, Any]:
