@@ -39,6 +39,7 @@ from frontdesk.audit.chain import (
     Head,
     VerifyReport,
     canonical_json,
+    check_answers,
     row_hash,
     sha256_text,
     verify_chain,
@@ -569,7 +570,11 @@ class AuditLog:
             return {r.conversation_id: Head(r.seq, r.hash) for r in result if r.seq > 0}
 
     async def verify(
-        self, conversation_id: str | None = None, *, anchors: Mapping[str, Head] | None = None
+        self,
+        conversation_id: str | None = None,
+        *,
+        anchors: Mapping[str, Head] | None = None,
+        answered: Mapping[str, int] | None = None,
     ) -> VerifyReport:
         """Check the chain of one conversation (or all of them, with `None`).
 
@@ -577,10 +582,15 @@ class AuditLog:
             conversation_id: The conversation to check; `None` checks every one.
             anchors: Heads saved earlier outside the database (see `heads`); catches a
                 tail truncated by someone who also rewrote the head table.
+            answered: Answered turns (assistant messages) per conversation, from the
+                conversation store; a conversation with more answers than audited
+                replies fails (`unaudited`), even one with no audit rows at all. The
+                audit package cannot read the store itself, so the caller counts.
         """
         ids = [conversation_id] if conversation_id is not None else await self.conversations()
-        if anchors and conversation_id is None:
-            ids = sorted(set(ids) | set(anchors))
+        if conversation_id is None:
+            extra = set(anchors or ()) | {c for c, n in (answered or {}).items() if n > 0}
+            ids = sorted(set(ids) | extra)
         verdicts = []
         for cid in ids:
             rows = await self.events(cid)
@@ -591,7 +601,10 @@ class AuditLog:
             }
             head = await self._head(cid)
             anchor = (anchors or {}).get(cid)
-            verdicts.append(verify_chain(cid, rows, head=head, prompts=prompts, anchor=anchor))
+            verdict = verify_chain(cid, rows, head=head, prompts=prompts, anchor=anchor)
+            if answered is not None:
+                verdict = check_answers(verdict, rows, answered.get(cid, 0))
+            verdicts.append(verdict)
         return VerifyReport(verdicts)
 
     async def _head(self, conversation_id: str) -> Head | None:
