@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from sqlalchemy import Connection, func, inspect, select
 from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlmodel import col
 
 from frontdesk.threads.models import Message
 
@@ -17,11 +18,11 @@ from frontdesk.threads.models import Message
 def _count(conn: Connection) -> dict[str, int] | None:
     if not inspect(conn).has_table(str(Message.__tablename__)):
         return None
-    table = Message.__table__
+    conversation = col(Message.conversation_id)
     query = (
-        select(table.c.conversation_id, func.count())
-        .where(table.c.role == "assistant")
-        .group_by(table.c.conversation_id)
+        select(conversation, func.count())
+        .where(col(Message.role) == "assistant")
+        .group_by(conversation)
     )
     return {cid: int(n) for cid, n in conn.execute(query)}
 
