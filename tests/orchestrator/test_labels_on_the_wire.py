@@ -10,6 +10,8 @@ import json
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from frontdesk.examples.potato_shop import categories as potato_categories
 from frontdesk.experts.providers import ModelRequest
@@ -63,6 +65,37 @@ def test_neutralise_marks_every_copy_and_is_idempotent(text: str) -> None:
     assert INSTRUCTION_LABEL not in marked and SUMMARY_LABEL not in marked
     assert QUOTED_MARK in marked and marked.startswith("before ") and marked.endswith(" after")
     assert neutralise(marked) == marked
+
+
+_PIECES = st.sampled_from(
+    [
+        INSTRUCTION_LABEL,
+        SUMMARY_LABEL,
+        "summary",
+        "of the earlier",
+        " conversation",
+        "[",
+        "]",
+        "instruction",
+        " for your reply",
+        "\u200b",
+        "-",
+        " ",
+        "\n",
+        "SUMMARY OF",
+        "Instruction for",
+    ]
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.one_of(_PIECES, st.text(max_size=8)), max_size=12).map("".join))
+def test_no_text_keeps_a_label_after_neutralise(text: str) -> None:
+    marked = neutralise(text)
+    assert INSTRUCTION_LABEL not in marked and SUMMARY_LABEL not in marked
+    assert neutralise(marked) == marked
+    # Only the marker is added: removing it gives the user's text back.
+    assert marked.replace(f" {QUOTED_MARK}", "") == text
 
 
 def test_ordinary_text_is_left_alone() -> None:
