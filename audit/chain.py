@@ -127,7 +127,10 @@ class Head:
     hash: str
 
 
-ProblemKind = Literal["edited", "missing", "inserted", "relinked", "truncated", "head"]
+ProblemKind = Literal["edited", "missing", "inserted", "relinked", "truncated", "head", "unaudited"]
+
+ANSWER_KINDS = frozenset({"reply", "turn_failed"})
+"""Event kinds that close an answered turn: `check_answers` counts them per conversation."""
 
 
 @dataclass(frozen=True)
@@ -237,6 +240,33 @@ def _head_problem(last: int, last_hash: str, head: Head | None, what: str) -> Ch
     if head.seq == last and head.hash != last_hash:
         return ChainProblem(last, "edited", f"row seq {last} does not match the {what} hash")
     return None
+
+
+def check_answers(
+    verdict: ConversationVerdict, rows: Sequence[ChainRow], answered: int
+) -> ConversationVerdict:
+    """`verdict`, or a failing one when the store answered more turns than the log holds.
+
+    Every answered turn writes its reply (or its failure) in the audit log, in the same
+    transaction as the reply itself; fewer of them than stored answers means audit rows
+    were removed wholesale (a TRUNCATE, a dropped table) even though what is left chains.
+
+    Args:
+        verdict: The chain's own verdict (returned as it is when already failing).
+        rows: The conversation's rows.
+        answered: Assistant messages the conversation store holds for it.
+    """
+    if not verdict.ok:
+        return verdict
+    audited = sum(1 for row in rows if row.kind in ANSWER_KINDS)
+    if audited >= answered:
+        return verdict
+    if not rows:
+        detail = f"the store holds {answered} answered turns but the log has no rows"
+    else:
+        detail = f"the store holds {answered} answered turns but the log audits {audited}"
+    problem = ChainProblem(len(rows) + 1, "unaudited", detail)
+    return ConversationVerdict(verdict.conversation_id, verdict.rows, problem)
 
 
 def verify_chain(

@@ -1,9 +1,12 @@
 """`AuditLog`: the append-only, hash-chained store of audit events.
 
 One `append` writes one turn's batch in one transaction. The conversation's head row
-(last seq and hash) is locked first (`SELECT ... FOR UPDATE` on PostgreSQL, `BEGIN
-IMMEDIATE` on SQLite), so concurrent writers queue instead of forking the chain, and the
-`(conversation_id, seq)` unique key refuses a fork even if the lock were bypassed.
+(last seq and hash) is locked first (`BEGIN IMMEDIATE` on SQLite; on PostgreSQL the
+`audit_lock_head` function, `SELECT ... FOR UPDATE` as the tables' owner), so concurrent
+writers queue instead of forking the chain, and the `(conversation_id, seq)` unique key
+refuses a fork even if the lock were bypassed. On PostgreSQL the head then moves only by
+the `audit_event_link` trigger, which also refuses a row that does not continue the chain
+(migration `0007_audit_guard`), so the application's role needs no UPDATE on any audit table.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import structlog
-from sqlalchemy import Connection, bindparam, select, union, update
+from sqlalchemy import Connection, bindparam, select, text, union, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
@@ -37,6 +40,7 @@ from frontdesk.audit.chain import (
     Head,
     VerifyReport,
     canonical_json,
+    check_answers,
     row_hash,
     sha256_text,
     verify_chain,
@@ -175,8 +179,15 @@ def _head(insert: Any) -> Any:
     ).returning(audit_head.c.seq, audit_head.c.hash)
 
 
-# Built once: building a statement costs more than running it.
-_HEAD = Statement(_head(sqlite_insert), postgresql=_head(pg_insert))
+# Built once: building a statement costs more than running it. On PostgreSQL the head is
+# created and locked by the SECURITY DEFINER function of migration 0007 (the app role may
+# not update heads itself); its link trigger moves the head as each row is inserted.
+_HEAD = Statement(
+    _head(sqlite_insert),
+    postgresql=text(
+        "SELECT head_seq AS seq, head_hash AS hash FROM audit_lock_head(:conversation_id)"
+    ),
+)
 _PROMPT = Statement(  # Store a prompt text unless it is stored already.
     sqlite_insert(audit_prompt).on_conflict_do_nothing(),
     postgresql=pg_insert(audit_prompt).on_conflict_do_nothing(),
@@ -433,7 +444,8 @@ class AuditLog:
         if prompts:
             _PROMPT.run_many(conn, prompts)
         _INSERT_EVENT.run_many(conn, rows)
-        _MOVE_HEAD.run(conn, moved)
+        if conn.dialect.name != "postgresql":  # There the link trigger has moved it.
+            _MOVE_HEAD.run(conn, moved)
 
     @staticmethod
     def _row(conversation_id: str, seq: int, prev: str, item: _Prepared) -> dict[str, Any]:
@@ -522,7 +534,11 @@ class AuditLog:
             return {r.conversation_id: Head(r.seq, r.hash) for r in result if r.seq > 0}
 
     async def verify(
-        self, conversation_id: str | None = None, *, anchors: Mapping[str, Head] | None = None
+        self,
+        conversation_id: str | None = None,
+        *,
+        anchors: Mapping[str, Head] | None = None,
+        answered: Mapping[str, int] | None = None,
     ) -> VerifyReport:
         """Check the chain of one conversation (or all of them, with `None`).
 
@@ -530,10 +546,15 @@ class AuditLog:
             conversation_id: The conversation to check; `None` checks every one.
             anchors: Heads saved earlier outside the database (see `heads`); catches a
                 tail truncated by someone who also rewrote the head table.
+            answered: Answered turns (assistant messages) per conversation, from the
+                conversation store; a conversation with more answers than audited
+                replies fails (`unaudited`), even one with no audit rows at all. The
+                audit package cannot read the store itself, so the caller counts.
         """
         ids = [conversation_id] if conversation_id is not None else await self.conversations()
-        if anchors and conversation_id is None:
-            ids = sorted(set(ids) | set(anchors))
+        if conversation_id is None:
+            extra = set(anchors or ()) | {c for c, n in (answered or {}).items() if n > 0}
+            ids = sorted(set(ids) | extra)
         verdicts = []
         for cid in ids:
             rows = await self.events(cid)
@@ -544,7 +565,10 @@ class AuditLog:
             }
             head = await self._head(cid)
             anchor = (anchors or {}).get(cid)
-            verdicts.append(verify_chain(cid, rows, head=head, prompts=prompts, anchor=anchor))
+            verdict = verify_chain(cid, rows, head=head, prompts=prompts, anchor=anchor)
+            if answered is not None:
+                verdict = check_answers(verdict, rows, answered.get(cid, 0))
+            verdicts.append(verdict)
         return VerifyReport(verdicts)
 
     async def _head(self, conversation_id: str) -> Head | None:

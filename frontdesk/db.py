@@ -17,6 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from frontdesk._sqlite import writer
 from frontdesk._sqlite.writer import SQLITE_BUSY_TIMEOUT_MS, install_hooks, write_slot
 from frontdesk.errors import ConfigError
+from frontdesk.masking import scrub
 
 __all__ = [
     "ACCEPTED_URLS",
@@ -58,8 +59,10 @@ def normalise_url(url: str) -> str:
     """
     try:
         parsed: URL = make_url(url)
-    except (ArgumentError, ValueError, TypeError) as e:
-        raise ConfigError(f"cannot parse database URL {url!r}; use {ACCEPTED_URLS}") from e
+    except (ArgumentError, ValueError, TypeError):
+        raise ConfigError(
+            f"cannot parse database URL {scrub(url)!r}; use {ACCEPTED_URLS}"
+        ) from None
     driver = _DRIVERS.get(parsed.drivername)
     if driver is None:
         raise ConfigError(

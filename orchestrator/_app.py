@@ -8,6 +8,7 @@ import os
 from typing import Any
 
 from frontdesk.errors import ConfigError
+from frontdesk.masking import scrub
 from frontdesk.orchestrator._orchestrator import Orchestrator
 from frontdesk.orchestrator.config import ModelChoice, default_model_choice
 
@@ -31,7 +32,7 @@ def describe_models(model: ModelChoice) -> str:
             "No ANTHROPIC_API_KEY or OPENAI_API_KEY set: using the offline stand-in model"
             " (deterministic, no network; not a language model)."
         )
-    return "Models: " + ", ".join(f"{k}={v}" for k, v in names.items())
+    return "Models: " + ", ".join(f"{k}={scrub(v)}" for k, v in names.items())
 
 
 def load_app(spec: str, *, model: ModelChoice = None, db: str | None = None) -> Orchestrator:

@@ -29,6 +29,7 @@ from frontdesk.audit.replay import ReplayReport, TurnDiff, replay_transcript
 from frontdesk.audit.store import AuditLog
 from frontdesk.audit.transcript import ExpertCall, Transcript, TurnView, build_transcript
 from frontdesk.errors import FrontdeskError, UserError
+from frontdesk.orchestrator._answered import answered_turns
 from frontdesk.orchestrator._app import DEFAULT_APP, default_db, load_app
 from frontdesk.orchestrator._replay import build_runner, parse_models
 
@@ -269,17 +270,26 @@ def verify(
     ] = None,
     db: DbOption = None,
 ) -> None:
-    """Check the hash chains; exit 1 naming the first bad row of each broken conversation."""
+    """Check the hash chains; exit 1 naming the first bad row of each broken conversation.
 
-    async def work(log: AuditLog) -> Any:
+    When the database also holds the conversations, a conversation with more answered
+    turns than audited replies fails too (`unaudited`): a log emptied wholesale still
+    chains. A tail cut off together with its head needs `--anchors` (see `anchor`).
+    """
+
+    async def work(log: AuditLog) -> tuple[Any, bool]:
         saved = _read_anchors(anchors) if anchors else None
         target = None if conversation is None else conversation
         if conversation is not None and every:
             raise UserError("give a conversation id or --all, not both")
-        return await log.verify(target, anchors=saved)
+        answered = await answered_turns(log.engine)
+        report = await log.verify(target, anchors=saved, answered=answered)
+        return report, answered is not None
 
-    report = _run(work, db)
+    report, counted = _run(work, db)
     console = Console()
+    if not counted:
+        console.print("[yellow]no conversation store in this database: answered turns not checked")
     for verdict in report.conversations:
         if verdict.ok:
             console.print(

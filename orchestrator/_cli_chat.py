@@ -14,6 +14,7 @@ from rich.markup import escape
 from rich.panel import Panel
 from rich.table import Table
 
+from frontdesk.masking import mask_url
 from frontdesk.orchestrator._app import DEFAULT_APP, default_db, describe_models, load_app
 from frontdesk.orchestrator.errors import InvalidUserText, TurnFailed
 from frontdesk.orchestrator.reply import Reply
@@ -67,7 +68,7 @@ async def _demo(model: str | None, db: str) -> None:
     orch = load_app(DEFAULT_APP, model=model, db=db)
     conversation = "demo-" + datetime.now(UTC).strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:4]
     console.print(describe_models(model))
-    console.print(f"Database: {db}   conversation: {conversation}\n")
+    console.print(f"Database: {mask_url(db)}   conversation: {conversation}\n")
     try:
         for number, text in enumerate(DEMO_TURNS, 1):
             reply = await orch.handle(conversation, text, user_id="demo-user")
@@ -76,7 +77,7 @@ async def _demo(model: str | None, db: str) -> None:
         await orch.aclose()
     console.print("\nSee it again:")
     for command in ("thread show", "audit show"):
-        console.print(f"  frontdesk {command} {conversation} --db {db}", soft_wrap=True)
+        console.print(f"  frontdesk {command} {conversation} --db {mask_url(db)}", soft_wrap=True)
 
 
 def demo(model: ModelOption = None, db: DbOption = None) -> None:
@@ -87,7 +88,9 @@ def demo(model: ModelOption = None, db: DbOption = None) -> None:
 async def _chat(app: str, model: str | None, db: str, conversation: str) -> None:
     orch = load_app(app, model=model, db=db)
     console.print(describe_models(model))
-    console.print(f"Database: {db}   conversation: {conversation}   (empty line or Ctrl-D quits)")
+    console.print(
+        f"Database: {mask_url(db)}   conversation: {conversation}   (empty line or Ctrl-D quits)"
+    )
     try:
         while True:
             try:

@@ -1,8 +1,9 @@
-"""`frontdesk db ...`: schema migrations of the store's database."""
+"""`frontdesk db ...`: schema migrations of the store's database, and its application role."""
 
 from __future__ import annotations
 
 import asyncio
+import os
 from typing import Annotated
 
 import typer
@@ -11,6 +12,7 @@ from rich.console import Console
 from frontdesk.db import create_engine
 from frontdesk.errors import ConfigError
 from frontdesk.orchestrator._app import default_db
+from frontdesk.roles import DEFAULT_ROLE, apply_role
 from frontdesk.schema import current_revisions, head_revisions, upgrade_schema
 
 app = typer.Typer(help="db commands", no_args_is_help=True)
@@ -47,3 +49,53 @@ def upgrade(db: DbOption = None) -> None:
         typer.echo(f"{shown}: already at {now} (head {', '.join(head_revisions())})")
     else:
         typer.echo(f"{shown}: upgraded {was} -> {now}")
+
+
+async def _roles(url: str, role: str, password: str | None, apply: bool) -> list[str]:
+    engine = create_engine(url)
+    try:
+        return await apply_role(engine, role, password=password, apply=apply)
+    finally:
+        await engine.dispose()
+
+
+@app.command("roles")
+def roles(
+    role: Annotated[
+        str, typer.Option("--role", help="The application's role name.")
+    ] = DEFAULT_ROLE,
+    password_env: Annotated[
+        str | None,
+        typer.Option(
+            "--password-env",
+            help="Environment variable holding the role's password (never a command argument).",
+        ),
+    ] = None,
+    apply: Annotated[
+        bool, typer.Option("--apply", help="Run the statements (as the tables' owner).")
+    ] = False,
+    db: DbOption = None,
+) -> None:
+    """Print (or, with --apply, run) the SQL of a least-privilege application role.
+
+    The role may read and write conversations, append audit rows and read heads; it has no
+    TRUNCATE, no DDL, and no UPDATE or DELETE on the audit tables. Run it again after
+    `frontdesk db upgrade`, so new tables get their grants. PostgreSQL only.
+    """
+    console = Console(stderr=True)
+    password = None
+    if password_env is not None:
+        password = os.environ.get(password_env)
+        if not password:
+            console.print(f"[red]error:[/red] ${password_env} is not set or empty")
+            raise typer.Exit(2)
+    try:
+        statements = asyncio.run(_roles(db or default_db(), role, password, apply))
+    except ConfigError as e:
+        console.print(f"[red]error:[/red] {e}")
+        raise typer.Exit(2) from e
+    # Plain echo: statements must not be wrapped across lines.
+    for sql in statements:
+        typer.echo(f"{sql};")
+    if apply:
+        console.print(f"role {role} now has the application's privileges only")

@@ -2,15 +2,19 @@
 
 Model attempts arrive through the attempt observer (`experts.providers.observe_attempts`);
 the recorder pairs each with the `ModelRequest` of the expert call in progress, so the row
-holds the system prompt reference, the exact messages sent and the model's settings.
+holds the system prompt reference, the exact messages sent and the model's settings. An
+attempt cut off by the turn deadline reports nothing itself (the task is cancelled under
+it), so `RecordedModel` records that attempt as it unwinds.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import contextvars
 import dataclasses
 import hashlib
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -71,6 +75,9 @@ class TurnRecorder:
     events: list[AuditEvent] = dataclasses.field(default_factory=list)
     _request: ModelRequest | None = None
     _attempts: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    _call_attempts: int = 0
+    _since: float = 0.0
+    """When the call in progress started, or its last attempt ended (`perf_counter`)."""
 
     def note(self, kind: EventKind, **payload: Any) -> None:
         """Record a pipeline event (triage, request, outcome, reply, ...)."""
@@ -80,6 +87,7 @@ class TurnRecorder:
     def expert_call(self, request: ModelRequest) -> Iterator[None]:
         """Mark the expert call in progress, so its attempts carry its request."""
         self._request = request
+        self._call_attempts, self._since = 0, time.perf_counter()
         try:
             yield
         finally:
@@ -87,6 +95,7 @@ class TurnRecorder:
 
     def on_attempt(self, attempt: AttemptEvent) -> None:
         """Observer for model attempts: one `model_attempt` event each."""
+        self._call_attempts, self._since = self._call_attempts + 1, time.perf_counter()
         request = self._request
         payload: dict[str, Any] = {
             "expert": attempt.expert,
@@ -115,6 +124,32 @@ class TurnRecorder:
         self.events.append(
             AuditEvent(
                 kind="model_attempt", turn_id=self.turn_id, payload=payload, system_prompt=system
+            )
+        )
+
+    def cut_off(self, model: str) -> None:
+        """Record the attempt of the call in progress that a cancellation cut off, unless the
+        model reported it itself as it unwound (the doubles do)."""
+        last = self._attempts[-1] if self._attempts and self._call_attempts else None
+        if last is not None and str(last.get("error") or "").startswith("CancelledError"):
+            return
+        request = self._request
+        self.on_attempt(
+            AttemptEvent(
+                expert=request.expert if request is not None else "",
+                model=model,
+                attempt=self._call_attempts + 1,
+                latency_ms=(time.perf_counter() - self._since) * 1000,
+                request_body=None,
+                response_body=None,
+                usage=Usage(),
+                status_code=None,
+                provider_request_id=None,
+                stop_reason=None,
+                error="Cancelled: cut off before it finished (the turn deadline, or the caller"
+                " cancelled the turn)",
+                will_retry=False,
+                metadata=dict(request.metadata) if request is not None else {},
             )
         )
 
@@ -166,7 +201,11 @@ class RecordedModel:
             response = await self.inner.request(request)
         else:
             with recorder.expert_call(request):
-                response = await self.inner.request(request)
+                try:
+                    response = await self.inner.request(request)
+                except asyncio.CancelledError:
+                    recorder.cut_off(self.inner.name)
+                    raise
                 recorder.parsed(response)
         if self.calibrate is not None:
             self.calibrate(request, response)

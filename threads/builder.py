@@ -5,7 +5,9 @@ user and assistant turns (plus, after compaction, one summary of older turns). I
 approximation of the transcript that is cheap to send; the transcript is what happened.
 
 After a compaction the thread is the newest summary on the path (as its first user turn,
-labelled) followed by the path after the summary's cut point. Each expert then reads it
+labelled) followed by the path after the summary's cut point. Every turn's text, and the
+summary's, goes through `frontdesk.labels.neutralise` as the thread is built, so that the
+summary label heading the first turn is one no user can type. Each expert then reads it
 through its own token budget (`UserThread.for_expert`); between compactions the thread
 only grows at its end, so the prefix up to the new question is byte-identical from turn
 to turn and is marked as cacheable.
@@ -17,12 +19,22 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
+from frontdesk.labels import SUMMARY_LABEL, neutralise
 from frontdesk.threads.budget import Budget, Fit, budget_for
 from frontdesk.threads.store import MessageRecord
 from frontdesk.threads.summaries import PathSinceSummary, SummaryRecord, SummaryStore
 from frontdesk.threads.tokens import EstimatingCounter, TokenCounter
 
-SUMMARY_LABEL = "Summary of the earlier conversation:"
+__all__ = [
+    "SUMMARY_LABEL",
+    "ExpertView",
+    "PathSource",
+    "SummarySource",
+    "ThreadMessage",
+    "UserThread",
+    "build_thread",
+    "thread_since",
+]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -33,6 +45,11 @@ class ThreadMessage:
     content: str
     message_id: str | None = None
     """The transcript message behind this turn (`None` for the summary turn)."""
+
+    def __post_init__(self) -> None:
+        # Neutralised on construction, so that budgets count what is sent and no thread
+        # can hold a copy of the summary label (or the instruction label) outside its place.
+        object.__setattr__(self, "content", neutralise(self.content))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -60,6 +77,11 @@ class UserThread:
     """The summary's cut point: the last transcript message it replaces."""
     replaced: int = 0
     """How many transcript messages of this path the summary replaces."""
+
+    def __post_init__(self) -> None:
+        # The summary is a model's text about user text: it may quote a label too.
+        if self.summary is not None:
+            object.__setattr__(self, "summary", neutralise(self.summary))
 
     def summary_turn(self) -> str | None:
         """The summary as the text of the thread's first user turn, labelled."""

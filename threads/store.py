@@ -75,12 +75,12 @@ class ConversationStore:
     engine: AsyncEngine
     """The database engine; public so that the audit log can share the database."""
     url: str
-    """The normalised URL (async driver named)."""
+    """The normalised URL (async driver named), its password masked: it is for showing."""
 
     def __init__(self, engine: AsyncEngine) -> None:
         """Wrap an engine whose database is already at the head schema (see `open`)."""
         self.engine = engine
-        self.url = engine.url.render_as_string(hide_password=False)
+        self.url = engine.url.render_as_string(hide_password=True)
 
     @classmethod
     async def open(cls, url: str) -> ConversationStore:

@@ -42,6 +42,7 @@ from frontdesk.experts.providers._retry import (
     Sleep,
 )
 from frontdesk.experts.providers.base import ModelRequest, ModelResponse, check_allow_model_requests
+from frontdesk.masking import scrub
 
 _QUOTA_MARKERS = (
     "insufficient_quota",
@@ -97,11 +98,13 @@ def parse_retry_after(headers: Mapping[str, str]) -> float | None:
 
 
 def redact(value: Any, secret: str | None) -> Any:
-    """`value` with every occurrence of `secret` (and its long fragments) masked."""
-    if not secret or len(secret) < 8:
-        return value
+    """`value` with every occurrence of `secret` (and its long fragments) masked, and any
+    other key, bearer token or URL password in it too (`frontdesk.masking.scrub`)."""
     if isinstance(value, str):
-        out = value.replace(secret, "***")
+        out = scrub(value)
+        if not secret or len(secret) < 8:
+            return out
+        out = out.replace(secret, "***")
         # Providers echo keys partly ("sk-abc...wxyz"); mask any 8+ character piece of the key.
         for size in (12, 8):
             for i in range(0, len(secret) - size + 1):
@@ -249,6 +252,10 @@ def to_jsonable(value: Any) -> Any:
     return json.loads(json.dumps(value, default=str))
 
 
+class SDKErrorSummary(Exception):
+    """The `__cause__` of a translated SDK error: its class and scrubbed message only."""
+
+
 class _StatusError(Protocol):
     """What both SDKs' HTTP status errors carry."""
 
@@ -351,12 +358,17 @@ class HTTPModel(ABC):
                 timed_out=isinstance(exc, errors.timeout),
             )
         elif isinstance(exc, errors.base):
-            error = ModelAPIError(f"{self.provider}: {type(exc).__name__}: {exc}")
-            failure = AttemptFailure(error, record)
+            text = redact(f"{self.provider}: {type(exc).__name__}: {exc}", self._secret)
+            failure = AttemptFailure(ModelAPIError(text), record)
         else:  # The SDK returned a 200 whose body is not JSON.
             body = {"error": {"type": self.server_error_type, "message": "body is not JSON"}}
             failure = self._status_failure(200, headers, body, record)
-        failure.error.__cause__ = exc
+        # The SDK's exception holds the raw body and request (an echoed key, the auth
+        # header), so it is never chained: a scrubbed summary stands in for it.
+        failure.error.__cause__ = SDKErrorSummary(
+            redact(f"{type(exc).__module__}.{type(exc).__qualname__}: {exc}", self._secret)
+        )
+        failure.error.__suppress_context__ = True
         return failure
 
     @abstractmethod
@@ -383,6 +395,7 @@ class HTTPModel(ABC):
                 current, reask, runner.attempt_timeout(current.settings.timeout)
             )
 
+        failed: ModelError | None = None
         try:
             try:
                 answer = await runner.run(send)
@@ -398,7 +411,11 @@ class HTTPModel(ABC):
                     raise
                 answer = await runner.run(send)
         except AttemptFailure as failure:
-            raise failure.error from failure.error.__cause__
+            failed = failure.error
+        if failed is not None:
+            # Raised outside the handler, so no SDK exception rides along as `__context__`.
+            failed.__context__ = None
+            raise failed
         return ModelResponse(
             output=answer.output,
             usage=runner.usage,

@@ -4,7 +4,9 @@ Structured output is forced tool use: one tool whose `input_schema` is the outpu
 JSON schema, chosen with `tool_choice`. The system prompt and the last message of the
 stable prefix carry `cache_control` markers. A trailing assistant message (the response
 expert's instruction) is sent as a labelled extra text block of the last user turn, since
-Anthropic would treat a trailing assistant turn as a prefill to continue.
+Anthropic would treat a trailing assistant turn as a prefill to continue. Every text taken
+from the request has that label neutralised (`frontdesk.labels`), so it is the only one on
+the wire: a user who types it sends a visibly quoted copy.
 """
 
 from __future__ import annotations
@@ -34,11 +36,14 @@ from frontdesk.experts.providers._retry import (
     Sleep,
 )
 from frontdesk.experts.providers.base import ModelRequest, Usage, json_schema_of
+from frontdesk.labels import INSTRUCTION_LABEL, neutralise
+from frontdesk.masking import mask_url
 
-INSTRUCTION_LABEL = "[Instruction for your reply, from the system - not written by the user]"
-"""Heads the response expert's instruction when it is folded into the last user turn."""
+__all__ = ["INSTRUCTION_LABEL", "AnthropicModel"]
 
 _EPHEMERAL = {"type": "ephemeral"}
+# The adapter's own label; the summary label is the thread builder's (already neutralised).
+_OURS = (INSTRUCTION_LABEL,)
 _SDK_KEYWORDS = frozenset({"model", "max_tokens", "messages", "system", "tools", "tool_choice"})
 _TRUNCATED = {"max_tokens", "model_context_window_exceeded"}
 
@@ -101,7 +106,7 @@ class AnthropicModel(HTTPModel):
             )
         self._client = client.with_options(max_retries=0)
         self._secret = self._client.api_key
-        self.base_url = str(self._client.base_url)
+        self.base_url = mask_url(str(self._client.base_url))
 
     @property
     def name(self) -> str:
@@ -155,7 +160,7 @@ class AnthropicModel(HTTPModel):
             record.provider_request_id = raw.headers.get("request-id")
             body = await raw.json()
         except (anthropic.AnthropicError, ValueError) as exc:
-            raise self._translated(exc, record, headers) from exc
+            raise self._translated(exc, record, headers) from None
         return AttemptSuccess(value=self._parse(request, body, headers, record), record=record)
 
     def _parse(
@@ -242,9 +247,10 @@ def _wire_messages(request: ModelRequest) -> list[dict[str, Any]]:
     messages = list(request.messages)
     instruction: str | None = None
     if messages and messages[-1]["role"] == "assistant":
-        instruction = messages.pop()["content"]
+        instruction = neutralise(messages.pop()["content"], _OURS)
     wire: list[dict[str, Any]] = [
-        {"role": m["role"], "content": [{"type": "text", "text": m["content"]}]} for m in messages
+        {"role": m["role"], "content": [{"type": "text", "text": neutralise(m["content"], _OURS)}]}
+        for m in messages
     ]
     prefix = min(request.cache_prefix_messages, len(wire))
     if prefix > 0:

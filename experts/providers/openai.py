@@ -35,6 +35,7 @@ from frontdesk.experts.providers._retry import (
     Sleep,
 )
 from frontdesk.experts.providers.base import ModelRequest, Usage, json_schema_of
+from frontdesk.masking import mask_url
 
 PLACEHOLDER_KEY = "not-needed"
 """Sent as the key to an OpenAI-compatible server given by base URL when no key is set."""
@@ -101,14 +102,17 @@ class OpenAIModel(HTTPModel):
         self._client = client.with_options(max_retries=0)
         key = self._client.api_key
         self._secret = key if isinstance(key, str) and key != PLACEHOLDER_KEY else None
-        self.base_url = str(self._client.base_url)
+        self.base_url = mask_url(str(self._client.base_url))
         self._compatible = base_url is not None
 
     @property
     def name(self) -> str:
-        """`openai:<model>`, or `openai:<model>@<base_url>` for a server given by URL."""
+        """`openai:<model>`, or `openai:<model>@<base_url>` for a server given by URL.
+
+        A password in the base URL is masked: the name goes into every log line and audit row.
+        """
         if self._spec_base_url:
-            return f"openai:{self.model_name}@{self._spec_base_url}"
+            return f"openai:{self.model_name}@{mask_url(self._spec_base_url)}"
         return f"openai:{self.model_name}"
 
     async def aclose(self) -> None:
@@ -153,7 +157,7 @@ class OpenAIModel(HTTPModel):
             record.provider_request_id = raw.headers.get("x-request-id")
             body = json.loads(raw.content)
         except (openai.OpenAIError, ValueError) as exc:
-            raise self._translated(exc, record, headers) from exc
+            raise self._translated(exc, record, headers) from None
         return AttemptSuccess(value=self._parse(request, body, headers, record), record=record)
 
     def _parse(

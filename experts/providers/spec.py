@@ -8,6 +8,7 @@ import re
 from frontdesk.experts.errors import UnknownModelSpec
 from frontdesk.experts.providers._retry import RetryConfig
 from frontdesk.experts.providers.base import Model
+from frontdesk.masking import scrub
 
 VALID_FORMS = (
     "'anthropic:<model>' (e.g. 'anthropic:claude-sonnet-4-5'), 'openai:<model>'"
@@ -46,18 +47,18 @@ def model_from_spec(spec: str | Model, *, retry: RetryConfig | None = None) -> M
     provider = provider.lower()
     if not sep or provider not in _PROVIDERS:
         raise UnknownModelSpec(
-            f"unknown model spec {spec!r}{_suggest(provider)}; use " + VALID_FORMS
+            f"unknown model spec {scrub(spec)!r}{_suggest(provider)}; use " + VALID_FORMS
         )
     name, at, base_url = rest.partition("@")
     name = name.strip()
     if not _MODEL_NAME.match(name):
         raise UnknownModelSpec(
-            f"model spec {spec!r} names no model after '{provider}:'; use {VALID_FORMS}"
+            f"model spec {scrub(spec)!r} names no model after '{provider}:'; use {VALID_FORMS}"
         )
     if provider == "anthropic":
         if at:
             raise UnknownModelSpec(
-                f"model spec {spec!r}: '@<base_url>' is for OpenAI-compatible servers; for"
+                f"model spec {scrub(spec)!r}: '@<base_url>' is for OpenAI-compatible servers; for"
                 " Anthropic set ANTHROPIC_BASE_URL instead"
             )
         from frontdesk.experts.providers.anthropic import AnthropicModel
@@ -65,7 +66,7 @@ def model_from_spec(spec: str | Model, *, retry: RetryConfig | None = None) -> M
         return AnthropicModel(name, retry=retry)
     if at and not re.match(r"^https?://[^\s/@]+", base_url.strip()):
         raise UnknownModelSpec(
-            f"model spec {spec!r}: the base URL must start with http:// or https:// (and"
+            f"model spec {scrub(spec)!r}: the base URL must start with http:// or https:// (and"
             " carry no credentials), e.g. 'openai:llama3@http://127.0.0.1:11434/v1'"
         )
     from frontdesk.experts.providers.openai import OpenAIModel

@@ -11,7 +11,11 @@ from typing import Any
 import pytest
 
 from frontdesk.experts.providers import FunctionModel, ModelRequest
-from tests.experts.providers.conftest import _wire_server, wire  # noqa: F401 (fixtures)
+from tests.experts.providers.conftest import (  # noqa: F401 (fixtures)
+    _wire_server,
+    closed_port_url,
+    wire,
+)
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 
