@@ -80,6 +80,8 @@ class AttemptRecord:
     provider_request_id: str | None = None
     usage: Usage = field(default_factory=Usage)
     stop_reason: str | None = None
+    first_token_ms: float | None = None
+    """For a streamed attempt: milliseconds from sending to its first text delta."""
 
 
 @dataclass(kw_only=True)
@@ -153,6 +155,9 @@ class RetryRunner:
         self._start = self._clock()
         self.attempts = 0
         self.usage = Usage()
+        self.in_flight: AttemptRecord | None = None
+        """The record of the attempt in progress, when the adapter shares it (streams do),
+        so that an attempt cancelled midway is reported with what it sent and showed."""
 
     @property
     def attempts_left(self) -> int:
@@ -189,11 +194,22 @@ class RetryRunner:
         raise AssertionError("unreachable: tenacity either returns or reraises")  # pragma: no cover
 
     async def _one(self, send: Callable[[int], Awaitable[AttemptSuccess[T]]]) -> T:
+        self.in_flight = None
         self.attempts += 1
         number = self.attempts
         started = time.perf_counter()
         try:
             success = await send(number)
+        except asyncio.CancelledError:
+            # The caller stopped waiting (a stream's consumer went away, a deadline): the
+            # attempt still cost tokens, so it is reported, as abandoned, never retried.
+            latency = (time.perf_counter() - started) * 1000
+            abandoned = ModelError(
+                "the attempt was cancelled: the caller stopped reading", model=self.model
+            )
+            record = self.in_flight or AttemptRecord(request_body=None)
+            self._report(number, latency, record, abandoned, None)
+            raise
         except AttemptFailure as failure:
             latency = (time.perf_counter() - started) * 1000
             failure.planned_wait = self._plan(failure)
@@ -265,6 +281,7 @@ class RetryRunner:
                 error=error_text,
                 will_retry=will_retry,
                 metadata=self.metadata,
+                first_token_ms=record.first_token_ms,
             )
         )
         log_method = log.info if error is None else log.warning
