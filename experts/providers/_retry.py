@@ -205,7 +205,9 @@ class RetryRunner:
             # attempt still cost tokens, so it is reported, as abandoned, never retried.
             latency = (time.perf_counter() - started) * 1000
             abandoned = ModelError(
-                "the attempt was cancelled: the caller stopped reading", model=self.model
+                "the attempt was cancelled: the caller stopped waiting (a turn deadline, or"
+                " a stream whose reader went away)",
+                model=self.model,
             )
             record = self.in_flight or AttemptRecord(request_body=None)
             self._report(number, latency, record, abandoned, None)
