@@ -28,6 +28,7 @@ from frontdesk.experts.providers.base import (
 )
 from frontdesk.experts.providers.fallback import FallbackModel
 from frontdesk.experts.providers.function import FunctionModel, StreamCut
+from frontdesk.experts.providers.latency import Latency, LatencyModel
 from frontdesk.experts.providers.offline import OfflineModel
 from frontdesk.experts.providers.scripted import ScriptedModel
 from frontdesk.experts.providers.spec import model_from_spec
@@ -41,6 +42,8 @@ __all__ = [
     "AttemptEvent",
     "FallbackModel",
     "FunctionModel",
+    "Latency",
+    "LatencyModel",
     "Message",
     "Model",
     "ModelRequest",
