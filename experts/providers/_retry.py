@@ -295,6 +295,9 @@ class RetryRunner:
             status=record.status_code,
             request_id=record.provider_request_id,
             latency_ms=round(latency_ms, 1),
+            first_token_ms=(
+                round(record.first_token_ms, 1) if record.first_token_ms is not None else None
+            ),
             stop_reason=record.stop_reason,
             error_class=type(error).__name__ if error is not None else None,
             will_retry=will_retry,
