@@ -360,6 +360,11 @@ class HTTPModel(ABC):
                 base_url=self.base_url,
                 timed_out=isinstance(exc, errors.timeout | httpx2.TimeoutException),
             )
+        elif isinstance(exc, errors.base) and _is_error_body(getattr(exc, "body", None)):
+            # An error sent inside a 200 stream (OpenAI's `data: {"error": ...}` chunk):
+            # classified by its type, as an error body inside a 200 is.
+            body = {"error": getattr(exc, "body", None)}
+            failure = self._status_failure(200, headers, body, record)
         elif isinstance(exc, errors.base):
             error = ModelAPIError(f"{self.provider}: {type(exc).__name__}: {exc}")
             failure = AttemptFailure(error, record)
@@ -519,6 +524,15 @@ class HTTPModel(ABC):
             raw=answer.record.response_body,
             attempts=runner.attempts,
         )
+
+
+def _is_error_body(body: Any) -> bool:
+    """Whether `body` looks like a provider's error object (`type` or `code`, and `message`)."""
+    return (
+        isinstance(body, Mapping)
+        and "message" in body
+        and bool(body.get("type") or body.get("code"))
+    )
 
 
 def _with_more_room(request: ModelRequest) -> ModelRequest:

@@ -459,3 +459,25 @@ async def test_a_consumer_that_stops_reading_closes_the_stream(
     assert abandoned.will_retry is False and abandoned.first_token_ms is not None
     deltas, response = await collect(model, ask())
     assert "".join(deltas) == response.output
+
+
+@pytest.mark.parametrize("fmt", [WIRES[1]], ids=["openai"], indirect=True)
+async def test_openai_error_chunk_before_and_after_the_first_delta(
+    wire: WireServer, make: Maker, fmt: Wire
+) -> None:
+    """An error object sent as a chunk of a 200 stream is classified by its type."""
+    error_chunk = (None, openai_error("server_error", "The server had an error"))
+    sse = fmt.stream(TEXTS)
+    before = [*sse[:1], error_chunk]
+    after = [*sse[:4], error_chunk]
+    wire.script(fmt.path, Reply(200, sse=before), Reply(200, sse=sse), Reply(200, sse=after))
+    model = make(wire)
+
+    deltas, response = await collect(model, ask())
+    assert "".join(deltas) == response.output and response.attempts == 2
+
+    deltas, error = await read_until_error(model, ask())
+    assert deltas == TEXTS[:3]
+    assert isinstance(error, StreamInterrupted)
+    assert isinstance(error.cause, ProviderOverloaded)
+    assert len(wire.requests_to(fmt.path)) == 3
