@@ -3,6 +3,9 @@
 It reads the same user thread as every expert plus ONE trailing assistant message holding
 the instruction; that message exists only in this request (and the audit log), never in
 the thread.
+
+Given `on_delta`, the reply is streamed: each piece of text is handed on as the provider
+sends it, trimmed so that the pieces joined equal the stored (stripped) reply text.
 """
 
 from __future__ import annotations
@@ -11,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from frontdesk.experts._call import ExpertCall
-from frontdesk.experts.providers.base import Message, ModelResponse
+from frontdesk.experts.providers.base import Message, ModelResponse, OnDelta, request_streaming
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -35,8 +38,13 @@ class ResponseExpert:
         *,
         metadata: Mapping[str, str],
         cache_prefix: int = 0,
+        on_delta: OnDelta | None = None,
     ) -> ResponseResult:
-        """Answer the last user message of `messages`, following `instruction`."""
+        """Answer the last user message of `messages`, following `instruction`.
+
+        With `on_delta`, the text is streamed to it (see the module docstring); a model that
+        cannot stream hands its whole text over as one piece.
+        """
         with_instruction: list[Message] = [
             *messages,
             {"role": "assistant", "content": instruction},
@@ -47,6 +55,36 @@ class ResponseExpert:
             cache_prefix_messages=cache_prefix,
             metadata=metadata,
         )
-        response = await self.call.send(request)
+        if on_delta is None:
+            response = await self.call.send(request)
+        else:
+            response = await request_streaming(self.call.model, request, Trimmed(on_delta))
         text = str(response.output).strip()
         return ResponseResult(text=text, response=response)
+
+
+class Trimmed:
+    """Hands on text pieces without the whole text's leading and trailing whitespace.
+
+    Leading whitespace is dropped; whitespace at the end of a piece is held back until
+    more text follows, so whitespace the reply ends with is never handed on.
+    """
+
+    def __init__(self, on_delta: OnDelta) -> None:
+        self._on_delta = on_delta
+        self._started = False
+        self._held = ""
+
+    async def __call__(self, text: str) -> None:
+        if not self._started:
+            text = text.lstrip()
+            if not text:
+                return
+            self._started = True
+        body = text.rstrip()
+        if not body:
+            self._held += text
+            return
+        out = self._held + body
+        self._held = text[len(body) :]
+        await self._on_delta(out)

@@ -37,6 +37,7 @@
     │   ├── ModelConnectionError        unreachable host, connection reset, timeout
     │   ├── TruncatedOutput             stopped by max_tokens / length
     │   ├── Refusal                     the model refused
+    │   ├── StreamInterrupted           a stream failed after text was shown (never retried)
     │   ├── OutputValidationError       structured output still invalid after re-asking
     │   └── EmptySummary                the summariser gave no usable text
     ├── StoreError                      an unexpected database failure
@@ -93,6 +94,7 @@ __all__ = [
     "SchemaOutdated",
     "StoreError",
     "StoreUnavailable",
+    "StreamInterrupted",
     "TruncatedOutput",
     "TurnFailed",
     "UnconsumedSteps",
@@ -222,6 +224,21 @@ class TruncatedOutput(ModelError):
 
 class Refusal(ModelError):
     """The model refused to answer."""
+
+
+class StreamInterrupted(ModelError):
+    """A streamed answer failed after its first text delta was handed on.
+
+    It is never retried silently: the consumer has shown `partial_text` already. `cause` is
+    the underlying failure (a dropped connection, a timeout, a refusal, a truncation).
+    """
+
+    def __init__(
+        self, message: str, *, partial_text: str, cause: ModelError, **kwargs: Any
+    ) -> None:
+        super().__init__(message, **kwargs)
+        self.partial_text = partial_text
+        self.cause = cause
 
 
 class OutputValidationError(ModelError):

@@ -3,10 +3,22 @@ provider would be sent.
 
     FunctionModel(fn)     fn(request) -> ModelResponse | str | dict | BaseModel, sync or async
     ScriptedModel(steps)  one step per call, with .calls / .last_call / assert_complete()
+    StreamCut(text=, error=)  an answer that streams `text`, then fails (a dropped stream)
+    LatencyModel(inner, {expert: Latency(ttft=, tokens_per_second=)})  modelled provider speed
 """
 
 from frontdesk.experts.providers.base import ModelRequest, ModelResponse
-from frontdesk.experts.providers.function import FunctionModel, FunctionReply
+from frontdesk.experts.providers.function import FunctionModel, FunctionReply, StreamCut
+from frontdesk.experts.providers.latency import Latency, LatencyModel
 from frontdesk.experts.providers.scripted import ScriptedModel
 
-__all__ = ["FunctionModel", "FunctionReply", "ModelRequest", "ModelResponse", "ScriptedModel"]
+__all__ = [
+    "FunctionModel",
+    "FunctionReply",
+    "Latency",
+    "LatencyModel",
+    "ModelRequest",
+    "ModelResponse",
+    "ScriptedModel",
+    "StreamCut",
+]

@@ -10,6 +10,7 @@ from frontdesk.orchestrator.errors import (
     TurnFailed,
 )
 from frontdesk.orchestrator.reply import Reply
+from frontdesk.orchestrator.stream import TurnEvent
 from frontdesk.orchestrator.sync import SyncOrchestrator
 
 __all__ = [
@@ -21,5 +22,6 @@ __all__ = [
     "Orchestrator",
     "Reply",
     "SyncOrchestrator",
+    "TurnEvent",
     "TurnFailed",
 ]

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import Awaitable, Iterable, Mapping
+from collections.abc import AsyncGenerator, Awaitable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
@@ -29,6 +29,7 @@ from frontdesk.orchestrator._staging import StagingStore
 from frontdesk.orchestrator.config import EXPERTS, ExpertSettings, ModelChoice, resolve_models
 from frontdesk.orchestrator.errors import TurnFailed
 from frontdesk.orchestrator.reply import Reply
+from frontdesk.orchestrator.stream import TurnEvent, stream_turn
 from frontdesk.orchestrator.turn import Pipeline, Turn, run_turn
 from frontdesk.threads.budget import Budget
 from frontdesk.threads.builder import ThreadMessage, UserThread, build_thread, thread_since
@@ -240,6 +241,23 @@ class Orchestrator:
             return await self._answer(p, user_message, user_id, lease, thread_since(start.path))
         finally:
             await lease.aclose()
+
+    def stream(
+        self,
+        conversation_id: str,
+        text: str,
+        *,
+        user_id: str | None = None,
+        client_message_id: str | None = None,
+    ) -> AsyncGenerator[TurnEvent, None]:
+        """`handle`, as events: `routed`, `extracted`, `delta`..., then `done` or `failed`.
+
+        See `frontdesk.orchestrator.stream` for the order, the faults, and what happens
+        when the consumer stops reading (the turn still finishes and stores its reply).
+        """
+        return stream_turn(
+            self, conversation_id, text, user_id=user_id, client_message_id=client_message_id
+        )
 
     async def edit(self, user_message_id: str, text: str) -> Reply:
         """Answer an edited user message: a sibling branch under the same parent."""

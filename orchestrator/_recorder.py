@@ -15,7 +15,7 @@ import contextvars
 import dataclasses
 import hashlib
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
 from pydantic import BaseModel
@@ -26,8 +26,11 @@ from frontdesk.experts.providers import (
     Model,
     ModelRequest,
     ModelResponse,
+    StreamDone,
+    StreamEvent,
     Usage,
     observe_attempts,
+    stream_of,
 )
 
 
@@ -111,6 +114,8 @@ class TurnRecorder:
             "error": attempt.error,
             "will_retry": attempt.will_retry,
         }
+        if attempt.first_token_ms is not None:  # a streamed attempt (issue 14)
+            payload["first_token_ms"] = round(attempt.first_token_ms, 3)
         system = None
         if request is not None:
             system = request.system
@@ -210,3 +215,16 @@ class RecordedModel:
         if self.calibrate is not None:
             self.calibrate(request, response)
         return response
+
+    async def stream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]:
+        """Stream from the wrapped model inside the recorder's expert-call window."""
+        recorder = _current.get()
+        window = recorder.expert_call(request) if recorder else contextlib.nullcontext()
+        with window:
+            async for event in stream_of(self.inner, request):
+                if isinstance(event, StreamDone):
+                    if recorder is not None:
+                        recorder.parsed(event.response)
+                    if self.calibrate is not None:
+                        self.calibrate(request, event.response)
+                yield event

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncGenerator, Iterator
 from typing import Any
 
 from frontdesk.orchestrator._orchestrator import Orchestrator
 from frontdesk.orchestrator.reply import Reply
+from frontdesk.orchestrator.stream import TurnEvent, stream_turn
 from frontdesk.threads.builder import UserThread
 from frontdesk.threads.store import MessageRecord
 
@@ -21,6 +23,37 @@ class SyncOrchestrator:
     def handle(self, conversation_id: str, text: str, **kwargs: Any) -> Reply:
         """Blocking `Orchestrator.handle`."""
         return self._runner.run(self.orchestrator.handle(conversation_id, text, **kwargs))
+
+    def stream(
+        self,
+        conversation_id: str,
+        text: str,
+        *,
+        user_id: str | None = None,
+        client_message_id: str | None = None,
+    ) -> Iterator[TurnEvent]:
+        """Blocking `Orchestrator.stream`: a plain iterator of the same events.
+
+        Stopping early (closing the iterator) waits for the turn to finish and store its
+        reply, since this loop only runs while it is called.
+        """
+        events = stream_turn(
+            self.orchestrator,
+            conversation_id,
+            text,
+            user_id=user_id,
+            client_message_id=client_message_id,
+            wait_on_close=True,
+        )
+        try:
+            while True:
+                try:
+                    event = self._runner.run(_next(events))
+                except StopAsyncIteration:
+                    return
+                yield event
+        finally:
+            self._runner.run(events.aclose())
 
     def edit(self, user_message_id: str, text: str) -> Reply:
         """Blocking `Orchestrator.edit`."""
@@ -50,3 +83,7 @@ class SyncOrchestrator:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+async def _next(events: AsyncGenerator[TurnEvent, None]) -> TurnEvent:
+    return await anext(events)

@@ -19,7 +19,7 @@ from frontdesk.experts.providers import Message, ModelResponse
 from frontdesk.experts.request import RequestExpert
 from frontdesk.experts.response import ResponseExpert, ResponseResult
 from frontdesk.experts.triage import TriageExpert
-from frontdesk.orchestrator import _outcomes
+from frontdesk.orchestrator import _listen, _outcomes
 from frontdesk.orchestrator._recorder import TurnRecorder, jsonable
 from frontdesk.orchestrator.errors import TurnFailed
 from frontdesk.orchestrator.reply import Reply
@@ -69,8 +69,11 @@ async def run_turn(p: Pipeline, t: Turn) -> Reply:
 
     category, reason = await _triage(p, t, views["triage"], meta, answered)
     t.recorder.note("triage", category=category, reason=reason)
+    _listen.routed(category)
 
     request, missing = await _extract(p, t, category, views["request"], meta, answered)
+    if category in p.requests:
+        _listen.extracted(request, missing)
     t.recorder.note(
         "request", category=category, request=jsonable(request), need_more_info=jsonable(missing)
     )
@@ -157,7 +160,11 @@ async def _respond(
 ) -> ResponseResult:
     """The reply: the thread plus ONE assistant instruction message, sent to the response expert."""
     call = p.response.run(
-        _turns(view), instruction, metadata=meta, cache_prefix=view.cache_prefix_messages
+        _turns(view),
+        instruction,
+        metadata=meta,
+        cache_prefix=view.cache_prefix_messages,
+        on_delta=_listen.delta_sink(),
     )
     answer = await _stage("response", t, call)
     answered["response"] = answer.response

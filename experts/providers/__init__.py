@@ -17,11 +17,18 @@ from frontdesk.experts.providers.base import (
     ModelResponse,
     ModelSettings,
     PromptRef,
+    StreamDone,
+    StreamEvent,
+    StreamingModel,
+    TextDelta,
     Usage,
     observe_attempts,
+    request_streaming,
+    stream_of,
 )
 from frontdesk.experts.providers.fallback import FallbackModel
-from frontdesk.experts.providers.function import FunctionModel
+from frontdesk.experts.providers.function import FunctionModel, StreamCut
+from frontdesk.experts.providers.latency import Latency, LatencyModel
 from frontdesk.experts.providers.offline import OfflineModel
 from frontdesk.experts.providers.scripted import ScriptedModel
 from frontdesk.experts.providers.spec import model_from_spec
@@ -35,6 +42,8 @@ __all__ = [
     "AttemptEvent",
     "FallbackModel",
     "FunctionModel",
+    "Latency",
+    "LatencyModel",
     "Message",
     "Model",
     "ModelRequest",
@@ -45,9 +54,16 @@ __all__ = [
     "PromptRef",
     "RetryConfig",
     "ScriptedModel",
+    "StreamCut",
+    "StreamDone",
+    "StreamEvent",
+    "StreamingModel",
+    "TextDelta",
     "Usage",
     "model_from_spec",
     "observe_attempts",
+    "request_streaming",
+    "stream_of",
 ]
 
 

@@ -14,11 +14,12 @@ import random
 import re
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol, cast
 
 import httpx
+import httpx2
 from pydantic import BaseModel, ValidationError
 
 from frontdesk.experts.errors import (
@@ -30,6 +31,7 @@ from frontdesk.experts.errors import (
     ProviderOverloaded,
     ProviderQuotaExhausted,
     RateLimited,
+    StreamInterrupted,
     TruncatedOutput,
 )
 from frontdesk.experts.providers._retry import (
@@ -41,7 +43,14 @@ from frontdesk.experts.providers._retry import (
     RetryRunner,
     Sleep,
 )
-from frontdesk.experts.providers.base import ModelRequest, ModelResponse, check_allow_model_requests
+from frontdesk.experts.providers.base import (
+    ModelRequest,
+    ModelResponse,
+    OnDelta,
+    StreamEvent,
+    check_allow_model_requests,
+    events_from_callback,
+)
 from frontdesk.masking import scrub
 
 _QUOTA_MARKERS = (
@@ -350,13 +359,19 @@ class HTTPModel(ABC):
             failure = self._status_failure(
                 status.status_code, dict(status.response.headers), status.body, record
             )
-        elif isinstance(exc, errors.connection):
+        elif isinstance(exc, errors.connection | httpx2.TransportError):
+            # A stream read fails with the transport's own error (dropped mid-body, stalled).
             failure = connection_failure(
                 record,
                 provider=self.provider,
                 base_url=self.base_url,
-                timed_out=isinstance(exc, errors.timeout),
+                timed_out=isinstance(exc, errors.timeout | httpx2.TimeoutException),
             )
+        elif isinstance(exc, errors.base) and _is_error_body(getattr(exc, "body", None)):
+            # An error sent inside a 200 stream (OpenAI's `data: {"error": ...}` chunk):
+            # classified by its type, as an error body inside a 200 is.
+            body = {"error": getattr(exc, "body", None)}
+            failure = self._status_failure(200, headers, body, record)
         elif isinstance(exc, errors.base):
             text = redact(f"{self.provider}: {type(exc).__name__}: {exc}", self._secret)
             failure = AttemptFailure(ModelAPIError(text), record)
@@ -375,10 +390,102 @@ class HTTPModel(ABC):
     def _reask_turns(self, failure: AttemptFailure) -> list[dict[str, Any]]:
         """Wire messages that show the model its invalid answer and the problem."""
 
+    @abstractmethod
+    def stream_payload(self, request: ModelRequest, reask: list[dict[str, Any]]) -> dict[str, Any]:
+        """The streaming request body for `request` (plus re-ask turns), exactly as sent."""
+
+    @abstractmethod
+    async def _stream_attempt(
+        self,
+        request: ModelRequest,
+        payload: dict[str, Any],
+        record: AttemptRecord,
+        seconds: float,
+        on_delta: OnDelta,
+    ) -> AttemptSuccess[Answer]:
+        """One streamed HTTP attempt: hand each text delta on, then parse the whole answer."""
+
+    async def _next_event(
+        self, events: AsyncIterator[Any], record: AttemptRecord, headers: dict[str, str]
+    ) -> Any:
+        """The stream's next SDK event, `None` at its end; SDK and transport errors typed."""
+        try:
+            return await events.__anext__()
+        except StopAsyncIteration:
+            return None
+        except (self.sdk_errors.base, httpx2.HTTPError, ValueError) as exc:
+            raise self._translated(exc, record, headers) from None
+
+    def stream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]:
+        """Stream the text answer: deltas as the provider sends them, then the response.
+
+        A failure before the first delta is retried under the retry policy, like `request`;
+        after it, `StreamInterrupted` (with the text shown so far) ends the stream. A
+        structured request is never shown partially: it yields only its final response.
+        """
+        return events_from_callback(lambda on_delta: self.request_streaming(request, on_delta))
+
+    async def request_streaming(self, request: ModelRequest, on_delta: OnDelta) -> ModelResponse:
+        """`request`, streamed: `on_delta` is awaited with each text delta as it arrives."""
+        if request.output_type is not None:
+            return await self.request(request)
+        runner = self._runner(request)
+
+        def attempt(
+            current: ModelRequest, reask: list[dict[str, Any]], seconds: float
+        ) -> Awaitable[AttemptSuccess[Answer]]:
+            return self._guarded_stream_attempt(runner, current, reask, seconds, on_delta)
+
+        return await self._call(request, attempt, runner)
+
+    async def _guarded_stream_attempt(
+        self,
+        runner: RetryRunner,
+        request: ModelRequest,
+        reask: list[dict[str, Any]],
+        seconds: float,
+        on_delta: OnDelta,
+    ) -> AttemptSuccess[Answer]:
+        """A streamed attempt whose failure after the first delta is never retried."""
+        started = time.perf_counter()
+        payload = self.stream_payload(request, reask)
+        record = AttemptRecord(request_body=to_jsonable(payload))
+        runner.in_flight = record
+        shown: list[str] = []
+
+        async def forward(text: str) -> None:
+            if not text:
+                return
+            if record.first_token_ms is None:
+                record.first_token_ms = (time.perf_counter() - started) * 1000
+            shown.append(text)
+            await on_delta(text)
+
+        try:
+            return await self._stream_attempt(request, payload, record, seconds, forward)
+        except AttemptFailure as failure:
+            if not shown:
+                raise
+            partial = "".join(shown)
+            error = StreamInterrupted(
+                f"{self.provider}: the stream failed after {len(partial)} characters of the"
+                f" answer were already handed on ({type(failure.error).__name__}:"
+                f" {failure.error}); it is not retried silently: show a safe reply and retry"
+                " the turn",
+                partial_text=partial,
+                cause=failure.error,
+                model=self.name,
+            )
+            error.__cause__ = failure.error
+            raise AttemptFailure(error, failure.record) from failure
+
     async def request(self, request: ModelRequest) -> ModelResponse:
         """Answer `request`, retrying under the policy; raises only `ModelError`s."""
-        check_allow_model_requests()
-        runner = RetryRunner(
+        return await self._call(request, self._attempt, self._runner(request))
+
+    def _runner(self, request: ModelRequest) -> RetryRunner:
+        """The retry policy's runner for one expert call."""
+        return RetryRunner(
             self.retry_config,
             expert=request.expert,
             model=self.name,
@@ -387,13 +494,22 @@ class HTTPModel(ABC):
             clock=self._clock,
             rng=self._rng,
         )
+
+    async def _call(
+        self,
+        request: ModelRequest,
+        attempt: Callable[
+            [ModelRequest, list[dict[str, Any]], float], Awaitable[AttemptSuccess[Answer]]
+        ],
+        runner: RetryRunner,
+    ) -> ModelResponse:
+        """Run `attempt` under the retry policy, with one re-ask or one roomier retry."""
+        check_allow_model_requests()
         reask: list[dict[str, Any]] = []
         current = request
 
         async def send(_number: int) -> AttemptSuccess[Answer]:
-            return await self._attempt(
-                current, reask, runner.attempt_timeout(current.settings.timeout)
-            )
+            return await attempt(current, reask, runner.attempt_timeout(current.settings.timeout))
 
         failed: ModelError | None = None
         try:
@@ -425,6 +541,15 @@ class HTTPModel(ABC):
             raw=answer.record.response_body,
             attempts=runner.attempts,
         )
+
+
+def _is_error_body(body: Any) -> bool:
+    """Whether `body` looks like a provider's error object (`type` or `code`, and `message`)."""
+    return (
+        isinstance(body, Mapping)
+        and "message" in body
+        and bool(body.get("type") or body.get("code"))
+    )
 
 
 def _with_more_room(request: ModelRequest) -> ModelRequest:

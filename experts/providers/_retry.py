@@ -80,6 +80,8 @@ class AttemptRecord:
     provider_request_id: str | None = None
     usage: Usage = field(default_factory=Usage)
     stop_reason: str | None = None
+    first_token_ms: float | None = None
+    """For a streamed attempt: milliseconds from sending to its first text delta."""
 
 
 @dataclass(kw_only=True)
@@ -153,6 +155,9 @@ class RetryRunner:
         self._start = self._clock()
         self.attempts = 0
         self.usage = Usage()
+        self.in_flight: AttemptRecord | None = None
+        """The record of the attempt in progress, when the adapter shares it (streams do),
+        so that an attempt cancelled midway is reported with what it sent and showed."""
 
     @property
     def attempts_left(self) -> int:
@@ -189,11 +194,24 @@ class RetryRunner:
         raise AssertionError("unreachable: tenacity either returns or reraises")  # pragma: no cover
 
     async def _one(self, send: Callable[[int], Awaitable[AttemptSuccess[T]]]) -> T:
+        self.in_flight = None
         self.attempts += 1
         number = self.attempts
         started = time.perf_counter()
         try:
             success = await send(number)
+        except asyncio.CancelledError:
+            # The caller stopped waiting (a stream's consumer went away, a deadline): the
+            # attempt still cost tokens, so it is reported, as abandoned, never retried.
+            latency = (time.perf_counter() - started) * 1000
+            abandoned = ModelError(
+                "the attempt was cancelled: the caller stopped waiting (a turn deadline, or"
+                " a stream whose reader went away)",
+                model=self.model,
+            )
+            record = self.in_flight or AttemptRecord(request_body=None)
+            self._report(number, latency, record, abandoned, None)
+            raise
         except AttemptFailure as failure:
             latency = (time.perf_counter() - started) * 1000
             failure.planned_wait = self._plan(failure)
@@ -265,6 +283,7 @@ class RetryRunner:
                 error=error_text,
                 will_retry=will_retry,
                 metadata=self.metadata,
+                first_token_ms=record.first_token_ms,
             )
         )
         log_method = log.info if error is None else log.warning
@@ -276,6 +295,9 @@ class RetryRunner:
             status=record.status_code,
             request_id=record.provider_request_id,
             latency_ms=round(latency_ms, 1),
+            first_token_ms=(
+                round(record.first_token_ms, 1) if record.first_token_ms is not None else None
+            ),
             stop_reason=record.stop_reason,
             error_class=type(error).__name__ if error is not None else None,
             will_retry=will_retry,

@@ -16,12 +16,14 @@ import random
 from typing import Any
 
 import anthropic
+import httpx2
 
 from frontdesk.experts.errors import MissingAPIKey, Refusal, TruncatedOutput
 from frontdesk.experts.providers._http import (
     Answer,
     HTTPModel,
     SDKErrors,
+    connection_failure,
     invalid_output,
     schema_name,
     to_jsonable,
@@ -35,7 +37,7 @@ from frontdesk.experts.providers._retry import (
     RetryConfig,
     Sleep,
 )
-from frontdesk.experts.providers.base import ModelRequest, Usage, json_schema_of
+from frontdesk.experts.providers.base import ModelRequest, OnDelta, Usage, json_schema_of
 from frontdesk.labels import INSTRUCTION_LABEL, neutralise
 from frontdesk.masking import mask_url
 
@@ -163,6 +165,63 @@ class AnthropicModel(HTTPModel):
             raise self._translated(exc, record, headers) from None
         return AttemptSuccess(value=self._parse(request, body, headers, record), record=record)
 
+    def stream_payload(self, request: ModelRequest, reask: list[dict[str, Any]]) -> dict[str, Any]:
+        """The Messages API body with `stream: true` (the SSE messages stream)."""
+        return {**self.build_payload(request, reask), "stream": True}
+
+    async def _stream_attempt(
+        self,
+        request: ModelRequest,
+        payload: dict[str, Any],
+        record: AttemptRecord,
+        seconds: float,
+        on_delta: OnDelta,
+    ) -> AttemptSuccess[Answer]:
+        """One attempt over the SSE messages stream, parsed as the whole message."""
+        payload = {k: v for k, v in payload.items() if k != "stream"}
+        headers: dict[str, str] = {}
+        known = {k: v for k, v in payload.items() if k in _SDK_KEYWORDS}
+        extra = {k: v for k, v in payload.items() if k not in _SDK_KEYWORDS}
+        try:
+            stream = await self._client.messages.create(
+                **known, stream=True, extra_body=extra or None, timeout=seconds
+            )
+        except (anthropic.AnthropicError, httpx2.HTTPError, ValueError) as exc:
+            raise self._translated(exc, record, headers) from None
+        message: dict[str, Any] = {}
+        usage: dict[str, Any] = {}
+        parts: list[str] = []
+        stopped = False
+        try:
+            headers = dict(stream.response.headers)
+            record.status_code = stream.response.status_code
+            record.provider_request_id = headers.get("request-id")
+            events = stream.__aiter__()
+            while (event := await self._next_event(events, record, headers)) is not None:
+                if event.type == "message_start":
+                    message = event.message.model_dump(mode="json")
+                    usage.update(_present(message.get("usage")))
+                elif event.type == "content_block_delta" and event.delta.type == "text_delta":
+                    parts.append(event.delta.text)
+                    await on_delta(event.delta.text)
+                elif event.type == "message_delta":
+                    message["stop_reason"] = event.delta.stop_reason
+                    message["stop_sequence"] = event.delta.stop_sequence
+                    usage.update(_present(event.usage.model_dump(mode="json")))
+                elif event.type == "message_stop":
+                    stopped = True
+        finally:
+            await stream.close()
+        body = {**message, "content": [{"type": "text", "text": "".join(parts)}], "usage": usage}
+        if not stopped:
+            record.response_body = body
+            failure = connection_failure(
+                record, provider=self.provider, base_url=self.base_url, timed_out=False
+            )
+            failure.error.args = (f"{failure.error} (the stream ended before message_stop)",)
+            raise failure
+        return AttemptSuccess(value=self._parse(request, body, headers, record), record=record)
+
     def _parse(
         self, request: ModelRequest, body: Any, headers: dict[str, str], record: AttemptRecord
     ) -> Answer:
@@ -273,3 +332,8 @@ def _usage(raw: Any) -> Usage:
         cache_read_tokens=int(raw.get("cache_read_input_tokens") or 0),
         cache_write_tokens=int(raw.get("cache_creation_input_tokens") or 0),
     )
+
+
+def _present(raw: Any) -> dict[str, Any]:
+    """The usage fields a stream event actually carries (later events update earlier ones)."""
+    return {k: v for k, v in raw.items() if v is not None} if isinstance(raw, dict) else {}

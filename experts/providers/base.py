@@ -11,9 +11,10 @@ those reports, so retries and their cost are visible.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import contextvars
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, TypedDict, runtime_checkable
 
@@ -147,6 +148,9 @@ class AttemptEvent:
     """`ErrorClass: message` when the attempt failed, else `None`."""
     will_retry: bool = False
     metadata: Mapping[str, str] = field(default_factory=dict)
+    first_token_ms: float | None = None
+    """Milliseconds from sending to the first text delta, for a streamed attempt that got one
+    (`latency_ms` is then the whole stream's time and `response_body` holds the full text)."""
 
 
 AttemptObserver = Callable[[AttemptEvent], None]
@@ -185,6 +189,128 @@ class Model(Protocol):
     async def request(self, request: ModelRequest) -> ModelResponse:
         """Answer one request; raise an `experts.errors.ModelError` on failure."""
         ...
+
+
+@dataclass(frozen=True, kw_only=True)
+class TextDelta:
+    """A piece of the answer's text, as the provider streamed it."""
+
+    type: Literal["delta"] = "delta"
+    text: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class StreamDone:
+    """The last event of a stream: the same `ModelResponse` that `request` would return."""
+
+    type: Literal["done"] = "done"
+    response: ModelResponse
+
+
+StreamEvent = TextDelta | StreamDone
+"""What `stream(request)` yields: `TextDelta`s, then exactly one `StreamDone`."""
+
+OnDelta = Callable[[str], Awaitable[None]]
+"""Awaited with each text delta as it arrives (before the next one is read)."""
+
+
+@runtime_checkable
+class StreamingModel(Model, Protocol):
+    """A `Model` that can also stream its text answer (an optional part of the seam)."""
+
+    def stream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]:
+        """Yield the answer's text deltas, then one `StreamDone`.
+
+        A failure before the first delta is retried like `request`; after it the stream
+        raises `StreamInterrupted` (partial text was shown, nothing is retried silently).
+        Raises `NotImplementedError` naming the class when the model cannot stream.
+        """
+        ...
+
+
+def stream_of(model: Model, request: ModelRequest) -> AsyncIterator[StreamEvent]:
+    """`model.stream(request)`, or `NotImplementedError` naming the class that cannot stream."""
+    method = getattr(model, "stream", None)
+    if method is None:
+        raise NotImplementedError(f"streaming is not supported by {type(model).__name__}")
+    events: AsyncIterator[StreamEvent] = method(request)
+    return events
+
+
+async def request_streaming(
+    model: Model, request: ModelRequest, on_delta: OnDelta | None
+) -> ModelResponse:
+    """Answer `request`, handing each text delta to `on_delta` as it arrives.
+
+    Without `on_delta`, or with a model that cannot stream, this is `model.request` (a
+    non-streaming model's whole text is then handed over as one delta).
+    """
+    if on_delta is None:
+        return await model.request(request)
+    final: ModelResponse | None = None
+    started = False
+    events: AsyncIterator[StreamEvent] | None = None
+    try:
+        events = stream_of(model, request)
+        async for event in events:
+            started = True
+            if isinstance(event, TextDelta):
+                await on_delta(event.text)
+            else:
+                final = event.response
+    except NotImplementedError:
+        if started:
+            raise
+        response = await model.request(request)
+        if isinstance(response.output, str) and response.output:
+            await on_delta(response.output)
+        return response
+    finally:
+        close = getattr(events, "aclose", None)
+        if close is not None:
+            await close()
+    if final is None:
+        raise RuntimeError(f"{model.name}: the stream ended without its final response")
+    return final
+
+
+async def events_from_callback(
+    run: Callable[[OnDelta], Awaitable[ModelResponse]],
+) -> AsyncIterator[StreamEvent]:
+    """Turn `run(on_delta) -> ModelResponse` into the `stream` iterator.
+
+    `run` works in a task; each delta waits until the consumer has taken the previous one
+    (so a slow reader slows the provider read, never an unbounded buffer). A consumer that
+    stops early (`aclose`, or dropping the iterator) cancels the task, which closes the
+    provider's connection.
+    """
+    queue: asyncio.Queue[StreamEvent | BaseException] = asyncio.Queue(maxsize=1)
+
+    async def on_delta(text: str) -> None:
+        await queue.put(TextDelta(text=text))
+
+    async def produce() -> None:
+        try:
+            response = await run(on_delta)
+        except Exception as exc:  # handed to the consumer, raised there
+            await queue.put(exc)
+            return
+        await queue.put(StreamDone(response=response))
+
+    task = asyncio.create_task(produce())
+    try:
+        while True:
+            item = await queue.get()
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+            if isinstance(item, StreamDone):
+                return
+    finally:
+        if not task.done():
+            task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
 
 
 ALLOW_MODEL_REQUESTS = True

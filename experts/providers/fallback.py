@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+
 import structlog
 
 from frontdesk.errors import ConfigError
@@ -11,7 +13,15 @@ from frontdesk.experts.errors import (
     ProviderOverloaded,
     RateLimited,
 )
-from frontdesk.experts.providers.base import Model, ModelRequest, ModelResponse
+from frontdesk.experts.providers.base import (
+    Model,
+    ModelRequest,
+    ModelResponse,
+    OnDelta,
+    StreamEvent,
+    events_from_callback,
+    request_streaming,
+)
 
 log = structlog.get_logger("frontdesk.providers")
 
@@ -58,10 +68,21 @@ class FallbackModel:
 
     async def request(self, request: ModelRequest) -> ModelResponse:
         """Answer with the first model that does not fail with one of `fallback_on`."""
+        return await self._answer(request, None)
+
+    def stream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]:
+        """Stream from the first model that does not fail before its first delta.
+
+        Once text was handed on, the failure (`StreamInterrupted`) ends the stream: no
+        other model is asked to start the answer again.
+        """
+        return events_from_callback(lambda on_delta: self._answer(request, on_delta))
+
+    async def _answer(self, request: ModelRequest, on_delta: OnDelta | None) -> ModelResponse:
         last = len(self.models) - 1
         for index, model in enumerate(self.models):
             try:
-                return await model.request(request)
+                return await request_streaming(model, request, on_delta)
             except self.fallback_on as exc:
                 if index == last:
                     raise

@@ -20,7 +20,7 @@ import re
 import time
 import types
 import typing
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from typing import Any, Literal, get_args, get_origin
 
 from pydantic import BaseModel, ValidationError
@@ -30,10 +30,11 @@ from frontdesk.experts.providers.base import (
     Message,
     ModelRequest,
     ModelResponse,
+    StreamEvent,
     Usage,
     json_schema_of,
 )
-from frontdesk.experts.providers.function import report_call
+from frontdesk.experts.providers.function import report_call, stream_reply
 
 LABEL = "[offline]"
 """Starts every text the stand-in writes, so nobody mistakes it for a real model."""
@@ -112,21 +113,31 @@ class OfflineModel:
     async def request(self, request: ModelRequest) -> ModelResponse:
         """Answer `request` from its own contents (see the module docstring)."""
         started = time.perf_counter()
+        response = self._respond(request, started)
+        report_call(request, self.name, 1, started, response, None)
+        return response
+
+    async def stream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]:
+        """The same answer as `request`, its text handed out a few words at a time."""
+        started = time.perf_counter()
+        response = self._respond(request, started)
+        async for event in stream_reply(request, self.name, started, response):
+            yield event
+
+    def _respond(self, request: ModelRequest, started: float) -> ModelResponse:
         try:
             output = self.answer(request)
         except Exception as exc:
             report_call(request, self.name, 1, started, None, exc)
             raise
         raw = output.model_dump(mode="json") if isinstance(output, BaseModel) else output
-        response = ModelResponse(
+        return ModelResponse(
             output=output,
             model=self.name,
             stop_reason="end_turn",
             raw=raw,
             usage=_estimated_usage(request, raw),
         )
-        report_call(request, self.name, 1, started, response, None)
-        return response
 
     def answer(self, request: ModelRequest) -> Any:
         """The output for `request`: text, or an instance of its `output_type`."""

@@ -14,6 +14,7 @@ import os
 import random
 from typing import Any
 
+import httpx2
 import openai
 
 from frontdesk.experts.errors import MissingAPIKey, Refusal, TruncatedOutput
@@ -21,6 +22,7 @@ from frontdesk.experts.providers._http import (
     Answer,
     HTTPModel,
     SDKErrors,
+    connection_failure,
     invalid_output,
     schema_name,
     to_jsonable,
@@ -34,7 +36,7 @@ from frontdesk.experts.providers._retry import (
     RetryConfig,
     Sleep,
 )
-from frontdesk.experts.providers.base import ModelRequest, Usage, json_schema_of
+from frontdesk.experts.providers.base import ModelRequest, OnDelta, Usage, json_schema_of
 from frontdesk.masking import mask_url
 
 PLACEHOLDER_KEY = "not-needed"
@@ -158,6 +160,74 @@ class OpenAIModel(HTTPModel):
             body = json.loads(raw.content)
         except (openai.OpenAIError, ValueError) as exc:
             raise self._translated(exc, record, headers) from None
+        return AttemptSuccess(value=self._parse(request, body, headers, record), record=record)
+
+    def stream_payload(self, request: ModelRequest, reask: list[dict[str, Any]]) -> dict[str, Any]:
+        """The Chat Completions body with `stream: true` and a final usage chunk asked for."""
+        return {
+            **self.build_payload(request, reask),
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
+
+    async def _stream_attempt(
+        self,
+        request: ModelRequest,
+        payload: dict[str, Any],
+        record: AttemptRecord,
+        seconds: float,
+        on_delta: OnDelta,
+    ) -> AttemptSuccess[Answer]:
+        """One attempt over `chat.completion.chunk`s, with a final usage chunk, parsed whole."""
+        headers: dict[str, str] = {}
+        try:
+            stream = await self._client.chat.completions.create(**payload, timeout=seconds)
+        except (openai.OpenAIError, httpx2.HTTPError, ValueError) as exc:
+            raise self._translated(exc, record, headers) from None
+        parts: list[str] = []
+        refusal: list[str] = []
+        finish: str | None = None
+        usage: Any = None
+        ids: dict[str, Any] = {}
+        try:
+            headers = dict(stream.response.headers)
+            record.status_code = stream.response.status_code
+            record.provider_request_id = headers.get("x-request-id")
+            chunks = stream.__aiter__()
+            while (chunk := await self._next_event(chunks, record, headers)) is not None:
+                ids = {"id": chunk.id, "model": chunk.model, "created": chunk.created}
+                if chunk.usage is not None:
+                    usage = chunk.usage.model_dump(mode="json")
+                for choice in chunk.choices:
+                    if choice.index != 0:
+                        continue
+                    if choice.delta.refusal:
+                        refusal.append(choice.delta.refusal)
+                    if choice.delta.content:
+                        parts.append(choice.delta.content)
+                        await on_delta(choice.delta.content)
+                    if choice.finish_reason is not None:
+                        finish = choice.finish_reason
+        finally:
+            await stream.close()
+        message = {
+            "role": "assistant",
+            "content": "".join(parts) or None,
+            "refusal": "".join(refusal) or None,
+        }
+        body = {
+            **ids,
+            "object": "chat.completion",
+            "choices": [{"index": 0, "message": message, "finish_reason": finish}],
+            "usage": usage,
+        }
+        if finish is None:
+            record.response_body = body
+            failure = connection_failure(
+                record, provider=self.provider, base_url=self.base_url, timed_out=False
+            )
+            failure.error.args = (f"{failure.error} (the stream ended before a finish_reason)",)
+            raise failure
         return AttemptSuccess(value=self._parse(request, body, headers, record), record=record)
 
     def _parse(

@@ -9,12 +9,19 @@ fails when steps are left (`UnconsumedSteps`).
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 from typing import Any, TypeAlias
 
 from frontdesk.experts.errors import UnconsumedSteps, UnexpectedModelCall
-from frontdesk.experts.providers.base import ModelRequest, ModelResponse
-from frontdesk.experts.providers.function import FunctionReply, call_reply, report_call, to_response
+from frontdesk.experts.providers.base import ModelRequest, ModelResponse, StreamEvent
+from frontdesk.experts.providers.function import (
+    DEFAULT_CHUNK_CHARS,
+    FunctionReply,
+    call_reply,
+    report_call,
+    stream_answer,
+    to_response,
+)
 
 Step: TypeAlias = FunctionReply | BaseException | Callable[[ModelRequest], Any]
 """One scripted answer, an exception to raise, or `fn(request) -> answer`."""
@@ -24,13 +31,21 @@ class ScriptedModel:
     """A model that plays `steps` back, one per call.
 
     Args:
-        steps: The answers, in call order.
+        steps: The answers, in call order (a `StreamCut` streams its text, then fails).
         name: The model's name in responses and attempt events.
+        chunk_chars: About how many characters each streamed text delta holds.
     """
 
-    def __init__(self, steps: Iterable[Step], *, name: str = "scripted") -> None:
+    def __init__(
+        self,
+        steps: Iterable[Step],
+        *,
+        name: str = "scripted",
+        chunk_chars: int = DEFAULT_CHUNK_CHARS,
+    ) -> None:
         self._steps: list[Step] = list(steps)
         self._name = name
+        self.chunk_chars = chunk_chars
         self.calls: list[ModelRequest] = []
 
     @property
@@ -65,19 +80,35 @@ class ScriptedModel:
         Raises:
             UnexpectedModelCall: the script has no step left for this call.
         """
-        index = len(self.calls)
-        if index >= len(self._steps):
-            raise UnexpectedModelCall(request, index)
-        self.calls.append(request)
-        step = self._steps[index]
+        step = self._take(request)
         started = time.perf_counter()
         try:
-            if isinstance(step, BaseException):
-                raise step
-            reply = await call_reply(step, request) if callable(step) else step
-            response = to_response(reply, request, self._name)
+            response = to_response(await _play(step, request), request, self._name)
         except BaseException as exc:
             report_call(request, self._name, 1, started, None, exc)
             raise
         report_call(request, self._name, 1, started, response, None)
         return response
+
+    def stream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]:
+        """Play the next step as a stream: its text in chunks of whole words, then the response.
+
+        Raises:
+            UnexpectedModelCall: the script has no step left for this call.
+        """
+        step = self._take(request)
+        return stream_answer(request, self._name, lambda: _play(step, request), self.chunk_chars)
+
+    def _take(self, request: ModelRequest) -> Step:
+        index = len(self.calls)
+        if index >= len(self._steps):
+            raise UnexpectedModelCall(request, index)
+        self.calls.append(request)
+        return self._steps[index]
+
+
+async def _play(step: Step, request: ModelRequest) -> Any:
+    """The answer one step gives `request` (raising the step's exception)."""
+    if isinstance(step, BaseException):
+        raise step
+    return await call_reply(step, request) if callable(step) else step

@@ -1,23 +1,27 @@
 """A local HTTP server speaking the Anthropic and OpenAI wire formats, scripted per test.
 
-It runs uvicorn on 127.0.0.1 (ephemeral port) in a background thread, so the real SDK
-clients talk to it over real HTTP. Each path has a queue of scripted replies; every request
-is recorded (path, headers, JSON body) so tests count requests and inspect what was sent.
+A reply is a JSON body, raw text, or a server-sent-event stream (`sse`), which can be cut
+(the connection dropped mid-body) or stalled after some events. It runs uvicorn on
+127.0.0.1 (ephemeral port) in a background thread, so the real SDK clients talk to it over
+real HTTP. Each path has a queue of scripted replies; every request is recorded (path,
+headers, JSON body) so tests count requests and inspect what was sent.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import threading
 import time
 from collections import defaultdict, deque
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 ANTHROPIC_PATH = "/v1/messages"
@@ -32,6 +36,17 @@ class Reply:
     body: Any = None
     headers: dict[str, str] = field(default_factory=dict)
     raw: str | None = None
+    sse: list[tuple[str | None, Any]] | None = None
+    """`(event name or None, data)` pairs sent as `text/event-stream` (data `str` as is)."""
+    cut_after: int | None = None
+    """Drop the connection (no end of the chunked body) after this many events."""
+    stall_after: int | None = None
+    """Stop sending, connection open, for `stall_seconds` after this many events."""
+    stall_seconds: float = 5.0
+
+
+class CutStream(Exception):
+    """Raised inside the event generator: uvicorn drops the connection mid-body."""
 
 
 @dataclass(frozen=True)
@@ -106,6 +121,13 @@ class WireServer:
                 {"error": {"type": "invalid_request_error", "message": "unscripted request"}},
                 status_code=418,
             )
+        if reply.sse is not None:
+            return StreamingResponse(
+                _events(reply),
+                status_code=reply.status,
+                headers=reply.headers,
+                media_type="text/event-stream",
+            )
         if reply.raw is not None:
             return Response(
                 reply.raw,
@@ -114,6 +136,95 @@ class WireServer:
                 media_type="application/json",
             )
         return JSONResponse(reply.body, status_code=reply.status, headers=reply.headers)
+
+
+async def _events(reply: Reply) -> AsyncIterator[bytes]:
+    assert reply.sse is not None
+    for index, (event, data) in enumerate(reply.sse):
+        if reply.cut_after is not None and index == reply.cut_after:
+            raise CutStream("the test asked to drop the connection here")
+        if reply.stall_after is not None and index == reply.stall_after:
+            await asyncio.sleep(reply.stall_seconds)
+        text = data if isinstance(data, str) else json.dumps(data)
+        head = f"event: {event}\n" if event else ""
+        yield f"{head}data: {text}\n\n".encode()
+        await asyncio.sleep(0.001)  # separate TCP writes, as a provider sends them
+
+
+def anthropic_sse(
+    texts: list[str],
+    *,
+    stop_reason: str | None = "end_turn",
+    usage: dict[str, int] | None = None,
+    output_tokens: int = 5,
+) -> list[tuple[str | None, Any]]:
+    """A Messages API stream: message_start, one text block of `texts` deltas, the stop."""
+    start_usage = {"input_tokens": 10, "output_tokens": 1, **(usage or {})}
+    message = {**anthropic_message([], usage=start_usage), "stop_reason": None}
+    events: list[tuple[str | None, Any]] = [
+        ("message_start", {"type": "message_start", "message": message}),
+        (
+            "content_block_start",
+            {
+                "type": "content_block_start",
+                "index": 0,
+                "content_block": {"type": "text", "text": ""},
+            },
+        ),
+        ("ping", {"type": "ping"}),
+    ]
+    events += [
+        (
+            "content_block_delta",
+            {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": t}},
+        )
+        for t in texts
+    ]
+    events += [
+        ("content_block_stop", {"type": "content_block_stop", "index": 0}),
+        (
+            "message_delta",
+            {
+                "type": "message_delta",
+                "delta": {"stop_reason": stop_reason, "stop_sequence": None},
+                "usage": {"output_tokens": output_tokens},
+            },
+        ),
+        ("message_stop", {"type": "message_stop"}),
+    ]
+    return events
+
+
+def openai_sse(
+    texts: list[str],
+    *,
+    finish_reason: str | None = "stop",
+    refusal: list[str] | None = None,
+    usage: dict[str, Any] | None = None,
+) -> list[tuple[str | None, Any]]:
+    """`chat.completion.chunk`s: the role, `texts` deltas, the finish, a usage chunk, [DONE]."""
+
+    def chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+        return {
+            "id": "chatcmpl-test",
+            "object": "chat.completion.chunk",
+            "created": 1700000000,
+            "model": "gpt-test",
+            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+            "usage": None,
+        }
+
+    events: list[tuple[str | None, Any]] = [(None, chunk({"role": "assistant", "content": ""}))]
+    events += [(None, chunk({"content": t})) for t in texts]
+    events += [(None, chunk({"refusal": r})) for r in refusal or []]
+    events.append((None, chunk({}, finish_reason)))
+    final = {
+        **chunk({}),
+        "choices": [],
+        "usage": usage or {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15},
+    }
+    events += [(None, final), (None, "[DONE]")]
+    return events
 
 
 def anthropic_message(

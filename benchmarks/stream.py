@@ -1,0 +1,159 @@
+"""Time to the first reply token: a streamed turn against the same turn run sequentially.
+
+The whole pipeline (potato shop, SQLite file, audit) runs with a `LatencyModel` double:
+triage 300 ms and request 300 ms to their answer, the response expert 400 ms to its first
+token then 50 tokens/s, for a 300-character reply (4 characters a token), on turns whose
+category does not change. Three rows, p50 and p95 over `--turns` turns each:
+
+- `stream`: `Orchestrator.stream` - time to the first `delta`, and to `done`;
+- `sequential`: `Orchestrator.handle`, nothing streamed (what LangGraph's `invoke` and the
+  Agents SDK's `Runner.run` give by default): the first token is shown with the whole reply;
+- `lower bound`: the latency model's floor on an unchanged-category turn (triage TTFT +
+  response TTFT to the first token; with the request call hidden behind triage).
+
+    python -m benchmarks.stream [--turns 50] [--scale 0.2]
+
+`--scale` shrinks every modelled delay (0.2: 300 ms -> 60 ms) so the run is short; the
+figures are reported divided by it, in the model's milliseconds. frontdesk's own overhead
+(about 3 ms a turn) is magnified by 1/scale in those figures, so the ratios are
+conservative.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+from frontdesk.examples.potato_shop import categories as potato_categories
+from frontdesk.experts.providers import FunctionModel, Latency, LatencyModel, ModelRequest
+from frontdesk.orchestrator import Orchestrator
+from frontdesk.orchestrator.stream import Delta, Done
+
+REPLY = (
+    "Thanks! I have put one bag of purple potatoes aside for you. It ships tomorrow"
+    " morning from our farm, and a tracking number will follow by email as soon as the"
+    " courier collects it. Is there anything else I can help you with today, for example"
+    " a second bag, or a different variety for next week?"
+)[:300]
+TRIAGE_TTFT, REQUEST_TTFT, RESPONSE_TTFT, TOKENS_PER_SECOND, CHARS_PER_TOKEN = (
+    0.3,
+    0.3,
+    0.4,
+    50.0,
+    4.0,
+)
+
+
+def _answer(request: ModelRequest) -> Any:
+    if request.expert == "triage":
+        return {"category": "ORDERS", "reason": "buying potatoes"}
+    if request.expert == "request":
+        return {"request": {"variety": "purple", "bags": 1}}
+    if request.expert == "summariser":
+        return "The user orders purple potatoes."
+    return REPLY
+
+
+def _model(scale: float) -> LatencyModel:
+    latencies = {
+        "triage": Latency(ttft=TRIAGE_TTFT * scale),
+        "request": Latency(ttft=REQUEST_TTFT * scale),
+        "response": Latency(
+            ttft=RESPONSE_TTFT * scale, tokens_per_second=TOKENS_PER_SECOND / scale
+        ),
+    }
+    return LatencyModel(FunctionModel(_answer), latencies, chars_per_token=CHARS_PER_TOKEN)
+
+
+async def _run(
+    turns: int, scale: float, streamed: bool, db: Path
+) -> tuple[list[float], list[float]]:
+    """Seconds to the first shown token and to the end of each turn."""
+    orch = Orchestrator(potato_categories(), model=_model(scale), store=f"sqlite:///{db}")
+    await orch.open()
+    firsts: list[float] = []
+    totals: list[float] = []
+    try:
+        for i in range(turns):
+            conversation = f"c{i % 10}"  # ten conversations, so no thread grows long
+            started = time.perf_counter()
+            if streamed:
+                first: float | None = None
+                async for event in orch.stream(conversation, "a bag of purple please"):
+                    if isinstance(event, Delta) and first is None:
+                        first = time.perf_counter() - started
+                    if isinstance(event, Done):
+                        assert event.reply.text == REPLY
+                assert first is not None
+                firsts.append(first)
+            else:
+                reply = await orch.handle(conversation, "a bag of purple please")
+                assert reply.text == REPLY
+                firsts.append(time.perf_counter() - started)
+            totals.append(time.perf_counter() - started)
+    finally:
+        await orch.aclose()
+    return firsts, totals
+
+
+def _p(values: list[float], q: int, scale: float) -> float:
+    """The q-th percentile in the model's milliseconds."""
+    cuts = statistics.quantiles(values, n=100, method="inclusive")
+    return cuts[q - 1] / scale * 1000
+
+
+def measure(turns: int, scale: float) -> dict[str, float]:
+    """Run both pipelines; p50/p95 of first token and total, in the model's milliseconds."""
+    with tempfile.TemporaryDirectory() as tmp:
+        s_first, s_total = asyncio.run(_run(turns, scale, True, Path(tmp) / "s.db"))
+        q_first, q_total = asyncio.run(_run(turns, scale, False, Path(tmp) / "q.db"))
+    figures: dict[str, float] = {}
+    for name, values in [
+        ("stream_first", s_first),
+        ("stream_total", s_total),
+        ("sequential_first", q_first),
+        ("sequential_total", q_total),
+    ]:
+        figures[f"{name}_p50"] = _p(values, 50, scale)
+        figures[f"{name}_p95"] = _p(values, 95, scale)
+    generation = len(REPLY) / CHARS_PER_TOKEN / TOKENS_PER_SECOND
+    figures["bound_first"] = (TRIAGE_TTFT + RESPONSE_TTFT) * 1000
+    figures["bound_total"] = figures["bound_first"] + generation * 1000
+    figures["first_vs_sequential"] = figures["stream_first_p50"] / figures["sequential_total_p50"]
+    figures["first_vs_bound"] = figures["stream_first_p50"] / figures["bound_first"]
+    return figures
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Run both pipelines and print the table and the goals of issue 14."""
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.stream")
+    parser.add_argument("--turns", type=int, default=50)
+    parser.add_argument("--scale", type=float, default=0.2)
+    args = parser.parse_args(argv)
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
+    f = measure(args.turns, args.scale)
+    print(f"{args.turns} turns each, unchanged category, scale {args.scale} (model ms)")
+    print(f"{'pipeline':28} {'first p50':>9} {'first p95':>9} {'total p50':>9} {'total p95':>9}")
+    for label, key in [("frontdesk stream", "stream"), ("sequential, not streamed", "sequential")]:
+        print(
+            f"{label:28} {f[key + '_first_p50']:9.0f} {f[key + '_first_p95']:9.0f}"
+            f" {f[key + '_total_p50']:9.0f} {f[key + '_total_p95']:9.0f}"
+        )
+    print(
+        f"{'lower bound (latency model)':28} {f['bound_first']:9.0f} {f['bound_first']:9.0f}"
+        f" {f['bound_total']:9.0f} {f['bound_total']:9.0f}"
+    )
+    print(f"first token / sequential turn (p50): {f['first_vs_sequential']:.2f}x (goal <= 0.5x)")
+    print(f"first token / lower bound (p50):     {f['first_vs_bound']:.2f}x (goal <= 1.15x)")
+
+
+if __name__ == "__main__":
+    main()
