@@ -33,7 +33,12 @@ from frontdesk.orchestrator.turn import Pipeline, Turn, run_turn
 from frontdesk.threads.budget import Budget
 from frontdesk.threads.builder import ThreadMessage, UserThread, build_thread, thread_since
 from frontdesk.threads.compaction import CompactionPolicy
-from frontdesk.threads.store import ConversationStore, MessageRecord, TurnLease
+from frontdesk.threads.store import (
+    DEFAULT_LEASE_TTL,
+    ConversationStore,
+    MessageRecord,
+    TurnLease,
+)
 from frontdesk.threads.tokens import CalibratedCounter, TokenCounter
 
 log = structlog.get_logger("frontdesk.orchestrator")
@@ -67,7 +72,8 @@ class Orchestrator:
         settings: Per-expert model settings.
         context: Extra data handed to every handler in `HandlerContext.extras`.
         lock_timeout: Seconds a turn waits for another turn on the same conversation.
-        lock_ttl: Seconds after which the lock of a crashed process expires.
+        lock_ttl: Seconds after which the lock of a crashed process expires (a running
+            turn renews its lock every third of it, so a slow handler keeps it).
         turn_deadline: Seconds a turn's expert calls may take in all (retries included);
             past it the turn fails with `TurnFailed(stage="deadline")`, the message kept.
         budgets: Token budgets per expert (`threads.Budget`), replacing the defaults.
@@ -89,7 +95,7 @@ class Orchestrator:
         settings: ExpertSettings | None = None,
         context: Mapping[str, Any] | None = None,
         lock_timeout: float = 30.0,
-        lock_ttl: float = 15.0,
+        lock_ttl: float = DEFAULT_LEASE_TTL,
         turn_deadline: float | None = 120.0,
         token_counter: TokenCounter | None = None,
         budgets: Mapping[str, Budget] | None = None,

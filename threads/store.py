@@ -39,6 +39,7 @@ from frontdesk.threads.models import Conversation, Message, utcnow
 from frontdesk.threads.summaries import PathSinceSummary, path_since_newest_sync
 
 __all__ = [
+    "DEFAULT_LEASE_TTL",
     "UNSET",
     "ConversationRecord",
     "ConversationStore",
@@ -49,6 +50,9 @@ __all__ = [
 ]
 
 T = TypeVar("T")
+
+DEFAULT_LEASE_TTL = _lease.DEFAULT_TTL
+"""Seconds a turn's lease lives without its heartbeat (renewed every third of it)."""
 
 _conv = Conversation.__table__  # type: ignore[attr-defined]
 _msg = Message.__table__  # type: ignore[attr-defined]
@@ -323,9 +327,18 @@ class ConversationStore:
 
         With `release=False` the lease stays held (for a last write elsewhere, then
         `lease.aclose()`). On failure nothing of it is written and the lease is still held.
+
+        The transaction is fenced: it first checks that `lease` still holds with the token
+        it was taken with (and row-locks it), so a turn whose lease expired and was taken
+        over by another turn writes nothing.
+
+        Raises:
+            LeaseLost: the lease was taken over meanwhile; nothing was written.
         """
 
         def work(conn: Connection) -> None:
+            if not release:
+                lease.fence(conn)  # `lease.release` checks the fence itself.
             if reply is not None:
                 _turn.write(conn, reply)
             if also is not None:
