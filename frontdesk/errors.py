@@ -125,9 +125,14 @@ class ConversationNotFound(UserError):
     user, so that a caller cannot probe for other customers' conversations.
     """
 
-    def __init__(self, message: str, *, conversation_id: str) -> None:
+    def __init__(
+        self, message: str, *, conversation_id: str | None, message_id: str | None = None
+    ) -> None:
         super().__init__(message)
         self.conversation_id = conversation_id
+        """The conversation asked for (`None` when the caller named a message instead)."""
+        self.message_id = message_id
+        """The message asked for (edit, regenerate), when the caller named one."""
 
 
 # --- Models and experts (experts) ---

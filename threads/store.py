@@ -349,18 +349,41 @@ class ConversationStore:
         else:
             await run_sync_tx(self.engine, work)
 
-    async def set_active_leaf(self, conversation_id: str, message_id: str) -> None:
+    async def set_active_leaf(self, conversation_id: str, message_id: str) -> str:
         """Switch the conversation to the branch through `message_id` (any of its messages).
+
+        A message that has replies or edits below it is resolved to the newest leaf under
+        it (the most recent branch through it), so the active leaf is always a leaf.
+        Returns the leaf made active.
 
         Raises:
             MessageNotFound: no such message.
             MessageNotInConversation: the message belongs to another conversation.
         """
 
-        def work(conn: Connection) -> None:
-            _turn.set_leaf(conn, conversation_id, message_id)
+        def work(conn: Connection) -> str:
+            return _turn.set_leaf(conn, conversation_id, message_id)
 
-        await run_sync_tx(self.engine, work)
+        return await run_sync_tx(self.engine, work)
+
+    async def check_owner(self, conversation_id: str, user_id: str | None) -> None:
+        """Refuse a caller who does not own the conversation, as if it did not exist.
+
+        A conversation belongs to the `user_id` of its first message; `user_id=None`
+        (single-user mode) reaches only conversations without an owner.
+
+        Raises:
+            ConversationNotFound: no such conversation, or another user's (the same error,
+                so that a caller cannot probe for other users' conversations).
+        """
+
+        def work(conn: Connection) -> tuple[bool, str | None]:
+            return _turn.owner_of(conn, conversation_id)
+
+        exists, owner = await self._read(work)
+        if not exists:
+            raise _turn.not_found(conversation_id)
+        _turn.check_owner(conversation_id, owner, user_id)
 
     # Reads -------------------------------------------------------------------------------
 
