@@ -323,3 +323,22 @@ def test_a_turn_deadline_must_be_positive(team: Any) -> None:
 
     with pytest.raises(ConfigError, match="turn_deadline"):
         Orchestrator(potato_categories(), model=team.model(), turn_deadline=0)
+
+
+async def test_switching_to_an_inner_message_resolves_to_its_newest_leaf(
+    team: Any, db_url: str
+) -> None:
+    orch = Orchestrator(potato_categories(), model=team.model(), store=db_url)
+    first = await orch.handle("c", "hello", user_id="u")
+    second = await orch.handle("c", "and potatoes?", user_id="u")
+    edited = await orch.edit(second.user_message_id, "and carrots?", user_id="u")
+    # The first reply has two branches below it; the edit is the newer one.
+    path = await orch.switch_branch("c", first.message_id, user_id="u")
+    assert [m.id for m in path][-1] == edited.message_id
+    path = await orch.switch_branch("c", second.user_message_id, user_id="u")
+    assert [m.id for m in path][-1] == second.message_id
+    await orch.handle("c", "thanks", user_id="u")
+    sent = [m["content"] for m in team.of("triage")[-1].messages]
+    await orch.aclose()
+    # No reply dropped off the thread: the next turn follows the whole exchange.
+    assert sent == ["hello", first.text, "and potatoes?", second.text, "thanks"]
