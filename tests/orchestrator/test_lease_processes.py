@@ -28,10 +28,14 @@ class Transfer(BaseModel):
     amount: int
 
 
+def _exists(path: str) -> bool:
+    return Path(path).exists()
+
+
 def _bank(ready: str) -> Category:
     async def transfer(request: Transfer, context: HandlerContext) -> Outcome:
-        Path(ready).touch()
-        time.sleep(STALL)  # A slow synchronous bank call: blocks the loop, so no renewal.
+        Path(ready).touch()  # noqa: ASYNC240 (the handler blocks on purpose)
+        time.sleep(STALL)  # noqa: ASYNC251 A slow synchronous bank call: no renewal runs.
         return Outcome(instruction=f"Say that {request.amount} was sent")
 
     return Category(
@@ -77,10 +81,10 @@ async def test_a_turn_that_stalls_past_its_lease_is_fenced_off(
     worker.start()
     try:
         for _ in range(600):
-            if Path(ready).exists():
+            if _exists(ready):
                 break
             await asyncio.sleep(0.02)
-        assert Path(ready).exists(), "the worker never reached its handler"
+        assert _exists(ready), "the worker never reached its handler"
         orch = Orchestrator(
             [_bank(str(tmp_path / "unused"))],
             model=FunctionModel(lambda r: {"category": "OTHER"} if r.expert == "triage" else "hi"),

@@ -78,13 +78,13 @@ async def test_switching_to_a_message_with_children_makes_its_newest_leaf_active
 
 async def test_each_new_holder_gets_a_larger_fencing_token(store: ConversationStore) -> None:
     c = conv()
-    tokens = []
+    tokens: list[int] = []
     for _ in range(3):
         lease = store.turn_lease(c)
         await lease.take()
+        assert lease.token is not None
         tokens.append(lease.token)
         await lease.aclose()
-    assert tokens[0] is not None
     assert tokens == sorted(tokens) and len(set(tokens)) == 3
 
 
