@@ -18,7 +18,7 @@ from frontdesk.experts.errors import (
 )
 from frontdesk.experts.providers import FunctionModel, ModelRequest
 from frontdesk.orchestrator import Orchestrator, TurnFailed
-from frontdesk.threads.errors import ConversationNotFound, IdempotencyConflict
+from frontdesk.threads.errors import ConversationBusy, ConversationNotFound, IdempotencyConflict
 
 pytestmark = pytest.mark.anyio
 
@@ -342,3 +342,47 @@ async def test_switching_to_an_inner_message_resolves_to_its_newest_leaf(
     await orch.aclose()
     # No reply dropped off the thread: the next turn follows the whole exchange.
     assert sent == ["hello", first.text, "and potatoes?", second.text, "thanks"]
+
+
+async def test_the_wait_for_a_busy_conversation_counts_against_the_turn_deadline(
+    team: Any, db_url: str
+) -> None:
+    orch = Orchestrator(
+        potato_categories(), model=team.model(), store=db_url, lock_timeout=30, turn_deadline=0.5
+    )
+    await orch.handle("c", "hello")
+    async with orch.store.conversation_lock("c"):  # Another turn holds it.
+        started = asyncio.get_running_loop().time()
+        with pytest.raises(ConversationBusy):
+            await orch.handle("c", "still there?")
+        waited = asyncio.get_running_loop().time() - started
+    await orch.aclose()
+    assert 0.5 <= waited < 2, f"waited {waited:.1f} s, not the 0.5 s deadline"
+
+
+async def test_a_turn_that_waited_for_its_lease_has_only_the_rest_of_its_deadline(
+    db_url: str,
+) -> None:
+    async def slow(request: ModelRequest) -> Any:
+        if request.expert == "triage":
+            return {"category": "OTHER", "reason": "chat"}
+        await asyncio.sleep(0.5)
+        return "late"
+
+    orch = Orchestrator(
+        potato_categories(), model=FunctionModel(slow), store=db_url, turn_deadline=0.8
+    )
+    await orch.open()
+    lock = orch.store.conversation_lock("c")
+    await lock.__aenter__()
+
+    async def let_go() -> None:
+        await asyncio.sleep(0.5)
+        await lock.__aexit__(None, None, None)
+
+    releasing = asyncio.create_task(let_go())
+    with pytest.raises(TurnFailed) as caught:  # 0.5 s waited + 0.5 s answering > 0.8 s.
+        await orch.handle("c", "hello")
+    await releasing
+    await orch.aclose()
+    assert caught.value.stage == "deadline"
