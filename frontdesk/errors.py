@@ -42,7 +42,9 @@
     │   └── EmptySummary                the summariser gave no usable text
     ├── StoreError                      an unexpected database failure
     │   ├── StoreUnavailable            transient (serialisation, deadlock, disconnect): retry
-    │   └── ConversationBusy            another turn holds the conversation: retry later
+    │   ├── ConversationBusy            another turn holds the conversation: retry later
+    │   └── LeaseLost                   a turn's lease was taken over (fenced): nothing of
+    │                                   its last transaction landed; retry the same message
     └── AuditError                      the audit log failed at run time
         ├── AuditWriteError             a batch could not be written (and was not spooled)
         └── ReplayError                 a recorded turn could not be replayed
@@ -73,6 +75,7 @@ __all__ = [
     "InputTooLarge",
     "InvalidInput",
     "InvalidUserText",
+    "LeaseLost",
     "MessageNotFound",
     "MessageNotInConversation",
     "MissingAPIKey",
@@ -124,9 +127,14 @@ class ConversationNotFound(UserError):
     user, so that a caller cannot probe for other customers' conversations.
     """
 
-    def __init__(self, message: str, *, conversation_id: str) -> None:
+    def __init__(
+        self, message: str, *, conversation_id: str | None, message_id: str | None = None
+    ) -> None:
         super().__init__(message)
         self.conversation_id = conversation_id
+        """The conversation asked for (`None` when the caller named a message instead)."""
+        self.message_id = message_id
+        """The message asked for (edit, regenerate), when the caller named one."""
 
 
 # --- Models and experts (experts) ---
@@ -303,6 +311,23 @@ class ConversationBusy(StoreError):
         super().__init__(message)
         self.conversation_id = conversation_id
         self.waited = waited
+
+
+class LeaseLost(StoreError):
+    """A turn's conversation lease was taken over by another turn while it ran.
+
+    The lease had expired (the holder stalled past its ttl without renewing it, for example
+    in a blocking call) and another process took it with a newer fencing token. The turn's
+    last transaction checked the token and wrote nothing; retrying with the same
+    `client_message_id` answers the stored message.
+    """
+
+    retryable = True
+
+    def __init__(self, message: str, *, conversation_id: str, token: int | None) -> None:
+        super().__init__(message)
+        self.conversation_id = conversation_id
+        self.token = token
 
 
 # --- The audit log (audit) ---

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import time
 from collections.abc import AsyncGenerator, Awaitable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, Literal
@@ -18,7 +19,13 @@ from sqlalchemy import Connection
 
 from frontdesk.audit.store import AuditLog
 from frontdesk.db import normalise_url
-from frontdesk.errors import ConfigError, UserError
+from frontdesk.errors import (
+    ConfigError,
+    ConversationNotFound,
+    MessageNotFound,
+    MessageNotInConversation,
+    UserError,
+)
 from frontdesk.experts import Category
 from frontdesk.experts.category import check_registry
 from frontdesk.experts.errors import ProviderQuotaExhausted
@@ -34,7 +41,12 @@ from frontdesk.orchestrator.turn import Pipeline, Turn, run_turn
 from frontdesk.threads.budget import Budget
 from frontdesk.threads.builder import ThreadMessage, UserThread, build_thread, thread_since
 from frontdesk.threads.compaction import CompactionPolicy
-from frontdesk.threads.store import ConversationStore, MessageRecord, TurnLease
+from frontdesk.threads.store import (
+    DEFAULT_LEASE_TTL,
+    ConversationStore,
+    MessageRecord,
+    TurnLease,
+)
 from frontdesk.threads.tokens import CalibratedCounter, TokenCounter
 
 log = structlog.get_logger("frontdesk.orchestrator")
@@ -68,7 +80,8 @@ class Orchestrator:
         settings: Per-expert model settings.
         context: Extra data handed to every handler in `HandlerContext.extras`.
         lock_timeout: Seconds a turn waits for another turn on the same conversation.
-        lock_ttl: Seconds after which the lock of a crashed process expires.
+        lock_ttl: Seconds after which the lock of a crashed process expires (a running
+            turn renews its lock every third of it, so a slow handler keeps it).
         turn_deadline: Seconds a turn's expert calls may take in all (retries included);
             past it the turn fails with `TurnFailed(stage="deadline")`, the message kept.
         budgets: Token budgets per expert (`threads.Budget`), replacing the defaults.
@@ -90,7 +103,7 @@ class Orchestrator:
         settings: ExpertSettings | None = None,
         context: Mapping[str, Any] | None = None,
         lock_timeout: float = 30.0,
-        lock_ttl: float = 15.0,
+        lock_ttl: float = DEFAULT_LEASE_TTL,
         turn_deadline: float | None = 120.0,
         token_counter: TokenCounter | None = None,
         budgets: Mapping[str, Budget] | None = None,
@@ -212,14 +225,28 @@ class Orchestrator:
         Idempotent per `client_message_id`: a retry returns the stored reply without a model
         call, or finishes a turn interrupted after the user message was stored.
 
+        Args:
+            conversation_id: The conversation; created on its first message.
+            text: What the user wrote.
+            user_id: Who is writing. A new conversation belongs to the `user_id` of its
+                first message; later calls must name the same user. `None` is single-user
+                mode: it starts and reaches only conversations without an owner.
+            client_message_id: The client's id for this message (idempotency key).
+
         Raises:
-            InvalidUserText: before anything is stored or sent.
+            InvalidUserText: before anything is stored or sent (`InputTooLarge` names the
+                character limit or the expert whose question allowance it is over).
+            ConversationNotFound: the conversation belongs to another user (checked in the
+                transaction that would store the message, before any model call).
             IdempotencyConflict: the id was used with other text; nothing is written.
-            ConversationBusy: another turn held the conversation past `lock_timeout`.
+            ConversationBusy: another turn held the conversation past `lock_timeout` (or
+                past `turn_deadline`, which the wait counts against).
+            LeaseLost: the turn stalled past `lock_ttl` and another turn took the
+                conversation over; none of this turn's last writes landed.
             TurnFailed: the models could not answer; the user message is stored.
         """
         text = check_user_text(text, max_chars=self.max_message_chars)
-        _wiring.check_question(text, self.token_counter, self.budgets)
+        self._check_question(text)
         p = await self._open()
         lease = self._lease(p, conversation_id)
         try:
@@ -259,16 +286,19 @@ class Orchestrator:
             self, conversation_id, text, user_id=user_id, client_message_id=client_message_id
         )
 
-    async def edit(self, user_message_id: str, text: str) -> Reply:
-        """Answer an edited user message: a sibling branch under the same parent."""
+    async def edit(self, user_message_id: str, text: str, *, user_id: str | None = None) -> Reply:
+        """Answer an edited user message: a sibling branch under the same parent.
+
+        Raises:
+            ConversationNotFound: no such message in a conversation of `user_id` (the same
+                for a missing message and another user's, so neither can be probed).
+        """
         text = check_user_text(text, max_chars=self.max_message_chars)
-        _wiring.check_question(text, self.token_counter, self.budgets)
+        self._check_question(text)
         p = await self._open()
-        original = await p.store.get(user_message_id)
+        original = await self._owned_message(p, user_message_id, user_id)
         if original.role != "user":
             raise UserError(f"message {user_message_id} is an assistant message; edit a user one")
-        conversation = await p.store.conversation(original.conversation_id)
-        user_id = conversation.user_id if conversation else None
         lease = self._lease(p, original.conversation_id)
         try:
             start = await p.store.start_turn(
@@ -283,15 +313,17 @@ class Orchestrator:
         finally:
             await lease.aclose()
 
-    async def regenerate(self, assistant_message_id: str) -> Reply:
-        """Answer the same user message again: a sibling answer."""
+    async def regenerate(self, assistant_message_id: str, *, user_id: str | None = None) -> Reply:
+        """Answer the same user message again: a sibling answer.
+
+        Raises:
+            ConversationNotFound: no such message in a conversation of `user_id`.
+        """
         p = await self._open()
-        answer = await p.store.get(assistant_message_id)
+        answer = await self._owned_message(p, assistant_message_id, user_id)
         if answer.role != "assistant" or answer.parent_id is None:
             raise UserError(f"message {assistant_message_id} is not an assistant message")
         question = await p.store.get(answer.parent_id)
-        conversation = await p.store.conversation(answer.conversation_id)
-        user_id = conversation.user_id if conversation else None
         lease = self._lease(p, answer.conversation_id)
         try:
             await lease.take()
@@ -300,35 +332,68 @@ class Orchestrator:
         finally:
             await lease.aclose()
 
-    async def user_thread(self, conversation_id: str) -> UserThread:
-        """What the experts will be sent next for this conversation (summary included)."""
+    async def user_thread(self, conversation_id: str, *, user_id: str | None = None) -> UserThread:
+        """What the experts will be sent next for this conversation (summary included).
+
+        Raises:
+            ConversationNotFound: no such conversation for `user_id`.
+        """
         p = await self._open()
+        await p.store.check_owner(conversation_id, user_id)
         leaf = await p.store.active_leaf(conversation_id)
         if leaf is None:
             return UserThread()
         return await build_thread(p.store, leaf.id)
 
-    async def transcript(self, conversation_id: str) -> list[MessageRecord]:
-        """Every message of the active path, root first (never compacted)."""
+    async def transcript(
+        self, conversation_id: str, *, user_id: str | None = None
+    ) -> list[MessageRecord]:
+        """Every message of the active path, root first (never compacted).
+
+        Raises:
+            ConversationNotFound: no such conversation for `user_id`.
+        """
         p = await self._open()
+        await p.store.check_owner(conversation_id, user_id)
         leaf = await p.store.active_leaf(conversation_id)
         return [] if leaf is None else await p.store.path(leaf.id)
 
-    async def branches(self, conversation_id: str) -> list[MessageRecord]:
-        """The leaves of the conversation's tree: one per branch (edits, regenerations)."""
-        p = await self._open()
-        return await p.store.branches(conversation_id)
-
-    async def switch_branch(self, conversation_id: str, message_id: str) -> list[MessageRecord]:
-        """Make the path through `message_id` the active one; returns that transcript.
+    async def branches(
+        self, conversation_id: str, *, user_id: str | None = None
+    ) -> list[MessageRecord]:
+        """The leaves of the conversation's tree: one per branch (edits, regenerations).
 
         Raises:
-            MessageNotFound: no such message.
-            MessageNotInConversation: it belongs to another conversation.
+            ConversationNotFound: no such conversation for `user_id`.
         """
         p = await self._open()
-        await p.store.set_active_leaf(conversation_id, message_id)
-        return await self.transcript(conversation_id)
+        await p.store.check_owner(conversation_id, user_id)
+        return await p.store.branches(conversation_id)
+
+    async def switch_branch(
+        self, conversation_id: str, message_id: str, *, user_id: str | None = None
+    ) -> list[MessageRecord]:
+        """Make the path through `message_id` the active one; returns that transcript.
+
+        `message_id` may be any message of the conversation: one with replies or edits
+        below it is resolved to the newest leaf under it (the transcript then ends there),
+        so the next message always follows a whole exchange.
+
+        Raises:
+            ConversationNotFound: no such conversation for `user_id`.
+            MessageNotFound: no such message in this conversation (the same for a message
+                of another conversation, so that message ids cannot be probed).
+        """
+        p = await self._open()
+        await p.store.check_owner(conversation_id, user_id)
+        try:
+            await p.store.set_active_leaf(conversation_id, message_id)
+        except MessageNotInConversation:  # Said as for a missing one: no probing of ids.
+            raise MessageNotFound(
+                f"no message {message_id!r} in conversation {conversation_id!r}",
+                message_id=message_id,
+            ) from None
+        return await self.transcript(conversation_id, user_id=user_id)
 
     async def aclose(self) -> None:
         """Wait for background work, then close what this orchestrator opened."""
@@ -354,8 +419,38 @@ class Orchestrator:
     # -- machinery ----------------------------------------------------------------------
 
     def _lease(self, p: Pipeline, conversation_id: str) -> TurnLease:
-        """Serialise turns on one conversation across processes (a lease, not yet taken)."""
-        return p.store.turn_lease(conversation_id, timeout=self.lock_timeout, ttl=self.lock_ttl)
+        """Serialise turns on one conversation across processes (a lease, not yet taken).
+
+        The wait counts against the turn's deadline, so it is never longer than that.
+        """
+        wait = self.lock_timeout
+        if self.turn_deadline is not None:
+            wait = min(wait, self.turn_deadline)
+        return p.store.turn_lease(conversation_id, timeout=wait, ttl=self.lock_ttl)
+
+    def _check_question(self, text: str) -> None:
+        """Refuse up front a question some expert could not be sent (the budgets' count)."""
+        _wiring.check_question(text, {e: self.counter_for(e) for e in EXPERTS}, self.budgets)
+
+    async def _owned_message(
+        self, p: Pipeline, message_id: str, user_id: str | None
+    ) -> MessageRecord:
+        """The message `message_id` if it is in a conversation of `user_id`.
+
+        Raises:
+            ConversationNotFound: the same for a missing message and another user's.
+        """
+        try:
+            message = await p.store.get(message_id)
+            await p.store.check_owner(message.conversation_id, user_id)
+        except (MessageNotFound, ConversationNotFound):
+            raise ConversationNotFound(
+                f"no message {message_id!r} in a conversation of this user; check the message "
+                "id and the user_id the conversation was started with",
+                conversation_id=None,
+                message_id=message_id,
+            ) from None
+        return message
 
     async def _answer(
         self,
@@ -387,7 +482,9 @@ class Orchestrator:
         try:
             with recording(recorder):
                 reply = await self._within_deadline(
-                    run_turn(dataclasses.replace(p, store=staging), turn), user_message
+                    run_turn(dataclasses.replace(p, store=staging), turn),
+                    user_message,
+                    since=lease.started,
                 )
         except BaseException as e:
             await self._fail(user_message.conversation_id, recorder, e)
@@ -400,11 +497,19 @@ class Orchestrator:
             self._after_reply(user_message.conversation_id, reply.message_id)
         return reply
 
-    async def _within_deadline(self, turn: Awaitable[Reply], user_message: MessageRecord) -> Reply:
+    async def _within_deadline(
+        self, turn: Awaitable[Reply], user_message: MessageRecord, *, since: float
+    ) -> Reply:
         """Run the turn's expert calls under the turn deadline (a provider that hangs or a
-        long retry-after never holds the caller, or the conversation's lease, past it)."""
+        long retry-after never holds the caller, or the conversation's lease, past it).
+
+        The deadline runs from `since` (`time.monotonic()`, when the turn began waiting for
+        its lease), so the lease wait counts against it."""
+        remaining = None
+        if self.turn_deadline is not None:
+            remaining = self.turn_deadline - (time.monotonic() - since)
         try:
-            async with asyncio.timeout(self.turn_deadline):
+            async with asyncio.timeout(remaining):
                 return await turn
         except TimeoutError as e:
             raise TurnFailed(

@@ -23,7 +23,7 @@ from frontdesk.orchestrator._recorder import RecordedModel
 from frontdesk.orchestrator.config import ExpertSettings
 from frontdesk.orchestrator.errors import InputTooLarge
 from frontdesk.prompts import Prompt, RenderedPrompt, load_prompt, parse_prompt
-from frontdesk.threads.budget import Budget, budget_for
+from frontdesk.threads.budget import Budget, budget_for, question_tokens
 from frontdesk.threads.tokens import CalibratedCounter, TokenCounter
 
 Experts = tuple[TriageExpert, Mapping[str, RequestExpert], ResponseExpert]
@@ -122,17 +122,25 @@ def counter_for(counter: TokenCounter, model_name: str) -> TokenCounter:
     return counter
 
 
-def check_question(text: str, counter: TokenCounter, budgets: Mapping[str, Budget]) -> None:
+def check_question(
+    text: str, counters: Mapping[str, TokenCounter], budgets: Mapping[str, Budget]
+) -> None:
     """Refuse before storing a question no expert's budget can hold (no provider 413).
+
+    Counts exactly as `Budget.fit` will when the turn builds each expert's view: with that
+    expert's calibrated counter and the question framed as one user turn. A message that
+    passes here is therefore never refused later with `QuestionOverBudget` (unless a
+    provider's reported usage raises the calibration in between).
 
     Raises:
         InputTooLarge: naming the expert and its allowance.
     """
-    tokens = counter.count(text)
     for expert in ("triage", "request", "response"):
         allowance = budget_for(expert, budgets).question
+        tokens = question_tokens(counters[expert], text)
         if tokens > allowance:
             raise InputTooLarge(
                 f"the message is about {tokens:,} tokens; the {expert} expert's question"
-                f" allowance is {allowance:,} (Orchestrator(budgets=...) changes it)"
+                f" allowance is {allowance:,} tokens; send a shorter message"
+                " (Orchestrator(budgets=...) changes the allowance)"
             )

@@ -14,15 +14,30 @@ from frontdesk.threads.store import MessageRecord
 
 
 class SyncOrchestrator:
-    """The same API as `Orchestrator`, blocking; one private event loop per instance."""
+    """The same API as `Orchestrator`, blocking; one private event loop per instance.
+
+    Every method takes the same `user_id` keyword as the async one (the conversation's
+    owner; `None` is single-user mode) and raises the same errors.
+    """
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         self._runner = asyncio.Runner()
         self.orchestrator = Orchestrator(*args, **kwargs)
 
-    def handle(self, conversation_id: str, text: str, **kwargs: Any) -> Reply:
+    def handle(
+        self,
+        conversation_id: str,
+        text: str,
+        *,
+        user_id: str | None = None,
+        client_message_id: str | None = None,
+    ) -> Reply:
         """Blocking `Orchestrator.handle`."""
-        return self._runner.run(self.orchestrator.handle(conversation_id, text, **kwargs))
+        return self._runner.run(
+            self.orchestrator.handle(
+                conversation_id, text, user_id=user_id, client_message_id=client_message_id
+            )
+        )
 
     def stream(
         self,
@@ -55,21 +70,35 @@ class SyncOrchestrator:
         finally:
             self._runner.run(events.aclose())
 
-    def edit(self, user_message_id: str, text: str) -> Reply:
+    def edit(self, user_message_id: str, text: str, *, user_id: str | None = None) -> Reply:
         """Blocking `Orchestrator.edit`."""
-        return self._runner.run(self.orchestrator.edit(user_message_id, text))
+        return self._runner.run(self.orchestrator.edit(user_message_id, text, user_id=user_id))
 
-    def regenerate(self, assistant_message_id: str) -> Reply:
+    def regenerate(self, assistant_message_id: str, *, user_id: str | None = None) -> Reply:
         """Blocking `Orchestrator.regenerate`."""
-        return self._runner.run(self.orchestrator.regenerate(assistant_message_id))
+        return self._runner.run(self.orchestrator.regenerate(assistant_message_id, user_id=user_id))
 
-    def user_thread(self, conversation_id: str) -> UserThread:
+    def user_thread(self, conversation_id: str, *, user_id: str | None = None) -> UserThread:
         """Blocking `Orchestrator.user_thread`."""
-        return self._runner.run(self.orchestrator.user_thread(conversation_id))
+        return self._runner.run(self.orchestrator.user_thread(conversation_id, user_id=user_id))
 
-    def transcript(self, conversation_id: str) -> list[MessageRecord]:
+    def transcript(
+        self, conversation_id: str, *, user_id: str | None = None
+    ) -> list[MessageRecord]:
         """Blocking `Orchestrator.transcript`."""
-        return self._runner.run(self.orchestrator.transcript(conversation_id))
+        return self._runner.run(self.orchestrator.transcript(conversation_id, user_id=user_id))
+
+    def branches(self, conversation_id: str, *, user_id: str | None = None) -> list[MessageRecord]:
+        """Blocking `Orchestrator.branches`."""
+        return self._runner.run(self.orchestrator.branches(conversation_id, user_id=user_id))
+
+    def switch_branch(
+        self, conversation_id: str, message_id: str, *, user_id: str | None = None
+    ) -> list[MessageRecord]:
+        """Blocking `Orchestrator.switch_branch`."""
+        return self._runner.run(
+            self.orchestrator.switch_branch(conversation_id, message_id, user_id=user_id)
+        )
 
     def close(self) -> None:
         """Close the orchestrator and the event loop."""

@@ -139,3 +139,29 @@ def test_db_upgrade_reports_a_bad_url() -> None:
     result = CliRunner().invoke(app, ["db", "upgrade", "--db", "mysql://x@y/z"])
     assert result.exit_code == 2
     assert "postgresql" in result.output
+
+
+@pytest.mark.anyio
+async def test_0006_gives_leases_a_fencing_token_and_keeps_held_ones(empty_url: str) -> None:
+    engine = create_engine(empty_url)
+    try:
+        await upgrade_schema(engine, "0004_summary_covered_messages")
+        async with engine.begin() as conn:
+            await conn.execute(
+                sa.text("INSERT INTO lease (name, owner, expires_at) VALUES ('held', 'old', 1)")
+            )
+        await upgrade_schema(engine, "head")
+        async with engine.connect() as conn:
+            token = (await conn.execute(sa.text("SELECT token FROM lease"))).scalar_one()
+        assert token == 0
+    finally:
+        await engine.dispose()
+    store = await ConversationStore.open(empty_url)
+    try:
+        lease = store.turn_lease("c")
+        await lease.take()
+        assert lease.token == 1  # A new conversation's first holder.
+        await lease.aclose()
+        assert await store.try_lease("held", "new", ttl=1)  # The expired old lease is taken.
+    finally:
+        await store.aclose()

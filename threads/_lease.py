@@ -31,7 +31,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from frontdesk._sqlite import Statement
 from frontdesk.threads._tx import run_sync_tx
-from frontdesk.threads.errors import ConversationBusy
+from frontdesk.threads.errors import ConversationBusy, LeaseLost
 from frontdesk.threads.models import Lease
 
 _lease = Lease.__table__  # type: ignore[attr-defined]
@@ -39,48 +39,108 @@ _log = structlog.get_logger("threads.lease")
 
 T = TypeVar("T")
 
-DEFAULT_TTL = 15.0
-"""Seconds a lease lives without renewal; a held lease is renewed every `ttl / 3`."""
+DEFAULT_TTL = 5.0
+"""Seconds a lease lives without renewal; a held lease is renewed every `ttl / 3` (its
+heartbeat), so a crashed holder's lease runs out within seconds while a slow one keeps it."""
 
 
 def _take_statement(insert: Any) -> Any:
     owner: sa.BindParameter[str] = sa.bindparam("owner")
     stmt = insert(_lease).values(
-        name=sa.bindparam("name"), owner=owner, expires_at=sa.bindparam("expires")
+        name=sa.bindparam("name"), owner=owner, expires_at=sa.bindparam("expires"), token=1
+    )
+    # A new owner gets the next fencing token; the holder renewing keeps its own.
+    token = sa.case(
+        (_lease.c.owner == stmt.excluded.owner, _lease.c.token), else_=_lease.c.token + 1
     )
     return stmt.on_conflict_do_update(
         index_elements=[_lease.c.name],
-        set_={"owner": stmt.excluded.owner, "expires_at": stmt.excluded.expires_at},
+        set_={"owner": stmt.excluded.owner, "expires_at": stmt.excluded.expires_at, "token": token},
         where=sa.or_(_lease.c.expires_at < sa.bindparam("now"), _lease.c.owner == owner),
-    ).returning(_lease.c.owner)
+    ).returning(_lease.c.token)
 
 
 # Built once: building a statement costs more than running it.
 _TAKE = Statement(_take_statement(sqlite.insert), postgresql=_take_statement(postgresql.insert))
+# Giving back keeps the row, expired, so that the next owner's token is still one more.
 _GIVE_BACK = Statement(
-    sa.delete(_lease).where(
-        _lease.c.name == sa.bindparam("name"), _lease.c.owner == sa.bindparam("owner")
+    sa.update(_lease)
+    .where(
+        _lease.c.name == sa.bindparam("lease_name"), _lease.c.owner == sa.bindparam("lease_owner")
     )
+    .values(expires_at=0.0)
+)
+# The fence: the lease is still this holder's (same owner, same token), row-locked until the
+# transaction ends, so no one can take it over between the check and the commit.
+_FENCE = Statement(
+    sa.update(_lease)
+    .where(
+        _lease.c.name == sa.bindparam("lease_name"),
+        _lease.c.owner == sa.bindparam("lease_owner"),
+        _lease.c.token == sa.bindparam("lease_token"),
+        _lease.c.expires_at > 0,
+    )
+    .values(expires_at=sa.bindparam("expires"))
+)
+_RENEW = (
+    sa.update(_lease)
+    .where(
+        _lease.c.name == sa.bindparam("lease_name"),
+        _lease.c.owner == sa.bindparam("lease_owner"),
+        _lease.c.expires_at > 0,  # Not given back meanwhile (a renewal racing the release).
+    )
+    .values(expires_at=sa.bindparam("expires"))
 )
 
 
-def _take(conn: Connection, name: str, owner: str, ttl: float) -> bool:
-    """In `conn`'s transaction: take (or renew) the lease unless another owner holds it."""
+def _take(conn: Connection, name: str, owner: str, ttl: float) -> int | None:
+    """In `conn`'s transaction: take (or renew) the lease unless another owner holds it.
+
+    Returns the fencing token now held, or `None` when another owner holds the lease.
+    """
     now = time.time()
     params = {"name": name, "owner": owner, "expires": now + ttl, "now": now}
-    return _TAKE.first(conn, params) is not None
+    row = _TAKE.first(conn, params)
+    return None if row is None else int(row["token"])
 
 
 def _give_back(conn: Connection, name: str, owner: str) -> None:
-    """In `conn`'s transaction: delete the lease if `owner` still holds it."""
-    _GIVE_BACK.run(conn, {"name": name, "owner": owner})
+    """In `conn`'s transaction: expire the lease if `owner` still holds it."""
+    _GIVE_BACK.run(conn, {"lease_name": name, "lease_owner": owner})
+
+
+def fence(conn: Connection, name: str, owner: str, token: int, ttl: float, subject: str) -> None:
+    """In `conn`'s transaction: check that `owner` still holds the lease with `token`.
+
+    The check row-locks the lease until the transaction ends (and renews it), so a write
+    that follows it in the same transaction lands only while the lease holds.
+
+    Raises:
+        LeaseLost: another owner took the lease over (it had expired), or it was given back;
+            the caller's transaction must roll back.
+    """
+    params = {
+        "lease_name": name,
+        "lease_owner": owner,
+        "lease_token": token,
+        "expires": time.time() + ttl,
+    }
+    held = _FENCE.run(conn, params) == 1
+    if not held:
+        raise LeaseLost(
+            f"the turn on conversation {subject!r} lost its lease (fencing token {token}) to "
+            "another turn while it ran, so none of its writes were kept; retry with the same "
+            "client_message_id",
+            conversation_id=subject,
+            token=token,
+        )
 
 
 async def try_lease(engine: AsyncEngine, name: str, owner: str, ttl: float) -> bool:
     """Take (or renew) the lease `name` for `owner` unless someone else holds it unexpired."""
 
     def work(conn: Connection) -> bool:
-        return _take(conn, name, owner, ttl)
+        return _take(conn, name, owner, ttl) is not None
 
     return await run_sync_tx(engine, work)
 
@@ -89,12 +149,8 @@ async def renew_lease(engine: AsyncEngine, name: str, owner: str, ttl: float) ->
     """Push the expiry of a lease `owner` holds; `False` when it was lost meanwhile."""
 
     def work(conn: Connection) -> bool:
-        stmt = (
-            sa.update(_lease)
-            .where(_lease.c.name == name, _lease.c.owner == owner)
-            .values(expires_at=time.time() + ttl)
-        )
-        return conn.execute(stmt).rowcount == 1
+        params = {"lease_name": name, "lease_owner": owner, "expires": time.time() + ttl}
+        return conn.execute(_RENEW, params).rowcount == 1
 
     return await run_sync_tx(engine, work)
 
@@ -130,6 +186,10 @@ class TurnLease:
         self.ttl = ttl
         self.subject = subject
         self.held = False
+        self.token: int | None = None
+        """The fencing token of this claim, once taken."""
+        self.started = time.monotonic()
+        """When the claim was made (the lease wait counts against a turn's deadline)."""
         self._timer: asyncio.TimerHandle | None = None
         self._renewer: asyncio.Task[None] | None = None
 
@@ -142,10 +202,11 @@ class TurnLease:
             ConversationBusy: the lease was not free within `wait` seconds.
         """
 
-        def work(conn: Connection) -> tuple[bool, T | None]:
-            if not _take(conn, self.name, self.owner, self.ttl):
-                return False, None
-            return True, None if first is None else first(conn)
+        def work(conn: Connection) -> tuple[int | None, T | None]:
+            token = _take(conn, self.name, self.owner, self.ttl)
+            if token is None:
+                return None, None
+            return token, None if first is None else first(conn)
 
         started = time.monotonic()
         delay = 0.002
@@ -154,13 +215,13 @@ class TurnLease:
             # gives it back in `aclose` (deleting a lease one does not hold does nothing).
             self.held = True
             try:
-                taken, result = await run_sync_tx(self.engine, work)
+                token, result = await run_sync_tx(self.engine, work)
             except BaseException as e:
                 self.held = isinstance(e, asyncio.CancelledError)
                 raise
-            self.held = taken
-            if taken:
-                self.held = True
+            self.held = token is not None
+            if token is not None:
+                self.token = token
                 self._timer = asyncio.get_running_loop().call_later(self.ttl / 3, self._renew)
                 return result
             waited = time.monotonic() - started
@@ -176,15 +237,34 @@ class TurnLease:
             )
             delay = min(delay * 2, 0.1)
 
+    def fence(self, conn: Connection) -> None:
+        """In `conn`'s transaction: make sure this claim still holds (see `_lease.fence`).
+
+        Raises:
+            LeaseLost: another owner took the lease over; roll the transaction back.
+        """
+        if self.token is None:
+            raise LeaseLost(
+                f"the lease on conversation {self.subject!r} was never taken; take it first",
+                conversation_id=self.subject,
+                token=None,
+            )
+        fence(conn, self.name, self.owner, self.token, self.ttl, self.subject)
+
     async def release(self, last: Callable[[Connection], T]) -> T:
-        """Run `last` (sync SQL) and give the lease back in one transaction.
+        """Check the fence, run `last` (sync SQL) and give the lease back, in one transaction.
 
         When the transaction fails, the lease is still held (call `aclose`).
+
+        Raises:
+            LeaseLost: the lease was taken over meanwhile; nothing of `last` was written.
         """
 
         def work(conn: Connection) -> T:
+            self.fence(conn)
+            result = last(conn)
             _give_back(conn, self.name, self.owner)
-            return last(conn)
+            return result
 
         self._stop_renewing()
         result = await run_sync_tx(self.engine, work)

@@ -18,6 +18,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from frontdesk._sqlite import Statement
 from frontdesk.threads._records import MessageRecord, new_id
 from frontdesk.threads.errors import (
+    ConversationNotFound,
     IdempotencyConflict,
     InvalidInput,
     MessageNotFound,
@@ -48,8 +49,13 @@ def add_user(
     parent_id: ParentId,
     token_count: int,
 ) -> tuple[MessageRecord, bool]:
-    """The body of `add_user_message`: idempotent per `client_message_id`."""
-    leaf_id, existing = lock_conversation(conn, conversation_id, user_id, client_message_id)
+    """The body of `add_user_message`: idempotent per `client_message_id`, owner checked.
+
+    Raises:
+        ConversationNotFound: the conversation belongs to another user than `user_id`.
+    """
+    leaf_id, existing, owner = lock_conversation(conn, conversation_id, user_id, client_message_id)
+    check_owner(conversation_id, owner, user_id)
     if existing is not None:
         assert client_message_id is not None, "only a client message id finds a message"
         if existing.content != content:
@@ -87,7 +93,7 @@ def add_assistant(conn: Connection, parent_id: str, **values: Any) -> MessageRec
             f"message {parent_id!r} is an assistant message; a reply goes under a "
             "user message (regenerate under the assistant message's parent)"
         )
-    lock_conversation(conn, parent.conversation_id, None)
+    lock_conversation(conn, parent.conversation_id, None)  # Internal: no owner to check.
     return insert(
         conn,
         conversation_id=parent.conversation_id,
@@ -102,13 +108,13 @@ def lock_conversation(
     conversation_id: str,
     user_id: str | None,
     client_message_id: str | None = None,
-) -> tuple[str | None, MessageRecord | None]:
-    """Lock the conversation row (creating it if missing).
+) -> tuple[str | None, MessageRecord | None, str | None]:
+    """Lock the conversation row (creating it if missing, owned by `user_id`).
 
-    Returns its active leaf id and, in the same statement, the message already stored
-    with `client_message_id` (if one is given and found). On PostgreSQL this is a row lock
-    (`FOR NO KEY UPDATE`). SQLite drops `FOR UPDATE` silently; there the transaction's
-    `BEGIN IMMEDIATE` already holds the write lock.
+    Returns its active leaf id, in the same statement the message already stored with
+    `client_message_id` (if one is given and found), and the conversation's owner. On
+    PostgreSQL this is a row lock (`FOR NO KEY UPDATE`). SQLite drops `FOR UPDATE`
+    silently; there the transaction's `BEGIN IMMEDIATE` already holds the write lock.
     """
     select, params = _LOCK_CONVERSATION, {"conversation_id": conversation_id}
     if client_message_id is not None:
@@ -125,20 +131,49 @@ def lock_conversation(
         row = select.first(conn, params)
         assert row is not None, "the conversation row exists after the upsert"
     found = None if client_message_id is None or row["id"] is None else MessageRecord.from_row(row)
-    return row["leaf_id"], found
+    return row["leaf_id"], found, row["owner_id"]
+
+
+def check_owner(conversation_id: str, owner: str | None, user_id: str | None) -> None:
+    """Refuse a caller who is not the conversation's owner, as if it did not exist.
+
+    `user_id=None` (single-user mode) reaches only conversations that have no owner.
+
+    Raises:
+        ConversationNotFound: `user_id` is not `owner`.
+    """
+    if owner != user_id:
+        raise not_found(conversation_id)
+
+
+def not_found(conversation_id: str) -> ConversationNotFound:
+    """The one error for a conversation that is missing or someone else's (no probing)."""
+    return ConversationNotFound(
+        f"no conversation {conversation_id!r} for this user; check the conversation id and "
+        "the user_id it was started with",
+        conversation_id=conversation_id,
+    )
+
+
+def owner_of(conn: Connection, conversation_id: str) -> tuple[bool, str | None]:
+    """Whether the conversation exists, and its owner (`None`: single-user mode)."""
+    stmt = sa.select(_conv.c.user_id).where(_conv.c.id == conversation_id)
+    row = conn.execute(stmt).first()
+    return (False, None) if row is None else (True, row[0])
 
 
 def _lock_conversation_query(with_client_id: bool) -> sa.Select[Any]:
     leaf = _conv.c.active_leaf_id.label("leaf_id")
+    owner = _conv.c.user_id.label("owner_id")
     by_id = _conv.c.id == sa.bindparam("conversation_id")
     if not with_client_id:
-        return sa.select(leaf).where(by_id).with_for_update(key_share=True)
+        return sa.select(leaf, owner).where(by_id).with_for_update(key_share=True)
     sent = sa.and_(
         _msg.c.conversation_id == _conv.c.id,
         _msg.c.client_message_id == sa.bindparam("client_message_id"),
     )
     return (
-        sa.select(leaf, _msg)
+        sa.select(leaf, owner, _msg)
         .select_from(_conv.outerjoin(_msg, sent))
         .where(by_id)
         .with_for_update(of=_conv, key_share=True)
@@ -216,10 +251,37 @@ def write(conn: Connection, record: MessageRecord) -> None:
     _SET_LEAF.run(conn, {"conversation": record.conversation_id, "leaf": record.id})
 
 
-def set_leaf(conn: Connection, conversation_id: str, message_id: str) -> None:
-    """Make `message_id` (checked to be in the conversation) its active leaf."""
+def set_leaf(conn: Connection, conversation_id: str, message_id: str) -> str:
+    """Make the newest leaf under `message_id` (checked to be in the conversation) the
+    conversation's active leaf; returns that leaf's id (`message_id` itself if a leaf).
+
+    A non-leaf is resolved rather than refused: the active leaf must be a leaf, or the next
+    turn would hang a second branch under it and drop the replies below it from the thread.
+    """
     message_in(conn, message_id, conversation_id)
-    _SET_LEAF.run(conn, {"conversation": conversation_id, "leaf": message_id})
+    leaf = newest_leaf_under(conn, message_id)
+    _SET_LEAF.run(conn, {"conversation": conversation_id, "leaf": leaf})
+    return leaf
+
+
+def newest_leaf_under(conn: Connection, message_id: str) -> str:
+    """The newest (by creation time, then id) leaf of the subtree rooted at `message_id`."""
+    down = sa.select(_msg.c.id, _msg.c.created_at).where(_msg.c.id == message_id)
+    walk = down.cte("subtree", recursive=True)
+    child = _msg.alias("child")
+    walk = walk.union_all(
+        sa.select(child.c.id, child.c.created_at).join(walk, child.c.parent_id == walk.c.id)
+    )
+    below = _msg.alias("below")
+    is_leaf = ~sa.exists().where(below.c.parent_id == walk.c.id)
+    stmt = (
+        sa.select(walk.c.id)
+        .where(is_leaf)
+        .order_by(walk.c.created_at.desc(), walk.c.id.desc())
+        .limit(1)
+    )
+    found = conn.execute(stmt).scalar()
+    return message_id if found is None else str(found)
 
 
 def _as_row(record: MessageRecord) -> dict[str, Any]:

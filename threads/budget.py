@@ -204,6 +204,11 @@ def _turn_tokens(counter: TokenCounter, content: str) -> int:
     return counter.count_messages([{"role": "user", "content": content}])
 
 
+def question_tokens(counter: TokenCounter, text: str) -> int:
+    """Tokens of `text` as the question (one user turn), counted exactly as `Budget.fit` does."""
+    return _turn_tokens(counter, text)
+
+
 def _fit_history(
     counter: TokenCounter, history: Sequence[T], summary: str | None, allowance: int
 ) -> tuple[list[T], int, bool, int]:

@@ -93,6 +93,8 @@ class Lease(SQLModel, table=True):
     owner: str = Field(max_length=64)
     expires_at: float
     """Unix time (seconds) after which anyone may take the lease over."""
+    token: int = Field(default=0, sa_type=sa.BigInteger)
+    """The fencing token: one more each time a new owner takes the lease (never reused)."""
 
 
 class HandlerData(SQLModel, table=True):

@@ -39,6 +39,7 @@ from frontdesk.threads.models import Conversation, Message, utcnow
 from frontdesk.threads.summaries import PathSinceSummary, path_since_newest_sync
 
 __all__ = [
+    "DEFAULT_LEASE_TTL",
     "UNSET",
     "ConversationRecord",
     "ConversationStore",
@@ -49,6 +50,9 @@ __all__ = [
 ]
 
 T = TypeVar("T")
+
+DEFAULT_LEASE_TTL = _lease.DEFAULT_TTL
+"""Seconds a turn's lease lives without its heartbeat (renewed every third of it)."""
 
 _conv = Conversation.__table__  # type: ignore[attr-defined]
 _msg = Message.__table__  # type: ignore[attr-defined]
@@ -323,9 +327,18 @@ class ConversationStore:
 
         With `release=False` the lease stays held (for a last write elsewhere, then
         `lease.aclose()`). On failure nothing of it is written and the lease is still held.
+
+        The transaction is fenced: it first checks that `lease` still holds with the token
+        it was taken with (and row-locks it), so a turn whose lease expired and was taken
+        over by another turn writes nothing.
+
+        Raises:
+            LeaseLost: the lease was taken over meanwhile; nothing was written.
         """
 
         def work(conn: Connection) -> None:
+            if not release:
+                lease.fence(conn)  # `lease.release` checks the fence itself.
             if reply is not None:
                 _turn.write(conn, reply)
             if also is not None:
@@ -336,18 +349,41 @@ class ConversationStore:
         else:
             await run_sync_tx(self.engine, work)
 
-    async def set_active_leaf(self, conversation_id: str, message_id: str) -> None:
+    async def set_active_leaf(self, conversation_id: str, message_id: str) -> str:
         """Switch the conversation to the branch through `message_id` (any of its messages).
+
+        A message that has replies or edits below it is resolved to the newest leaf under
+        it (the most recent branch through it), so the active leaf is always a leaf.
+        Returns the leaf made active.
 
         Raises:
             MessageNotFound: no such message.
             MessageNotInConversation: the message belongs to another conversation.
         """
 
-        def work(conn: Connection) -> None:
-            _turn.set_leaf(conn, conversation_id, message_id)
+        def work(conn: Connection) -> str:
+            return _turn.set_leaf(conn, conversation_id, message_id)
 
-        await run_sync_tx(self.engine, work)
+        return await run_sync_tx(self.engine, work)
+
+    async def check_owner(self, conversation_id: str, user_id: str | None) -> None:
+        """Refuse a caller who does not own the conversation, as if it did not exist.
+
+        A conversation belongs to the `user_id` of its first message; `user_id=None`
+        (single-user mode) reaches only conversations without an owner.
+
+        Raises:
+            ConversationNotFound: no such conversation, or another user's (the same error,
+                so that a caller cannot probe for other users' conversations).
+        """
+
+        def work(conn: Connection) -> tuple[bool, str | None]:
+            return _turn.owner_of(conn, conversation_id)
+
+        exists, owner = await self._read(work)
+        if not exists:
+            raise _turn.not_found(conversation_id)
+        _turn.check_owner(conversation_id, owner, user_id)
 
     # Reads -------------------------------------------------------------------------------
 

@@ -76,13 +76,12 @@ class Statement:
         """The SQLAlchemy statement run on a database of dialect `name`."""
         return self._postgresql if name == "postgresql" else self.statement
 
-    def run(self, conn: Connection, params: Mapping[str, Any]) -> None:
-        """Run it once with named `params`, for its effect."""
+    def run(self, conn: Connection, params: Mapping[str, Any]) -> int:
+        """Run it once with named `params`, for its effect; returns the rows it changed."""
         raw = driver_connection(conn)
         if raw is None:
-            conn.execute(self.for_dialect(conn.dialect.name), params)
-        else:
-            self._on_driver(raw, params)
+            return int(conn.execute(self.for_dialect(conn.dialect.name), params).rowcount)
+        return int(self._on_driver(raw, params).rowcount)
 
     def run_many(self, conn: Connection, rows: Sequence[Mapping[str, Any]]) -> None:
         """Run it once per row of named parameters (`rows` not empty)."""

@@ -8,11 +8,13 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
-from frontdesk.errors import ConfigError
+from frontdesk.errors import ConfigError, ConversationNotFound
 from frontdesk.examples.potato_shop import categories as potato_categories
 from frontdesk.experts import Category, HandlerContext, Outcome
 from frontdesk.orchestrator import InputTooLarge, Orchestrator
 from frontdesk.prompts import builtin_names, load_builtin
+from frontdesk.threads.budget import budget_for, question_tokens
+from frontdesk.threads.tokens import CalibratedCounter
 
 pytestmark = pytest.mark.anyio
 
@@ -55,7 +57,8 @@ async def test_ten_thousand_zero_width_characters_are_too_large_on_both_database
     orch = Orchestrator(potato_categories(), model=team.model(), store=url)
     with pytest.raises(InputTooLarge, match="question allowance"):
         await orch.handle("c", "\u200b" * 10_000)
-    assert await orch.transcript("c") == []
+    with pytest.raises(ConversationNotFound):  # Not even the conversation was stored.
+        await orch.transcript("c")
     await orch.aclose()
     assert team.calls == []
 
@@ -137,3 +140,30 @@ def test_a_system_prompt_over_its_budget_is_refused_at_start_up(team: Any) -> No
 def test_a_bad_store_url_is_refused_at_construction(team: Any, store: str, hint: str) -> None:
     with pytest.raises(ConfigError, match=hint):
         Orchestrator(potato_categories(), model=team.model(), store=store)
+
+
+async def test_a_question_the_budgets_would_refuse_is_refused_before_it_is_stored(
+    team: Any, db_url: str
+) -> None:
+    # A provider reported 20 % more tokens than the local estimate: the budgets count with
+    # that calibration and the user-turn framing, and so must the pre-check.
+    counter = CalibratedCounter()
+    counter.observe("function", 1_000, 1_200)
+    orch = Orchestrator(
+        potato_categories(), model=team.model(), store=db_url, token_counter=counter
+    )
+    allowance = budget_for("triage").question
+    text = "potato " * 2_000
+    framed = question_tokens(counter.for_model("function"), text)
+    assert counter.count(text) <= allowance < framed  # Main's check let this one through.
+    with pytest.raises(InputTooLarge, match=f"allowance is {allowance:,} tokens"):
+        await orch.handle("c", text, client_message_id="m-1")
+    with pytest.raises(ConversationNotFound):  # Nothing was stored.
+        await orch.transcript("c")
+    assert team.calls == []
+    # A message the pre-check lets through is answered (the budgets agree with it).
+    shorter = "potato " * 1_600
+    assert question_tokens(counter.for_model("function"), shorter) <= allowance
+    reply = await orch.handle("c", shorter, client_message_id="m-2")
+    assert [m.id for m in await orch.transcript("c")] == [reply.user_message_id, reply.message_id]
+    await orch.aclose()

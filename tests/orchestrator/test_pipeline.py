@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 from pydantic import BaseModel, Field
 
+from frontdesk.errors import ConversationNotFound
 from frontdesk.examples.potato_shop import categories as potato_categories
 from frontdesk.experts import Category, HandlerContext, Outcome
 from frontdesk.experts.providers import ModelRequest
@@ -199,7 +200,8 @@ async def test_bad_text_is_a_typed_error_before_any_model_call(
         await orch.handle("c", text)
     assert str(info.value)
     assert team.calls == []
-    assert await orch.transcript("c") == []
+    with pytest.raises(ConversationNotFound):  # Not even the conversation was stored.
+        await orch.transcript("c")
     await orch.aclose()
 
 

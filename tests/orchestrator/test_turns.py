@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import multiprocessing
 from typing import Any
 
@@ -17,7 +18,7 @@ from frontdesk.experts.errors import (
 )
 from frontdesk.experts.providers import FunctionModel, ModelRequest
 from frontdesk.orchestrator import Orchestrator, TurnFailed
-from frontdesk.threads.errors import IdempotencyConflict, MessageNotInConversation
+from frontdesk.threads.errors import ConversationBusy, ConversationNotFound, IdempotencyConflict
 
 pytestmark = pytest.mark.anyio
 
@@ -199,8 +200,9 @@ async def test_a_crash_mid_turn_leaves_the_message_once_and_a_retry_answers_once
     try:
         for _ in range(300):
             await asyncio.sleep(0.05)
-            if worker.exitcode is None and await orch.transcript("c"):
-                break
+            with contextlib.suppress(ConversationNotFound):  # Until the worker starts it.
+                if worker.exitcode is None and await orch.transcript("c"):
+                    break
         assert [m.content for m in await orch.transcript("c")] == ["hello?"]
     finally:
         worker.kill()
@@ -287,7 +289,7 @@ async def test_branches_are_listed_and_any_can_become_the_active_path(
         "one bag of purple",
         first.text,
     ]
-    with pytest.raises(MessageNotInConversation):
+    with pytest.raises(ConversationNotFound):
         await orch.switch_branch("other", first.message_id)
     await orch.aclose()
 
@@ -323,3 +325,66 @@ def test_a_turn_deadline_must_be_positive(team: Any) -> None:
 
     with pytest.raises(ConfigError, match="turn_deadline"):
         Orchestrator(potato_categories(), model=team.model(), turn_deadline=0)
+
+
+async def test_switching_to_an_inner_message_resolves_to_its_newest_leaf(
+    team: Any, db_url: str
+) -> None:
+    orch = Orchestrator(potato_categories(), model=team.model(), store=db_url)
+    first = await orch.handle("c", "hello", user_id="u")
+    second = await orch.handle("c", "and potatoes?", user_id="u")
+    edited = await orch.edit(second.user_message_id, "and carrots?", user_id="u")
+    # The first reply has two branches below it; the edit is the newer one.
+    path = await orch.switch_branch("c", first.message_id, user_id="u")
+    assert [m.id for m in path][-1] == edited.message_id
+    path = await orch.switch_branch("c", second.user_message_id, user_id="u")
+    assert [m.id for m in path][-1] == second.message_id
+    await orch.handle("c", "thanks", user_id="u")
+    sent = [m["content"] for m in team.of("triage")[-1].messages]
+    await orch.aclose()
+    # No reply dropped off the thread: the next turn follows the whole exchange.
+    assert sent == ["hello", first.text, "and potatoes?", second.text, "thanks"]
+
+
+async def test_the_wait_for_a_busy_conversation_counts_against_the_turn_deadline(
+    team: Any, db_url: str
+) -> None:
+    orch = Orchestrator(
+        potato_categories(), model=team.model(), store=db_url, lock_timeout=30, turn_deadline=0.5
+    )
+    await orch.handle("c", "hello")
+    async with orch.store.conversation_lock("c"):  # Another turn holds it.
+        started = asyncio.get_running_loop().time()
+        with pytest.raises(ConversationBusy):
+            await orch.handle("c", "still there?")
+        waited = asyncio.get_running_loop().time() - started
+    await orch.aclose()
+    assert 0.5 <= waited < 2, f"waited {waited:.1f} s, not the 0.5 s deadline"
+
+
+async def test_a_turn_that_waited_for_its_lease_has_only_the_rest_of_its_deadline(
+    db_url: str,
+) -> None:
+    async def slow(request: ModelRequest) -> Any:
+        if request.expert == "triage":
+            return {"category": "OTHER", "reason": "chat"}
+        await asyncio.sleep(0.5)
+        return "late"
+
+    orch = Orchestrator(
+        potato_categories(), model=FunctionModel(slow), store=db_url, turn_deadline=0.8
+    )
+    await orch.open()
+    lock = orch.store.conversation_lock("c")
+    await lock.__aenter__()
+
+    async def let_go() -> None:
+        await asyncio.sleep(0.5)
+        await lock.__aexit__(None, None, None)
+
+    releasing = asyncio.create_task(let_go())
+    with pytest.raises(TurnFailed) as caught:  # 0.5 s waited + 0.5 s answering > 0.8 s.
+        await orch.handle("c", "hello")
+    await releasing
+    await orch.aclose()
+    assert caught.value.stage == "deadline"

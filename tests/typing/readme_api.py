@@ -41,10 +41,12 @@ async def tour(store: str) -> list[Reply]:
     reply = await orch.handle(
         "conv-1", "I'd like a bag of purple potatoes", user_id="u-1", client_message_id="m-1"
     )
-    edited = await orch.edit(reply.user_message_id, "two bags")
-    again = await orch.regenerate(reply.message_id)
-    thread = await orch.user_thread("conv-1")
-    transcript = await orch.transcript("conv-1")
+    edited = await orch.edit(reply.user_message_id, "two bags", user_id="u-1")
+    again = await orch.regenerate(reply.message_id, user_id="u-1")
+    assert len(await orch.branches("conv-1", user_id="u-1")) == 3
+    await orch.switch_branch("conv-1", reply.message_id, user_id="u-1")
+    thread = await orch.user_thread("conv-1", user_id="u-1")
+    transcript = await orch.transcript("conv-1", user_id="u-1")
     assert thread.summary is None and transcript[-1].role == "assistant"
     await orch.aclose()
     return [reply, edited, again]

@@ -14,7 +14,7 @@ So the role made by `frontdesk db roles` needs only SELECT and INSERT on the aud
 and SELECT on the heads. SQLite has no roles (and no TRUNCATE): nothing changes there.
 
 Revision ID: 0007_audit_guard
-Revises: 0004_summary_covered_messages
+Revises: 0006_conversation_owner
 Create Date: 2026-12-01
 """
 
@@ -26,7 +26,7 @@ from alembic import op
 from sqlalchemy import text
 
 revision: str = "0007_audit_guard"
-down_revision: str | Sequence[str] | None = "0004_summary_covered_messages"
+down_revision: str | Sequence[str] | None = "0006_conversation_owner"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
