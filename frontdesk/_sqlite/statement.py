@@ -94,19 +94,21 @@ class Statement:
         except sqlite3.Error as e:
             raise self._error(e) from e
 
-    def rows(self, conn: Connection, params: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    def rows(self, conn: Connection, params: Mapping[str, Any]) -> list[dict[str, Any]]:
         """Run it and return every result row, keyed like SQLAlchemy's `.mappings()`."""
         raw = driver_connection(conn)
         if raw is None:
-            return list(conn.execute(self.for_dialect(conn.dialect.name), params).mappings())
+            result = conn.execute(self.for_dialect(conn.dialect.name), params)
+            return [dict(row) for row in result.mappings()]
         cursor = self._on_driver(raw, params)
         return [self._decode(cursor, row) for row in cursor.fetchall()]
 
-    def first(self, conn: Connection, params: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    def first(self, conn: Connection, params: Mapping[str, Any]) -> dict[str, Any] | None:
         """Run it and return its first result row (keyed as in `rows`), or `None`."""
         raw = driver_connection(conn)
         if raw is None:
-            return conn.execute(self.for_dialect(conn.dialect.name), params).mappings().first()
+            found = conn.execute(self.for_dialect(conn.dialect.name), params).mappings().first()
+            return None if found is None else dict(found)
         cursor = self._on_driver(raw, params)
         row = cursor.fetchone()
         return None if row is None else self._decode(cursor, row)

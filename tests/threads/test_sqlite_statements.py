@@ -17,11 +17,12 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 from sqlalchemy import Connection
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.exc import IntegrityError
 
 from frontdesk._sqlite import Statement
 from frontdesk._sqlite.statement import driver_connection
-from frontdesk.audit.store import _HEAD
+from frontdesk.audit.store import _HEAD, _head
 from frontdesk.db import run_write
 from frontdesk.threads._turn import _INSERT_MESSAGE
 from frontdesk.threads.store import ConversationStore
@@ -93,7 +94,8 @@ def sync_sqlite(path: Path) -> sa.Engine:
 
 async def test_literal_values_of_the_statement_are_bound(tmp_path: Path) -> None:
     # The audit head upsert carries seq=0 and the genesis hash as literal values.
-    assert _HEAD.sql == str(_HEAD.statement.compile(dialect=sa.create_engine("sqlite://").dialect))
+    built = _head(sqlite_insert)
+    assert _HEAD.sql == str(built.compile(dialect=sa.create_engine("sqlite://").dialect))
     engine = sync_sqlite(tmp_path / "head.db")
     with engine.begin() as conn:
         assert driver_connection(conn) is not None
@@ -185,3 +187,21 @@ async def test_the_thread_read_on_the_driver_equals_the_read_through_sqlalchemy(
     ]
     assert driver.messages[1].prompt_versions == {"triage": "triage@1"}
     assert driver.messages[0].created_at.tzinfo is not None
+
+
+def test_only_the_seam_knows_the_driver() -> None:
+    """The fast path has one home: no other module branches on pysqlite."""
+    root = Path(__file__).resolve().parents[2]
+    folders = ("frontdesk", "experts", "orchestrator", "threads", "audit", "examples")
+    seam = root / "frontdesk" / "_sqlite"
+    offenders = [
+        str(path.relative_to(root))
+        for folder in folders
+        for path in (root / folder).rglob("*.py")
+        if seam not in path.parents
+        and any(
+            word in path.read_text(encoding="utf-8")
+            for word in ("driver_connection", "pysqlite", "import sqlite3")
+        )
+    ]
+    assert offenders == []
