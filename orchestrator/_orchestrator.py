@@ -8,32 +8,26 @@ turns per conversation, and writes each turn's audit events in one batch.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
-from collections.abc import Awaitable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
 import structlog
-from sqlalchemy import Connection
 
 from frontdesk.audit.store import AuditLog
 from frontdesk.db import normalise_url
 from frontdesk.errors import ConfigError, UserError
 from frontdesk.experts import Category
 from frontdesk.experts.category import check_registry
-from frontdesk.experts.errors import ProviderQuotaExhausted
 from frontdesk.orchestrator import _wiring
 from frontdesk.orchestrator._input import DEFAULT_MAX_MESSAGE_CHARS, check_user_text
-from frontdesk.orchestrator._recorder import TurnRecorder, recording
-from frontdesk.orchestrator._staging import StagingStore
 from frontdesk.orchestrator.config import EXPERTS, ExpertSettings, ModelChoice, resolve_models
-from frontdesk.orchestrator.errors import TurnFailed
 from frontdesk.orchestrator.reply import Reply
-from frontdesk.orchestrator.turn import Pipeline, Turn, run_turn
+from frontdesk.orchestrator.turn import Pipeline, Start, Started, run_turn
 from frontdesk.threads.budget import Budget
 from frontdesk.threads.builder import ThreadMessage, UserThread, build_thread, thread_since
 from frontdesk.threads.compaction import CompactionPolicy
-from frontdesk.threads.store import ConversationStore, MessageRecord, TurnLease
+from frontdesk.threads.store import ConversationStore, MessageRecord, TurnLease, TurnRecord
 from frontdesk.threads.tokens import CalibratedCounter, TokenCounter
 
 log = structlog.get_logger("frontdesk.orchestrator")
@@ -169,6 +163,8 @@ class Orchestrator:
             triage, requests, response = self._experts
             self._pipeline = Pipeline(
                 store=store,
+                audit=self._audit,
+                deadline=self.turn_deadline,
                 categories=self.categories,
                 triage=triage,
                 requests=requests,
@@ -209,21 +205,23 @@ class Orchestrator:
         """Answer one user message.
 
         Idempotent per `client_message_id`: a retry returns the stored reply without a model
-        call, or finishes a turn interrupted after the user message was stored.
+        call (the same `Reply`, rebuilt from the stored records), or finishes a turn
+        interrupted after the user message was stored, reusing the handler's stored outcome
+        (the handler never runs twice once its outcome is stored).
 
         Raises:
             InvalidUserText: before anything is stored or sent.
             IdempotencyConflict: the id was used with other text; nothing is written.
             ConversationBusy: another turn held the conversation past `lock_timeout`.
-            TurnFailed: the models could not answer; the user message is stored.
+            TurnFailed: the models or the database could not finish the turn; the user
+                message is stored, with the safe reply as a `failed` marker under it.
         """
         text = check_user_text(text, max_chars=self.max_message_chars)
         _wiring.check_question(text, self.token_counter, self.budgets)
         p = await self._open()
-        lease = self._lease(p, conversation_id)
-        try:
-            # One transaction takes the lease, stores the message and reads the thread.
-            start = await p.store.start_turn(
+
+        async def start(lease: TurnLease) -> Started:
+            begun = await p.store.start_turn(
                 conversation_id,
                 text,
                 user_id=user_id,
@@ -231,15 +229,19 @@ class Orchestrator:
                 token_count=self.token_counter.count(text),
                 lease=lease,
             )
-            user_message = start.message
-            if not start.created:
-                replies = await p.store.replies_to(user_message.id)
-                if replies:
-                    return await self._replayed(user_message, replies[-1])
-                log.info("turn.resume", conversation_id=conversation_id, turn=user_message.id)
-            return await self._answer(p, user_message, user_id, lease, thread_since(start.path))
-        finally:
-            await lease.aclose()
+            stored = TurnRecord(reply=None, outcome=None)
+            if not begun.created:
+                stored = await p.store.turn_record(begun.message.id)
+                if stored.reply is None:
+                    log.info("turn.resume", conversation_id=conversation_id, turn=begun.message.id)
+            return Started(
+                question=begun.message,
+                user_id=user_id,
+                thread=thread_since(begun.path),
+                stored=stored,
+            )
+
+        return await self._turn(p, conversation_id, start)
 
     async def edit(self, user_message_id: str, text: str) -> Reply:
         """Answer an edited user message: a sibling branch under the same parent."""
@@ -251,9 +253,9 @@ class Orchestrator:
             raise UserError(f"message {user_message_id} is an assistant message; edit a user one")
         conversation = await p.store.conversation(original.conversation_id)
         user_id = conversation.user_id if conversation else None
-        lease = self._lease(p, original.conversation_id)
-        try:
-            start = await p.store.start_turn(
+
+        async def start(lease: TurnLease) -> Started:
+            begun = await p.store.start_turn(
                 original.conversation_id,
                 text,
                 user_id=user_id,
@@ -261,12 +263,21 @@ class Orchestrator:
                 token_count=self.token_counter.count(text),
                 lease=lease,
             )
-            return await self._answer(p, start.message, user_id, lease, thread_since(start.path))
-        finally:
-            await lease.aclose()
+            return Started(
+                question=begun.message,
+                user_id=user_id,
+                thread=thread_since(begun.path),
+                stored=TurnRecord(reply=None, outcome=None),
+            )
+
+        return await self._turn(p, original.conversation_id, start)
 
     async def regenerate(self, assistant_message_id: str) -> Reply:
-        """Answer the same user message again: a sibling answer."""
+        """Answer the same user message again: a sibling answer.
+
+        The turn's stored outcome is reused: a regeneration writes the reply again and
+        never runs the handler a second time (an order is not placed twice).
+        """
         p = await self._open()
         answer = await p.store.get(assistant_message_id)
         if answer.role != "assistant" or answer.parent_id is None:
@@ -274,13 +285,18 @@ class Orchestrator:
         question = await p.store.get(answer.parent_id)
         conversation = await p.store.conversation(answer.conversation_id)
         user_id = conversation.user_id if conversation else None
-        lease = self._lease(p, answer.conversation_id)
-        try:
+
+        async def start(lease: TurnLease) -> Started:
             await lease.take()
-            thread = await build_thread(p.store, question.id)
-            return await self._answer(p, question, user_id, lease, thread)
-        finally:
-            await lease.aclose()
+            stored = await p.store.turn_record(question.id)
+            return Started(
+                question=question,
+                user_id=user_id,
+                thread=await build_thread(p.store, question.id),
+                stored=TurnRecord(reply=None, outcome=stored.outcome),
+            )
+
+        return await self._turn(p, answer.conversation_id, start)
 
     async def user_thread(self, conversation_id: str) -> UserThread:
         """What the experts will be sent next for this conversation (summary included)."""
@@ -339,150 +355,23 @@ class Orchestrator:
         """Serialise turns on one conversation across processes (a lease, not yet taken)."""
         return p.store.turn_lease(conversation_id, timeout=self.lock_timeout, ttl=self.lock_ttl)
 
-    async def _answer(
-        self,
-        p: Pipeline,
-        user_message: MessageRecord,
-        user_id: str | None,
-        lease: TurnLease,
-        thread: UserThread,
-    ) -> Reply:
-        """Run the pipeline for a stored user message (under the held `lease`), then store
-        the reply, audit the turn in one batch and give the lease back."""
-        recorder = TurnRecorder(turn_id=user_message.id)
-        recorder.note(
-            "turn_started",
-            user_message_id=user_message.id,
-            client_message_id=user_message.client_message_id,
-            parent_id=user_message.parent_id,
-            text=user_message.content,
-            user_id=user_id,
-        )
-        turn = Turn(
-            conversation_id=user_message.conversation_id,
-            user_id=user_id,
-            user_message=user_message,
-            thread=thread,
-            recorder=recorder,
-        )
-        staging = StagingStore(p.store, user_message)
-        try:
-            with recording(recorder):
-                reply = await self._within_deadline(
-                    run_turn(dataclasses.replace(p, store=staging), turn), user_message
-                )
-        except BaseException as e:
-            await self._fail(user_message.conversation_id, recorder, e)
-            raise
-        await self._finish(p, lease, staging.staged, user_message.conversation_id, recorder)
+    async def _turn(self, p: Pipeline, conversation_id: str, start: Start) -> Reply:
+        """Run one turn (`orchestrator/turn.py`), then schedule compaction if it is due."""
+        started: list[Started] = []
+
+        async def begin(lease: TurnLease) -> Started:
+            started.append(await start(lease))
+            return started[-1]
+
+        reply = await run_turn(p, self._lease(p, conversation_id), begin)
+        if reply.replayed:
+            return reply
         # The policy is checked on the thread already in memory, so a turn under the
         # threshold costs no database read; the background task checks again under its lease.
-        after = [*turn.thread.messages, ThreadMessage(role="assistant", content=reply.text)]
+        after = [*started[-1].thread.messages, ThreadMessage(role="assistant", content=reply.text)]
         if self.compaction_policy.plan(after, self.token_counter) is not None:
-            self._after_reply(user_message.conversation_id, reply.message_id)
+            self._after_reply(conversation_id, reply.message_id)
         return reply
-
-    async def _within_deadline(self, turn: Awaitable[Reply], user_message: MessageRecord) -> Reply:
-        """Run the turn's expert calls under the turn deadline (a provider that hangs or a
-        long retry-after never holds the caller, or the conversation's lease, past it)."""
-        try:
-            async with asyncio.timeout(self.turn_deadline):
-                return await turn
-        except TimeoutError as e:
-            raise TurnFailed(
-                f"the turn took longer than its {self.turn_deadline} s deadline",
-                user_message_id=user_message.id,
-                stage="deadline",
-            ) from e
-
-    async def _finish(
-        self,
-        p: Pipeline,
-        lease: TurnLease,
-        reply: MessageRecord | None,
-        conversation_id: str,
-        recorder: TurnRecorder,
-    ) -> None:
-        """Store the reply, write the audit batch and give the lease back: one transaction
-        when the audit log shares the conversation database, else reply, audit, release."""
-        audit = self._audit
-        if audit is None:
-            await p.store.finish_turn(lease, reply)
-            return
-        if audit.joinable(p.store.engine):
-
-            def write_batch(conn: Connection) -> None:
-                audit.append_sync(conn, conversation_id, recorder.events)
-
-            try:
-                await p.store.finish_turn(lease, reply, also=write_batch)
-                return
-            except Exception as e:  # Nothing was written: take the separate path below.
-                log.warning("turn.joint_write_failed", conversation_id=conversation_id, error=e)
-        try:
-            await p.store.finish_turn(lease, reply, release=False)
-        except BaseException as e:
-            await self._fail(conversation_id, recorder, e)
-            raise
-        await self._write_audit(conversation_id, recorder)
-
-    async def _fail(
-        self, conversation_id: str, recorder: TurnRecorder, error: BaseException
-    ) -> None:
-        """Audit a failing turn (its own error stays the one the caller sees)."""
-        stage = error.stage if isinstance(error, TurnFailed) else "orchestrator"
-        recorder.note("turn_failed", stage=stage, error=f"{type(error).__name__}: {error}")
-        if isinstance(error.__cause__, ProviderQuotaExhausted):
-            # Money ran out: every turn will fail until someone tops up, so say it loudly.
-            cause = error.__cause__
-            log.error("alert.provider_quota_exhausted", model=cause.model, stage=stage)
-        await self._write_audit(conversation_id, recorder, failing=True)
-
-    async def _write_audit(
-        self, conversation_id: str, recorder: TurnRecorder, *, failing: bool = False
-    ) -> None:
-        if self._audit is None:
-            return
-        try:
-            await self._audit.append(conversation_id, recorder.events)
-        except Exception:
-            if not failing:
-                raise
-            # The turn is already failing; its own error is the one the caller must see.
-            log.exception("audit.write_failed_during_failed_turn", conversation_id=conversation_id)
-
-    async def _replayed(self, user_message: MessageRecord, answer: MessageRecord) -> Reply:
-        """The stored reply to a retried client message id, with its recorded route."""
-        category, request, missing = None, None, None
-        if self._audit is not None:
-            for event in await self._audit.events(user_message.conversation_id):
-                if event.turn_id != user_message.id:
-                    continue
-                if event.kind == "triage":
-                    category = event.payload.get("category")
-                elif event.kind == "request":
-                    request, missing = self._recorded_request(event.payload)
-        return Reply(
-            text=answer.content,
-            category=category,
-            request=request,
-            need_more_info=missing,
-            message_id=answer.id,
-            user_message_id=user_message.id,
-            conversation_id=user_message.conversation_id,
-            replayed=True,
-        )
-
-    def _recorded_request(self, payload: Mapping[str, Any]) -> tuple[Any, Any]:
-        from frontdesk.experts import NeedMoreInfo
-
-        category = self.categories.get(str(payload.get("category")))
-        request = payload.get("request")
-        missing = payload.get("need_more_info")
-        parsed = None
-        if category is not None and category.request is not None and request is not None:
-            parsed = category.request.model_validate(request)
-        return parsed, NeedMoreInfo.model_validate(missing) if missing else None
 
     def _after_reply(self, conversation_id: str, leaf_id: str) -> None:
         """Hook: background work after the reply is returned (compaction, issue 5)."""

@@ -22,9 +22,10 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from frontdesk.db import create_engine, dispose_engine
 from frontdesk.schema import ensure_schema
-from frontdesk.threads import _lease, _turn
+from frontdesk.threads import _lease, _outcomes, _turn
 from frontdesk.threads._handler_store import HandlerStore
 from frontdesk.threads._lease import TurnLease
+from frontdesk.threads._outcomes import TurnOutcome, TurnRecord
 from frontdesk.threads._records import (
     ConversationRecord,
     MessageRecord,
@@ -45,6 +46,8 @@ __all__ = [
     "HandlerStore",
     "MessageRecord",
     "TurnLease",
+    "TurnOutcome",
+    "TurnRecord",
     "TurnStart",
 ]
 
@@ -310,24 +313,50 @@ class ConversationStore:
             prompt_versions=prompt_versions,
         )
 
+    async def save_outcome(self, outcome: TurnOutcome) -> None:
+        """Store what a turn decided, durably, before its reply is produced.
+
+        Called after the handler ran and before the response expert is called: a retry of
+        the turn then reuses the outcome (`turn_record`) and never runs the handler again.
+        Storing it again for the same question changes only its usage and models.
+        """
+
+        def work(conn: Connection) -> None:
+            _outcomes.save(conn, outcome)
+
+        await run_sync_tx(self.engine, work)
+
+    async def turn_record(self, user_message_id: str) -> TurnRecord:
+        """The newest real reply to `user_message_id` and the turn's stored outcome.
+
+        Two reads by index (the message's parent, the outcome's key): the cost of a replay
+        does not grow with the conversation. Failed-turn markers are not replies.
+        """
+        return await self._read(lambda conn: _outcomes.turn(conn, user_message_id))
+
     async def finish_turn(
         self,
         lease: TurnLease,
         reply: MessageRecord | None,
         *,
+        outcome: TurnOutcome | None = None,
         also: Callable[[Connection], None] | None = None,
         release: bool = True,
     ) -> None:
-        """End a turn in one transaction: store `reply` (from `stage_reply`) as the active
-        leaf, run `also` (the turn's audit batch), and give the lease back.
+        """End a turn in one transaction: store `outcome` (or its usage), store `reply`
+        (from `stage_reply`) as the active leaf in place of any failed-turn marker, run
+        `also` (the turn's audit batch), and give the lease back.
 
-        With `release=False` the lease stays held (for a last write elsewhere, then
+        This is the turn's last transaction, the one place its final writes happen. With
+        `release=False` the lease stays held (for a last write elsewhere, then
         `lease.aclose()`). On failure nothing of it is written and the lease is still held.
         """
 
         def work(conn: Connection) -> None:
+            if outcome is not None:
+                _outcomes.save(conn, outcome)
             if reply is not None:
-                _turn.write(conn, reply)
+                _outcomes.write_reply(conn, reply)
             if also is not None:
                 also(conn)
 
@@ -335,6 +364,21 @@ class ConversationStore:
             await lease.release(work)
         else:
             await run_sync_tx(self.engine, work)
+
+    async def mark_failed(self, question: MessageRecord, safe_reply: str) -> MessageRecord | None:
+        """Leave a failed turn's `safe_reply` under `question` (call it under the turn's lease).
+
+        The marker is an assistant message of kind `failed`: the thread builder sends it as
+        the assistant turn, so a next message never stacks two user turns in a row, and a
+        retry with the same client message id supersedes it (`finish_turn`). Returns the
+        marker, or `None` when the question already has a reply or a marker.
+        """
+        check_text(safe_reply, "safe_reply")
+
+        def work(conn: Connection) -> MessageRecord | None:
+            return _outcomes.mark_failed(conn, question, safe_reply)
+
+        return await run_sync_tx(self.engine, work)
 
     async def set_active_leaf(self, conversation_id: str, message_id: str) -> None:
         """Switch the conversation to the branch through `message_id` (any of its messages).

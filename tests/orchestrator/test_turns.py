@@ -95,7 +95,10 @@ async def test_an_outage_keeps_the_message_and_a_retry_finishes_the_turn(
     assert failed.value.stage == "response"
     assert failed.value.safe_reply
     stored = await orch.transcript("c")
-    assert [(m.role, m.content) for m in stored] == [("user", "a bag of purple")]
+    assert [(m.role, m.content, m.kind) for m in stored] == [
+        ("user", "a bag of purple", "message"),
+        ("assistant", failed.value.safe_reply, "failed"),  # The marker: the thread alternates.
+    ]
     assert failed.value.user_message_id == stored[0].id
 
     down = False
@@ -107,7 +110,8 @@ async def test_an_outage_keeps_the_message_and_a_retry_finishes_the_turn(
     await orch.aclose()
     assert not reply.replayed
     assert reply.user_message_id == stored[0].id
-    assert [m.role for m in transcript] == ["user", "assistant"]
+    assert [(m.role, m.kind) for m in transcript] == [("user", "message"), ("assistant", "message")]
+    assert transcript[1].content == reply.text  # The retry's reply took the marker's place.
     assert kinds.count("turn_failed") == 1 and kinds.count("reply") == 1
 
 
