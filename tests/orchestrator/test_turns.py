@@ -271,7 +271,10 @@ async def test_a_refused_reply_fails_the_turn_with_a_safe_reply_and_keeps_the_me
     transcript = await orch.transcript("c")
     await orch.aclose()
     assert failed.value.stage == "response" and "try again" in failed.value.safe_reply
-    assert [(m.role, m.content) for m in transcript] == [("user", "hello")]
+    assert [(m.role, m.content, m.failed) for m in transcript] == [
+        ("user", "hello", False),
+        ("assistant", failed.value.safe_reply, True),
+    ]
 
 
 async def test_branches_are_listed_and_any_can_become_the_active_path(
@@ -316,7 +319,10 @@ async def test_a_hanging_provider_fails_the_turn_at_its_deadline_and_keeps_the_m
     await orch.aclose()
     assert failed.value.stage == "deadline"
     assert elapsed < 3
-    assert [(m.role, m.content) for m in transcript] == [("user", "hello")]
+    assert [(m.role, m.content, m.failed) for m in transcript] == [
+        ("user", "hello", False),
+        ("assistant", failed.value.safe_reply, True),
+    ]
     assert kinds[-1] == "turn_failed"
 
 
