@@ -28,6 +28,7 @@ from frontdesk.threads.budget import Budget
 from frontdesk.threads.builder import ThreadMessage, UserThread, build_thread, thread_since
 from frontdesk.threads.compaction import CompactionPolicy
 from frontdesk.threads.store import ConversationStore, MessageRecord, TurnLease, TurnRecord
+from frontdesk.threads.summaries import SummaryStore
 from frontdesk.threads.tokens import CalibratedCounter, TokenCounter
 
 log = structlog.get_logger("frontdesk.orchestrator")
@@ -229,17 +230,15 @@ class Orchestrator:
                 token_count=self.token_counter.count(text),
                 lease=lease,
             )
+            question, path = begun.message, begun.path
             stored = TurnRecord(reply=None, outcome=None)
-            if not begun.created:
-                stored = await p.store.turn_record(begun.message.id)
+            if path is None:  # A repeat: answered already, or a turn to finish.
+                stored = await p.store.turn_record(question.id)
                 if stored.reply is None:
-                    log.info("turn.resume", conversation_id=conversation_id, turn=begun.message.id)
-            return Started(
-                question=begun.message,
-                user_id=user_id,
-                thread=thread_since(begun.path),
-                stored=stored,
-            )
+                    log.info("turn.resume", conversation_id=conversation_id, turn=question.id)
+                    path = await SummaryStore(p.store.engine).path_since_newest(question.id)
+            thread = UserThread() if path is None else thread_since(path)  # None: replayed.
+            return Started(question=question, user_id=user_id, thread=thread, stored=stored)
 
         return await self._turn(p, conversation_id, start)
 
@@ -263,6 +262,7 @@ class Orchestrator:
                 token_count=self.token_counter.count(text),
                 lease=lease,
             )
+            assert begun.path is not None, "an edit is a new message"
             return Started(
                 question=begun.message,
                 user_id=user_id,

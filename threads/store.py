@@ -65,8 +65,11 @@ class TurnStart:
     """The user message (the stored one for an idempotent repeat)."""
     created: bool
     """`False` for an idempotent repeat of a stored message."""
-    path: PathSinceSummary
-    """The path to `message` from the newest summary's cut point."""
+    path: PathSinceSummary | None
+    """The path to `message` from the newest summary's cut point; `None` for an idempotent
+    repeat, which may be answered already (read it with `SummaryStore.path_since_newest`
+    only when the turn must run), so that a replay reads nothing that grows with the
+    conversation."""
 
 
 class ConversationStore:
@@ -232,7 +235,7 @@ class ConversationStore:
         """A turn's first transaction: take `lease`, add the user message, read its path.
 
         The same as `add_user_message(..., lease=lease)` (same arguments, same errors),
-        plus the path to the message as far back as the newest summary's cut point
+        plus the path to the new message as far back as the newest summary's cut point
         (`threads.builder.thread_since` turns it into the user thread), all in one
         transaction, so a turn starts with one round of database work.
         """
@@ -242,9 +245,8 @@ class ConversationStore:
             message, created = _turn.add_user(
                 conn, conversation_id, content, user_id, client_message_id, parent_id, token_count
             )
-            return TurnStart(
-                message=message, created=created, path=path_since_newest_sync(conn, message.id)
-            )
+            path = path_since_newest_sync(conn, message.id) if created else None
+            return TurnStart(message=message, created=created, path=path)
 
         return await _retrying_a_new_conversation(lambda: _taking(lease, work), client_message_id)
 
