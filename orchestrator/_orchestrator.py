@@ -20,6 +20,7 @@ from frontdesk.errors import ConfigError, UserError
 from frontdesk.experts import Category
 from frontdesk.experts.category import check_registry
 from frontdesk.orchestrator import _wiring
+from frontdesk.orchestrator._compaction import BackgroundCompaction, Compactor, summariser_expert
 from frontdesk.orchestrator._input import DEFAULT_MAX_MESSAGE_CHARS, check_user_text
 from frontdesk.orchestrator.config import EXPERTS, ExpertSettings, ModelChoice, resolve_models
 from frontdesk.orchestrator.reply import Reply
@@ -130,9 +131,7 @@ class Orchestrator:
         self._owns_store = isinstance(store, str)
         self._owns_audit = not isinstance(audit, AuditLog)
         self._open_lock = asyncio.Lock()
-        self._background: set[asyncio.Task[None]] = set()
-        self._compacting: set[str] = set()
-        """Conversations this process is compacting now (the DB lease covers other processes)."""
+        self._compaction: BackgroundCompaction | None = None
 
     # -- wiring -------------------------------------------------------------------------
 
@@ -162,6 +161,20 @@ class Orchestrator:
             elif isinstance(self._audit_spec, AuditLog):
                 self._audit = self._audit_spec
             triage, requests, response = self._experts
+            summariser = summariser_expert(
+                self.models["summariser"],
+                settings=self.settings.for_expert("summariser"),
+                prompts_dir=self.prompts_dir,
+            )
+            self._compaction = BackgroundCompaction(
+                compactor=Compactor(
+                    store=store,
+                    summariser=summariser,
+                    policy=self.compaction_policy,
+                    counter=self.token_counter,
+                    audit=self._audit,
+                )
+            )
             self._pipeline = Pipeline(
                 store=store,
                 audit=self._audit,
@@ -182,6 +195,13 @@ class Orchestrator:
         if self._pipeline is None:
             raise UserError("the store opens on first use; await orch.open() first")
         return self._pipeline.store
+
+    @property
+    def compaction(self) -> BackgroundCompaction:
+        """The summariser's compaction of long threads (after the first call that opened it)."""
+        if self._compaction is None:
+            raise UserError("compaction starts with the store; await orch.open() first")
+        return self._compaction
 
     @property
     def audit_log(self) -> AuditLog | None:
@@ -330,8 +350,8 @@ class Orchestrator:
 
     async def aclose(self) -> None:
         """Wait for background work, then close what this orchestrator opened."""
-        if self._background:
-            await asyncio.gather(*self._background, return_exceptions=True)
+        if self._compaction is not None:
+            await self._compaction.wait()
         if self._audit is not None and self._owns_audit:
             await self._audit.aclose()
         if self._pipeline is not None and self._owns_store:
@@ -342,6 +362,7 @@ class Orchestrator:
                 await close()
         self._pipeline = None
         self._audit = None
+        self._compaction = None
 
     async def __aenter__(self) -> Orchestrator:
         return await self.open()
@@ -370,11 +391,5 @@ class Orchestrator:
         # threshold costs no database read; the background task checks again under its lease.
         after = [*started[-1].thread.messages, ThreadMessage(role="assistant", content=reply.text)]
         if self.compaction_policy.plan(after, self.token_counter) is not None:
-            self._after_reply(conversation_id, reply.message_id)
+            self.compaction.schedule(conversation_id, reply.message_id)
         return reply
-
-    def _after_reply(self, conversation_id: str, leaf_id: str) -> None:
-        """Hook: background work after the reply is returned (compaction, issue 5)."""
-        from frontdesk.orchestrator._compaction import schedule_compaction
-
-        schedule_compaction(self, conversation_id, leaf_id)

@@ -11,8 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from frontdesk.experts import Category
-from frontdesk.experts._call import ExpertCall
+from frontdesk.experts import Category, ExpertCall
 from frontdesk.experts.providers import Model, ModelRequest, ModelResponse
 from frontdesk.experts.request import RequestExpert, extraction_type
 from frontdesk.experts.request import prompt_variables as request_variables
