@@ -58,5 +58,6 @@ def upgrade() -> None:
 def downgrade() -> None:
     """Drop `message.kind` and `turn_outcome`."""
     op.drop_table("turn_outcome")
-    with op.batch_alter_table("message") as batch:
-        batch.drop_column("kind")
+    # A plain DROP COLUMN (SQLite 3.35+): a batch copy of `message` would cascade-delete
+    # every reply when the old table is dropped with foreign keys on.
+    op.execute("ALTER TABLE message DROP COLUMN kind")
