@@ -195,7 +195,7 @@ def test_turn_outcomes_upgrade_keeps_the_messages_stored_before(empty_url: str) 
             await engine.dispose()
         store = await ConversationStore.open(empty_url)
         try:
-            kinds = [m.kind for m in await store.messages("conv-1")]
+            kinds: list[str] = [m.kind for m in await store.messages("conv-1")]
             record = await store.turn_record(user_id)
             return kinds, await _tables(empty_url), record.reply is not None
         finally:
