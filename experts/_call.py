@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
+from typing import Protocol
 
 from pydantic import BaseModel
 
@@ -16,6 +18,21 @@ from frontdesk.experts.providers.base import (
     PromptRef,
 )
 from frontdesk.prompts import RenderedPrompt
+
+
+class CallObserver(Protocol):
+    """Sees each expert call: its exact request while it runs, then its parsed answer.
+
+    The orchestrator's audit recorder is one; it is passed to each call explicitly.
+    """
+
+    def expert_call(self, request: ModelRequest) -> AbstractContextManager[None]:
+        """A window around the model call (the attempts inside it belong to `request`)."""
+        ...
+
+    def parsed(self, response: ModelResponse) -> None:
+        """The call's successful response."""
+        ...
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -49,6 +66,13 @@ class ExpertCall:
             metadata=dict(metadata or {}),
         )
 
-    async def send(self, request: ModelRequest) -> ModelResponse:
-        """Send the request to this expert's model."""
-        return await self.model.request(request)
+    async def send(
+        self, request: ModelRequest, observer: CallObserver | None = None
+    ) -> ModelResponse:
+        """Send the request to this expert's model, inside `observer`'s window if given."""
+        if observer is None:
+            return await self.model.request(request)
+        with observer.expert_call(request):
+            response = await self.model.request(request)
+            observer.parsed(response)
+        return response

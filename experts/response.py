@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from frontdesk.experts._call import ExpertCall
+from frontdesk.experts._call import CallObserver, ExpertCall
 from frontdesk.experts.providers.base import Message, ModelResponse
 
 
@@ -35,6 +35,7 @@ class ResponseExpert:
         *,
         metadata: Mapping[str, str],
         cache_prefix: int = 0,
+        observer: CallObserver | None = None,
     ) -> ResponseResult:
         """Answer the last user message of `messages`, following `instruction`."""
         with_instruction: list[Message] = [
@@ -47,6 +48,6 @@ class ResponseExpert:
             cache_prefix_messages=cache_prefix,
             metadata=metadata,
         )
-        response = await self.call.send(request)
+        response = await self.call.send(request, observer)
         text = str(response.output).strip()
         return ResponseResult(text=text, response=response)

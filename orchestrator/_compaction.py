@@ -23,7 +23,7 @@ from frontdesk.audit.store import AuditLog
 from frontdesk.experts import ExpertCall
 from frontdesk.experts.providers.base import Message, Model, ModelSettings
 from frontdesk.experts.summariser import SummariserExpert
-from frontdesk.orchestrator._recorder import RecordedModel, TurnRecorder, recording
+from frontdesk.orchestrator._recorder import TurnRecorder, observing
 from frontdesk.prompts import load_prompt
 from frontdesk.threads.builder import build_thread
 from frontdesk.threads.compaction import CompactionPolicy
@@ -101,8 +101,10 @@ class Compactor:
         recorder = TurnRecorder(turn_id=leaf_id)
         meta = {"conversation_id": conversation_id, "turn_id": leaf_id}
         try:
-            with recording(recorder):
-                result = await self.summariser.run(thread.summary, evicted, metadata=meta)
+            with observing(recorder):
+                result = await self.summariser.run(
+                    thread.summary, evicted, metadata=meta, observer=recorder
+                )
         except Exception as e:  # Any failure leaves the thread as it was; retried next turn.
             error = f"{type(e).__name__}: {e}"
             recorder.note(
@@ -145,11 +147,11 @@ class Compactor:
 def summariser_expert(
     model: Model, *, settings: ModelSettings | None = None, prompts_dir: Path | None = None
 ) -> SummariserExpert:
-    """The summariser with its versioned prompt, its model wrapped for the audit recorder."""
+    """The summariser with its versioned prompt."""
     return SummariserExpert(
         call=ExpertCall(
             expert="summariser",
-            model=RecordedModel(model),
+            model=model,
             prompt=load_prompt("summariser", directory=prompts_dir).render(),
             settings=settings or ModelSettings(max_tokens=1024),
         )

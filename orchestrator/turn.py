@@ -40,7 +40,7 @@ from frontdesk.experts.request import RequestExpert
 from frontdesk.experts.response import ResponseExpert, ResponseResult
 from frontdesk.experts.triage import TriageExpert
 from frontdesk.orchestrator import _outcomes
-from frontdesk.orchestrator._recorder import TurnRecorder, jsonable, recording, usage_dict
+from frontdesk.orchestrator._recorder import TurnRecorder, jsonable, observing, usage_dict
 from frontdesk.orchestrator.errors import TurnFailed
 from frontdesk.orchestrator.reply import Reply
 from frontdesk.threads.budget import Budget
@@ -134,7 +134,7 @@ async def run_turn(p: Pipeline, lease: TurnLease, start: Start) -> Reply:
         t = _turn(s)
         try:
             # The experts, under the turn deadline; a stored outcome skips to the reply.
-            with recording(t.recorder):
+            with observing(t.recorder):  # Model attempts -> audit events.
                 decided, answer = await _within_deadline(p, t, _experts(p, t, s.stored.outcome))
             # Finish: the reply, the outcome's usage, the audit batch, the lease release.
             reply = await _finish(p, lease, t, decided, answer)
@@ -361,7 +361,12 @@ async def _triage(
         result = await _stage(
             "triage",
             t,
-            p.triage.run(_turns(view), metadata=meta, cache_prefix=view.cache_prefix_messages),
+            p.triage.run(
+                _turns(view),
+                metadata=meta,
+                cache_prefix=view.cache_prefix_messages,
+                observer=t.recorder,
+            ),
             fallback=True,
         )
     except CONTENT_ERRORS as e:
@@ -386,7 +391,12 @@ async def _extract(
         result = await _stage(
             "request",
             t,
-            expert.run(_turns(view), metadata=meta, cache_prefix=view.cache_prefix_messages),
+            expert.run(
+                _turns(view),
+                metadata=meta,
+                cache_prefix=view.cache_prefix_messages,
+                observer=t.recorder,
+            ),
             fallback=True,
         )
     except CONTENT_ERRORS as e:
@@ -404,6 +414,7 @@ async def _respond(p: Pipeline, t: Turn, decided: Decided) -> ResponseResult:
         decided.outcome.instruction,
         metadata=_meta(t),
         cache_prefix=view.cache_prefix_messages,
+        observer=t.recorder,
     )
     return await _stage("response", t, call)
 
