@@ -62,6 +62,8 @@ def render_tree(
             extra += " [green]← active leaf[/green]"
         if message.id in summarised:
             extra += " [magenta]≡ summarised[/magenta]"
+        if message.failed:
+            extra += " [red]✗ failed turn (safe reply shown)[/red]"
         return (
             f"[{style}]{mark} {message.role:<9} {escape(text)}[/{style}]"
             f" [dim]…{message.id[-8:]}[/dim]{extra}"
