@@ -1,8 +1,9 @@
 """The `Orchestrator`: wiring (models, prompts, store, audit), locks and idempotency.
 
-The data flow of one turn is in `orchestrator/turn.py`; this module decides which turn to
-run (new message, retry of a known client message id, edit, regeneration), serialises
-turns per conversation, and writes each turn's audit events in one batch.
+One turn, start to finish (lease, user message, experts, stored outcome, reply, audit
+batch, release), is `orchestrator/turn.py`; this module decides which turn to run (new
+message, retry of a known client message id, edit, regeneration) by the start it hands
+to `run_turn`, and holds what outlives a turn: the store, the audit log, the compaction.
 """
 
 from __future__ import annotations
