@@ -19,6 +19,7 @@ EventKind = Literal[
     "triage",  # payload: category, reason
     "request",  # payload: category, request (dict) or need_more_info (dict)
     "outcome",  # payload: category, instruction, data
+    "outcome_reused",  # payload: category, handler_ran (a retry reuses the stored outcome)
     "request_failed",  # payload: category, error (an unusable extraction; the turn hands off)
     "handler_error",  # payload: category, error
     "reply",  # payload: assistant_message_id, text, model, prompt versions

@@ -343,7 +343,7 @@ async def _pipeline(directory: str) -> PolicyRun:
             run.per_turn.append(turn)
             # Compaction runs in the background after the reply; let it finish so its
             # call is billed to this turn, as it would be before the user's next message.
-            await asyncio.gather(*list(orch._background))
+            await orch.compaction.wait()
     finally:
         await orch.aclose()
     return run

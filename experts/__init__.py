@@ -1,5 +1,6 @@
 """The experts (triage, request, response, summariser) and the categories they route to."""
 
+from frontdesk.experts._call import CallObserver, ExpertCall
 from frontdesk.experts.category import Category, HandlerContext, NeedMoreInfo, Outcome
 
-__all__ = ["Category", "HandlerContext", "NeedMoreInfo", "Outcome"]
+__all__ = ["CallObserver", "Category", "ExpertCall", "HandlerContext", "NeedMoreInfo", "Outcome"]

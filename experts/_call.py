@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
+from typing import Protocol
 
 from pydantic import BaseModel
 
@@ -13,9 +16,30 @@ from frontdesk.experts.providers.base import (
     ModelRequest,
     ModelResponse,
     ModelSettings,
+    OnDelta,
     PromptRef,
+    request_streaming,
 )
 from frontdesk.prompts import RenderedPrompt
+
+
+class CallObserver(Protocol):
+    """Sees each expert call: its exact request while it runs, then its parsed answer.
+
+    The orchestrator's audit recorder is one; it is passed to each call explicitly.
+    """
+
+    def expert_call(self, request: ModelRequest) -> AbstractContextManager[None]:
+        """A window around the model call (the attempts inside it belong to `request`)."""
+        ...
+
+    def parsed(self, response: ModelResponse) -> None:
+        """The call's successful response."""
+        ...
+
+    def cut_off(self, model: str) -> None:
+        """The call was cancelled mid-attempt (the turn deadline): record that attempt."""
+        ...
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -49,6 +73,30 @@ class ExpertCall:
             metadata=dict(metadata or {}),
         )
 
-    async def send(self, request: ModelRequest) -> ModelResponse:
-        """Send the request to this expert's model."""
-        return await self.model.request(request)
+    async def send(
+        self,
+        request: ModelRequest,
+        observer: CallObserver | None = None,
+        *,
+        on_delta: OnDelta | None = None,
+    ) -> ModelResponse:
+        """Send the request to this expert's model, inside `observer`'s window if given.
+
+        With `on_delta` the answer's text is streamed to it as it arrives (a model that
+        cannot stream hands its whole text over as one piece).
+        """
+        if observer is None:
+            return await self._answer(request, on_delta)
+        with observer.expert_call(request):
+            try:
+                response = await self._answer(request, on_delta)
+            except asyncio.CancelledError:
+                observer.cut_off(self.model.name)
+                raise
+            observer.parsed(response)
+        return response
+
+    async def _answer(self, request: ModelRequest, on_delta: OnDelta | None) -> ModelResponse:
+        if on_delta is None:
+            return await self.model.request(request)
+        return await request_streaming(self.model, request, on_delta)

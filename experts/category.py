@@ -57,6 +57,14 @@ class HandlerContext:
     turn_id: str
     store: HandlerStore
     """The handler's own data (orders, tickets, ...), scoped to its category."""
+    idempotency_key: str = ""
+    """Stable per turn: the same on every retry of this user message (32 hex characters).
+
+    The orchestrator stores the handler's outcome before the reply is produced and never
+    runs the handler again for a turn whose outcome is stored; a crash *inside* the handler
+    (or before its outcome is stored) does run it again on retry, with the same key. Key
+    every external effect on it (a payment's idempotency key, a row's unique key) so that
+    the second run finds the first one's effect instead of repeating it."""
     extras: Mapping[str, Any] = field(default_factory=dict)
     """Whatever the embedding application passed to `Orchestrator(context=...)`."""
 

@@ -14,7 +14,7 @@ from typing import Any, ClassVar, cast
 
 from pydantic import BaseModel, ConfigDict, Field, create_model, model_validator
 
-from frontdesk.experts._call import ExpertCall
+from frontdesk.experts._call import CallObserver, ExpertCall
 from frontdesk.experts.category import Category, NeedMoreInfo
 from frontdesk.experts.providers.base import Message, ModelResponse
 
@@ -114,7 +114,12 @@ class RequestExpert:
     call: ExpertCall
 
     async def run(
-        self, messages: Sequence[Message], *, metadata: Mapping[str, str], cache_prefix: int = 0
+        self,
+        messages: Sequence[Message],
+        *,
+        metadata: Mapping[str, str],
+        cache_prefix: int = 0,
+        observer: CallObserver | None = None,
     ) -> RequestResult:
         """Extract the current request from `messages` (the whole user thread)."""
         assert self.category.request is not None
@@ -122,7 +127,7 @@ class RequestExpert:
         request = self.call.build(
             messages, output_type=output_type, cache_prefix_messages=cache_prefix, metadata=metadata
         )
-        response = await self.call.send(request)
+        response = await self.call.send(request, observer)
         extraction = output_type.model_validate(response.output)
         extracted = extraction.request
         if extracted is not None and not isinstance(extracted, self.category.request):

@@ -13,8 +13,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from frontdesk.experts._call import ExpertCall
-from frontdesk.experts.providers.base import Message, ModelResponse, OnDelta, request_streaming
+from frontdesk.experts._call import CallObserver, ExpertCall
+from frontdesk.experts.providers.base import Message, ModelResponse, OnDelta
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -39,6 +39,7 @@ class ResponseExpert:
         metadata: Mapping[str, str],
         cache_prefix: int = 0,
         on_delta: OnDelta | None = None,
+        observer: CallObserver | None = None,
     ) -> ResponseResult:
         """Answer the last user message of `messages`, following `instruction`.
 
@@ -55,10 +56,9 @@ class ResponseExpert:
             cache_prefix_messages=cache_prefix,
             metadata=metadata,
         )
-        if on_delta is None:
-            response = await self.call.send(request)
-        else:
-            response = await request_streaming(self.call.model, request, Trimmed(on_delta))
+        response = await self.call.send(
+            request, observer, on_delta=None if on_delta is None else Trimmed(on_delta)
+        )
         text = str(response.output).strip()
         return ResponseResult(text=text, response=response)
 

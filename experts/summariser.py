@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from frontdesk.errors import EmptySummary
-from frontdesk.experts._call import ExpertCall
+from frontdesk.experts._call import CallObserver, ExpertCall
 from frontdesk.experts.providers.base import Message, ModelResponse
 
 PREVIOUS_LABEL = "Summary so far (of the turns before the ones below):"
@@ -53,6 +53,7 @@ class SummariserExpert:
         evicted: Sequence[Message],
         *,
         metadata: Mapping[str, str],
+        observer: CallObserver | None = None,
     ) -> SummaryResult:
         """Summarise `previous` plus `evicted` into one new summary.
 
@@ -63,7 +64,7 @@ class SummariserExpert:
         request = self.call.build(
             summariser_messages(previous, evicted), output_type=None, metadata=metadata
         )
-        response = await self.call.send(request)
+        response = await self.call.send(request, observer)
         text = str(response.output or "").strip()
         if not text:
             raise EmptySummary(

@@ -14,7 +14,7 @@ from typing import Any, ClassVar
 from pydantic import BaseModel, ConfigDict, Field, create_model
 from pydantic.config import JsonDict
 
-from frontdesk.experts._call import ExpertCall
+from frontdesk.experts._call import CallObserver, ExpertCall
 from frontdesk.experts.category import HUMAN, OTHER, Category
 from frontdesk.experts.providers.base import Message, ModelResponse
 
@@ -102,7 +102,12 @@ class TriageExpert:
     output_type: type[TriageDecision]
 
     async def run(
-        self, messages: Sequence[Message], *, metadata: Mapping[str, str], cache_prefix: int = 0
+        self,
+        messages: Sequence[Message],
+        *,
+        metadata: Mapping[str, str],
+        cache_prefix: int = 0,
+        observer: CallObserver | None = None,
     ) -> TriageResult:
         """Classify the latest user message of `messages`."""
         request = self.call.build(
@@ -111,6 +116,6 @@ class TriageExpert:
             cache_prefix_messages=cache_prefix,
             metadata=metadata,
         )
-        response = await self.call.send(request)
+        response = await self.call.send(request, observer)
         decision = self.output_type.model_validate(response.output)
         return TriageResult(category=decision.name, reason=decision.reason, response=response)

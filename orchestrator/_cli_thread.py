@@ -62,6 +62,8 @@ def render_tree(
             extra += " [green]← active leaf[/green]"
         if message.id in summarised:
             extra += " [magenta]≡ summarised[/magenta]"
+        if message.failed:
+            extra += " [red]✗ failed turn (safe reply shown)[/red]"
         return (
             f"[{style}]{mark} {message.role:<9} {escape(text)}[/{style}]"
             f" [dim]…{message.id[-8:]}[/dim]{extra}"
@@ -137,7 +139,6 @@ ModelOption = Annotated[
 async def _compact(app_spec: str, model: str | None, url: str, conversation_id: str) -> int:
     """Force a compaction of the active path; returns the exit code."""
     from frontdesk.orchestrator._app import load_app
-    from frontdesk.orchestrator._compaction import run_compaction
 
     console = Console()
     orch = load_app(app_spec, model=model, db=url)
@@ -147,7 +148,7 @@ async def _compact(app_spec: str, model: str | None, url: str, conversation_id: 
         if leaf is None:
             console.print(f"no conversation {conversation_id!r} in this database")
             return 1
-        result = await run_compaction(orch, conversation_id, leaf.id, force=True)
+        result = await orch.compaction.compact(conversation_id, leaf.id, force=True)
     finally:
         await orch.aclose()
     if result.status == "compacted" and result.summary is not None:

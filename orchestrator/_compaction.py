@@ -1,38 +1,35 @@
 """Background compaction: the summariser runs after the reply, never on the user's time.
 
-`Orchestrator._after_reply` schedules `run_compaction` as a background task once a reply
-is stored. The task takes a lease in the database (`compaction:<conversation>`), so only
-one process compacts a conversation at a time; any other process simply skips. The
-compaction is transactional: the new summary is one row written in one transaction after
-the summariser succeeded, so a failing or empty summariser leaves the thread exactly as
-it was (audit event `compaction_failed`), and the next reply tries again. The transcript
-is never touched.
+The orchestrator holds a `BackgroundCompaction`, which starts `Compactor.compact` as a
+background task once a reply is stored. The task takes a lease in the database
+(`compaction:<conversation>`), so only one process compacts a conversation at a time; any
+other process simply skips. The compaction is transactional: the new summary is one row
+written in one transaction after the summariser succeeded, so a failing or empty
+summariser leaves the thread exactly as it was (audit event `compaction_failed`), and the
+next reply tries again. The transcript is never touched.
 """
 
 from __future__ import annotations
 
 import asyncio
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 import structlog
 
 from frontdesk.audit.store import AuditLog
-from frontdesk.experts._call import ExpertCall
+from frontdesk.experts import ExpertCall
 from frontdesk.experts.providers.base import Message, Model, ModelSettings
 from frontdesk.experts.summariser import SummariserExpert
-from frontdesk.orchestrator._recorder import RecordedModel, TurnRecorder, recording
+from frontdesk.orchestrator._recorder import TurnRecorder, observing
 from frontdesk.prompts import load_prompt
 from frontdesk.threads.builder import build_thread
 from frontdesk.threads.compaction import CompactionPolicy
 from frontdesk.threads.store import ConversationStore
 from frontdesk.threads.summaries import SummaryRecord, SummaryStore
 from frontdesk.threads.tokens import TokenCounter
-
-if TYPE_CHECKING:
-    from frontdesk.orchestrator._orchestrator import Orchestrator
 
 log = structlog.get_logger("frontdesk.compaction")
 
@@ -104,8 +101,10 @@ class Compactor:
         recorder = TurnRecorder(turn_id=leaf_id)
         meta = {"conversation_id": conversation_id, "turn_id": leaf_id}
         try:
-            with recording(recorder):
-                result = await self.summariser.run(thread.summary, evicted, metadata=meta)
+            with observing(recorder):
+                result = await self.summariser.run(
+                    thread.summary, evicted, metadata=meta, observer=recorder
+                )
         except Exception as e:  # Any failure leaves the thread as it was; retried next turn.
             error = f"{type(e).__name__}: {e}"
             recorder.note(
@@ -148,60 +147,55 @@ class Compactor:
 def summariser_expert(
     model: Model, *, settings: ModelSettings | None = None, prompts_dir: Path | None = None
 ) -> SummariserExpert:
-    """The summariser with its versioned prompt, its model wrapped for the audit recorder."""
+    """The summariser with its versioned prompt."""
     return SummariserExpert(
         call=ExpertCall(
             expert="summariser",
-            model=RecordedModel(model),
+            model=model,
             prompt=load_prompt("summariser", directory=prompts_dir).render(),
             settings=settings or ModelSettings(max_tokens=1024),
         )
     )
 
 
-def compactor_for(orch: Orchestrator, store: ConversationStore) -> Compactor:
-    """The orchestrator's compactor (its summariser model, policy, counter and audit log)."""
-    policy = getattr(orch, "compaction_policy", None) or CompactionPolicy()
-    return Compactor(
-        store=store,
-        summariser=summariser_expert(
-            orch.models["summariser"],
-            settings=orch.settings.for_expert("summariser"),
-            prompts_dir=orch.prompts_dir,
-        ),
-        policy=policy,
-        counter=orch.token_counter,
-        audit=orch.audit_log,
-    )
+@dataclass
+class BackgroundCompaction:
+    """The orchestrator's compaction: one `Compactor`, and the tasks it runs after replies.
 
-
-async def run_compaction(
-    orch: Orchestrator, conversation_id: str, leaf_id: str, *, force: bool = False
-) -> CompactionResult:
-    """Compact the path ending at `leaf_id` with the orchestrator's settings."""
-    return await compactor_for(orch, orch.store).compact(conversation_id, leaf_id, force=force)
-
-
-def schedule_compaction(orch: Orchestrator, conversation_id: str, leaf_id: str) -> None:
-    """Start a background compaction; `Orchestrator.aclose` waits for it.
-
-    One already running in this process for the conversation is left to finish: the next
-    turn past the threshold schedules again, so nothing is skipped for good.
+    `Orchestrator.aclose` waits for the tasks (`wait`); one already running in this process
+    for a conversation is left to finish, and the next turn past the threshold schedules
+    again, so nothing is skipped for good (the database lease covers other processes).
     """
-    running: set[str] = orch._compacting
-    if conversation_id in running:
-        return
-    running.add(conversation_id)
 
-    async def background() -> None:
-        try:
-            await run_compaction(orch, conversation_id, leaf_id)
-        except Exception:  # A background task has no caller to raise to.
-            log.exception("compaction.crashed", conversation_id=conversation_id)
-        finally:
-            running.discard(conversation_id)
+    compactor: Compactor
+    _running: set[str] = field(default_factory=set)
+    _tasks: set[asyncio.Task[None]] = field(default_factory=set)
 
-    tasks: set[asyncio.Task[None]] = orch._background
-    task = asyncio.get_running_loop().create_task(background())
-    tasks.add(task)
-    task.add_done_callback(tasks.discard)
+    async def compact(
+        self, conversation_id: str, leaf_id: str, *, force: bool = False
+    ) -> CompactionResult:
+        """Compact the path ending at `leaf_id` now (the CLI's `thread compact`)."""
+        return await self.compactor.compact(conversation_id, leaf_id, force=force)
+
+    def schedule(self, conversation_id: str, leaf_id: str) -> None:
+        """Start a background compaction of the path ending at `leaf_id`."""
+        if conversation_id in self._running:
+            return
+        self._running.add(conversation_id)
+
+        async def background() -> None:
+            try:
+                await self.compactor.compact(conversation_id, leaf_id)
+            except Exception:  # A background task has no caller to raise to.
+                log.exception("compaction.crashed", conversation_id=conversation_id)
+            finally:
+                self._running.discard(conversation_id)
+
+        task = asyncio.get_running_loop().create_task(background())
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def wait(self) -> None:
+        """Wait for the background compactions started so far."""
+        if self._tasks:
+            await asyncio.gather(*list(self._tasks), return_exceptions=True)

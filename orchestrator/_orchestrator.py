@@ -1,21 +1,19 @@
 """The `Orchestrator`: wiring (models, prompts, store, audit), locks and idempotency.
 
-The data flow of one turn is in `orchestrator/turn.py`; this module decides which turn to
-run (new message, retry of a known client message id, edit, regeneration), serialises
-turns per conversation, and writes each turn's audit events in one batch.
+One turn, start to finish (lease, user message, experts, stored outcome, reply, audit
+batch, release), is `orchestrator/turn.py`; this module decides which turn to run (new
+message, retry of a known client message id, edit, regeneration) by the start it hands
+to `run_turn`, and holds what outlives a turn: the store, the audit log, the compaction.
 """
 
 from __future__ import annotations
 
 import asyncio
-import dataclasses
-import time
-from collections.abc import AsyncGenerator, Awaitable, Iterable, Mapping
+from collections.abc import AsyncGenerator, Iterable, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
 import structlog
-from sqlalchemy import Connection
 
 from frontdesk.audit.store import AuditLog
 from frontdesk.db import normalise_url
@@ -28,16 +26,13 @@ from frontdesk.errors import (
 )
 from frontdesk.experts import Category
 from frontdesk.experts.category import check_registry
-from frontdesk.experts.errors import ProviderQuotaExhausted
 from frontdesk.orchestrator import _wiring
+from frontdesk.orchestrator._compaction import BackgroundCompaction, Compactor, summariser_expert
 from frontdesk.orchestrator._input import DEFAULT_MAX_MESSAGE_CHARS, check_user_text
-from frontdesk.orchestrator._recorder import TurnRecorder, recording
-from frontdesk.orchestrator._staging import StagingStore
 from frontdesk.orchestrator.config import EXPERTS, ExpertSettings, ModelChoice, resolve_models
-from frontdesk.orchestrator.errors import TurnFailed
 from frontdesk.orchestrator.reply import Reply
 from frontdesk.orchestrator.stream import TurnEvent, stream_turn
-from frontdesk.orchestrator.turn import Pipeline, Turn, run_turn
+from frontdesk.orchestrator.turn import Pipeline, Start, Started, run_turn
 from frontdesk.threads.budget import Budget
 from frontdesk.threads.builder import ThreadMessage, UserThread, build_thread, thread_since
 from frontdesk.threads.compaction import CompactionPolicy
@@ -46,7 +41,9 @@ from frontdesk.threads.store import (
     ConversationStore,
     MessageRecord,
     TurnLease,
+    TurnRecord,
 )
+from frontdesk.threads.summaries import SummaryStore
 from frontdesk.threads.tokens import CalibratedCounter, TokenCounter
 
 log = structlog.get_logger("frontdesk.orchestrator")
@@ -149,9 +146,8 @@ class Orchestrator:
         self._owns_store = isinstance(store, str)
         self._owns_audit = not isinstance(audit, AuditLog)
         self._open_lock = asyncio.Lock()
-        self._background: set[asyncio.Task[None]] = set()
-        self._compacting: set[str] = set()
-        """Conversations this process is compacting now (the DB lease covers other processes)."""
+        self._compaction: BackgroundCompaction | None = None
+        self._unfinished: set[asyncio.Task[Any]] = set()  # Turns whose stream reader left.
 
     # -- wiring -------------------------------------------------------------------------
 
@@ -181,8 +177,24 @@ class Orchestrator:
             elif isinstance(self._audit_spec, AuditLog):
                 self._audit = self._audit_spec
             triage, requests, response = self._experts
+            summariser = summariser_expert(
+                self.models["summariser"],
+                settings=self.settings.for_expert("summariser"),
+                prompts_dir=self.prompts_dir,
+            )
+            self._compaction = BackgroundCompaction(
+                compactor=Compactor(
+                    store=store,
+                    summariser=summariser,
+                    policy=self.compaction_policy,
+                    counter=self.token_counter,
+                    audit=self._audit,
+                )
+            )
             self._pipeline = Pipeline(
                 store=store,
+                audit=self._audit,
+                deadline=self.turn_deadline,
                 categories=self.categories,
                 triage=triage,
                 requests=requests,
@@ -199,6 +211,13 @@ class Orchestrator:
         if self._pipeline is None:
             raise UserError("the store opens on first use; await orch.open() first")
         return self._pipeline.store
+
+    @property
+    def compaction(self) -> BackgroundCompaction:
+        """The summariser's compaction of long threads (after the first call that opened it)."""
+        if self._compaction is None:
+            raise UserError("compaction starts with the store; await orch.open() first")
+        return self._compaction
 
     @property
     def audit_log(self) -> AuditLog | None:
@@ -223,7 +242,9 @@ class Orchestrator:
         """Answer one user message.
 
         Idempotent per `client_message_id`: a retry returns the stored reply without a model
-        call, or finishes a turn interrupted after the user message was stored.
+        call (the same `Reply`, rebuilt from the stored records), or finishes a turn
+        interrupted after the user message was stored, reusing the handler's stored outcome
+        (the handler never runs twice once its outcome is stored).
 
         Args:
             conversation_id: The conversation; created on its first message.
@@ -243,15 +264,15 @@ class Orchestrator:
                 past `turn_deadline`, which the wait counts against).
             LeaseLost: the turn stalled past `lock_ttl` and another turn took the
                 conversation over; none of this turn's last writes landed.
-            TurnFailed: the models could not answer; the user message is stored.
+            TurnFailed: the models or the database could not finish the turn; the user
+                message is stored, with the safe reply as a `failed` marker under it.
         """
         text = check_user_text(text, max_chars=self.max_message_chars)
         self._check_question(text)
         p = await self._open()
-        lease = self._lease(p, conversation_id)
-        try:
-            # One transaction takes the lease, stores the message and reads the thread.
-            start = await p.store.start_turn(
+
+        async def start(lease: TurnLease) -> Started:
+            begun = await p.store.start_turn(
                 conversation_id,
                 text,
                 user_id=user_id,
@@ -259,15 +280,17 @@ class Orchestrator:
                 token_count=self.token_counter.count(text),
                 lease=lease,
             )
-            user_message = start.message
-            if not start.created:
-                replies = await p.store.replies_to(user_message.id)
-                if replies:
-                    return await self._replayed(user_message, replies[-1])
-                log.info("turn.resume", conversation_id=conversation_id, turn=user_message.id)
-            return await self._answer(p, user_message, user_id, lease, thread_since(start.path))
-        finally:
-            await lease.aclose()
+            question, path = begun.message, begun.path
+            stored = TurnRecord(reply=None, outcome=None)
+            if path is None:  # A repeat: answered already, or a turn to finish.
+                stored = await p.store.turn_record(question.id)
+                if stored.reply is None:
+                    log.info("turn.resume", conversation_id=conversation_id, turn=question.id)
+                    path = await SummaryStore(p.store.engine).path_since_newest(question.id)
+            thread = UserThread() if path is None else thread_since(path)  # None: replayed.
+            return Started(question=question, user_id=user_id, thread=thread, stored=stored)
+
+        return await self._turn(p, conversation_id, start)
 
     def stream(
         self,
@@ -299,9 +322,9 @@ class Orchestrator:
         original = await self._owned_message(p, user_message_id, user_id)
         if original.role != "user":
             raise UserError(f"message {user_message_id} is an assistant message; edit a user one")
-        lease = self._lease(p, original.conversation_id)
-        try:
-            start = await p.store.start_turn(
+
+        async def start(lease: TurnLease) -> Started:
+            begun = await p.store.start_turn(
                 original.conversation_id,
                 text,
                 user_id=user_id,
@@ -309,12 +332,21 @@ class Orchestrator:
                 token_count=self.token_counter.count(text),
                 lease=lease,
             )
-            return await self._answer(p, start.message, user_id, lease, thread_since(start.path))
-        finally:
-            await lease.aclose()
+            assert begun.path is not None, "an edit is a new message"
+            return Started(
+                question=begun.message,
+                user_id=user_id,
+                thread=thread_since(begun.path),
+                stored=TurnRecord(reply=None, outcome=None),
+            )
+
+        return await self._turn(p, original.conversation_id, start)
 
     async def regenerate(self, assistant_message_id: str, *, user_id: str | None = None) -> Reply:
         """Answer the same user message again: a sibling answer.
+
+        The turn's stored outcome is reused: a regeneration writes the reply again and
+        never runs the handler a second time (an order is not placed twice).
 
         Raises:
             ConversationNotFound: no such message in a conversation of `user_id`.
@@ -324,13 +356,18 @@ class Orchestrator:
         if answer.role != "assistant" or answer.parent_id is None:
             raise UserError(f"message {assistant_message_id} is not an assistant message")
         question = await p.store.get(answer.parent_id)
-        lease = self._lease(p, answer.conversation_id)
-        try:
+
+        async def start(lease: TurnLease) -> Started:
             await lease.take()
-            thread = await build_thread(p.store, question.id)
-            return await self._answer(p, question, user_id, lease, thread)
-        finally:
-            await lease.aclose()
+            stored = await p.store.turn_record(question.id)
+            return Started(
+                question=question,
+                user_id=user_id,
+                thread=await build_thread(p.store, question.id),
+                stored=TurnRecord(reply=None, outcome=stored.outcome),
+            )
+
+        return await self._turn(p, answer.conversation_id, start)
 
     async def user_thread(self, conversation_id: str, *, user_id: str | None = None) -> UserThread:
         """What the experts will be sent next for this conversation (summary included).
@@ -395,10 +432,17 @@ class Orchestrator:
             ) from None
         return await self.transcript(conversation_id, user_id=user_id)
 
+    def finish_in_background(self, task: asyncio.Task[Any]) -> None:
+        """Keep a turn running after its stream's reader left; `aclose` waits for it."""
+        self._unfinished.add(task)
+        task.add_done_callback(self._unfinished.discard)
+
     async def aclose(self) -> None:
         """Wait for background work, then close what this orchestrator opened."""
-        if self._background:
-            await asyncio.gather(*self._background, return_exceptions=True)
+        if self._unfinished:
+            await asyncio.gather(*list(self._unfinished), return_exceptions=True)
+        if self._compaction is not None:
+            await self._compaction.wait()
         if self._audit is not None and self._owns_audit:
             await self._audit.aclose()
         if self._pipeline is not None and self._owns_store:
@@ -409,6 +453,7 @@ class Orchestrator:
                 await close()
         self._pipeline = None
         self._audit = None
+        self._compaction = None
 
     async def __aenter__(self) -> Orchestrator:
         return await self.open()
@@ -452,163 +497,20 @@ class Orchestrator:
             ) from None
         return message
 
-    async def _answer(
-        self,
-        p: Pipeline,
-        user_message: MessageRecord,
-        user_id: str | None,
-        lease: TurnLease,
-        thread: UserThread,
-    ) -> Reply:
-        """Run the pipeline for a stored user message (under the held `lease`), then store
-        the reply, audit the turn in one batch and give the lease back."""
-        recorder = TurnRecorder(turn_id=user_message.id)
-        recorder.note(
-            "turn_started",
-            user_message_id=user_message.id,
-            client_message_id=user_message.client_message_id,
-            parent_id=user_message.parent_id,
-            text=user_message.content,
-            user_id=user_id,
-        )
-        turn = Turn(
-            conversation_id=user_message.conversation_id,
-            user_id=user_id,
-            user_message=user_message,
-            thread=thread,
-            recorder=recorder,
-        )
-        staging = StagingStore(p.store, user_message)
-        try:
-            with recording(recorder):
-                reply = await self._within_deadline(
-                    run_turn(dataclasses.replace(p, store=staging), turn),
-                    user_message,
-                    since=lease.started,
-                )
-        except BaseException as e:
-            await self._fail(user_message.conversation_id, recorder, e)
-            raise
-        await self._finish(p, lease, staging.staged, user_message.conversation_id, recorder)
+    async def _turn(self, p: Pipeline, conversation_id: str, start: Start) -> Reply:
+        """Run one turn (`orchestrator/turn.py`), then schedule compaction if it is due."""
+        started: list[Started] = []
+
+        async def begin(lease: TurnLease) -> Started:
+            started.append(await start(lease))
+            return started[-1]
+
+        reply = await run_turn(p, self._lease(p, conversation_id), begin)
+        if reply.replayed:
+            return reply
         # The policy is checked on the thread already in memory, so a turn under the
         # threshold costs no database read; the background task checks again under its lease.
-        after = [*turn.thread.messages, ThreadMessage(role="assistant", content=reply.text)]
+        after = [*started[-1].thread.messages, ThreadMessage(role="assistant", content=reply.text)]
         if self.compaction_policy.plan(after, self.token_counter) is not None:
-            self._after_reply(user_message.conversation_id, reply.message_id)
+            self.compaction.schedule(conversation_id, reply.message_id)
         return reply
-
-    async def _within_deadline(
-        self, turn: Awaitable[Reply], user_message: MessageRecord, *, since: float
-    ) -> Reply:
-        """Run the turn's expert calls under the turn deadline (a provider that hangs or a
-        long retry-after never holds the caller, or the conversation's lease, past it).
-
-        The deadline runs from `since` (`time.monotonic()`, when the turn began waiting for
-        its lease), so the lease wait counts against it."""
-        remaining = None
-        if self.turn_deadline is not None:
-            remaining = self.turn_deadline - (time.monotonic() - since)
-        try:
-            async with asyncio.timeout(remaining):
-                return await turn
-        except TimeoutError as e:
-            raise TurnFailed(
-                f"the turn took longer than its {self.turn_deadline} s deadline",
-                user_message_id=user_message.id,
-                stage="deadline",
-            ) from e
-
-    async def _finish(
-        self,
-        p: Pipeline,
-        lease: TurnLease,
-        reply: MessageRecord | None,
-        conversation_id: str,
-        recorder: TurnRecorder,
-    ) -> None:
-        """Store the reply, write the audit batch and give the lease back: one transaction
-        when the audit log shares the conversation database, else reply, audit, release."""
-        audit = self._audit
-        if audit is None:
-            await p.store.finish_turn(lease, reply)
-            return
-        if audit.joinable(p.store.engine):
-
-            def write_batch(conn: Connection) -> None:
-                audit.append_sync(conn, conversation_id, recorder.events)
-
-            try:
-                await p.store.finish_turn(lease, reply, also=write_batch)
-                return
-            except Exception as e:  # Nothing was written: take the separate path below.
-                log.warning("turn.joint_write_failed", conversation_id=conversation_id, error=e)
-        try:
-            await p.store.finish_turn(lease, reply, release=False)
-        except BaseException as e:
-            await self._fail(conversation_id, recorder, e)
-            raise
-        await self._write_audit(conversation_id, recorder)
-
-    async def _fail(
-        self, conversation_id: str, recorder: TurnRecorder, error: BaseException
-    ) -> None:
-        """Audit a failing turn (its own error stays the one the caller sees)."""
-        stage = error.stage if isinstance(error, TurnFailed) else "orchestrator"
-        recorder.note("turn_failed", stage=stage, error=f"{type(error).__name__}: {error}")
-        if isinstance(error.__cause__, ProviderQuotaExhausted):
-            # Money ran out: every turn will fail until someone tops up, so say it loudly.
-            cause = error.__cause__
-            log.error("alert.provider_quota_exhausted", model=cause.model, stage=stage)
-        await self._write_audit(conversation_id, recorder, failing=True)
-
-    async def _write_audit(
-        self, conversation_id: str, recorder: TurnRecorder, *, failing: bool = False
-    ) -> None:
-        if self._audit is None:
-            return
-        try:
-            await self._audit.append(conversation_id, recorder.events)
-        except Exception:
-            if not failing:
-                raise
-            # The turn is already failing; its own error is the one the caller must see.
-            log.exception("audit.write_failed_during_failed_turn", conversation_id=conversation_id)
-
-    async def _replayed(self, user_message: MessageRecord, answer: MessageRecord) -> Reply:
-        """The stored reply to a retried client message id, with its recorded route."""
-        category, request, missing = None, None, None
-        if self._audit is not None:
-            for event in await self._audit.events(user_message.conversation_id):
-                if event.turn_id != user_message.id:
-                    continue
-                if event.kind == "triage":
-                    category = event.payload.get("category")
-                elif event.kind == "request":
-                    request, missing = self._recorded_request(event.payload)
-        return Reply(
-            text=answer.content,
-            category=category,
-            request=request,
-            need_more_info=missing,
-            message_id=answer.id,
-            user_message_id=user_message.id,
-            conversation_id=user_message.conversation_id,
-            replayed=True,
-        )
-
-    def _recorded_request(self, payload: Mapping[str, Any]) -> tuple[Any, Any]:
-        from frontdesk.experts import NeedMoreInfo
-
-        category = self.categories.get(str(payload.get("category")))
-        request = payload.get("request")
-        missing = payload.get("need_more_info")
-        parsed = None
-        if category is not None and category.request is not None and request is not None:
-            parsed = category.request.model_validate(request)
-        return parsed, NeedMoreInfo.model_validate(missing) if missing else None
-
-    def _after_reply(self, conversation_id: str, leaf_id: str) -> None:
-        """Hook: background work after the reply is returned (compaction, issue 5)."""
-        from frontdesk.orchestrator._compaction import schedule_compaction
-
-        schedule_compaction(self, conversation_id, leaf_id)

@@ -1,17 +1,18 @@
 """Collects one turn's audit events while it runs, for one batch append after the reply.
 
-Model attempts arrive through the attempt observer (`experts.providers.observe_attempts`);
-the recorder pairs each with the `ModelRequest` of the expert call in progress, so the row
-holds the system prompt reference, the exact messages sent and the model's settings. An
-attempt cut off by the turn deadline reports nothing itself (the task is cancelled under
-it), so `RecordedModel` records that attempt as it unwinds.
+The turn passes its recorder to each expert call explicitly (`observer=`, an
+`experts.CallObserver`), which marks the call's `ModelRequest` while it runs. Model
+attempts arrive through the providers' attempt observer (`observing`, over
+`experts.providers.observe_attempts`); the recorder pairs each with the request in
+progress, so the row holds the system prompt reference, the exact messages sent and the
+model's settings. An attempt cut off by the turn deadline reports nothing itself (the
+task is cancelled under it), so the expert call records that attempt as it unwinds
+(`cut_off`).
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-import contextvars
 import dataclasses
 import hashlib
 import time
@@ -164,35 +165,26 @@ class TurnRecorder:
             self._attempts[-1]["output"] = jsonable(response.output)
 
 
-_current: contextvars.ContextVar[TurnRecorder | None] = contextvars.ContextVar(
-    "frontdesk_turn_recorder", default=None
-)
-
-
 @contextlib.contextmanager
-def recording(recorder: TurnRecorder) -> Iterator[None]:
-    """Record every expert call and model attempt made inside this block (this task)."""
-    token = _current.set(recorder)
-    try:
-        with observe_attempts(recorder.on_attempt):
-            yield
-    finally:
-        _current.reset(token)
+def observing(recorder: TurnRecorder) -> Iterator[None]:
+    """Record every model attempt made inside this block (this task) as an audit event."""
+    with observe_attempts(recorder.on_attempt):
+        yield
 
 
 Calibrate = Callable[[ModelRequest, ModelResponse], None]
 
 
 @dataclasses.dataclass(frozen=True)
-class RecordedModel:
-    """Wraps a model so each call's request and parsed output reach the turn's recorder.
+class CalibratedModel:
+    """Wraps a model so the token counter learns from every successful call.
 
-    `calibrate`, when given, sees every successful call, so the token counter can learn
-    from the exact input counts the provider reports.
+    `calibrate` sees each call's request and response, so the counter can learn from the
+    exact input counts the provider reports.
     """
 
     inner: Model
-    calibrate: Calibrate | None = None
+    calibrate: Calibrate
 
     @property
     def name(self) -> str:
@@ -200,31 +192,14 @@ class RecordedModel:
         return self.inner.name
 
     async def request(self, request: ModelRequest) -> ModelResponse:
-        """Call the wrapped model inside the recorder's expert-call window."""
-        recorder = _current.get()
-        if recorder is None:
-            response = await self.inner.request(request)
-        else:
-            with recorder.expert_call(request):
-                try:
-                    response = await self.inner.request(request)
-                except asyncio.CancelledError:
-                    recorder.cut_off(self.inner.name)
-                    raise
-                recorder.parsed(response)
-        if self.calibrate is not None:
-            self.calibrate(request, response)
+        """Call the wrapped model, then calibrate on its answer."""
+        response = await self.inner.request(request)
+        self.calibrate(request, response)
         return response
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]:
-        """Stream from the wrapped model inside the recorder's expert-call window."""
-        recorder = _current.get()
-        window = recorder.expert_call(request) if recorder else contextlib.nullcontext()
-        with window:
-            async for event in stream_of(self.inner, request):
-                if isinstance(event, StreamDone):
-                    if recorder is not None:
-                        recorder.parsed(event.response)
-                    if self.calibrate is not None:
-                        self.calibrate(request, event.response)
-                yield event
+        """Stream from the wrapped model, then calibrate on its final answer."""
+        async for event in stream_of(self.inner, request):
+            if isinstance(event, StreamDone):
+                self.calibrate(request, event.response)
+            yield event

@@ -11,15 +11,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from frontdesk.experts import Category
-from frontdesk.experts._call import ExpertCall
+from frontdesk.experts import Category, ExpertCall
 from frontdesk.experts.providers import Model, ModelRequest, ModelResponse
 from frontdesk.experts.request import RequestExpert, extraction_type
 from frontdesk.experts.request import prompt_variables as request_variables
 from frontdesk.experts.response import ResponseExpert
 from frontdesk.experts.triage import TriageExpert, triage_output_type
 from frontdesk.experts.triage import prompt_variables as triage_variables
-from frontdesk.orchestrator._recorder import RecordedModel
+from frontdesk.orchestrator._recorder import CalibratedModel
 from frontdesk.orchestrator.config import ExpertSettings
 from frontdesk.orchestrator.errors import InputTooLarge
 from frontdesk.prompts import Prompt, RenderedPrompt, load_prompt, parse_prompt
@@ -49,7 +48,7 @@ class Wiring:
         """One expert's model (recorded for the audit, calibrating the counter) and prompt."""
         return ExpertCall(
             expert=expert,
-            model=RecordedModel(self.models[expert], calibrate=self.calibrate),
+            model=CalibratedModel(self.models[expert], calibrate=self.calibrate),
             prompt=prompt,
             settings=self.settings.for_expert(expert),
         )

@@ -162,6 +162,4 @@ async def stream_turn(
             if wait_on_close:
                 await asyncio.shield(task)
             else:
-                background = orchestrator._background
-                background.add(task)
-                task.add_done_callback(background.discard)
+                orchestrator.finish_in_background(task)

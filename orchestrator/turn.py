@@ -1,38 +1,67 @@
-"""One turn, top to bottom: thread -> triage -> request -> handler -> response -> thread.
+"""One turn, top to bottom: start, the experts, finish.
 
-The machinery (model wiring, locks, idempotency, audit batching) lives in
-`orchestrator/_orchestrator.py`; this module is the data flow of a turn and nothing else.
+    start    take the conversation's lease, store the question, read its path (1 transaction)
+    experts  triage -> request -> handler, whose outcome is stored before going on;
+             then the response expert (a retry reuses the stored outcome and calls only it)
+    finish   the reply, the outcome's usage, the audit batch and the lease release
+             (1 transaction when the audit log shares the conversation database)
+
+A turn that fails after its question was stored leaves its safe reply as a `failed`
+marker under it, so the thread still alternates; a retry with the same client message id
+supersedes the marker. The orchestrator decides which turn runs (`orchestrator/_orchestrator.py`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Mapping
+import asyncio
+import dataclasses
+import hashlib
+import time
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import TypeVar
 
+import structlog
 from pydantic import BaseModel, ValidationError
+from sqlalchemy import Connection
 
+from frontdesk.audit.store import AuditLog
+from frontdesk.errors import SAFE_REPLY, LeaseLost, StoreError
 from frontdesk.experts import Category, HandlerContext, NeedMoreInfo, Outcome
 from frontdesk.experts.category import HUMAN, OTHER
-from frontdesk.experts.errors import ModelError, OutputValidationError, Refusal, TruncatedOutput
-from frontdesk.experts.providers import Message, ModelResponse
+from frontdesk.experts.errors import (
+    ModelError,
+    OutputValidationError,
+    ProviderQuotaExhausted,
+    Refusal,
+    TruncatedOutput,
+)
+from frontdesk.experts.providers import Message, ModelResponse, Usage
 from frontdesk.experts.request import RequestExpert
 from frontdesk.experts.response import ResponseExpert, ResponseResult
 from frontdesk.experts.triage import TriageExpert
 from frontdesk.orchestrator import _listen, _outcomes
-from frontdesk.orchestrator._recorder import TurnRecorder, jsonable
+from frontdesk.orchestrator._recorder import TurnRecorder, jsonable, observing, usage_dict
 from frontdesk.orchestrator.errors import TurnFailed
 from frontdesk.orchestrator.reply import Reply
 from frontdesk.threads.budget import Budget
 from frontdesk.threads.builder import ExpertView, UserThread
-from frontdesk.threads.store import ConversationStore, MessageRecord
+from frontdesk.threads.store import (
+    ConversationStore,
+    MessageRecord,
+    TurnLease,
+    TurnOutcome,
+    TurnRecord,
+)
 from frontdesk.threads.tokens import TokenCounter
 
-# Errors about one answer's content: the route falls back to a person, the turn goes on.
+log = structlog.get_logger("frontdesk.orchestrator")
+
 T = TypeVar("T")
 
 EXPERTS = ("triage", "request", "response")
 
+# Errors about one answer's content: the route falls back to a person, the turn goes on.
 CONTENT_ERRORS = (OutputValidationError, TruncatedOutput, Refusal, ValidationError)
 
 
@@ -41,6 +70,7 @@ class Pipeline:
     """Everything a turn needs, built once by the Orchestrator."""
 
     store: ConversationStore
+    audit: AuditLog | None
     categories: Mapping[str, Category]
     triage: TriageExpert
     requests: Mapping[str, RequestExpert]
@@ -48,6 +78,23 @@ class Pipeline:
     context_extras: Mapping[str, object]
     counters: Mapping[str, TokenCounter]
     budgets: Mapping[str, Budget]
+    deadline: float | None = None
+    """Seconds the turn's expert calls may take in all (`None`: no deadline)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Started:
+    """What a turn's start read and wrote: the question, its thread, what is stored of it."""
+
+    question: MessageRecord
+    user_id: str | None
+    thread: UserThread
+    stored: TurnRecord
+    """The question's reply and outcome from an earlier try (both `None` for a new one)."""
+
+
+Start = Callable[[TurnLease], Awaitable[Started]]
+"""A turn's first transaction (new message, edit or regeneration), under the taken lease."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -59,52 +106,274 @@ class Turn:
     user_message: MessageRecord
     thread: UserThread
     recorder: TurnRecorder
+    lease: TurnLease
+    """The conversation's lease: every write of the turn is fenced by it."""
 
 
-async def run_turn(p: Pipeline, t: Turn) -> Reply:
-    """Answer `t.user_message` and store the reply under it."""
-    views = {e: t.thread.for_expert(e, counter=p.counters[e], budgets=p.budgets) for e in EXPERTS}
-    meta = {"conversation_id": t.conversation_id, "turn_id": t.user_message.id}
-    answered: dict[str, ModelResponse] = {}  # expert -> the response it got, for the Reply
+@dataclass(frozen=True, kw_only=True)
+class Decided:
+    """What the experts before the reply decided (or what an earlier try stored)."""
 
-    category, reason = await _triage(p, t, views["triage"], meta, answered)
+    category: str
+    request: BaseModel | None
+    missing: NeedMoreInfo | None
+    outcome: Outcome
+    handler_ran: bool
+    answered: dict[str, ModelResponse]
+    """Expert -> the response it got in this try."""
+    earlier: TurnOutcome | None = None
+    """The stored outcome this turn reuses, if any."""
+
+
+async def run_turn(p: Pipeline, lease: TurnLease, start: Start) -> Reply:
+    """Answer one user message: start, experts, finish; the lease is given back in any case."""
+    try:
+        # Start: the lease, the user message and its path, in one transaction.
+        s = await start(lease)
+        if s.stored.reply is not None:  # Answered before: the same Reply, from the records.
+            return reply_from_records(
+                p, s.question, s.stored.reply, s.stored.outcome, replayed=True
+            )
+        t = _turn(s, lease)
+        try:
+            # The experts, under the turn deadline; a stored outcome skips to the reply.
+            with observing(t.recorder):  # Model attempts -> audit events.
+                decided, answer = await _within_deadline(
+                    p, t, _experts(p, t, s.stored.outcome), since=lease.started
+                )
+            # Finish: the reply, the outcome's usage, the audit batch, the lease release.
+            reply = await _finish(p, lease, t, decided, answer)
+        except Exception as e:
+            await _fail(p, t, e)
+            raise
+        return reply
+    finally:
+        await lease.aclose()
+
+
+def _turn(s: Started, lease: TurnLease) -> Turn:
+    recorder = TurnRecorder(turn_id=s.question.id)
+    recorder.note(
+        "turn_started",
+        user_message_id=s.question.id,
+        client_message_id=s.question.client_message_id,
+        parent_id=s.question.parent_id,
+        text=s.question.content,
+        user_id=s.user_id,
+    )
+    return Turn(
+        conversation_id=s.question.conversation_id,
+        user_id=s.user_id,
+        user_message=s.question,
+        thread=s.thread,
+        recorder=recorder,
+        lease=lease,
+    )
+
+
+async def _experts(
+    p: Pipeline, t: Turn, earlier: TurnOutcome | None
+) -> tuple[Decided, ResponseResult]:
+    decided = await _decide_once(p, t, earlier)
+    return decided, await _respond(p, t, decided)
+
+
+async def _decide_once(p: Pipeline, t: Turn, earlier: TurnOutcome | None) -> Decided:
+    """Triage, request and handler, the handler's outcome stored before the reply is made;
+    or the outcome an earlier try of this turn stored (nothing is run again)."""
+    if earlier is not None:
+        t.recorder.note(
+            "outcome_reused", category=earlier.category, handler_ran=earlier.handler_ran
+        )
+        decided = _decided_from(p, earlier)
+        _listen.routed(decided.category)  # A stream of a retried turn still shows its route.
+        if decided.category in p.requests:
+            _listen.extracted(decided.request, decided.missing)
+        return decided
+    meta = _meta(t)
+    answered: dict[str, ModelResponse] = {}
+    view = _view(p, t, "triage")
+    category, reason = await _triage(p, t, view, meta, answered)
     t.recorder.note("triage", category=category, reason=reason)
     _listen.routed(category)
-
-    request, missing = await _extract(p, t, category, views["request"], meta, answered)
+    request, missing = await _extract(p, t, category, _view(p, t, "request"), meta, answered)
     if category in p.requests:
         _listen.extracted(request, missing)
     t.recorder.note(
         "request", category=category, request=jsonable(request), need_more_info=jsonable(missing)
     )
-
-    outcome = await _decide(p, t, category, request, missing)
+    outcome, handler_ran = await _decide(p, t, category, request, missing)
     t.recorder.note(
         "outcome", category=category, instruction=outcome.instruction, data=jsonable(outcome.data)
     )
-
-    answer = await _respond(p, t, views["response"], outcome.instruction, meta, answered)
-    assistant = await p.store.add_assistant_message(
-        t.user_message.id,
-        answer.text,
-        model=answer.response.model or None,
-        prompt_versions=_prompt_versions(p, category),
-    )
-    t.recorder.note(
-        "reply", assistant_message_id=assistant.id, text=answer.text, model=answer.response.model
-    )
-    return Reply(
-        text=answer.text,
+    decided = Decided(
         category=category,
         request=request,
-        need_more_info=missing,
+        missing=missing,
         outcome=outcome,
-        message_id=assistant.id,
+        handler_ran=handler_ran,
+        answered=answered,
+    )
+    if handler_ran:  # The developer's code acted: keep what it decided before going on.
+        try:
+            await p.store.save_outcome(_stored(t, decided), lease=t.lease)
+        except LeaseLost:
+            raise
+        except StoreError as e:
+            raise TurnFailed(str(e), user_message_id=t.user_message.id, stage="outcome") from e
+    return decided
+
+
+async def _finish(
+    p: Pipeline, lease: TurnLease, t: Turn, decided: Decided, answer: ResponseResult
+) -> Reply:
+    """Store the reply and the outcome, write the audit batch and give the lease back: one
+    transaction when the audit log shares the conversation database, else in that order."""
+    reply = p.store.stage_reply(
+        t.user_message,
+        answer.text,
+        model=answer.response.model or None,
+        prompt_versions=_prompt_versions(p, decided.category),
+    )
+    t.recorder.note("reply", assistant_message_id=reply.id, text=answer.text, model=reply.model)
+    answered = {**decided.answered, "response": answer.response}
+    outcome = _stored(t, dataclasses.replace(decided, answered=answered))
+    audit, events = p.audit, t.recorder.events
+    try:
+        if audit is not None and audit.joinable(p.store.engine):
+
+            def write_batch(conn: Connection) -> None:
+                audit.append_sync(conn, t.conversation_id, events)
+
+            try:
+                await p.store.finish_turn(lease, reply, outcome=outcome, also=write_batch)
+                return reply_from_records(p, t.user_message, reply, outcome)
+            except LeaseLost:  # Another turn has the conversation: nothing may be written.
+                raise
+            except Exception as e:  # Nothing was written: take the separate path below.
+                log.warning("turn.joint_write_failed", conversation_id=t.conversation_id, error=e)
+        await p.store.finish_turn(lease, reply, outcome=outcome, release=audit is None)
+    except LeaseLost:  # Overtaken: typed as such, and none of the writes landed.
+        raise
+    except StoreError as e:  # The database is down: the turn failed, its outcome is kept.
+        raise TurnFailed(str(e), user_message_id=t.user_message.id, stage="finish") from e
+    if audit is not None:
+        await audit.append(t.conversation_id, events)
+    return reply_from_records(p, t.user_message, reply, outcome)
+
+
+async def _fail(p: Pipeline, t: Turn, error: Exception) -> None:
+    """Leave the failed-turn marker (the safe reply) and audit the failure (the caller then
+    sees `error`: `TurnFailed` for a failure the client should retry)."""
+    stage = error.stage if isinstance(error, TurnFailed) else "orchestrator"
+    safe = error.safe_reply if isinstance(error, TurnFailed) else SAFE_REPLY
+    t.recorder.note("turn_failed", stage=stage, error=f"{type(error).__name__}: {error}")
+    if isinstance(error.__cause__, ProviderQuotaExhausted):
+        # Money ran out: every turn will fail until someone tops up, so say it loudly.
+        log.error("alert.provider_quota_exhausted", model=error.__cause__.model, stage=stage)
+    try:
+        await p.store.mark_failed(t.user_message, safe, lease=t.lease)
+    except Exception:  # The database is down too: the next turn may stack; ops see the log.
+        log.exception("turn.marker_failed", conversation_id=t.conversation_id)
+    if p.audit is not None:
+        try:
+            await p.audit.append(t.conversation_id, t.recorder.events)
+        except Exception:  # The turn's own error is the one the caller must see.
+            log.exception("audit.failed_turn_not_written", conversation_id=t.conversation_id)
+
+
+def idempotency_key(conversation_id: str, user_message_id: str) -> str:
+    """The turn's `HandlerContext.idempotency_key`: the same for every try of the message."""
+    digest = hashlib.sha256(f"{conversation_id}\n{user_message_id}".encode())
+    return digest.hexdigest()[:32]
+
+
+def reply_from_records(
+    p: Pipeline,
+    question: MessageRecord,
+    reply: MessageRecord,
+    outcome: TurnOutcome | None,
+    *,
+    replayed: bool = False,
+) -> Reply:
+    """The turn's `Reply`, built from what is stored (the same on a first try and a replay)."""
+    decided = None if outcome is None else _decided_from(p, outcome)
+    return Reply(
+        text=reply.content,
+        category=None if outcome is None else outcome.category,
+        request=None if decided is None else decided.request,
+        need_more_info=None if decided is None else decided.missing,
+        outcome=None if decided is None else decided.outcome,
+        message_id=reply.id,
+        user_message_id=question.id,
+        conversation_id=question.conversation_id,
+        usage={} if outcome is None else {e: Usage(**u) for e, u in outcome.usage.items()},
+        models={} if outcome is None else dict(outcome.models),
+        replayed=replayed,
+    )
+
+
+def _decided_from(p: Pipeline, stored: TurnOutcome) -> Decided:
+    category = p.categories.get(stored.category)
+    request = None
+    if stored.request is not None and category is not None and category.request is not None:
+        request = category.request.model_validate(stored.request)
+    missing = NeedMoreInfo.model_validate(stored.need_more_info) if stored.need_more_info else None
+    return Decided(
+        category=stored.category,
+        request=request,
+        missing=missing,
+        outcome=Outcome(instruction=stored.instruction, data=stored.data),
+        handler_ran=stored.handler_ran,
+        answered={},
+        earlier=stored,
+    )
+
+
+def _stored(t: Turn, d: Decided) -> TurnOutcome:
+    """`d` as the store keeps it (an earlier try's usage kept for the experts not rerun)."""
+    usage = dict(d.earlier.usage) if d.earlier else {}
+    models = dict(d.earlier.models) if d.earlier else {}
+    usage.update({e: usage_dict(r.usage) for e, r in d.answered.items()})
+    models.update({e: r.model for e, r in d.answered.items()})
+    return TurnOutcome(
         user_message_id=t.user_message.id,
         conversation_id=t.conversation_id,
-        usage={expert: r.usage for expert, r in answered.items()},
-        models={expert: r.model for expert, r in answered.items()},
+        category=d.category,
+        request=jsonable(d.request),
+        need_more_info=jsonable(d.missing),
+        instruction=d.outcome.instruction,
+        data=jsonable(d.outcome.data),
+        handler_ran=d.handler_ran,
+        usage=usage,
+        models=models,
     )
+
+
+async def _within_deadline(p: Pipeline, t: Turn, call: Awaitable[T], *, since: float) -> T:
+    """Run expert calls under what is left of the turn deadline (a provider that hangs or a
+    long retry-after never holds the caller, or the conversation's lease, past it).
+
+    The deadline runs from `since` (`time.monotonic()` when the turn began waiting for its
+    lease), so the lease wait counts against it."""
+    remaining = None if p.deadline is None else p.deadline - (time.monotonic() - since)
+    try:
+        async with asyncio.timeout(remaining):
+            return await call
+    except TimeoutError as e:
+        raise TurnFailed(
+            f"the turn took longer than its {p.deadline} s deadline",
+            user_message_id=t.user_message.id,
+            stage="deadline",
+        ) from e
+
+
+def _meta(t: Turn) -> dict[str, str]:
+    return {"conversation_id": t.conversation_id, "turn_id": t.user_message.id}
+
+
+def _view(p: Pipeline, t: Turn, expert: str) -> ExpertView:
+    return t.thread.for_expert(expert, counter=p.counters[expert], budgets=p.budgets)
 
 
 async def _triage(
@@ -115,7 +384,12 @@ async def _triage(
         result = await _stage(
             "triage",
             t,
-            p.triage.run(_turns(view), metadata=meta, cache_prefix=view.cache_prefix_messages),
+            p.triage.run(
+                _turns(view),
+                metadata=meta,
+                cache_prefix=view.cache_prefix_messages,
+                observer=t.recorder,
+            ),
             fallback=True,
         )
     except CONTENT_ERRORS as e:
@@ -140,7 +414,12 @@ async def _extract(
         result = await _stage(
             "request",
             t,
-            expert.run(_turns(view), metadata=meta, cache_prefix=view.cache_prefix_messages),
+            expert.run(
+                _turns(view),
+                metadata=meta,
+                cache_prefix=view.cache_prefix_messages,
+                observer=t.recorder,
+            ),
             fallback=True,
         )
     except CONTENT_ERRORS as e:
@@ -150,39 +429,33 @@ async def _extract(
     return result.request, result.need_more_info
 
 
-async def _respond(
-    p: Pipeline,
-    t: Turn,
-    view: ExpertView,
-    instruction: str,
-    meta: dict[str, str],
-    answered: dict[str, ModelResponse],
-) -> ResponseResult:
+async def _respond(p: Pipeline, t: Turn, decided: Decided) -> ResponseResult:
     """The reply: the thread plus ONE assistant instruction message, sent to the response expert."""
+    view = _view(p, t, "response")
     call = p.response.run(
         _turns(view),
-        instruction,
-        metadata=meta,
+        decided.outcome.instruction,
+        metadata=_meta(t),
         cache_prefix=view.cache_prefix_messages,
         on_delta=_listen.delta_sink(),
+        observer=t.recorder,
     )
-    answer = await _stage("response", t, call)
-    answered["response"] = answer.response
-    return answer
+    return await _stage("response", t, call)
 
 
 async def _decide(
     p: Pipeline, t: Turn, category: str, request: BaseModel | None, missing: NeedMoreInfo | None
-) -> Outcome:
-    """The handler's outcome ("TradCode"), or the built-in outcome for this route."""
+) -> tuple[Outcome, bool]:
+    """The handler's outcome ("TradCode"), or the built-in outcome for this route; and
+    whether the handler ran."""
     if category == HUMAN:
-        return _outcomes.handoff()
+        return _outcomes.handoff(), False
     if category == OTHER:
-        return _outcomes.small_talk(p.categories.values())
+        return _outcomes.small_talk(p.categories.values()), False
     if missing is not None:
-        return _outcomes.ask_for(missing)
+        return _outcomes.ask_for(missing), False
     if request is None:  # The extraction was unusable: a person is the safe route.
-        return _outcomes.handoff()
+        return _outcomes.handoff(), False
     handler = p.categories[category].handler
     assert handler is not None
     context = HandlerContext(
@@ -192,6 +465,7 @@ async def _decide(
         turn_id=t.user_message.id,
         store=p.store.handler_store(category),
         extras=p.context_extras,
+        idempotency_key=idempotency_key(t.conversation_id, t.user_message.id),
     )
     try:
         outcome = await handler(request, context)
@@ -199,8 +473,8 @@ async def _decide(
             raise TypeError(f"handler returned {type(outcome).__name__}, not experts.Outcome")
     except Exception as e:  # A handler is the developer's code: any failure is contained.
         t.recorder.note("handler_error", category=category, error=f"{type(e).__name__}: {e}")
-        return _outcomes.handler_failed()
-    return outcome
+        return _outcomes.handler_failed(), True
+    return outcome, True
 
 
 async def _stage(stage: str, t: Turn, call: Awaitable[T], *, fallback: bool = False) -> T:

@@ -165,3 +165,52 @@ async def test_0006_gives_leases_a_fencing_token_and_keeps_held_ones(empty_url: 
         assert await store.try_lease("held", "new", ttl=1)  # The expired old lease is taken.
     finally:
         await store.aclose()
+
+
+async def _downgrade_to(url: str, revision: str) -> None:
+    from alembic import command
+
+    from frontdesk.schema import alembic_config
+
+    def down(conn: sa.Connection) -> None:
+        config = alembic_config()
+        config.attributes["connection"] = conn
+        command.downgrade(config, revision)
+
+    engine = create_engine(url)
+    try:
+        async with engine.begin() as conn:
+            await conn.run_sync(down)
+    finally:
+        await engine.dispose()
+
+
+def test_turn_outcomes_upgrade_keeps_the_messages_stored_before(empty_url: str) -> None:
+    async def before() -> str:
+        store = await ConversationStore.open(empty_url)
+        try:
+            user, _ = await store.add_user_message("conv-1", "stored at 0004")
+            await store.add_assistant_message(user.id, "a reply")
+            return user.id
+        finally:
+            await store.aclose()
+
+    async def after(user_id: str) -> tuple[list[str], set[str], bool]:
+        engine = create_engine(empty_url)
+        try:
+            await upgrade_schema(engine, "head")
+        finally:
+            await engine.dispose()
+        store = await ConversationStore.open(empty_url)
+        try:
+            kinds: list[str] = [m.kind for m in await store.messages("conv-1")]
+            record = await store.turn_record(user_id)
+            return kinds, await _tables(empty_url), record.reply is not None
+        finally:
+            await store.aclose()
+
+    user_id = asyncio.run(before())
+    asyncio.run(_downgrade_to(empty_url, "0004_summary_covered_messages"))
+    assert "turn_outcome" not in asyncio.run(_tables(empty_url))
+    kinds, tables, replied = asyncio.run(after(user_id))
+    assert kinds == ["message", "message"] and "turn_outcome" in tables and replied

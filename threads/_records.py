@@ -15,6 +15,8 @@ from sqlalchemy import RowMapping
 from frontdesk.threads.errors import InvalidInput
 
 Role = Literal["user", "assistant"]
+Kind = Literal["message", "failed"]
+"""`failed`: the safe reply a failed turn left under its question (a retry supersedes it)."""
 
 MAX_ID_LENGTH = 255
 
@@ -36,6 +38,13 @@ class MessageRecord:
     """Assistant messages only: the model spec that wrote the reply."""
     prompt_versions: dict[str, str] | None
     """Assistant messages only: expert name -> "prompt-name@version" used for the reply."""
+    kind: Kind = "message"
+    """`failed` marks the safe reply of a turn that failed (shown as such in transcripts)."""
+
+    @property
+    def failed(self) -> bool:
+        """Whether this is a failed turn's marker rather than a real reply."""
+        return self.kind == "failed"
 
     @classmethod
     def from_row(cls, row: RowMapping | Mapping[str, Any]) -> MessageRecord:
@@ -51,6 +60,7 @@ class MessageRecord:
             client_message_id=row["client_message_id"],
             model=row["model"],
             prompt_versions=row["prompt_versions"],
+            kind=cast(Kind, row["kind"]),
         )
 
 

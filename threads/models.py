@@ -14,7 +14,15 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Dialect
 from sqlmodel import Field, SQLModel
 
-__all__ = ["Conversation", "HandlerData", "Lease", "Message", "UTCDateTime", "utcnow"]
+__all__ = [
+    "Conversation",
+    "HandlerData",
+    "Lease",
+    "Message",
+    "TurnOutcomeRow",
+    "UTCDateTime",
+    "utcnow",
+]
 
 
 def utcnow() -> datetime:
@@ -82,6 +90,8 @@ class Message(SQLModel, table=True):
     client_message_id: str | None = Field(default=None, max_length=255)
     model: str | None = Field(default=None, max_length=255)
     prompt_versions: dict[str, str] | None = Field(default=None, sa_type=sa.JSON)
+    kind: str = Field(default="message", max_length=16)
+    """`message`, or `failed` for the safe reply a failed turn leaves (revision 0005)."""
 
 
 class Lease(SQLModel, table=True):
@@ -106,3 +116,29 @@ class HandlerData(SQLModel, table=True):
     key: str = Field(primary_key=True, max_length=255)
     value: Any = Field(default=None, sa_type=sa.JSON)
     updated_at: datetime = Field(sa_type=UTCDateTime)
+
+
+class TurnOutcomeRow(SQLModel, table=True):
+    """What one turn decided before its reply was written (revision `0005_turn_outcomes`).
+
+    Stored before the response expert is called, so that a retry of the turn reuses it and
+    never runs the handler again; the finishing transaction adds the usage and models.
+    """
+
+    __tablename__ = "turn_outcome"
+
+    user_message_id: str = Field(
+        primary_key=True, foreign_key="message.id", max_length=36, ondelete="CASCADE"
+    )
+    conversation_id: str = Field(foreign_key="conversation.id", max_length=255, ondelete="CASCADE")
+    category: str = Field(max_length=255)
+    request: Any = Field(default=None, sa_type=sa.JSON)
+    need_more_info: Any = Field(default=None, sa_type=sa.JSON)
+    instruction: str = Field(sa_type=sa.Text)
+    data: Any = Field(default_factory=dict, sa_type=sa.JSON)
+    handler_ran: bool = False
+    usage: Any = Field(default_factory=dict, sa_type=sa.JSON)
+    """Expert name -> `Usage` fields, for the experts that answered this turn."""
+    models: Any = Field(default_factory=dict, sa_type=sa.JSON)
+    """Expert name -> the model that answered."""
+    created_at: datetime = Field(sa_type=UTCDateTime)

@@ -22,9 +22,10 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from frontdesk.db import create_engine, dispose_engine
 from frontdesk.schema import ensure_schema
-from frontdesk.threads import _lease, _turn
+from frontdesk.threads import _lease, _outcomes, _turn
 from frontdesk.threads._handler_store import HandlerStore
 from frontdesk.threads._lease import TurnLease
+from frontdesk.threads._outcomes import TurnOutcome, TurnRecord
 from frontdesk.threads._records import (
     ConversationRecord,
     MessageRecord,
@@ -46,6 +47,8 @@ __all__ = [
     "HandlerStore",
     "MessageRecord",
     "TurnLease",
+    "TurnOutcome",
+    "TurnRecord",
     "TurnStart",
 ]
 
@@ -66,8 +69,11 @@ class TurnStart:
     """The user message (the stored one for an idempotent repeat)."""
     created: bool
     """`False` for an idempotent repeat of a stored message."""
-    path: PathSinceSummary
-    """The path to `message` from the newest summary's cut point."""
+    path: PathSinceSummary | None
+    """The path to `message` from the newest summary's cut point; `None` for an idempotent
+    repeat, which may be answered already (read it with `SummaryStore.path_since_newest`
+    only when the turn must run), so that a replay reads nothing that grows with the
+    conversation."""
 
 
 class ConversationStore:
@@ -233,7 +239,7 @@ class ConversationStore:
         """A turn's first transaction: take `lease`, add the user message, read its path.
 
         The same as `add_user_message(..., lease=lease)` (same arguments, same errors),
-        plus the path to the message as far back as the newest summary's cut point
+        plus the path to the new message as far back as the newest summary's cut point
         (`threads.builder.thread_since` turns it into the user thread), all in one
         transaction, so a turn starts with one round of database work.
         """
@@ -243,9 +249,8 @@ class ConversationStore:
             message, created = _turn.add_user(
                 conn, conversation_id, content, user_id, client_message_id, parent_id, token_count
             )
-            return TurnStart(
-                message=message, created=created, path=path_since_newest_sync(conn, message.id)
-            )
+            path = path_since_newest_sync(conn, message.id) if created else None
+            return TurnStart(message=message, created=created, path=path)
 
         return await _retrying_a_new_conversation(lambda: _taking(lease, work), client_message_id)
 
@@ -314,18 +319,48 @@ class ConversationStore:
             prompt_versions=prompt_versions,
         )
 
+    async def save_outcome(self, outcome: TurnOutcome, *, lease: TurnLease | None = None) -> None:
+        """Store what a turn decided, durably, before its reply is produced.
+
+        Called after the handler ran and before the response expert is called: a retry of
+        the turn then reuses the outcome (`turn_record`) and never runs the handler again.
+        Storing it again for the same question changes only its usage and models. With
+        `lease`, the write is fenced by it (see `finish_turn`).
+
+        Raises:
+            LeaseLost: `lease` was taken over meanwhile; nothing was written.
+        """
+
+        def work(conn: Connection) -> None:
+            if lease is not None:
+                lease.fence(conn)
+            _outcomes.save(conn, outcome)
+
+        await run_sync_tx(self.engine, work)
+
+    async def turn_record(self, user_message_id: str) -> TurnRecord:
+        """The newest real reply to `user_message_id` and the turn's stored outcome.
+
+        Two reads by index (the message's parent, the outcome's key): the cost of a replay
+        does not grow with the conversation. Failed-turn markers are not replies.
+        """
+        return await self._read(lambda conn: _outcomes.turn(conn, user_message_id))
+
     async def finish_turn(
         self,
         lease: TurnLease,
         reply: MessageRecord | None,
         *,
+        outcome: TurnOutcome | None = None,
         also: Callable[[Connection], None] | None = None,
         release: bool = True,
     ) -> None:
-        """End a turn in one transaction: store `reply` (from `stage_reply`) as the active
-        leaf, run `also` (the turn's audit batch), and give the lease back.
+        """End a turn in one transaction: store `outcome` (or its usage), store `reply`
+        (from `stage_reply`) as the active leaf in place of any failed-turn marker, run
+        `also` (the turn's audit batch), and give the lease back.
 
-        With `release=False` the lease stays held (for a last write elsewhere, then
+        This is the turn's last transaction, the one place its final writes happen. With
+        `release=False` the lease stays held (for a last write elsewhere, then
         `lease.aclose()`). On failure nothing of it is written and the lease is still held.
 
         The transaction is fenced: it first checks that `lease` still holds with the token
@@ -339,8 +374,10 @@ class ConversationStore:
         def work(conn: Connection) -> None:
             if not release:
                 lease.fence(conn)  # `lease.release` checks the fence itself.
+            if outcome is not None:
+                _outcomes.save(conn, outcome)
             if reply is not None:
-                _turn.write(conn, reply)
+                _outcomes.write_reply(conn, reply)
             if also is not None:
                 also(conn)
 
@@ -348,6 +385,29 @@ class ConversationStore:
             await lease.release(work)
         else:
             await run_sync_tx(self.engine, work)
+
+    async def mark_failed(
+        self, question: MessageRecord, safe_reply: str, *, lease: TurnLease | None = None
+    ) -> MessageRecord | None:
+        """Leave a failed turn's `safe_reply` under `question` (call it under the turn's lease).
+
+        The marker is an assistant message of kind `failed`: the thread builder sends it as
+        the assistant turn, so a next message never stacks two user turns in a row, and a
+        retry with the same client message id supersedes it (`finish_turn`). Returns the
+        marker, or `None` when the question already has a reply or a marker. With `lease`,
+        the write is fenced by it: a turn that lost its lease leaves no marker.
+
+        Raises:
+            LeaseLost: `lease` was taken over meanwhile; nothing was written.
+        """
+        check_text(safe_reply, "safe_reply")
+
+        def work(conn: Connection) -> MessageRecord | None:
+            if lease is not None:
+                lease.fence(conn)
+            return _outcomes.mark_failed(conn, question, safe_reply)
+
+        return await run_sync_tx(self.engine, work)
 
     async def set_active_leaf(self, conversation_id: str, message_id: str) -> str:
         """Switch the conversation to the branch through `message_id` (any of its messages).

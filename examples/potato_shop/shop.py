@@ -84,7 +84,13 @@ async def place_order(request: OrderRequest, context: HandlerContext) -> Outcome
             " (they can press confirm or say yes).",
             data={"action": "confirm_order", "pending_order": pending},
         )
-    number = str(int(uuid.uuid4().int % 90_000) + 10_000)
+    # Keyed on the turn: a retry after a crash in here finds this turn's order number and
+    # writes the same order again (a put replaces), so one turn places at most one order.
+    placed = f"placed:{context.idempotency_key}"
+    number = await context.store.get(placed)
+    if number is None:
+        number = str(int(uuid.uuid4().int % 90_000) + 10_000)
+        await context.store.put(placed, number)
     order = {
         "customer": context.user_id,
         "placed": "today",
@@ -94,6 +100,7 @@ async def place_order(request: OrderRequest, context: HandlerContext) -> Outcome
         "minutes_late": 0,
         "delivery_fee": DELIVERY_FEE,
         "total": total,
+        "turn": context.idempotency_key,
     }
     await context.store.put(f"order:{number}", order)
     await context.store.put(f"pending:{context.conversation_id}", None)
@@ -127,7 +134,8 @@ async def refund(request: RefundRequest, context: HandlerContext) -> Outcome:
         return Outcome(
             instruction=f"Tell the user we cannot find order {number} and ask them to check it."
         )
-    if await context.store.get(f"refund:{number}") is not None:
+    done = await context.store.get(f"refund:{number}")
+    if done is not None and done.get("key") != context.idempotency_key:
         return Outcome(
             instruction=f"Tell the user the delivery fee of order {number} was already refunded.",
             data={"order_number": number, "refunded": False, "already": True},
@@ -140,7 +148,9 @@ async def refund(request: RefundRequest, context: HandlerContext) -> Outcome:
             data={"order_number": number, "refunded": False},
         )
     fee = float(order["delivery_fee"])
-    await context.store.put(f"refund:{number}", {"amount": fee, "turn": context.turn_id})
+    # One refund per order; a retry of the same turn (same key) finds its own refund.
+    record = {"amount": fee, "turn": context.turn_id, "key": context.idempotency_key}
+    await context.store.put(f"refund:{number}", record)
     return Outcome(
         instruction=f"Tell the user the £{fee:.2f} delivery fee for order {number}, which arrived"
         f" {order['minutes_late']} minutes late, has been refunded to their original payment"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from frontdesk.errors import EmptySummary
-from frontdesk.experts._call import ExpertCall
+from frontdesk.experts import ExpertCall
 from frontdesk.experts.providers import FunctionModel, Message, ModelRequest, ModelSettings
 from frontdesk.experts.summariser import (
     PREVIOUS_LABEL,

@@ -14,7 +14,6 @@ from frontdesk.examples.potato_shop import categories as potato_categories
 from frontdesk.experts.errors import ModelAPIError
 from frontdesk.experts.providers import FunctionModel, ModelRequest
 from frontdesk.orchestrator import Orchestrator
-from frontdesk.orchestrator._compaction import compactor_for
 from frontdesk.threads.builder import SUMMARY_LABEL
 from frontdesk.threads.compaction import CompactionPolicy
 from frontdesk.threads.summaries import SummaryStore
@@ -33,7 +32,7 @@ def make(team: Any, db_url: str, policy: CompactionPolicy, **models: Any) -> Orc
 
 async def drain(orch: Orchestrator) -> None:
     """Wait for the background compactions started so far."""
-    await asyncio.gather(*list(orch._background))
+    await orch.compaction.wait()
 
 
 async def kinds(orch: Orchestrator, conversation: str) -> list[str]:
@@ -180,7 +179,7 @@ async def test_two_processes_compacting_at_once_one_compacts(team: Any, shared_u
     await drain(first)
     await second.open()
     due = CompactionPolicy(threshold=1, keep_exchanges=1)
-    compactors = [replace(compactor_for(o, o.store), policy=due) for o in (first, second)]
+    compactors = [replace(o.compaction.compactor, policy=due) for o in (first, second)]
     results = await asyncio.gather(*(c.compact("c5", reply.message_id) for c in compactors))
     assert sorted(r.status for r in results) == ["busy", "compacted"]
     stored = await SummaryStore(first.store.engine).for_conversation("c5")

@@ -9,7 +9,6 @@ once; the audit chain verifies.
 
 from __future__ import annotations
 
-import asyncio
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -70,7 +69,7 @@ class TurnMachine(RuleBasedStateMachine):
         """Let background compactions finish, so each check reads a quiet database."""
 
         async def settle() -> None:
-            await asyncio.gather(*list(self.orch.orchestrator._background))
+            await self.orch.orchestrator.compaction.wait()
 
         self._run(settle())
 

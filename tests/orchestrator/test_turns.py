@@ -96,7 +96,10 @@ async def test_an_outage_keeps_the_message_and_a_retry_finishes_the_turn(
     assert failed.value.stage == "response"
     assert failed.value.safe_reply
     stored = await orch.transcript("c")
-    assert [(m.role, m.content) for m in stored] == [("user", "a bag of purple")]
+    assert [(m.role, m.content, m.kind) for m in stored] == [
+        ("user", "a bag of purple", "message"),
+        ("assistant", failed.value.safe_reply, "failed"),  # The marker: the thread alternates.
+    ]
     assert failed.value.user_message_id == stored[0].id
 
     down = False
@@ -108,7 +111,8 @@ async def test_an_outage_keeps_the_message_and_a_retry_finishes_the_turn(
     await orch.aclose()
     assert not reply.replayed
     assert reply.user_message_id == stored[0].id
-    assert [m.role for m in transcript] == ["user", "assistant"]
+    assert [(m.role, m.kind) for m in transcript] == [("user", "message"), ("assistant", "message")]
+    assert transcript[1].content == reply.text  # The retry's reply took the marker's place.
     assert kinds.count("turn_failed") == 1 and kinds.count("reply") == 1
 
 
@@ -271,7 +275,10 @@ async def test_a_refused_reply_fails_the_turn_with_a_safe_reply_and_keeps_the_me
     transcript = await orch.transcript("c")
     await orch.aclose()
     assert failed.value.stage == "response" and "try again" in failed.value.safe_reply
-    assert [(m.role, m.content) for m in transcript] == [("user", "hello")]
+    assert [(m.role, m.content, m.failed) for m in transcript] == [
+        ("user", "hello", False),
+        ("assistant", failed.value.safe_reply, True),
+    ]
 
 
 async def test_branches_are_listed_and_any_can_become_the_active_path(
@@ -316,7 +323,10 @@ async def test_a_hanging_provider_fails_the_turn_at_its_deadline_and_keeps_the_m
     await orch.aclose()
     assert failed.value.stage == "deadline"
     assert elapsed < 3
-    assert [(m.role, m.content) for m in transcript] == [("user", "hello")]
+    assert [(m.role, m.content, m.failed) for m in transcript] == [
+        ("user", "hello", False),
+        ("assistant", failed.value.safe_reply, True),
+    ]
     assert kinds[-1] == "turn_failed"
 
 

@@ -53,6 +53,7 @@ def message_row(conversation_id: str, **values: Any) -> dict[str, Any]:
         "client_message_id": None,
         "model": "offline",
         "prompt_versions": None,
+        "kind": "message",
         **values,
     }
 

@@ -74,3 +74,22 @@ def test_an_unknown_conversation_says_so(tmp_path: Path) -> None:
     result = CliRunner().invoke(app, ["thread", "show", "nope", "--db", url])
     assert result.exit_code == 1
     assert "no conversation 'nope'" in result.output
+
+
+def test_a_failed_turn_shows_its_safe_reply_flagged(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'frontdesk.db'}"
+
+    async def failed_turn() -> None:
+        store = await ConversationStore.open(url)
+        try:
+            user, _ = await store.add_user_message("conv-1", "where is my order?")
+            await store.mark_failed(user, "Sorry, please try again in a moment.")
+        finally:
+            await store.aclose()
+
+    asyncio.run(failed_turn())
+    result = CliRunner().invoke(app, ["thread", "show", "conv-1", "--db", url], env=WIDE)
+
+    assert result.exit_code == 0, result.output
+    last = result.output.splitlines()[-1]
+    assert "try again in a moment" in last and "✗ failed turn" in last

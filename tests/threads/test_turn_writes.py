@@ -51,7 +51,7 @@ async def test_a_turn_holds_the_lease_from_its_first_write_to_its_last(
     lease = store.turn_lease(conversation, timeout=5)
     start = await store.start_turn(conversation, "hello", lease=lease, client_message_id="m-1")
     assert start.created and lease.held
-    assert [m.content for m in start.path.messages] == ["hello"]
+    assert start.path is not None and [m.content for m in start.path.messages] == ["hello"]
     assert await busy(store, conversation)
     reply = store.stage_reply(start.message, "hi there")
     assert await store.active_leaf(conversation) == start.message  # Staged, not written.
@@ -72,6 +72,7 @@ async def test_an_idempotent_repeat_returns_the_stored_message_under_the_lease(
     again = store.turn_lease(conversation)
     repeat = await store.start_turn(conversation, "hello", lease=again, client_message_id="m-1")
     assert not repeat.created and repeat.message == start.message and again.held
+    assert repeat.path is None  # A repeat reads no path (it may be answered already).
     await again.aclose()
     other = store.turn_lease(conversation)
     with pytest.raises(IdempotencyConflict):

@@ -6,7 +6,7 @@ new owner takes the lease. Released leases keep their row (expired), so the coun
 goes back.
 
 Revision ID: 0006_conversation_owner
-Revises: 0004_summary_covered_messages
+Revises: 0005_turn_outcomes
 Create Date: 2026-12-01
 """
 
@@ -18,7 +18,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "0006_conversation_owner"
-down_revision: str | Sequence[str] | None = "0004_summary_covered_messages"
+down_revision: str | Sequence[str] | None = "0005_turn_outcomes"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

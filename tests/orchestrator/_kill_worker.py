@@ -1,0 +1,109 @@
+"""A turn that SIGKILLs its own process at one point: `python _kill_worker.py URL POINT DIR`.
+
+The category TRANSFER moves money through a "bank" that deduplicates on the key it is
+given (as a payment API does): the handler passes `HandlerContext.idempotency_key`. Every
+handler run appends a line to DIR/runs, every transfer the bank carries out to DIR/bank.
+
+Points:
+    in_handler      after the bank call, before the handler returns (outcome not stored)
+    after_outcome   right after the outcome is stored
+    in_response     when the response expert is called
+    before_finish   when the reply is about to be written
+    none            no kill (the parent's healthy retry uses this module's pieces)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel
+
+from frontdesk.experts import Category, HandlerContext, Outcome
+from frontdesk.experts.providers import FunctionModel, ModelRequest
+from frontdesk.orchestrator import Orchestrator
+
+CONVERSATION = "kill"
+TEXT = "send 10 to bob"
+CLIENT_ID = "m-1"
+
+
+class Transfer(BaseModel):
+    """Money to send."""
+
+    amount: int
+    to: str
+
+
+def die() -> None:
+    """SIGKILL this process: no `finally`, no flush, as a crash or an OOM kill."""
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def bank_transfer(folder: Path, key: str, amount: int, to: str) -> None:
+    """The bank: carries a transfer out once per key (its own durable record)."""
+    ledger = folder / "bank"
+    done = ledger.read_text().split() if ledger.exists() else []
+    if key in done:
+        return
+    with ledger.open("a") as f:
+        f.write(f"{key}\n")
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def orchestrator(url: str, folder: Path, point: str) -> Orchestrator:
+    """The bank's bot, dying at `point`."""
+
+    async def send(request: Transfer, context: HandlerContext) -> Outcome:
+        with (folder / "runs").open("a") as f:
+            f.write(f"{context.idempotency_key}\n")
+        bank_transfer(folder, context.idempotency_key, request.amount, request.to)
+        if point == "in_handler":
+            die()
+        return Outcome(instruction=f"Tell the user {request.amount} went to {request.to}.")
+
+    def model(request: ModelRequest) -> Any:
+        if request.expert == "triage":
+            return {"category": "TRANSFER", "reason": "money"}
+        if request.expert == "request":
+            return {"request": {"amount": 10, "to": "bob"}}
+        if point == "in_response":
+            die()
+        return "Done: 10 went to bob."
+
+    transfer = Category(
+        name="TRANSFER", description="Sending money.", request=Transfer, handler=send
+    )
+    orch = Orchestrator([transfer], model=FunctionModel(model), store=url, lock_ttl=1.0)
+    return orch
+
+
+async def _main(url: str, point: str, folder: Path) -> None:
+    orch = orchestrator(url, folder, point)
+    await orch.open()
+    store = orch.store
+    save, finish = store.save_outcome, store.finish_turn
+
+    async def save_then_die(*args: Any, **kwargs: Any) -> None:
+        await save(*args, **kwargs)
+        if point == "after_outcome":
+            die()
+
+    async def die_then_finish(*args: Any, **kwargs: Any) -> None:
+        if point == "before_finish":
+            die()
+        await finish(*args, **kwargs)
+
+    store.save_outcome = save_then_die  # type: ignore[method-assign]
+    store.finish_turn = die_then_finish  # type: ignore[method-assign]
+    await orch.handle(CONVERSATION, TEXT, client_message_id=CLIENT_ID)
+    await orch.aclose()
+
+
+if __name__ == "__main__":
+    asyncio.run(_main(sys.argv[1], sys.argv[2], Path(sys.argv[3])))

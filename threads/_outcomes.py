@@ -1,0 +1,175 @@
+"""The SQL of stored turn outcomes and failed-turn markers (revision `0005_turn_outcomes`).
+
+A turn's outcome (category, request, the handler's instruction and data) is written before
+the response expert is called, so a retry of the turn reuses it instead of running the
+handler again. A turn that fails after its question was stored leaves its safe reply under
+the question as an assistant message of kind `failed`; the retry that finishes the turn
+supersedes it (see `write_reply`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy import Connection
+from sqlalchemy.dialects import postgresql, sqlite
+
+from frontdesk.threads import _turn
+from frontdesk.threads._records import MessageRecord, new_id
+from frontdesk.threads.models import Message, TurnOutcomeRow, utcnow
+
+_msg = Message.__table__  # type: ignore[attr-defined]
+_out = TurnOutcomeRow.__table__  # type: ignore[attr-defined]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class TurnOutcome:
+    """What a turn decided, as JSON values (the orchestrator parses them back)."""
+
+    user_message_id: str
+    conversation_id: str
+    category: str
+    request: Any = None
+    """The extracted request as JSON, or `None`."""
+    need_more_info: Any = None
+    """What the request expert found missing, as JSON, or `None`."""
+    instruction: str
+    data: dict[str, Any] = field(default_factory=dict)
+    handler_ran: bool = False
+    """Whether a category handler (the developer's code) produced this outcome."""
+    usage: dict[str, dict[str, int]] = field(default_factory=dict)
+    models: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def from_row(cls, row: Any) -> TurnOutcome:
+        """Build a record from a `turn_outcome` row mapping."""
+        return cls(
+            user_message_id=row["user_message_id"],
+            conversation_id=row["conversation_id"],
+            category=row["category"],
+            request=row["request"],
+            need_more_info=row["need_more_info"],
+            instruction=row["instruction"],
+            data=row["data"] or {},
+            handler_ran=bool(row["handler_ran"]),
+            usage=row["usage"] or {},
+            models=row["models"] or {},
+        )
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class TurnRecord:
+    """What is stored of one turn: its newest real reply and its outcome (either may lack)."""
+
+    reply: MessageRecord | None
+    outcome: TurnOutcome | None
+
+
+def save(conn: Connection, outcome: TurnOutcome) -> None:
+    """Store `outcome`; when one is stored already, only its usage and models change."""
+    values = {
+        "user_message_id": outcome.user_message_id,
+        "conversation_id": outcome.conversation_id,
+        "category": outcome.category,
+        "request": outcome.request,
+        "need_more_info": outcome.need_more_info,
+        "instruction": outcome.instruction,
+        "data": outcome.data,
+        "handler_ran": outcome.handler_ran,
+        "usage": outcome.usage,
+        "models": outcome.models,
+        "created_at": utcnow(),
+    }
+    insert: Any = (postgresql if conn.dialect.name == "postgresql" else sqlite).insert
+    stmt = insert(_out).values(**values)
+    conn.execute(
+        stmt.on_conflict_do_update(
+            index_elements=[_out.c.user_message_id],
+            set_={"usage": stmt.excluded.usage, "models": stmt.excluded.models},
+        )
+    )
+
+
+def turn(conn: Connection, user_message_id: str) -> TurnRecord:
+    """The newest real reply under `user_message_id` and its outcome: two indexed reads."""
+    reply = (
+        conn.execute(
+            sa.select(_msg)
+            .where(
+                _msg.c.parent_id == user_message_id,
+                _msg.c.role == "assistant",
+                _msg.c.kind == "message",
+            )
+            .order_by(_msg.c.created_at.desc(), _msg.c.id.desc())
+            .limit(1)
+        )
+        .mappings()
+        .first()
+    )
+    row = (
+        conn.execute(sa.select(_out).where(_out.c.user_message_id == user_message_id))
+        .mappings()
+        .first()
+    )
+    return TurnRecord(
+        reply=None if reply is None else MessageRecord.from_row(reply),
+        outcome=None if row is None else TurnOutcome.from_row(row),
+    )
+
+
+def write_reply(conn: Connection, reply: MessageRecord) -> None:
+    """Store a turn's reply, superseding the failed-turn marker under its question.
+
+    A marker nothing follows is deleted, and the reply takes its place as the active leaf.
+    A marker the conversation has moved on from (the user wrote again without retrying)
+    stays where it is, and the late reply is stored beside it without moving the active
+    leaf, so the path the user is on keeps alternating.
+    """
+    assert reply.parent_id is not None, "a reply has a question"
+    child = _msg.alias("child")
+    markers = sa.and_(
+        _msg.c.parent_id == reply.parent_id, _msg.c.role == "assistant", _msg.c.kind == "failed"
+    )
+    childless = ~sa.exists().where(child.c.parent_id == _msg.c.id)
+    leaf_ids = sa.select(_msg.c.id).where(markers, childless)
+    gone = [row[0] for row in conn.execute(leaf_ids)]
+    if gone:
+        conn.execute(sa.delete(_msg).where(_msg.c.id.in_(gone)))
+    moved_on = conn.execute(sa.select(_msg.c.id).where(markers).limit(1)).first() is not None
+    if moved_on:
+        conn.execute(sa.insert(_msg), {n: getattr(reply, n) for n in MessageRecord.__slots__})
+    else:
+        _turn.write(conn, reply)
+
+
+def mark_failed(conn: Connection, question: MessageRecord, safe_reply: str) -> MessageRecord | None:
+    """Leave `safe_reply` under `question` as a `failed` assistant message (the active leaf).
+
+    Nothing is written when the question already has a reply or a marker (a retry that
+    fails again does not stack a second one).
+    """
+    _turn.lock_conversation(conn, question.conversation_id, None)
+    existing = conn.execute(
+        sa.select(_msg.c.id)
+        .where(_msg.c.parent_id == question.id, _msg.c.role == "assistant")
+        .limit(1)
+    ).first()
+    if existing is not None:
+        return None
+    marker = MessageRecord(
+        id=new_id(),
+        created_at=utcnow(),
+        conversation_id=question.conversation_id,
+        parent_id=question.id,
+        role="assistant",
+        content=safe_reply,
+        token_count=0,
+        client_message_id=None,
+        model=None,
+        prompt_versions=None,
+        kind="failed",
+    )
+    _turn.write(conn, marker)
+    return marker
