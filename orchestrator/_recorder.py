@@ -135,9 +135,10 @@ class TurnRecorder:
 
     def cut_off(self, model: str) -> None:
         """Record the attempt of the call in progress that a cancellation cut off, unless the
-        model reported it itself as it unwound (the doubles do)."""
+        model reported it itself as it unwound (the doubles and the HTTP adapters do): its
+        last reported attempt of this call is then final (`will_retry` false)."""
         last = self._attempts[-1] if self._attempts and self._call_attempts else None
-        if last is not None and str(last.get("error") or "").startswith("CancelledError"):
+        if last is not None and not last.get("will_retry"):
             return
         request = self._request
         self.on_attempt(
