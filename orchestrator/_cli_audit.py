@@ -28,7 +28,7 @@ from frontdesk.audit.export import render_html, write_jsonl
 from frontdesk.audit.replay import ReplayReport, TurnDiff, replay_transcript
 from frontdesk.audit.store import AuditLog
 from frontdesk.audit.transcript import ExpertCall, Transcript, TurnView, build_transcript
-from frontdesk.errors import FrontdeskError, UserError
+from frontdesk.errors import UserError
 from frontdesk.orchestrator._app import DEFAULT_APP, default_db, load_app
 from frontdesk.orchestrator._replay import build_runner, parse_models
 
@@ -55,7 +55,7 @@ def _url(db: str | None) -> str:
 
 
 def _run(work: Callable[[AuditLog], Awaitable[T]], db: str | None) -> T:
-    """Open the log, run `work`, close; a frontdesk error prints and exits 2."""
+    """Open the log, run `work`, close (failures go to the CLI's one error handler)."""
 
     async def main() -> T:
         log = await AuditLog.open(_url(db))
@@ -64,11 +64,7 @@ def _run(work: Callable[[AuditLog], Awaitable[T]], db: str | None) -> T:
         finally:
             await log.aclose()
 
-    try:
-        return asyncio.run(main())
-    except FrontdeskError as e:
-        Console(stderr=True).print(f"[red]error:[/red] {escape(str(e))}")
-        raise typer.Exit(2) from e
+    return asyncio.run(main())
 
 
 async def _targets(log: AuditLog, conversation: str | None, every: bool) -> list[str]:
@@ -79,7 +75,18 @@ async def _targets(log: AuditLog, conversation: str | None, every: bool) -> list
         if not every:
             raise UserError("give a conversation id, or --all for every conversation")
         return await log.conversations()
+    await _known(log, conversation)
     return [conversation]
+
+
+async def _known(log: AuditLog, conversation: str) -> None:
+    """Raise `UnknownConversation` unless the log holds rows for `conversation`."""
+    known = await log.conversations()
+    if conversation not in known:
+        raise UnknownConversation(
+            f"no audit rows for conversation {conversation!r} ({len(known)} conversations in"
+            " this log; `frontdesk audit cost --all` lists them)"
+        )
 
 
 async def _transcripts(log: AuditLog, ids: list[str]) -> list[Transcript]:
@@ -276,6 +283,8 @@ def verify(
         target = None if conversation is None else conversation
         if conversation is not None and every:
             raise UserError("give a conversation id or --all, not both")
+        if conversation is not None:
+            await _known(log, conversation)
         return await log.verify(target, anchors=saved)
 
     report = _run(work, db)

@@ -11,7 +11,6 @@ from rich.console import Console
 from rich.markup import escape
 from rich.tree import Tree
 
-from frontdesk.errors import FrontdeskError
 from frontdesk.orchestrator._app import default_db
 from frontdesk.threads.builder import build_thread
 from frontdesk.threads.store import ConversationStore, MessageRecord
@@ -115,11 +114,7 @@ def show(
 ) -> None:
     """Show a conversation's messages as a tree, the active path marked."""
     console = Console()
-    try:
-        tree = asyncio.run(_show(db or default_db(), conversation, all_branches))
-    except FrontdeskError as e:
-        console.print(f"[red]error:[/red] {escape(str(e))}")
-        raise typer.Exit(2) from e
+    tree = asyncio.run(_show(db or default_db(), conversation, all_branches))
     if tree is None:
         console.print(f"no conversation {conversation!r} in this database")
         raise typer.Exit(1)
@@ -174,10 +169,6 @@ def compact(
     model: ModelOption = None,
 ) -> None:
     """Summarise the active path's older exchanges now (the transcript keeps them all)."""
-    try:
-        code = asyncio.run(_compact(app_spec, model, db or default_db(), conversation))
-    except FrontdeskError as e:
-        Console().print(f"[red]error:[/red] {escape(str(e))}")
-        raise typer.Exit(2) from e
+    code = asyncio.run(_compact(app_spec, model, db or default_db(), conversation))
     if code:
         raise typer.Exit(code)
