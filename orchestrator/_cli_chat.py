@@ -147,10 +147,14 @@ class ChatSession:
     path: list[tuple[str, str, str]] = field(default_factory=list)
     """The active path as (message id, role, text), for /edit numbering."""
 
-    async def history(self, *, quiet_if_empty: bool = False) -> None:
-        """Print the active path, user messages numbered."""
+    async def load_path(self) -> None:
+        """Read the active path (what /edit numbers refer to)."""
         messages = await self.orch.transcript(self.conversation)
         self.path = [(m.id, m.role, m.content) for m in messages if m.role in ("user", "assistant")]
+
+    async def history(self, *, quiet_if_empty: bool = False) -> None:
+        """Print the active path, user messages numbered."""
+        await self.load_path()
         if not self.path:
             if not quiet_if_empty:
                 self.console.print("[dim](no messages yet)[/dim]")
@@ -207,8 +211,7 @@ class ChatSession:
             number, _, text = rest.partition(" ")
             if not text.strip():
                 raise UserError("usage: /edit N TEXT (N from /history)")
-            if not self.path:
-                await self.history(quiet_if_empty=True)
+            await self.load_path()
             self.show(await self.orch.edit(self._user_message(number), text))
         elif name == "regen":
             leaf = await self.orch.transcript(self.conversation)

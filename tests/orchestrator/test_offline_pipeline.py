@@ -61,6 +61,7 @@ def test_the_sync_wrapper_runs_turns_without_an_event_loop(db_url: str) -> None:
 
 def test_the_offline_model_is_named_plainly() -> None:
     assert "offline stand-in" in describe_models("offline")
+    assert "No ANTHROPIC_API_KEY" not in describe_models("offline")  # asked for, not a fallback
     assert describe_models("anthropic:claude-sonnet-4-5") == (
         "Models: default=anthropic:claude-sonnet-4-5"
     )
