@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
+import tempfile
 import uuid
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -87,7 +88,7 @@ async def _demo(model: str | None, db: str) -> None:
     orch = load_app(DEFAULT_APP, model=model, db=db)
     conversation = "demo-" + datetime.now(UTC).strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:4]
     console.print(describe_models(model))
-    console.print(f"Database: {db}   conversation: {conversation}\n")
+    console.print(f"Database: {db}   conversation: {conversation}\n", soft_wrap=True)
     try:
         for number, text in enumerate(DEMO_TURNS, 1):
             reply = await orch.handle(conversation, text, user_id="demo-user")
@@ -99,9 +100,22 @@ async def _demo(model: str | None, db: str) -> None:
         console.print(f"  frontdesk {command} {conversation} --db {db}", soft_wrap=True)
 
 
-def demo(model: ModelOption = None, db: DbOption = None) -> None:
-    """The potato shop end to end: per turn the category, request, instruction and reply."""
-    asyncio.run(_demo(model, db or default_db()))
+def demo(
+    model: ModelOption = None,
+    db: Annotated[
+        str | None,
+        typer.Option("--db", help="Database URL (default: a fresh SQLite file for each run)."),
+    ] = None,
+) -> None:
+    """The potato shop end to end: per turn the category, request, instruction and reply.
+
+    Each run gets a fresh database unless `--db` is given, so a second run is the same as
+    the first (the refund of the first run is not "already refunded" in the second).
+    """
+    if db is None:
+        folder = Path(tempfile.mkdtemp(prefix="frontdesk-demo-"))
+        db = f"sqlite:///{folder / 'demo.db'}"
+    asyncio.run(_demo(model, db))
 
 
 HELP = """commands:

@@ -8,6 +8,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from frontdesk.experts import Category, HandlerContext, Outcome
+from frontdesk.experts.category import HandlerStore
 from frontdesk.orchestrator import Orchestrator
 from frontdesk.orchestrator.config import ModelChoice
 
@@ -64,13 +65,30 @@ class RefundRequest(BaseModel):
     reason: str | None = Field(default=None, description="Why, in the user's words, if given.")
 
 
+SHOP = "potato_shop"
+"""The namespace the three categories share: ORDERS places orders, the others read them."""
+
+
 def _bags(count: int) -> str:
     return f"{count} bag{'s' if count != 1 else ''}"
 
 
+def _shop(context: HandlerContext) -> HandlerStore:
+    return context.store.shared(SHOP)
+
+
 async def _order(context: HandlerContext, number: str) -> dict[str, Any] | None:
-    stored: dict[str, Any] | None = await context.store.get(f"order:{number}")
-    return stored if stored is not None else SEED_ORDERS.get(number)
+    """An order this customer may see: one they placed (this user, or this conversation when
+    there is no user id), or a seed order."""
+    stored: dict[str, Any] | None = await _shop(context).get(f"order:{number}")
+    if stored is None:
+        return SEED_ORDERS.get(number)
+    owner = stored.get("customer")
+    if context.user_id is not None and owner == context.user_id:
+        return stored
+    if stored.get("conversation_id") == context.conversation_id:
+        return stored
+    return None
 
 
 async def place_order(request: OrderRequest, context: HandlerContext) -> Outcome:
@@ -85,9 +103,21 @@ async def place_order(request: OrderRequest, context: HandlerContext) -> Outcome
             " (they can press confirm or say yes).",
             data={"action": "confirm_order", "pending_order": pending},
         )
+    pending = await context.store.get(f"pending:{context.conversation_id}")
+    if not pending or (pending["variety"], pending["bags"]) != (request.variety, request.bags):
+        # A "yes" with nothing waiting (the order already placed, or another question asked
+        # since) must not place an order again.
+        placed = await context.store.get(f"placed:{context.conversation_id}")
+        already = f" Their order {placed} is already placed." if placed else ""
+        return Outcome(
+            instruction="Tell the user there is no order waiting for their confirmation."
+            f"{already} Ask what they would like to buy if they want another order.",
+            data={"action": "nothing_to_confirm", "order_number": placed},
+        )
     number = str(int(uuid.uuid4().int % 90_000) + 10_000)
     order = {
         "customer": context.user_id,
+        "conversation_id": context.conversation_id,
         "placed": "today",
         "variety": request.variety,
         "bags": request.bags,
@@ -96,8 +126,9 @@ async def place_order(request: OrderRequest, context: HandlerContext) -> Outcome
         "delivery_fee": DELIVERY_FEE,
         "total": total,
     }
-    await context.store.put(f"order:{number}", order)
+    await _shop(context).put(f"order:{number}", order)
     await context.store.put(f"pending:{context.conversation_id}", None)
+    await context.store.put(f"placed:{context.conversation_id}", number)
     return Outcome(
         instruction=f"Tell the user their order {number} for {what} (£{total:.2f}) is placed"
         " and will be delivered tomorrow.",
@@ -128,7 +159,7 @@ async def refund(request: RefundRequest, context: HandlerContext) -> Outcome:
         return Outcome(
             instruction=f"Tell the user we cannot find order {number} and ask them to check it."
         )
-    if await context.store.get(f"refund:{number}") is not None:
+    if await _shop(context).get(f"refund:{number}") is not None:
         return Outcome(
             instruction=f"Tell the user the delivery fee of order {number} was already refunded.",
             data={"order_number": number, "refunded": False, "already": True},
@@ -141,7 +172,7 @@ async def refund(request: RefundRequest, context: HandlerContext) -> Outcome:
             data={"order_number": number, "refunded": False},
         )
     fee = float(order["delivery_fee"])
-    await context.store.put(f"refund:{number}", {"amount": fee, "turn": context.turn_id})
+    await _shop(context).put(f"refund:{number}", {"amount": fee, "turn": context.turn_id})
     return Outcome(
         instruction=f"Tell the user the £{fee:.2f} delivery fee for order {number}, which arrived"
         f" {order['minutes_late']} minutes late, has been refunded to their original payment"
