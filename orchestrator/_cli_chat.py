@@ -317,6 +317,7 @@ def _chat(
 
 
 def chat(
+    ctx: typer.Context,
     app: AppOption = DEFAULT_APP,
     model: ModelOption = None,
     db: DbOption = None,
@@ -342,7 +343,7 @@ def chat(
 ) -> None:
     """Talk to any Orchestrator in the terminal."""
     if log_file is not None:
-        configure_logging(path=log_file)
+        configure_logging(ctx, path=log_file)
     elif not verbose:
         silence_logging()
     conversation = conversation or "chat-" + uuid.uuid4().hex[:8]

@@ -14,7 +14,7 @@ import re
 import socket
 import sys
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any
 
 import structlog
 import typer
@@ -90,27 +90,45 @@ class FrontdeskGroup(TyperGroup):
             raise typer.Exit(EXIT_ERROR) from e
 
 
-def configure_logging(*, stream: TextIO | None = None, path: Path | None = None) -> None:
-    """Send structlog's lines to `stream` (default stderr), to a file, or nowhere.
+class _StderrLoggerFactory:
+    """Print loggers on whatever `sys.stderr` is when a line is logged (not at configure
+    time: a test runner swaps and closes the stream between commands)."""
 
-    stdout belongs to the command's output (a chat, a JSON document); log lines never go
-    there. `stream=None, path=None` means stderr; pass `path` to keep them in a file, or
-    call `silence_logging()` to drop them.
-    """
-    if path is not None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        stream = path.open("a", encoding="utf-8")
+    def __call__(self, *args: Any) -> structlog.PrintLogger:
+        return structlog.PrintLogger(sys.stderr)
+
+
+def keep_logging_config(ctx: typer.Context) -> None:
+    """Put structlog's configuration back as it was when the command ends (the CLI may run
+    inside another program, or a test)."""
+    saved = structlog.get_config()
+    ctx.call_on_close(lambda: structlog.configure(**saved))
+
+
+def _configure(factory: Any, level: int) -> None:
     structlog.configure(
-        logger_factory=structlog.PrintLoggerFactory(stream or sys.stderr),
-        wrapper_class=structlog.make_filtering_bound_logger(logging.DEBUG),
+        logger_factory=factory,
+        wrapper_class=structlog.make_filtering_bound_logger(level),
         cache_logger_on_first_use=False,
     )
+
+
+def configure_logging(ctx: typer.Context | None = None, *, path: Path | None = None) -> None:
+    """Send structlog's lines to stderr, or append them to the file at `path`.
+
+    stdout belongs to the command's output (a chat, a JSON document); log lines never go
+    there.
+    """
+    if path is None:
+        _configure(_StderrLoggerFactory(), logging.DEBUG)
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    stream = path.open("a", encoding="utf-8")
+    if ctx is not None:
+        ctx.call_on_close(stream.close)
+    _configure(structlog.PrintLoggerFactory(stream), logging.DEBUG)
 
 
 def silence_logging() -> None:
     """Drop every structlog line below CRITICAL (a chat without `--verbose` or `--log-file`)."""
-    structlog.configure(
-        logger_factory=structlog.PrintLoggerFactory(sys.stderr),
-        wrapper_class=structlog.make_filtering_bound_logger(logging.CRITICAL),
-        cache_logger_on_first_use=False,
-    )
+    _configure(_StderrLoggerFactory(), logging.CRITICAL)

@@ -12,7 +12,12 @@ from typing import Annotated
 import typer
 
 from frontdesk.orchestrator import _cli_audit, _cli_chat, _cli_db, _cli_thread
-from frontdesk.orchestrator._cli_errors import TRACEBACK_KEY, FrontdeskGroup, configure_logging
+from frontdesk.orchestrator._cli_errors import (
+    TRACEBACK_KEY,
+    FrontdeskGroup,
+    configure_logging,
+    keep_logging_config,
+)
 
 app = typer.Typer(
     cls=FrontdeskGroup,
@@ -34,6 +39,7 @@ def _root(
 ) -> None:
     """frontdesk: customer-service conversations through a system of experts."""
     ctx.meta[TRACEBACK_KEY] = traceback
+    keep_logging_config(ctx)
     # Log lines go to stderr; stdout is the command's output. `chat` narrows this further.
     configure_logging()
     # Like uvicorn, `--app mod:attr` can name a module in the working directory.

@@ -70,3 +70,16 @@ def test_a_second_demo_is_the_same_as_the_first(
         assert "has been refunded" in out and "already refunded" not in out
         assert "Database: sqlite:///" in out and "frontdesk-demo-" in out
     assert not (tmp_path / "frontdesk.db").exists()
+
+
+def test_triage_examples_are_plain_text_not_json_escapes(tmp_path: Path) -> None:
+    orch = build(model="offline", store=f"sqlite:///{tmp_path / 'p.db'}")
+    triage = orch.experts[0]
+    request = triage.call.build(
+        [{"role": "user", "content": "hi"}],
+        output_type=triage.output_type,
+        cache_prefix_messages=0,
+        metadata={},
+    )
+    assert "\\u0027" not in request.system
+    assert 'Examples: "I\'d like to buy a bag of purple potatoes"; "Make it' in request.system
