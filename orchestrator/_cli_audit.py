@@ -213,6 +213,11 @@ def show(
     )
     for n, turn in enumerate(turns, start=1):
         console.print(turn_panel(n, turn, full=full))
+    for compaction in transcript.compactions:
+        console.print(
+            f"[magenta]compaction[/magenta] after message …{compaction.turn_id[-8:]}:"
+            f" {compaction.tokens.total} tokens, ${compaction.cost.usd:.6f} (not a turn)"
+        )
 
 
 # -- export -------------------------------------------------------------------------------

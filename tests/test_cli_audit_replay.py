@@ -196,3 +196,28 @@ def test_a_changed_request_model_is_found(long_db: str) -> None:
     )  # fmt: skip
     assert result.exit_code == 1, result.output
     assert "request.bags:" in result.output and "-> 7" in result.output
+
+
+def test_compactions_are_not_numbered_as_turns(long_db: str, tmp_path: Path) -> None:
+    shown = runner.invoke(app, ["audit", "show", "long", "--db", long_db], env={"COLUMNS": "200"})
+    assert shown.exit_code == 0, shown.output
+    assert "24 turn(s) on the active path, 24 recorded" in shown.output
+    assert "compaction after message" in shown.output and "(not a turn)" in shown.output
+    page = tmp_path / "long.html"
+    html = runner.invoke(
+        app, ["audit", "export", "long", "--format", "html", "-o", str(page), "--db", long_db]
+    )
+    assert html.exit_code == 0 and "wrote 24 turns" in html.output
+    text = page.read_text(encoding="utf-8")
+    assert text.count('class="turn"') == 24 and "compaction(s) (not turns)" in text
+
+
+def test_a_turns_wall_clock_includes_the_waits_between_attempts() -> None:
+    from frontdesk.audit.transcript import TurnView
+
+    turn = TurnView(
+        turn_id="t",
+        started_at="2026-01-01T00:00:00+00:00",
+        ended_at="2026-01-01T00:00:02.500000+00:00",
+    )
+    assert turn.latency_ms == 0 and turn.wall_ms == 2500
