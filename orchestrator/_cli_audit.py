@@ -7,6 +7,7 @@ application (`--app`) because it re-runs the experts.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -33,6 +34,22 @@ from frontdesk.orchestrator._app import DEFAULT_APP, default_db, load_app
 from frontdesk.orchestrator._replay import build_runner, parse_models
 
 app = typer.Typer(help="audit commands", no_args_is_help=True)
+
+JsonOption = Annotated[bool, typer.Option("--json", help="One JSON document on stdout.")]
+
+
+def emit_json(value: Any) -> None:
+    """Print `value` as JSON on stdout (dataclasses as objects, sets as sorted lists)."""
+
+    def default(o: Any) -> Any:
+        if dataclasses.is_dataclass(o) and not isinstance(o, type):
+            return {f.name: getattr(o, f.name) for f in dataclasses.fields(o)}
+        if isinstance(o, set | frozenset):
+            return sorted(o)
+        return str(o)
+
+    typer.echo(json.dumps(value, default=default, ensure_ascii=False, indent=2))
+
 
 T = TypeVar("T")
 
@@ -198,6 +215,7 @@ def show(
         ),
     ] = False,
     db: DbOption = None,
+    as_json: JsonOption = False,
 ) -> None:
     """A readable transcript of the active path, with each turn's decisions and calls."""
 
@@ -207,6 +225,19 @@ def show(
     transcript = _run(work, db)
     console = Console()
     turns = transcript.turns if all_branches else transcript.active
+    if as_json:
+        emit_json(
+            {
+                "conversation_id": conversation,
+                "turns": [
+                    {**dataclasses.asdict(t), "tokens": t.tokens, "cost": t.cost,
+                     "wall_ms": t.wall_ms, "on_active_path": t in transcript.active}
+                    for t in turns
+                ],
+                "compactions": transcript.compactions,
+            }
+        )  # fmt: skip
+        return
     console.print(
         f"conversation [bold]{escape(conversation)}[/bold]: {len(transcript.active)}"
         f" turn(s) on the active path, {len(transcript.turns)} recorded"
@@ -280,6 +311,7 @@ def verify(
         ),
     ] = None,
     db: DbOption = None,
+    as_json: JsonOption = False,
 ) -> None:
     """Check the hash chains; exit 1 naming the first bad row of each broken conversation."""
 
@@ -294,6 +326,18 @@ def verify(
 
     report = _run(work, db)
     console = Console()
+    if as_json:
+        emit_json(
+            {
+                "ok": report.ok,
+                "conversations": [
+                    {"conversation_id": v.conversation_id, "ok": v.ok, "rows": v.rows,
+                     "problem": v.problem}
+                    for v in report.conversations
+                ],
+            }
+        )  # fmt: skip
+        raise typer.Exit(0 if report.ok else 1)
     for verdict in report.conversations:
         if verdict.ok:
             console.print(
@@ -369,14 +413,30 @@ def print_cost(report: CostReport, console: Console) -> None:
 
 
 @app.command("cost")
-def cost(conversation: ConvArg = None, every: AllOption = False, db: DbOption = None) -> None:
+def cost(
+    conversation: ConvArg = None,
+    every: AllOption = False,
+    db: DbOption = None,
+    as_json: JsonOption = False,
+) -> None:
     """Tokens and cost per expert, per turn and in total (cache reads shown)."""
 
     async def work(log: AuditLog) -> CostReport:
         ids = await _targets(log, conversation, every)
         return cost_report(await _transcripts(log, ids))
 
-    print_cost(_run(work, db), Console())
+    report = _run(work, db)
+    if as_json:
+        emit_json(
+            {
+                "by_expert": list(report.by_expert.values()),
+                "by_turn": report.by_turn,
+                "total": report.total,
+                "unknown_models": report.unknown_models,
+            }
+        )
+        return
+    print_cost(report, Console())
 
 
 # -- replay -------------------------------------------------------------------------------
