@@ -83,3 +83,14 @@ def test_triage_examples_are_plain_text_not_json_escapes(tmp_path: Path) -> None
     )
     assert "\\u0027" not in request.system
     assert 'Examples: "I\'d like to buy a bag of purple potatoes"; "Make it' in request.system
+
+
+def test_the_other_reply_names_topics_not_triage_descriptions() -> None:
+    from frontdesk.examples.potato_shop import categories
+    from frontdesk.orchestrator._outcomes import small_talk
+
+    instruction = small_talk(categories()).instruction
+    assert "buying potatoes, where an order is and money back on an order." in instruction
+    for category in categories():
+        assert category.description not in instruction
+    assert "maris piper" not in instruction and "not yet placed" not in instruction
