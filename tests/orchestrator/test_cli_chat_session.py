@@ -11,7 +11,6 @@ import os
 import pty
 import select
 import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -87,40 +86,50 @@ def build(model=None, store="sqlite:///f.db"):
 
 
 def _interrupt_chat(tmp_path: Path, *args: str, send: bytes = b"") -> None:
-    """Start chat, type `send`, press Ctrl-C after the prompt; it must exit 130 in 5 s."""
-    proc = subprocess.Popen(
-        [sys.executable, "-c", ENTRY, "chat", "--db", "sqlite:///f.db", *args],
-        cwd=tmp_path,
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
+    """Start chat on a pseudo-terminal, type `send`, press Ctrl-C (the terminal's ^C, which
+    sends SIGINT); chat must exit 130 within 5 s, with no traceback."""
+    pid, fd = pty.fork()
+    if pid == 0:  # pragma: no cover - the child
         # A test runner started in the background may ignore SIGINT; a terminal does not.
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
-    )
-    assert proc.stdout is not None and proc.stdin is not None
-    if send:
-        proc.stdin.write(send)
-        proc.stdin.flush()
-    out = proc.stdout.fileno()
-    seen, deadline = b"", time.monotonic() + 60
-    while b"you>" not in seen and time.monotonic() < deadline:
-        if select.select([out], [], [], 1)[0]:
-            seen += os.read(out, 4096)
-    assert b"you>" in seen, seen
-    # A person's Ctrl-C comes well after the prompt; CPython cannot interrupt a read()
-    # that a signal just missed (between writing the prompt and blocking), so wait a little.
-    time.sleep(0.5)
-    sent = time.monotonic()
-    proc.send_signal(signal.SIGINT)
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        os.chdir(tmp_path)
+        os.execv(
+            sys.executable, [sys.executable, "-c", ENTRY, "chat", "--db", "sqlite:///f.db", *args]
+        )
+    seen = b""
+
+    def read_for(seconds: float, until: bytes | None = None) -> None:
+        nonlocal seen
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline and (until is None or until not in seen):
+            if select.select([fd], [], [], 0.2)[0]:
+                try:
+                    seen += os.read(fd, 65536)
+                except OSError:  # the child has gone
+                    return
+
     try:
-        code = proc.wait(timeout=5)
-    except subprocess.TimeoutExpired:  # pragma: no cover - the failure being tested for
-        proc.kill()
-        pytest.fail("chat still running 5 s after Ctrl-C")
-    assert code == 130
-    assert time.monotonic() - sent < 5
-    stderr = proc.stderr.read() if proc.stderr else b""
-    assert b"Traceback" not in stderr, stderr
+        read_for(60, until=b"you>")
+        assert b"you>" in seen, seen
+        if send:
+            os.write(fd, send)
+        read_for(0.5)
+        sent = time.monotonic()
+        os.write(fd, b"\x03")
+        deadline = sent + 5
+        while time.monotonic() < deadline:
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                break
+            read_for(0.1)
+        else:  # pragma: no cover - the failure being tested for
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            pytest.fail(f"chat still running 5 s after Ctrl-C: {seen[-500:]!r}")
+    finally:
+        os.close(fd)
+    assert os.waitstatus_to_exitcode(status) == 130
+    assert b"Traceback" not in seen, seen
 
 
 def test_ctrl_c_at_the_prompt_quits_at_once(tmp_path: Path) -> None:
@@ -130,7 +139,7 @@ def test_ctrl_c_at_the_prompt_quits_at_once(tmp_path: Path) -> None:
 def test_ctrl_c_while_a_model_hangs_quits_at_once(tmp_path: Path) -> None:
     (tmp_path / "slow_app.py").write_text(SLOW_APP, encoding="utf-8")
     # The line is read at the first prompt; the turn then waits on the model forever.
-    _interrupt_chat(tmp_path, "--app", "slow_app:build", send=b"hello there\n")
+    _interrupt_chat(tmp_path, "--app", "slow_app:build", send=b"hello there\r")
 
 
 def test_log_lines_stay_off_the_chat(tmp_path: Path) -> None:
