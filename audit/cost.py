@@ -51,8 +51,10 @@ def cost_report(transcripts: Sequence[Transcript]) -> CostReport:
     total = CostLine("total")
     many = len(transcripts) > 1
     for transcript in transcripts:
-        for n, turn in enumerate(transcript.turns, start=1):
-            label = f"{transcript.conversation_id} #{n}" if many else f"#{n} {turn.turn_id}"
+        numbered = [(f"#{n}", t) for n, t in enumerate(transcript.turns, start=1)]
+        numbered += [("compaction", t) for t in transcript.compactions]
+        for number, turn in numbered:
+            label = f"{transcript.conversation_id} {number}" if many else f"{number} {turn.turn_id}"
             line = CostLine(label)
             for call in turn.calls:
                 for target in (

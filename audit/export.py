@@ -15,7 +15,7 @@ from typing import IO, Any
 from jinja2 import Environment, PackageLoader, select_autoescape
 
 from frontdesk.audit.store import StoredAuditEvent
-from frontdesk.audit.transcript import Transcript, TurnView
+from frontdesk.audit.transcript import ExpertCall, Transcript, TurnView
 
 
 def event_record(row: StoredAuditEvent) -> dict[str, Any]:
@@ -44,44 +44,108 @@ def write_jsonl(rows: Iterable[StoredAuditEvent], out: IO[str]) -> int:
     return n
 
 
+CHART_WIDTH, CHART_HEIGHT = 640, 170
+PLOT_LEFT, PLOT_BOTTOM, PLOT_TOP = 56, 30, 14
+"""Room for the y-axis labels on the left, the turn numbers and x-axis title below."""
+EXPERT_COLOURS = {
+    "triage": "#5b7bd5",
+    "request": "#e0913a",
+    "response": "#3f9e63",
+    "summariser": "#9b59b6",
+}
+
+
 @dataclass(frozen=True)
-class Bar:
-    """One bar of the tokens-per-turn chart, in SVG units."""
+class Segment:
+    """One expert's part of one turn's bar, in SVG units."""
 
     x: float
     y: float
     width: float
     height: float
-    label: str
-    value: int
+    colour: str
     title: str
 
 
-CHART_WIDTH, CHART_HEIGHT = 640, 160
+@dataclass(frozen=True)
+class Chart:
+    """One metric per turn, a bar per turn stacked by expert, with labelled axes."""
+
+    title: str
+    unit: str
+    top: float
+    """The y-axis maximum, in `unit`."""
+    segments: list[Segment]
+    ticks: list[tuple[float, str]]
+    """x positions and labels of the turns (`#1`, `#2`, ...)."""
+    marks: list[tuple[float, float, float, str]]
+    """Optional per-turn markers (x1, x2, y, title): the turn's wall-clock time."""
+    experts: list[tuple[str, str]]
+    """The legend: (expert, colour)."""
 
 
-def token_bars(turns: Sequence[TurnView]) -> list[Bar]:
-    """Bars of total tokens per turn, scaled to the chart."""
+def _metric(call: ExpertCall, name: str) -> float:
+    if name == "tokens":
+        return float(call.tokens.total)
+    if name == "cost":
+        return call.cost.usd
+    return call.latency_ms
+
+
+def _format(value: float, unit: str) -> str:
+    if unit == "USD":
+        return f"${value:.6f}"
+    return f"{value:,.0f} {unit}"
+
+
+def charts(turns: Sequence[TurnView]) -> list[Chart]:
+    """Tokens, cost and latency per expert per turn; latency also marks each turn's
+    wall-clock time, which includes the waits between retried attempts."""
     if not turns:
         return []
-    top = max(t.tokens.total for t in turns) or 1
-    slot = CHART_WIDTH / len(turns)
-    bars = []
-    for i, turn in enumerate(turns):
-        height = (CHART_HEIGHT - 32) * turn.tokens.total / top
-        bars.append(
-            Bar(
-                x=i * slot + slot * 0.15,
-                y=CHART_HEIGHT - 16 - height,
-                width=slot * 0.7,
-                height=height,
-                label=f"#{i + 1}",
-                value=turn.tokens.total,
-                title=f"turn {i + 1}: {turn.tokens.total} tokens "
-                f"({turn.tokens.cache_read} cache read)",
-            )
-        )
-    return bars
+    experts = sorted(
+        {c.expert for t in turns for c in t.calls},
+        key=lambda e: (list(EXPERT_COLOURS).index(e) if e in EXPERT_COLOURS else 99, e),
+    )
+    legend = [(e, EXPERT_COLOURS.get(e, "#888888")) for e in experts]
+    colours = dict(legend)
+    plot_width = CHART_WIDTH - PLOT_LEFT - 8
+    plot_height = CHART_HEIGHT - PLOT_BOTTOM - PLOT_TOP
+    slot = plot_width / len(turns)
+    out = []
+    for name, title, unit in (
+        ("tokens", "Tokens per turn, by expert", "tokens"),
+        ("cost", "Cost per turn, by expert", "USD"),
+        ("latency", "Latency per turn: model time by expert; the line is wall-clock", "ms"),
+    ):
+        totals = [sum(_metric(c, name) for c in t.calls) for t in turns]
+        if name == "latency":
+            totals = [max(total, t.wall_ms) for total, t in zip(totals, turns, strict=True)]
+        top = max(totals) or 1.0
+        scale = plot_height / top
+        base_y = CHART_HEIGHT - PLOT_BOTTOM
+        segments, marks, ticks = [], [], []
+        for i, turn in enumerate(turns):
+            x = PLOT_LEFT + i * slot + slot * 0.15
+            width = slot * 0.7
+            y = float(base_y)
+            for call in turn.calls:
+                value = _metric(call, name)
+                height = value * scale
+                y -= height
+                segments.append(
+                    Segment(
+                        x, y, width, height, colours[call.expert],
+                        f"turn {i + 1} {call.expert}: {_format(value, unit)}",
+                    )
+                )  # fmt: skip
+            ticks.append((x + width / 2, f"#{i + 1}"))
+            if name == "latency":
+                wall_y = base_y - turn.wall_ms * scale
+                title_text = f"turn {i + 1} wall-clock (with retry waits): {turn.wall_ms:,.0f} ms"
+                marks.append((x - 2, x + width + 2, wall_y, title_text))
+        out.append(Chart(title, unit, top, segments, ticks, marks, legend))
+    return out
 
 
 def _pretty(value: Any) -> str:
@@ -108,7 +172,11 @@ def render_html(transcripts: Sequence[Transcript], *, title: str = "frontdesk au
     return template.render(
         title=title,
         transcripts=transcripts,
-        token_bars=token_bars,
+        charts=charts,
+        format_value=_format,
         chart_width=CHART_WIDTH,
         chart_height=CHART_HEIGHT,
+        plot_left=PLOT_LEFT,
+        plot_bottom=PLOT_BOTTOM,
+        plot_top=PLOT_TOP,
     )

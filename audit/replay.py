@@ -30,10 +30,25 @@ class RecordedTurn:
     @property
     def messages(self) -> list[dict[str, Any]]:
         """The user thread exactly as the triage expert was sent it."""
+        return self.sent("triage") or []
+
+    def sent(self, expert: str) -> list[dict[str, Any]] | None:
+        """The messages `expert` was sent in this turn (its first call's first attempt), or
+        `None` when it was not called.
+
+        Each expert has its own token budget, so each was sent its own cut of the thread:
+        a replay must send each the messages it was sent, not triage's shorter cut. The
+        response expert's trailing instruction turn is left out (the runner adds its own).
+        """
         for call in self.view.calls:
-            if call.expert == "triage":
-                return list(call.attempts[-1].messages)
-        return []
+            if call.expert == expert and call.attempts:
+                messages = [
+                    {"role": m["role"], "content": m["content"]} for m in call.attempts[0].messages
+                ]
+                if expert == "response" and messages and messages[-1]["role"] == "assistant":
+                    messages.pop()
+                return messages
+        return None
 
     def outputs(self, expert: str) -> list[Any]:
         """The parsed outputs of the expert's successful calls in this turn, in order."""

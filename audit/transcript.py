@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any, Protocol
 
 from frontdesk.audit.pricing import Cost, cost_of
@@ -194,6 +195,29 @@ class TurnView:
     calls: list[ExpertCall] = field(default_factory=list)
     events: list[str] = field(default_factory=list)
     """Other events of the turn (compaction, ...), as `kind: detail` lines."""
+    started: bool = False
+    """Whether a `turn_started` row opened it (a user turn, not background work)."""
+    ended_at: str = ""
+    """When its last row was recorded."""
+
+    @property
+    def wall_ms(self) -> float:
+        """Wall-clock time from its first row to its last: model calls, handler, and the
+        waits between retried attempts (which `latency_ms` leaves out)."""
+        try:
+            start = datetime.fromisoformat(self.started_at)
+            end = datetime.fromisoformat(self.ended_at)
+        except ValueError:
+            return self.latency_ms
+        return max((end - start).total_seconds() * 1000, self.latency_ms)
+
+    @property
+    def is_compaction(self) -> bool:
+        """Background summarising recorded under a message id: not a turn of the user."""
+        return not self.started and (
+            any(line.startswith("compaction") for line in self.events)
+            or (bool(self.calls) and all(c.expert == "summariser" for c in self.calls))
+        )
 
     @property
     def tokens(self) -> Tokens:
@@ -229,24 +253,30 @@ class Transcript:
 
     conversation_id: str
     turns: list[TurnView]
+    """The user's turns, branches included (compactions are not turns)."""
     active: list[TurnView]
+    compactions: list[TurnView] = field(default_factory=list)
+    """Background compactions (summariser calls), kept apart so they are not numbered as
+    turns; their cost is still counted."""
 
     @property
     def tokens(self) -> Tokens:
-        """Tokens over every turn, branches included."""
-        return sum((t.tokens for t in self.turns), Tokens())
+        """Tokens over every turn, branches and compactions included."""
+        return sum((t.tokens for t in [*self.turns, *self.compactions]), Tokens())
 
     @property
     def cost(self) -> Cost:
-        """Cost over every turn, branches included."""
-        return _add_costs(t.cost for t in self.turns)
+        """Cost over every turn, branches and compactions included."""
+        return _add_costs(t.cost for t in [*self.turns, *self.compactions])
 
 
 def _apply(turn: TurnView, row: AuditRow) -> None:
     """Fold one row into its turn."""
+    turn.ended_at = row.created_at
     p = row.payload
     kind = row.kind
     if kind == "turn_started":
+        turn.started = True
         turn.started_at = row.created_at
         turn.user_text = p.get("text")
         turn.parent_id = p.get("parent_id")
@@ -284,7 +314,9 @@ def build_transcript(conversation_id: str, rows: Sequence[AuditRow]) -> Transcri
             turns.append(turn)
             open_turns[row.turn_id] = turn
         _apply(turn, row)
-    return Transcript(conversation_id, turns, active_path(turns))
+    user_turns = [t for t in turns if not t.is_compaction]
+    compactions = [t for t in turns if t.is_compaction]
+    return Transcript(conversation_id, user_turns, active_path(user_turns), compactions)
 
 
 def active_path(turns: Sequence[TurnView]) -> list[TurnView]:

@@ -46,6 +46,10 @@ class HandlerStore(Protocol):
         """Store a JSON-able value under `key` for this category."""
         ...
 
+    def shared(self, namespace: str) -> HandlerStore:
+        """The store of a namespace several categories share (a shop's orders)."""
+        ...
+
 
 @dataclass(frozen=True, kw_only=True)
 class HandlerContext:

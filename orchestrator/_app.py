@@ -27,6 +27,8 @@ def describe_models(model: ModelChoice) -> str:
     names = {
         k: (v if isinstance(v, str) else getattr(v, "name", repr(v))) for k, v in specs.items()
     }
+    if set(names.values()) == {"offline"} and model is not None:
+        return "Using the offline stand-in model (deterministic, no network; not a language model)."
     if set(names.values()) == {"offline"}:
         return (
             "No ANTHROPIC_API_KEY or OPENAI_API_KEY set: using the offline stand-in model"

@@ -7,6 +7,7 @@ application (`--app`) because it re-runs the experts.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -28,12 +29,28 @@ from frontdesk.audit.export import render_html, write_jsonl
 from frontdesk.audit.replay import ReplayReport, TurnDiff, replay_transcript
 from frontdesk.audit.store import AuditLog
 from frontdesk.audit.transcript import ExpertCall, Transcript, TurnView, build_transcript
-from frontdesk.errors import FrontdeskError, UserError
+from frontdesk.errors import UserError
 from frontdesk.orchestrator._answered import answered_turns
 from frontdesk.orchestrator._app import DEFAULT_APP, default_db, load_app
 from frontdesk.orchestrator._replay import build_runner, parse_models
 
 app = typer.Typer(help="audit commands", no_args_is_help=True)
+
+JsonOption = Annotated[bool, typer.Option("--json", help="One JSON document on stdout.")]
+
+
+def emit_json(value: Any) -> None:
+    """Print `value` as JSON on stdout (dataclasses as objects, sets as sorted lists)."""
+
+    def default(o: Any) -> Any:
+        if dataclasses.is_dataclass(o) and not isinstance(o, type):
+            return {f.name: getattr(o, f.name) for f in dataclasses.fields(o)}
+        if isinstance(o, set | frozenset):
+            return sorted(o)
+        return str(o)
+
+    typer.echo(json.dumps(value, default=default, ensure_ascii=False, indent=2))
+
 
 T = TypeVar("T")
 
@@ -56,7 +73,7 @@ def _url(db: str | None) -> str:
 
 
 def _run(work: Callable[[AuditLog], Awaitable[T]], db: str | None) -> T:
-    """Open the log, run `work`, close; a frontdesk error prints and exits 2."""
+    """Open the log, run `work`, close (failures go to the CLI's one error handler)."""
 
     async def main() -> T:
         log = await AuditLog.open(_url(db))
@@ -65,11 +82,7 @@ def _run(work: Callable[[AuditLog], Awaitable[T]], db: str | None) -> T:
         finally:
             await log.aclose()
 
-    try:
-        return asyncio.run(main())
-    except FrontdeskError as e:
-        Console(stderr=True).print(f"[red]error:[/red] {escape(str(e))}")
-        raise typer.Exit(2) from e
+    return asyncio.run(main())
 
 
 async def _targets(log: AuditLog, conversation: str | None, every: bool) -> list[str]:
@@ -80,7 +93,18 @@ async def _targets(log: AuditLog, conversation: str | None, every: bool) -> list
         if not every:
             raise UserError("give a conversation id, or --all for every conversation")
         return await log.conversations()
+    await _known(log, conversation)
     return [conversation]
+
+
+async def _known(log: AuditLog, conversation: str) -> None:
+    """Raise `UnknownConversation` unless the log holds rows for `conversation`."""
+    known = await log.conversations()
+    if conversation not in known:
+        raise UnknownConversation(
+            f"no audit rows for conversation {conversation!r} ({len(known)} conversations in"
+            " this log; `frontdesk audit cost --all` lists them)"
+        )
 
 
 async def _transcripts(log: AuditLog, ids: list[str]) -> list[Transcript]:
@@ -192,6 +216,7 @@ def show(
         ),
     ] = False,
     db: DbOption = None,
+    as_json: JsonOption = False,
 ) -> None:
     """A readable transcript of the active path, with each turn's decisions and calls."""
 
@@ -201,12 +226,30 @@ def show(
     transcript = _run(work, db)
     console = Console()
     turns = transcript.turns if all_branches else transcript.active
+    if as_json:
+        emit_json(
+            {
+                "conversation_id": conversation,
+                "turns": [
+                    {**dataclasses.asdict(t), "tokens": t.tokens, "cost": t.cost,
+                     "wall_ms": t.wall_ms, "on_active_path": t in transcript.active}
+                    for t in turns
+                ],
+                "compactions": transcript.compactions,
+            }
+        )  # fmt: skip
+        return
     console.print(
         f"conversation [bold]{escape(conversation)}[/bold]: {len(transcript.active)}"
         f" turn(s) on the active path, {len(transcript.turns)} recorded"
     )
     for n, turn in enumerate(turns, start=1):
         console.print(turn_panel(n, turn, full=full))
+    for compaction in transcript.compactions:
+        console.print(
+            f"[magenta]compaction[/magenta] after message …{compaction.turn_id[-8:]}:"
+            f" {compaction.tokens.total} tokens, ${compaction.cost.usd:.6f} (not a turn)"
+        )
 
 
 # -- export -------------------------------------------------------------------------------
@@ -269,6 +312,7 @@ def verify(
         ),
     ] = None,
     db: DbOption = None,
+    as_json: JsonOption = False,
 ) -> None:
     """Check the hash chains; exit 1 naming the first bad row of each broken conversation.
 
@@ -283,11 +327,26 @@ def verify(
         if conversation is not None and every:
             raise UserError("give a conversation id or --all, not both")
         answered = await answered_turns(log.engine)
+        if conversation is not None and conversation not in (answered or {}):
+            await _known(log, conversation)  # In neither record: a typo, not a pass.
         report = await log.verify(target, anchors=saved, answered=answered)
         return report, answered is not None
 
     report, counted = _run(work, db)
     console = Console()
+    if as_json:
+        emit_json(
+            {
+                "ok": report.ok,
+                "answered_turns_checked": counted,
+                "conversations": [
+                    {"conversation_id": v.conversation_id, "ok": v.ok, "rows": v.rows,
+                     "problem": v.problem}
+                    for v in report.conversations
+                ],
+            }
+        )  # fmt: skip
+        raise typer.Exit(0 if report.ok else 1)
     if not counted:
         console.print("[yellow]no conversation store in this database: answered turns not checked")
     for verdict in report.conversations:
@@ -365,14 +424,30 @@ def print_cost(report: CostReport, console: Console) -> None:
 
 
 @app.command("cost")
-def cost(conversation: ConvArg = None, every: AllOption = False, db: DbOption = None) -> None:
+def cost(
+    conversation: ConvArg = None,
+    every: AllOption = False,
+    db: DbOption = None,
+    as_json: JsonOption = False,
+) -> None:
     """Tokens and cost per expert, per turn and in total (cache reads shown)."""
 
     async def work(log: AuditLog) -> CostReport:
         ids = await _targets(log, conversation, every)
         return cost_report(await _transcripts(log, ids))
 
-    print_cost(_run(work, db), Console())
+    report = _run(work, db)
+    if as_json:
+        emit_json(
+            {
+                "by_expert": list(report.by_expert.values()),
+                "by_turn": report.by_turn,
+                "total": report.total,
+                "unknown_models": report.unknown_models,
+            }
+        )
+        return
+    print_cost(report, Console())
 
 
 # -- replay -------------------------------------------------------------------------------

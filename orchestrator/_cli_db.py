@@ -10,7 +10,6 @@ import typer
 from rich.console import Console
 
 from frontdesk.db import create_engine
-from frontdesk.errors import ConfigError
 from frontdesk.orchestrator._app import default_db
 from frontdesk.roles import DEFAULT_ROLE, apply_role
 from frontdesk.schema import current_revisions, head_revisions, upgrade_schema
@@ -36,12 +35,7 @@ async def _upgrade(url: str) -> tuple[tuple[str, ...] | None, tuple[str, ...], s
 @app.command("upgrade")
 def upgrade(db: DbOption = None) -> None:
     """Migrate the database schema to the version this frontdesk needs (head)."""
-    console = Console()
-    try:
-        before, after, shown = asyncio.run(_upgrade(db or default_db()))
-    except ConfigError as e:
-        console.print(f"[red]error:[/red] {e}")
-        raise typer.Exit(2) from e
+    before, after, shown = asyncio.run(_upgrade(db or default_db()))
     was = ", ".join(before) if before else ("empty" if before is None else "base")
     now = ", ".join(after)
     # Plain echo: a URL must not be wrapped across lines.
@@ -89,11 +83,7 @@ def roles(
         if not password:
             console.print(f"[red]error:[/red] ${password_env} is not set or empty")
             raise typer.Exit(2)
-    try:
-        statements = asyncio.run(_roles(db or default_db(), role, password, apply))
-    except ConfigError as e:
-        console.print(f"[red]error:[/red] {e}")
-        raise typer.Exit(2) from e
+    statements = asyncio.run(_roles(db or default_db(), role, password, apply))
     # Plain echo: statements must not be wrapped across lines.
     for sql in statements:
         typer.echo(f"{sql};")

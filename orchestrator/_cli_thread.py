@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from collections import defaultdict
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
 from rich.markup import escape
 from rich.tree import Tree
 
-from frontdesk.errors import FrontdeskError
 from frontdesk.orchestrator._app import default_db
 from frontdesk.threads.builder import build_thread
 from frontdesk.threads.store import ConversationStore, MessageRecord
@@ -89,7 +89,9 @@ def render_tree(
     return tree
 
 
-async def _show(url: str, conversation_id: str, all_branches: bool) -> Tree | None:
+async def _show(
+    url: str, conversation_id: str, all_branches: bool, as_json: bool = False
+) -> Tree | dict[str, Any] | None:
     store = await ConversationStore.open(url)
     try:
         messages = await store.messages(conversation_id)
@@ -102,6 +104,26 @@ async def _show(url: str, conversation_id: str, all_branches: bool) -> Tree | No
         await store.aclose()
     # What the experts no longer see verbatim: the path prefix the newest summary covers.
     summarised = frozenset(m.id for m in path[:replaced])
+    if as_json:
+        on_path = {m.id for m in path}
+        shown = messages if all_branches else path
+        return {
+            "conversation_id": conversation_id,
+            "active_leaf_id": leaf.id if leaf else None,
+            "messages": [
+                {
+                    "id": m.id,
+                    "parent_id": m.parent_id,
+                    "role": m.role,
+                    "content": m.content,
+                    "created_at": m.created_at.isoformat(),
+                    "client_message_id": m.client_message_id,
+                    "on_active_path": m.id in on_path,
+                    "summarised": m.id in summarised,
+                }
+                for m in shown
+            ],
+        }
     return render_tree(
         conversation_id, messages, path, all_branches=all_branches, summarised=summarised
     )
@@ -114,17 +136,20 @@ def show(
         bool, typer.Option("--all-branches", help="Show every branch, not only the active one.")
     ] = False,
     db: DbOption = None,
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON document on stdout.")] = False,
 ) -> None:
     """Show a conversation's messages as a tree, the active path marked."""
     console = Console()
-    try:
-        tree = asyncio.run(_show(db or default_db(), conversation, all_branches))
-    except FrontdeskError as e:
-        console.print(f"[red]error:[/red] {escape(str(e))}")
-        raise typer.Exit(2) from e
+    tree = asyncio.run(_show(db or default_db(), conversation, all_branches, as_json))
     if tree is None:
-        console.print(f"no conversation {conversation!r} in this database")
+        Console(stderr=True).print(
+            f"error: no conversation {conversation!r} in this database"
+            " (`frontdesk conversations` lists them)"
+        )
         raise typer.Exit(1)
+    if isinstance(tree, dict):
+        typer.echo(json.dumps(tree, ensure_ascii=False, indent=2))
+        return
     console.print(tree)
 
 
@@ -175,10 +200,6 @@ def compact(
     model: ModelOption = None,
 ) -> None:
     """Summarise the active path's older exchanges now (the transcript keeps them all)."""
-    try:
-        code = asyncio.run(_compact(app_spec, model, db or default_db(), conversation))
-    except FrontdeskError as e:
-        Console().print(f"[red]error:[/red] {escape(str(e))}")
-        raise typer.Exit(2) from e
+    code = asyncio.run(_compact(app_spec, model, db or default_db(), conversation))
     if code:
         raise typer.Exit(code)

@@ -5,6 +5,7 @@ Each is an instruction for the response expert; none of them ever enters the thr
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 
 from frontdesk.experts import Category, NeedMoreInfo, Outcome
@@ -21,12 +22,21 @@ def handoff() -> Outcome:
     )
 
 
+def _topic(description: str) -> str:
+    """The head of a triage description, which is written for the triage expert:
+    "Money back on an order: a late delivery, ..." -> "money back on an order"."""
+    head = re.split(r"\s*[:;(]|,\s*or\b|\.\s", description, maxsplit=1)[0].strip().rstrip(".")
+    return head[:1].lower() + head[1:]
+
+
 def small_talk(categories: Iterable[Category]) -> Outcome:
-    """`OTHER`: a polite reply that says what the bot can help with."""
-    topics = "; ".join(c.description.rstrip(".") for c in categories)
+    """`OTHER`: a polite reply that says, in a few words, what the bot can help with (not
+    the triage descriptions themselves, which are written for a model, not a customer)."""
+    topics = [_topic(c.description) for c in categories]
+    listed = ", ".join(topics[:-1]) + f" and {topics[-1]}" if len(topics) > 1 else "".join(topics)
     return Outcome(
         instruction=(
-            f"Tell the user we are here to help with: {topics}. Answer small talk politely"
+            f"Tell the user we are here to help with {listed}. Answer small talk politely"
             " and briefly, in kind; say plainly when something is outside what we handle."
         )
     )

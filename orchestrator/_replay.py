@@ -3,7 +3,8 @@
 `audit.replay` compares; this module re-runs, because only the orchestrator knows the
 experts. A replay builds a second `Orchestrator` from the application's categories and
 settings, with the prompts folder and models asked for and auditing off, and feeds each
-expert the thread exactly as recorded. Handlers are never called (they act on the world:
+expert the messages it was sent, from its own audit rows (each expert has its own budget,
+so each was sent its own cut of the thread). Handlers are never called (they act on the world:
 orders, refunds); when the route and request are unchanged the recorded instruction is
 reused, built-in routes get their built-in instruction, and otherwise the reply is not
 re-run and the diff says so. `models="recorded"` answers every call from the recorded
@@ -57,6 +58,14 @@ class RecordedResponses:
         return outputs[index]
 
 
+def _sent(turn: RecordedTurn, expert: str) -> list[Message]:
+    """What `expert` was sent in the recorded turn; triage's cut when it was not called
+    then (the route changed), the nearest record of the thread there is."""
+    recorded = turn.sent(expert)
+    messages = turn.messages if recorded is None else recorded
+    return [{"role": m["role"], "content": m["content"]} for m in messages]
+
+
 def parse_models(specs: list[str]) -> dict[str, str] | Literal["recorded"] | None:
     """`--model` values: `recorded`, `EXPERT=SPEC` (repeatable), or one SPEC for all.
 
@@ -77,8 +86,10 @@ def parse_models(specs: list[str]) -> dict[str, str] | Literal["recorded"] | Non
         if not sep:
             models["default"] = spec
             continue
-        if expert not in EXPERTS:
-            raise ConfigError(f"--model {spec!r}: unknown expert {expert!r}; use one of {EXPERTS}")
+        if expert not in (*EXPERTS, "default"):
+            raise ConfigError(
+                f"--model {spec!r}: unknown expert {expert!r}; use one of {EXPERTS} or default"
+            )
         models[expert] = value
     return models
 
@@ -95,12 +106,9 @@ class ReplayRunner:
         if self.recorded is not None:
             self.recorded.start(turn)
         triage, requests, response = self.orchestrator.experts
-        messages: list[Message] = [
-            {"role": m["role"], "content": m["content"]} for m in turn.messages
-        ]
         meta = {"conversation_id": turn.conversation_id, "turn_id": turn.view.turn_id}
         try:
-            category = (await triage.run(messages, metadata=meta)).category
+            category = (await triage.run(_sent(turn, "triage"), metadata=meta)).category
         except CONTENT_ERRORS:
             category = HUMAN
         request: dict[str, Any] | None = None
@@ -108,14 +116,15 @@ class ReplayRunner:
         expert = requests.get(category)
         if expert is not None:
             try:
-                extracted = await expert.run(messages, metadata=meta)
+                extracted = await expert.run(_sent(turn, "request"), metadata=meta)
                 request, missing = jsonable(extracted.request), jsonable(extracted.need_more_info)
             except CONTENT_ERRORS:
                 pass
         instruction, note = self._instruction(turn, category, request, missing, expert is None)
         reply = None
         if instruction is not None:
-            reply = (await response.run(messages, instruction, metadata=meta)).text
+            sent = _sent(turn, "response")
+            reply = (await response.run(sent, instruction, metadata=meta)).text
         return ReplayResult(category, request, missing, reply, note)
 
     def _instruction(

@@ -65,6 +65,23 @@ def test_show_unknown_conversation_says_what_to_do(db: str) -> None:
     assert "no audit rows for conversation 'nope' (2 conversations" in result.output
 
 
+@pytest.mark.parametrize(
+    "command",
+    [["verify", "nosuchconv"], ["export", "nosuchconv", "-o", "OUT"], ["cost", "nosuchconv"]],
+)
+def test_a_typo_in_the_conversation_id_is_an_error(
+    db: str, tmp_path: Path, command: list[str]
+) -> None:
+    """`verify nosuchconv` used to print `ok (0 rows)`; `export` wrote an empty file."""
+    out = tmp_path / "out.jsonl"
+    args = [str(out) if a == "OUT" else a for a in command]
+    result = runner.invoke(app, ["audit", *args, "--db", db])
+    assert result.exit_code == 2, result.output
+    assert "no audit rows for conversation 'nosuchconv'" in result.output
+    assert "ok" not in result.output.split()
+    assert not out.exists()
+
+
 def test_missing_database_file_is_an_error(tmp_path: Path) -> None:
     result = runner.invoke(
         app, ["audit", "cost", "--all", "--db", f"sqlite:///{tmp_path / 'none.db'}"]

@@ -10,7 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from frontdesk.examples.potato_shop import categories
-from frontdesk.experts.providers import FunctionModel, ModelRequest
+from frontdesk.experts.providers import FunctionModel, Model, ModelRequest
 from frontdesk.orchestrator import Orchestrator
 from frontdesk.orchestrator.cli import app
 
@@ -102,3 +102,122 @@ def test_unknown_expert_in_model_is_a_clear_error(db: str) -> None:
         ],
     )
     assert result.exit_code == 2 and "unknown expert 'triag'" in result.output
+
+
+# -- a long offline conversation: budget-cut per expert, and compacted ---------------------
+
+LONG_TURNS = [
+    "I'd like to buy a bag of purple potatoes " + "please " * 60,
+    "Actually make it two bags " + "really " * 60,
+    "Where is my order 77120? " + "thanks " * 60,
+    "Hi, my order 88213 arrived late, refund the delivery fee " + "ok " * 60,
+]
+
+
+def shop_with_other_request_model() -> Orchestrator:
+    """The potato shop whose request expert is a different model (for `--app`)."""
+    model: dict[str, str | Model] = {"default": "offline", "request": _other_request_model()}
+    return Orchestrator(categories(), model=model, audit=False, shop_name="Spud & Co.")
+
+
+def _other_request_model() -> FunctionModel:
+    """Extracts 7 bags of purple for an order, and what offline extracts otherwise."""
+    from frontdesk.experts.providers import model_from_spec
+
+    offline = model_from_spec("offline")
+
+    async def answer(request: ModelRequest) -> Any:
+        response = await offline.request(request)
+        output = response.output
+        if hasattr(output, "model_dump"):
+            output = output.model_dump(mode="json")
+        if isinstance(output, dict) and isinstance(output.get("request"), dict):
+            if "variety" in output["request"]:
+                output = {**output, "request": {**output["request"], "bags": 7}}
+        return output
+
+    return FunctionModel(answer)
+
+
+async def _record_long(url: str) -> None:
+    from frontdesk.examples.potato_shop import build
+
+    orch = build(model="offline", store=url)
+    try:
+        for i in range(24):
+            await orch.handle("long", LONG_TURNS[i % 4] + f" (turn {i})")
+    finally:
+        await orch.aclose()
+
+
+@pytest.fixture(scope="module")
+def long_db(tmp_path_factory: pytest.TempPathFactory) -> str:
+    url = f"sqlite:///{tmp_path_factory.mktemp('long') / 'fd.db'}"
+    asyncio.run(_record_long(url))
+    return url
+
+
+def test_the_long_conversation_was_budget_cut_and_compacted(long_db: str) -> None:
+    """The fixture is what the next tests need: experts sent different cuts, a summary."""
+    from frontdesk.audit.replay import recorded_turns
+    from frontdesk.audit.store import AuditLog
+    from frontdesk.audit.transcript import build_transcript
+
+    async def read() -> list[Any]:
+        async with await AuditLog.open(long_db) as log:
+            return recorded_turns(build_transcript("long", await log.events("long")))
+
+    turns = asyncio.run(read())
+    cut = [t for t in turns if len(t.sent("request") or t.messages) != len(t.messages)]
+    assert cut, "no turn where the request expert was sent another cut than triage"
+    shown = runner.invoke(app, ["thread", "show", "long", "--db", long_db])
+    assert "summarised" in shown.output
+
+
+def test_unchanged_offline_setup_replays_with_no_change(long_db: str) -> None:
+    result = runner.invoke(
+        app, ["audit", "replay", "long", "--model", "offline", "--db", long_db],
+        env={"COLUMNS": "200"},
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert "24 turn(s) replayed: no category or request changed" in result.output
+    same_default = runner.invoke(
+        app, ["audit", "replay", "long", "--model", "default=offline", "--db", long_db]
+    )
+    assert same_default.exit_code == 0, same_default.output
+
+
+def test_a_changed_request_model_is_found(long_db: str) -> None:
+    result = runner.invoke(
+        app,
+        ["audit", "replay", "long", "--app", f"{__name__}:shop_with_other_request_model",
+         "--db", long_db],
+        env={"COLUMNS": "200"},
+    )  # fmt: skip
+    assert result.exit_code == 1, result.output
+    assert "request.bags:" in result.output and "-> 7" in result.output
+
+
+def test_compactions_are_not_numbered_as_turns(long_db: str, tmp_path: Path) -> None:
+    shown = runner.invoke(app, ["audit", "show", "long", "--db", long_db], env={"COLUMNS": "200"})
+    assert shown.exit_code == 0, shown.output
+    assert "24 turn(s) on the active path, 24 recorded" in shown.output
+    assert "compaction after message" in shown.output and "(not a turn)" in shown.output
+    page = tmp_path / "long.html"
+    html = runner.invoke(
+        app, ["audit", "export", "long", "--format", "html", "-o", str(page), "--db", long_db]
+    )
+    assert html.exit_code == 0 and "wrote 24 turns" in html.output
+    text = page.read_text(encoding="utf-8")
+    assert text.count('class="turn"') == 24 and "compaction(s) (not turns)" in text
+
+
+def test_a_turns_wall_clock_includes_the_waits_between_attempts() -> None:
+    from frontdesk.audit.transcript import TurnView
+
+    turn = TurnView(
+        turn_id="t",
+        started_at="2026-01-01T00:00:00+00:00",
+        ended_at="2026-01-01T00:00:02.500000+00:00",
+    )
+    assert turn.latency_ms == 0 and turn.wall_ms == 2500

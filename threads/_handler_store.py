@@ -12,6 +12,7 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from frontdesk.threads._records import check_id
 from frontdesk.threads._tx import run_tx
 from frontdesk.threads.errors import InvalidInput
 from frontdesk.threads.models import HandlerData, utcnow
@@ -75,3 +76,12 @@ class HandlerStore:
             return sorted((row[0], row[1]) for row in await conn.execute(stmt))
 
         return await run_tx(self._engine, work, readonly=True)
+
+    def shared(self, namespace: str) -> HandlerStore:
+        """The store of another namespace in the same database.
+
+        A category's store is its own; data several categories use (a shop's orders, which
+        one category places and others look up or refund) lives in a namespace they share.
+        """
+        check_id(namespace, "namespace")
+        return HandlerStore(self._engine, namespace)

@@ -8,6 +8,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from frontdesk import Category, HandlerContext, Orchestrator, Outcome
+from frontdesk.experts.category import HandlerStore
 from frontdesk.orchestrator.config import ModelChoice
 
 Variety = Literal["purple", "idaho", "maris piper"]
@@ -63,13 +64,30 @@ class RefundRequest(BaseModel):
     reason: str | None = Field(default=None, description="Why, in the user's words, if given.")
 
 
+SHOP = "potato_shop"
+"""The namespace the three categories share: ORDERS places orders, the others read them."""
+
+
 def _bags(count: int) -> str:
     return f"{count} bag{'s' if count != 1 else ''}"
 
 
+def _shop(context: HandlerContext) -> HandlerStore:
+    return context.store.shared(SHOP)
+
+
 async def _order(context: HandlerContext, number: str) -> dict[str, Any] | None:
-    stored: dict[str, Any] | None = await context.store.get(f"order:{number}")
-    return stored if stored is not None else SEED_ORDERS.get(number)
+    """An order this customer may see: one they placed (this user, or this conversation when
+    there is no user id), or a seed order."""
+    stored: dict[str, Any] | None = await _shop(context).get(f"order:{number}")
+    if stored is None:
+        return SEED_ORDERS.get(number)
+    owner = stored.get("customer")
+    if context.user_id is not None and owner == context.user_id:
+        return stored
+    if stored.get("conversation_id") == context.conversation_id:
+        return stored
+    return None
 
 
 async def place_order(request: OrderRequest, context: HandlerContext) -> Outcome:
@@ -86,13 +104,25 @@ async def place_order(request: OrderRequest, context: HandlerContext) -> Outcome
         )
     # Keyed on the turn: a retry after a crash in here finds this turn's order number and
     # writes the same order again (a put replaces), so one turn places at most one order.
-    placed = f"placed:{context.idempotency_key}"
-    number = await context.store.get(placed)
+    keyed = f"placed:{context.idempotency_key}"
+    number = await context.store.get(keyed)
     if number is None:
+        pending = await context.store.get(f"pending:{context.conversation_id}")
+        if not pending or (pending["variety"], pending["bags"]) != (request.variety, request.bags):
+            # A "yes" with nothing waiting (the order already placed, or another question
+            # asked since) must not place an order again.
+            placed = await context.store.get(f"placed:{context.conversation_id}")
+            already = f" Their order {placed} is already placed." if placed else ""
+            return Outcome(
+                instruction="Tell the user there is no order waiting for their confirmation."
+                f"{already} Ask what they would like to buy if they want another order.",
+                data={"action": "nothing_to_confirm", "order_number": placed},
+            )
         number = str(int(uuid.uuid4().int % 90_000) + 10_000)
-        await context.store.put(placed, number)
+        await context.store.put(keyed, number)
     order = {
         "customer": context.user_id,
+        "conversation_id": context.conversation_id,
         "placed": "today",
         "variety": request.variety,
         "bags": request.bags,
@@ -102,8 +132,9 @@ async def place_order(request: OrderRequest, context: HandlerContext) -> Outcome
         "total": total,
         "turn": context.idempotency_key,
     }
-    await context.store.put(f"order:{number}", order)
+    await _shop(context).put(f"order:{number}", order)
     await context.store.put(f"pending:{context.conversation_id}", None)
+    await context.store.put(f"placed:{context.conversation_id}", number)
     return Outcome(
         instruction=f"Tell the user their order {number} for {what} (£{total:.2f}) is placed"
         " and will be delivered tomorrow.",
@@ -134,7 +165,7 @@ async def refund(request: RefundRequest, context: HandlerContext) -> Outcome:
         return Outcome(
             instruction=f"Tell the user we cannot find order {number} and ask them to check it."
         )
-    done = await context.store.get(f"refund:{number}")
+    done = await _shop(context).get(f"refund:{number}")
     if done is not None and done.get("key") != context.idempotency_key:
         return Outcome(
             instruction=f"Tell the user the delivery fee of order {number} was already refunded.",
@@ -150,7 +181,7 @@ async def refund(request: RefundRequest, context: HandlerContext) -> Outcome:
     fee = float(order["delivery_fee"])
     # One refund per order; a retry of the same turn (same key) finds its own refund.
     record = {"amount": fee, "turn": context.turn_id, "key": context.idempotency_key}
-    await context.store.put(f"refund:{number}", record)
+    await _shop(context).put(f"refund:{number}", record)
     return Outcome(
         instruction=f"Tell the user the £{fee:.2f} delivery fee for order {number}, which arrived"
         f" {order['minutes_late']} minutes late, has been refunded to their original payment"

@@ -87,7 +87,15 @@ async def test_html_renders_in_headless_chromium(
     assert dom.count('class="turn"') == 2
     assert dom.count('class="call"') == 6
     assert "attempt 2: anthropic:claude-sonnet-4-5, status 200" in dom
-    assert dom.count('class="bar"') == 2  # the tokens-per-turn chart
+    # Tokens, cost and latency charts: a segment per expert call per turn, labelled axes,
+    # the wall-clock mark per turn, a legend, and the expand-all key hint.
+    assert dom.count('class="bar"') == 3 * 6
+    assert dom.count('class="wall"') == 2
+    for label in ("Tokens per turn, by expert", "Cost per turn, by expert", ">USD<", ">ms<"):
+        assert label in dom
+    assert dom.count(">turn</text>") == 3
+    assert "wall-clock, retry waits included" in dom and "triage" in dom
+    assert "Press <kbd>e</kbd> to expand" in dom
     # The reply's markup stayed text: no injected element, the title untouched.
     assert "<title>frontdesk audit</title>" in dom
     assert "&lt;script&gt;document.title='pwned'&lt;/script&gt;" in dom

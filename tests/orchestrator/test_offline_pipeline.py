@@ -61,6 +61,7 @@ def test_the_sync_wrapper_runs_turns_without_an_event_loop(db_url: str) -> None:
 
 def test_the_offline_model_is_named_plainly() -> None:
     assert "offline stand-in" in describe_models("offline")
+    assert "No ANTHROPIC_API_KEY" not in describe_models("offline")  # asked for, not a fallback
     assert describe_models("anthropic:claude-sonnet-4-5") == (
         "Models: default=anthropic:claude-sonnet-4-5"
     )
@@ -70,7 +71,7 @@ async def test_offline_places_the_order_only_once_the_user_says_yes(db_url: str)
     orch = build(model="offline", store=db_url)
     asked = await orch.handle("c", "I'd like two bags of purple potatoes")
     placed = await orch.handle("c", "yes, confirm")
-    stored = await orch.store.handler_store("ORDERS").items("order:")
+    stored = await orch.store.handler_store("potato_shop").items("order:")
     await orch.aclose()
     assert asked.outcome is not None and asked.outcome.data["action"] == "confirm_order"
     assert placed.request is not None and placed.request.model_dump() == {
