@@ -129,7 +129,7 @@ async def main() -> None:
                               client_message_id="m-1")
     second = await orch.handle("c-1", "make that two bags", user_id="u-1",
                                client_message_id="m-2")
-    thread = await orch.user_thread("c-1")
+    thread = await orch.user_thread("c-1", user_id="u-1")
     await orch.aclose()
     print(json.dumps({
         "replies": [[r.category, r.request.model_dump() if r.request else None, r.text]

@@ -101,7 +101,11 @@ async def test_a_cut_after_the_first_delta_fails_and_a_retry_stores_one_reply(
     assert isinstance(failed, Failed) and failed.partial
     assert isinstance(failed.error, TurnFailed) and failed.safe_reply == failed.error.safe_reply
     assert joined(events) == LONG[:40]
-    assert [m.role for m in after_failure] == ["user"]  # the partial text is not stored
+    # The partial text is not stored: the failed turn's marker holds the safe reply.
+    assert [(m.role, m.failed, m.content) for m in after_failure] == [
+        ("user", False, "a bag of purple please"),
+        ("assistant", True, failed.safe_reply),
+    ]
     done = retried[-1]
     assert isinstance(done, Done) and joined(retried) == done.reply.text == LONG
     assert [(m.role, m.content) for m in transcript] == [

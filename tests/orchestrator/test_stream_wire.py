@@ -113,7 +113,9 @@ async def test_a_stream_stalled_past_the_turn_deadline_fails_partial_and_keeps_t
     assert isinstance(failed, Failed) and failed.partial
     assert failed.error.stage == "deadline"
     assert joined(events) == "".join(TEXTS[:3]).rstrip()
-    assert [m.role for m in after] == ["user"]
+    # The partial text is not stored: the failed turn's marker holds the safe reply.
+    assert [(m.role, m.failed) for m in after] == [("user", False), ("assistant", True)]
+    assert after[-1].content == failed.safe_reply
 
     # The retry with the same client message id finishes the turn: exactly one reply.
     script_anthropic(wire, Reply(sse=anthropic_sse(TEXTS)))
@@ -122,4 +124,4 @@ async def test_a_stream_stalled_past_the_turn_deadline_fails_partial_and_keeps_t
     await orch.aclose()
     done = retried[-1]
     assert isinstance(done, Done) and joined(retried) == done.reply.text == "".join(TEXTS)
-    assert [m.role for m in transcript] == ["user", "assistant"]
+    assert [(m.role, m.failed) for m in transcript] == [("user", False), ("assistant", False)]

@@ -69,7 +69,8 @@ class TurnMachine(RuleBasedStateMachine):
         """Let background compactions finish, so each check reads a quiet database."""
 
         async def settle() -> None:
-            await self.orch.orchestrator.compaction.wait()
+            orchestrator = await self.orch.orchestrator.open()
+            await orchestrator.compaction.wait()
 
         self._run(settle())
 
