@@ -14,7 +14,9 @@ A consumer that stops reading (the client went away) does not abandon the turn: 
 its end under its deadline, stores its reply and gives the lease back, so the user finds
 the reply on return (and a retry with the same `client_message_id` replays it). With
 `Orchestrator` it finishes in the background (awaited by `aclose`); with
-`SyncOrchestrator` closing the iterator waits for it.
+`SyncOrchestrator` closing the iterator waits for it. Cancelling the consumer's task
+(Ctrl-C, a server shutting down) cancels the turn, as cancelling `handle` would; its
+message stays stored.
 """
 
 from __future__ import annotations
@@ -156,6 +158,12 @@ async def stream_turn(
             yield item
             if isinstance(item, Done | Failed):
                 return
+    except asyncio.CancelledError:
+        # The consumer's own task was cancelled (Ctrl-C, a server shutting down): the turn
+        # is cancelled with it, as cancelling `handle` would. A reader that only stops
+        # iterating (`aclose`, a client gone) leaves the turn to finish, below.
+        task.cancel()
+        raise
     finally:
         listener.closed = True
         if not task.done():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -23,4 +24,9 @@ def test_demo_runs_to_the_end_without_a_tty(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stdout + done.stderr
     assert "frontdesk thread show demo-" in done.stdout
     assert "Traceback" not in done.stderr
-    assert (tmp_path / "frontdesk.db").exists()
+    # Each run gets a fresh database of its own (so a second run behaves as the first), and
+    # the demo says where it is.
+    found = re.search(r"--db sqlite:///(\S+)", done.stdout)
+    assert found is not None, done.stdout
+    assert Path(found.group(1)).exists()
+    assert not (tmp_path / "frontdesk.db").exists()

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -279,4 +280,5 @@ def test_frontdesk_demo_runs_from_the_wheel_without_a_tty(installed: Installed) 
     """stdin closed, output piped: the demo runs to the end and exits 0."""
     out = _run([installed.frontdesk, "demo"], cwd=installed.host, env=_clean_env())
     assert "frontdesk thread show demo-" in out
-    assert (installed.host / "frontdesk.db").exists()
+    found = re.search(r"--db sqlite:///(\S+)", out)  # A fresh database for each run.
+    assert found is not None and Path(found.group(1)).exists(), out

@@ -117,8 +117,14 @@ async def test_a_stream_stalled_past_the_turn_deadline_fails_partial_and_keeps_t
     assert [(m.role, m.failed) for m in after] == [("user", False), ("assistant", True)]
     assert after[-1].content == failed.safe_reply
 
-    # The retry with the same client message id finishes the turn: exactly one reply.
+    # The retry with the same client message id finishes the turn: exactly one reply. It
+    # comes from another orchestrator on the same store (a client retrying elsewhere), with
+    # room for the test server to finish serving the stalled stream first.
+    await orch.aclose()
     script_anthropic(wire, Reply(sse=anthropic_sse(TEXTS)))
+    orch = Orchestrator(
+        potato_categories(), model="anthropic:claude-test", store=db_url, turn_deadline=30.0
+    )
     retried = [e async for e in orch.stream("c", "a bag of purple please", client_message_id="k")]
     transcript = await orch.transcript("c")
     await orch.aclose()

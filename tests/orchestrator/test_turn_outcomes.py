@@ -53,7 +53,14 @@ class Outage:
 
 
 async def orders_placed(orch: Orchestrator) -> list[Any]:
-    return [v for _, v in await orch.store.handler_store("ORDERS").items("order:")]
+    return [v for _, v in await orch.store.handler_store("potato_shop").items("order:")]
+
+
+async def waiting_order(orch: Orchestrator, conversation_id: str = "c") -> None:
+    """The order `confirmed_order` confirms, waiting (the shop places only what it asked)."""
+    await orch.open()
+    pending = {"variety": "purple", "bags": 2, "total": 7.0}
+    await orch.store.handler_store("ORDERS").put(f"pending:{conversation_id}", pending)
 
 
 def same_reply(first: Reply, again: Reply) -> None:
@@ -70,6 +77,7 @@ async def test_a_529_in_the_response_call_then_the_retry_places_one_order(
     confirmed_order(team)
     outage = Outage(team)
     orch = Orchestrator(potato_categories(), model=FunctionModel(outage), store=any_url)
+    await waiting_order(orch)
     with pytest.raises(TurnFailed) as failed:
         await orch.handle("c", "yes, confirm", client_message_id="m-1")
     assert failed.value.stage == "response"
@@ -102,6 +110,7 @@ async def test_the_handler_is_given_a_key_that_is_the_same_on_every_try(
     categories[0] = dataclasses.replace(orders, handler=noting)
     confirmed_order(team)
     orch = Orchestrator(categories, model=team.model(), store=db_url)
+    await waiting_order(orch)
     with pytest.raises(SystemExit):
         await orch.handle("c", "yes, confirm", client_message_id="m-1")
     reply = await orch.handle("c", "yes, confirm", client_message_id="m-1")
@@ -118,6 +127,7 @@ async def test_a_retried_turn_returns_the_same_reply(
     confirmed_order(team)
     team.route = lambda r: route
     orch = Orchestrator(potato_categories(), model=team.model(), store=db_url)
+    await waiting_order(orch)
     first = await orch.handle("c", "yes, confirm", client_message_id="m-1")
     again = await orch.handle("c", "yes, confirm", client_message_id="m-1")
     await orch.aclose()
@@ -131,6 +141,7 @@ async def test_a_finished_retry_replays_as_the_retry_answered(team: FakeTeam, db
     confirmed_order(team)
     outage = Outage(team)
     orch = Orchestrator(potato_categories(), model=FunctionModel(outage), store=db_url)
+    await waiting_order(orch)
     with pytest.raises(TurnFailed):
         await orch.handle("c", "yes, confirm", client_message_id="m-1")
     outage.down = False
@@ -171,6 +182,7 @@ async def test_a_database_failure_in_the_last_transaction_is_a_turn_failure(
 ) -> None:
     confirmed_order(team)
     orch = Orchestrator(potato_categories(), model=team.model(), store=db_url)
+    await waiting_order(orch)
     await orch.open()
     finish = orch.store.finish_turn
 
