@@ -405,6 +405,16 @@ class HTTPModel(ABC):
     ) -> AttemptSuccess[Answer]:
         """One streamed HTTP attempt: hand each text delta on, then parse the whole answer."""
 
+    def _ended_early(self, record: AttemptRecord, body: Any, missing: str) -> AttemptFailure:
+        """A stream that closed before its end marker (`missing`): a cut connection, with
+        what had arrived kept on the record."""
+        record.response_body = body
+        failure = connection_failure(
+            record, provider=self.provider, base_url=self.base_url, timed_out=False
+        )
+        failure.error.args = (f"{failure.error} (the stream ended before {missing})",)
+        return failure
+
     async def _next_event(
         self, events: AsyncIterator[Any], record: AttemptRecord, headers: dict[str, str]
     ) -> Any:

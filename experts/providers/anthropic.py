@@ -23,7 +23,6 @@ from frontdesk.experts.providers._http import (
     Answer,
     HTTPModel,
     SDKErrors,
-    connection_failure,
     invalid_output,
     schema_name,
     to_jsonable,
@@ -214,12 +213,7 @@ class AnthropicModel(HTTPModel):
             await stream.close()
         body = {**message, "content": [{"type": "text", "text": "".join(parts)}], "usage": usage}
         if not stopped:
-            record.response_body = body
-            failure = connection_failure(
-                record, provider=self.provider, base_url=self.base_url, timed_out=False
-            )
-            failure.error.args = (f"{failure.error} (the stream ended before message_stop)",)
-            raise failure
+            raise self._ended_early(record, body, "message_stop")
         return AttemptSuccess(value=self._parse(request, body, headers, record), record=record)
 
     def _parse(

@@ -22,7 +22,6 @@ from frontdesk.experts.providers._http import (
     Answer,
     HTTPModel,
     SDKErrors,
-    connection_failure,
     invalid_output,
     schema_name,
     to_jsonable,
@@ -222,12 +221,7 @@ class OpenAIModel(HTTPModel):
             "usage": usage,
         }
         if finish is None:
-            record.response_body = body
-            failure = connection_failure(
-                record, provider=self.provider, base_url=self.base_url, timed_out=False
-            )
-            failure.error.args = (f"{failure.error} (the stream ended before a finish_reason)",)
-            raise failure
+            raise self._ended_early(record, body, "a finish_reason")
         return AttemptSuccess(value=self._parse(request, body, headers, record), record=record)
 
     def _parse(
