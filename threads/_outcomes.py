@@ -16,10 +16,13 @@ import sqlalchemy as sa
 from sqlalchemy import Connection
 from sqlalchemy.dialects import postgresql, sqlite
 
+from frontdesk._sqlite import Statement
+from frontdesk.errors import SAFE_REPLY
 from frontdesk.threads import _turn
 from frontdesk.threads._records import MessageRecord, new_id
-from frontdesk.threads.models import Message, TurnOutcomeRow, utcnow
+from frontdesk.threads.models import Conversation, Message, TurnOutcomeRow, utcnow
 
+_conv = Conversation.__table__  # type: ignore[attr-defined]
 _msg = Message.__table__  # type: ignore[attr-defined]
 _out = TurnOutcomeRow.__table__  # type: ignore[attr-defined]
 
@@ -173,3 +176,30 @@ def mark_failed(conn: Connection, question: MessageRecord, safe_reply: str) -> M
     )
     _turn.write(conn, marker)
     return marker
+
+
+# The conversation's active leaf, if it is a user message (one primary-key join).
+_UNANSWERED_LEAF = Statement(
+    sa.select(_msg)
+    .select_from(_conv.join(_msg, _msg.c.id == _conv.c.active_leaf_id))
+    .where(_conv.c.id == sa.bindparam("conversation_id"), _msg.c.role == "user")
+)
+
+
+def answer_unanswered_leaf(
+    conn: Connection, conversation_id: str, client_message_id: str | None
+) -> MessageRecord | None:
+    """Before a new message follows the active leaf: if that leaf is a user message nobody
+    answered (its turn crashed, or stalled and lost its lease, before leaving a marker),
+    leave the safe reply under it as a `failed` marker, so the thread still alternates.
+
+    A retry of that very message (the same `client_message_id`) is left alone: it will
+    answer the message itself. Run it under the conversation's lease.
+    """
+    row = _UNANSWERED_LEAF.first(conn, {"conversation_id": conversation_id})
+    if row is None:
+        return None
+    leaf = MessageRecord.from_row(row)
+    if client_message_id is not None and leaf.client_message_id == client_message_id:
+        return None
+    return mark_failed(conn, leaf, SAFE_REPLY)

@@ -239,13 +239,16 @@ class ConversationStore:
         """A turn's first transaction: take `lease`, add the user message, read its path.
 
         The same as `add_user_message(..., lease=lease)` (same arguments, same errors),
-        plus the path to the new message as far back as the newest summary's cut point
-        (`threads.builder.thread_since` turns it into the user thread), all in one
-        transaction, so a turn starts with one round of database work.
+        except that a user message left unanswered at the leaf (a crashed turn) first gets
+        its `failed` marker; plus the path to the new message as far back as the newest
+        summary's cut point (`threads.builder.thread_since` turns it into the user thread),
+        all in one transaction, so a turn starts with one round of database work.
         """
         _check_user_message(conversation_id, content, user_id, client_message_id)
 
         def work(conn: Connection) -> TurnStart:
+            if parent_id is UNSET:  # Following the leaf: never stack two user turns.
+                _outcomes.answer_unanswered_leaf(conn, conversation_id, client_message_id)
             message, created = _turn.add_user(
                 conn, conversation_id, content, user_id, client_message_id, parent_id, token_count
             )

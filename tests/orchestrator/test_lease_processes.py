@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
+from frontdesk.errors import SAFE_REPLY
 from frontdesk.experts import Category, HandlerContext, Outcome
 from frontdesk.experts.providers import FunctionModel, ModelRequest
 from frontdesk.orchestrator import Orchestrator
@@ -108,7 +109,14 @@ async def test_a_turn_that_stalls_past_its_lease_is_fenced_off(
     assert audit is not None
     verified = await audit.verify("c")
     await orch.aclose()
-    assert [m.content for m in transcript] == ["send 100", "hello", reply.text]
+    # The overtaken turn's question is answered by a failed-turn marker (the safe reply), so
+    # the thread still alternates; its own reply never lands.
+    assert [(m.content, m.failed) for m in transcript] == [
+        ("send 100", False),
+        (SAFE_REPLY, True),
+        ("hello", False),
+        (reply.text, False),
+    ]
     assert [m.id for m in branches] == [reply.message_id]  # No fork.
     assert "100 sent" not in [m.content for m in everything]  # The stalled reply never landed.
     assert verified.ok

@@ -250,3 +250,51 @@ async def test_a_failure_then_a_retry_that_fails_again_leaves_one_marker(
     assert [(m.role, m.failed) for m in marked] == [("user", False), ("assistant", True)]
     assert [m.id for m in transcript] == [reply.user_message_id, reply.message_id]
     assert len(everything) == 2  # The retry's reply took the marker's place.
+
+
+async def test_a_message_whose_turn_crashed_is_answered_by_a_marker_before_the_next(
+    team: FakeTeam, any_url: str
+) -> None:
+    """A process killed after storing the message leaves no marker; the next turn adds one
+    (main stacked two user turns: the thread sent to the experts then broke alternation)."""
+    orch = Orchestrator(potato_categories(), model=team.model(), store=any_url)
+    await orch.handle("c", "hello there", user_id="u", client_message_id="m-1")
+    # What a SIGKILL right after the turn's first transaction leaves: a stored question.
+    await orch.store.add_user_message(
+        "c", "where is order 12345?", user_id="u", client_message_id="m-2"
+    )
+    await orch.handle("c", "hello again", user_id="u", client_message_id="m-3")
+    retried = await orch.handle(
+        "c", "where is order 12345?", user_id="u", client_message_id="m-2"
+    )  # The crashed turn's own retry still finishes it, beside its marker.
+    transcript = await orch.transcript("c", user_id="u")
+    thread = await orch.user_thread("c", user_id="u")
+    await orch.aclose()
+    assert [(m.role, m.failed) for m in transcript] == [
+        ("user", False),
+        ("assistant", False),
+        ("user", False),
+        ("assistant", True),
+        ("user", False),
+        ("assistant", False),
+    ]
+    roles = [m.role for m in thread.messages]
+    assert roles == ["user", "assistant"] * (len(roles) // 2)
+    assert not retried.replayed and retried.user_message_id == transcript[2].id
+
+
+async def test_the_retry_of_the_crashed_message_itself_gets_no_marker(
+    team: FakeTeam, db_url: str
+) -> None:
+    orch = Orchestrator(potato_categories(), model=team.model(), store=db_url)
+    await orch.handle("c", "hello there", client_message_id="m-1")
+    await orch.store.add_user_message("c", "hello again", client_message_id="m-2")
+    await orch.handle("c", "hello again", client_message_id="m-2")
+    transcript = await orch.transcript("c")
+    await orch.aclose()
+    assert [(m.role, m.failed) for m in transcript] == [
+        ("user", False),
+        ("assistant", False),
+        ("user", False),
+        ("assistant", False),
+    ]

@@ -11,6 +11,7 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy import Connection
 
+from frontdesk.errors import SAFE_REPLY
 from frontdesk.threads.errors import ConversationNotFound, LeaseLost
 from frontdesk.threads.models import Lease
 from frontdesk.threads.store import ConversationStore
@@ -113,7 +114,9 @@ async def test_a_turn_whose_lease_was_taken_over_writes_nothing(store: Conversat
 
     await store.finish_turn(other, store.stage_reply(took.message, "hi"))
     contents = [m.content for m in await store.messages(c)]
-    assert contents == ["transfer 100", "hello", "hi"]  # The stalled reply never landed.
+    # The stalled reply never landed; its question got the failed-turn marker when the
+    # next turn followed it, so the thread still alternates.
+    assert contents == ["transfer 100", SAFE_REPLY, "hello", "hi"]
     leaf = await store.active_leaf(c)
     assert leaf is not None and leaf.content == "hi"
 
