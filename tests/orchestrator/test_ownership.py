@@ -39,6 +39,9 @@ async def test_another_user_reaches_nothing_and_nothing_is_sent_to_a_model(
         with pytest.raises(ConversationNotFound):
             await orch.handle("alice-1", "again", user_id=user, client_message_id="m-9")
         with pytest.raises(ConversationNotFound):
+            async for _event in orch.stream("alice-1", "stream it", user_id=user):
+                pass
+        with pytest.raises(ConversationNotFound):
             await orch.transcript("alice-1", user_id=user)
         with pytest.raises(ConversationNotFound):
             await orch.user_thread("alice-1", user_id=user)
