@@ -20,6 +20,8 @@ EventKind = Literal[
     "request",  # payload: category, request (dict) or need_more_info (dict)
     "outcome",  # payload: category, instruction, data
     "outcome_reused",  # payload: category, handler_ran (a retry reuses the stored outcome)
+    "speculation",  # payload: expert, category (guessed), triage_category, kept, usage (the
+    # speculative call's tokens; its attempt rows precede the note)
     "request_failed",  # payload: category, error (an unusable extraction; the turn hands off)
     "handler_error",  # payload: category, error
     "reply",  # payload: assistant_message_id, text, model, prompt versions
