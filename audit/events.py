@@ -34,8 +34,9 @@ EventKind = Literal[
 # sha256}, messages (exactly as sent), request_body (wire), response_body (raw), output
 # (parsed, JSON-able), usage {input_tokens, output_tokens, cache_read_tokens,
 # cache_write_tokens}, cost_usd, latency_ms, status_code, provider_request_id, stop_reason,
-# error. The system prompt text travels in `AuditEvent.system_prompt` and is stored once
-# by hash.
+# error, and for a speculative request call (issue 14) speculation: kept | discarded
+# (a replay skips a discarded answer). The system prompt text travels in
+# `AuditEvent.system_prompt` and is stored once by hash.
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -318,7 +318,8 @@ class _Speculation:
             return
         usage: dict[str, int] = {}
         for event in self.recorder.events:
-            if event.kind == "model_attempt":
+            if event.kind == "model_attempt":  # A replay skips a discarded answer.
+                event.payload["speculation"] = "kept" if kept else "discarded"
                 for key, value in event.payload.get("usage", {}).items():
                     usage[key] = usage.get(key, 0) + value
         t.recorder.note(

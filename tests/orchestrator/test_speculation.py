@@ -11,6 +11,8 @@ from typing import Any
 
 import pytest
 
+from frontdesk.audit.replay import recorded_turns
+from frontdesk.audit.transcript import build_transcript
 from frontdesk.examples.potato_shop import categories as potato_categories
 from frontdesk.experts.providers import FunctionModel, ModelRequest, ModelResponse, Usage
 from frontdesk.orchestrator import Orchestrator
@@ -145,6 +147,15 @@ async def test_a_finished_guess_for_the_wrong_category_is_discarded(db_url: str)
     assert reply.category == "ORDER_STATUS" and reply.request is not None
     assert reply.request.model_dump() == STATUS["request"]
     assert [n["kept"] for n in await speculation_notes(orch)] == [False]
+    log = orch.audit_log
+    assert log is not None
+    last = recorded_turns(build_transcript("c", await log.events("c")))[-1]
+    # The discarded answer stays in the log, but a replay takes the answer the turn used.
+    assert [o["request"] for o in last.outputs("request")] == [STATUS["request"]]
+    assert [c.attempts[-1].speculation for c in last.view.calls if c.expert == "request"] == [
+        "discarded",
+        None,
+    ]
     await orch.aclose()
 
 
