@@ -20,6 +20,8 @@ EventKind = Literal[
     "request",  # payload: category, request (dict) or need_more_info (dict)
     "outcome",  # payload: category, instruction, data
     "outcome_reused",  # payload: category, handler_ran (a retry reuses the stored outcome)
+    "speculation",  # payload: expert, category (guessed), triage_category, kept, usage (the
+    # speculative call's tokens; its attempt rows precede the note)
     "request_failed",  # payload: category, error (an unusable extraction; the turn hands off)
     "handler_error",  # payload: category, error
     "reply",  # payload: assistant_message_id, text, model, prompt versions
@@ -32,8 +34,9 @@ EventKind = Literal[
 # sha256}, messages (exactly as sent), request_body (wire), response_body (raw), output
 # (parsed, JSON-able), usage {input_tokens, output_tokens, cache_read_tokens,
 # cache_write_tokens}, cost_usd, latency_ms, status_code, provider_request_id, stop_reason,
-# error. The system prompt text travels in `AuditEvent.system_prompt` and is stored once
-# by hash.
+# error, and for a speculative request call (issue 14) speculation: kept | discarded
+# (a replay skips a discarded answer). The system prompt text travels in
+# `AuditEvent.system_prompt` and is stored once by hash.
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -51,8 +51,13 @@ class RecordedTurn:
         return None
 
     def outputs(self, expert: str) -> list[Any]:
-        """The parsed outputs of the expert's successful calls in this turn, in order."""
-        return [c.output for c in self.view.calls if c.expert == expert and c.ok]
+        """The parsed outputs of the expert's successful calls in this turn, in order (a
+        speculative call whose answer was discarded is left out: the turn did not use it)."""
+        return [
+            c.output
+            for c in self.view.calls
+            if c.expert == expert and c.ok and c.attempts[-1].speculation != "discarded"
+        ]
 
 
 @dataclass(frozen=True)

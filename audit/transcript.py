@@ -93,6 +93,8 @@ class Attempt:
     request_body: Any
     response_body: Any
     output: Any
+    speculation: str | None = None
+    """`kept` or `discarded` for a speculative request call (issue 14), else `None`."""
 
     @classmethod
     def of(cls, row: AuditRow) -> Attempt:
@@ -129,6 +131,7 @@ class Attempt:
             request_body=p.get("request_body"),
             response_body=p.get("response_body"),
             output=p.get("output"),
+            speculation=p.get("speculation"),
         )
 
 

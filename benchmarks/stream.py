@@ -3,11 +3,17 @@
 The whole pipeline (potato shop, SQLite file, audit) runs with a `LatencyModel` double:
 triage 300 ms and request 300 ms to their answer, the response expert 400 ms to its first
 token then 50 tokens/s, for a 300-character reply (4 characters a token), on turns whose
-category does not change. Three rows, p50 and p95 over `--turns` turns each:
+category does not change. Four rows, p50 and p95 over `--turns` turns each:
 
-- `stream`: `Orchestrator.stream` - time to the first `delta`, and to `done`;
-- `sequential`: `Orchestrator.handle`, nothing streamed (what LangGraph's `invoke` and the
-  Agents SDK's `Runner.run` give by default): the first token is shown with the whole reply;
+- `stream`: `Orchestrator.stream` with speculative extraction (the default: the request
+  expert of the conversation's current category runs alongside triage) - time to the
+  first `delta`, and to `done`;
+  `its turns 2..`: the same, without each conversation's first turn (which has no
+  current category to speculate on);
+- `stream, no speculation`: the same with `speculate=False` (triage, then request);
+- `sequential`: `Orchestrator.handle` with `speculate=False`, nothing streamed (what
+  LangGraph's `invoke` and the Agents SDK's `Runner.run` give by default): the first token
+  is shown with the whole reply;
 - `lower bound`: the latency model's floor on an unchanged-category turn (triage TTFT +
   response TTFT to the first token; with the request call hidden behind triage).
 
@@ -74,13 +80,17 @@ def _model(scale: float) -> LatencyModel:
 
 
 async def _run(
-    turns: int, scale: float, streamed: bool, db: Path
-) -> tuple[list[float], list[float]]:
-    """Seconds to the first shown token and to the end of each turn."""
-    orch = Orchestrator(potato_categories(), model=_model(scale), store=f"sqlite:///{db}")
+    turns: int, scale: float, streamed: bool, speculate: bool, db: Path
+) -> tuple[list[float], list[float], list[bool]]:
+    """Seconds to the first shown token and to the end of each turn; and whether each
+    speculative extraction was kept."""
+    orch = Orchestrator(
+        potato_categories(), model=_model(scale), store=f"sqlite:///{db}", speculate=speculate
+    )
     await orch.open()
     firsts: list[float] = []
     totals: list[float] = []
+    kept: list[bool] = []
     try:
         for i in range(turns):
             conversation = f"c{i % 10}"  # ten conversations, so no thread grows long
@@ -99,9 +109,14 @@ async def _run(
                 assert reply.text == REPLY
                 firsts.append(time.perf_counter() - started)
             totals.append(time.perf_counter() - started)
+        assert orch.audit_log is not None
+        for c in range(min(turns, 10)):
+            for row in await orch.audit_log.events(f"c{c}"):
+                if row.kind == "speculation":
+                    kept.append(bool(row.payload["kept"]))
     finally:
         await orch.aclose()
-    return firsts, totals
+    return firsts, totals, kept
 
 
 def _p(values: list[float], q: int, scale: float) -> float:
@@ -113,12 +128,17 @@ def _p(values: list[float], q: int, scale: float) -> float:
 def measure(turns: int, scale: float) -> dict[str, float]:
     """Run both pipelines; p50/p95 of first token and total, in the model's milliseconds."""
     with tempfile.TemporaryDirectory() as tmp:
-        s_first, s_total = asyncio.run(_run(turns, scale, True, Path(tmp) / "s.db"))
-        q_first, q_total = asyncio.run(_run(turns, scale, False, Path(tmp) / "q.db"))
+        s_first, s_total, kept = asyncio.run(_run(turns, scale, True, True, Path(tmp) / "s.db"))
+        n_first, n_total, _ = asyncio.run(_run(turns, scale, True, False, Path(tmp) / "n.db"))
+        q_first, q_total, _ = asyncio.run(_run(turns, scale, False, False, Path(tmp) / "q.db"))
     figures: dict[str, float] = {}
     for name, values in [
         ("stream_first", s_first),
         ("stream_total", s_total),
+        ("later_first", s_first[10:] or s_first),
+        ("later_total", s_total[10:] or s_total),
+        ("nospec_first", n_first),
+        ("nospec_total", n_total),
         ("sequential_first", q_first),
         ("sequential_total", q_total),
     ]:
@@ -129,6 +149,11 @@ def measure(turns: int, scale: float) -> dict[str, float]:
     figures["bound_total"] = figures["bound_first"] + generation * 1000
     figures["first_vs_sequential"] = figures["stream_first_p50"] / figures["sequential_total_p50"]
     figures["first_vs_bound"] = figures["stream_first_p50"] / figures["bound_first"]
+    figures["later_vs_bound"] = figures["later_first_p50"] / figures["bound_first"]
+    figures["nospec_vs_sequential"] = figures["nospec_first_p50"] / figures["sequential_total_p50"]
+    figures["nospec_vs_bound"] = figures["nospec_first_p50"] / figures["bound_first"]
+    figures["speculations"] = len(kept)
+    figures["speculations_kept"] = sum(kept)
     return figures
 
 
@@ -142,7 +167,12 @@ def main(argv: list[str] | None = None) -> None:
     f = measure(args.turns, args.scale)
     print(f"{args.turns} turns each, unchanged category, scale {args.scale} (model ms)")
     print(f"{'pipeline':28} {'first p50':>9} {'first p95':>9} {'total p50':>9} {'total p95':>9}")
-    for label, key in [("frontdesk stream", "stream"), ("sequential, not streamed", "sequential")]:
+    for label, key in [
+        ("frontdesk stream", "stream"),
+        ("  its turns 2.. (speculated)", "later"),
+        ("stream, no speculation", "nospec"),
+        ("sequential, not streamed", "sequential"),
+    ]:
         print(
             f"{label:28} {f[key + '_first_p50']:9.0f} {f[key + '_first_p95']:9.0f}"
             f" {f[key + '_total_p50']:9.0f} {f[key + '_total_p95']:9.0f}"
@@ -153,6 +183,15 @@ def main(argv: list[str] | None = None) -> None:
     )
     print(f"first token / sequential turn (p50): {f['first_vs_sequential']:.2f}x (goal <= 0.5x)")
     print(f"first token / lower bound (p50):     {f['first_vs_bound']:.2f}x (goal <= 1.15x)")
+    print(f"turns 2.. of each conversation / lower bound (p50): {f['later_vs_bound']:.2f}x")
+    print(
+        f"without speculation: {f['nospec_vs_sequential']:.2f}x the sequential turn,"
+        f" {f['nospec_vs_bound']:.2f}x the lower bound"
+    )
+    print(
+        f"speculative extractions kept: {f['speculations_kept']:.0f} of"
+        f" {f['speculations']:.0f} (a conversation's first turn has none)"
+    )
 
 
 if __name__ == "__main__":

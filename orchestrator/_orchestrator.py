@@ -84,6 +84,9 @@ class Orchestrator:
         budgets: Token budgets per expert (`threads.Budget`), replacing the defaults.
         compaction: When and how the summariser compacts long threads.
         token_counter: Counts message tokens (a fast local estimate by default).
+        speculate: Start the request expert of the conversation's current category at the
+            same time as triage, kept when triage agrees and cancelled (its cost audited)
+            when it does not. Off, the two run one after the other.
     """
 
     def __init__(
@@ -105,6 +108,7 @@ class Orchestrator:
         token_counter: TokenCounter | None = None,
         budgets: Mapping[str, Budget] | None = None,
         compaction: CompactionPolicy | None = None,
+        speculate: bool = True,
     ) -> None:
         self.categories = check_registry(list(categories))
         self.models = resolve_models(model)
@@ -122,6 +126,7 @@ class Orchestrator:
         if turn_deadline is not None and turn_deadline <= 0:
             raise ConfigError(f"turn_deadline must be > 0 seconds or None, got {turn_deadline}")
         self.turn_deadline = turn_deadline
+        self.speculate = speculate
         self.token_counter: TokenCounter = token_counter or CalibratedCounter()
         self._context = dict(context or {})
         if isinstance(store, str):
@@ -195,6 +200,7 @@ class Orchestrator:
                 store=store,
                 audit=self._audit,
                 deadline=self.turn_deadline,
+                speculate=self.speculate,
                 categories=self.categories,
                 triage=triage,
                 requests=requests,

@@ -80,6 +80,9 @@ class Pipeline:
     budgets: Mapping[str, Budget]
     deadline: float | None = None
     """Seconds the turn's expert calls may take in all (`None`: no deadline)."""
+    speculate: bool = True
+    """Start the request expert of the conversation's current category alongside triage
+    (`_Speculation`); off, the two run one after the other."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -192,11 +195,19 @@ async def _decide_once(p: Pipeline, t: Turn, earlier: TurnOutcome | None) -> Dec
         return decided
     meta = _meta(t)
     answered: dict[str, ModelResponse] = {}
-    view = _view(p, t, "triage")
-    category, reason = await _triage(p, t, view, meta, answered)
-    t.recorder.note("triage", category=category, reason=reason)
-    _listen.routed(category)
-    request, missing = await _extract(p, t, category, _view(p, t, "request"), meta, answered)
+    view, request_view = _view(p, t, "triage"), _view(p, t, "request")
+    guess = _Speculation.start(p, t, request_view, meta) if p.speculate else None
+    try:
+        category, reason = await _triage(p, t, view, meta, answered)
+        t.recorder.note("triage", category=category, reason=reason)
+        _listen.routed(category)
+        kept = None if guess is None else await guess.settle(t, category, answered)
+        if kept is None:
+            kept = await _extract(p, t, category, request_view, meta, answered)
+    finally:
+        if guess is not None:  # The turn failed or was cut off: the call must not outlive it.
+            await guess.discard(t, triage=None)
+    request, missing = kept
     if category in p.requests:
         _listen.extracted(request, missing)
     t.recorder.note(
@@ -222,6 +233,111 @@ async def _decide_once(p: Pipeline, t: Turn, earlier: TurnOutcome | None) -> Dec
         except StoreError as e:
             raise TurnFailed(str(e), user_message_id=t.user_message.id, stage="outcome") from e
     return decided
+
+
+Extracted = tuple[BaseModel | None, NeedMoreInfo | None]
+
+
+@dataclass(kw_only=True)
+class _Speculation:
+    """The request expert of the conversation's current category, run alongside triage.
+
+    Most turns stay in the category of the turn before, so the extraction usually starts
+    a triage call earlier. The call gets the very `ModelRequest` it would get after triage
+    (same view, metadata and cache prefix), so the prompt-cache layout does not change. Its
+    attempts go to a recorder of its own, merged into the turn's when it settles, so a
+    cancelled call's attempt rows (its cost) stay in the audit log; a `speculation` note
+    says whether it was kept.
+    """
+
+    recorder: TurnRecorder
+    answered: dict[str, ModelResponse] = dataclasses.field(default_factory=dict)
+    task: asyncio.Task[Extracted | None] = dataclasses.field(init=False)
+    category: str | None = None
+    """The guessed category, once read (`None` before, or on a first turn)."""
+    closed: bool = False
+
+    @classmethod
+    def start(
+        cls, p: Pipeline, t: Turn, view: ExpertView, meta: dict[str, str]
+    ) -> _Speculation | None:
+        """The speculative call as a task, or `None` when there is no turn before."""
+        previous = _previous_question(t)
+        if previous is None:  # A first turn: no current category, nothing to guess.
+            return None
+        spec = cls(recorder=TurnRecorder(turn_id=t.recorder.turn_id))
+        spec.task = asyncio.create_task(spec._run(p, t, previous, view, meta))
+        return spec
+
+    async def _run(
+        self, p: Pipeline, t: Turn, previous: str, view: ExpertView, meta: dict[str, str]
+    ) -> Extracted | None:
+        try:  # Two reads by index, while triage is on the wire.
+            stored = await p.store.turn_record(previous)
+        except StoreError as e:  # Only a guess is lost: the turn extracts after triage.
+            log.warning("turn.speculation_skipped", conversation_id=t.conversation_id, error=e)
+            return None
+        category = None if stored.outcome is None else stored.outcome.category
+        if category is None or category not in p.requests:
+            return None
+        self.category = category
+        with observing(self.recorder):
+            spec_turn = dataclasses.replace(t, recorder=self.recorder)
+            return await _extract(p, spec_turn, category, view, meta, self.answered)
+
+    async def settle(
+        self, t: Turn, category: str, answered: dict[str, ModelResponse]
+    ) -> Extracted | None:
+        """The speculative extraction when triage routed to its category (its errors are
+        the turn's, as they would be after triage); else `None`, the call cancelled."""
+        if self.category != category:
+            await self.discard(t, triage=category)
+            return None
+        try:
+            result = await self.task
+        finally:
+            self._close(t, kept=True, triage=category)
+        answered.update(self.answered)
+        return result
+
+    async def discard(self, t: Turn, *, triage: str | None) -> None:
+        """Cancel the call (a no-op once settled) and keep its attempts in the audit."""
+        if self.closed:
+            return
+        self.task.cancel()
+        try:
+            await self.task
+        except (asyncio.CancelledError, Exception):  # Its answer, or failure, is not used.
+            pass
+        self._close(t, kept=False, triage=triage)
+
+    def _close(self, t: Turn, *, kept: bool, triage: str | None) -> None:
+        self.closed = True
+        t.recorder.events.extend(self.recorder.events)
+        if self.category is None:  # No call was made (no category to guess).
+            return
+        usage: dict[str, int] = {}
+        for event in self.recorder.events:
+            if event.kind == "model_attempt":  # A replay skips a discarded answer.
+                event.payload["speculation"] = "kept" if kept else "discarded"
+                for key, value in event.payload.get("usage", {}).items():
+                    usage[key] = usage.get(key, 0) + value
+        t.recorder.note(
+            "speculation",
+            expert="request",
+            category=self.category,
+            triage_category=triage,
+            kept=kept,
+            usage=usage,
+        )
+
+
+def _previous_question(t: Turn) -> str | None:
+    """The id of the user message answered before this one on the thread, if any."""
+    for m in reversed(t.thread.messages[:-1]):
+        if m.role == "user" and m.message_id is not None:
+            return m.message_id
+    return None
 
 
 async def _finish(
