@@ -255,6 +255,8 @@ class _Speculation:
     task: asyncio.Task[Extracted | None] = dataclasses.field(init=False)
     category: str | None = None
     """The guessed category, once read (`None` before, or on a first turn)."""
+    known: asyncio.Event = dataclasses.field(default_factory=asyncio.Event)
+    """Set once the guess is read (two indexed reads: well within a triage call)."""
     closed: bool = False
 
     @classmethod
@@ -272,15 +274,18 @@ class _Speculation:
     async def _run(
         self, p: Pipeline, t: Turn, previous: str, view: ExpertView, meta: dict[str, str]
     ) -> Extracted | None:
-        try:  # Two reads by index, while triage is on the wire.
-            stored = await p.store.turn_record(previous)
-        except StoreError as e:  # Only a guess is lost: the turn extracts after triage.
-            log.warning("turn.speculation_skipped", conversation_id=t.conversation_id, error=e)
-            return None
-        category = None if stored.outcome is None else stored.outcome.category
-        if category is None or category not in p.requests:
-            return None
-        self.category = category
+        try:
+            try:  # Two reads by index, while triage is on the wire.
+                stored = await p.store.turn_record(previous)
+            except StoreError as e:  # Only a guess is lost: the turn extracts after triage.
+                log.warning("turn.speculation_skipped", conversation_id=t.conversation_id, error=e)
+                return None
+            category = None if stored.outcome is None else stored.outcome.category
+            if category is None or category not in p.requests:
+                return None
+            self.category = category
+        finally:
+            self.known.set()
         with observing(self.recorder):
             spec_turn = dataclasses.replace(t, recorder=self.recorder)
             return await _extract(p, spec_turn, category, view, meta, self.answered)
@@ -289,7 +294,11 @@ class _Speculation:
         self, t: Turn, category: str, answered: dict[str, ModelResponse]
     ) -> Extracted | None:
         """The speculative extraction when triage routed to its category (its errors are
-        the turn's, as they would be after triage); else `None`, the call cancelled."""
+        the turn's, as they would be after triage); else `None`, the call cancelled.
+
+        A triage faster than the guess's read waits for the read (it is short) rather than
+        losing a guess that may well be right."""
+        await self.known.wait()
         if self.category != category:
             await self.discard(t, triage=category)
             return None
