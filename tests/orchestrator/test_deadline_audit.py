@@ -82,6 +82,6 @@ async def test_a_real_sdk_attempt_cut_off_by_the_deadline_is_audited(
     assert len(attempts) == 1
     assert attempts[0]["model"] == "anthropic:claude-test" and attempts[0]["attempt"] == 1
     # The adapter reports the cancelled attempt itself; the recorder adds no second row.
-    assert "cancelled" in attempts[0]["error"].lower()
+    assert attempts[0]["error"].startswith("ModelError: the attempt was cancelled: the caller")
     assert attempts[0]["messages"] == [{"role": "user", "content": "a bag of purple potatoes"}]
     assert events[-1].kind == "turn_failed" and events[-1].payload["stage"] == "deadline"
