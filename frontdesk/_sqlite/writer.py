@@ -9,6 +9,8 @@ public door; this module is the SQLite side of it.
 from __future__ import annotations
 
 import asyncio
+import sqlite3
+import time
 import weakref
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -36,8 +38,8 @@ def install_hooks(engine: Engine) -> None:
         # Hand transaction control to the "begin" hook below instead of the driver.
         dbapi_connection.isolation_level = None
         cursor = dbapi_connection.cursor()
-        cursor.execute("PRAGMA journal_mode=WAL")
         cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
+        _use_wal(cursor)
         cursor.execute("PRAGMA synchronous=NORMAL")
         cursor.execute("PRAGMA foreign_keys=ON")
         cursor.close()
@@ -49,6 +51,22 @@ def install_hooks(engine: Engine) -> None:
             connection.exec_driver_sql("BEGIN")
         else:
             connection.exec_driver_sql("BEGIN IMMEDIATE")
+
+
+def _use_wal(cursor: Any) -> None:
+    """Switch the file to WAL (it stays so). The switch takes an exclusive lock, and SQLite
+    answers "database is locked" at once, without its busy handler, to a connection that
+    tries it while another holds the file (several stores opening a new file together):
+    such a connection waits a little and tries again, within the busy timeout."""
+    deadline = time.monotonic() + SQLITE_BUSY_TIMEOUT_MS / 1000
+    while True:
+        try:
+            cursor.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as e:
+            if "locked" not in str(e) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.01)
 
 
 _write_locks: weakref.WeakKeyDictionary[Engine, tuple[asyncio.AbstractEventLoop, asyncio.Lock]] = (
