@@ -15,6 +15,7 @@
     │   │   ├── InputTooLarge           over `max_message_chars`, or over the question budget
     │   │   └── ForbiddenCharacters     NUL or other control characters, lone surrogates
     │   ├── InvalidInput                text or an id the store cannot keep on every backend
+    │   ├── InvalidToken                a bearer token the service refuses (HTTP 401)
     │   ├── IdempotencyConflict         a client message id reused with different text (409)
     │   ├── ConversationNotFound        no such conversation for this user (404)
     │   ├── MessageNotFound             no such message (or not in the named conversation)
@@ -74,6 +75,7 @@ __all__ = [
     "IdempotencyConflict",
     "InputTooLarge",
     "InvalidInput",
+    "InvalidToken",
     "InvalidUserText",
     "LeaseLost",
     "MessageNotFound",
@@ -407,6 +409,12 @@ class PromptError(ConfigError):
 
 class PromptVariableError(PromptError):
     """A prompt was rendered without a variable it uses."""
+
+
+# --- The HTTP service (service) ---
+class InvalidToken(UserError):
+    """A bearer token the service refuses: missing, malformed, forged, expired, or signed with
+    an algorithm it does not accept (`alg: none` included). The service answers 401."""
 
 
 # --- Schema (frontdesk) ---

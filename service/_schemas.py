@@ -1,0 +1,72 @@
+"""The JSON bodies of the API (what `/openapi.json` describes)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class MessageIn(BaseModel):
+    """A user message (or an edit's new text)."""
+
+    model_config = ConfigDict(extra="forbid")
+    text: str = Field(description="What the user wrote.")
+
+
+class ReplyOut(BaseModel):
+    """An answered turn."""
+
+    text: str = Field(description="The reply to show.")
+    category: str | None = Field(description="Triage's category.")
+    request: dict[str, Any] | None = Field(description="The extracted request, if any.")
+    need_more_info: dict[str, Any] | None = Field(
+        description="What the request expert found missing, if anything."
+    )
+    message_id: str = Field(description="The assistant message's id (for regenerate).")
+    user_message_id: str = Field(description="The user message's id (for edit).")
+    handoff: bool = Field(description="Whether a person has the conversation now.")
+
+
+class ThreadMessageOut(BaseModel):
+    role: str
+    content: str
+
+
+class ThreadOut(BaseModel):
+    """What the experts are sent next: only user and assistant turns."""
+
+    summary: str | None = Field(default=None, description="The summary of older turns.")
+    messages: list[ThreadMessageOut]
+
+
+class TranscriptMessageOut(BaseModel):
+    id: str
+    parent_id: str | None
+    role: str
+    content: str
+    author: str = Field(description="Who wrote it: the user, the bot, or an operator.")
+    created_at: str
+    failed: bool = Field(description="A failed turn's safe reply rather than a real one.")
+
+
+class TranscriptOut(BaseModel):
+    """Every message of the active path, root first."""
+
+    messages: list[TranscriptMessageOut]
+
+
+class ErrorOut(BaseModel):
+    detail: str
+    type: str
+
+
+class HealthOut(BaseModel):
+    status: str
+
+
+class ReadyOut(BaseModel):
+    status: str
+    database: str
+    schema_revision: list[str] = Field(description="The database's revision(s).")
+    head: list[str] = Field(description="The revision(s) this code needs.")
