@@ -42,6 +42,7 @@ FACTORY = "frontdesk.service._factory:app_from_env"
 """The import string uvicorn's workers build the app from."""
 
 DEMO_TOKEN_TTL = 12 * 3600.0
+WORKER_HEALTHCHECK_SECONDS = 60
 
 
 @dataclass(frozen=True)
@@ -182,4 +183,7 @@ def serve(
         log_level=log_level,
         lifespan="on",
         timeout_graceful_shutdown=10,
+        # A worker imports the whole stack before it answers its first health check: on a
+        # busy small machine that is more than uvicorn's 5 s, and it would be killed.
+        timeout_worker_healthcheck=WORKER_HEALTHCHECK_SECONDS,
     )

@@ -80,9 +80,7 @@ class RateLimiter(Protocol):
 class TokenBucket:
     """An in-process token bucket per key (per uvicorn worker)."""
 
-    def __init__(
-        self, limit: RateLimit, *, clock: Callable[[], float] = time.monotonic
-    ) -> None:
+    def __init__(self, limit: RateLimit, *, clock: Callable[[], float] = time.monotonic) -> None:
         self.limit = limit
         self._clock = clock
         self._buckets: MutableMapping[str, tuple[float, float]] = {}  # key -> (tokens, at)

@@ -47,9 +47,7 @@ def event_data(event: TurnEvent) -> dict[str, Any]:
     if isinstance(event, Extracted):
         return {
             "request": event.request.model_dump(mode="json") if event.request else None,
-            "need_more_info": (
-                event.need_more_info.model_dump() if event.need_more_info else None
-            ),
+            "need_more_info": (event.need_more_info.model_dump() if event.need_more_info else None),
         }
     if isinstance(event, Delta):
         return {"text": event.text}

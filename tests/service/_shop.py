@@ -77,3 +77,7 @@ def shop_model() -> FunctionModel:
 def build(store: str, model: Any = None) -> Orchestrator:
     """The test shop on `store` (the `--app` factory; `model` is ignored: always the double)."""
     return Orchestrator([COUNT], model=shop_model(), store=store, lock_timeout=30.0)
+
+
+INSTANCE = Orchestrator([COUNT], model=shop_model(), store="sqlite:///never-opened.db")
+"""An app given as an instance, with a store of its own that `--db` replaces."""

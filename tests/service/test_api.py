@@ -14,7 +14,13 @@ from tests.service.conftest import Api, auth
 pytestmark = pytest.mark.anyio
 
 REPLY_KEYS = {
-    "text", "category", "request", "need_more_info", "message_id", "user_message_id", "handoff"
+    "text",
+    "category",
+    "request",
+    "need_more_info",
+    "message_id",
+    "user_message_id",
+    "handoff",
 }
 
 
@@ -93,7 +99,10 @@ async def test_thread_and_transcript(api: Api) -> None:
     transcript = await api.client.get(f"/v1/conversations/{cid}/transcript", headers=auth("u1"))
     messages = transcript.json()["messages"]
     assert [(m["role"], m["author"]) for m in messages] == [
-        ("user", "user"), ("assistant", "bot"), ("user", "user"), ("assistant", "bot")
+        ("user", "user"),
+        ("assistant", "bot"),
+        ("user", "user"),
+        ("assistant", "bot"),
     ]
     assert all({"id", "role", "content", "author"} <= set(m) for m in messages)
 

@@ -42,7 +42,9 @@ BAD_TOKENS = {
     "no-exp": jwt.encode({"sub": "u1"}, SECRET, algorithm="HS256"),
     "no-sub": jwt.encode({"exp": int(time.time()) + 600}, SECRET, algorithm="HS256"),
     "alg-none": alg_none_token("u1"),
-    "hs512": jwt.encode({"sub": "u1", "exp": int(time.time()) + 600}, SECRET * 2, algorithm="HS512"),
+    "hs512": jwt.encode(
+        {"sub": "u1", "exp": int(time.time()) + 600}, SECRET * 2, algorithm="HS512"
+    ),
 }
 
 
@@ -77,9 +79,7 @@ async def test_a_bad_token_is_401_and_nothing_is_stored(api: Api, name: str) -> 
 
 
 async def test_a_basic_scheme_is_401(api: Api) -> None:
-    r = await api.client.get(
-        "/v1/conversations/c1/thread", headers={"Authorization": "Basic dTpw"}
-    )
+    r = await api.client.get("/v1/conversations/c1/thread", headers={"Authorization": "Basic dTpw"})
     assert r.status_code == 401
 
 
@@ -140,9 +140,11 @@ async def test_an_operator_reads_any_conversation(api: Api) -> None:
 
 def test_rs256_tokens_are_checked_with_the_public_key(tmp_path: Path) -> None:
     key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-    pem = key.public_key().public_bytes(
-        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
-    ).decode()
+    pem = (
+        key.public_key()
+        .public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+        .decode()
+    )
     path = tmp_path / "public.pem"
     path.write_text(pem)
     for value in (pem, str(path)):

@@ -44,8 +44,7 @@ async def test_a_body_over_the_limit_is_413(sqlite_url: str) -> None:
 
 async def _burst(api: Api, user: str, n: int) -> list[Any]:
     return [
-        await api.client.get("/v1/conversations/nope/thread", headers=auth(user))
-        for _ in range(n)
+        await api.client.get("/v1/conversations/nope/thread", headers=auth(user)) for _ in range(n)
     ]
 
 
