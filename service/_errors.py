@@ -8,10 +8,14 @@ probed. A failed turn is 503 with the safe reply to show (`detail` and `text`).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from fastapi import FastAPI, Request
+from fastapi.encoders import jsonable_encoder
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from frontdesk.errors import (
     ConversationBusy,
@@ -74,11 +78,47 @@ def error_response(error: FrontdeskError) -> JSONResponse:
     return JSONResponse(body, status_code=status, headers=headers)
 
 
-def install(app: FastAPI) -> None:
-    """Answer every frontdesk error through `error_response`."""
+_HTTP_TYPES = {
+    403: "Forbidden",
+    404: "NotFound",
+    405: "MethodNotAllowed",
+    413: "RequestTooLarge",
+    429: "TooManyRequests",
+}
 
-    async def handle(request: Request, error: Exception) -> JSONResponse:
+
+def _where(error: Mapping[str, Any]) -> str:
+    return ".".join(str(part) for part in error.get("loc", ()))
+
+
+def install(app: FastAPI) -> None:
+    """Answer every error in the one JSON shape: frontdesk's own, FastAPI's request
+    validation (a 422 whose `detail` says which field, `errors` lists them all) and HTTP
+    errors (403, 404, 405, 429)."""
+
+    async def frontdesk_error(request: Request, error: Exception) -> JSONResponse:
         assert isinstance(error, FrontdeskError)
         return error_response(error)
 
-    app.add_exception_handler(FrontdeskError, handle)
+    async def invalid_request(request: Request, error: Exception) -> JSONResponse:
+        assert isinstance(error, RequestValidationError)
+        errors = list(error.errors())
+        detail = "; ".join(f"{_where(e)}: {e.get('msg', 'invalid')}" for e in errors)
+        body = {
+            "detail": detail or "invalid request",
+            "type": "RequestValidationError",
+            "errors": jsonable_encoder(errors),
+        }
+        return JSONResponse(body, status_code=422)
+
+    async def http_error(request: Request, error: Exception) -> JSONResponse:
+        assert isinstance(error, StarletteHTTPException)
+        body = {
+            "detail": str(error.detail),
+            "type": _HTTP_TYPES.get(error.status_code, "HTTPError"),
+        }
+        return JSONResponse(body, status_code=error.status_code, headers=error.headers)
+
+    app.add_exception_handler(FrontdeskError, frontdesk_error)
+    app.add_exception_handler(RequestValidationError, invalid_request)
+    app.add_exception_handler(StarletteHTTPException, http_error)

@@ -11,7 +11,13 @@ class MessageIn(BaseModel):
     """A user message (or an edit's new text)."""
 
     model_config = ConfigDict(extra="forbid")
-    text: str = Field(description="What the user wrote.")
+    # Documented, not enforced here: the library checks the text and says what is wrong
+    # (InvalidUserText), and the 422 carries its message.
+    text: str = Field(
+        description="What the user wrote: not blank, no control characters, at most the "
+        "orchestrator's max_message_chars (16,000 by default).",
+        json_schema_extra={"minLength": 1},
+    )
 
 
 class ReplyOut(BaseModel):
