@@ -106,8 +106,8 @@ __all__ = [
     "UnexpectedModelCall",
     "UnknownConversation",
     "UnknownModelSpec",
-    "UserStateUnavailable",
     "UserError",
+    "UserStateUnavailable",
 ]
 
 
