@@ -31,10 +31,12 @@ from frontdesk.threads import MessageRecord
 router = APIRouter(prefix="/v1")
 
 ERRORS: dict[int | str, dict[str, Any]] = {
+    400: {"model": ErrorOut, "description": "A body that is not JSON."},
     401: {"model": ErrorOut, "description": "No bearer token, or one refused."},
     404: {"model": ErrorOut, "description": "No such conversation or message for this user."},
     422: {"model": ErrorOut, "description": "Text or an id that cannot be used."},
-    429: {"description": "Rate limited; see Retry-After."},
+    413: {"model": ErrorOut, "description": "The request body is over the limit."},
+    429: {"model": ErrorOut, "description": "Rate limited; see Retry-After."},
 }
 TURN_ERRORS: dict[int | str, dict[str, Any]] = {
     **ERRORS,
