@@ -123,6 +123,8 @@ def create_app(
         summary="Customer-service conversations through a system of experts.",
         version=_version(),
         lifespan=lifespan,
+        docs_url=None,  # Swagger UI and ReDoc load scripts from a CDN: /openapi.json only
+        redoc_url=None,
     )
     app.state.service = parts
     _errors.install(app)
