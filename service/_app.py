@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import secrets
-from importlib import metadata
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from importlib import metadata
 from importlib.resources import files
 from typing import Any
 

@@ -31,11 +31,16 @@ class CountRequest(BaseModel):
     note: str = "x"
 
 
-async def count(request: CountRequest, context: HandlerContext) -> Outcome:
+def record_run(conversation_id: str) -> None:
+    """One line per handler run, in the file $FRONTDESK_TEST_RUNS names (any process)."""
     path = os.environ.get(RUNS_ENV)
     if path:
         with Path(path).open("a", encoding="utf-8") as f:
-            f.write(f"{context.conversation_id} {os.getpid()}\n")
+            f.write(f"{conversation_id} {os.getpid()}\n")
+
+
+async def count(request: CountRequest, context: HandlerContext) -> Outcome:
+    record_run(context.conversation_id)
     return Outcome(instruction="Say it was counted.")
 
 

@@ -4,16 +4,14 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
+from typing import Any
 
 import pytest
 import schemathesis
 from hypothesis import HealthCheck, settings
-
 from schemathesis.specs.openapi.checks import positive_data_acceptance
 
 from frontdesk.service import TokenVerifier, create_app
-from frontdesk.service._app import create_app as _create
 from tests.service import _shop
 from tests.service._server import serve_thread
 from tests.service.conftest import SECRET, auth
@@ -31,7 +29,7 @@ pytestmark = pytest.mark.timeout(120)
 @pytest.fixture(scope="module")
 def base_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     db = tmp_path_factory.mktemp("fuzz") / "fuzz.db"
-    app = _create(
+    app = create_app(
         _shop.build(f"sqlite:///{db}"),
         verifier=TokenVerifier(secret=SECRET),
         owns_orchestrator=True,
@@ -47,7 +45,7 @@ def base_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     database=None,
     suppress_health_check=list(HealthCheck),
 )
-def test_no_operation_answers_500(case: schemathesis.Case, base_url: str) -> None:
+def test_no_operation_answers_500(case: schemathesis.Case[Any], base_url: str) -> None:
     # The library refuses more text than a JSON schema can say (control characters, a
     # question over an expert's token allowance), always with its own 422 and message: so
     # schema-valid data may be refused. Every other check stays on.

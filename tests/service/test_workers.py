@@ -14,8 +14,8 @@ import httpx
 import pytest
 
 from frontdesk.service import WORKER_HEADER
-from tests.service.conftest import SECRET, auth
 from tests.service._server import serve_process
+from tests.service.conftest import SECRET, auth
 
 pytestmark = [
     pytest.mark.anyio,
