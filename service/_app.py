@@ -9,7 +9,7 @@ from importlib import metadata
 from importlib.resources import files
 from typing import Any
 
-from fastapi import FastAPI, Request
+from fastapi import FastAPI
 from fastapi.responses import HTMLResponse, JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -74,6 +74,26 @@ class BodyLimit:
         await response(scope, receive, send)
 
 
+class NameTheWorker:
+    """Add `X-Frontdesk-Worker: <this process's random id>` to every answer."""
+
+    def __init__(self, app: ASGIApp, worker: str) -> None:
+        self.app = app
+        self.header = (WORKER_HEADER.lower().encode(), worker.encode())
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def named(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                message = {**message, "headers": [*message.get("headers", []), self.header]}
+            await send(message)
+
+        await self.app(scope, receive, named)
+
+
 def _page(name: str) -> str:
     return (files("frontdesk.service") / "pages" / name).read_text(encoding="utf-8")
 
@@ -130,13 +150,8 @@ def create_app(
     _errors.install(app)
     app.include_router(_api.router)
 
-    @app.middleware("http")
-    async def name_the_worker(request: Request, call_next: Any) -> Any:
-        response = await call_next(request)
-        response.headers[WORKER_HEADER] = worker
-        return response
-
     app.add_middleware(BodyLimit, max_bytes=max_body_bytes)
+    app.add_middleware(NameTheWorker, worker=worker)
 
     @app.get("/healthz", response_model=HealthOut, tags=["health"])
     async def healthz() -> HealthOut:

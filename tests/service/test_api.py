@@ -219,3 +219,18 @@ async def test_the_openapi_document_names_the_routes(api: Api) -> None:
         "/readyz",
     ):
         assert path in paths
+
+
+async def test_readiness_fails_while_the_schema_is_not_current(api: Api) -> None:
+    async with api.orch.store.engine.begin() as conn:
+        await conn.exec_driver_sql("UPDATE alembic_version SET version_num = '0001_threads'")
+    try:
+        ready = await api.client.get("/readyz")
+        assert ready.status_code == 503
+        assert ready.json()["status"] == "outdated"
+        assert ready.json()["schema_revision"] == ["0001_threads"]
+        assert (await api.client.get("/healthz")).status_code == 200
+    finally:
+        head = (await api.client.get("/readyz")).json()["head"][0]
+        async with api.orch.store.engine.begin() as conn:
+            await conn.exec_driver_sql(f"UPDATE alembic_version SET version_num = '{head}'")

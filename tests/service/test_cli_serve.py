@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from frontdesk.errors import ConfigError
 from frontdesk.orchestrator.cli import app as cli
-from frontdesk.service import ServiceSettings
+from frontdesk.service import RedisTokenBucket, ServiceSettings, TokenBucket
 from tests.service._server import serve_process
 from tests.service.conftest import SECRET
 
@@ -92,3 +92,10 @@ def test_demo_tokens_open_the_pages_and_the_api(tmp_path: Path) -> None:
         )
         assert r.status_code == 200 and r.json()["text"] == "You said: hello."
         assert httpx.get(f"{url}/v1/conversations/demo-1/thread").status_code == 401
+
+
+def test_the_redis_url_selects_the_shared_bucket() -> None:
+    base = {"FRONTDESK_JWT_SECRET": SECRET, "FRONTDESK_REDIS_URL": "redis://127.0.0.1:6379/0"}
+    assert isinstance(ServiceSettings.from_env(base).limiter(), RedisTokenBucket)
+    del base["FRONTDESK_REDIS_URL"]
+    assert isinstance(ServiceSettings.from_env(base).limiter(), TokenBucket)
