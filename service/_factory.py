@@ -9,7 +9,7 @@ command line says reaches them as environment variables:
     FRONTDESK_SERVE_MODEL    --model SPEC
     FRONTDESK_JWT_SECRET     HS256 key            FRONTDESK_JWT_PUBLIC_KEY  RS256 key (PEM/path)
     FRONTDESK_JWT_AUDIENCE   required `aud`       FRONTDESK_JWT_ISSUER      required `iss`
-    FRONTDESK_RATE_LIMIT     per user, e.g. 120/minute (default), or off
+    FRONTDESK_RATE_LIMIT     per user, e.g. 240/minute (default), or off
     FRONTDESK_REDIS_URL      keep the rate limit in Redis (shared by every worker)
     FRONTDESK_MAX_BODY_BYTES request body limit (default 262144)
 """

@@ -21,7 +21,9 @@ from frontdesk.errors import ConfigError
 
 log = structlog.get_logger("frontdesk.service")
 
-DEFAULT_RATE_LIMIT = "120/minute"
+DEFAULT_RATE_LIMIT = "240/minute"
+"""Four requests a second in bursts of up to 240: room for the pages' polling (about one
+request a second while a person has a conversation) and then some."""
 DEFAULT_MAX_BODY_BYTES = 256 * 1024
 """Large enough for the longest user message (16,000 characters of 4-byte UTF-8)."""
 
