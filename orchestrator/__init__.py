@@ -2,6 +2,7 @@
 
 from frontdesk.orchestrator._orchestrator import Orchestrator
 from frontdesk.orchestrator.config import ExpertSettings
+from frontdesk.orchestrator.handoff import Handoff
 from frontdesk.orchestrator.errors import (
     EmptyMessage,
     ForbiddenCharacters,
@@ -17,6 +18,7 @@ __all__ = [
     "EmptyMessage",
     "ExpertSettings",
     "ForbiddenCharacters",
+    "Handoff",
     "InputTooLarge",
     "InvalidUserText",
     "Orchestrator",
