@@ -2,7 +2,6 @@
 
 from frontdesk.orchestrator._orchestrator import Orchestrator
 from frontdesk.orchestrator.config import ExpertSettings
-from frontdesk.orchestrator.handoff import Handoff
 from frontdesk.orchestrator.errors import (
     EmptyMessage,
     ForbiddenCharacters,
@@ -10,6 +9,7 @@ from frontdesk.orchestrator.errors import (
     InvalidUserText,
     TurnFailed,
 )
+from frontdesk.orchestrator.handoff import Handoff
 from frontdesk.orchestrator.reply import Reply
 from frontdesk.orchestrator.stream import TurnEvent
 from frontdesk.orchestrator.sync import SyncOrchestrator

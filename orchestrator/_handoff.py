@@ -120,7 +120,9 @@ def handed_back_events(back: HandedBack) -> list[AuditEvent]:
                 **_placed_payload(back.placed),
             )
         )
-    batch.append(_event("hand_back", back.turn_id, handoff_id=back.handoff.id, by=back.handoff.closed_by))
+    batch.append(
+        _event("hand_back", back.turn_id, handoff_id=back.handoff.id, by=back.handoff.closed_by)
+    )
     return batch
 
 
@@ -202,7 +204,9 @@ async def hand_back(
         return await audited(
             p,
             conversation_id,
-            lambda also: store.close(conversation_id, by=by, message=message, lease=lease, also=also),
+            lambda also: store.close(
+                conversation_id, by=by, message=message, lease=lease, also=also
+            ),
             handed_back_events,
         )
     finally:
@@ -220,25 +224,35 @@ async def expire_due(
     store = HandoffStore(p.store.engine)
     still: list[HandoffRecord] = []
     for record in await store.open_ones():
-        if policy.timeout is None or record.waiting_since is None:
-            still.append(record)
-            continue
-        cid, lease = record.conversation_id, lease_for(record.conversation_id)
-
-        def events(back: HandedBack | None) -> list[AuditEvent]:
-            return [] if back is None else handed_back_events(back)
-
-        try:
-            back = await audited(
-                p, cid, lambda also: store.expire(cid, policy, lease=lease, also=also), events
-            )
-        except ConversationBusy:
-            back = None
-        except Exception:  # One conversation's failure must not hide the others.
-            log.exception("handoff.timeout_failed", conversation_id=cid)
-            back = None
-        finally:
-            await lease.aclose()
-        if back is None:
+        due = policy.timeout is not None and record.waiting_since is not None
+        if not due or not await _expire(p, store, policy, record, lease_for):
             still.append(record)
     return still
+
+
+async def _expire(
+    p: Pipeline,
+    store: HandoffStore,
+    policy: HandoffPolicy,
+    record: HandoffRecord,
+    lease_for: Callable[[str], TurnLease],
+) -> bool:
+    """Hand back one hand-off if it is past its timeout; whether it was."""
+    cid = record.conversation_id
+    lease = lease_for(cid)
+
+    def events(back: HandedBack | None) -> list[AuditEvent]:
+        return [] if back is None else handed_back_events(back)
+
+    try:
+        back = await audited(
+            p, cid, lambda also: store.expire(cid, policy, lease=lease, also=also), events
+        )
+    except ConversationBusy:
+        return False
+    except Exception:  # One conversation's failure must not hide the others.
+        log.exception("handoff.timeout_failed", conversation_id=cid)
+        return False
+    finally:
+        await lease.aclose()
+    return back is not None

@@ -445,9 +445,7 @@ class Orchestrator:
         and are not listed.
         """
         p = await self._open()
-        records = await _handoff.expire_due(
-            p, self.handoff_policy, lambda cid: self._lease(p, cid)
-        )
+        records = await _handoff.expire_due(p, self.handoff_policy, lambda cid: self._lease(p, cid))
         now = utcnow()
         return [Handoff.of(r, now) for r in records]
 

@@ -437,7 +437,8 @@ def reply_from_records(
         usage={} if outcome is None else {e: Usage(**u) for e, u in outcome.usage.items()},
         models={} if outcome is None else dict(outcome.models),
         replayed=replayed,
-        handoff=bool(decided and decided.outcome.data.get("handoff")) or reply.kind == "handoff"
+        handoff=bool(decided and decided.outcome.data.get("handoff"))
+        or reply.kind == "handoff"
         or reply.operator_id is not None,
         author=reply.author,
     )

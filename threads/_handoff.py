@@ -21,9 +21,9 @@ import sqlalchemy as sa
 from sqlalchemy import Connection
 
 from frontdesk._sqlite import Statement
-from frontdesk.threads.errors import NotHandedOff
 from frontdesk.threads import _turn
 from frontdesk.threads._records import BOT, MessageRecord, new_id
+from frontdesk.threads.errors import NotHandedOff
 from frontdesk.threads.models import Conversation, HandoffRow, Message, utcnow
 
 _conv = Conversation.__table__  # type: ignore[attr-defined]
@@ -146,7 +146,9 @@ def open_ones(conn: Connection) -> list[HandoffRecord]:
         sa.select(*_COLUMNS)
         .select_from(_handoff.join(_conv, _conv.c.id == _handoff.c.conversation_id))
         .where(_handoff.c.closed_at.is_(None))
-        .order_by(_handoff.c.waiting_since.is_(None), _handoff.c.waiting_since, _handoff.c.opened_at)
+        .order_by(
+            _handoff.c.waiting_since.is_(None), _handoff.c.waiting_since, _handoff.c.opened_at
+        )
     )
     return [HandoffRecord.from_row(r) for r in conn.execute(stmt).mappings()]
 
@@ -210,7 +212,9 @@ def open_handoff(conn: Connection, conversation_id: str, reason: str) -> Opened:
     return Opened(handoff=record, created=True, turn_id=turn_id)
 
 
-def held(conn: Connection, question: MessageRecord, handoff: HandoffRecord, text: str) -> MessageRecord:
+def held(
+    conn: Connection, question: MessageRecord, handoff: HandoffRecord, text: str
+) -> MessageRecord:
     """Keep `question` for a person: its waiting marker (the active leaf), and the clock.
 
     Returns the marker. The user starts waiting now unless they already were.
@@ -232,7 +236,9 @@ def held(conn: Connection, question: MessageRecord, handoff: HandoffRecord, text
     _turn.write(conn, marker)
     if handoff.waiting_since is None:
         conn.execute(
-            sa.update(_handoff).where(_handoff.c.id == handoff.id).values(waiting_since=marker.created_at)
+            sa.update(_handoff)
+            .where(_handoff.c.id == handoff.id)
+            .values(waiting_since=marker.created_at)
         )
     return marker
 
@@ -247,8 +253,11 @@ def place(conn: Connection, conversation_id: str, text: str, author: str) -> Pla
     leaf_id, _, _ = _turn.lock_conversation(conn, conversation_id, None)
     assert leaf_id is not None, "a conversation exists from its first message"
     leaf = _turn.get(conn, leaf_id)
-    parent, superseded, answers = leaf.id, None, leaf.role == "user"
+    parent: str = leaf.id
+    superseded: str | None = None
+    answers = leaf.role == "user"
     if leaf.kind == "handoff":
+        assert leaf.parent_id is not None, "a waiting marker is under a user message"
         parent, superseded, answers = leaf.parent_id, leaf.id, True
         conn.execute(sa.delete(_msg).where(_msg.c.id == leaf.id))
     message = _turn.insert(
@@ -260,12 +269,13 @@ def place(conn: Connection, conversation_id: str, text: str, author: str) -> Pla
         token_count=0,
         author=author,
     )
-    assert parent is not None, "a waiting marker is under a user message"
     turn_id = parent if answers else message.id
     return Placed(message=message, superseded=superseded, turn_id=turn_id)
 
 
-def operator_reply(conn: Connection, conversation_id: str, text: str, operator_id: str) -> tuple[HandoffRecord, Placed]:
+def operator_reply(
+    conn: Connection, conversation_id: str, text: str, operator_id: str
+) -> tuple[HandoffRecord, Placed]:
     """An operator's reply (see `place`); the user is no longer waiting.
 
     Raises:
@@ -283,7 +293,9 @@ def operator_reply(conn: Connection, conversation_id: str, text: str, operator_i
     return handoff, placed
 
 
-def close(conn: Connection, conversation_id: str, *, by: str, message: str | None = None) -> HandedBack:
+def close(
+    conn: Connection, conversation_id: str, *, by: str, message: str | None = None
+) -> HandedBack:
     """Close the open hand-off (`by`: `operator` or `timeout`), leaving `message` if given.
 
     Raises:
@@ -333,8 +345,7 @@ def _require_open(conn: Connection, conversation_id: str) -> HandoffRecord:
     found = current(conn, conversation_id)
     if found is None:
         raise NotHandedOff(
-            f"conversation {conversation_id!r} is not handed off to a person; "
-            "call hand_off first",
+            f"conversation {conversation_id!r} is not handed off to a person; call hand_off first",
             conversation_id=conversation_id,
         )
     return found

@@ -23,8 +23,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from frontdesk.db import create_engine, dispose_engine
 from frontdesk.schema import ensure_schema
 from frontdesk.threads import _handoff, _lease, _outcomes, _turn
-from frontdesk.threads._handoff import HandedBack, HandoffPolicy, HandoffRecord
 from frontdesk.threads._handler_store import HandlerStore
+from frontdesk.threads._handoff import HandedBack, HandoffPolicy, HandoffRecord
 from frontdesk.threads._lease import TurnLease
 from frontdesk.threads._outcomes import TurnOutcome, TurnRecord
 from frontdesk.threads._records import (
