@@ -26,7 +26,7 @@ from frontdesk.audit.chain import Head
 from frontdesk.audit.cost import CostLine, CostReport, cost_report
 from frontdesk.audit.errors import UnknownConversation
 from frontdesk.audit.export import render_html, write_jsonl
-from frontdesk.audit.replay import ReplayReport, TurnDiff, replay_transcript
+from frontdesk.audit.replay import ReplayReport, TurnDiff, handoff_turns, replay_transcript
 from frontdesk.audit.store import AuditLog
 from frontdesk.audit.transcript import ExpertCall, Transcript, TurnView, build_transcript
 from frontdesk.errors import UserError
@@ -560,6 +560,7 @@ def replay(
             for cid in ids:
                 [transcript] = await _transcripts(log, [cid])
                 report.diffs.extend(await replay_transcript(transcript, runner))
+                report.skipped += len(handoff_turns(transcript))
                 progress.advance(task)
         return report
 
@@ -570,4 +571,9 @@ def replay(
     console.print(summary_table(report))
     verdict = "no category or request changed" if report.exit_code == 0 else "changes found"
     console.print(f"{len(report.diffs)} turn(s) replayed: {verdict}")
+    if report.skipped:
+        console.print(
+            f"{report.skipped} hand-off turn(s) (kept for a person, operator replies) skipped:"
+            " recorded facts, not re-run"
+        )
     raise typer.Exit(report.exit_code)

@@ -146,10 +146,16 @@ class Orchestrator:
         self.turn_deadline = turn_deadline
         if handoff_timeout is not None and handoff_timeout <= 0:
             raise ConfigError(f"handoff_timeout must be > 0 seconds or None, got {handoff_timeout}")
+        for name, message in (
+            ("handoff_message", handoff_message),
+            ("handoff_timeout_message", handoff_timeout_message),
+        ):
+            if not isinstance(message, str) or not message.strip() or "\x00" in message:
+                raise ConfigError(f"{name} must be a non-empty text without NUL characters")
         self.handoff_policy = HandoffPolicy(
-            waiting_message=check_user_text(handoff_message, max_chars=max_message_chars),
+            waiting_message=handoff_message,
             timeout=handoff_timeout,
-            timeout_message=check_user_text(handoff_timeout_message, max_chars=max_message_chars),
+            timeout_message=handoff_timeout_message,
         )
         self.speculate = speculate
         self.token_counter: TokenCounter = token_counter or CalibratedCounter()
