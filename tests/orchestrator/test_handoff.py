@@ -326,8 +326,10 @@ def test_audit_show_html_and_thread_show_display_the_hand_off_in_order(
     assert exported.exit_code == 0, exported.output
     page = html.read_text()
     assert 'data-author="operator:sam"' in page and "hand_off: wants a human" in page
-    assert page.index("hand_off: wants a human") < page.index("On its way") < page.index(
-        "hand_back: operator"
+    assert (
+        page.index("hand_off: wants a human")
+        < page.index("On its way")
+        < page.index("hand_back: operator")
     )
     tree = runner.invoke(app, ["thread", "show", "c", "--db", url], env=env)
     assert tree.exit_code == 0, tree.output
