@@ -235,7 +235,7 @@ def test_0011_handoff_gives_old_messages_an_author_and_adds_the_handoff_table(
             await engine.dispose()
         store = await ConversationStore.open(empty_url)
         try:
-            authors = [(m.role, m.author) for m in await store.messages("conv-1")]
+            authors = [(str(m.role), m.author) for m in await store.messages("conv-1")]
             return authors, await _tables(empty_url)
         finally:
             await store.aclose()
