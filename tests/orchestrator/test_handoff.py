@@ -418,3 +418,34 @@ def test_the_sync_orchestrator_hands_off_and_back(db_url: str) -> None:
         team.closed = False
         assert orch.handoffs() == []
         assert not orch.handle("c", "bye", user_id="u").handoff
+
+
+async def test_concurrent_user_messages_and_operator_replies_keep_the_thread_whole(
+    url: str,
+) -> None:
+    team = Team()
+    orch = build(url, team)
+    await orch.handle("c", "I want a person", user_id="u")
+    team.closed = True
+
+    async def user(i: int) -> None:
+        reply = await orch.handle("c", f"user {i}", user_id="u", client_message_id=f"m-{i}")
+        assert reply.handoff
+
+    async def operator(i: int) -> None:
+        await orch.operator_reply("c", f"operator {i}", operator_id="sam")
+
+    await asyncio.gather(*(f(i) for i in range(6) for f in (user, operator)))
+    transcript = await orch.transcript("c", user_id="u")
+    users = [m.content for m in transcript if m.role == "user"]
+    operators = [m.content for m in transcript if m.operator_id == "sam"]
+    assert sorted(users) == ["I want a person", *(f"user {i}" for i in range(6))]
+    assert sorted(operators) == [f"operator {i}" for i in range(6)]
+    for before, after in zip(transcript, transcript[1:], strict=False):
+        assert not (before.role == after.role == "user")  # Every user message answered.
+    assert transcript[-1].role == "assistant"
+    thread = await orch.user_thread("c", user_id="u")
+    roles = [m.role for m in thread.messages]
+    assert roles == ["user", "assistant"] * (len(roles) // 2)
+    assert await verified(orch, "c")
+    await orch.aclose()
