@@ -129,8 +129,12 @@ class Head:
 
 ProblemKind = Literal["edited", "missing", "inserted", "relinked", "truncated", "head", "unaudited"]
 
-ANSWER_KINDS = frozenset({"reply", "turn_failed"})
-"""Event kinds that close an answered turn: `check_answers` counts them per conversation."""
+ANSWER_KINDS = frozenset(
+    {"reply", "turn_failed", "handoff_held", "operator_reply", "handoff_timeout"}
+)
+"""Event kinds that write an assistant message (a reply, a failed turn's marker, a hand-off's
+waiting marker, an operator's reply, a timeout message): `check_answers` counts them per
+conversation."""
 
 
 @dataclass(frozen=True)

@@ -28,6 +28,17 @@ EventKind = Literal[
     "turn_failed",  # payload: error, stage
     "compaction",  # payload: summary_id, covered_until_message_id, evicted, summary text
     "compaction_failed",  # payload: error
+    # Hand-off to a person (issue 15). `turn_id` is the turn of the message they follow:
+    # a user message's own id, an assistant message's question when it answers one, else
+    # the assistant message's own id (an operator reply after another assistant message).
+    "hand_off",  # payload: handoff_id, reason, leaf_turn_id
+    "handoff_held",  # payload: handoff_id, assistant_message_id (the waiting marker), text;
+    # after the `turn_started` of a user message kept for a person (no model call)
+    "operator_reply",  # payload: handoff_id, operator_id, assistant_message_id, parent_id,
+    # superseded (the waiting marker it replaced, or null), text
+    "handoff_timeout",  # payload: handoff_id, assistant_message_id, parent_id, superseded,
+    # text (the timeout message, written by the bot as it takes the conversation back)
+    "hand_back",  # payload: handoff_id, by ("operator" | "timeout")
 ]
 
 # A `model_attempt` payload holds: expert, model, attempt, settings, prompt {name, version,

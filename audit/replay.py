@@ -173,12 +173,24 @@ def compare(turn: RecordedTurn, after: ReplayResult | None, error: str | None = 
 
 
 def recorded_turns(transcript: Transcript) -> list[RecordedTurn]:
-    """The turns that can be replayed: those whose triage call was recorded."""
+    """The turns that can be replayed: those whose triage call was recorded (never a
+    hand-off's: see `handoff_turns`)."""
     turns = [
         RecordedTurn(transcript.conversation_id, n, t)
         for n, t in enumerate(transcript.turns, start=1)
     ]
-    return [t for t in turns if t.messages]
+    return [t for t in turns if t.messages and not _is_handoff(t.view)]
+
+
+def _is_handoff(view: TurnView) -> bool:
+    return view.held or view.author != "bot" or (not view.started and not view.calls)
+
+
+def handoff_turns(transcript: Transcript) -> list[TurnView]:
+    """The turns of a hand-off to a person: messages kept for the person and operator (or
+    timeout) messages. A replay skips them as recorded facts: no model wrote them, and the
+    bot turns after them are replayed with them in their thread, as they were sent."""
+    return [t for t in transcript.turns if _is_handoff(t) and not t.is_compaction]
 
 
 @dataclass
@@ -186,6 +198,8 @@ class ReplayReport:
     """Every replayed turn's diff, and the exit code for CI."""
 
     diffs: list[TurnDiff] = field(default_factory=list)
+    skipped: int = 0
+    """Hand-off turns left as recorded facts (`handoff_turns`)."""
 
     @property
     def exit_code(self) -> int:

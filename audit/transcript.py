@@ -202,6 +202,15 @@ class TurnView:
     """Whether a `turn_started` row opened it (a user turn, not background work)."""
     ended_at: str = ""
     """When its last row was recorded."""
+    author: str = "bot"
+    """Who wrote the reply: `bot`, or `operator:<id>` for a person's (hand-off)."""
+    held: bool = False
+    """The user message was kept for a person (a hand-off): no expert was called, and the
+    reply is the waiting message (until an operator's reply superseded it)."""
+    waiting_text: str | None = None
+    """The waiting message the user was shown before an operator's reply superseded it."""
+    handoff_events: list[str] = field(default_factory=list)
+    """The turn's hand-off events in order (`hand_off: reason`, `hand_back: by`, ...)."""
 
     @property
     def wall_ms(self) -> float:
@@ -301,9 +310,43 @@ def _apply(turn: TurnView, row: AuditRow) -> None:
         turn.reply_text, turn.assistant_message_id = p.get("text"), p.get("assistant_message_id")
     elif kind == "turn_failed":
         turn.failure = dict(p)
+    elif kind in HANDOFF_KINDS:
+        _apply_handoff(turn, kind, p)
     else:
         detail = p.get("error") or p.get("summary_id") or ""
         turn.events.append(f"{kind}: {detail}".rstrip(": "))
+
+
+HANDOFF_KINDS = frozenset(
+    {"hand_off", "handoff_held", "operator_reply", "handoff_timeout", "hand_back"}
+)
+"""The events of a hand-off to a person (see `audit/events.py`)."""
+
+
+def _apply_handoff(turn: TurnView, kind: str, p: dict[str, Any]) -> None:
+    """Fold a hand-off event into its turn (the turn of the message it follows).
+
+    An operator's reply (or a timeout's message) that answers the turn's user message
+    supersedes the waiting message as the turn's reply; one that follows another assistant
+    message is a turn of its own, linked to that message as its parent.
+    """
+    if kind == "hand_off":
+        turn.handoff_events.append(f"hand_off: {p.get('reason') or ''}".rstrip(": "))
+    elif kind == "hand_back":
+        turn.handoff_events.append(f"hand_back: {p.get('by') or ''}".rstrip(": "))
+    elif kind == "handoff_held":
+        turn.held = True
+        turn.reply_text, turn.assistant_message_id = p.get("text"), p.get("assistant_message_id")
+    else:  # operator_reply, handoff_timeout: an assistant message written during a hand-off
+        if turn.reply_text is not None and p.get("superseded"):
+            turn.waiting_text = turn.reply_text
+        if not turn.started:
+            turn.parent_id, turn.parent_known = p.get("parent_id"), True
+        turn.reply_text, turn.assistant_message_id = p.get("text"), p.get("assistant_message_id")
+        operator = p.get("operator_id")
+        turn.author = f"operator:{operator}" if kind == "operator_reply" else "bot"
+        if kind == "handoff_timeout":
+            turn.handoff_events.append("handoff_timeout: nobody answered in time")
 
 
 def build_transcript(conversation_id: str, rows: Sequence[AuditRow]) -> Transcript:

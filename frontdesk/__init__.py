@@ -11,13 +11,14 @@ from frontdesk.logs import protect_logs
 protect_logs()
 
 from frontdesk.experts import Category, HandlerContext, NeedMoreInfo, Outcome  # noqa: E402
-from frontdesk.orchestrator import Orchestrator, Reply, SyncOrchestrator  # noqa: E402
+from frontdesk.orchestrator import Handoff, Orchestrator, Reply, SyncOrchestrator  # noqa: E402
 
 __version__ = "0.1.0"
 
 __all__ = [
     "Category",
     "HandlerContext",
+    "Handoff",
     "NeedMoreInfo",
     "Orchestrator",
     "Outcome",

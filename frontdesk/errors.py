@@ -20,6 +20,8 @@
     │   │                               no user id (single-user mode)
     │   ├── IdempotencyConflict         a client message id reused with different text (409)
     │   ├── ConversationNotFound        no such conversation for this user (404)
+    │   ├── NotHandedOff                an operator call on a conversation no person has (409)
+    │   ├── ConversationHandedOff       a bot-only call while a person has the conversation
     │   ├── MessageNotFound             no such message (or not in the named conversation)
     │   │   └── MessageNotInConversation
     │   ├── QuestionOverBudget          the new question alone is over its token allowance
@@ -69,6 +71,7 @@ __all__ = [
     "AuditWriteError",
     "ConfigError",
     "ConversationBusy",
+    "ConversationHandedOff",
     "ConversationNotFound",
     "EmptyMessage",
     "EmptySummary",
@@ -88,6 +91,7 @@ __all__ = [
     "ModelError",
     "ModelHTTPError",
     "ModelRequestsBlocked",
+    "NotHandedOff",
     "OutputValidationError",
     "PromptError",
     "PromptVariableError",
@@ -297,6 +301,28 @@ class MessageNotFound(UserError):
 
 class MessageNotInConversation(MessageNotFound):
     """The message exists but belongs to another conversation."""
+
+
+class NotHandedOff(UserError):
+    """An operator call (`operator_reply`, `hand_back`) on a conversation no person has.
+
+    Open a hand-off first with `Orchestrator.hand_off`; the service answers 409.
+    """
+
+    def __init__(self, message: str, *, conversation_id: str) -> None:
+        super().__init__(message)
+        self.conversation_id = conversation_id
+
+
+class ConversationHandedOff(UserError):
+    """A call only the bot can answer (`regenerate`) while a person has the conversation.
+
+    Hand it back first (`Orchestrator.hand_back`).
+    """
+
+    def __init__(self, message: str, *, conversation_id: str) -> None:
+        super().__init__(message)
+        self.conversation_id = conversation_id
 
 
 class StoreError(FrontdeskError):

@@ -9,6 +9,7 @@ from frontdesk.orchestrator.errors import (
     InvalidUserText,
     TurnFailed,
 )
+from frontdesk.orchestrator.handoff import Handoff
 from frontdesk.orchestrator.reply import Reply
 from frontdesk.orchestrator.stream import TurnEvent
 from frontdesk.orchestrator.sync import SyncOrchestrator
@@ -17,6 +18,7 @@ __all__ = [
     "EmptyMessage",
     "ExpertSettings",
     "ForbiddenCharacters",
+    "Handoff",
     "InputTooLarge",
     "InvalidUserText",
     "Orchestrator",

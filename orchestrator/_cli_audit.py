@@ -26,7 +26,7 @@ from frontdesk.audit.chain import Head
 from frontdesk.audit.cost import CostLine, CostReport, cost_report
 from frontdesk.audit.errors import UnknownConversation
 from frontdesk.audit.export import render_html, write_jsonl
-from frontdesk.audit.replay import ReplayReport, TurnDiff, replay_transcript
+from frontdesk.audit.replay import ReplayReport, TurnDiff, handoff_turns, replay_transcript
 from frontdesk.audit.store import AuditLog
 from frontdesk.audit.transcript import ExpertCall, Transcript, TurnView, build_transcript
 from frontdesk.errors import UserError
@@ -176,8 +176,12 @@ def turn_panel(number: int, turn: TurnView, *, full: bool) -> Panel:
     table = Table(show_header=False, box=None, padding=(0, 1))
     table.add_column(style="bold cyan", no_wrap=True)
     table.add_column()
-    table.add_row("user", Text(turn.user_text or "-"))
-    table.add_row("category", Text(f"{turn.category or '-'}  ({turn.reason or ''})"))
+    if turn.user_text is not None or turn.started:
+        table.add_row("user", Text(turn.user_text or "-"))
+    if turn.held:
+        table.add_row("hand-off", Text("kept for a person (no model call)", style="yellow"))
+    elif turn.started or turn.calls:
+        table.add_row("category", Text(f"{turn.category or '-'}  ({turn.reason or ''})"))
     if turn.request is not None:
         table.add_row("request", Text(json.dumps(turn.request, ensure_ascii=False)))
     if turn.need_more_info:
@@ -189,11 +193,17 @@ def turn_panel(number: int, turn: TurnView, *, full: bool) -> Panel:
     ):
         if value:
             table.add_row(label, Text(value))
-    table.add_row("reply", Text(turn.reply_text or "-", style="green"))
+    if turn.waiting_text is not None:
+        table.add_row("waiting", Text(turn.waiting_text, style="dim"))
+    label = "reply" if turn.author == "bot" else turn.author
+    style = "green" if turn.author == "bot" else "bold yellow"
+    table.add_row(label, Text(turn.reply_text or "-", style=style))
     if turn.failure:
         table.add_row(
             "failed", Text(f"{turn.failure.get('stage')}: {turn.failure.get('error')}", style="red")
         )
+    for line in turn.handoff_events:
+        table.add_row("hand-off", Text(line, style="magenta"))
     parts: list[Any] = [table]
     for call in turn.calls:
         parts.append(Text.from_markup("  " + _call_line(call)))
@@ -550,6 +560,7 @@ def replay(
             for cid in ids:
                 [transcript] = await _transcripts(log, [cid])
                 report.diffs.extend(await replay_transcript(transcript, runner))
+                report.skipped += len(handoff_turns(transcript))
                 progress.advance(task)
         return report
 
@@ -560,4 +571,9 @@ def replay(
     console.print(summary_table(report))
     verdict = "no category or request changed" if report.exit_code == 0 else "changes found"
     console.print(f"{len(report.diffs)} turn(s) replayed: {verdict}")
+    if report.skipped:
+        console.print(
+            f"{report.skipped} hand-off turn(s) (kept for a person, operator replies) skipped:"
+            " recorded facts, not re-run"
+        )
     raise typer.Exit(report.exit_code)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections import defaultdict
+from datetime import datetime
 from typing import Annotated, Any
 
 import typer
@@ -14,6 +15,7 @@ from rich.tree import Tree
 
 from frontdesk.orchestrator._app import default_db
 from frontdesk.threads.builder import build_thread
+from frontdesk.threads.handoffs import HandoffRecord, HandoffStore
 from frontdesk.threads.store import ConversationStore, MessageRecord
 
 app = typer.Typer(help="thread commands", no_args_is_help=True)
@@ -33,12 +35,15 @@ def render_tree(
     *,
     all_branches: bool,
     summarised: frozenset[str] = frozenset(),
+    handoffs: list[HandoffRecord] | None = None,
 ) -> Tree:
     """The transcript as a rich Tree; the active path is marked `●`, other branches `○`.
 
     A run of messages without alternatives stays at one level; only a branch point (an
-    edit or a regeneration) nests, one child per alternative.
+    edit or a regeneration) nests, one child per alternative. Hand-offs (opened, handed
+    back) show after the active-path message that was the newest when they happened.
     """
+    after = _handoff_lines(active_path, handoffs or [])
     active = {m.id for m in active_path}
     leaf = active_path[-1].id if active_path else None
     children: dict[str | None, list[MessageRecord]] = defaultdict(list)
@@ -64,14 +69,19 @@ def render_tree(
             extra += " [magenta]≡ summarised[/magenta]"
         if message.failed:
             extra += " [red]✗ failed turn (safe reply shown)[/red]"
+        if message.kind == "handoff":
+            extra += " [yellow]⏸ kept for a person (waiting message shown)[/yellow]"
+        who = message.role if message.operator_id is None else message.author
         return (
-            f"[{style}]{mark} {message.role:<9} {escape(text)}[/{style}]"
+            f"[{style}]{mark} {who:<9} {escape(text)}[/{style}]"
             f" [dim]…{message.id[-8:]}[/dim]{extra}"
         )
 
     def add_run(node: Tree, message: MessageRecord, siblings: list[MessageRecord]) -> None:
         while True:
             current = node.add(label(message, siblings))
+            for line in after.get(message.id, []):
+                node.add(line)
             kids = children.get(message.id, [])
             visible = shown(kids)
             if len(visible) == 1:
@@ -89,6 +99,27 @@ def render_tree(
     return tree
 
 
+def _handoff_lines(
+    path: list[MessageRecord], handoffs: list[HandoffRecord]
+) -> dict[str, list[str]]:
+    """Hand-off events as tree lines, keyed by the active-path message they follow (the
+    newest one created before them)."""
+    events: list[tuple[datetime, str]] = []
+    for h in handoffs:
+        events.append(
+            (h.opened_at, f"[magenta]⇢ handed off to a person: {escape(h.reason)}[/magenta]")
+        )
+        if h.closed_at is not None:
+            by = "timed out" if h.closed_by == "timeout" else "handed back"
+            events.append((h.closed_at, f"[magenta]⇠ {by} to the bot[/magenta]"))
+    lines: dict[str, list[str]] = defaultdict(list)
+    for when, line in events:
+        before = [m for m in path if m.created_at <= when]
+        if before:
+            lines[before[-1].id].append(line)
+    return lines
+
+
 async def _show(
     url: str, conversation_id: str, all_branches: bool, as_json: bool = False
 ) -> Tree | dict[str, Any] | None:
@@ -100,6 +131,7 @@ async def _show(
         leaf = await store.active_leaf(conversation_id)
         path = await store.path(leaf.id) if leaf else []
         replaced = (await build_thread(store, leaf.id)).replaced if leaf else 0
+        handoffs = await HandoffStore(store.engine).history(conversation_id)
     finally:
         await store.aclose()
     # What the experts no longer see verbatim: the path prefix the newest summary covers.
@@ -115,6 +147,8 @@ async def _show(
                     "id": m.id,
                     "parent_id": m.parent_id,
                     "role": m.role,
+                    "author": m.author,
+                    "kind": m.kind,
                     "content": m.content,
                     "created_at": m.created_at.isoformat(),
                     "client_message_id": m.client_message_id,
@@ -123,9 +157,25 @@ async def _show(
                 }
                 for m in shown
             ],
+            "handoffs": [
+                {
+                    "id": h.id,
+                    "reason": h.reason,
+                    "opened_at": h.opened_at.isoformat(),
+                    "closed_at": h.closed_at.isoformat() if h.closed_at else None,
+                    "closed_by": h.closed_by,
+                    "operator_id": h.operator_id,
+                }
+                for h in handoffs
+            ],
         }
     return render_tree(
-        conversation_id, messages, path, all_branches=all_branches, summarised=summarised
+        conversation_id,
+        messages,
+        path,
+        all_branches=all_branches,
+        summarised=summarised,
+        handoffs=handoffs,
     )
 
 

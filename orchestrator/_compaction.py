@@ -119,7 +119,7 @@ class Compactor:
             content=result.text,
             token_count=self.counter.count(result.text),
             previous_summary_id=thread.summary_id,
-            covered_messages=thread.replaced + len(plan.evicted),
+            covered_messages=thread.replaced + sum(m.covers for m in plan.evicted),
         )
         recorder.note(
             "compaction",

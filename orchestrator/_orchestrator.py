@@ -19,6 +19,7 @@ from frontdesk.audit.store import AuditLog
 from frontdesk.db import normalise_url
 from frontdesk.errors import (
     ConfigError,
+    ConversationHandedOff,
     ConversationNotFound,
     MessageNotFound,
     MessageNotInConversation,
@@ -26,16 +27,24 @@ from frontdesk.errors import (
 )
 from frontdesk.experts import Category
 from frontdesk.experts.category import check_registry
-from frontdesk.orchestrator import _wiring
+from frontdesk.orchestrator import _handoff, _wiring
 from frontdesk.orchestrator._compaction import BackgroundCompaction, Compactor, summariser_expert
 from frontdesk.orchestrator._input import DEFAULT_MAX_MESSAGE_CHARS, check_user_text
 from frontdesk.orchestrator.config import EXPERTS, ExpertSettings, ModelChoice, resolve_models
+from frontdesk.orchestrator.handoff import Handoff
 from frontdesk.orchestrator.reply import Reply
 from frontdesk.orchestrator.stream import TurnEvent, stream_turn
 from frontdesk.orchestrator.turn import Pipeline, Start, Started, run_turn
 from frontdesk.threads.budget import Budget
 from frontdesk.threads.builder import ThreadMessage, UserThread, build_thread, thread_since
 from frontdesk.threads.compaction import CompactionPolicy
+from frontdesk.threads.handoffs import (
+    DEFAULT_TIMEOUT_MESSAGE,
+    DEFAULT_WAITING_MESSAGE,
+    HandoffPolicy,
+    HandoffStore,
+)
+from frontdesk.threads.models import utcnow
 from frontdesk.threads.store import (
     DEFAULT_LEASE_TTL,
     ConversationStore,
@@ -87,6 +96,12 @@ class Orchestrator:
         speculate: Start the request expert of the conversation's current category at the
             same time as triage, kept when triage agrees and cancelled (its cost audited)
             when it does not. Off, the two run one after the other.
+        handoff_message: What a user is told (and what is stored as the answer) for each
+            message sent while a person has the conversation (`hand_off`).
+        handoff_timeout: Seconds a user may wait for a person's answer; past it the
+            conversation is handed back to the bot with `handoff_timeout_message`. Checked
+            lazily, by the conversation's next message and by `handoffs()`. `None`: never.
+        handoff_timeout_message: The assistant message a timed-out hand-off leaves.
     """
 
     def __init__(
@@ -109,6 +124,9 @@ class Orchestrator:
         budgets: Mapping[str, Budget] | None = None,
         compaction: CompactionPolicy | None = None,
         speculate: bool = True,
+        handoff_message: str = DEFAULT_WAITING_MESSAGE,
+        handoff_timeout: float | None = None,
+        handoff_timeout_message: str = DEFAULT_TIMEOUT_MESSAGE,
     ) -> None:
         self.categories = check_registry(list(categories))
         self.models = resolve_models(model)
@@ -126,6 +144,19 @@ class Orchestrator:
         if turn_deadline is not None and turn_deadline <= 0:
             raise ConfigError(f"turn_deadline must be > 0 seconds or None, got {turn_deadline}")
         self.turn_deadline = turn_deadline
+        if handoff_timeout is not None and handoff_timeout <= 0:
+            raise ConfigError(f"handoff_timeout must be > 0 seconds or None, got {handoff_timeout}")
+        for name, message in (
+            ("handoff_message", handoff_message),
+            ("handoff_timeout_message", handoff_timeout_message),
+        ):
+            if not isinstance(message, str) or not message.strip() or "\x00" in message:
+                raise ConfigError(f"{name} must be a non-empty text without NUL characters")
+        self.handoff_policy = HandoffPolicy(
+            waiting_message=handoff_message,
+            timeout=handoff_timeout,
+            timeout_message=handoff_timeout_message,
+        )
         self.speculate = speculate
         self.token_counter: TokenCounter = token_counter or CalibratedCounter()
         self._context = dict(context or {})
@@ -294,7 +325,9 @@ class Orchestrator:
         p = await self._open()
 
         async def start(lease: TurnLease) -> Started:
-            begun = await p.store.start_turn(
+            begun = await _handoff.start_turn(
+                p,
+                self.handoff_policy,
                 conversation_id,
                 text,
                 user_id=user_id,
@@ -303,6 +336,8 @@ class Orchestrator:
                 lease=lease,
             )
             question, path = begun.message, begun.path
+            if begun.answer is not None:  # A person has the conversation: no expert runs.
+                return _held(begun.message, begun.answer, user_id)
             stored = TurnRecord(reply=None, outcome=None)
             if path is None:  # A repeat: answered already, or a turn to finish.
                 stored = await p.store.turn_record(question.id)
@@ -346,7 +381,9 @@ class Orchestrator:
             raise UserError(f"message {user_message_id} is an assistant message; edit a user one")
 
         async def start(lease: TurnLease) -> Started:
-            begun = await p.store.start_turn(
+            begun = await _handoff.start_turn(
+                p,
+                self.handoff_policy,
                 original.conversation_id,
                 text,
                 user_id=user_id,
@@ -354,6 +391,8 @@ class Orchestrator:
                 token_count=self.token_counter.count(text),
                 lease=lease,
             )
+            if begun.answer is not None:  # A person has the conversation: no expert runs.
+                return _held(begun.message, begun.answer, user_id)
             assert begun.path is not None, "an edit is a new message"
             return Started(
                 question=begun.message,
@@ -377,10 +416,24 @@ class Orchestrator:
         answer = await self._owned_message(p, assistant_message_id, user_id)
         if answer.role != "assistant" or answer.parent_id is None:
             raise UserError(f"message {assistant_message_id} is not an assistant message")
+        if answer.author != "bot" or answer.kind == "handoff":
+            raise UserError(
+                f"message {assistant_message_id} was not written by the bot (an operator's reply"
+                " or a hand-off's waiting message); only the bot's replies can be regenerated"
+            )
         question = await p.store.get(answer.parent_id)
+        if question.role != "user":
+            raise UserError(f"message {assistant_message_id} answers no user message")
+        handoffs = HandoffStore(p.store.engine)
 
         async def start(lease: TurnLease) -> Started:
             await lease.take()
+            if await handoffs.current(answer.conversation_id) is not None:
+                raise ConversationHandedOff(
+                    f"conversation {answer.conversation_id!r} is with a person; hand it back"
+                    " (hand_back) before regenerating a reply",
+                    conversation_id=answer.conversation_id,
+                )
             stored = await p.store.turn_record(question.id)
             return Started(
                 question=question,
@@ -390,6 +443,69 @@ class Orchestrator:
             )
 
         return await self._turn(p, answer.conversation_id, start)
+
+    # -- hand-off to a person -------------------------------------------------------------
+
+    async def hand_off(self, conversation_id: str, reason: str) -> Handoff:
+        """Hand the conversation to a person: until `hand_back`, each user message is
+        stored with `handoff_message` as its answer and no model is called.
+
+        A turn routed to a person (triage's `HUMAN`) calls this itself. Opening a hand-off
+        that is open already returns it unchanged. Audited as `hand_off`.
+
+        Raises:
+            ConversationNotFound: no such conversation.
+        """
+        p = await self._open()
+        record = await _handoff.hand_off(p, conversation_id, reason)
+        return Handoff.of(record, utcnow())
+
+    async def handoffs(self) -> list[Handoff]:
+        """The conversations a person has, the longest-waiting user first.
+
+        Hand-offs past `handoff_timeout` are handed back first (with the timeout message)
+        and are not listed.
+        """
+        p = await self._open()
+        records = await _handoff.expire_due(p, self.handoff_policy, lambda cid: self._lease(p, cid))
+        now = utcnow()
+        return [Handoff.of(r, now) for r in records]
+
+    async def operator_reply(self, conversation_id: str, text: str, *, operator_id: str) -> str:
+        """Answer the user as a person: an assistant message authored `operator:<id>`.
+
+        The thread sees it as an ordinary assistant turn. It takes the place of the
+        waiting message at the end of the conversation (if there is one), else it follows
+        the last assistant message (the thread joins consecutive assistant messages into one
+        turn). Waits for a turn in flight on the conversation. Audited as `operator_reply`.
+
+        Returns:
+            The new message's id.
+
+        Raises:
+            InvalidUserText: empty or unstorable text.
+            ConversationNotFound: no such conversation.
+            NotHandedOff: no person has the conversation (`hand_off` first).
+            ConversationBusy: a turn held the conversation past `lock_timeout`.
+        """
+        text = check_user_text(text, max_chars=self.max_message_chars)
+        p = await self._open()
+        placed = await _handoff.operator_reply(
+            p, self._lease(p, conversation_id), conversation_id, text, operator_id
+        )
+        return placed.message.id
+
+    async def hand_back(self, conversation_id: str) -> None:
+        """Give the conversation back to the bot: the next user message is answered by the
+        experts, with the whole thread (operator turns included). Audited as `hand_back`.
+
+        Raises:
+            ConversationNotFound: no such conversation.
+            NotHandedOff: no person has the conversation.
+            ConversationBusy: a turn held the conversation past `lock_timeout`.
+        """
+        p = await self._open()
+        await _handoff.hand_back(p, self._lease(p, conversation_id), conversation_id, by="operator")
 
     async def user_thread(self, conversation_id: str, *, user_id: str | None = None) -> UserThread:
         """What the experts will be sent next for this conversation (summary included).
@@ -528,11 +644,25 @@ class Orchestrator:
             return started[-1]
 
         reply = await run_turn(p, self._lease(p, conversation_id), begin)
-        if reply.replayed:
+        if reply.replayed or started[-1].answered_now:
             return reply
+        if reply.handoff:  # The bot told the user a person takes over: one does.
+            reason = reply.outcome.data.get("reason") if reply.outcome else None
+            await self.hand_off(conversation_id, str(reason or "routed to a person"))
         # The policy is checked on the thread already in memory, so a turn under the
         # threshold costs no database read; the background task checks again under its lease.
         after = [*started[-1].thread.messages, ThreadMessage(role="assistant", content=reply.text)]
         if self.compaction_policy.plan(after, self.token_counter) is not None:
             self.compaction.schedule(conversation_id, reply.message_id)
         return reply
+
+
+def _held(question: MessageRecord, marker: MessageRecord, user_id: str | None) -> Started:
+    """A turn's start that kept the message for a person: its answer is the waiting marker."""
+    return Started(
+        question=question,
+        user_id=user_id,
+        thread=UserThread(),
+        stored=TurnRecord(reply=marker, outcome=None),
+        answered_now=True,
+    )

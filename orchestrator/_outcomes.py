@@ -11,14 +11,15 @@ from collections.abc import Iterable
 from frontdesk.experts import Category, NeedMoreInfo, Outcome
 
 
-def handoff() -> Outcome:
-    """`HUMAN`: a person takes over; `data["handoff"]` tells the embedding bot."""
+def handoff(reason: str) -> Outcome:
+    """`HUMAN`: a person takes over; `data["handoff"]` tells the embedding bot, and
+    `data["reason"]` (why) becomes the hand-off's reason for the operators."""
     return Outcome(
         instruction=(
             "Tell the user a person from the team will take over this conversation shortly"
             " and they will not need to repeat themselves. Be warm and brief."
         ),
-        data={"handoff": True},
+        data={"handoff": True, "reason": reason},
     )
 
 

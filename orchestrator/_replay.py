@@ -137,7 +137,7 @@ class ReplayRunner:
     ) -> tuple[str | None, str | None]:
         """The response expert's instruction, without calling any handler."""
         if category == HUMAN or (not builtin and request is None and missing is None):
-            return _outcomes.handoff().instruction, None
+            return _outcomes.handoff("replay").instruction, None
         if category == OTHER:
             return _outcomes.small_talk(self.orchestrator.categories.values()).instruction, None
         if missing is not None:

@@ -37,11 +37,12 @@ class Reply:
     """True when this reply was stored earlier under the same client_message_id."""
     models: Mapping[str, str] = field(default_factory=dict)
     """Which model answered each expert (`offline` marks the stand-in)."""
-
-    @property
-    def handoff(self) -> bool:
-        """Whether the bot should hand the conversation to a person."""
-        return bool(self.outcome and self.outcome.data.get("handoff"))
+    handoff: bool = False
+    """Whether a person has the conversation: this turn handed it to one (routed to a
+    person), or the message was kept for one (stored, no model call; `text` is the
+    waiting message), or it is the replay of such a turn or of an operator's answer."""
+    author: str = "bot"
+    """Who wrote `text`: `bot`, or `operator:<id>` when replaying an operator's answer."""
 
     @property
     def tokens(self) -> int:
@@ -59,4 +60,6 @@ class Reply:
             "user_message_id": self.user_message_id,
             "conversation_id": self.conversation_id,
             "replayed": self.replayed,
+            "handoff": self.handoff,
+            "author": self.author,
         }

@@ -7,6 +7,7 @@ from collections.abc import AsyncGenerator, Iterator
 from typing import Any
 
 from frontdesk.orchestrator._orchestrator import Orchestrator
+from frontdesk.orchestrator.handoff import Handoff
 from frontdesk.orchestrator.reply import Reply
 from frontdesk.orchestrator.stream import TurnEvent, stream_turn
 from frontdesk.threads.builder import UserThread
@@ -99,6 +100,24 @@ class SyncOrchestrator:
         return self._runner.run(
             self.orchestrator.switch_branch(conversation_id, message_id, user_id=user_id)
         )
+
+    def hand_off(self, conversation_id: str, reason: str) -> Handoff:
+        """Blocking `Orchestrator.hand_off`."""
+        return self._runner.run(self.orchestrator.hand_off(conversation_id, reason))
+
+    def handoffs(self) -> list[Handoff]:
+        """Blocking `Orchestrator.handoffs`."""
+        return self._runner.run(self.orchestrator.handoffs())
+
+    def operator_reply(self, conversation_id: str, text: str, *, operator_id: str) -> str:
+        """Blocking `Orchestrator.operator_reply`."""
+        return self._runner.run(
+            self.orchestrator.operator_reply(conversation_id, text, operator_id=operator_id)
+        )
+
+    def hand_back(self, conversation_id: str) -> None:
+        """Blocking `Orchestrator.hand_back`."""
+        self._runner.run(self.orchestrator.hand_back(conversation_id))
 
     def close(self) -> None:
         """Close the orchestrator and the event loop."""

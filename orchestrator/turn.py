@@ -94,6 +94,8 @@ class Started:
     thread: UserThread
     stored: TurnRecord
     """The question's reply and outcome from an earlier try (both `None` for a new one)."""
+    answered_now: bool = False
+    """The start itself stored `stored.reply`: a message kept for a person (hand-off)."""
 
 
 Start = Callable[[TurnLease], Awaitable[Started]]
@@ -133,9 +135,9 @@ async def run_turn(p: Pipeline, lease: TurnLease, start: Start) -> Reply:
     try:
         # Start: the lease, the user message and its path, in one transaction.
         s = await start(lease)
-        if s.stored.reply is not None:  # Answered before: the same Reply, from the records.
+        if s.stored.reply is not None:  # Answered before, or kept for a person: from the records.
             return reply_from_records(
-                p, s.question, s.stored.reply, s.stored.outcome, replayed=True
+                p, s.question, s.stored.reply, s.stored.outcome, replayed=not s.answered_now
             )
         t = _turn(s, lease)
         try:
@@ -213,7 +215,7 @@ async def _decide_once(p: Pipeline, t: Turn, earlier: TurnOutcome | None) -> Dec
     t.recorder.note(
         "request", category=category, request=jsonable(request), need_more_info=jsonable(missing)
     )
-    outcome, handler_ran = await _decide(p, t, category, request, missing)
+    outcome, handler_ran = await _decide(p, t, category, request, missing, reason)
     t.recorder.note(
         "outcome", category=category, instruction=outcome.instruction, data=jsonable(outcome.data)
     )
@@ -435,6 +437,10 @@ def reply_from_records(
         usage={} if outcome is None else {e: Usage(**u) for e, u in outcome.usage.items()},
         models={} if outcome is None else dict(outcome.models),
         replayed=replayed,
+        handoff=bool(decided and decided.outcome.data.get("handoff"))
+        or reply.kind == "handoff"
+        or reply.operator_id is not None,
+        author=reply.author,
     )
 
 
@@ -569,18 +575,23 @@ async def _respond(p: Pipeline, t: Turn, decided: Decided) -> ResponseResult:
 
 
 async def _decide(
-    p: Pipeline, t: Turn, category: str, request: BaseModel | None, missing: NeedMoreInfo | None
+    p: Pipeline,
+    t: Turn,
+    category: str,
+    request: BaseModel | None,
+    missing: NeedMoreInfo | None,
+    reason: str,
 ) -> tuple[Outcome, bool]:
     """The handler's outcome ("TradCode"), or the built-in outcome for this route; and
-    whether the handler ran."""
+    whether the handler ran. A hand-off's outcome carries triage's `reason` (for the person)."""
     if category == HUMAN:
-        return _outcomes.handoff(), False
+        return _outcomes.handoff(reason), False
     if category == OTHER:
         return _outcomes.small_talk(p.categories.values()), False
     if missing is not None:
         return _outcomes.ask_for(missing), False
     if request is None:  # The extraction was unusable: a person is the safe route.
-        return _outcomes.handoff(), False
+        return _outcomes.handoff(f"the {category} request could not be read"), False
     handler = p.categories[category].handler
     assert handler is not None
     context = HandlerContext(

@@ -132,6 +132,7 @@ def test_design_public_surface_is_importable() -> None:
     from frontdesk import (
         Category,
         HandlerContext,
+        Handoff,
         NeedMoreInfo,
         Orchestrator,
         Outcome,
@@ -143,16 +144,17 @@ def test_design_public_surface_is_importable() -> None:
         FrontdeskError,
         IdempotencyConflict,
         InvalidUserText,
+        NotHandedOff,
         TurnFailed,
     )
     from frontdesk.experts.providers import model_from_spec
     from frontdesk.testing import FunctionModel, ModelRequest, ModelResponse, ScriptedModel
 
-    for error in (ConversationBusy, IdempotencyConflict, InvalidUserText, TurnFailed):
+    for error in (ConversationBusy, IdempotencyConflict, InvalidUserText, NotHandedOff, TurnFailed):
         assert issubclass(error, FrontdeskError)
     assert frontdesk.Orchestrator is Orchestrator
     assert all(
-        [Category, HandlerContext, NeedMoreInfo, Outcome, Reply, SyncOrchestrator]
+        [Category, HandlerContext, Handoff, NeedMoreInfo, Outcome, Reply, SyncOrchestrator]
         + [FunctionModel, ScriptedModel, ModelRequest, ModelResponse, model_from_spec]
     )
 

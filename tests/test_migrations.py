@@ -286,3 +286,34 @@ def test_handler_scopes_keep_the_data_stored_before_as_the_everyone_scope(
     asyncio.run(_downgrade_to(empty_url, _before("0009_handler_scopes")))
     # Only the everyone rows have a place in the old key; the data of before is all there.
     assert asyncio.run(downgraded()) == sorted((n, k) for n, k, _ in rows)
+
+
+def test_0011_handoff_gives_old_messages_an_author_and_adds_the_handoff_table(
+    empty_url: str,
+) -> None:
+    async def before() -> None:
+        store = await ConversationStore.open(empty_url)
+        try:
+            user, _ = await store.add_user_message("conv-1", "stored at 0007")
+            await store.add_assistant_message(user.id, "a reply")
+        finally:
+            await store.aclose()
+
+    async def after() -> tuple[list[tuple[str, str]], set[str]]:
+        engine = create_engine(empty_url)
+        try:
+            await upgrade_schema(engine, "head")
+        finally:
+            await engine.dispose()
+        store = await ConversationStore.open(empty_url)
+        try:
+            authors = [(str(m.role), m.author) for m in await store.messages("conv-1")]
+            return authors, await _tables(empty_url)
+        finally:
+            await store.aclose()
+
+    asyncio.run(before())
+    asyncio.run(_downgrade_to(empty_url, _before("0011_handoff")))
+    assert "handoff" not in asyncio.run(_tables(empty_url))
+    authors, tables = asyncio.run(after())
+    assert authors == [("user", "user"), ("assistant", "bot")] and "handoff" in tables

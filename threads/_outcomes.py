@@ -96,14 +96,17 @@ def save(conn: Connection, outcome: TurnOutcome) -> None:
 
 
 def turn(conn: Connection, user_message_id: str) -> TurnRecord:
-    """The newest real reply under `user_message_id` and its outcome: two indexed reads."""
+    """The newest real reply under `user_message_id` and its outcome: two indexed reads.
+
+    A real reply is the bot's, an operator's, or the waiting marker of a message kept for
+    a person (a retry of that message replays it); never a failed-turn marker."""
     reply = (
         conn.execute(
             sa.select(_msg)
             .where(
                 _msg.c.parent_id == user_message_id,
                 _msg.c.role == "assistant",
-                _msg.c.kind == "message",
+                _msg.c.kind.in_(("message", "handoff")),
             )
             .order_by(_msg.c.created_at.desc(), _msg.c.id.desc())
             .limit(1)

@@ -15,8 +15,16 @@ from sqlalchemy import RowMapping
 from frontdesk.threads.errors import InvalidInput
 
 Role = Literal["user", "assistant"]
-Kind = Literal["message", "failed"]
-"""`failed`: the safe reply a failed turn left under its question (a retry supersedes it)."""
+Kind = Literal["message", "failed", "handoff"]
+"""`failed`: the safe reply a failed turn left under its question (a retry supersedes it);
+`handoff`: the waiting message under a user message kept for a person (an operator's
+reply supersedes the newest one)."""
+
+BOT = "bot"
+"""The author of the assistant messages the experts wrote (and of the waiting messages)."""
+USER = "user"
+OPERATOR_PREFIX = "operator:"
+"""An operator's messages are authored `operator:<operator id>`."""
 
 MAX_ID_LENGTH = 255
 
@@ -39,12 +47,26 @@ class MessageRecord:
     prompt_versions: dict[str, str] | None
     """Assistant messages only: expert name -> "prompt-name@version" used for the reply."""
     kind: Kind = "message"
-    """`failed` marks the safe reply of a turn that failed (shown as such in transcripts)."""
+    """`failed` marks the safe reply of a turn that failed (shown as such in transcripts);
+    `handoff` the waiting message under a user message kept for a person."""
+    author: str = ""
+    """Who wrote it: `user`, `bot`, or `operator:<id>` (empty: taken from the role)."""
+
+    def __post_init__(self) -> None:
+        if not self.author:
+            object.__setattr__(self, "author", USER if self.role == "user" else BOT)
 
     @property
     def failed(self) -> bool:
         """Whether this is a failed turn's marker rather than a real reply."""
         return self.kind == "failed"
+
+    @property
+    def operator_id(self) -> str | None:
+        """The operator who wrote this message, or `None` (the user's or the bot's)."""
+        if self.author.startswith(OPERATOR_PREFIX):
+            return self.author[len(OPERATOR_PREFIX) :]
+        return None
 
     @classmethod
     def from_row(cls, row: RowMapping | Mapping[str, Any]) -> MessageRecord:
@@ -61,6 +83,7 @@ class MessageRecord:
             model=row["model"],
             prompt_versions=row["prompt_versions"],
             kind=cast(Kind, row["kind"]),
+            author=row.get("author") or "",
         )
 
 

@@ -44,7 +44,11 @@ class ThreadMessage:
     role: Literal["user", "assistant"]
     content: str
     message_id: str | None = None
-    """The transcript message behind this turn (`None` for the summary turn)."""
+    """The transcript message behind this turn (`None` for the summary turn); the last one
+    when the turn joins several."""
+    covers: int = 1
+    """How many transcript messages this turn stands for: more than one when consecutive
+    assistant messages (a person's replies during a hand-off) are joined into one turn."""
 
     def __post_init__(self) -> None:
         # Neutralised on construction, so that budgets count what is sent and no thread
@@ -198,8 +202,36 @@ def _thread(
     """The thread: `summary` (if any), then the messages `after` its cut point."""
     return UserThread(
         summary=summary.content if summary is not None else None,
-        messages=[ThreadMessage(role=m.role, content=m.content, message_id=m.id) for m in after],
+        messages=_alternating(after),
         summary_id=summary.id if summary is not None else None,
         covers_until_message_id=summary.covers_until_message_id if summary is not None else None,
         replaced=replaced,
     )
+
+
+ASSISTANT_JOIN = "\n\n"
+"""Between the texts of consecutive assistant messages joined into one assistant turn."""
+
+
+def _alternating(messages: Sequence[MessageRecord]) -> list[ThreadMessage]:
+    """The messages as thread turns, consecutive assistant messages joined into one turn.
+
+    During a hand-off an operator may write several messages in a row, or right after the
+    bot's own reply; the transcript keeps each, and the thread, which alternates user and
+    assistant turns, sees them as one assistant turn (`covers` counts them).
+    """
+    runs: list[list[MessageRecord]] = []
+    for m in messages:
+        if runs and m.role == "assistant" and runs[-1][-1].role == "assistant":
+            runs[-1].append(m)
+        else:
+            runs.append([m])
+    return [
+        ThreadMessage(
+            role=run[0].role,
+            content=ASSISTANT_JOIN.join(m.content for m in run),
+            message_id=run[-1].id,
+            covers=len(run),
+        )
+        for run in runs
+    ]

@@ -2,12 +2,14 @@
 
 from frontdesk.errors import (
     ConversationBusy,
+    ConversationHandedOff,
     ConversationNotFound,
     IdempotencyConflict,
     InvalidInput,
     LeaseLost,
     MessageNotFound,
     MessageNotInConversation,
+    NotHandedOff,
     QuestionOverBudget,
     SchemaOutdated,
     StoreError,
@@ -17,12 +19,14 @@ from frontdesk.errors import (
 
 __all__ = [
     "ConversationBusy",
+    "ConversationHandedOff",
     "ConversationNotFound",
     "IdempotencyConflict",
     "InvalidInput",
     "LeaseLost",
     "MessageNotFound",
     "MessageNotInConversation",
+    "NotHandedOff",
     "QuestionOverBudget",
     "SchemaOutdated",
     "StoreError",

@@ -17,6 +17,7 @@ from sqlmodel import Field, SQLModel
 __all__ = [
     "Conversation",
     "HandlerData",
+    "HandoffRow",
     "Lease",
     "Message",
     "TurnOutcomeRow",
@@ -91,7 +92,10 @@ class Message(SQLModel, table=True):
     model: str | None = Field(default=None, max_length=255)
     prompt_versions: dict[str, str] | None = Field(default=None, sa_type=sa.JSON)
     kind: str = Field(default="message", max_length=16)
-    """`message`, or `failed` for the safe reply a failed turn leaves (revision 0005)."""
+    """`message`, `failed` for the safe reply a failed turn leaves (revision 0005), or
+    `handoff` for the waiting message under a user message kept for a person (0011)."""
+    author: str = Field(default="user", max_length=300)
+    """`user`, `bot`, or `operator:<id>` for a person's reply (revision 0011)."""
 
 
 class Lease(SQLModel, table=True):
@@ -147,3 +151,34 @@ class TurnOutcomeRow(SQLModel, table=True):
     models: Any = Field(default_factory=dict, sa_type=sa.JSON)
     """Expert name -> the model that answered."""
     created_at: datetime = Field(sa_type=UTCDateTime)
+
+
+class HandoffRow(SQLModel, table=True):
+    """A person has the conversation from `opened_at` until `closed_at` (revision 0011).
+
+    At most one row per conversation is open (`closed_at` NULL; a partial unique index).
+    """
+
+    __tablename__ = "handoff"
+    __table_args__ = (
+        sa.Index("ix_handoff_conversation", "conversation_id", "opened_at"),
+        sa.Index(
+            "uq_handoff_open",
+            "conversation_id",
+            unique=True,
+            sqlite_where=sa.text("closed_at IS NULL"),
+            postgresql_where=sa.text("closed_at IS NULL"),
+        ),
+    )
+
+    id: str = Field(primary_key=True, max_length=36)
+    conversation_id: str = Field(foreign_key="conversation.id", max_length=255, ondelete="CASCADE")
+    reason: str = Field(sa_type=sa.Text)
+    opened_at: datetime = Field(sa_type=UTCDateTime)
+    waiting_since: datetime | None = Field(default=None, sa_type=UTCDateTime)
+    """Since when the user has waited for a person's answer (`None`: answered)."""
+    closed_at: datetime | None = Field(default=None, sa_type=UTCDateTime)
+    closed_by: str | None = Field(default=None, max_length=16)
+    """`operator` (handed back) or `timeout` (nobody answered in time)."""
+    operator_id: str | None = Field(default=None, max_length=255)
+    """The operator who answered last, if any."""

@@ -22,7 +22,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from frontdesk.db import create_engine, dispose_engine
 from frontdesk.schema import ensure_schema
-from frontdesk.threads import _lease, _outcomes, _turn
+from frontdesk.threads import _handoff, _lease, _outcomes, _turn
 from frontdesk.threads._handler_store import (
     ERASED_MARKER,
     HandlerState,
@@ -30,6 +30,7 @@ from frontdesk.threads._handler_store import (
     delete_user_state,
     erase_conversation_state,
 )
+from frontdesk.threads._handoff import HandedBack, HandoffPolicy, HandoffRecord
 from frontdesk.threads._lease import TurnLease
 from frontdesk.threads._outcomes import TurnOutcome, TurnRecord
 from frontdesk.threads._records import (
@@ -81,7 +82,13 @@ class TurnStart:
     """The path to `message` from the newest summary's cut point; `None` for an idempotent
     repeat, which may be answered already (read it with `SummaryStore.path_since_newest`
     only when the turn must run), so that a replay reads nothing that grows with the
-    conversation."""
+    conversation; and `None` while a person has the conversation (no expert will run)."""
+    handoff: HandoffRecord | None = None
+    """The conversation's open hand-off, when a person has it (`start_turn(handoff=...)`)."""
+    answer: MessageRecord | None = None
+    """The waiting marker written under a new `message` kept for a person."""
+    handed_back: HandedBack | None = None
+    """A hand-off this transaction closed because its user waited past the timeout."""
 
 
 class ConversationStore:
@@ -243,6 +250,8 @@ class ConversationStore:
         client_message_id: str | None = None,
         parent_id: ParentId = UNSET,
         token_count: int = 0,
+        handoff: HandoffPolicy | None = None,
+        also: Callable[[Connection, TurnStart], None] | None = None,
     ) -> TurnStart:
         """A turn's first transaction: take `lease`, add the user message, read its path.
 
@@ -251,17 +260,42 @@ class ConversationStore:
         its `failed` marker; plus the path to the new message as far back as the newest
         summary's cut point (`threads.builder.thread_since` turns it into the user thread),
         all in one transaction, so a turn starts with one round of database work.
+
+        With `handoff`, the conversation's open hand-off is read in the same transaction
+        (`TurnStart.handoff`): a new message is then kept for the person, with the policy's
+        waiting message as its marker (`TurnStart.answer`) and no path read. A hand-off
+        whose user waited past the policy's timeout is handed back first, leaving the
+        timeout message, and the message goes to the bot (`TurnStart.handed_back`). `also`
+        runs last in the transaction with what it wrote (the audit batch).
         """
         _check_user_message(conversation_id, content, user_id, client_message_id)
 
         def work(conn: Connection) -> TurnStart:
+            handed_back = None
+            if handoff is not None:
+                handed_back = _handoff.expire_due(conn, conversation_id, handoff)
             if parent_id is UNSET:  # Following the leaf: never stack two user turns.
                 _outcomes.answer_unanswered_leaf(conn, conversation_id, client_message_id)
             message, created = _turn.add_user(
                 conn, conversation_id, content, user_id, client_message_id, parent_id, token_count
             )
-            path = path_since_newest_sync(conn, message.id) if created else None
-            return TurnStart(message=message, created=created, path=path)
+            held = None if handoff is None else _handoff.current(conn, conversation_id)
+            answer = None
+            if held is not None and created:
+                assert handoff is not None
+                answer = _handoff.held(conn, message, held, handoff.waiting_message)
+            path = path_since_newest_sync(conn, message.id) if created and held is None else None
+            begun = TurnStart(
+                message=message,
+                created=created,
+                path=path,
+                handoff=held,
+                answer=answer,
+                handed_back=handed_back,
+            )
+            if also is not None:
+                also(conn, begun)
+            return begun
 
         return await _retrying_a_new_conversation(lambda: _taking(lease, work), client_message_id)
 

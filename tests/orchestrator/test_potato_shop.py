@@ -47,6 +47,7 @@ async def test_a_bare_yes_after_a_handoff_places_no_second_order(db_url: str) ->
         number = await _place(orch, "c")
         handoff = await orch.handle("c", "I want to talk to a person")
         assert handoff.handoff
+        await orch.hand_back("c")  # Nobody took it: the bot answers the next message.
         again = await orch.handle("c", "yes")
         shop = orch.store.handler_state("potato_shop", conversation_id="c", user_id=None)
         orders = await shop.conversation.items("order:")

@@ -1,10 +1,12 @@
 """A Hypothesis state machine over the public turn API: handle, edit, regenerate,
-switch_branch, retries with the same client message id, provider failures and background
-compaction, on a real SQLite store with the audit log on.
+switch_branch, retries with the same client message id, provider failures, background
+compaction, and hand-off to a person (hand_off, operator_reply, hand_back), on a real
+SQLite store with the audit log on.
 
 After every step: the active path is a path of the tree ending at a leaf; the user thread
-is a suffix of that path and alternates user/assistant; each client message id is stored
-once; the audit chain verifies.
+is a suffix of that path (consecutive assistant messages joined into one turn) and
+alternates user/assistant; each client message id is stored once; while handed off no
+model is called; the audit chain verifies, every stored answer audited.
 """
 
 from __future__ import annotations
@@ -18,9 +20,11 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from frontdesk import SyncOrchestrator
-from frontdesk.errors import ModelAPIError, TurnFailed
+from frontdesk.errors import ConversationHandedOff, ModelAPIError, TurnFailed
 from frontdesk.examples.potato_shop import categories as potato_categories
 from frontdesk.experts.providers import FunctionModel, ModelRequest
+from frontdesk.orchestrator._answered import answered_turns
+from frontdesk.threads.builder import ASSISTANT_JOIN
 from frontdesk.threads.compaction import CompactionPolicy
 
 CONV = "c"
@@ -41,6 +45,7 @@ class TurnMachine(RuleBasedStateMachine):
         self.pending: str | None = None  # A failed turn's client id, not yet retried.
         self.counter = 0
         self.compactions = 0
+        self.handed_off = False
         self.orch = SyncOrchestrator(
             potato_categories(),
             model=FunctionModel(self._answer),
@@ -49,6 +54,8 @@ class TurnMachine(RuleBasedStateMachine):
         )
 
     def _answer(self, request: ModelRequest) -> Any:
+        if request.expert != "summariser":
+            assert not self.handed_off, "a model was called while a person has the conversation"
         if request.expert == "triage":
             return {"category": "OTHER", "reason": "chat"}
         if request.expert == "summariser":
@@ -93,9 +100,10 @@ class TurnMachine(RuleBasedStateMachine):
         client_id = f"m-{len(self.sent)}"
         self.sent[client_id] = text
         reply = self.orch.handle(CONV, text, user_id=USER, client_message_id=client_id)
-        assert reply.text.startswith("reply ")
+        assert reply.handoff is self.handed_off
+        assert reply.text.startswith("reply ") or self.handed_off
 
-    @precondition(lambda self: self.pending is None)
+    @precondition(lambda self: self.pending is None and not self.handed_off)
     @rule(text=texts)
     def failure(self, text: str) -> None:
         client_id = f"m-{len(self.sent)}"
@@ -116,7 +124,7 @@ class TurnMachine(RuleBasedStateMachine):
         reply = self.orch.handle(
             CONV, self.sent[client_id], user_id=USER, client_message_id=client_id
         )
-        assert reply.text.startswith("reply ")
+        assert reply.text.startswith("reply ") or reply.handoff
         self.pending = None
 
     @precondition(lambda self: self.pending is None and bool(self.sent))
@@ -129,9 +137,24 @@ class TurnMachine(RuleBasedStateMachine):
     @precondition(lambda self: self.pending is None and bool(self.sent))
     @rule(data=st.data())
     def regenerate(self, data: st.DataObject) -> None:
-        answers = [m for m in self._messages() if m.role == "assistant"]
-        if answers:
-            self.orch.regenerate(data.draw(st.sampled_from(answers)).id, user_id=USER)
+        answers = [
+            m
+            for m in self._messages()
+            if m.role == "assistant" and m.author == "bot" and m.kind != "handoff"
+        ]
+        if not answers:
+            return
+        by_id = {m.id: m for m in self._messages()}
+        answer = data.draw(st.sampled_from(answers))
+        if answer.parent_id is None or by_id[answer.parent_id].role != "user":
+            return  # A timeout's message after another assistant message answers nobody.
+        if self.handed_off:
+            try:
+                self.orch.regenerate(answer.id, user_id=USER)
+                raise AssertionError("regenerating while handed off should be refused")
+            except ConversationHandedOff:
+                return
+        self.orch.regenerate(answer.id, user_id=USER)
 
     @precondition(lambda self: self.pending is None and bool(self.sent))
     @rule(data=st.data())
@@ -139,6 +162,25 @@ class TurnMachine(RuleBasedStateMachine):
         target = data.draw(st.sampled_from(self._messages()))  # Leaves and inner nodes.
         path = self.orch.switch_branch(CONV, target.id, user_id=USER)
         assert target.id in [m.id for m in path]
+
+    @precondition(lambda self: self.pending is None and bool(self.sent))
+    @rule()
+    def hand_off(self) -> None:
+        self.orch.hand_off(CONV, "a person is needed")
+        self.handed_off = True
+
+    @precondition(lambda self: self.handed_off)
+    @rule(text=st.sampled_from(["On it.", "Your order ships today.", "Anything else?"]))
+    def operator_reply(self, text: str) -> None:
+        message_id = self.orch.operator_reply(CONV, text, operator_id="op-1")
+        leaf = self._transcript()[-1]
+        assert (leaf.id, leaf.author, leaf.content) == (message_id, "operator:op-1", text)
+
+    @precondition(lambda self: self.handed_off)
+    @rule()
+    def hand_back(self) -> None:
+        self.orch.hand_back(CONV)
+        self.handed_off = False
 
     # -- invariants ---------------------------------------------------------------------
 
@@ -162,7 +204,12 @@ class TurnMachine(RuleBasedStateMachine):
             return
         thread = self.orch.user_thread(CONV, user_id=USER)
         turns = [(m.role, m.content) for m in thread.messages]
-        path = [(m.role, m.content) for m in self._transcript()]
+        path: list[tuple[str, str]] = []
+        for m in self._transcript():  # Consecutive assistant messages make one turn.
+            if path and m.role == path[-1][0] == "assistant":
+                path[-1] = ("assistant", path[-1][1] + ASSISTANT_JOIN + m.content)
+            else:
+                path.append((m.role, m.content))
         assert turns == path[len(path) - len(turns) :]
         assert [role for role, _ in turns] == [
             "user" if i % 2 == 0 else "assistant" for i in range(len(turns))
@@ -182,7 +229,15 @@ class TurnMachine(RuleBasedStateMachine):
         self._settle()
         audit = self.orch.orchestrator.audit_log
         if audit is not None and self.sent:
-            assert self._run(audit.verify(CONV)).ok
+            answered = self._run(answered_turns(self._store().engine))
+            assert self._run(audit.verify(CONV, answered=answered)).ok
+
+    @invariant()
+    def the_hand_off_is_listed_while_open(self) -> None:
+        if not self.sent:
+            return
+        listed = [h.conversation_id for h in self.orch.handoffs()]
+        assert listed == ([CONV] if self.handed_off else [])
 
     def teardown(self) -> None:
         self.orch.close()

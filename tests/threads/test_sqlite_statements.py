@@ -54,6 +54,7 @@ def message_row(conversation_id: str, **values: Any) -> dict[str, Any]:
         "model": "offline",
         "prompt_versions": None,
         "kind": "message",
+        "author": "bot",
         **values,
     }
 

@@ -1,0 +1,351 @@
+"""The SQL of hand-off to a person (revision `0011_handoff`), run inside a caller's transaction.
+
+While a conversation has an open `handoff` row, a user message gets no model call: it is
+stored with a *waiting marker* under it, an assistant message of kind `handoff` whose text
+is the configured waiting message, so the path still alternates user / assistant however
+many messages the user sends. An operator's reply supersedes the marker at the active leaf
+(the marker is deleted, the reply takes its place under the same user message); when the
+leaf is already an assistant message (the bot's "a person will take over", an earlier
+operator reply) the reply is stored after it, and the thread builder joins consecutive
+assistant messages into one assistant turn. A hand-back closes the row; a timed-out one
+also leaves the configured timeout message, placed the same way as an operator's reply.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy import Connection
+
+from frontdesk._sqlite import Statement
+from frontdesk.threads import _turn
+from frontdesk.threads._records import BOT, MessageRecord, new_id
+from frontdesk.threads.errors import NotHandedOff
+from frontdesk.threads.models import Conversation, HandoffRow, Message, utcnow
+
+_conv = Conversation.__table__  # type: ignore[attr-defined]
+_msg = Message.__table__  # type: ignore[attr-defined]
+_handoff = HandoffRow.__table__  # type: ignore[attr-defined]
+
+DEFAULT_WAITING_MESSAGE = (
+    "Thanks, your message is with our team; a person will answer you here shortly."
+)
+DEFAULT_TIMEOUT_MESSAGE = (
+    "Sorry, nobody from the team is free right now. I'm back and will help you myself;"
+    " you can ask for a person again at any time."
+)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class HandoffRecord:
+    """One hand-off of a conversation to a person (open while `closed_at` is `None`)."""
+
+    id: str
+    conversation_id: str
+    user_id: str | None
+    """The conversation's owner."""
+    reason: str
+    opened_at: datetime
+    waiting_since: datetime | None
+    """Since when the user has waited for a person's answer (`None`: answered)."""
+    closed_at: datetime | None = None
+    closed_by: str | None = None
+    """`operator` (handed back) or `timeout`."""
+    operator_id: str | None = None
+    """The operator who answered last, if any."""
+
+    def waiting_seconds(self, now: datetime) -> float:
+        """Seconds the user has waited for a person at `now` (0 when answered)."""
+        if self.waiting_since is None:
+            return 0.0
+        return max(0.0, (now - self.waiting_since).total_seconds())
+
+    @classmethod
+    def from_row(cls, row: Any) -> HandoffRecord:
+        """Build a record from a `handoff` row joined with its conversation's `user_id`."""
+        return cls(
+            id=row["id"],
+            conversation_id=row["conversation_id"],
+            user_id=row["user_id"],
+            reason=row["reason"],
+            opened_at=row["opened_at"],
+            waiting_since=row["waiting_since"],
+            closed_at=row["closed_at"],
+            closed_by=row["closed_by"],
+            operator_id=row["operator_id"],
+        )
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class HandoffPolicy:
+    """How a handed-off conversation answers: the waiting message, and the timeout."""
+
+    waiting_message: str = DEFAULT_WAITING_MESSAGE
+    """Stored (and returned) under each user message while a person has the conversation."""
+    timeout: float | None = None
+    """Seconds a user may wait for a person's answer before the bot takes over again."""
+    timeout_message: str = DEFAULT_TIMEOUT_MESSAGE
+    """The assistant message a timed-out hand-off leaves when it hands back."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Placed:
+    """An assistant message written during a hand-off (an operator's, or the timeout's)."""
+
+    message: MessageRecord
+    superseded: str | None
+    """The id of the waiting marker it replaced, if it replaced one."""
+    turn_id: str
+    """The audit turn it belongs to: the user message it answers, or its own id when it
+    follows another assistant message."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Opened:
+    """A hand-off asked for: the open record, whether this call opened it, and the audit
+    turn of the active leaf (see `turn_at_leaf`)."""
+
+    handoff: HandoffRecord
+    created: bool
+    turn_id: str
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class HandedBack:
+    """A hand-off closed: the closed record, and the timeout message if it left one."""
+
+    handoff: HandoffRecord
+    turn_id: str
+    """The audit turn of the active leaf after the hand-back (see `turn_at_leaf`)."""
+    placed: Placed | None = None
+
+
+_COLUMNS = (*(c for c in _handoff.c), _conv.c.user_id)
+_OPEN = Statement(
+    sa.select(*_COLUMNS)
+    .select_from(_handoff.join(_conv, _conv.c.id == _handoff.c.conversation_id))
+    .where(
+        _handoff.c.conversation_id == sa.bindparam("conversation_id"),
+        _handoff.c.closed_at.is_(None),
+    )
+)
+
+
+def current(conn: Connection, conversation_id: str) -> HandoffRecord | None:
+    """The conversation's open hand-off, if any (one indexed read)."""
+    row = _OPEN.first(conn, {"conversation_id": conversation_id})
+    return None if row is None else HandoffRecord.from_row(row)
+
+
+def open_ones(conn: Connection) -> list[HandoffRecord]:
+    """Every open hand-off, the longest-waiting first (then the oldest)."""
+    stmt = (
+        sa.select(*_COLUMNS)
+        .select_from(_handoff.join(_conv, _conv.c.id == _handoff.c.conversation_id))
+        .where(_handoff.c.closed_at.is_(None))
+        .order_by(
+            _handoff.c.waiting_since.is_(None), _handoff.c.waiting_since, _handoff.c.opened_at
+        )
+    )
+    return [HandoffRecord.from_row(r) for r in conn.execute(stmt).mappings()]
+
+
+def history(conn: Connection, conversation_id: str) -> list[HandoffRecord]:
+    """Every hand-off of the conversation, oldest first."""
+    stmt = (
+        sa.select(*_COLUMNS)
+        .select_from(_handoff.join(_conv, _conv.c.id == _handoff.c.conversation_id))
+        .where(_handoff.c.conversation_id == conversation_id)
+        .order_by(_handoff.c.opened_at, _handoff.c.id)
+    )
+    return [HandoffRecord.from_row(r) for r in conn.execute(stmt).mappings()]
+
+
+def lock_existing(conn: Connection, conversation_id: str) -> None:
+    """Lock the conversation row; raise `ConversationNotFound` when there is none."""
+    exists, _ = _turn.owner_of(conn, conversation_id)
+    if not exists:
+        raise _turn.not_found(conversation_id)
+    _turn.lock_conversation(conn, conversation_id, None)
+
+
+def turn_at_leaf(conn: Connection, conversation_id: str) -> str:
+    """The audit turn id of the conversation's active leaf: a user message's own id; an
+    assistant message's question (its parent) when it answers one, else its own id."""
+    leaf_id, _, _ = _turn.lock_conversation(conn, conversation_id, None)
+    assert leaf_id is not None, "a conversation exists from its first message"
+    leaf = _turn.get(conn, leaf_id)
+    if leaf.role == "user" or leaf.parent_id is None:
+        return leaf.id
+    parent = _turn.get(conn, leaf.parent_id)
+    return parent.id if parent.role == "user" else leaf.id
+
+
+def open_handoff(conn: Connection, conversation_id: str, reason: str) -> Opened:
+    """Open a hand-off, or find the open one (`Opened.created` says which).
+
+    Raises:
+        ConversationNotFound: no such conversation.
+    """
+    lock_existing(conn, conversation_id)
+    turn_id = turn_at_leaf(conn, conversation_id)
+    found = current(conn, conversation_id)
+    if found is not None:
+        return Opened(handoff=found, created=False, turn_id=turn_id)
+    now = utcnow()
+    values = {
+        "id": new_id(),
+        "conversation_id": conversation_id,
+        "reason": reason,
+        "opened_at": now,
+        "waiting_since": now,
+        "closed_at": None,
+        "closed_by": None,
+        "operator_id": None,
+    }
+    conn.execute(sa.insert(_handoff).values(**values))
+    record = current(conn, conversation_id)
+    assert record is not None, "the hand-off was just opened"
+    return Opened(handoff=record, created=True, turn_id=turn_id)
+
+
+def held(
+    conn: Connection, question: MessageRecord, handoff: HandoffRecord, text: str
+) -> MessageRecord:
+    """Keep `question` for a person: its waiting marker (the active leaf), and the clock.
+
+    Returns the marker. The user starts waiting now unless they already were.
+    """
+    marker = MessageRecord(
+        id=new_id(),
+        created_at=utcnow(),
+        conversation_id=question.conversation_id,
+        parent_id=question.id,
+        role="assistant",
+        content=text,
+        token_count=0,
+        client_message_id=None,
+        model=None,
+        prompt_versions=None,
+        kind="handoff",
+        author=BOT,
+    )
+    _turn.write(conn, marker)
+    if handoff.waiting_since is None:
+        conn.execute(
+            sa.update(_handoff)
+            .where(_handoff.c.id == handoff.id)
+            .values(waiting_since=marker.created_at)
+        )
+    return marker
+
+
+def place(conn: Connection, conversation_id: str, text: str, author: str) -> Placed:
+    """Write an assistant message at the active leaf during a hand-off (see the module doc).
+
+    A waiting marker at the leaf is superseded: deleted, the message stored under its user
+    message. An unanswered user message is answered. After an assistant message the new
+    one follows it.
+    """
+    leaf_id, _, _ = _turn.lock_conversation(conn, conversation_id, None)
+    assert leaf_id is not None, "a conversation exists from its first message"
+    leaf = _turn.get(conn, leaf_id)
+    parent: str = leaf.id
+    superseded: str | None = None
+    answers = leaf.role == "user"
+    if leaf.kind == "handoff":
+        assert leaf.parent_id is not None, "a waiting marker is under a user message"
+        parent, superseded, answers = leaf.parent_id, leaf.id, True
+        conn.execute(sa.delete(_msg).where(_msg.c.id == leaf.id))
+    message = _turn.insert(
+        conn,
+        conversation_id=conversation_id,
+        parent_id=parent,
+        role="assistant",
+        content=text,
+        token_count=0,
+        author=author,
+    )
+    turn_id = parent if answers else message.id
+    return Placed(message=message, superseded=superseded, turn_id=turn_id)
+
+
+def operator_reply(
+    conn: Connection, conversation_id: str, text: str, operator_id: str
+) -> tuple[HandoffRecord, Placed]:
+    """An operator's reply (see `place`); the user is no longer waiting.
+
+    Raises:
+        ConversationNotFound: no such conversation.
+        NotHandedOff: the conversation is not handed off.
+    """
+    lock_existing(conn, conversation_id)
+    handoff = _require_open(conn, conversation_id)
+    placed = place(conn, conversation_id, text, f"operator:{operator_id}")
+    conn.execute(
+        sa.update(_handoff)
+        .where(_handoff.c.id == handoff.id)
+        .values(waiting_since=None, operator_id=operator_id)
+    )
+    return handoff, placed
+
+
+def close(
+    conn: Connection, conversation_id: str, *, by: str, message: str | None = None
+) -> HandedBack:
+    """Close the open hand-off (`by`: `operator` or `timeout`), leaving `message` if given.
+
+    Raises:
+        ConversationNotFound: no such conversation.
+        NotHandedOff: the conversation is not handed off.
+    """
+    lock_existing(conn, conversation_id)
+    handoff = _require_open(conn, conversation_id)
+    placed = None if message is None else place(conn, conversation_id, message, BOT)
+    now = utcnow()
+    conn.execute(
+        sa.update(_handoff).where(_handoff.c.id == handoff.id).values(closed_at=now, closed_by=by)
+    )
+    closed = HandoffRecord(
+        id=handoff.id,
+        conversation_id=handoff.conversation_id,
+        user_id=handoff.user_id,
+        reason=handoff.reason,
+        opened_at=handoff.opened_at,
+        waiting_since=handoff.waiting_since,
+        closed_at=now,
+        closed_by=by,
+        operator_id=handoff.operator_id,
+    )
+    return HandedBack(handoff=closed, placed=placed, turn_id=turn_at_leaf(conn, conversation_id))
+
+
+def expire_due(conn: Connection, conversation_id: str, policy: HandoffPolicy) -> HandedBack | None:
+    """Hand back the conversation's hand-off if its user waited past the policy's timeout,
+    leaving the timeout message; `None` when nothing was due."""
+    if policy.timeout is None:
+        return None
+    found = current(conn, conversation_id)
+    if found is None or not expired(found, policy, utcnow()):
+        return None
+    return close(conn, conversation_id, by="timeout", message=policy.timeout_message)
+
+
+def expired(handoff: HandoffRecord, policy: HandoffPolicy, now: datetime) -> bool:
+    """Whether the user has waited for a person longer than the policy's timeout."""
+    if policy.timeout is None or handoff.waiting_since is None:
+        return False
+    return now - handoff.waiting_since >= timedelta(seconds=policy.timeout)
+
+
+def _require_open(conn: Connection, conversation_id: str) -> HandoffRecord:
+    found = current(conn, conversation_id)
+    if found is None:
+        raise NotHandedOff(
+            f"conversation {conversation_id!r} is not handed off to a person; call hand_off first",
+            conversation_id=conversation_id,
+        )
+    return found
