@@ -26,7 +26,7 @@ from frontdesk.service._schemas import (
     TranscriptOut,
 )
 from frontdesk.service._sse import SSE_HEADERS, open_stream, reply_json
-from frontdesk.threads import MessageRecord
+from frontdesk.threads.handoffs import HandoffStore
 
 router = APIRouter(prefix="/v1")
 
@@ -87,11 +87,6 @@ async def _message_in(orch: Orchestrator, conversation_id: str, message_id: str)
             conversation_id=conversation_id,
             message_id=message_id,
         )
-
-
-def author_of(message: MessageRecord) -> str:
-    """Who wrote a message: `user`, or `bot` for the assistant."""
-    return "user" if message.role == "user" else "bot"
 
 
 @router.post(
@@ -160,12 +155,14 @@ async def get_transcript(conversation_id: str, principal: Caller, orch: Orch) ->
                 parent_id=m.parent_id,
                 role=m.role,
                 content=m.content,
-                author=author_of(m),
+                author=m.author,
                 created_at=m.created_at.isoformat(),
                 failed=m.failed,
+                kind=m.kind,
             )
             for m in messages
-        ]
+        ],
+        handoff=await HandoffStore(orch.store.engine).current(conversation_id) is not None,
     )
 
 

@@ -19,6 +19,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from frontdesk.errors import (
     ConversationBusy,
+    ConversationHandedOff,
     ConversationNotFound,
     FrontdeskError,
     IdempotencyConflict,
@@ -27,6 +28,7 @@ from frontdesk.errors import (
     InvalidUserText,
     LeaseLost,
     MessageNotFound,
+    NotHandedOff,
     QuestionOverBudget,
     StoreUnavailable,
     TurnFailed,
@@ -40,6 +42,8 @@ STATUS: tuple[tuple[type[FrontdeskError], int], ...] = (
     (MessageNotFound, 404),
     (IdempotencyConflict, 409),
     (ConversationBusy, 409),
+    (NotHandedOff, 409),
+    (ConversationHandedOff, 409),
     (LeaseLost, 409),
     (InvalidUserText, 422),
     (InvalidInput, 422),

@@ -54,12 +54,17 @@ class TranscriptMessageOut(BaseModel):
     author: str = Field(description="Who wrote it: the user, the bot, or an operator.")
     created_at: str
     failed: bool = Field(description="A failed turn's safe reply rather than a real one.")
+    kind: str = Field(
+        description="`message`; `failed` (a failed turn's safe reply); `handoff` (the "
+        "waiting message under a user message kept for a person)."
+    )
 
 
 class TranscriptOut(BaseModel):
     """Every message of the active path, root first."""
 
     messages: list[TranscriptMessageOut]
+    handoff: bool = Field(description="Whether a person has the conversation now.")
 
 
 class ErrorOut(BaseModel):
@@ -76,3 +81,35 @@ class ReadyOut(BaseModel):
     database: str
     schema_revision: list[str] = Field(description="The database's revision(s).")
     head: list[str] = Field(description="The revision(s) this code needs.")
+
+
+class HandoffIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    reason: str | None = Field(default=None, description="Why a person takes it over.")
+
+
+class HandoffOut(BaseModel):
+    conversation_id: str
+    user_id: str | None
+    reason: str
+    opened_at: str
+    waiting_seconds: float
+
+
+class HandoffsOut(BaseModel):
+    handoffs: list[HandoffOut]
+
+
+class OperatorMessageIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    text: str = Field(description="The operator's answer.", json_schema_extra={"minLength": 1})
+
+
+class OperatorMessageOut(BaseModel):
+    message_id: str
+    author: str
+
+
+class HandBackOut(BaseModel):
+    conversation_id: str
+    handoff: bool

@@ -83,3 +83,43 @@ def test_the_chat_page_streams_a_reply_and_escapes_it(
     page.reload()
     expect(page.locator(".msg")).to_have_count(4)
     page.close()
+
+
+def test_a_person_takes_over_answers_and_hands_back(
+    browser: Browser, base_url: str, shots: Path
+) -> None:
+    customer = chat(browser, base_url, "alice", "round-trip")
+    say(customer, "hello")
+    expect(customer.locator(".msg.assistant").last).to_contain_text("You said: hello.")
+    say(customer, "can I talk to a person please?")
+    expect(customer.locator("#banner")).to_be_visible()
+
+    console = browser.new_page(viewport={"width": 1100, "height": 700})
+    console.goto(f"{base_url}/operator#token={token('sam', roles=('operator',))}")
+    expect(console.locator("#who")).to_contain_text("sam")
+    waiting = console.locator("#queue li", has_text="round-trip")
+    expect(waiting).to_contain_text("alice")
+    waiting.click()
+    expect(console.locator("#log .msg.user").last).to_contain_text("talk to a person")
+    console.fill("#reply", "Hi Alice, Sam here. Your order ships today.")
+    console.click("#send")
+    expect(console.locator("#log .msg.operator")).to_contain_text("Sam here")
+    console.screenshot(path=str(shots / "operator.png"))
+
+    answer = customer.locator(".msg.operator")
+    expect(answer).to_contain_text("Hi Alice, Sam here. Your order ships today.")
+    expect(answer.locator(".who")).to_have_text("Agent")
+    customer.screenshot(path=str(shots / "chat-handed-off.png"))
+
+    console.click("#hand-back")
+    expect(console.locator("#status")).to_contain_text("Handed back")
+    expect(console.locator("#queue li", has_text="round-trip")).to_have_count(0)
+
+    say(customer, "thanks, and what about a refund?")
+    expect(customer.locator(".msg.assistant").last).to_contain_text(
+        "You said: thanks, and what about a refund?."
+    )
+    expect(customer.locator("#banner")).to_be_hidden()
+    customer.screenshot(path=str(shots / "chat-handed-back.png"))
+    console.close()
+    customer.close()
