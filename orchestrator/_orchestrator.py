@@ -15,6 +15,7 @@ from typing import Any, Literal
 
 import structlog
 
+from frontdesk.audit.crypto import KeyProvider
 from frontdesk.audit.store import AuditLog
 from frontdesk.db import normalise_url
 from frontdesk.errors import (
@@ -87,6 +88,9 @@ class Orchestrator:
         speculate: Start the request expert of the conversation's current category at the
             same time as triage, kept when triage agrees and cancelled (its cost audited)
             when it does not. Off, the two run one after the other.
+        audit_key: The master key that encrypts audit payloads per user (docs/privacy.md):
+            32 bytes, base64 text, or a `KeyProvider` (a KMS); `None` reads
+            `FRONTDESK_MASTER_KEY` (unset: payloads are stored in clear).
     """
 
     def __init__(
@@ -109,6 +113,7 @@ class Orchestrator:
         budgets: Mapping[str, Budget] | None = None,
         compaction: CompactionPolicy | None = None,
         speculate: bool = True,
+        audit_key: bytes | str | KeyProvider | None = None,
     ) -> None:
         self.categories = check_registry(list(categories))
         self.models = resolve_models(model)
@@ -134,6 +139,7 @@ class Orchestrator:
         self._store_spec = store
         self._audit_spec = audit
         self._audit_on_failure = audit_on_failure
+        self._audit_key = audit_key
         self.budgets: Mapping[str, Budget] = dict(budgets or {})
         self.compaction_policy = compaction or CompactionPolicy()
         wiring = _wiring.Wiring(
@@ -173,14 +179,17 @@ class Orchestrator:
             store = self._store_spec
             if isinstance(store, str):
                 store = await ConversationStore.open(store)
-            if self._audit_spec is True:
-                self._audit = await AuditLog.open(store.engine, on_failure=self._audit_on_failure)
-            elif isinstance(self._audit_spec, str):
+            spec, key = self._audit_spec, self._audit_key
+            if spec is True or isinstance(spec, str):
                 self._audit = await AuditLog.open(
-                    self._audit_spec, on_failure=self._audit_on_failure
+                    store.engine if spec is True else spec,
+                    on_failure=self._audit_on_failure,
+                    master_key=key,
                 )
-            elif isinstance(self._audit_spec, AuditLog):
-                self._audit = self._audit_spec
+            elif isinstance(spec, AuditLog):
+                self._audit = spec
+            if self._audit is not None:
+                self._audit.check_writable()  # Encrypted database, no key: refuse now.
             triage, requests, response = self._experts
             summariser = summariser_expert(
                 self.models["summariser"],
