@@ -28,6 +28,8 @@ EventKind = Literal[
     "turn_failed",  # payload: error, stage
     "compaction",  # payload: summary_id, covered_until_message_id, evicted, summary text
     "compaction_failed",  # payload: error
+    "erased",  # chain user_chain_id(user): at, requested_by, counts (no content, in clear)
+    "retention",  # chain "retention": at, older_than_days, cutoff, periods_before, counts
 ]
 
 # A `model_attempt` payload holds: expert, model, attempt, settings, prompt {name, version,

@@ -352,6 +352,7 @@ class AuditLog:
         *,
         connection: AsyncConnection | None = None,
         user_id: str | None = None,
+        in_clear: bool = False,
     ) -> None:
         """Write one batch (one turn's events) in one transaction, chained.
 
@@ -360,6 +361,8 @@ class AuditLog:
             events: The batch, in order.
             user_id: The conversation's owner, whose data key encrypts the payloads
                 (`None`: single-user mode, the key of user ""). Unused without a master key.
+            in_clear: Store the payloads unencrypted even with a master key: only for
+                events that hold no personal content (an `erased` record).
             connection: A connection of this log's engine inside a write transaction the
                 caller commits (the turn's last write), so that the batch costs no
                 transaction of its own. A failure then propagates as it is, for the caller
@@ -371,8 +374,9 @@ class AuditLog:
         """
         if not events:
             return
-        self.check_writable()
-        prepared = [self._prepare(e) for e in events]
+        if not in_clear:
+            self.check_writable()
+        prepared = [self._prepare(e, in_clear) for e in events]
         if connection is not None:
             if not self.joinable(connection.engine):
                 raise AuditConfigError(
@@ -477,10 +481,10 @@ class AuditLog:
             spool=str(self._spool.path),
         )
 
-    def _prepare(self, event: AuditEvent) -> _Prepared:
+    def _prepare(self, event: AuditEvent, in_clear: bool = False) -> _Prepared:
         prompt = None if event.system_prompt is None else sha256_text(event.system_prompt)
         created = _utc_text(event.created_at)
-        if self._keys is not None:
+        if self._keys is not None and not in_clear:
             return _Prepared(event, created, "", prompt, crypto.split(event.payload))
         return _Prepared(event, created, canonical_json(event.payload), prompt)
 
@@ -537,7 +541,7 @@ class AuditLog:
             {"sha256": p.prompt_sha256, "text_json": _prompt_json(p.event.system_prompt or "")}
             for p in {p.prompt_sha256: p for p in batch if p.prompt_sha256}.values()
         ]
-        if self._keys is not None:
+        if self._keys is not None and any(p.split is not None for p in batch):
             batch = self._sealed(conn, conversation_id, batch, user_id)
         rows = []
         for item in batch:
@@ -560,7 +564,10 @@ class AuditLog:
         ref, memo = crypto.user_ref(user_id), {}
         out = []
         for item in batch:
-            e, parts = item.event, item.split or crypto.split(item.event.payload)
+            if item.split is None:
+                out.append(item)
+                continue
+            e, parts = item.event, item.split
             kid, aead = self._keys.for_writing(conn, ref, crypto.period_of(item.created_at), memo)
             associated = crypto.aad(conversation_id, e.event_id, e.kind)
             envelope = crypto.seal(parts, kid=kid, aead=aead, associated=associated)

@@ -77,12 +77,22 @@ def _run(work: Callable[[AuditLog], Awaitable[T]], db: str | None) -> T:
 
     async def main() -> T:
         log = await AuditLog.open(_url(db))
+        if log.keys is None:
+            warn_clear()
         try:
             return await work(log)
         finally:
             await log.aclose()
 
     return asyncio.run(main())
+
+
+def warn_clear() -> None:
+    """Say (once per command, on stderr) that audit payloads are stored unencrypted."""
+    typer.echo(
+        "warning: no FRONTDESK_MASTER_KEY: audit payloads are stored in clear (docs/privacy.md)",
+        err=True,
+    )
 
 
 async def _targets(log: AuditLog, conversation: str | None, every: bool) -> list[str]:

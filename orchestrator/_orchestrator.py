@@ -27,7 +27,7 @@ from frontdesk.errors import (
 )
 from frontdesk.experts import Category
 from frontdesk.experts.category import check_registry
-from frontdesk.orchestrator import _wiring
+from frontdesk.orchestrator import _erasure, _wiring
 from frontdesk.orchestrator._compaction import BackgroundCompaction, Compactor, summariser_expert
 from frontdesk.orchestrator._input import DEFAULT_MAX_MESSAGE_CHARS, check_user_text
 from frontdesk.orchestrator.config import EXPERTS, ExpertSettings, ModelChoice, resolve_models
@@ -446,6 +446,18 @@ class Orchestrator:
                 message_id=message_id,
             ) from None
         return await self.transcript(conversation_id, user_id=user_id)
+
+    async def erase_user(
+        self, user_id: str, *, requested_by: str | None = None
+    ) -> _erasure.ErasureReport:
+        """Erase everything stored about `user_id` (docs/privacy.md): transcript, summaries
+        and outcomes get the erased marker, the user's audit data keys are destroyed, an
+        `erased` event is audited. Idempotent: run it again after a crash to finish it.
+        """
+        p = await self._open()
+        return await _erasure.erase_user(
+            p.store.engine, self._audit, user_id, requested_by=requested_by
+        )
 
     def finish_in_background(self, task: asyncio.Task[Any]) -> None:
         """Keep a turn running after its stream's reader left; `aclose` waits for it."""
