@@ -214,3 +214,32 @@ def test_turn_outcomes_upgrade_keeps_the_messages_stored_before(empty_url: str) 
     assert "turn_outcome" not in asyncio.run(_tables(empty_url))
     kinds, tables, replied = asyncio.run(after(user_id))
     assert kinds == ["message", "message"] and "turn_outcome" in tables and replied
+
+
+@pytest.mark.anyio
+async def test_0010_adds_the_audit_data_keys_table_and_takes_it_back(empty_url: str) -> None:
+    from frontdesk.audit.crypto import MasterKey
+    from frontdesk.audit.store import AuditLog
+    from tests.audit.conftest import turn_events
+
+    key = MasterKey.generate()
+    engine = create_engine(empty_url)
+    try:
+        await upgrade_schema(engine, "0007_audit_guard")
+        assert "audit_key" not in await _tables(empty_url)
+        await upgrade_schema(engine, "head")
+    finally:
+        await engine.dispose()
+    assert "audit_key" in await _tables(empty_url)
+    async with await AuditLog.open(empty_url, master_key=key) as log:
+        await log.append("c", turn_events("t1"), user_id="u")
+        assert (await log.verify("c")).ok
+    engine = create_engine(empty_url)
+    try:
+        async with engine.connect() as conn:
+            row = (await conn.execute(sa.text("SELECT user_ref, period FROM audit_key"))).one()
+        assert row.user_ref != "u" and len(row.period) == 7
+    finally:
+        await engine.dispose()
+    await _downgrade_to(empty_url, "0007_audit_guard")
+    assert "audit_key" not in await _tables(empty_url)
