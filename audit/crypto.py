@@ -34,7 +34,18 @@ from typing import Any, Protocol, runtime_checkable
 
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
-from sqlalchemy import Column, Connection, Integer, MetaData, String, Table, Text, select, update
+from sqlalchemy import (
+    Column,
+    ColumnElement,
+    Connection,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+    select,
+    update,
+)
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
@@ -122,7 +133,7 @@ class MasterKey:
         if len(key) != 32:
             raise AuditKeyError(
                 f"the audit master key must be 32 bytes (got {len(key)}); make one with"
-                f" `python -c \"import os,base64;print(base64.b64encode(os.urandom(32)).decode())\"`"
+                f' `python -c "import os,base64;print(base64.b64encode(os.urandom(32)).decode())"`'
                 f" and set {MASTER_KEY_ENV}"
             )
         self._aead = AESGCM(key)
@@ -292,7 +303,7 @@ class _KeyRow:
 
 
 @dataclass
-class _Cached:
+class Cached:
     kid: str
     aead: AESGCM
     row: dict[str, Any]
@@ -352,13 +363,13 @@ class DataKeys:
     def __init__(self, provider: KeyProvider, *, ttl: float = KEY_TTL_SECONDS) -> None:
         self.provider = provider
         self._ttl = ttl
-        self._writing: dict[tuple[str, str], _Cached] = {}
+        self._writing: dict[tuple[str, str], Cached] = {}
         self._unwrapped: dict[tuple[str, str], AESGCM] = {}
 
     # Writing.
 
     def for_writing(
-        self, conn: Connection, ref: str, period: str, memo: dict[tuple[str, str], _Cached]
+        self, conn: Connection, ref: str, period: str, memo: dict[tuple[str, str], Cached]
     ) -> tuple[str, AESGCM]:
         """The kid and cipher for a new payload of user `ref` in `period`."""
         key = (ref, period)
@@ -373,7 +384,7 @@ class DataKeys:
             memo[key] = entry
         return entry.kid, entry.aead
 
-    def _load_live(self, conn: Connection, ref: str, period: str) -> _Cached | None:
+    def _load_live(self, conn: Connection, ref: str, period: str) -> Cached | None:
         query = (
             select(audit_key)
             .where(
@@ -389,9 +400,9 @@ class DataKeys:
         if found is None:
             return None
         row = _row(found)
-        return _Cached(row.kid, self.unwrapped(row), dict(found), True, time.monotonic())
+        return Cached(row.kid, self.unwrapped(row), dict(found), True, time.monotonic())
 
-    def _create(self, ref: str, period: str) -> _Cached:
+    def _create(self, ref: str, period: str) -> Cached:
         kid, data_key = secrets.token_hex(16), AESGCM.generate_key(bit_length=256)
         wrapped = self.provider.wrap(data_key, _wrap_context(kid, ref, period))
         row = {
@@ -404,7 +415,7 @@ class DataKeys:
             "created_at": now_text(),
             "destroyed_at": None,
         }
-        return _Cached(kid, AESGCM(data_key), row, False, time.monotonic())
+        return Cached(kid, AESGCM(data_key), row, False, time.monotonic())
 
     # Reading.
 
@@ -443,7 +454,7 @@ def load_rows(conn: Connection, kids: Iterable[str]) -> dict[str, _KeyRow]:
     return out
 
 
-def _row(found: Mapping[str, Any]) -> _KeyRow:
+def _row(found: Any) -> _KeyRow:
     return _KeyRow(
         kid=found["kid"],
         user_ref=found["user_ref"],
@@ -462,7 +473,7 @@ def live_master_ids(conn: Connection) -> set[str]:
 
 def destroy(conn: Connection, *, ref: str | None = None, before_period: str | None = None) -> int:
     """Destroy live data keys of user `ref`, or of every period before `before_period`."""
-    where = [audit_key.c.destroyed_at.is_(None)]
+    where: list[ColumnElement[bool]] = [audit_key.c.destroyed_at.is_(None)]
     if ref is not None:
         where.append(audit_key.c.user_ref == ref)
     if before_period is not None:

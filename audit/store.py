@@ -35,6 +35,7 @@ from tenacity import (
 )
 
 from frontdesk._sqlite import Statement
+from frontdesk.audit import crypto
 from frontdesk.audit.chain import (
     GENESIS_HASH,
     Head,
@@ -45,7 +46,6 @@ from frontdesk.audit.chain import (
     sha256_text,
     verify_chain,
 )
-from frontdesk.audit import crypto
 from frontdesk.audit.crypto import DataKeys, KeyProvider, PayloadOpener
 from frontdesk.audit.errors import AuditConfigError, AuditKeyError, AuditWriteError
 from frontdesk.audit.events import AuditEvent
@@ -101,7 +101,9 @@ class StoredAuditEvent:
     @property
     def encrypted(self) -> bool:
         """Whether the row is stored encrypted."""
-        return self.payload_json.startswith('{"clear":') and '"enc":"aes-256-gcm"' in self.payload_json
+        return (
+            self.payload_json.startswith('{"clear":') and '"enc":"aes-256-gcm"' in self.payload_json
+        )
 
     @property
     def timestamp(self) -> datetime:
@@ -557,11 +559,16 @@ class AuditLog:
             _MOVE_HEAD.run(conn, moved)
 
     def _sealed(
-        self, conn: Connection, conversation_id: str, batch: Sequence[_Prepared], user_id: str | None
+        self,
+        conn: Connection,
+        conversation_id: str,
+        batch: Sequence[_Prepared],
+        user_id: str | None,
     ) -> list[_Prepared]:
         """The batch with each payload encrypted under its owner's key for its month."""
         assert self._keys is not None
-        ref, memo = crypto.user_ref(user_id), {}
+        ref = crypto.user_ref(user_id)
+        memo: dict[tuple[str, str], crypto.Cached] = {}
         out = []
         for item in batch:
             if item.split is None:

@@ -1,9 +1,9 @@
-"""Privacy costs: per-turn overhead of encrypted audit payloads, and the time to erase a user.
+"""Privacy costs: per-turn overhead of encrypted audit payloads; the time to erase a user.
 
-1. `turn`: full `Orchestrator.handle` turns, CPU time per turn (instant `FunctionModel` experts, the potato
-   shop, SQLite file) with audit payloads in clear vs encrypted (`audit_key=`), in the same
-   run, alternating turn by turn so that drift hits both alike; the ratio of medians is the
-   encryption overhead (goal: at most 1.15x).
+1. `turn`: full `Orchestrator.handle` turns, CPU time per turn (instant `FunctionModel`
+   experts, the potato shop, SQLite files) with audit payloads in clear vs encrypted
+   (`audit_key=`), in the same run, alternating turn by turn so that drift hits both
+   alike; the ratio of medians is the encryption overhead (goal: at most 1.15x).
 2. `append`: one turn's 8-event batch (`benchmarks.audit.turn_batch`) appended alone,
    clear vs encrypted, 300 each: the encryption's own cost without the rest of the turn.
 3. `erase`: `Orchestrator.erase_user` of a user with 100 conversations of 2 turns each

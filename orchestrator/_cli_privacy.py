@@ -65,7 +65,8 @@ def erase(
 
 def retention(
     older_than: Annotated[
-        str, typer.Option("--older-than", help="Age past which payloads are shredded: 90d, 12w, 6m.")
+        str,
+        typer.Option("--older-than", help="Age past which payloads are shredded: 90d, 12w, 6m."),
     ],
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Count, change nothing.")] = False,
     transcripts: Annotated[

@@ -288,7 +288,9 @@ async def apply_retention(
         _secure(conn)
         return crypto.destroy(conn, before_period=before)
 
-    keys = await (_read(audit.engine, audit_work) if dry_run else run_write(audit.engine, audit_work))
+    keys = await (
+        _read(audit.engine, audit_work) if dry_run else run_write(audit.engine, audit_work)
+    )
     if audit.keys is not None and not dry_run:
         audit.keys.forget()
     counts = {"messages": 0, "summaries": 0, "outcomes": 0}
@@ -304,10 +306,14 @@ async def apply_retention(
                 if dry_run:
                     out[name] = int(conn.execute(stmt).scalar_one())
                 else:
-                    out[name] = _rows(conn.execute(sa.update(table).where(where).values({column: ERASED})))
+                    out[name] = _rows(
+                        conn.execute(sa.update(table).where(where).values({column: ERASED}))
+                    )
             where = sa.and_(_outcome.c.created_at < cutoff, _outcome.c.instruction != ERASED)
             if dry_run:
-                out["outcomes"] = int(conn.execute(sa.select(sa.func.count()).where(where)).scalar_one())
+                out["outcomes"] = int(
+                    conn.execute(sa.select(sa.func.count()).where(where)).scalar_one()
+                )
             else:
                 out["outcomes"] = _rows(
                     conn.execute(sa.update(_outcome).where(where).values(**_OUTCOME_ERASED))

@@ -17,9 +17,9 @@ from pydantic import BaseModel
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from frontdesk.experts import Category, HandlerContext, Outcome  # noqa: E402
-from frontdesk.experts.providers import FunctionModel, ModelRequest  # noqa: E402
-from frontdesk.orchestrator import Orchestrator, _erasure  # noqa: E402
+from frontdesk.experts import Category, HandlerContext, Outcome
+from frontdesk.experts.providers import FunctionModel, ModelRequest
+from frontdesk.orchestrator import Orchestrator, _erasure
 
 ACCOUNT = "40-11-22 99887766"
 ZOE = "zoë@example.com"
@@ -43,7 +43,9 @@ async def lookup(request: Account, context: HandlerContext) -> Outcome:
 
 
 def categories() -> list[Category]:
-    return [Category(name="ACCOUNT", description="Account questions", request=Account, handler=lookup)]
+    return [
+        Category(name="ACCOUNT", description="Account questions", request=Account, handler=lookup)
+    ]
 
 
 def _answer(request: ModelRequest) -> Any:
@@ -60,7 +62,9 @@ def _answer(request: ModelRequest) -> Any:
 
 
 def orchestrator(url: str, key: str | None = None, **kwargs: Any) -> Orchestrator:
-    return Orchestrator(categories(), model=FunctionModel(_answer), store=url, audit_key=key, **kwargs)
+    return Orchestrator(
+        categories(), model=FunctionModel(_answer), store=url, audit_key=key, **kwargs
+    )
 
 
 def replay_app() -> Orchestrator:
