@@ -6,6 +6,7 @@ import asyncio
 from collections.abc import AsyncGenerator, Iterator
 from typing import Any
 
+from frontdesk.orchestrator._erasure import ErasureReport
 from frontdesk.orchestrator._orchestrator import Orchestrator
 from frontdesk.orchestrator.reply import Reply
 from frontdesk.orchestrator.stream import TurnEvent, stream_turn
@@ -99,6 +100,10 @@ class SyncOrchestrator:
         return self._runner.run(
             self.orchestrator.switch_branch(conversation_id, message_id, user_id=user_id)
         )
+
+    def erase_user(self, user_id: str, *, requested_by: str | None = None) -> ErasureReport:
+        """`Orchestrator.erase_user`, blocking."""
+        return self._runner.run(self.orchestrator.erase_user(user_id, requested_by=requested_by))
 
     def close(self) -> None:
         """Close the orchestrator and the event loop."""

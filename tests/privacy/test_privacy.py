@@ -18,10 +18,13 @@ from sqlalchemy import text
 from sqlalchemy.engine import make_url
 from typer.testing import CliRunner, Result
 
-from frontdesk import ErasureReport
+from frontdesk import ErasureReport, KeyProvider
+from frontdesk.audit.crypto import MasterKey
 from frontdesk.audit.store import AuditLog
 from frontdesk.db import create_engine, dispose_engine
 from frontdesk.errors import AuditKeyError, ConfigError
+from frontdesk.experts.providers import FunctionModel
+from frontdesk.orchestrator import SyncOrchestrator
 from frontdesk.orchestrator._answered import answered_turns
 from frontdesk.orchestrator._erasure import apply_retention
 from frontdesk.orchestrator.cli import app
@@ -288,3 +291,48 @@ async def test_erase_cli_asks_to_confirm_unless_yes(url: str) -> None:
     assert '"messages": 2' in done.stdout
     assert raw_copies(url, ZOE_STRINGS) == 0
     assert raw_copies(url, [BOB_TEXT]) > 0 and BOB == "bob"
+
+
+class FakeKms:
+    """A `KeyProvider` as a KMS would be: it wraps data keys, the master key stays inside."""
+
+    def __init__(self) -> None:
+        self._inner = MasterKey.generate()
+        self.wraps = 0
+        self.unwraps = 0
+
+    @property
+    def key_id(self) -> str:
+        return "kms:projects/test/keys/audit/1"
+
+    def wrap(self, data_key: bytes, context: bytes) -> bytes:
+        self.wraps += 1
+        return self._inner.wrap(data_key, context)
+
+    def unwrap(self, wrapped: bytes, context: bytes) -> bytes:
+        self.unwraps += 1
+        return self._inner.unwrap(wrapped, context)
+
+
+def test_a_key_provider_wraps_the_data_keys_and_keys_are_cached(tmp_path: Path) -> None:
+    kms = FakeKms()
+    assert isinstance(kms, KeyProvider)
+    url = f"sqlite:///{tmp_path / 'kms.db'}"
+    orch = SyncOrchestrator(_app.categories(), model=FunctionModel(_app._answer), store=url,
+                            audit_key=kms)  # fmt: skip
+    for i in range(5):
+        orch.handle("zoe-0", f"{ZOE_TEXT} {i}", user_id=ZOE)
+    orch.handle("bob-0", BOB_TEXT, user_id=BOB)
+    assert kms.wraps == 2  # One data key per user and month, made once.
+    report = orch.erase_user(ZOE)
+    orch.close()
+    assert report.audit_keys == 1 and report.messages == 10
+
+    async def read() -> tuple[list[Any], list[Any]]:
+        async with await AuditLog.open(url, master_key=kms) as log:
+            return await log.events("zoe-0"), await log.events("bob-0")
+
+    zoe, bob = asyncio.run(read())
+    assert all(r.payload.get("erased") for r in zoe)
+    assert any(r.payload.get("text") == BOB_TEXT for r in bob)
+    assert kms.unwraps == 1  # Bob's key, unwrapped once for all his rows.
