@@ -171,6 +171,26 @@ class Orchestrator:
         """The triage, request (per category) and response experts, as wired (for replay)."""
         return self._experts
 
+    async def _open_audit(self, store: ConversationStore) -> AuditLog | None:
+        """The audit log, with its master key; refused when its database needs another."""
+        spec = self._audit_spec
+        if spec is False:
+            return None
+        if isinstance(spec, AuditLog):
+            spec.check_writable()
+            return spec
+        log = await AuditLog.open(
+            store.engine if spec is True else spec,
+            on_failure=self._audit_on_failure,
+            master_key=self._audit_key,
+        )
+        try:
+            log.check_writable()  # Encrypted database, no key: refuse now.
+        except BaseException:
+            await log.aclose()
+            raise
+        return log
+
     async def _open(self) -> Pipeline:
         """Open the store and audit log on first use (any process may do it)."""
         async with self._open_lock:
@@ -179,17 +199,12 @@ class Orchestrator:
             store = self._store_spec
             if isinstance(store, str):
                 store = await ConversationStore.open(store)
-            spec, key = self._audit_spec, self._audit_key
-            if spec is True or isinstance(spec, str):
-                self._audit = await AuditLog.open(
-                    store.engine if spec is True else spec,
-                    on_failure=self._audit_on_failure,
-                    master_key=key,
-                )
-            elif isinstance(spec, AuditLog):
-                self._audit = spec
-            if self._audit is not None:
-                self._audit.check_writable()  # Encrypted database, no key: refuse now.
+            try:
+                self._audit = await self._open_audit(store)
+            except BaseException:  # A wrong or missing master key: close what was opened.
+                if self._owns_store:
+                    await store.aclose()
+                raise
             triage, requests, response = self._experts
             summariser = summariser_expert(
                 self.models["summariser"],

@@ -166,6 +166,7 @@ async def test_erasure_leaves_no_copy_of_the_user_and_the_chain_verifies(url: st
     assert code == 0 and "Zoë Ångström" in out
 
 
+@pytest.mark.processes
 async def test_a_kill_in_the_middle_of_an_erasure_is_finished_by_running_it_again(
     url: str,
 ) -> None:
