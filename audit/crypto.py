@@ -384,6 +384,12 @@ class DataKeys:
             memo[key] = entry
         return entry.kid, entry.aead
 
+    def ready(self, ref: str, period: str) -> bool:
+        """Whether a batch of user `ref` in `period` needs no key statement (cached, and
+        known to be committed)."""
+        entry = self._writing.get((ref, period))
+        return entry is not None and entry.confirmed
+
     def _load_live(self, conn: Connection, ref: str, period: str) -> Cached | None:
         query = (
             select(audit_key)

@@ -437,6 +437,31 @@ class AuditLog:
             )
         self._write_in(conn, conversation_id, [self._prepare(e) for e in events], False, user_id)
 
+    async def prepare_key(self, user_id: str | None) -> None:
+        """Make (and commit) the user's data key for this month unless it is cached.
+
+        A no-op without a master key or once the key is cached; otherwise one short write
+        transaction of its own, so that the turn's joint write (`append_sync`) does no key
+        statement. Call it before a batch that will join a transaction.
+        """
+        if self._keys is None:
+            return
+        keys, ref, period = (
+            self._keys,
+            crypto.user_ref(user_id),
+            crypto.period_of(_utc_text(datetime.now(UTC))),
+        )
+        if keys.ready(ref, period):
+            return
+        memo: dict[tuple[str, str], crypto.Cached] = {}
+        try:
+            await run_write(self._engine, lambda conn: keys.for_writing(conn, ref, period, memo))
+        except (SQLAlchemyError, OSError) as e:  # The batch makes the key itself, then.
+            log.warning("audit_key_not_prepared", error=type(e).__name__)
+            return
+        for entry in memo.values():
+            entry.confirmed = True
+
     def joinable(self, engine: AsyncEngine) -> bool:
         """Whether a batch may be written in a transaction of `engine` (see `append`).
 
@@ -506,8 +531,11 @@ class AuditLog:
     ) -> None:
         """Write a batch, retrying transient database errors a few times."""
 
+        memo: dict[tuple[str, str], crypto.Cached] = {}
+
         def work(conn: Connection) -> None:
-            self._write_in(conn, conversation_id, batch, idempotent, user_id)
+            memo.clear()
+            self._write_in(conn, conversation_id, batch, idempotent, user_id, memo)
 
         async for attempt in AsyncRetrying(
             retry=retry_if_exception(_retryable),
@@ -520,6 +548,8 @@ class AuditLog:
                 # taken before anything is read (and frontdesk.db's engines begin with
                 # BEGIN IMMEDIATE anyway); on PostgreSQL the head row is locked FOR UPDATE.
                 await run_write(self._engine, work)
+        for entry in memo.values():  # Committed with the batch: no re-insert from now on.
+            entry.confirmed = True
 
     def _write_in(
         self,
@@ -528,6 +558,7 @@ class AuditLog:
         batch: Sequence[_Prepared],
         idempotent: bool,
         user_id: str | None = None,
+        memo: dict[tuple[str, str], crypto.Cached] | None = None,
     ) -> None:
         """The body of the append transaction: lock the head, chain the rows, move the head."""
         # One statement creates the head if missing and returns it, row-locked on
@@ -544,7 +575,9 @@ class AuditLog:
             for p in {p.prompt_sha256: p for p in batch if p.prompt_sha256}.values()
         ]
         if self._keys is not None and any(p.split is not None for p in batch):
-            batch = self._sealed(conn, conversation_id, batch, user_id)
+            batch = self._sealed(
+                conn, conversation_id, batch, user_id, {} if memo is None else memo
+            )
         rows = []
         for item in batch:
             seq += 1
@@ -564,11 +597,11 @@ class AuditLog:
         conversation_id: str,
         batch: Sequence[_Prepared],
         user_id: str | None,
+        memo: dict[tuple[str, str], crypto.Cached],
     ) -> list[_Prepared]:
         """The batch with each payload encrypted under its owner's key for its month."""
         assert self._keys is not None
         ref = crypto.user_ref(user_id)
-        memo: dict[tuple[str, str], crypto.Cached] = {}
         out = []
         for item in batch:
             if item.split is None:

@@ -364,6 +364,8 @@ async def _finish(
     answered = {**decided.answered, "response": answer.response}
     outcome = _stored(t, dataclasses.replace(decided, answered=answered))
     audit, events = p.audit, t.recorder.events
+    if audit is not None:
+        await audit.prepare_key(t.user_id)  # Only a user's first turn (per process) writes.
     try:
         if audit is not None and audit.joinable(p.store.engine):
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import text
+from sqlalchemy import Engine, event, text
 from sqlalchemy.engine import make_url
 from typer.testing import CliRunner, Result
 
@@ -337,3 +337,24 @@ def test_a_key_provider_wraps_the_data_keys_and_keys_are_cached(tmp_path: Path) 
     assert all(r.payload.get("erased") for r in zoe)
     assert any(r.payload.get("text") == BOB_TEXT for r in bob)
     assert kms.unwraps == 1  # Bob's key, unwrapped once for all his rows.
+
+
+async def test_turns_after_a_users_first_do_no_key_statement(url: str) -> None:
+    statements: list[str] = []
+
+    def seen(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        if "audit_key" in statement:
+            statements.append(statement.split()[0])
+
+    orch = _app.orchestrator(url, new_key())
+    await orch.handle("zoe-0", ZOE_TEXT, user_id=ZOE)  # Makes Zoë's key for the month.
+    event.listen(Engine, "before_cursor_execute", seen)
+    try:
+        for i in range(5):
+            await orch.handle("zoe-0", f"{ZOE_TEXT} {i}", user_id=ZOE)
+            await orch.handle(f"zoe-{i + 1}", ZOE_TEXT, user_id=ZOE)
+        await orch.handle("bob-0", BOB_TEXT, user_id=BOB)  # A new user: one key write.
+    finally:
+        event.remove(Engine, "before_cursor_execute", seen)
+        await orch.aclose()
+    assert statements.count("INSERT") == 1 and len(statements) <= 2, statements
