@@ -312,12 +312,32 @@ class Cached:
     loaded: float
 
 
-class PayloadOpener:
-    """Decrypts the envelopes of rows read together (their key rows loaded at once)."""
+ENCRYPTED = "[encrypted]"
+"""What a content field reads as in a view made without decryption."""
 
-    def __init__(self, keys: DataKeys | None, rows: Mapping[str, _KeyRow]) -> None:
+
+def undecrypted(envelope: Mapping[str, Any]) -> dict[str, Any]:
+    """An envelope's clear fields, with `[encrypted]` in place of each content field."""
+    fields: Mapping[str, str] = envelope.get("fields") or {}
+    out = dict(envelope.get("clear") or {})
+    out.update({k: ENCRYPTED if tag == "s" else _SHREDDED.get(tag) for k, tag in fields.items()})
+    out["encrypted"] = True
+    return out
+
+
+class PayloadOpener:
+    """Decrypts the envelopes of rows read together (their key rows loaded at once).
+
+    With `decrypt=False` it decrypts nothing: content fields read as `[encrypted]` (the
+    clear fields, usage and cost, stay), for views and reports that need no key.
+    """
+
+    def __init__(
+        self, keys: DataKeys | None, rows: Mapping[str, _KeyRow], *, decrypt: bool = True
+    ) -> None:
         self._keys = keys
         self._rows = rows
+        self._decrypt = decrypt
 
     def open(self, envelope: Mapping[str, Any], associated: bytes) -> dict[str, Any]:
         """The payload of `envelope`, or markers when its key is destroyed.
@@ -328,6 +348,8 @@ class PayloadOpener:
         row = self._rows.get(str(envelope.get("kid")))
         if row is None or row.destroyed:
             return shredded(envelope)
+        if not self._decrypt:
+            return undecrypted(envelope)
         if self._keys is None:
             raise AuditKeyError(
                 "these audit payloads are encrypted; set FRONTDESK_MASTER_KEY (or pass"

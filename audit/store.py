@@ -667,8 +667,12 @@ class AuditLog:
         async with self._read() as conn:
             return sorted((await conn.execute(query)).scalars())
 
-    async def events(self, conversation_id: str) -> list[StoredAuditEvent]:
-        """A conversation's rows in chain order, with their system prompt texts."""
+    async def events(self, conversation_id: str, *, decrypt: bool = True) -> list[StoredAuditEvent]:
+        """A conversation's rows in chain order, with their system prompt texts.
+
+        Encrypted payloads are decrypted as they are read (`payload`); with
+        `decrypt=False` their content fields read as `[encrypted]` and no key is needed.
+        """
         query = (
             select(audit_event, audit_prompt.c.text_json)
             .outerjoin(audit_prompt, audit_prompt.c.sha256 == audit_event.c.prompt_sha256)
@@ -685,7 +689,7 @@ class AuditLog:
             opener = None
             if kids:
                 key_rows = await conn.run_sync(crypto.load_rows, kids)
-                opener = PayloadOpener(self._keys, key_rows)
+                opener = PayloadOpener(self._keys, key_rows, decrypt=decrypt)
             return [
                 StoredAuditEvent(
                     conversation_id=r.conversation_id,

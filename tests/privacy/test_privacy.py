@@ -232,6 +232,9 @@ async def test_a_wrong_or_missing_key_is_a_clear_config_error(url: str) -> None:
     assert code == 2 and "not the one that wrapped" in err
     code, out, err = await cli(["audit", "verify", "--all"], url, None)
     assert code == 0, out + err
+    code, out, err = await cli(["audit", "cost", "zoe-0", "--json"], url, None)
+    assert code == 0 and '"label": "request"' in out, out + err  # Usage, cost: in clear.
+    assert "Zo" not in out
     code, _, err = await cli(["audit", "show", "zoe-0"], url, "not base64!")
     assert code == 2 and "base64" in err
 
