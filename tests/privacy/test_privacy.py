@@ -19,6 +19,7 @@ from sqlalchemy.engine import make_url
 from typer.testing import CliRunner, Result
 
 from frontdesk import ErasureReport, KeyProvider
+from frontdesk.audit.chains import user_chain_id
 from frontdesk.audit.crypto import MasterKey
 from frontdesk.audit.store import AuditLog
 from frontdesk.db import create_engine, dispose_engine
@@ -361,3 +362,33 @@ async def test_turns_after_a_users_first_do_no_key_statement(url: str) -> None:
         event.remove(Engine, "before_cursor_execute", seen)
         await orch.aclose()
     assert statements.count("INSERT") == 1 and len(statements) <= 2, statements
+
+
+async def test_an_export_decrypts_with_the_key(tmp_path: Path) -> None:
+    url, key = f"sqlite:///{tmp_path / 'export.db'}", new_key()
+    await _app.record(url, key, turns=1)
+    out = tmp_path / "zoe.jsonl"
+    code, _, err = await cli(["audit", "export", "zoe-0", "-o", str(out)], url, key)
+    assert code == 0, err
+    assert "Zoë Ångström" in out.read_text(encoding="utf-8")
+    code, _, err = await cli(["audit", "export", "zoe-0", "-o", str(out)], url, None)
+    assert code == 2 and "encrypted" in err
+
+
+async def test_erasure_without_a_master_key_says_which_audit_rows_stay_readable(
+    tmp_path: Path,
+) -> None:
+    url = f"sqlite:///{tmp_path / 'clear.db'}"
+    await _app.record(url, None, turns=2)
+    result = await invoke(["erase", "--user", ZOE, "--yes", "--db", url], env={})
+    assert result.exit_code == 0, result.output
+    assert "audit rows of this user were written without a master key" in result.stderr
+    async with await AuditLog.open(url) as log:
+        rows = await log.events("zoe-0")
+        stays = [r for r in rows if r.kind == "turn_started"]
+        erased = [r for r in await log.events(user_chain_id(ZOE)) if r.kind == "erased"]
+    assert f"audit_rows_in_clear {len(rows)}" in result.stdout
+    assert ZOE_TEXT in stays[0].payload["text"]  # The chain forbids changing these rows.
+    assert erased[0].payload["counts"]["messages"] == 4
+    assert ZOE not in erased[0].payload_json and "Zo" not in erased[0].payload_json
+    assert await verify_all(url)
