@@ -155,6 +155,8 @@ async def test_erasure_leaves_no_copy_of_the_user_and_the_chain_verifies(url: st
     code, out, err = await cli(["audit", "show", "zoe-0"], url, key)
     assert code == 0, out + err
     assert "erased" in out and "99887766" not in out
+    code, out, err = await cli(["audit", "show", "zoe-0", "--full", "--json"], url, key)
+    assert code == 0 and "[erased]" in out and "99887766" not in out, err
     code, out, _ = await cli(["audit", "show", "bob-0"], url, key)
     assert code == 0 and "11223344" in out  # Bob's payloads still decrypt.
 
