@@ -3,6 +3,7 @@
 from frontdesk.errors import (
     AuditConfigError,
     AuditError,
+    AuditKeyError,
     AuditPayloadError,
     AuditWriteError,
     ReplayError,
@@ -12,6 +13,7 @@ from frontdesk.errors import (
 __all__ = [
     "AuditConfigError",
     "AuditError",
+    "AuditKeyError",
     "AuditPayloadError",
     "AuditWriteError",
     "ReplayError",

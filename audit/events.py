@@ -39,6 +39,8 @@ EventKind = Literal[
     "handoff_timeout",  # payload: handoff_id, assistant_message_id, parent_id, superseded,
     # text (the timeout message, written by the bot as it takes the conversation back)
     "hand_back",  # payload: handoff_id, by ("operator" | "timeout")
+    "erased",  # chain user_chain_id(user): at, requested_by, counts (no content, in clear)
+    "retention",  # chain "retention": at, older_than_days, cutoff, periods_before, counts
 ]
 
 # A `model_attempt` payload holds: expert, model, attempt, settings, prompt {name, version,

@@ -23,7 +23,8 @@ import anyio.to_thread
 from frontdesk.audit.chain import canonical_json
 from frontdesk.audit.events import AuditEvent
 
-BatchWriter = Callable[[str, Sequence[AuditEvent]], Awaitable[None]]
+BatchWriter = Callable[[str, Sequence[AuditEvent], str | None], Awaitable[None]]
+"""Writes one batch: conversation id, events, the owner (`None`: single-user mode)."""
 
 
 def event_to_dict(event: AuditEvent) -> dict[str, Any]:
@@ -71,10 +72,16 @@ class Spool:
                 fcntl.flock(fd, fcntl.LOCK_UN)
                 os.close(fd)
 
-    async def add(self, conversation_id: str, events: Sequence[AuditEvent]) -> None:
-        """Append one batch durably."""
+    async def add(
+        self, conversation_id: str, events: Sequence[AuditEvent], user_id: str | None = None
+    ) -> None:
+        """Append one batch durably (in clear: it is encrypted when it is written)."""
         line = canonical_json(
-            {"conversation_id": conversation_id, "events": [event_to_dict(e) for e in events]}
+            {
+                "conversation_id": conversation_id,
+                "events": [event_to_dict(e) for e in events],
+                "user_id": user_id,
+            }
         )
         async with self._locked():
             with self.path.open("a", encoding="utf-8") as f:
@@ -104,7 +111,9 @@ class Spool:
                 batch = json.loads(line)
                 try:
                     await write(
-                        batch["conversation_id"], [event_from_dict(e) for e in batch["events"]]
+                        batch["conversation_id"],
+                        [event_from_dict(e) for e in batch["events"]],
+                        batch.get("user_id"),
                     )
                 except Exception as e:  # The spool keeps the batch whatever went wrong.
                     error = e

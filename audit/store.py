@@ -15,7 +15,7 @@ import contextlib
 import functools
 import json
 from collections.abc import AsyncIterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import cached_property
 from pathlib import Path
@@ -35,6 +35,7 @@ from tenacity import (
 )
 
 from frontdesk._sqlite import Statement
+from frontdesk.audit import crypto
 from frontdesk.audit.chain import (
     GENESIS_HASH,
     Head,
@@ -45,7 +46,8 @@ from frontdesk.audit.chain import (
     sha256_text,
     verify_chain,
 )
-from frontdesk.audit.errors import AuditConfigError, AuditWriteError
+from frontdesk.audit.crypto import DataKeys, KeyProvider, PayloadOpener
+from frontdesk.audit.errors import AuditConfigError, AuditKeyError, AuditWriteError
 from frontdesk.audit.events import AuditEvent
 from frontdesk.audit.spool import Spool
 from frontdesk.audit.tables import audit_event, audit_head, audit_prompt
@@ -78,12 +80,30 @@ class StoredAuditEvent:
     hash: str
     system_prompt: str | None = None
     """The system prompt text (stored once by hash), for `model_attempt` rows."""
+    opener: PayloadOpener | None = field(default=None, compare=False, repr=False)
+    """Decrypts an encrypted payload (set by `AuditLog.events`)."""
 
     @cached_property
     def payload(self) -> dict[str, Any]:
-        """The decoded payload."""
+        """The decoded payload, decrypted (markers in place of content once shredded).
+
+        Raises:
+            AuditKeyError: the payload is encrypted and no (or the wrong) master key is set.
+        """
         value: dict[str, Any] = json.loads(self.payload_json)
-        return value
+        if not crypto.is_envelope(value):
+            return value
+        associated = crypto.aad(self.conversation_id, self.event_id, self.kind)
+        if self.opener is None:
+            return PayloadOpener(None, {}).open(value, associated)
+        return self.opener.open(value, associated)
+
+    @property
+    def encrypted(self) -> bool:
+        """Whether the row is stored encrypted."""
+        return (
+            self.payload_json.startswith('{"clear":') and '"enc":"aes-256-gcm"' in self.payload_json
+        )
 
     @property
     def timestamp(self) -> datetime:
@@ -113,7 +133,9 @@ class _Prepared:
     event: AuditEvent
     created_at: str
     payload_json: str
+    """Empty when the payload is to be sealed (`split` holds it then)."""
     prompt_sha256: str | None
+    split: crypto.Split | None = None
 
 
 def spliced_row_hash(
@@ -206,12 +228,21 @@ class AuditLog:
     """The audit log of every expert call and turn decision; open it with `AuditLog.open`."""
 
     def __init__(
-        self, engine: AsyncEngine, *, owns_engine: bool, on_failure: OnFailure, spool: Spool | None
+        self,
+        engine: AsyncEngine,
+        *,
+        owns_engine: bool,
+        on_failure: OnFailure,
+        spool: Spool | None,
+        keys: DataKeys | None = None,
+        needs_key: bool = False,
     ) -> None:
         self._engine = engine
         self._owns_engine = owns_engine
         self._on_failure = on_failure
         self._spool = spool
+        self._keys = keys
+        self._needs_key = needs_key
 
     @classmethod
     async def open(
@@ -220,6 +251,7 @@ class AuditLog:
         *,
         on_failure: OnFailure = "raise",
         spool_dir: Path | None = None,
+        master_key: bytes | str | KeyProvider | None = None,
     ) -> AuditLog:
         """Open (and if needed create) the audit log.
 
@@ -230,9 +262,14 @@ class AuditLog:
             on_failure: `"raise"` fails the turn with `AuditWriteError` when a batch cannot
                 be written; `"spool"` keeps it in a local file and writes it later.
             spool_dir: The spool's folder (default `.frontdesk-audit-spool`).
+            master_key: Encrypts payloads per user (see `frontdesk.audit.crypto`): 32 raw
+                bytes, base64 text, or a `KeyProvider`; `None` reads `FRONTDESK_MASTER_KEY`
+                (unset: payloads are stored in clear).
 
         Raises:
             ConfigError: for an unknown URL form or `on_failure` value.
+            AuditKeyError: the master key is malformed, or is not the one that wrapped the
+                database's data keys.
             SchemaOutdated: the database's schema is older than this code.
         """
         if on_failure not in ("raise", "spool"):
@@ -243,13 +280,54 @@ class AuditLog:
         else:
             engine = url_or_engine
         try:
+            provider = crypto.as_provider(master_key)
             await ensure_schema(engine)
+            async with engine.connect() as conn:
+                masters = await conn.run_sync(crypto.live_master_ids)
         except BaseException:
             if owns:
                 await engine.dispose()
             raise
+        if provider is not None and masters - {provider.key_id}:
+            if owns:
+                await engine.dispose()
+            raise AuditKeyError(
+                f"the audit master key ({provider.key_id}) is not the one that wrapped this"
+                f" database's data keys ({', '.join(sorted(masters))}); set"
+                f" {crypto.MASTER_KEY_ENV} to that key (rotate with `frontdesk audit rotate-key`)"
+            )
         spool = Spool(spool_dir or DEFAULT_SPOOL_DIR) if on_failure == "spool" else None
-        return cls(engine, owns_engine=owns, on_failure=on_failure, spool=spool)
+        keys = None if provider is None else DataKeys(provider)
+        return cls(
+            engine,
+            owns_engine=owns,
+            on_failure=on_failure,
+            spool=spool,
+            keys=keys,
+            needs_key=bool(masters),
+        )
+
+    @property
+    def keys(self) -> DataKeys | None:
+        """The data keys (when a master key is configured): payloads are then encrypted."""
+        return self._keys
+
+    @property
+    def needs_key(self) -> bool:
+        """Whether the database holds live data keys (so a writer must have the master key)."""
+        return self._needs_key
+
+    def check_writable(self) -> None:
+        """Refuse to write clear payloads into a database whose payloads are encrypted.
+
+        Raises:
+            AuditKeyError: no master key is configured but the database has data keys.
+        """
+        if self._keys is None and self._needs_key:
+            raise AuditKeyError(
+                "this database's audit payloads are encrypted (it holds data keys) but no"
+                f" master key is set; set {crypto.MASTER_KEY_ENV} (or pass audit_key=)"
+            )
 
     @property
     def engine(self) -> AsyncEngine:
@@ -275,12 +353,18 @@ class AuditLog:
         events: Sequence[AuditEvent],
         *,
         connection: AsyncConnection | None = None,
+        user_id: str | None = None,
+        in_clear: bool = False,
     ) -> None:
         """Write one batch (one turn's events) in one transaction, chained.
 
         Args:
             conversation_id: The conversation the events belong to.
             events: The batch, in order.
+            user_id: The conversation's owner, whose data key encrypts the payloads
+                (`None`: single-user mode, the key of user ""). Unused without a master key.
+            in_clear: Store the payloads unencrypted even with a master key: only for
+                events that hold no personal content (an `erased` record).
             connection: A connection of this log's engine inside a write transaction the
                 caller commits (the turn's last write), so that the batch costs no
                 transaction of its own. A failure then propagates as it is, for the caller
@@ -292,22 +376,24 @@ class AuditLog:
         """
         if not events:
             return
-        prepared = [self._prepare(e) for e in events]
+        if not in_clear:
+            self.check_writable()
+        prepared = [self._prepare(e, in_clear) for e in events]
         if connection is not None:
             if not self.joinable(connection.engine):
                 raise AuditConfigError(
                     "append(connection=...) needs a connection of the audit log's own engine"
                     " and an empty spool; call append without a connection"
                 )
-            await connection.run_sync(self._write_in, conversation_id, prepared, False)
+            await connection.run_sync(self._write_in, conversation_id, prepared, False, user_id)
             return
         if self._spool is not None and self._spool.path.exists():
             _, error = await self._spool.drain(self._write_idempotent)
             if error is not None:
-                await self._spool_batch(conversation_id, events, error)
+                await self._spool_batch(conversation_id, events, error, user_id)
                 return
         try:
-            await self._write(conversation_id, prepared, idempotent=False)
+            await self._write(conversation_id, prepared, idempotent=False, user_id=user_id)
         except (SQLAlchemyError, OSError, TimeoutError) as e:
             if self._spool is None:
                 raise AuditWriteError(
@@ -317,10 +403,15 @@ class AuditLog:
                     conversation_id=conversation_id,
                     events=len(events),
                 ) from e
-            await self._spool_batch(conversation_id, events, e)
+            await self._spool_batch(conversation_id, events, e, user_id)
 
     def append_sync(
-        self, conn: Connection, conversation_id: str, events: Sequence[AuditEvent]
+        self,
+        conn: Connection,
+        conversation_id: str,
+        events: Sequence[AuditEvent],
+        *,
+        user_id: str | None = None,
     ) -> None:
         """`append(..., connection=...)` for a sync connection: the batch in the caller's
         transaction, e.g. a turn's last write run by `frontdesk.db.run_write`.
@@ -330,6 +421,7 @@ class AuditLog:
                 transaction the caller commits. A failure propagates as it is.
             conversation_id: The conversation the events belong to.
             events: The batch, in order.
+            user_id: The conversation's owner (see `append`).
 
         Raises:
             AuditConfigError: `conn` is not of this log's database, or batches are spooled.
@@ -337,12 +429,38 @@ class AuditLog:
         """
         if not events:
             return
+        self.check_writable()
         if not writes_to(conn, self._engine) or not self.joinable(self._engine):
             raise AuditConfigError(
                 "append_sync needs a connection of the audit log's own engine and an empty"
                 " spool; call append without a connection"
             )
-        self._write_in(conn, conversation_id, [self._prepare(e) for e in events], False)
+        self._write_in(conn, conversation_id, [self._prepare(e) for e in events], False, user_id)
+
+    async def prepare_key(self, user_id: str | None) -> None:
+        """Make (and commit) the user's data key for this month unless it is cached.
+
+        A no-op without a master key or once the key is cached; otherwise one short write
+        transaction of its own, so that the turn's joint write (`append_sync`) does no key
+        statement. Call it before a batch that will join a transaction.
+        """
+        if self._keys is None:
+            return
+        keys, ref, period = (
+            self._keys,
+            crypto.user_ref(user_id),
+            crypto.period_of(_utc_text(datetime.now(UTC))),
+        )
+        if keys.ready(ref, period):
+            return
+        memo: dict[tuple[str, str], crypto.Cached] = {}
+        try:
+            await run_write(self._engine, lambda conn: keys.for_writing(conn, ref, period, memo))
+        except (SQLAlchemyError, OSError) as e:  # The batch makes the key itself, then.
+            log.warning("audit_key_not_prepared", error=type(e).__name__)
+            return
+        for entry in memo.values():
+            entry.confirmed = True
 
     def joinable(self, engine: AsyncEngine) -> bool:
         """Whether a batch may be written in a transaction of `engine` (see `append`).
@@ -374,10 +492,14 @@ class AuditLog:
         return 0 if self._spool is None else self._spool.pending()
 
     async def _spool_batch(
-        self, conversation_id: str, events: Sequence[AuditEvent], error: BaseException
+        self,
+        conversation_id: str,
+        events: Sequence[AuditEvent],
+        error: BaseException,
+        user_id: str | None,
     ) -> None:
         assert self._spool is not None
-        await self._spool.add(conversation_id, events)
+        await self._spool.add(conversation_id, events, user_id)
         log.warning(
             "audit_write_spooled",
             conversation_id=conversation_id,
@@ -386,20 +508,34 @@ class AuditLog:
             spool=str(self._spool.path),
         )
 
-    def _prepare(self, event: AuditEvent) -> _Prepared:
+    def _prepare(self, event: AuditEvent, in_clear: bool = False) -> _Prepared:
         prompt = None if event.system_prompt is None else sha256_text(event.system_prompt)
-        return _Prepared(event, _utc_text(event.created_at), canonical_json(event.payload), prompt)
+        created = _utc_text(event.created_at)
+        if self._keys is not None and not in_clear:
+            return _Prepared(event, created, "", prompt, crypto.split(event.payload))
+        return _Prepared(event, created, canonical_json(event.payload), prompt)
 
-    async def _write_idempotent(self, conversation_id: str, events: Sequence[AuditEvent]) -> None:
-        await self._write(conversation_id, [self._prepare(e) for e in events], idempotent=True)
+    async def _write_idempotent(
+        self, conversation_id: str, events: Sequence[AuditEvent], user_id: str | None
+    ) -> None:
+        batch = [self._prepare(e) for e in events]
+        await self._write(conversation_id, batch, idempotent=True, user_id=user_id)
 
     async def _write(
-        self, conversation_id: str, batch: Sequence[_Prepared], *, idempotent: bool
+        self,
+        conversation_id: str,
+        batch: Sequence[_Prepared],
+        *,
+        idempotent: bool,
+        user_id: str | None,
     ) -> None:
         """Write a batch, retrying transient database errors a few times."""
 
+        memo: dict[tuple[str, str], crypto.Cached] = {}
+
         def work(conn: Connection) -> None:
-            self._write_in(conn, conversation_id, batch, idempotent)
+            memo.clear()
+            self._write_in(conn, conversation_id, batch, idempotent, user_id, memo)
 
         async for attempt in AsyncRetrying(
             retry=retry_if_exception(_retryable),
@@ -412,6 +548,8 @@ class AuditLog:
                 # taken before anything is read (and frontdesk.db's engines begin with
                 # BEGIN IMMEDIATE anyway); on PostgreSQL the head row is locked FOR UPDATE.
                 await run_write(self._engine, work)
+        for entry in memo.values():  # Committed with the batch: no re-insert from now on.
+            entry.confirmed = True
 
     def _write_in(
         self,
@@ -419,6 +557,8 @@ class AuditLog:
         conversation_id: str,
         batch: Sequence[_Prepared],
         idempotent: bool,
+        user_id: str | None = None,
+        memo: dict[tuple[str, str], crypto.Cached] | None = None,
     ) -> None:
         """The body of the append transaction: lock the head, chain the rows, move the head."""
         # One statement creates the head if missing and returns it, row-locked on
@@ -434,6 +574,10 @@ class AuditLog:
             {"sha256": p.prompt_sha256, "text_json": _prompt_json(p.event.system_prompt or "")}
             for p in {p.prompt_sha256: p for p in batch if p.prompt_sha256}.values()
         ]
+        if self._keys is not None and any(p.split is not None for p in batch):
+            batch = self._sealed(
+                conn, conversation_id, batch, user_id, {} if memo is None else memo
+            )
         rows = []
         for item in batch:
             seq += 1
@@ -446,6 +590,29 @@ class AuditLog:
         _INSERT_EVENT.run_many(conn, rows)
         if conn.dialect.name != "postgresql":  # There the link trigger has moved it.
             _MOVE_HEAD.run(conn, moved)
+
+    def _sealed(
+        self,
+        conn: Connection,
+        conversation_id: str,
+        batch: Sequence[_Prepared],
+        user_id: str | None,
+        memo: dict[tuple[str, str], crypto.Cached],
+    ) -> list[_Prepared]:
+        """The batch with each payload encrypted under its owner's key for its month."""
+        assert self._keys is not None
+        ref = crypto.user_ref(user_id)
+        out = []
+        for item in batch:
+            if item.split is None:
+                out.append(item)
+                continue
+            e, parts = item.event, item.split
+            kid, aead = self._keys.for_writing(conn, ref, crypto.period_of(item.created_at), memo)
+            associated = crypto.aad(conversation_id, e.event_id, e.kind)
+            envelope = crypto.seal(parts, kid=kid, aead=aead, associated=associated)
+            out.append(_Prepared(e, item.created_at, canonical_json(envelope), item.prompt_sha256))
+        return out
 
     @staticmethod
     def _row(conversation_id: str, seq: int, prev: str, item: _Prepared) -> dict[str, Any]:
@@ -500,8 +667,12 @@ class AuditLog:
         async with self._read() as conn:
             return sorted((await conn.execute(query)).scalars())
 
-    async def events(self, conversation_id: str) -> list[StoredAuditEvent]:
-        """A conversation's rows in chain order, with their system prompt texts."""
+    async def events(self, conversation_id: str, *, decrypt: bool = True) -> list[StoredAuditEvent]:
+        """A conversation's rows in chain order, with their system prompt texts.
+
+        Encrypted payloads are decrypted as they are read (`payload`); with
+        `decrypt=False` their content fields read as `[encrypted]` and no key is needed.
+        """
         query = (
             select(audit_event, audit_prompt.c.text_json)
             .outerjoin(audit_prompt, audit_prompt.c.sha256 == audit_event.c.prompt_sha256)
@@ -509,7 +680,16 @@ class AuditLog:
             .order_by(audit_event.c.seq, audit_event.c.id)
         )
         async with self._read() as conn:
-            result = await conn.execute(query)
+            result = list(await conn.execute(query))
+            kids = [
+                str(json.loads(r.payload_json).get("kid"))
+                for r in result
+                if r.payload_json.startswith('{"clear":')
+            ]
+            opener = None
+            if kids:
+                key_rows = await conn.run_sync(crypto.load_rows, kids)
+                opener = PayloadOpener(self._keys, key_rows, decrypt=decrypt)
             return [
                 StoredAuditEvent(
                     conversation_id=r.conversation_id,
@@ -523,6 +703,7 @@ class AuditLog:
                     prev_hash=r.prev_hash,
                     hash=r.hash,
                     system_prompt=None if r.text_json is None else json.loads(r.text_json),
+                    opener=opener,
                 )
                 for r in result
             ]

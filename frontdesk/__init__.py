@@ -10,15 +10,24 @@ from frontdesk.logs import protect_logs
 # Payload-carrying DEBUG records of the SDKs and the driver never reach the logs (see logs.py).
 protect_logs()
 
+from frontdesk.audit.crypto import KeyProvider  # noqa: E402
 from frontdesk.experts import Category, HandlerContext, NeedMoreInfo, Outcome  # noqa: E402
-from frontdesk.orchestrator import Handoff, Orchestrator, Reply, SyncOrchestrator  # noqa: E402
+from frontdesk.orchestrator import (  # noqa: E402
+    ErasureReport,
+    Handoff,
+    Orchestrator,
+    Reply,
+    SyncOrchestrator,
+)
 
 __version__ = "0.1.0"
 
 __all__ = [
     "Category",
+    "ErasureReport",
     "HandlerContext",
     "Handoff",
+    "KeyProvider",
     "NeedMoreInfo",
     "Orchestrator",
     "Outcome",

@@ -6,6 +6,7 @@
     │   │   ├── UnknownModelSpec        a model spec frontdesk cannot parse
     │   │   ├── MissingAPIKey           the provider's key is not set
     │   │   ├── AuditConfigError        a database URL or setting the audit log cannot use
+    │   │   │   └── AuditKeyError       master key missing, wrong, or not the data keys' one
     │   │   ├── PromptError             a prompt file is missing or malformed
     │   │   │   └── PromptVariableError a prompt rendered without a variable it uses
     │   │   ├── SchemaOutdated          the database schema is behind: `frontdesk db upgrade`
@@ -67,6 +68,7 @@ __all__ = [
     "SAFE_REPLY",
     "AuditConfigError",
     "AuditError",
+    "AuditKeyError",
     "AuditPayloadError",
     "AuditWriteError",
     "ConfigError",
@@ -393,6 +395,10 @@ class UnknownConversation(UserError):
 
 class AuditConfigError(ConfigError):
     """A database URL or audit setting that cannot work; the message says what to use."""
+
+
+class AuditKeyError(AuditConfigError):
+    """The audit master key is missing, wrong, or not the one that wrapped the data keys."""
 
 
 class ReplayError(AuditError):

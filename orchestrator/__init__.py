@@ -1,5 +1,6 @@
 """The turn pipeline: thread -> triage -> request -> handler -> response -> thread/audit."""
 
+from frontdesk.orchestrator._erasure import ErasureReport
 from frontdesk.orchestrator._orchestrator import Orchestrator
 from frontdesk.orchestrator.config import ExpertSettings
 from frontdesk.orchestrator.errors import (
@@ -16,6 +17,7 @@ from frontdesk.orchestrator.sync import SyncOrchestrator
 
 __all__ = [
     "EmptyMessage",
+    "ErasureReport",
     "ExpertSettings",
     "ForbiddenCharacters",
     "Handoff",

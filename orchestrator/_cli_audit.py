@@ -77,12 +77,22 @@ def _run(work: Callable[[AuditLog], Awaitable[T]], db: str | None) -> T:
 
     async def main() -> T:
         log = await AuditLog.open(_url(db))
+        if log.keys is None:
+            warn_clear()
         try:
             return await work(log)
         finally:
             await log.aclose()
 
     return asyncio.run(main())
+
+
+def warn_clear() -> None:
+    """Say (once per command, on stderr) that audit payloads are stored unencrypted."""
+    typer.echo(
+        "warning: no FRONTDESK_MASTER_KEY: audit payloads are stored in clear (docs/privacy.md)",
+        err=True,
+    )
 
 
 async def _targets(log: AuditLog, conversation: str | None, every: bool) -> list[str]:
@@ -107,10 +117,10 @@ async def _known(log: AuditLog, conversation: str) -> None:
         )
 
 
-async def _transcripts(log: AuditLog, ids: list[str]) -> list[Transcript]:
+async def _transcripts(log: AuditLog, ids: list[str], *, decrypt: bool = True) -> list[Transcript]:
     out = []
     for cid in ids:
-        rows = await log.events(cid)
+        rows = await log.events(cid, decrypt=decrypt)
         if not rows:
             known = len(await log.conversations())
             raise UnknownConversation(
@@ -444,7 +454,8 @@ def cost(
 
     async def work(log: AuditLog) -> CostReport:
         ids = await _targets(log, conversation, every)
-        return cost_report(await _transcripts(log, ids))
+        # Usage and cost are stored in clear: the report needs no master key.
+        return cost_report(await _transcripts(log, ids, decrypt=log.keys is not None))
 
     report = _run(work, db)
     if as_json:

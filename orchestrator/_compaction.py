@@ -139,7 +139,9 @@ class Compactor:
         if self.audit is None:
             return
         try:
-            await self.audit.append(conversation_id, recorder.events)
+            owner = await self.store.conversation(conversation_id)
+            user_id = None if owner is None else owner.user_id
+            await self.audit.append(conversation_id, recorder.events, user_id=user_id)
         except Exception:  # The summary (or the unchanged thread) stands; ops see the log.
             log.exception("compaction.audit_failed", conversation_id=conversation_id)
 

@@ -15,6 +15,7 @@ from typing import Any, Literal
 
 import structlog
 
+from frontdesk.audit.crypto import KeyProvider
 from frontdesk.audit.store import AuditLog
 from frontdesk.db import normalise_url
 from frontdesk.errors import (
@@ -27,7 +28,7 @@ from frontdesk.errors import (
 )
 from frontdesk.experts import Category
 from frontdesk.experts.category import check_registry
-from frontdesk.orchestrator import _handoff, _wiring
+from frontdesk.orchestrator import _erasure, _handoff, _wiring
 from frontdesk.orchestrator._compaction import BackgroundCompaction, Compactor, summariser_expert
 from frontdesk.orchestrator._input import DEFAULT_MAX_MESSAGE_CHARS, check_user_text
 from frontdesk.orchestrator.config import EXPERTS, ExpertSettings, ModelChoice, resolve_models
@@ -102,6 +103,9 @@ class Orchestrator:
             conversation is handed back to the bot with `handoff_timeout_message`. Checked
             lazily, by the conversation's next message and by `handoffs()`. `None`: never.
         handoff_timeout_message: The assistant message a timed-out hand-off leaves.
+        audit_key: The master key that encrypts audit payloads per user (docs/privacy.md):
+            32 bytes, base64 text, or a `KeyProvider` (a KMS); `None` reads
+            `FRONTDESK_MASTER_KEY` (unset: payloads are stored in clear).
     """
 
     def __init__(
@@ -127,6 +131,7 @@ class Orchestrator:
         handoff_message: str = DEFAULT_WAITING_MESSAGE,
         handoff_timeout: float | None = None,
         handoff_timeout_message: str = DEFAULT_TIMEOUT_MESSAGE,
+        audit_key: bytes | str | KeyProvider | None = None,
     ) -> None:
         self.categories = check_registry(list(categories))
         self.models = resolve_models(model)
@@ -165,6 +170,7 @@ class Orchestrator:
         self._store_spec = store
         self._audit_spec = audit
         self._audit_on_failure = audit_on_failure
+        self._audit_key = audit_key
         self.budgets: Mapping[str, Budget] = dict(budgets or {})
         self.compaction_policy = compaction or CompactionPolicy()
         wiring = _wiring.Wiring(
@@ -196,6 +202,26 @@ class Orchestrator:
         """The triage, request (per category) and response experts, as wired (for replay)."""
         return self._experts
 
+    async def _open_audit(self, store: ConversationStore) -> AuditLog | None:
+        """The audit log, with its master key; refused when its database needs another."""
+        spec = self._audit_spec
+        if spec is False:
+            return None
+        if isinstance(spec, AuditLog):
+            spec.check_writable()
+            return spec
+        log = await AuditLog.open(
+            store.engine if spec is True else spec,
+            on_failure=self._audit_on_failure,
+            master_key=self._audit_key,
+        )
+        try:
+            log.check_writable()  # Encrypted database, no key: refuse now.
+        except BaseException:
+            await log.aclose()
+            raise
+        return log
+
     async def _open(self) -> Pipeline:
         """Open the store and audit log on first use (any process may do it)."""
         async with self._open_lock:
@@ -204,14 +230,12 @@ class Orchestrator:
             store = self._store_spec
             if isinstance(store, str):
                 store = await ConversationStore.open(store)
-            if self._audit_spec is True:
-                self._audit = await AuditLog.open(store.engine, on_failure=self._audit_on_failure)
-            elif isinstance(self._audit_spec, str):
-                self._audit = await AuditLog.open(
-                    self._audit_spec, on_failure=self._audit_on_failure
-                )
-            elif isinstance(self._audit_spec, AuditLog):
-                self._audit = self._audit_spec
+            try:
+                self._audit = await self._open_audit(store)
+            except BaseException:  # A wrong or missing master key: close what was opened.
+                if self._owns_store:
+                    await store.aclose()
+                raise
             triage, requests, response = self._experts
             summariser = summariser_expert(
                 self.models["summariser"],
@@ -569,6 +593,18 @@ class Orchestrator:
                 message_id=message_id,
             ) from None
         return await self.transcript(conversation_id, user_id=user_id)
+
+    async def erase_user(
+        self, user_id: str, *, requested_by: str | None = None
+    ) -> _erasure.ErasureReport:
+        """Erase everything stored about `user_id` (docs/privacy.md): transcript, summaries
+        and outcomes get the erased marker, the user's audit data keys are destroyed, an
+        `erased` event is audited. Idempotent: run it again after a crash to finish it.
+        """
+        p = await self._open()
+        return await _erasure.erase_user(
+            p.store.engine, self._audit, user_id, requested_by=requested_by
+        )
 
     def finish_in_background(self, task: asyncio.Task[Any]) -> None:
         """Keep a turn running after its stream's reader left; `aclose` waits for it."""

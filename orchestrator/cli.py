@@ -16,6 +16,7 @@ from frontdesk.orchestrator import (
     _cli_chat,
     _cli_db,
     _cli_list,
+    _cli_privacy,
     _cli_serve,
     _cli_thread,
 )
@@ -58,6 +59,9 @@ app.command("demo")(_cli_chat.demo)
 app.command("chat")(_cli_chat.chat)
 app.command("conversations")(_cli_list.conversations)
 app.command("serve")(_cli_serve.serve)
+app.command("erase")(_cli_privacy.erase)
+_cli_audit.app.command("retention")(_cli_privacy.retention)
+_cli_audit.app.command("rotate-key")(_cli_privacy.rotate_key)
 app.add_typer(_cli_thread.app, name="thread", help="Show and compact conversation threads.")
 app.add_typer(_cli_audit.app, name="audit", help="Show, export, verify and replay the audit log.")
 app.add_typer(_cli_db.app, name="db", help="Database schema migrations.")

@@ -6,6 +6,7 @@ import asyncio
 from collections.abc import AsyncGenerator, Iterator
 from typing import Any
 
+from frontdesk.orchestrator._erasure import ErasureReport
 from frontdesk.orchestrator._orchestrator import Orchestrator
 from frontdesk.orchestrator.handoff import Handoff
 from frontdesk.orchestrator.reply import Reply
@@ -118,6 +119,9 @@ class SyncOrchestrator:
     def hand_back(self, conversation_id: str) -> None:
         """Blocking `Orchestrator.hand_back`."""
         self._runner.run(self.orchestrator.hand_back(conversation_id))
+    def erase_user(self, user_id: str, *, requested_by: str | None = None) -> ErasureReport:
+        """`Orchestrator.erase_user`, blocking."""
+        return self._runner.run(self.orchestrator.erase_user(user_id, requested_by=requested_by))
 
     def close(self) -> None:
         """Close the orchestrator and the event loop."""

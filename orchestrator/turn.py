@@ -366,11 +366,13 @@ async def _finish(
     answered = {**decided.answered, "response": answer.response}
     outcome = _stored(t, dataclasses.replace(decided, answered=answered))
     audit, events = p.audit, t.recorder.events
+    if audit is not None:
+        await audit.prepare_key(t.user_id)  # Only a user's first turn (per process) writes.
     try:
         if audit is not None and audit.joinable(p.store.engine):
 
             def write_batch(conn: Connection) -> None:
-                audit.append_sync(conn, t.conversation_id, events)
+                audit.append_sync(conn, t.conversation_id, events, user_id=t.user_id)
 
             try:
                 await p.store.finish_turn(lease, reply, outcome=outcome, also=write_batch)
@@ -385,7 +387,7 @@ async def _finish(
     except StoreError as e:  # The database is down: the turn failed, its outcome is kept.
         raise TurnFailed(str(e), user_message_id=t.user_message.id, stage="finish") from e
     if audit is not None:
-        await audit.append(t.conversation_id, events)
+        await audit.append(t.conversation_id, events, user_id=t.user_id)
     return reply_from_records(p, t.user_message, reply, outcome)
 
 
@@ -404,7 +406,7 @@ async def _fail(p: Pipeline, t: Turn, error: Exception) -> None:
         log.exception("turn.marker_failed", conversation_id=t.conversation_id)
     if p.audit is not None:
         try:
-            await p.audit.append(t.conversation_id, t.recorder.events)
+            await p.audit.append(t.conversation_id, t.recorder.events, user_id=t.user_id)
         except Exception:  # The turn's own error is the one the caller must see.
             log.exception("audit.failed_turn_not_written", conversation_id=t.conversation_id)
 

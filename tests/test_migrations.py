@@ -317,3 +317,32 @@ def test_0011_handoff_gives_old_messages_an_author_and_adds_the_handoff_table(
     assert "handoff" not in asyncio.run(_tables(empty_url))
     authors, tables = asyncio.run(after())
     assert authors == [("user", "user"), ("assistant", "bot")] and "handoff" in tables
+
+
+@pytest.mark.anyio
+async def test_0010_adds_the_audit_data_keys_table_and_takes_it_back(empty_url: str) -> None:
+    from frontdesk.audit.crypto import MasterKey
+    from frontdesk.audit.store import AuditLog
+    from tests.audit.conftest import turn_events
+
+    key = MasterKey.generate()
+    engine = create_engine(empty_url)
+    try:
+        await upgrade_schema(engine, _before("0010_audit_keys"))
+        assert "audit_key" not in await _tables(empty_url)
+        await upgrade_schema(engine, "head")
+    finally:
+        await engine.dispose()
+    assert "audit_key" in await _tables(empty_url)
+    async with await AuditLog.open(empty_url, master_key=key) as log:
+        await log.append("c", turn_events("t1"), user_id="u")
+        assert (await log.verify("c")).ok
+    engine = create_engine(empty_url)
+    try:
+        async with engine.connect() as conn:
+            row = (await conn.execute(sa.text("SELECT user_ref, period FROM audit_key"))).one()
+        assert row.user_ref != "u" and len(row.period) == 7
+    finally:
+        await engine.dispose()
+    await _downgrade_to(empty_url, _before("0010_audit_keys"))
+    assert "audit_key" not in await _tables(empty_url)

@@ -27,13 +27,13 @@ async def test_the_reply_and_its_audit_batch_are_one_transaction(
     joined: list[bool] = []
     append, append_sync = orch.audit_log.append, orch.audit_log.append_sync
 
-    async def spy(conversation_id: str, events: Any, *, connection: Any = None) -> None:
+    async def spy(conversation_id: str, events: Any, *, connection: Any = None, **kw: Any) -> None:
         joined.append(connection is not None)
-        await append(conversation_id, events, connection=connection)
+        await append(conversation_id, events, connection=connection, **kw)
 
-    def sync_spy(connection: Any, conversation_id: str, events: Any) -> None:
+    def sync_spy(connection: Any, conversation_id: str, events: Any, **kw: Any) -> None:
         joined.append(connection is not None)
-        append_sync(connection, conversation_id, events)
+        append_sync(connection, conversation_id, events, **kw)
 
     monkeypatch.setattr(orch.audit_log, "append", spy)
     monkeypatch.setattr(orch.audit_log, "append_sync", sync_spy)
@@ -56,12 +56,14 @@ async def test_when_the_joint_write_fails_the_reply_and_audit_are_written_apart(
     assert orch.audit_log is not None
     append = orch.audit_log.append
 
-    async def refuses_to_join(conversation_id: str, events: Any, *, connection: Any = None) -> None:
+    async def refuses_to_join(
+        conversation_id: str, events: Any, *, connection: Any = None, **kw: Any
+    ) -> None:
         if connection is not None:
             raise RuntimeError("cannot join")
-        await append(conversation_id, events)
+        await append(conversation_id, events, **kw)
 
-    def refuses_to_join_sync(connection: Any, conversation_id: str, events: Any) -> None:
+    def refuses_to_join_sync(connection: Any, conversation_id: str, events: Any, **kw: Any) -> None:
         raise RuntimeError("cannot join")
 
     monkeypatch.setattr(orch.audit_log, "append", refuses_to_join)

@@ -18,7 +18,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "0011_handoff"
-down_revision: str | Sequence[str] | None = "0009_handler_scopes"
+down_revision: str | Sequence[str] | None = "0010_audit_keys"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

@@ -1,0 +1,354 @@
+"""Erasure of a user on request, and retention: every step in one list, each idempotent.
+
+`erase_user` runs `STORE_STEPS` on the conversation database (one transaction per step,
+each leaving nothing half-done), then the audit steps: destroy the user's data keys
+(crypto-shredding: their audit payloads become unreadable, the rows and the chain stay),
+append an `erased` event in the user's chain `audit.chains.user_chain_id(user_id)`, and
+on SQLite rewrite the files (`VACUUM`, WAL checkpoint) so no old page keeps a copy.
+A crash anywhere is finished by running it again: each step skips what is done already.
+
+To erase another kind of record, append a `Step` to `STORE_STEPS` (its name is a field of
+`ErasureReport`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy import Connection
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from frontdesk._sqlite.scrub import secure_delete, sqlite_path, vacuum
+from frontdesk.audit import crypto
+from frontdesk.audit.chains import user_chain_id
+from frontdesk.audit.crypto import ERASED
+from frontdesk.audit.events import AuditEvent
+from frontdesk.audit.store import AuditLog
+from frontdesk.audit.tables import audit_event
+from frontdesk.db import run_write
+from frontdesk.threads._handler_store import delete_user_state, erase_conversation_state
+from frontdesk.threads.models import Conversation, HandoffRow, Message, TurnOutcomeRow
+from frontdesk.threads.summaries import Summary
+
+_conv = Conversation.__table__  # type: ignore[attr-defined]
+_msg = Message.__table__  # type: ignore[attr-defined]
+_outcome = TurnOutcomeRow.__table__  # type: ignore[attr-defined]
+_handoff = HandoffRow.__table__  # type: ignore[attr-defined]
+_summary = Summary.__table__  # type: ignore[attr-defined]
+
+ERASED_OWNER_PREFIX = "erased:"
+RETENTION_CHAIN = "retention"
+"""The audit chain of retention runs (no conversation, no user)."""
+
+
+@dataclass(frozen=True)
+class ErasureReport:
+    """What `Orchestrator.erase_user` changed, per kind of record (a re-run counts 0s)."""
+
+    conversations: int = 0
+    """Conversations of the user (their owner is now a digest, their metadata emptied)."""
+    messages: int = 0
+    """Transcript messages whose content became the erased marker."""
+    summaries: int = 0
+    outcomes: int = 0
+    """Stored turn outcomes (request, instruction, handler data) erased."""
+    memories: int = 0
+    handler_state: int = 0
+    """User-scoped handler values deleted, plus conversation-scoped values erased."""
+    handoffs: int = 0
+    """Hand-off reasons erased."""
+    audit_keys: int = 0
+    """Data keys destroyed: every audit payload under them is unreadable for good."""
+    audit_rows_in_clear: int = 0
+    """Audit rows of the user's conversations written without a master key: they stay
+    readable (the chain forbids changing them); see docs/privacy.md."""
+
+    def counts(self) -> dict[str, int]:
+        """The counts by field name."""
+        return {f.name: int(getattr(self, f.name)) for f in dataclasses.fields(self)}
+
+
+@dataclass(frozen=True)
+class RetentionReport:
+    """What `apply_retention` shredded (or, with `dry_run`, would)."""
+
+    cutoff: datetime
+    periods_before: str
+    """Data keys of months before this one ("YYYY-MM") are destroyed."""
+    audit_keys: int = 0
+    messages: int = 0
+    summaries: int = 0
+    outcomes: int = 0
+    dry_run: bool = False
+
+    def counts(self) -> dict[str, int]:
+        """The counts by kind."""
+        return {
+            "audit_keys": self.audit_keys,
+            "messages": self.messages,
+            "summaries": self.summaries,
+            "outcomes": self.outcomes,
+        }
+
+
+def erased_owner(user_id: str) -> str:
+    """What an erased conversation's `user_id` becomes (a digest: no id in clear)."""
+    return ERASED_OWNER_PREFIX + crypto.user_ref(user_id)
+
+
+StepWork = Callable[[Connection, Sequence[str], str], int]
+
+
+@dataclass(frozen=True)
+class Step:
+    """One erasure step on the conversation database: `work(conn, conversation_ids,
+    user_id)` returns how many records it erased. It runs even when the user has no
+    conversation (a fact remembered by the application, say)."""
+
+    field: str
+    work: StepWork
+
+
+def _messages(conn: Connection, ids: Sequence[str], _user_id: str) -> int:
+    where = sa.and_(_msg.c.conversation_id.in_(ids), _msg.c.content != ERASED)
+    return _rows(conn.execute(sa.update(_msg).where(where).values(content=ERASED)))
+
+
+def _summaries(conn: Connection, ids: Sequence[str], _user_id: str) -> int:
+    where = sa.and_(_summary.c.conversation_id.in_(ids), _summary.c.content != ERASED)
+    return _rows(conn.execute(sa.update(_summary).where(where).values(content=ERASED)))
+
+
+_OUTCOME_ERASED: dict[str, Any] = {
+    "request": None,
+    "need_more_info": None,
+    "instruction": ERASED,
+    "data": {"erased": ERASED},
+}
+
+
+def _outcomes(conn: Connection, ids: Sequence[str], _user_id: str) -> int:
+    where = sa.and_(_outcome.c.conversation_id.in_(ids), _outcome.c.instruction != ERASED)
+    return _rows(conn.execute(sa.update(_outcome).where(where).values(**_OUTCOME_ERASED)))
+
+
+def _handler_state(conn: Connection, ids: Sequence[str], user_id: str) -> int:
+    """The user's own scope is deleted; their conversations' scope keeps its keys (an
+    idempotency record still stops a repeat) with the erased marker as every value."""
+    return delete_user_state(conn, user_id) + erase_conversation_state(conn, ids)
+
+
+def _handoffs(conn: Connection, ids: Sequence[str], _user_id: str) -> int:
+    """A hand-off's reason is the triage's or an operator's words about the user."""
+    where = sa.and_(_handoff.c.conversation_id.in_(ids), _handoff.c.reason != ERASED)
+    return _rows(conn.execute(sa.update(_handoff).where(where).values(reason=ERASED)))
+
+
+STORE_STEPS: list[Step] = [
+    Step("messages", _messages),
+    Step("summaries", _summaries),
+    Step("outcomes", _outcomes),
+    Step("handler_state", _handler_state),
+    Step("handoffs", _handoffs),
+]
+"""The erasure steps on the conversation database, in order; the conversations' own rows
+are taken last (`_conversations`), so a re-run after a crash still finds them."""
+
+
+def _rows(result: Any) -> int:
+    return int(result.rowcount or 0)
+
+
+def _conversation_ids(conn: Connection, user_id: str) -> list[str]:
+    owners = [user_id, erased_owner(user_id)]
+    query = sa.select(_conv.c.id).where(_conv.c.user_id.in_(owners)).order_by(_conv.c.id)
+    return list(conn.execute(query).scalars())
+
+
+def _conversations(conn: Connection, user_id: str) -> int:
+    query = sa.update(_conv).where(_conv.c.user_id == user_id)
+    return _rows(conn.execute(query.values(user_id=erased_owner(user_id), metadata={})))
+
+
+_secure = secure_delete
+
+
+def _clear_rows(conn: Connection, ids: Sequence[str]) -> int:
+    if not ids:
+        return 0
+    query = sa.select(sa.func.count()).where(
+        audit_event.c.conversation_id.in_(ids), ~audit_event.c.payload_json.startswith('{"clear":')
+    )
+    return int(conn.execute(query).scalar_one())
+
+
+async def erase_user(
+    engine: AsyncEngine,
+    audit: AuditLog | None,
+    user_id: str,
+    *,
+    requested_by: str | None = None,
+    after_step: Callable[[str], None] | None = None,
+) -> ErasureReport:
+    """Erase everything stored about `user_id` (see the module docstring for the steps).
+
+    Args:
+        engine: The conversation database.
+        audit: The audit log (`None` when auditing is off).
+        user_id: The user to erase.
+        requested_by: Who asked (recorded in the `erased` event; no personal data, please).
+        after_step: Called with each step's name once it is committed (tests kill there).
+    """
+    counts: dict[str, int] = {}
+    ids = await _read(engine, lambda c: _conversation_ids(c, user_id))
+    for step in STORE_STEPS:
+
+        def work(conn: Connection, step: Step = step) -> int:
+            _secure(conn)
+            return step.work(conn, ids, user_id)
+
+        counts[step.field] = await run_write(engine, work)
+        _tick(after_step, step.field)
+    if audit is not None:
+        counts["audit_rows_in_clear"] = await _read(audit.engine, lambda c: _clear_rows(c, ids))
+        ref = crypto.user_ref(user_id)
+
+        def destroy(conn: Connection) -> int:
+            _secure(conn)
+            return crypto.destroy(conn, ref=ref)
+
+        counts["audit_keys"] = await run_write(audit.engine, destroy)
+        if audit.keys is not None:
+            audit.keys.forget(ref)
+        _tick(after_step, "audit_keys")
+
+    def own(conn: Connection) -> int:
+        _secure(conn)
+        return _conversations(conn, user_id)
+
+    counts["conversations"] = await run_write(engine, own)
+    _tick(after_step, "conversations")
+    report = ErasureReport(**counts)
+    if audit is not None:
+        payload = {
+            "at": crypto.now_text(),
+            "requested_by": requested_by,
+            "conversations": len(ids),
+            "counts": report.counts(),
+        }
+        event = AuditEvent(kind="erased", turn_id="erasure", payload=payload)
+        await audit.append(user_chain_id(user_id), [event], in_clear=True)
+        _tick(after_step, "erased_event")
+    await scrub_files(engine, None if audit is None else audit.engine)
+    return report
+
+
+def _tick(after_step: Callable[[str], None] | None, name: str) -> None:
+    if after_step is not None:
+        after_step(name)
+
+
+async def _read(engine: AsyncEngine, work: Callable[[Connection], Any]) -> Any:
+    async with engine.connect() as conn:
+        return await conn.run_sync(work)
+
+
+async def scrub_files(*engines: AsyncEngine | None) -> None:
+    """On SQLite, rebuild the file (`VACUUM`) and empty the WAL (checkpoint TRUNCATE), so no
+    free page, old row version or WAL frame keeps erased content. PostgreSQL: nothing here
+    (dead row versions stay in the data files until VACUUM; see docs/privacy.md)."""
+    seen: set[str] = set()
+    for engine in engines:
+        path = None if engine is None else sqlite_path(engine)
+        if path is not None and path not in seen:
+            seen.add(path)
+            await vacuum(path)
+
+
+def parse_age(text: str) -> timedelta:
+    """`90d`, `12w`, `36h` or `6m` (30-day months) as a duration.
+
+    Raises:
+        ValueError: for any other form.
+    """
+    units = {"h": 1 / 24, "d": 1, "w": 7, "m": 30, "y": 365}
+    raw = text.strip().lower()
+    if len(raw) < 2 or raw[-1] not in units or not raw[:-1].isdigit() or int(raw[:-1]) < 1:
+        raise ValueError(f"age {text!r}: give a number and a unit, e.g. 90d, 12w, 6m or 1y")
+    return timedelta(days=int(raw[:-1]) * units[raw[-1]])
+
+
+async def apply_retention(
+    engine: AsyncEngine | None,
+    audit: AuditLog,
+    older_than: timedelta,
+    *,
+    dry_run: bool = False,
+    transcripts: bool = False,
+    now: datetime | None = None,
+) -> RetentionReport:
+    """Shred audit payloads older than `older_than`: destroy the data keys of every month
+    that ended before the cutoff's month (rows and chain untouched). With `transcripts`,
+    the conversation store's messages, summaries and outcomes older than the cutoff get
+    the erased marker too. A `retention` event records each run that changed something.
+    """
+    cutoff = (now or datetime.now(UTC)) - older_than
+    before = cutoff.strftime("%Y-%m")
+
+    def audit_work(conn: Connection) -> int:
+        if dry_run:
+            return crypto.count_live(conn, before_period=before)
+        _secure(conn)
+        return crypto.destroy(conn, before_period=before)
+
+    keys = await (
+        _read(audit.engine, audit_work) if dry_run else run_write(audit.engine, audit_work)
+    )
+    if audit.keys is not None and not dry_run:
+        audit.keys.forget()
+    counts = {"messages": 0, "summaries": 0, "outcomes": 0}
+    if transcripts and engine is not None:
+        tables = {"messages": (_msg, "content"), "summaries": (_summary, "content")}
+
+        def store_work(conn: Connection) -> dict[str, int]:
+            _secure(conn)
+            out = {}
+            for name, (table, column) in tables.items():
+                where = sa.and_(table.c.created_at < cutoff, table.c[column] != ERASED)
+                stmt = sa.select(sa.func.count()).where(where)
+                if dry_run:
+                    out[name] = int(conn.execute(stmt).scalar_one())
+                else:
+                    out[name] = _rows(
+                        conn.execute(sa.update(table).where(where).values({column: ERASED}))
+                    )
+            where = sa.and_(_outcome.c.created_at < cutoff, _outcome.c.instruction != ERASED)
+            if dry_run:
+                out["outcomes"] = int(
+                    conn.execute(sa.select(sa.func.count()).where(where)).scalar_one()
+                )
+            else:
+                out["outcomes"] = _rows(
+                    conn.execute(sa.update(_outcome).where(where).values(**_OUTCOME_ERASED))
+                )
+            return out
+
+        counts = await (_read(engine, store_work) if dry_run else run_write(engine, store_work))
+    report = RetentionReport(cutoff, before, keys, dry_run=dry_run, **counts)
+    if not dry_run and any(report.counts().values()):
+        payload = {
+            "at": crypto.now_text(),
+            "cutoff": cutoff.isoformat(),
+            "older_than_days": older_than / timedelta(days=1),
+            "periods_before": before,
+            "counts": report.counts(),
+        }
+        event = AuditEvent(kind="retention", turn_id="retention", payload=payload)
+        await audit.append(RETENTION_CHAIN, [event], in_clear=True)
+        await scrub_files(engine, audit.engine)
+    return report
