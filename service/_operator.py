@@ -1,5 +1,5 @@
 """The operator routes: the hand-off queue, taking a conversation over, answering as a
-person, and handing back. Each needs `"operator"` in the token's `roles`
+person, handing back, and erasing a user. Each needs `"operator"` in the token's `roles`
 (403 otherwise); the operator's id is the token's `sub`."""
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from fastapi import APIRouter
 from frontdesk.orchestrator import Handoff
 from frontdesk.service._deps import Operator, Orch
 from frontdesk.service._schemas import (
+    ErasureOut,
     ErrorOut,
     HandBackOut,
     HandoffIn,
@@ -93,3 +94,15 @@ async def post_operator_message(
 async def post_hand_back(conversation_id: str, principal: Operator, orch: Orch) -> HandBackOut:
     await orch.hand_back(conversation_id)
     return HandBackOut(conversation_id=conversation_id, handoff=False)
+
+
+@router.post(
+    "/users/{user_id}/erase",
+    response_model=ErasureOut,
+    responses=ERRORS,
+    summary="Erase everything stored about a user (docs/privacy.md)",
+)
+async def erase_user(user_id: str, principal: Operator, orch: Orch) -> ErasureOut:
+    """Idempotent: a second call finishes an interrupted erasure and counts what it changed."""
+    report = await orch.erase_user(user_id, requested_by=f"operator:{principal.user_id}")
+    return ErasureOut(user_id=user_id, **report.counts())

@@ -113,3 +113,10 @@ class OperatorMessageOut(BaseModel):
 class HandBackOut(BaseModel):
     conversation_id: str
     handoff: bool
+
+
+class ErasureOut(BaseModel):
+    """What was erased: `user_id`, then one count per kind of record (`ErasureReport`)."""
+
+    model_config = ConfigDict(extra="allow")
+    user_id: str

@@ -29,6 +29,7 @@ async def test_a_customer_on_operator_routes_is_403(api: Api) -> None:
         ("POST", f"/v1/conversations/{cid}/handoff", {"reason": "x"}),
         ("POST", f"/v1/conversations/{cid}/operator-messages", {"text": "hi"}),
         ("POST", f"/v1/conversations/{cid}/hand-back", None),
+        ("POST", "/v1/users/alice/erase", None),
     ]:
         r = await api.client.request(method, path, json=body, headers=auth("alice"))
         assert r.status_code == 403, path
@@ -104,3 +105,22 @@ async def test_an_operator_takes_a_conversation_over(api: Api) -> None:
         headers=auth("sam", roles=OPERATOR),
     )
     assert refused.status_code == 409 and refused.json()["type"] == "NotHandedOff"
+
+
+async def test_an_operator_erases_a_user(api: Api) -> None:
+    user = "erased-" + api.cid()  # the PostgreSQL database is shared by the session's tests
+    cid = api.cid()
+    await say(api, cid, "my card is 4111 1111 1111 1111", user=user)
+    other = api.cid()
+    await say(api, other, "hello", user="bob")
+    url = f"/v1/users/{user}/erase"
+    r = await api.client.post(url, headers=auth("sam", roles=OPERATOR))
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["user_id"] == user and body["messages"] == 2 and body["conversations"] == 1
+    assert set(body) >= {"messages", "conversations", "memories", "audit_keys"}
+    contents = [m.content for m in await api.orch.store.messages(cid)]
+    assert all("4111" not in c for c in contents)
+    assert [m.content for m in await api.orch.transcript(other, user_id="bob")][0] == "hello"
+    again = await api.client.post(url, headers=auth("sam", roles=OPERATOR))
+    assert again.status_code == 200 and again.json()["messages"] == 0
