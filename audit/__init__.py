@@ -19,6 +19,7 @@ from frontdesk.audit.errors import (
 from frontdesk.audit.events import AuditEvent, EventKind
 from frontdesk.audit.export import render_html, write_jsonl
 from frontdesk.audit.pricing import PRICES, Cost, Price, cost_of, price_of
+from frontdesk.audit.redaction import redact_rows
 from frontdesk.audit.replay import (
     RecordedTurn,
     ReplayReport,
@@ -62,6 +63,7 @@ __all__ = [
     "cost_of",
     "cost_report",
     "price_of",
+    "redact_rows",
     "render_html",
     "replay_transcript",
     "write_jsonl",

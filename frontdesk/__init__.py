@@ -12,6 +12,7 @@ protect_logs()
 
 from frontdesk.experts import Category, HandlerContext, NeedMoreInfo, Outcome  # noqa: E402
 from frontdesk.orchestrator import Orchestrator, Reply, SyncOrchestrator  # noqa: E402
+from frontdesk.redaction import Redact, RedactionPolicy, Redactor  # noqa: E402
 
 __version__ = "0.1.0"
 
@@ -21,6 +22,9 @@ __all__ = [
     "NeedMoreInfo",
     "Orchestrator",
     "Outcome",
+    "Redact",
+    "RedactionPolicy",
+    "Redactor",
     "Reply",
     "SyncOrchestrator",
     "__version__",

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+import os
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar
@@ -26,6 +27,7 @@ from frontdesk.audit.chain import Head
 from frontdesk.audit.cost import CostLine, CostReport, cost_report
 from frontdesk.audit.errors import UnknownConversation
 from frontdesk.audit.export import render_html, write_jsonl
+from frontdesk.audit.redaction import redact_rows
 from frontdesk.audit.replay import ReplayReport, TurnDiff, replay_transcript
 from frontdesk.audit.store import AuditLog
 from frontdesk.audit.transcript import ExpertCall, Transcript, TurnView, build_transcript
@@ -33,6 +35,7 @@ from frontdesk.errors import UserError
 from frontdesk.orchestrator._answered import answered_turns
 from frontdesk.orchestrator._app import DEFAULT_APP, default_db, load_app
 from frontdesk.orchestrator._replay import build_runner, parse_models
+from frontdesk.redaction import RedactionPolicy, Redactor
 
 app = typer.Typer(help="audit commands", no_args_is_help=True)
 
@@ -107,10 +110,15 @@ async def _known(log: AuditLog, conversation: str) -> None:
         )
 
 
-async def _transcripts(log: AuditLog, ids: list[str]) -> list[Transcript]:
+async def _transcripts(
+    log: AuditLog, ids: list[str], redactor: Redactor | None = None
+) -> list[Transcript]:
+    """The conversations' transcripts; redacted ones when `redactor` is given."""
     out = []
     for cid in ids:
         rows = await log.events(cid)
+        if redactor is not None:
+            rows = redact_rows(rows, redactor)
         if not rows:
             known = len(await log.conversations())
             raise UnknownConversation(
@@ -119,6 +127,37 @@ async def _transcripts(log: AuditLog, ids: list[str]) -> list[Transcript]:
             )
         out.append(build_transcript(cid, rows))
     return out
+
+
+# -- redaction ----------------------------------------------------------------------------
+
+POLICY_ENV = "FRONTDESK_REDACTION_POLICY"
+"""A JSON file holding the redaction policy of `audit show` and `audit export`."""
+
+RevealOption = Annotated[
+    bool,
+    typer.Option(
+        "--reveal",
+        help="Show personal data in clear (default: cards, IBANs, emails, phones, bank"
+        " details and ruled request fields are redacted).",
+    ),
+]
+RedactionOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--redaction",
+        help=f"A JSON redaction policy (default: ${POLICY_ENV}, else every built-in detector).",
+        show_default=False,
+    ),
+]
+
+
+def redactor_for(reveal: bool, policy: Path | None) -> Redactor | None:
+    """The redactor a clear-text view applies (`None` with `--reveal`)."""
+    if reveal:
+        return None
+    path = policy if policy is not None else os.environ.get(POLICY_ENV) or None
+    return Redactor(RedactionPolicy.from_file(path) if path else None)
 
 
 # -- show ---------------------------------------------------------------------------------
@@ -217,11 +256,17 @@ def show(
     ] = False,
     db: DbOption = None,
     as_json: JsonOption = False,
+    reveal: RevealOption = False,
+    redaction: RedactionOption = None,
 ) -> None:
-    """A readable transcript of the active path, with each turn's decisions and calls."""
+    """A readable transcript of the active path, with each turn's decisions and calls.
+
+    Personal data is redacted unless `--reveal` is given (see docs/privacy.md).
+    """
+    redactor = redactor_for(reveal, redaction)
 
     async def work(log: AuditLog) -> Transcript:
-        return (await _transcripts(log, [conversation]))[0]
+        return (await _transcripts(log, [conversation], redactor))[0]
 
     transcript = _run(work, db)
     console = Console()
@@ -265,20 +310,27 @@ def export(
         typer.Option("--format", help="jsonl: one row per event; html: one self-contained page."),
     ] = "jsonl",
     db: DbOption = None,
+    reveal: RevealOption = False,
+    redaction: RedactionOption = None,
 ) -> None:
-    """Export conversations as JSONL (one row per event, with hashes) or one HTML page."""
+    """Export conversations as JSONL (one row per event, with hashes) or one HTML page.
+
+    Personal data is redacted unless `--reveal` is given; redacted JSONL rows say
+    `"redacted": true` (their payload is not the one the stored hash covers).
+    """
+    redactor = redactor_for(reveal, redaction)
 
     async def work(log: AuditLog) -> int:
         ids = await _targets(log, conversation, every)
         if fmt == "html":
-            transcripts = await _transcripts(log, ids)
+            transcripts = await _transcripts(log, ids, redactor)
             title = f"frontdesk audit: {ids[0]}" if len(ids) == 1 else "frontdesk audit"
             out.write_text(render_html(transcripts, title=title), encoding="utf-8")
             return sum(len(t.turns) for t in transcripts)
         n = 0
         with out.open("w", encoding="utf-8") as f:
             for cid in ids:
-                n += write_jsonl(await log.events(cid), f)
+                n += write_jsonl(await log.events(cid), f, redactor=redactor)
         return n
 
     n = _run(work, db)

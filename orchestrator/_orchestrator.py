@@ -33,6 +33,7 @@ from frontdesk.orchestrator.config import EXPERTS, ExpertSettings, ModelChoice, 
 from frontdesk.orchestrator.reply import Reply
 from frontdesk.orchestrator.stream import TurnEvent, stream_turn
 from frontdesk.orchestrator.turn import Pipeline, Start, Started, run_turn
+from frontdesk.redaction import RedactionPolicy, Redactor, redactor_of
 from frontdesk.threads.budget import Budget
 from frontdesk.threads.builder import ThreadMessage, UserThread, build_thread, thread_since
 from frontdesk.threads.compaction import CompactionPolicy
@@ -87,6 +88,11 @@ class Orchestrator:
         speculate: Start the request expert of the conversation's current category at the
             same time as triage, kept when triage agrees and cancelled (its cost audited)
             when it does not. Off, the two run one after the other.
+        redaction: What the clear-text views of this orchestrator's records show of
+            personal data (`frontdesk.redaction.RedactionPolicy`, or a `Redactor`); the
+            default redacts every built-in detector. It never changes what the models are
+            sent or what is stored. `self.redactor` applies it, e.g.
+            `redact_rows(await orch.audit_log.events(cid), orch.redactor)`.
     """
 
     def __init__(
@@ -109,6 +115,7 @@ class Orchestrator:
         budgets: Mapping[str, Budget] | None = None,
         compaction: CompactionPolicy | None = None,
         speculate: bool = True,
+        redaction: RedactionPolicy | Redactor | None = None,
     ) -> None:
         self.categories = check_registry(list(categories))
         self.models = resolve_models(model)
@@ -127,6 +134,7 @@ class Orchestrator:
             raise ConfigError(f"turn_deadline must be > 0 seconds or None, got {turn_deadline}")
         self.turn_deadline = turn_deadline
         self.speculate = speculate
+        self.redactor: Redactor = redactor_of(redaction)
         self.token_counter: TokenCounter = token_counter or CalibratedCounter()
         self._context = dict(context or {})
         if isinstance(store, str):
