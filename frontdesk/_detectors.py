@@ -82,7 +82,10 @@ def _cards(text: str) -> Iterator[Span]:
 
 
 def _card_from(text: str, groups: list[Span], first: int) -> Span | None:
-    """The longest Luhn-valid run of 13 to 19 digits starting at group `first`."""
+    """The longest Luhn-valid run of 13 to 19 digits starting at group `first` (no card
+    number starts with 0)."""
+    if text[groups[first][0]] == "0":
+        return None
     best = None
     digits = ""
     for last in range(first, len(groups)):

@@ -22,8 +22,9 @@ from collections.abc import MutableMapping
 from typing import Any
 
 import structlog
+from pydantic import BaseModel
 
-from frontdesk.redaction import Redactor
+from frontdesk.redaction import Redactor, field_rules
 
 __all__ = ["PAYLOAD_LOGGERS", "RedactingProcessor", "protect_logs"]
 
@@ -45,9 +46,10 @@ _PLAIN = (str, int, float, bool, type(None), dict, list, tuple)
 class RedactingProcessor:
     """A structlog processor that redacts every value of an event before it is rendered.
 
-    Strings, numbers and JSON-like values go through `Redactor.value`; any other object is
-    replaced by its redacted `repr` when that holds something to redact. An exception
-    (`exc_info`) is formatted here, so its message and traceback are redacted too.
+    Strings, numbers and JSON-like values go through `Redactor.value`; a pydantic model is
+    shown as its fields, with the rules its class declares (`Redact("mask")`, ...); any
+    other object is replaced by its redacted `repr` when that holds something to redact. An
+    exception (`exc_info`) is formatted here, so its message and traceback are redacted too.
 
     Args:
         redactor: the policy to apply (default: every built-in detector, and secrets).
@@ -67,6 +69,9 @@ class RedactingProcessor:
     def _shown(self, value: Any) -> Any:
         if isinstance(value, _PLAIN):
             return self.redactor.value(value)
+        if isinstance(value, BaseModel):
+            rules = field_rules(type(value))
+            return self.redactor.request(value.model_dump(mode="json"), rules)
         text = repr(value)
         shown = self.redactor.text(text)
         return value if shown == text else shown
