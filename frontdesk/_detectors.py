@@ -64,7 +64,7 @@ def luhn_valid(digits: str) -> bool:
 
 
 # Runs of digit groups joined by single spaces or dashes; the Luhn check picks the card.
-_DIGIT_RUN = re.compile(r"(?<![\d\w-])\d+(?:[ -]\d+)*(?![\w])")
+_DIGIT_RUN = re.compile(r"(?<![\w-])\d(?:[ -]?\d){12,}(?![\w])")
 _GROUP = re.compile(r"\d+")
 
 
@@ -163,9 +163,14 @@ def _digits(s: str) -> str:
     return "".join(ch for ch in s if ch.isdigit())
 
 
+def _reference(text: str, start: int) -> bool:
+    """Whether the words just before `start` make the number there a reference."""
+    return bool(_NOT_A_PHONE.search(text[max(0, start - 24) : start]))
+
+
 def _phones(text: str) -> Iterator[Span]:
     for m in _INTERNATIONAL.finditer(text):
-        if 8 <= len(_digits(m[0])) <= 15 and not _NOT_A_PHONE.search(text[: m.start()]):
+        if 8 <= len(_digits(m[0])) <= 15 and not _reference(text, m.start()):
             yield m.span()
     for m in _NATIONAL.finditer(text):
         digits = _digits(m[0])
@@ -173,7 +178,7 @@ def _phones(text: str) -> Iterator[Span]:
         # prefix) and never 04 or 06 (unassigned).
         if len(digits) not in (10, 11) or digits[1] in "046":
             continue
-        if not _NOT_A_PHONE.search(text[: m.start()]):
+        if not _reference(text, m.start()):
             yield m.span()
 
 
