@@ -20,7 +20,7 @@ from frontdesk.audit.chain import canonical_json
 from frontdesk.audit.store import StoredAuditEvent
 from frontdesk.redaction import Redactor, Rule
 
-__all__ = ["RULES_KEY", "redact_rows"]
+__all__ = ["RULES_KEY", "recorded_rules", "redact_rows", "ruled_values"]
 
 RULES_KEY = "redact"
 """The key of a `request` payload that holds its model's field rules."""
@@ -119,3 +119,22 @@ def redact_rows(
         payload_json = canonical_json(conversation.payload(row))
         out.append(dataclasses.replace(row, payload_json=payload_json, system_prompt=system))
     return out
+
+
+def ruled_values(rows: Sequence[StoredAuditEvent], redactor: Redactor) -> dict[str, str]:
+    """The values of one conversation's ruled request fields, each with what it is shown as
+    (for `Redactor.text(known=...)` on texts built from these rows elsewhere)."""
+    found: dict[str, str] = {}
+    for values in _Conversation(rows, redactor).known.values():
+        found.update(values)
+    return found
+
+
+def recorded_rules(rows: Sequence[StoredAuditEvent]) -> dict[str, Rule]:
+    """The field rules recorded in one conversation's `request` rows, merged (dotted path ->
+    rule; a later turn's rule for the same path wins)."""
+    merged: dict[str, Rule] = {}
+    for row in rows:
+        if row.kind == "request":
+            merged.update(_rules(row.payload))
+    return merged

@@ -27,7 +27,7 @@ from frontdesk.audit.chain import Head
 from frontdesk.audit.cost import CostLine, CostReport, cost_report
 from frontdesk.audit.errors import UnknownConversation
 from frontdesk.audit.export import render_html, write_jsonl
-from frontdesk.audit.redaction import redact_rows
+from frontdesk.audit.redaction import recorded_rules, redact_rows, ruled_values
 from frontdesk.audit.replay import ReplayReport, TurnDiff, replay_transcript
 from frontdesk.audit.store import AuditLog
 from frontdesk.audit.transcript import ExpertCall, Transcript, TurnView, build_transcript
@@ -35,7 +35,7 @@ from frontdesk.errors import UserError
 from frontdesk.orchestrator._answered import answered_turns
 from frontdesk.orchestrator._app import DEFAULT_APP, default_db, load_app
 from frontdesk.orchestrator._replay import build_runner, parse_models
-from frontdesk.redaction import RedactionPolicy, Redactor
+from frontdesk.redaction import RedactionPolicy, Redactor, Rule
 
 app = typer.Typer(help="audit commands", no_args_is_help=True)
 
@@ -509,39 +509,66 @@ def _short(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False) if not isinstance(value, str) else value
 
 
-def diff_panel(diff: TurnDiff) -> Panel | None:
-    """What changed in one replayed turn, or `None` when nothing did."""
+@dataclasses.dataclass(frozen=True)
+class Shown:
+    """How a replayed conversation's texts are shown: the redactor, the field rules its
+    rows recorded and the values of its ruled fields."""
+
+    redactor: Redactor
+    rules: dict[str, Rule]
+    known: dict[str, str]
+
+
+def diff_panel(diff: TurnDiff, shown_as: Shown | None = None) -> Panel | None:
+    """What changed in one replayed turn, or `None` when nothing did; redacted (the texts
+    shown, not what was replayed) when `shown_as` is given."""
+    user = diff.turn.view.user_id
+
+    def shown(text: str) -> str:
+        if shown_as is None:
+            return text
+        return shown_as.redactor.text(text, user_id=user, known=shown_as.known)
+
+    def field(name: str, value: Any) -> str:
+        if shown_as is None:
+            return _short(value)
+        data = shown_as.redactor.request(
+            {name: value}, shown_as.rules, user_id=user, known=shown_as.known
+        )
+        return _short(data.get(name, "[dropped]"))
+
     lines: list[Text] = []
     if diff.error is not None:
-        lines.append(Text(f"replay failed: {diff.error}", style="red"))
+        lines.append(Text(shown(f"replay failed: {diff.error}"), style="red"))
     after = diff.after
     if after is not None:
         if diff.category_changed:
             lines.append(Text(f"category: {diff.before.category} -> {after.category}", style="red"))
         for change in diff.request_changes:
-            lines.append(
-                Text(
-                    f"request.{change.name}: {_short(change.before)} -> {_short(change.after)}",
-                    style="red",
-                )
+            before_text, after_text = (
+                field(change.name, change.before),
+                field(change.name, change.after),
             )
+            lines.append(Text(f"request.{change.name}: {before_text} -> {after_text}", style="red"))
         if diff.need_more_info_changed:
             lines.append(
                 Text(
-                    f"need more info: {_short(diff.before.need_more_info)} ->"
-                    f" {_short(after.need_more_info)}",
+                    shown(
+                        f"need more info: {_short(diff.before.need_more_info)} ->"
+                        f" {_short(after.need_more_info)}"
+                    ),
                     style="yellow",
                 )
             )
         for line in diff.reply_diff[2:]:
             style = "green" if line.startswith("+") else "red" if line.startswith("-") else "dim"
-            lines.append(Text("reply " + line, style=style))
+            lines.append(Text(shown("reply " + line), style=style))
         if after.note:
-            lines.append(Text(after.note, style="dim"))
+            lines.append(Text(shown(after.note), style="dim"))
     if not lines:
         return None
     t = diff.turn
-    title = f"{t.conversation_id} turn {t.number}: {(t.view.user_text or '')[:60]}"
+    title = f"{t.conversation_id} turn {t.number}: {shown(t.view.user_text or '')[:60]}"
     return Panel(Group(*lines), title=title, title_align="left")
 
 
@@ -586,10 +613,18 @@ def replay(
         ),
     ] = None,
     db: DbOption = None,
+    reveal: RevealOption = False,
+    redaction: RedactionOption = None,
 ) -> None:
     """Re-run recorded turns with other prompts or models; exit 1 if a category or request
-    changed."""
+    changed.
+
+    The recorded turns are replayed as stored; what is printed is redacted unless `--reveal`.
+    """
     console = Console()
+    redactor = redactor_for(reveal, redaction)
+
+    shown: dict[str, Shown] = {}
 
     async def work(log: AuditLog) -> ReplayReport:
         ids = await _targets(log, conversation, every)
@@ -601,12 +636,16 @@ def replay(
             task = progress.add_task("replaying", total=len(ids))
             for cid in ids:
                 [transcript] = await _transcripts(log, [cid])
+                if redactor is not None:
+                    rows = await log.events(cid)
+                    shown[cid] = Shown(redactor, recorded_rules(rows), ruled_values(rows, redactor))
                 report.diffs.extend(await replay_transcript(transcript, runner))
                 progress.advance(task)
         return report
 
     report = _run(work, db)
-    changed = [p for p in (diff_panel(d) for d in report.diffs) if p is not None]
+    panels = (diff_panel(d, shown.get(d.turn.conversation_id)) for d in report.diffs)
+    changed = [p for p in panels if p is not None]
     for panel in changed:
         console.print(panel)
     console.print(summary_table(report))

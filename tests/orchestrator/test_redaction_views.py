@@ -301,3 +301,30 @@ def test_the_orchestrator_takes_a_policy(db_url: str, team: FakeTeam) -> None:
     assert orch.redactor.text(f"{CARD} {EMAIL}") == f"[CARD] {EMAIL}"
     mine = Redactor()
     assert Orchestrator([PAY], model=team.model(), store=db_url, redaction=mine).redactor is mine
+
+
+# -- replay ------------------------------------------------------------------------------
+
+OTHER_CARD = "5555 5555 5555 4444"
+
+
+def other_card() -> Orchestrator:
+    """The app with a request expert that now reads another card (for `--app`)."""
+    team = FakeTeam(route=lambda r: "PAY")
+    team.extract = lambda r: {"request": {**extraction(NAME)["request"], "card_number": OTHER_CARD}}
+    return Orchestrator([PAY], model=team.model(), audit=False)
+
+
+def test_audit_replay_prints_redacted_changes(
+    recorded: tuple[str, FakeTeam, LogCapture],
+) -> None:
+    db, _, _ = recorded
+    args = ["audit", "replay", "conv-1", "--app", f"{__name__}:other_card", "--db", db]
+    result = runner.invoke(app, args, env={"COLUMNS": "250", SECRET_ENV: SECRET})
+    assert result.exit_code == 1, result.output
+    # The card field's recorded rule (mask) applies to the replayed value too.
+    assert "request.card_number: **** **** **** 1111 -> **** **** **** 4444" in result.output
+    assert clear_in(result.output) == [] and "5555" not in result.output
+    revealed = runner.invoke(app, [*args, "--reveal"], env={"COLUMNS": "250"})
+    assert revealed.exit_code == 1
+    assert f"request.card_number: {CARD} -> {OTHER_CARD}" in revealed.output
