@@ -28,6 +28,13 @@ class Detector:
     """The policy's name for it (`card`, `iban`, ...), also the label's source."""
     find: Finder
     """Yields the spans of the text that hold one value each."""
+    hint: re.Pattern[str] | None = None
+    """What a text must contain for `find` to be worth running (a quick pre-check)."""
+
+    def spans(self, text: str) -> Iterator[Span]:
+        """`find`, skipped when the text lacks the detector's hint."""
+        if self.hint is None or self.hint.search(text):
+            yield from self.find(text)
 
     @property
     def label(self) -> str:
@@ -217,12 +224,15 @@ def _accounts(text: str) -> Iterator[Span]:
             yield m.span()
 
 
+_SIX_DIGITS = re.compile(r"\d{2}\D?\d{2}\D?\d{2}")
+_AT = re.compile("@")
+
 BUILTIN: tuple[Detector, ...] = (
-    Detector("iban", _ibans),
-    Detector("card", _cards),
-    Detector("email", lambda text: (m.span() for m in _EMAIL.finditer(text))),
-    Detector("sort_code", _sort_codes),
-    Detector("account", _accounts),
-    Detector("phone", _phones),
+    Detector("iban", _ibans, re.compile(r"[A-Za-z]{2}\d{2}")),
+    Detector("card", _cards, _SIX_DIGITS),
+    Detector("email", lambda text: (m.span() for m in _EMAIL.finditer(text)), _AT),
+    Detector("sort_code", _sort_codes, _SIX_DIGITS),
+    Detector("account", _accounts, _SIX_DIGITS),
+    Detector("phone", _phones, _SIX_DIGITS),
 )
 """The built-in detectors, in priority order: where two overlap, the earlier one wins."""

@@ -276,6 +276,11 @@ def _installation_secret(policy: RedactionPolicy) -> tuple[bytes, bool]:
 # -- the redactor --------------------------------------------------------------------------
 
 _DIGITS_ONLY = re.compile(r"\d{7,}")
+# What `masking.scrub` looks for needs one of these (a URL, a query parameter, a key, a
+# bearer token): texts without any skip it.
+_SECRET_HINT = re.compile(r"(?i)://|=|sk-|bearer")
+CACHE_SIZE = 20_000
+"""Redacted texts a `Redactor` remembers (then it starts over)."""
 
 
 class Redactor:
@@ -291,6 +296,9 @@ class Redactor:
             d for d in BUILTIN if d.name in set(self.policy.detectors)
         ] + [Detector.regex(name, pattern) for name, pattern in self.policy.extra.items()]
         self._secret, self.stable_pseudonyms = _installation_secret(self.policy)
+        # The same texts come back again and again (a thread is in every attempt's messages
+        # and wire body), so each is redacted once.
+        self._seen: dict[tuple[str, str | None], str] = {}
 
     def pseudonym(self, value: str, *, user_id: str | None) -> str:
         """A stable token for `value`: the same for one user and value, different across users.
@@ -310,7 +318,7 @@ class Redactor:
         """
         taken: list[tuple[str, Span]] = []
         for detector in self._detectors:
-            for start, end in detector.find(text):
+            for start, end in detector.spans(text):
                 if all(end <= s or start >= e for _, (s, e) in taken):
                     taken.append((detector.name, (start, end)))
         return sorted(taken, key=lambda item: item[1])
@@ -342,6 +350,15 @@ class Redactor:
             for value in sorted(known, key=len, reverse=True):
                 if value in text:
                     text = text.replace(value, known[value])
+        key = (text, user_id)
+        shown = self._seen.get(key)
+        if shown is None:
+            if len(self._seen) >= CACHE_SIZE:
+                self._seen.clear()
+            shown = self._seen[key] = self._detected(text, user_id)
+        return shown
+
+    def _detected(self, text: str, user_id: str | None) -> str:
         found = self.findings(text)
         if found:
             out, last = [], 0
@@ -349,7 +366,7 @@ class Redactor:
                 out += [text[last:start], self._replace(name, text[start:end], user_id)]
                 last = end
             text = "".join([*out, text[last:]])
-        return scrub(text) if self.policy.secrets else text
+        return scrub(text) if self.policy.secrets and _SECRET_HINT.search(text) else text
 
     def value(
         self,
