@@ -26,7 +26,7 @@ from pydantic import BaseModel
 
 from frontdesk.redaction import Redactor, field_rules
 
-__all__ = ["PAYLOAD_LOGGERS", "RedactingProcessor", "protect_logs"]
+__all__ = ["PAYLOAD_LOGGERS", "UNREDACTED_KEYS", "RedactingProcessor", "protect_logs"]
 
 PAYLOAD_LOGGERS = ("anthropic._base_client", "openai._base_client", "aiosqlite")
 """Loggers whose DEBUG records hold request bodies or statement parameters."""
@@ -40,6 +40,9 @@ class _DropPayloadRecords(logging.Filter):
 
 
 EventDict = MutableMapping[str, Any]
+UNREDACTED_KEYS = frozenset({"timestamp", "level", "logger", "logger_name"})
+"""Keys the processors before it fill in, never with user text (a time stamp is left alone
+rather than searched for card numbers on every line)."""
 _PLAIN = (str, int, float, bool, type(None), dict, list, tuple)
 
 
@@ -63,7 +66,8 @@ class RedactingProcessor:
         if event_dict.get("exc_info"):
             event_dict = structlog.processors.format_exc_info(logger, method_name, event_dict)
         for key, value in list(event_dict.items()):
-            event_dict[key] = self._shown(value)
+            if key not in UNREDACTED_KEYS:
+                event_dict[key] = self._shown(value)
         return event_dict
 
     def _shown(self, value: Any) -> Any:

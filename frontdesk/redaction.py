@@ -279,8 +279,8 @@ _DIGITS_ONLY = re.compile(r"\d{7,}")
 # What `masking.scrub` looks for needs one of these (a URL, a query parameter, a key, a
 # bearer token): texts without any skip it.
 _SECRET_HINT = re.compile(r"(?i)://|=|sk-|bearer")
-CACHE_SIZE = 20_000
-"""Redacted texts a `Redactor` remembers (then it starts over)."""
+CACHE_CHARS = 4_000_000
+"""How many characters of redacted texts a `Redactor` remembers (then it starts over)."""
 
 
 class Redactor:
@@ -299,6 +299,7 @@ class Redactor:
         # The same texts come back again and again (a thread is in every attempt's messages
         # and wire body), so each is redacted once.
         self._seen: dict[tuple[str, str | None], str] = {}
+        self._seen_chars = 0
 
     def pseudonym(self, value: str, *, user_id: str | None) -> str:
         """A stable token for `value`: the same for one user and value, different across users.
@@ -353,9 +354,12 @@ class Redactor:
         key = (text, user_id)
         shown = self._seen.get(key)
         if shown is None:
-            if len(self._seen) >= CACHE_SIZE:
+            shown = self._detected(text, user_id)
+            self._seen_chars += len(text)
+            if self._seen_chars > CACHE_CHARS:
                 self._seen.clear()
-            shown = self._seen[key] = self._detected(text, user_id)
+                self._seen_chars = len(text)
+            self._seen[key] = shown
         return shown
 
     def _detected(self, text: str, user_id: str | None) -> str:
@@ -418,7 +422,6 @@ class Redactor:
         *,
         user_id: str | None = None,
         known: Mapping[str, str] | None = None,
-        _path: str = "",
     ) -> Any:
         """A request payload with its field rules applied, and the detectors run on the rest.
 
@@ -429,19 +432,28 @@ class Redactor:
             user_id: whose request it is (pseudonyms are per user).
             known: passed on to `text` for the fields without a rule.
         """
-        rules = rules or {}
+        return self._request(data, rules or {}, user_id, known, "")
+
+    def _request(
+        self,
+        data: Any,
+        rules: Mapping[str, Rule],
+        user_id: str | None,
+        known: Mapping[str, str] | None,
+        path: str,
+    ) -> Any:
         if isinstance(data, list):
-            return [self.request(v, rules, user_id=user_id, known=known, _path=_path) for v in data]
+            return [self._request(v, rules, user_id, known, path) for v in data]
         if not isinstance(data, dict):
             return self.value(data, user_id=user_id, known=known)
         out: dict[str, Any] = {}
         for key, value in data.items():
-            path = f"{_path}.{key}" if _path else key
-            rule = self._rule_for(path, rules)
+            here = f"{path}.{key}" if path else key
+            rule = self._rule_for(here, rules)
             if rule == "drop":
                 continue
             if rule is None:
-                out[key] = self.request(value, rules, user_id=user_id, known=known, _path=path)
+                out[key] = self._request(value, rules, user_id, known, here)
             else:
                 out[key] = self._ruled(rule, value, user_id)
         return out

@@ -81,7 +81,9 @@ def extraction(name: str) -> dict[str, Any]:
 
 async def _record(url: str, team: FakeTeam) -> None:
     team.route = lambda r: "PAY"
-    orch = Orchestrator([PAY], model=team.model(), store=url)
+    # A policy that redacts everything it can: the models and stores are unaffected by it.
+    policy = RedactionPolicy(style="pseudonymise", secret=SECRET)
+    orch = Orchestrator([PAY], model=team.model(), store=url, redaction=policy)
     try:
         await orch.handle("conv-1", user_text(), user_id="u-1")
         # Another user with the same name: the same value, another pseudonym.
@@ -273,7 +275,7 @@ def test_logs_never_show_the_personal_data(recorded: tuple[str, FakeTeam, LogCap
     assert clear_in(repr(capture.entries)) == []
 
 
-def test_the_processor_is_in_frontdeskes_default_chain() -> None:
+def test_the_processor_is_in_structlogs_default_chain() -> None:
     import frontdesk  # noqa: F401 (installs it)
 
     processors = structlog.get_config()["processors"]
