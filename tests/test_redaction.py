@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel, Field
 
@@ -446,3 +446,28 @@ def test_ruled_values_are_replaced_in_free_text_too() -> None:
 def test_mask_keeps_the_last_four_and_the_separators() -> None:
     assert mask("4111-1111-1111-1111") == "****-****-****-1111"
     assert mask("abc") == "abc" and mask("") == ""
+
+
+# -- properties of the redactor -------------------------------------------------------------
+
+WORDS = st.text(alphabet=string.ascii_letters + " ,.!?'", max_size=40)
+
+
+@settings(max_examples=150, deadline=None)
+@given(before=WORDS, after=WORDS, pan=st.sampled_from(PANS), iban=st.sampled_from(IBANS))
+def test_property_no_fixture_value_survives_and_redacting_twice_changes_nothing(
+    before: str, after: str, pan: str, iban: str
+) -> None:
+    text = f"{before} {grouped(pan)} {after} {grouped(iban)} {before}"
+    shown = R.text(text)
+    assert pan[-8:] not in shown.replace(" ", "") and iban[4:12] not in shown.replace(" ", "")
+    assert R.text(shown) == shown
+
+
+@settings(max_examples=150, deadline=None)
+@given(text=st.text(alphabet=string.ascii_letters + string.punctuation + " \n", max_size=200))
+def test_property_text_without_digits_or_at_signs_is_unchanged(text: str) -> None:
+    # Without what the secret masking looks for either (`sk-`, `bearer`, URLs, parameters).
+    text = text.replace("@", "").replace("=", "").replace("://", "").replace("-", "")
+    assume("bearer" not in text.lower())
+    assert R.text(text) == text
