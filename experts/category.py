@@ -36,18 +36,51 @@ class Outcome(BaseModel):
 
 
 class HandlerStore(Protocol):
-    """A handler's own key-value data, kept in the conversation database."""
+    """One scope of a handler's key-value data (JSON values), kept in the conversation database."""
 
     async def get(self, key: str, default: Any = None) -> Any:
-        """The value under `key` for this category, or `default`."""
+        """The value under `key` in this scope, or `default`."""
         ...
 
     async def put(self, key: str, value: Any) -> None:
-        """Store a JSON-able value under `key` for this category."""
+        """Store a JSON-able value under `key` (`None` is stored as null; see `delete`)."""
+        ...
+
+    async def delete(self, key: str) -> bool:
+        """Remove `key`; whether it was there."""
+        ...
+
+    async def items(self, prefix: str = "") -> list[tuple[str, Any]]:
+        """Every `(key, value)` whose key starts with `prefix`, sorted by key."""
         ...
 
     def shared(self, namespace: str) -> HandlerStore:
-        """The store of a namespace several categories share (a shop's orders)."""
+        """The same scope in a namespace several categories share (a shop's orders)."""
+        ...
+
+
+class HandlerState(Protocol):
+    """A handler's data in its three scopes; see docs/adding-a-category.md for which to use."""
+
+    @property
+    def conversation(self) -> HandlerStore:
+        """This conversation only (a form being filled in, a pending confirmation)."""
+        ...
+
+    @property
+    def user(self) -> HandlerStore:
+        """This user, from any of their conversations (their orders, tickets).
+
+        Raises `UserStateUnavailable` when the conversation has no user id."""
+        ...
+
+    @property
+    def everyone(self) -> HandlerStore:
+        """Every conversation of every user (settings, stock); the same as `context.store`."""
+        ...
+
+    def shared(self, namespace: str) -> HandlerState:
+        """The three scopes of a namespace the categories naming it share."""
         ...
 
 
@@ -60,7 +93,10 @@ class HandlerContext:
     category: str
     turn_id: str
     store: HandlerStore
-    """The handler's own data (orders, tickets, ...), scoped to its category."""
+    """The category's data that every conversation of every user sees (`state.everyone`)."""
+    state: HandlerState
+    """The category's data per conversation, per user, or for everyone; `state.shared(name)`
+    for data several categories share."""
     idempotency_key: str = ""
     """Stable per turn: the same on every retry of this user message (32 hex characters).
 

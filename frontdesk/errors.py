@@ -15,6 +15,8 @@
     │   │   ├── InputTooLarge           over `max_message_chars`, or over the question budget
     │   │   └── ForbiddenCharacters     NUL or other control characters, lone surrogates
     │   ├── InvalidInput                text or an id the store cannot keep on every backend
+    │   ├── UserStateUnavailable        a handler used the user scope in a conversation with
+    │   │                               no user id (single-user mode)
     │   ├── IdempotencyConflict         a client message id reused with different text (409)
     │   ├── ConversationNotFound        no such conversation for this user (404)
     │   ├── MessageNotFound             no such message (or not in the named conversation)
@@ -105,6 +107,7 @@ __all__ = [
     "UnknownConversation",
     "UnknownModelSpec",
     "UserError",
+    "UserStateUnavailable",
 ]
 
 
@@ -260,6 +263,14 @@ class OutputValidationError(ModelError):
 # --- The conversation store (threads) ---
 class InvalidInput(UserError):
     """Text or an id that cannot be stored identically on SQLite and PostgreSQL (NUL, bad UTF-8)."""
+
+
+class UserStateUnavailable(UserError):
+    """A handler asked for `context.state.user` in a conversation that has no user id.
+
+    Single-user mode (`handle(..., user_id=None)`) has no user to keep state for: use
+    `context.state.conversation`, or check `context.user_id` first.
+    """
 
 
 class IdempotencyConflict(UserError):

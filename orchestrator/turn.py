@@ -599,6 +599,7 @@ async def _decide(
         category=category,
         turn_id=t.user_message.id,
         store=p.store.handler_store(category),
+        state=p.store.handler_state(category, conversation_id=t.conversation_id, user_id=t.user_id),
         extras=p.context_extras,
         idempotency_key=idempotency_key(t.conversation_id, t.user_message.id),
     )

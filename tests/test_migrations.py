@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
@@ -214,3 +215,74 @@ def test_turn_outcomes_upgrade_keeps_the_messages_stored_before(empty_url: str) 
     assert "turn_outcome" not in asyncio.run(_tables(empty_url))
     kinds, tables, replied = asyncio.run(after(user_id))
     assert kinds == ["message", "message"] and "turn_outcome" in tables and replied
+
+
+def _before(revision: str) -> str:
+    """The revision a migration is applied on (whatever the chain before it is)."""
+    from alembic.script import ScriptDirectory
+
+    from frontdesk.schema import alembic_config
+
+    down = ScriptDirectory.from_config(alembic_config()).get_revision(revision).down_revision
+    assert isinstance(down, str)
+    return down
+
+
+def test_handler_scopes_keep_the_data_stored_before_as_the_everyone_scope(
+    empty_url: str,
+) -> None:
+    rows = [("ORDERS", "pending:c-1", {"bags": 2}), ("potato_shop", "order:10001", [1, "x"])]
+
+    async def before() -> None:
+        engine = create_engine(empty_url)
+        try:
+            await upgrade_schema(engine, _before("0009_handler_scopes"))
+            insert = sa.text(
+                "INSERT INTO handler_data (namespace, key, value, updated_at)"
+                " VALUES (:n, :k, :v, CURRENT_TIMESTAMP)"
+            ).bindparams(sa.bindparam("v", type_=sa.JSON()))
+            async with engine.begin() as conn:
+                for namespace, key, value in rows:
+                    await conn.execute(insert, {"n": namespace, "k": key, "v": value})
+            await upgrade_schema(engine, "head")
+        finally:
+            await engine.dispose()
+
+    async def after() -> tuple[list[Any], list[Any], list[str]]:
+        store = await ConversationStore.open(empty_url)
+        try:
+            kept = [await store.handler_store(n).get(k) for n, k, _ in rows]
+            state = store.handler_state("ORDERS", conversation_id="c-1", user_id="ann")
+            await state.conversation.put("pending:c-1", "mine")  # The same key, another scope.
+            await state.user.put("pending:c-1", "ann's")
+            scoped = [
+                await state.everyone.get("pending:c-1"),
+                await state.conversation.get("pending:c-1"),
+                await state.user.get("pending:c-1"),
+            ]
+            async with store.engine.connect() as conn:
+                key = await conn.run_sync(
+                    lambda c: sa.inspect(c).get_pk_constraint("handler_data")["constrained_columns"]
+                )
+            return kept, scoped, key
+        finally:
+            await store.aclose()
+
+    asyncio.run(before())
+    kept, scoped, key = asyncio.run(after())
+    assert kept == [value for _, _, value in rows]
+    assert scoped == [{"bags": 2}, "mine", "ann's"]
+    assert key == ["namespace", "scope", "scope_id", "key"]
+
+    async def downgraded() -> list[tuple[str, str]]:
+        engine = create_engine(empty_url)
+        try:
+            async with engine.connect() as conn:
+                result = await conn.execute(sa.text("SELECT namespace, key FROM handler_data"))
+                return sorted((r[0], r[1]) for r in result)
+        finally:
+            await engine.dispose()
+
+    asyncio.run(_downgrade_to(empty_url, _before("0009_handler_scopes")))
+    # Only the everyone rows have a place in the old key; the data of before is all there.
+    assert asyncio.run(downgraded()) == sorted((n, k) for n, k, _ in rows)

@@ -4,7 +4,7 @@ The store keeps every message the user and the assistant exchanged as one row of
 per conversation (edits and regenerations are branches), on SQLite or PostgreSQL.
 """
 
-from frontdesk.threads._handler_store import HandlerStore
+from frontdesk.threads._handler_store import ERASED_MARKER, HandlerState, HandlerStore
 from frontdesk.threads._records import ConversationRecord, MessageRecord
 from frontdesk.threads.errors import (
     ConversationBusy,
@@ -19,10 +19,12 @@ from frontdesk.threads.errors import (
 from frontdesk.threads.store import UNSET, ConversationStore
 
 __all__ = [
+    "ERASED_MARKER",
     "UNSET",
     "ConversationBusy",
     "ConversationRecord",
     "ConversationStore",
+    "HandlerState",
     "HandlerStore",
     "IdempotencyConflict",
     "InvalidInput",

@@ -12,6 +12,7 @@ from frontdesk.errors import (
     SchemaOutdated,
     StoreError,
     StoreUnavailable,
+    UserStateUnavailable,
 )
 
 __all__ = [
@@ -26,4 +27,5 @@ __all__ = [
     "SchemaOutdated",
     "StoreError",
     "StoreUnavailable",
+    "UserStateUnavailable",
 ]

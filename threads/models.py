@@ -108,11 +108,16 @@ class Lease(SQLModel, table=True):
 
 
 class HandlerData(SQLModel, table=True):
-    """A category handler's own JSON values (orders, tickets), keyed by namespace and key."""
+    """A category handler's own JSON values (orders, tickets), keyed by namespace, scope and
+    key (revision `0009_handler_scopes` added the scope)."""
 
     __tablename__ = "handler_data"
 
     namespace: str = Field(primary_key=True, max_length=255)
+    scope: str = Field(primary_key=True, max_length=16)
+    """`conversation`, `user` or `everyone`."""
+    scope_id: str = Field(primary_key=True, max_length=255)
+    """The conversation id, the user id, or `''` for everyone."""
     key: str = Field(primary_key=True, max_length=255)
     value: Any = Field(default=None, sa_type=sa.JSON)
     updated_at: datetime = Field(sa_type=UTCDateTime)

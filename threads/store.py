@@ -10,10 +10,10 @@ because SQLite ignores `SELECT ... FOR UPDATE`).
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy import Connection
@@ -23,7 +23,13 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from frontdesk.db import create_engine, dispose_engine
 from frontdesk.schema import ensure_schema
 from frontdesk.threads import _lease, _outcomes, _turn
-from frontdesk.threads._handler_store import HandlerStore
+from frontdesk.threads._handler_store import (
+    ERASED_MARKER,
+    HandlerState,
+    HandlerStore,
+    delete_user_state,
+    erase_conversation_state,
+)
 from frontdesk.threads._lease import TurnLease
 from frontdesk.threads._outcomes import TurnOutcome, TurnRecord
 from frontdesk.threads._records import (
@@ -41,9 +47,11 @@ from frontdesk.threads.summaries import PathSinceSummary, path_since_newest_sync
 
 __all__ = [
     "DEFAULT_LEASE_TTL",
+    "ERASED_MARKER",
     "UNSET",
     "ConversationRecord",
     "ConversationStore",
+    "HandlerState",
     "HandlerStore",
     "MessageRecord",
     "TurnLease",
@@ -552,9 +560,56 @@ class ConversationStore:
         return await self._read(work)
 
     def handler_store(self, namespace: str) -> HandlerStore:
-        """A key-value store (JSON values) in this database for one category's own data."""
+        """The `everyone` scope of one category's (or shared namespace's) key-value data.
+
+        What `HandlerContext.store` is: values every conversation of every user sees.
+        """
         check_id(namespace, "namespace")
         return HandlerStore(self.engine, namespace)
+
+    def handler_state(
+        self, namespace: str, *, conversation_id: str, user_id: str | None
+    ) -> HandlerState:
+        """A handler's data in its three scopes for one turn (`HandlerContext.state`)."""
+        return HandlerState(
+            self.engine, namespace, conversation_id=conversation_id, user_id=user_id
+        )
+
+    async def delete_user_handler_state(self, user_id: str) -> int:
+        """Delete every handler value in `user_id`'s scope, in every namespace (erasure).
+
+        Erasing a user uses this: what handlers kept in `context.state.user` (and
+        `.shared(name).user`) goes with the user. Values in the `everyone` scope are not
+        tied to a user and stay; conversation-scoped values are handled by
+        `erase_conversation_handler_state`.
+
+        Returns:
+            How many values were deleted (their rows are gone).
+        """
+        check_id(user_id, "user_id")
+        return await run_sync_tx(self.engine, lambda conn: delete_user_state(conn, user_id))
+
+    async def erase_conversation_handler_state(
+        self, conversation_ids: Iterable[str], *, marker: Any = ERASED_MARKER
+    ) -> int:
+        """Replace the value of every handler key in these conversations' scope with `marker`.
+
+        Erasing a user uses this on the user's conversations: the keys stay (a handler that
+        checks a key, e.g. an idempotency key, still finds it and repeats nothing) and the
+        values, which may hold personal data, are gone.
+
+        Args:
+            conversation_ids: The conversations whose `context.state.conversation` values
+                (in every namespace) are erased.
+            marker: Any JSON value left in their place (default `"[erased]"`).
+
+        Returns:
+            How many values were replaced.
+        """
+        ids = [check_id(c, "conversation_id") for c in conversation_ids]
+        return await run_sync_tx(
+            self.engine, lambda conn: erase_conversation_state(conn, ids, marker)
+        )
 
     # Helpers -----------------------------------------------------------------------------
 

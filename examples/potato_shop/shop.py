@@ -72,21 +72,24 @@ def _bags(count: int) -> str:
     return f"{count} bag{'s' if count != 1 else ''}"
 
 
-def _shop(context: HandlerContext) -> HandlerStore:
-    return context.store.shared(SHOP)
+def _orders(context: HandlerContext) -> HandlerStore:
+    """Where this customer's orders are: the shop's state of this user, seen from all their
+    conversations; in single-user mode (no user id), of this conversation."""
+    shop = context.state.shared(SHOP)
+    return shop.conversation if context.user_id is None else shop.user
 
 
-async def _order(context: HandlerContext, number: str) -> dict[str, Any] | None:
-    """An order this customer may see: one they placed (this user, or this conversation when
-    there is no user id), or a seed order."""
-    stored: dict[str, Any] | None = await _shop(context).get(f"order:{number}")
-    if stored is None:
-        return SEED_ORDERS.get(number)
-    owner = stored.get("customer")
-    if context.user_id is not None and owner == context.user_id:
-        return stored
-    if stored.get("conversation_id") == context.conversation_id:
-        return stored
+async def _order(
+    context: HandlerContext, number: str
+) -> tuple[dict[str, Any], HandlerStore] | None:
+    """An order this customer may see (one they placed, or a sample order of the demo), and
+    the scope it lives in (where its refund is recorded too)."""
+    mine = _orders(context)
+    stored: dict[str, Any] | None = await mine.get(f"order:{number}")
+    if stored is not None:
+        return stored, mine
+    if number in SEED_ORDERS:  # The demo's sample orders: anyone may ask about them.
+        return SEED_ORDERS[number], context.state.shared(SHOP).everyone
     return None
 
 
@@ -94,9 +97,10 @@ async def place_order(request: OrderRequest, context: HandlerContext) -> Outcome
     """Ask to confirm first; once confirmed, place the order and keep it in the database."""
     total = PRICE_PER_BAG[request.variety] * request.bags
     what = f"{_bags(request.bags)} of {request.variety} potatoes"
+    here = context.state.conversation  # What is waiting or was just placed, in this chat.
     if not request.confirmed:
         pending = {"variety": request.variety, "bags": request.bags, "total": total}
-        await context.store.put(f"pending:{context.conversation_id}", pending)
+        await here.put("pending", pending)
         return Outcome(
             instruction=f"Ask the user to confirm buying {what} for £{total:.2f}"
             " (they can press confirm or say yes).",
@@ -105,13 +109,13 @@ async def place_order(request: OrderRequest, context: HandlerContext) -> Outcome
     # Keyed on the turn: a retry after a crash in here finds this turn's order number and
     # writes the same order again (a put replaces), so one turn places at most one order.
     keyed = f"placed:{context.idempotency_key}"
-    number = await context.store.get(keyed)
+    number = await here.get(keyed)
     if number is None:
-        pending = await context.store.get(f"pending:{context.conversation_id}")
+        pending = await here.get("pending")
         if not pending or (pending["variety"], pending["bags"]) != (request.variety, request.bags):
             # A "yes" with nothing waiting (the order already placed, or another question
             # asked since) must not place an order again.
-            placed = await context.store.get(f"placed:{context.conversation_id}")
+            placed = await here.get("placed")
             already = f" Their order {placed} is already placed." if placed else ""
             return Outcome(
                 instruction="Tell the user there is no order waiting for their confirmation."
@@ -119,7 +123,7 @@ async def place_order(request: OrderRequest, context: HandlerContext) -> Outcome
                 data={"action": "nothing_to_confirm", "order_number": placed},
             )
         number = str(int(uuid.uuid4().int % 90_000) + 10_000)
-        await context.store.put(keyed, number)
+        await here.put(keyed, number)
     order = {
         "customer": context.user_id,
         "conversation_id": context.conversation_id,
@@ -132,9 +136,9 @@ async def place_order(request: OrderRequest, context: HandlerContext) -> Outcome
         "total": total,
         "turn": context.idempotency_key,
     }
-    await _shop(context).put(f"order:{number}", order)
-    await context.store.put(f"pending:{context.conversation_id}", None)
-    await context.store.put(f"placed:{context.conversation_id}", number)
+    await _orders(context).put(f"order:{number}", order)
+    await here.delete("pending")
+    await here.put("placed", number)
     return Outcome(
         instruction=f"Tell the user their order {number} for {what} (£{total:.2f}) is placed"
         " and will be delivered tomorrow.",
@@ -144,12 +148,13 @@ async def place_order(request: OrderRequest, context: HandlerContext) -> Outcome
 
 async def order_status(request: OrderStatusRequest, context: HandlerContext) -> Outcome:
     """Look the order up."""
-    order = await _order(context, request.order_number)
-    if order is None:
+    found = await _order(context, request.order_number)
+    if found is None:
         return Outcome(
             instruction=f"Tell the user we cannot find order {request.order_number} and ask them"
             " to check the number."
         )
+    order, _ = found
     return Outcome(
         instruction=f"Tell the user that order {request.order_number} ({_bags(order['bags'])} of"
         f" {order['variety']}) is {order['status']}.",
@@ -160,12 +165,13 @@ async def order_status(request: OrderStatusRequest, context: HandlerContext) -> 
 async def refund(request: RefundRequest, context: HandlerContext) -> Outcome:
     """Refund the delivery fee of a late delivery, once per order."""
     number = request.order_number
-    order = await _order(context, number)
-    if order is None:
+    found = await _order(context, number)
+    if found is None:
         return Outcome(
             instruction=f"Tell the user we cannot find order {number} and ask them to check it."
         )
-    done = await _shop(context).get(f"refund:{number}")
+    order, where = found
+    done = await where.get(f"refund:{number}")
     if done is not None and done.get("key") != context.idempotency_key:
         return Outcome(
             instruction=f"Tell the user the delivery fee of order {number} was already refunded.",
@@ -181,7 +187,7 @@ async def refund(request: RefundRequest, context: HandlerContext) -> Outcome:
     fee = float(order["delivery_fee"])
     # One refund per order; a retry of the same turn (same key) finds its own refund.
     record = {"amount": fee, "turn": context.turn_id, "key": context.idempotency_key}
-    await _shop(context).put(f"refund:{number}", record)
+    await where.put(f"refund:{number}", record)
     return Outcome(
         instruction=f"Tell the user the £{fee:.2f} delivery fee for order {number}, which arrived"
         f" {order['minutes_late']} minutes late, has been refunded to their original payment"

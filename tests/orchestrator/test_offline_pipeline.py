@@ -71,7 +71,8 @@ async def test_offline_places_the_order_only_once_the_user_says_yes(db_url: str)
     orch = build(model="offline", store=db_url)
     asked = await orch.handle("c", "I'd like two bags of purple potatoes")
     placed = await orch.handle("c", "yes, confirm")
-    stored = await orch.store.handler_store("potato_shop").items("order:")
+    shop = orch.store.handler_state("potato_shop", conversation_id="c", user_id=None)
+    stored = await shop.conversation.items("order:")
     await orch.aclose()
     assert asked.outcome is not None and asked.outcome.data["action"] == "confirm_order"
     assert placed.request is not None and placed.request.model_dump() == {

@@ -48,7 +48,8 @@ async def test_a_bare_yes_after_a_handoff_places_no_second_order(db_url: str) ->
         handoff = await orch.handle("c", "I want to talk to a person")
         assert handoff.handoff
         again = await orch.handle("c", "yes")
-        orders = await orch.store.handler_store("potato_shop").items("order:")
+        shop = orch.store.handler_state("potato_shop", conversation_id="c", user_id=None)
+        orders = await shop.conversation.items("order:")
     finally:
         await orch.aclose()
     assert [key for key, _ in orders] == [f"order:{number}"]

@@ -52,15 +52,18 @@ class Outage:
         return self.team(request)
 
 
-async def orders_placed(orch: Orchestrator) -> list[Any]:
-    return [v for _, v in await orch.store.handler_store("potato_shop").items("order:")]
+async def orders_placed(orch: Orchestrator, conversation_id: str = "c") -> list[Any]:
+    """The orders placed in `conversation_id` (the shop's orders of no user are its own)."""
+    shop = orch.store.handler_state("potato_shop", conversation_id=conversation_id, user_id=None)
+    return [v for _, v in await shop.conversation.items("order:")]
 
 
 async def waiting_order(orch: Orchestrator, conversation_id: str = "c") -> None:
     """The order `confirmed_order` confirms, waiting (the shop places only what it asked)."""
     await orch.open()
     pending = {"variety": "purple", "bags": 2, "total": 7.0}
-    await orch.store.handler_store("ORDERS").put(f"pending:{conversation_id}", pending)
+    state = orch.store.handler_state("ORDERS", conversation_id=conversation_id, user_id=None)
+    await state.conversation.put("pending", pending)
 
 
 def same_reply(first: Reply, again: Reply) -> None:
