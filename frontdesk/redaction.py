@@ -57,6 +57,7 @@ __all__ = [
     "luhn_valid",
     "mask",
     "redactor_of",
+    "schema_without_rules",
 ]
 
 Rule = Literal["keep", "mask", "pseudonymise", "drop"]
@@ -161,6 +162,33 @@ def field_rules(model: type[BaseModel]) -> Mapping[str, Rule]:
             if inner is not model:
                 rules.update({f"{name}.{k}": v for k, v in field_rules(inner).items()})
     return types.MappingProxyType(rules)
+
+
+def schema_without_rules(schema: Any) -> Any:
+    """A JSON schema without the `redact` keys `json_schema_extra={"redact": ...}` put in it,
+    so the models are sent the same schema with a rule as without (fields *named* `redact`
+    stay)."""
+    if isinstance(schema, list):
+        return [schema_without_rules(s) for s in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out: dict[str, Any] = {}
+    for key, value in schema.items():
+        if key == "redact" and _SPELLINGS.get(str(value), value) in RULES:
+            continue
+        if key in ("default", "examples", "const", "enum"):  # Values, not schemas.
+            out[key] = value
+        elif key in ("properties", "$defs", "definitions", "patternProperties"):
+            out[key] = (
+                {k: schema_without_rules(v) for k, v in value.items()}
+                if isinstance(value, dict)
+                else value
+            )
+        elif isinstance(value, dict | list):
+            out[key] = schema_without_rules(value)
+        else:
+            out[key] = value
+    return out
 
 
 # -- the policy ----------------------------------------------------------------------------

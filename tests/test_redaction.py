@@ -471,3 +471,21 @@ def test_property_text_without_digits_or_at_signs_is_unchanged(text: str) -> Non
     text = text.replace("@", "").replace("=", "").replace("://", "").replace("-", "")
     assume("bearer" not in text.lower())
     assert R.text(text) == text
+
+
+def test_the_schema_sent_to_models_carries_no_rule() -> None:
+    from frontdesk.experts.providers.base import json_schema_of
+
+    class Note(BaseModel):
+        redact: str = Field(description="a field that happens to be called redact")
+        text: str = Field(default="", json_schema_extra={"redact": "drop"})
+        payment: Payment | None = None
+
+    raw = Note.model_json_schema()
+    assert raw["properties"]["text"]["redact"] == "drop"
+    sent = json_schema_of(Note)
+    assert "redact" in sent["properties"]  # the field stays
+    assert "redact" not in json.dumps(sent["properties"]["text"])
+    assert '"redact": "drop"' not in json.dumps(sent)
+    plain = {k: v for k, v in raw["properties"]["text"].items() if k != "redact"}
+    assert sent["properties"]["text"] == plain

@@ -23,6 +23,13 @@ from frontdesk.logs import RedactingProcessor
 from frontdesk.orchestrator import Orchestrator
 from frontdesk.orchestrator.cli import app
 from frontdesk.redaction import SECRET_ENV
+from tests.experts.providers.wire_server import (
+    ANTHROPIC_PATH,
+    Reply,
+    WireServer,
+    anthropic_text,
+    anthropic_tool,
+)
 from tests.orchestrator.conftest import FakeTeam
 
 runner = CliRunner()
@@ -330,3 +337,36 @@ def test_audit_replay_prints_redacted_changes(
     revealed = runner.invoke(app, [*args, "--reveal"], env={"COLUMNS": "250"})
     assert revealed.exit_code == 1
     assert f"request.card_number: {CARD} -> {OTHER_CARD}" in revealed.output
+
+
+# -- through the real SDK ---------------------------------------------------------------
+
+
+def test_the_provider_is_sent_the_digits_and_a_schema_without_rules(
+    wire: WireServer, db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-test-key")
+    monkeypatch.setenv("ANTHROPIC_BASE_URL", wire.url)
+    wire.script(
+        ANTHROPIC_PATH,
+        Reply(body=anthropic_tool("TriageDecision", {"category": "PAY", "reason": "paying"})),
+        Reply(body=anthropic_tool("PaymentExtraction", extraction(NAME))),
+        Reply(body=anthropic_text("Please confirm the payment.")),
+    )
+
+    async def main() -> None:
+        policy = RedactionPolicy(style="mask")
+        orch = Orchestrator([PAY], model="anthropic:claude-test", store=db_url, redaction=policy)
+        await orch.handle("conv-1", user_text(), user_id="u-1")
+        await orch.aclose()
+
+    asyncio.run(main())
+    bodies = [r.body for r in wire.requests_to(ANTHROPIC_PATH)]
+    assert len(bodies) == 3
+    request_body = json.dumps(bodies[1], ensure_ascii=False)
+    assert all(s in request_body for s in (CARD, IBAN, EMAIL, PHONE, NAME))
+    [tool] = bodies[1]["tools"]
+    assert "redact" not in json.dumps(tool["input_schema"])  # the rules stay with frontdesk
+    assert f"card {CARD} for {NAME}" in json.dumps(bodies[2], ensure_ascii=False)
+    out = cli("audit", "show", "conv-1", "--full", "--db", db_url)
+    assert clear_in(out) == [] and "raw response" in out
