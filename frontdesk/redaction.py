@@ -409,8 +409,9 @@ class Redactor:
     ) -> Any:
         """A JSON value with every string in it redacted (`text`), keys kept.
 
-        A long integer (7 digits or more) is read as text too, so `{"account": 12345678}`
-        near an account word is caught.
+        A long integer (7 digits or more) is read as text too, so a card number recorded as
+        a JSON number is caught (a key is not context: an 8-digit number under an
+        `account` key is not taken for an account number).
         """
         if isinstance(value, str):
             return self.text(value, user_id=user_id, known=known)
@@ -432,12 +433,10 @@ class Redactor:
     def _ruled(self, rule: Rule, value: Any, user_id: str | None) -> Any:
         if rule == "keep" or value is None:
             return value
-        if isinstance(value, dict | list):
-            return (
-                [self._ruled(rule, v, user_id) for v in value]
-                if isinstance(value, list)
-                else {k: self._ruled(rule, v, user_id) for k, v in value.items()}
-            )
+        if isinstance(value, list):
+            return [self._ruled(rule, v, user_id) for v in value]
+        if isinstance(value, dict):
+            return {k: self._ruled(rule, v, user_id) for k, v in value.items()}
         shown = value if isinstance(value, str) else json.dumps(value)
         if rule == "mask":
             return mask(shown)
