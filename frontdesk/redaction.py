@@ -21,23 +21,27 @@ Secrets (API keys, URL passwords) are masked as well, through `frontdesk.masking
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import hmac
 import json
 import os
 import re
 import secrets
-import types
-import typing
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, get_args, get_origin
-
-from pydantic import BaseModel
+from typing import Any
 
 from frontdesk._detectors import BUILTIN, Detector, Span, iban_valid, luhn_valid
+from frontdesk._field_rules import (
+    Redact,
+    Rule,
+    Style,
+    field_rules,
+    rule_named,
+    schema_without_rules,
+    style_named,
+)
 from frontdesk.errors import ConfigError
 from frontdesk.masking import scrub
 
@@ -60,13 +64,6 @@ __all__ = [
     "schema_without_rules",
 ]
 
-Rule = Literal["keep", "mask", "pseudonymise", "drop"]
-"""What a view shows of a request field: as is, its last 4 characters, a token, nothing."""
-Style = Literal["label", "mask", "pseudonymise"]
-"""How a detected value is replaced: `[CARD]`, `**** **** **** 1111`, `[pseudonym:3f9a…]`."""
-RULES: tuple[Rule, ...] = ("keep", "mask", "pseudonymise", "drop")
-STYLES: tuple[Style, ...] = ("label", "mask", "pseudonymise")
-_SPELLINGS = {"pseudonymize": "pseudonymise", "pseudonym": "pseudonymise"}
 
 BUILTIN_DETECTORS: Mapping[str, Detector] = {d.name: d for d in BUILTIN}
 """The built-in detectors by name: `iban`, `card`, `email`, `sort_code`, `account`, `phone`."""
@@ -79,40 +76,6 @@ MIN_SUBSTITUTED = 4
 """Ruled field values shorter than this are not searched for in free text (`2` bags)."""
 
 
-def _rule(value: object, where: str) -> Rule:
-    name = _SPELLINGS.get(str(value), str(value))
-    if name not in RULES:
-        raise ConfigError(f"{where}: unknown redaction rule {value!r}; use one of {RULES}")
-    return name
-
-
-def _style(value: object, where: str) -> Style:
-    name = _SPELLINGS.get(str(value), str(value))
-    if name not in STYLES:
-        raise ConfigError(f"{where}: unknown replacement style {value!r}; use one of {STYLES}")
-    return name
-
-
-@dataclass(frozen=True)
-class Redact:
-    """A request field's redaction rule, as `Annotated` metadata.
-
-    ```python
-    class Payment(BaseModel):
-        card_number: Annotated[str, Redact("mask")]
-        name: Annotated[str, Redact("pseudonymise")]
-    ```
-
-    The annotation is not part of the field's JSON schema, so the models are sent the
-    same schema as without it.
-    """
-
-    rule: Rule
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "rule", _rule(self.rule, "Redact(...)"))
-
-
 def mask(value: str, *, keep: int = 4) -> str:
     """`value` with every letter and digit but the last `keep` replaced by `*`.
 
@@ -121,74 +84,6 @@ def mask(value: str, *, keep: int = 4) -> str:
     places = [i for i, ch in enumerate(value) if ch.isalnum()]
     hidden = set(places[: max(0, len(places) - keep)])
     return "".join(MASK_CHAR if i in hidden else ch for i, ch in enumerate(value))
-
-
-# -- per-field rules on request models ------------------------------------------------------
-
-
-def _models_in(annotation: Any) -> Iterable[type[BaseModel]]:
-    """The pydantic models inside a field's type (`Card`, `Card | None`, `list[Card]`)."""
-    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        yield annotation
-        return
-    origin = get_origin(annotation)
-    if origin is typing.Annotated:
-        yield from _models_in(get_args(annotation)[0])
-    elif origin is not None or isinstance(annotation, types.UnionType):
-        for arg in get_args(annotation):
-            yield from _models_in(arg)
-
-
-@functools.cache
-def field_rules(model: type[BaseModel]) -> Mapping[str, Rule]:
-    """The redaction rules a request model declares, by dotted field path.
-
-    Nested models give `card.number`; a list of models is looked through (`items.sku`).
-
-    Raises:
-        ConfigError: a rule name that is not one of `keep`, `mask`, `pseudonymise`, `drop`.
-    """
-    rules: dict[str, Rule] = {}
-    for name, info in model.model_fields.items():
-        where = f"{model.__name__}.{name}"
-        declared = [m.rule for m in info.metadata if isinstance(m, Redact)]
-        extra = info.json_schema_extra
-        if isinstance(extra, Mapping) and "redact" in extra:
-            declared.append(_rule(extra["redact"], where))
-        if declared:
-            rules[name] = declared[-1]
-            continue
-        for inner in _models_in(info.annotation):
-            if inner is not model:
-                rules.update({f"{name}.{k}": v for k, v in field_rules(inner).items()})
-    return types.MappingProxyType(rules)
-
-
-def schema_without_rules(schema: Any) -> Any:
-    """A JSON schema without the `redact` keys `json_schema_extra={"redact": ...}` put in it,
-    so the models are sent the same schema with a rule as without (fields *named* `redact`
-    stay)."""
-    if isinstance(schema, list):
-        return [schema_without_rules(s) for s in schema]
-    if not isinstance(schema, dict):
-        return schema
-    out: dict[str, Any] = {}
-    for key, value in schema.items():
-        if key == "redact" and _SPELLINGS.get(str(value), value) in RULES:
-            continue
-        if key in ("default", "examples", "const", "enum"):  # Values, not schemas.
-            out[key] = value
-        elif key in ("properties", "$defs", "definitions", "patternProperties"):
-            out[key] = (
-                {k: schema_without_rules(v) for k, v in value.items()}
-                if isinstance(value, dict)
-                else value
-            )
-        elif isinstance(value, dict | list):
-            out[key] = schema_without_rules(value)
-        else:
-            out[key] = value
-    return out
 
 
 # -- the policy ----------------------------------------------------------------------------
@@ -245,14 +140,14 @@ class RedactionPolicy:
                 re.compile(pattern)
             except re.error as e:
                 raise ConfigError(f"RedactionPolicy: extra detector {name!r}: {e}") from e
-        object.__setattr__(self, "style", _style(self.style, "RedactionPolicy.style"))
+        object.__setattr__(self, "style", style_named(self.style, "RedactionPolicy.style"))
         object.__setattr__(
             self,
             "styles",
-            {k: _style(v, f"RedactionPolicy.styles[{k!r}]") for k, v in self.styles.items()},
+            {k: style_named(v, f"RedactionPolicy.styles[{k!r}]") for k, v in self.styles.items()},
         )
         object.__setattr__(
-            self, "fields", {k: _rule(v, f"RedactionPolicy.fields[{k!r}]") for k, v in
+            self, "fields", {k: rule_named(v, f"RedactionPolicy.fields[{k!r}]") for k, v in
                              self.fields.items()},
         )  # fmt: skip
 
