@@ -187,11 +187,20 @@ def _environment() -> Environment:
     return env
 
 
-def render_html(transcripts: Sequence[Transcript], *, title: str = "frontdesk audit") -> str:
-    """The self-contained HTML page for one or more conversations."""
+def render_html(
+    transcripts: Sequence[Transcript], *, title: str = "frontdesk audit", redacted: bool = False
+) -> str:
+    """The self-contained HTML page for one or more conversations.
+
+    Args:
+        transcripts: what to show.
+        title: the page's title.
+        redacted: whether the transcripts were built from `redact_rows` (the page says so).
+    """
     template = _environment().get_template("transcript.html.j2")
     return template.render(
         title=title,
+        redacted=redacted,
         transcripts=transcripts,
         charts=charts,
         format_value=_format,

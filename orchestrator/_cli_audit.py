@@ -287,6 +287,7 @@ def show(
     console.print(
         f"conversation [bold]{escape(conversation)}[/bold]: {len(transcript.active)}"
         f" turn(s) on the active path, {len(transcript.turns)} recorded"
+        + (" [dim](personal data redacted; --reveal shows it)[/dim]" if redactor else "")
     )
     for n, turn in enumerate(turns, start=1):
         console.print(turn_panel(n, turn, full=full))
@@ -325,7 +326,8 @@ def export(
         if fmt == "html":
             transcripts = await _transcripts(log, ids, redactor)
             title = f"frontdesk audit: {ids[0]}" if len(ids) == 1 else "frontdesk audit"
-            out.write_text(render_html(transcripts, title=title), encoding="utf-8")
+            page = render_html(transcripts, title=title, redacted=redactor is not None)
+            out.write_text(page, encoding="utf-8")
             return sum(len(t.turns) for t in transcripts)
         n = 0
         with out.open("w", encoding="utf-8") as f:

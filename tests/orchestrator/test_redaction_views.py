@@ -181,7 +181,7 @@ def test_the_thread_and_the_audit_log_store_what_the_user_wrote(
 def test_audit_show_is_redacted_by_default(recorded: tuple[str, FakeTeam, LogCapture]) -> None:
     db, _, _ = recorded
     out = cli("audit", "show", "conv-1", "--db", db)
-    assert clear_in(out) == []
+    assert clear_in(out) == [] and "personal data redacted; --reveal shows it" in out
     assert "**** **** **** 1111" in out  # the card field, masked
     assert pseudonym("u-1") in out  # the holder field, pseudonymised
     assert "birthday present" not in out and '"memo"' not in out  # dropped
@@ -196,6 +196,7 @@ def test_audit_show_reveal_shows_everything(recorded: tuple[str, FakeTeam, LogCa
     db, _, _ = recorded
     out = cli("audit", "show", "conv-1", "--full", "--reveal", "--db", db)
     assert set(clear_in(out)) >= {CARD, IBAN, EMAIL, PHONE, NAME}
+    assert "redacted" not in out
     assert "birthday present for mum" in out
 
 
@@ -241,8 +242,10 @@ def test_html_export_is_redacted_by_default(
     cli("audit", "export", "--all", "--format", "html", "-o", str(out), "--db", db)
     page = out.read_text(encoding="utf-8")
     assert clear_in(page) == [] and "**** **** **** 1111" in page
+    assert 'id="redacted"' in page  # the page says so
     cli("audit", "export", "--all", "--format", "html", "-o", str(out), "--reveal", "--db", db)
-    assert CARD in out.read_text(encoding="utf-8")
+    page = out.read_text(encoding="utf-8")
+    assert CARD in page and 'id="redacted"' not in page
 
 
 def test_a_policy_file_configures_the_views(
