@@ -100,18 +100,24 @@ async def _record(url: str, team: FakeTeam) -> None:
         await orch.aclose()
 
 
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
+def backend_url(request: pytest.FixtureRequest, db_url: str) -> str:
+    """The database the views read: a SQLite file, or a fresh PostgreSQL database."""
+    return db_url if request.param == "sqlite" else str(request.getfixturevalue("fresh_pg_url"))
+
+
 @pytest.fixture
-def recorded(db_url: str, team: FakeTeam) -> Iterator[tuple[str, FakeTeam, LogCapture]]:
+def recorded(backend_url: str, team: FakeTeam) -> Iterator[tuple[str, FakeTeam, LogCapture]]:
     team.extract = lambda r: extraction(NAME)
     capture = LogCapture()
     saved = structlog.get_config()
     # frontdesk's chain (with its redacting processor), captured instead of rendered.
     structlog.configure(processors=[*saved["processors"][:-1], capture])
     try:
-        asyncio.run(_record(db_url, team))
+        asyncio.run(_record(backend_url, team))
     finally:
         structlog.configure(**saved)
-    yield db_url, team, capture
+    yield backend_url, team, capture
 
 
 def cli(*args: str, env: dict[str, str] | None = None) -> str:
