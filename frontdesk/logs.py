@@ -8,8 +8,8 @@ libraries' DEBUG records, and SQLAlchemy engines are created with `hide_paramete
 What does reach a structlog line (an error message quoting the user, a handler's own log
 call) goes through `RedactingProcessor` first: card numbers, IBANs, emails, phone numbers,
 bank details and secrets are replaced (`frontdesk.redaction`). It is put in structlog's
-default chain, just before the renderer; an application that configures its own chain adds
-`RedactingProcessor()` to it.
+chain as it is when frontdesk is imported, just before the renderer; an application that
+configures its own chain afterwards adds `RedactingProcessor()` to it.
 
 Set `FRONTDESK_LOG_PAYLOADS=1` to see all of it while debugging on your own machine.
 """
