@@ -19,6 +19,7 @@ from frontdesk.audit.errors import (
 from frontdesk.audit.events import AuditEvent, EventKind
 from frontdesk.audit.export import render_html, write_jsonl
 from frontdesk.audit.pricing import PRICES, Cost, Price, cost_of, price_of
+from frontdesk.audit.redaction import recorded_rules, redact_rows, ruled_values
 from frontdesk.audit.replay import (
     RecordedTurn,
     ReplayReport,
@@ -62,7 +63,10 @@ __all__ = [
     "cost_of",
     "cost_report",
     "price_of",
+    "recorded_rules",
+    "redact_rows",
     "render_html",
     "replay_transcript",
+    "ruled_values",
     "write_jsonl",
 ]

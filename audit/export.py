@@ -14,13 +14,19 @@ from typing import IO, Any
 
 from jinja2 import Environment, PackageLoader, select_autoescape
 
+from frontdesk.audit.redaction import redact_rows
 from frontdesk.audit.store import StoredAuditEvent
 from frontdesk.audit.transcript import ExpertCall, Transcript, TurnView
+from frontdesk.redaction import Redactor
 
 
-def event_record(row: StoredAuditEvent) -> dict[str, Any]:
-    """One stored row as a JSON object, with its place in the chain."""
-    return {
+def event_record(row: StoredAuditEvent, *, redacted: bool = False) -> dict[str, Any]:
+    """One stored row as a JSON object, with its place in the chain.
+
+    A row from `redact_rows` is marked `"redacted": true`: its payload is not the one the
+    stored `hash` covers, so it is checked against the database, not against itself.
+    """
+    record = {
         "conversation_id": row.conversation_id,
         "seq": row.seq,
         "event_id": row.event_id,
@@ -33,13 +39,28 @@ def event_record(row: StoredAuditEvent) -> dict[str, Any]:
         "prev_hash": row.prev_hash,
         "hash": row.hash,
     }
+    if redacted:
+        record["redacted"] = True
+    return record
 
 
-def write_jsonl(rows: Iterable[StoredAuditEvent], out: IO[str]) -> int:
-    """Write one JSON line per row; returns the number of lines."""
+def write_jsonl(
+    rows: Iterable[StoredAuditEvent], out: IO[str], *, redactor: Redactor | None = None
+) -> int:
+    """Write one JSON line per row; returns the number of lines.
+
+    Args:
+        rows: one conversation's rows, in seq order.
+        out: where to write.
+        redactor: when given, the rows are written as `redact_rows` shows them, each marked
+            `"redacted": true`; without one they are written as stored.
+    """
+    if redactor is not None:
+        rows = redact_rows(list(rows), redactor)
     n = 0
     for row in rows:
-        out.write(json.dumps(event_record(row), ensure_ascii=False, sort_keys=True) + "\n")
+        record = event_record(row, redacted=redactor is not None)
+        out.write(json.dumps(record, ensure_ascii=False, sort_keys=True) + "\n")
         n += 1
     return n
 
@@ -166,11 +187,20 @@ def _environment() -> Environment:
     return env
 
 
-def render_html(transcripts: Sequence[Transcript], *, title: str = "frontdesk audit") -> str:
-    """The self-contained HTML page for one or more conversations."""
+def render_html(
+    transcripts: Sequence[Transcript], *, title: str = "frontdesk audit", redacted: bool = False
+) -> str:
+    """The self-contained HTML page for one or more conversations.
+
+    Args:
+        transcripts: what to show.
+        title: the page's title.
+        redacted: whether the transcripts were built from `redact_rows` (the page says so).
+    """
     template = _environment().get_template("transcript.html.j2")
     return template.render(
         title=title,
+        redacted=redacted,
         transcripts=transcripts,
         charts=charts,
         format_value=_format,

@@ -19,6 +19,7 @@ from frontdesk.orchestrator import (  # noqa: E402
     Reply,
     SyncOrchestrator,
 )
+from frontdesk.redaction import Redact, RedactionPolicy, Redactor  # noqa: E402
 
 __version__ = "0.1.0"
 
@@ -31,6 +32,9 @@ __all__ = [
     "NeedMoreInfo",
     "Orchestrator",
     "Outcome",
+    "Redact",
+    "RedactionPolicy",
+    "Redactor",
     "Reply",
     "SyncOrchestrator",
     "__version__",

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+import os
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar
@@ -26,6 +27,7 @@ from frontdesk.audit.chain import Head
 from frontdesk.audit.cost import CostLine, CostReport, cost_report
 from frontdesk.audit.errors import UnknownConversation
 from frontdesk.audit.export import render_html, write_jsonl
+from frontdesk.audit.redaction import recorded_rules, redact_rows, ruled_values
 from frontdesk.audit.replay import ReplayReport, TurnDiff, handoff_turns, replay_transcript
 from frontdesk.audit.store import AuditLog
 from frontdesk.audit.transcript import ExpertCall, Transcript, TurnView, build_transcript
@@ -33,6 +35,7 @@ from frontdesk.errors import UserError
 from frontdesk.orchestrator._answered import answered_turns
 from frontdesk.orchestrator._app import DEFAULT_APP, default_db, load_app
 from frontdesk.orchestrator._replay import build_runner, parse_models
+from frontdesk.redaction import RedactionPolicy, Redactor, Rule
 
 app = typer.Typer(help="audit commands", no_args_is_help=True)
 
@@ -117,10 +120,15 @@ async def _known(log: AuditLog, conversation: str) -> None:
         )
 
 
-async def _transcripts(log: AuditLog, ids: list[str], *, decrypt: bool = True) -> list[Transcript]:
+async def _transcripts(
+    log: AuditLog, ids: list[str], redactor: Redactor | None = None, *, decrypt: bool = True
+) -> list[Transcript]:
+    """The conversations' transcripts; redacted ones when `redactor` is given."""
     out = []
     for cid in ids:
         rows = await log.events(cid, decrypt=decrypt)
+        if redactor is not None:
+            rows = redact_rows(rows, redactor)
         if not rows:
             known = len(await log.conversations())
             raise UnknownConversation(
@@ -129,6 +137,37 @@ async def _transcripts(log: AuditLog, ids: list[str], *, decrypt: bool = True) -
             )
         out.append(build_transcript(cid, rows))
     return out
+
+
+# -- redaction ----------------------------------------------------------------------------
+
+POLICY_ENV = "FRONTDESK_REDACTION_POLICY"
+"""A JSON file holding the redaction policy of `audit show` and `audit export`."""
+
+RevealOption = Annotated[
+    bool,
+    typer.Option(
+        "--reveal",
+        help="Show personal data in clear (default: cards, IBANs, emails, phones, bank"
+        " details and ruled request fields are redacted).",
+    ),
+]
+RedactionOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--redaction",
+        help=f"A JSON redaction policy (default: ${POLICY_ENV}, else every built-in detector).",
+        show_default=False,
+    ),
+]
+
+
+def redactor_for(reveal: bool, policy: Path | None) -> Redactor | None:
+    """The redactor a clear-text view applies (`None` with `--reveal`)."""
+    if reveal:
+        return None
+    path = policy if policy is not None else os.environ.get(POLICY_ENV) or None
+    return Redactor(RedactionPolicy.from_file(path) if path else None)
 
 
 # -- show ---------------------------------------------------------------------------------
@@ -237,11 +276,17 @@ def show(
     ] = False,
     db: DbOption = None,
     as_json: JsonOption = False,
+    reveal: RevealOption = False,
+    redaction: RedactionOption = None,
 ) -> None:
-    """A readable transcript of the active path, with each turn's decisions and calls."""
+    """A readable transcript of the active path, with each turn's decisions and calls.
+
+    Personal data is redacted unless `--reveal` is given (see docs/privacy.md).
+    """
+    redactor = redactor_for(reveal, redaction)
 
     async def work(log: AuditLog) -> Transcript:
-        return (await _transcripts(log, [conversation]))[0]
+        return (await _transcripts(log, [conversation], redactor))[0]
 
     transcript = _run(work, db)
     console = Console()
@@ -262,6 +307,7 @@ def show(
     console.print(
         f"conversation [bold]{escape(conversation)}[/bold]: {len(transcript.active)}"
         f" turn(s) on the active path, {len(transcript.turns)} recorded"
+        + (" [dim](personal data redacted; --reveal shows it)[/dim]" if redactor else "")
     )
     for n, turn in enumerate(turns, start=1):
         console.print(turn_panel(n, turn, full=full))
@@ -285,20 +331,28 @@ def export(
         typer.Option("--format", help="jsonl: one row per event; html: one self-contained page."),
     ] = "jsonl",
     db: DbOption = None,
+    reveal: RevealOption = False,
+    redaction: RedactionOption = None,
 ) -> None:
-    """Export conversations as JSONL (one row per event, with hashes) or one HTML page."""
+    """Export conversations as JSONL (one row per event, with hashes) or one HTML page.
+
+    Personal data is redacted unless `--reveal` is given; redacted JSONL rows say
+    `"redacted": true` (their payload is not the one the stored hash covers).
+    """
+    redactor = redactor_for(reveal, redaction)
 
     async def work(log: AuditLog) -> int:
         ids = await _targets(log, conversation, every)
         if fmt == "html":
-            transcripts = await _transcripts(log, ids)
+            transcripts = await _transcripts(log, ids, redactor)
             title = f"frontdesk audit: {ids[0]}" if len(ids) == 1 else "frontdesk audit"
-            out.write_text(render_html(transcripts, title=title), encoding="utf-8")
+            page = render_html(transcripts, title=title, redacted=redactor is not None)
+            out.write_text(page, encoding="utf-8")
             return sum(len(t.turns) for t in transcripts)
         n = 0
         with out.open("w", encoding="utf-8") as f:
             for cid in ids:
-                n += write_jsonl(await log.events(cid), f)
+                n += write_jsonl(await log.events(cid), f, redactor=redactor)
         return n
 
     n = _run(work, db)
@@ -478,39 +532,66 @@ def _short(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False) if not isinstance(value, str) else value
 
 
-def diff_panel(diff: TurnDiff) -> Panel | None:
-    """What changed in one replayed turn, or `None` when nothing did."""
+@dataclasses.dataclass(frozen=True)
+class Shown:
+    """How a replayed conversation's texts are shown: the redactor, the field rules its
+    rows recorded and the values of its ruled fields."""
+
+    redactor: Redactor
+    rules: dict[str, Rule]
+    known: dict[str, str]
+
+
+def diff_panel(diff: TurnDiff, shown_as: Shown | None = None) -> Panel | None:
+    """What changed in one replayed turn, or `None` when nothing did; redacted (the texts
+    shown, not what was replayed) when `shown_as` is given."""
+    user = diff.turn.view.user_id
+
+    def shown(text: str) -> str:
+        if shown_as is None:
+            return text
+        return shown_as.redactor.text(text, user_id=user, known=shown_as.known)
+
+    def field(name: str, value: Any) -> str:
+        if shown_as is None:
+            return _short(value)
+        data = shown_as.redactor.request(
+            {name: value}, shown_as.rules, user_id=user, known=shown_as.known
+        )
+        return _short(data.get(name, "[dropped]"))
+
     lines: list[Text] = []
     if diff.error is not None:
-        lines.append(Text(f"replay failed: {diff.error}", style="red"))
+        lines.append(Text(shown(f"replay failed: {diff.error}"), style="red"))
     after = diff.after
     if after is not None:
         if diff.category_changed:
             lines.append(Text(f"category: {diff.before.category} -> {after.category}", style="red"))
         for change in diff.request_changes:
-            lines.append(
-                Text(
-                    f"request.{change.name}: {_short(change.before)} -> {_short(change.after)}",
-                    style="red",
-                )
+            before_text, after_text = (
+                field(change.name, change.before),
+                field(change.name, change.after),
             )
+            lines.append(Text(f"request.{change.name}: {before_text} -> {after_text}", style="red"))
         if diff.need_more_info_changed:
             lines.append(
                 Text(
-                    f"need more info: {_short(diff.before.need_more_info)} ->"
-                    f" {_short(after.need_more_info)}",
+                    shown(
+                        f"need more info: {_short(diff.before.need_more_info)} ->"
+                        f" {_short(after.need_more_info)}"
+                    ),
                     style="yellow",
                 )
             )
         for line in diff.reply_diff[2:]:
             style = "green" if line.startswith("+") else "red" if line.startswith("-") else "dim"
-            lines.append(Text("reply " + line, style=style))
+            lines.append(Text(shown("reply " + line), style=style))
         if after.note:
-            lines.append(Text(after.note, style="dim"))
+            lines.append(Text(shown(after.note), style="dim"))
     if not lines:
         return None
     t = diff.turn
-    title = f"{t.conversation_id} turn {t.number}: {(t.view.user_text or '')[:60]}"
+    title = f"{t.conversation_id} turn {t.number}: {shown(t.view.user_text or '')[:60]}"
     return Panel(Group(*lines), title=title, title_align="left")
 
 
@@ -555,10 +636,18 @@ def replay(
         ),
     ] = None,
     db: DbOption = None,
+    reveal: RevealOption = False,
+    redaction: RedactionOption = None,
 ) -> None:
     """Re-run recorded turns with other prompts or models; exit 1 if a category or request
-    changed."""
+    changed.
+
+    The recorded turns are replayed as stored; what is printed is redacted unless `--reveal`.
+    """
     console = Console()
+    redactor = redactor_for(reveal, redaction)
+
+    shown: dict[str, Shown] = {}
 
     async def work(log: AuditLog) -> ReplayReport:
         ids = await _targets(log, conversation, every)
@@ -570,13 +659,17 @@ def replay(
             task = progress.add_task("replaying", total=len(ids))
             for cid in ids:
                 [transcript] = await _transcripts(log, [cid])
+                if redactor is not None:
+                    rows = await log.events(cid)
+                    shown[cid] = Shown(redactor, recorded_rules(rows), ruled_values(rows, redactor))
                 report.diffs.extend(await replay_transcript(transcript, runner))
                 report.skipped += len(handoff_turns(transcript))
                 progress.advance(task)
         return report
 
     report = _run(work, db)
-    changed = [p for p in (diff_panel(d) for d in report.diffs) if p is not None]
+    panels = (diff_panel(d, shown.get(d.turn.conversation_id)) for d in report.diffs)
+    changed = [p for p in panels if p is not None]
     for panel in changed:
         console.print(panel)
     console.print(summary_table(report))

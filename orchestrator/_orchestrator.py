@@ -36,6 +36,7 @@ from frontdesk.orchestrator.handoff import Handoff
 from frontdesk.orchestrator.reply import Reply
 from frontdesk.orchestrator.stream import TurnEvent, stream_turn
 from frontdesk.orchestrator.turn import Pipeline, Start, Started, run_turn
+from frontdesk.redaction import RedactionPolicy, Redactor, redactor_of
 from frontdesk.threads.budget import Budget
 from frontdesk.threads.builder import ThreadMessage, UserThread, build_thread, thread_since
 from frontdesk.threads.compaction import CompactionPolicy
@@ -106,6 +107,11 @@ class Orchestrator:
         audit_key: The master key that encrypts audit payloads per user (docs/privacy.md):
             32 bytes, base64 text, or a `KeyProvider` (a KMS); `None` reads
             `FRONTDESK_MASTER_KEY` (unset: payloads are stored in clear).
+        redaction: What the clear-text views of this orchestrator's records show of
+            personal data (`frontdesk.redaction.RedactionPolicy`, or a `Redactor`); the
+            default redacts every built-in detector. It never changes what the models are
+            sent or what is stored. `self.redactor` applies it, e.g.
+            `redact_rows(await orch.audit_log.events(cid), orch.redactor)`.
     """
 
     def __init__(
@@ -132,6 +138,7 @@ class Orchestrator:
         handoff_timeout: float | None = None,
         handoff_timeout_message: str = DEFAULT_TIMEOUT_MESSAGE,
         audit_key: bytes | str | KeyProvider | None = None,
+        redaction: RedactionPolicy | Redactor | None = None,
     ) -> None:
         self.categories = check_registry(list(categories))
         self.models = resolve_models(model)
@@ -163,6 +170,7 @@ class Orchestrator:
             timeout_message=handoff_timeout_message,
         )
         self.speculate = speculate
+        self.redactor: Redactor = redactor_of(redaction)
         self.token_counter: TokenCounter = token_counter or CalibratedCounter()
         self._context = dict(context or {})
         if isinstance(store, str):

@@ -22,6 +22,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from frontdesk.audit.events import AuditEvent, EventKind
+from frontdesk.audit.redaction import RULES_KEY
 from frontdesk.experts.providers import (
     AttemptEvent,
     Model,
@@ -33,6 +34,7 @@ from frontdesk.experts.providers import (
     observe_attempts,
     stream_of,
 )
+from frontdesk.redaction import field_rules
 
 
 def usage_dict(usage: Usage) -> dict[str, int]:
@@ -47,6 +49,16 @@ def jsonable(value: Any) -> Any:
     if isinstance(value, dict | list | str | int | float | bool) or value is None:
         return value
     return str(value)
+
+
+def field_rules_of(request: Any) -> dict[str, Any]:
+    """`{"redact": {path: rule}}` for a request whose model declares redaction rules (see
+    `frontdesk.redaction.field_rules`), else `{}`: the rules travel with the recorded
+    request, so `audit show` and the exports apply them without the application's code."""
+    if not isinstance(request, BaseModel):
+        return {}
+    rules = field_rules(type(request))
+    return {RULES_KEY: dict(rules)} if rules else {}
 
 
 def without_system(body: Any, system: str) -> Any:

@@ -41,7 +41,13 @@ from frontdesk.experts.request import RequestExpert
 from frontdesk.experts.response import ResponseExpert, ResponseResult
 from frontdesk.experts.triage import TriageExpert
 from frontdesk.orchestrator import _listen, _outcomes
-from frontdesk.orchestrator._recorder import TurnRecorder, jsonable, observing, usage_dict
+from frontdesk.orchestrator._recorder import (
+    TurnRecorder,
+    field_rules_of,
+    jsonable,
+    observing,
+    usage_dict,
+)
 from frontdesk.orchestrator.errors import TurnFailed
 from frontdesk.orchestrator.reply import Reply
 from frontdesk.threads.budget import Budget
@@ -213,7 +219,11 @@ async def _decide_once(p: Pipeline, t: Turn, earlier: TurnOutcome | None) -> Dec
     if category in p.requests:
         _listen.extracted(request, missing)
     t.recorder.note(
-        "request", category=category, request=jsonable(request), need_more_info=jsonable(missing)
+        "request",
+        category=category,
+        request=jsonable(request),
+        need_more_info=jsonable(missing),
+        **field_rules_of(request),  # What `audit show` and the exports redact of it.
     )
     outcome, handler_ran = await _decide(p, t, category, request, missing, reason)
     t.recorder.note(

@@ -21,6 +21,7 @@ from typing import Any, Literal, Protocol, TypedDict, runtime_checkable
 from pydantic import BaseModel
 
 from frontdesk.experts.errors import ModelRequestsBlocked
+from frontdesk.redaction import schema_without_rules
 
 Role = Literal["user", "assistant"]
 
@@ -332,5 +333,7 @@ def check_allow_model_requests() -> None:
 
 
 def json_schema_of(output_type: type[BaseModel]) -> dict[str, Any]:
-    """The JSON schema a provider is asked to fill for `output_type`."""
-    return output_type.model_json_schema()
+    """The JSON schema a provider is asked to fill for `output_type` (without the redaction
+    rules a field may carry in `json_schema_extra`: they are for the views, not the model)."""
+    schema: dict[str, Any] = schema_without_rules(output_type.model_json_schema())
+    return schema
