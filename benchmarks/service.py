@@ -221,7 +221,9 @@ def main(argv: list[str] | None = None) -> None:
     if pg is not None and (why := asyncio.run(_reachable(pg))) is not None:
         print(f"PostgreSQL not reachable ({why}): its figures are skipped")
         pg = None
+    load = os.getloadavg()[0]
     f = measure(args.turns, args.clients, pg)
+    print(f"machine: {os.cpu_count()} cores, load average {load:.1f} before the run")
     print(f"{f['turns']} turns each, instant models, one client (keep-alive), 10 conversations")
     print(
         f"{'store':12} {'direct p50':>10} {'HTTP p50':>9} {'overhead':>9} {'direct mean':>11}"
