@@ -119,6 +119,7 @@ class SyncOrchestrator:
     def hand_back(self, conversation_id: str) -> None:
         """Blocking `Orchestrator.hand_back`."""
         self._runner.run(self.orchestrator.hand_back(conversation_id))
+
     def erase_user(self, user_id: str, *, requested_by: str | None = None) -> ErasureReport:
         """`Orchestrator.erase_user`, blocking."""
         return self._runner.run(self.orchestrator.erase_user(user_id, requested_by=requested_by))
