@@ -19,6 +19,7 @@
     │   ├── ConversationNotFound        no such conversation for this user (404)
     │   ├── MessageNotFound             no such message (or not in the named conversation)
     │   │   └── MessageNotInConversation
+    │   ├── MemoryNotFound              no such memory for this user (404)
     │   ├── QuestionOverBudget          the new question alone is over its token allowance
     │   ├── AuditPayloadError           an event that cannot be stored as canonical JSON
     │   ├── UnknownConversation         no audit rows for the conversation asked for
@@ -76,6 +77,7 @@ __all__ = [
     "InvalidInput",
     "InvalidUserText",
     "LeaseLost",
+    "MemoryNotFound",
     "MessageNotFound",
     "MessageNotInConversation",
     "MissingAPIKey",
@@ -284,6 +286,14 @@ class MessageNotFound(UserError):
 
 class MessageNotInConversation(MessageNotFound):
     """The message exists but belongs to another conversation."""
+
+
+class MemoryNotFound(UserError, LookupError):
+    """No current memory with this id belongs to this user (the same for another user's)."""
+
+    def __init__(self, message: str, *, memory_id: str) -> None:
+        super().__init__(message)
+        self.memory_id = memory_id
 
 
 class StoreError(FrontdeskError):

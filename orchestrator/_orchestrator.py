@@ -29,6 +29,7 @@ from frontdesk.experts.category import check_registry
 from frontdesk.orchestrator import _wiring
 from frontdesk.orchestrator._compaction import BackgroundCompaction, Compactor, summariser_expert
 from frontdesk.orchestrator._input import DEFAULT_MAX_MESSAGE_CHARS, check_user_text
+from frontdesk.orchestrator._memory import Memories
 from frontdesk.orchestrator.config import EXPERTS, ExpertSettings, ModelChoice, resolve_models
 from frontdesk.orchestrator.reply import Reply
 from frontdesk.orchestrator.stream import TurnEvent, stream_turn
@@ -36,6 +37,8 @@ from frontdesk.orchestrator.turn import Pipeline, Start, Started, run_turn
 from frontdesk.threads.budget import Budget
 from frontdesk.threads.builder import ThreadMessage, UserThread, build_thread, thread_since
 from frontdesk.threads.compaction import CompactionPolicy
+from frontdesk.memory import Memory, MemorySource
+from frontdesk.threads.memory import FullTextRetriever, MemoryStore, Retriever
 from frontdesk.threads.store import (
     DEFAULT_LEASE_TTL,
     ConversationStore,
@@ -87,6 +90,8 @@ class Orchestrator:
         speculate: Start the request expert of the conversation's current category at the
             same time as triage, kept when triage agrees and cancelled (its cost audited)
             when it does not. Off, the two run one after the other.
+        retriever: Finds each turn's memories (`threads.memory.Retriever`); by default
+            the database's own full-text search. See docs/memory.md.
     """
 
     def __init__(
@@ -109,6 +114,7 @@ class Orchestrator:
         budgets: Mapping[str, Budget] | None = None,
         compaction: CompactionPolicy | None = None,
         speculate: bool = True,
+        retriever: Retriever | None = None,
     ) -> None:
         self.categories = check_registry(list(categories))
         self.models = resolve_models(model)
@@ -145,6 +151,7 @@ class Orchestrator:
             counter=self.token_counter,
         )
         self._experts = wiring.build()
+        self._memory_expert = wiring.memory_expert()
         wiring.check_budgets(self._experts, self.budgets)
         self._pipeline: Pipeline | None = None
         self._audit: AuditLog | None = None
@@ -152,6 +159,8 @@ class Orchestrator:
         self._owns_audit = not isinstance(audit, AuditLog)
         self._open_lock = asyncio.Lock()
         self._compaction: BackgroundCompaction | None = None
+        self._retriever = retriever
+        self._memories: Memories | None = None
         self._unfinished: set[asyncio.Task[Any]] = set()  # Turns whose stream reader left.
 
     # -- wiring -------------------------------------------------------------------------
@@ -196,7 +205,15 @@ class Orchestrator:
                     audit=self._audit,
                 )
             )
+            memory_store = MemoryStore(store.engine)
+            self._memories = Memories(
+                store=memory_store,
+                retriever=self._retriever or FullTextRetriever(memory_store),
+                expert=self._memory_expert,
+                audit=self._audit,
+            )
             self._pipeline = Pipeline(
+                memory=self._memories,
                 store=store,
                 audit=self._audit,
                 deadline=self.turn_deadline,
@@ -449,6 +466,8 @@ class Orchestrator:
             await asyncio.gather(*list(self._unfinished), return_exceptions=True)
         if self._compaction is not None:
             await self._compaction.wait()
+        if self._memories is not None:
+            await self._memories.wait()
         if self._audit is not None and self._owns_audit:
             await self._audit.aclose()
         if self._pipeline is not None and self._owns_store:
@@ -460,12 +479,86 @@ class Orchestrator:
         self._pipeline = None
         self._audit = None
         self._compaction = None
+        self._memories = None
 
     async def __aenter__(self) -> Orchestrator:
         return await self.open()
 
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
+
+    # -- long-term memory (docs/memory.md) ---------------------------------------------
+
+    @property
+    def memory(self) -> Memories:
+        """The users' long-term memory (after the first call that opened the store)."""
+        if self._memories is None:
+            raise UserError("memory opens with the store; await orch.open() first")
+        return self._memories
+
+    async def remember(
+        self, user_id: str, text: str, key: str | None = None, *, source: MemorySource = "user"
+    ) -> Memory:
+        """Remember a fact about `user_id` from the very next turn on.
+
+        Args:
+            user_id: Whose fact it is.
+            text: The fact, e.g. "Prefers replies in Hindi" (at most 500 characters).
+            key: Facts with the same key supersede one another (the newest wins).
+            source: Who states it: `user` (through the application), `operator`,
+                `handler` or `memory_expert`.
+
+        Raises:
+            InvalidInput: empty or over-long text, an unknown source.
+        """
+        await self._open()
+        return await self.memory.write(user_id, text, key=key, source=source)
+
+    async def memories(self, user_id: str) -> list[Memory]:
+        """The current facts about `user_id`, the most recently updated first."""
+        await self._open()
+        return await self.memory.store.current(user_id)
+
+    async def correct(
+        self, user_id: str, memory_id: str, text: str, *, by: str = "user"
+    ) -> Memory:
+        """Replace the text of one of the user's facts, from the very next turn on.
+
+        Raises:
+            MemoryNotFound: no current fact `memory_id` of `user_id`.
+        """
+        await self._open()
+        memory = await self.memory.store.correct(user_id, memory_id, text)
+        await self.memory.note_for_user(
+            user_id, "memory_corrected", {"memory_id": memory_id, "by": by}
+        )
+        return memory
+
+    async def forget(self, user_id: str, memory_id: str, *, by: str = "user") -> None:
+        """Delete one of the user's facts (and the older versions it replaced): its text is
+        gone from the database; the audit log records only that it was forgotten.
+
+        `by` says who asked (`user`, `operator:ID`, `cli`), for the audit event; the
+        event never holds the text (nor the user id: the chain is keyed by a digest).
+
+        Raises:
+            MemoryNotFound: no current fact `memory_id` of `user_id`.
+        """
+        await self._open()
+        ids = await self.memory.store.forget(user_id, memory_id)
+        await self.memory.note_for_user(
+            user_id, "memory_forgotten", {"memory_ids": ids, "by": by, "all": False}
+        )
+
+    async def forget_all(self, user_id: str, *, by: str = "user") -> int:
+        """Delete every fact about `user_id`; returns how many current facts were forgotten."""
+        await self._open()
+        count, ids = await self.memory.store.forget_all(user_id)
+        if ids:
+            await self.memory.note_for_user(
+                user_id, "memory_forgotten", {"memory_ids": ids, "by": by, "all": True}
+            )
+        return count
 
     # -- machinery ----------------------------------------------------------------------
 
@@ -514,6 +607,8 @@ class Orchestrator:
         reply = await run_turn(p, self._lease(p, conversation_id), begin)
         if reply.replayed:
             return reply
+        question = started[-1].question  # The memory expert reads the user's message only.
+        self.memory.schedule(started[-1].user_id, conversation_id, question.id, question.content)
         # The policy is checked on the thread already in memory, so a turn under the
         # threshold costs no database read; the background task checks again under its lease.
         after = [*started[-1].thread.messages, ThreadMessage(role="assistant", content=reply.text)]

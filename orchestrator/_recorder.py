@@ -126,6 +126,8 @@ class TurnRecorder:
             payload["output_type"] = request.output_type.__name__ if request.output_type else None
             if request.prompt is not None:
                 payload["prompt"] = dataclasses.asdict(request.prompt)
+            if request.memory:  # Exactly which facts were sent, and the block as sent.
+                payload["memory"] = {"ids": list(request.memory_ids), "text": request.memory}
         self._attempts.append(payload)
         self.events.append(
             AuditEvent(

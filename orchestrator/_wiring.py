@@ -13,6 +13,7 @@ from pathlib import Path
 
 from frontdesk.experts import Category, ExpertCall
 from frontdesk.experts.providers import Model, ModelRequest, ModelResponse
+from frontdesk.experts.memory import MemoryExpert
 from frontdesk.experts.request import RequestExpert, extraction_type
 from frontdesk.experts.request import prompt_variables as request_variables
 from frontdesk.experts.response import ResponseExpert
@@ -85,6 +86,10 @@ class Wiring:
             call=self.call("response", self.prompt("response").render(shop_name=self.shop_name))
         )
         return triage, requests, response
+
+    def memory_expert(self) -> MemoryExpert:
+        """The memory expert with its versioned prompt (run after replies)."""
+        return MemoryExpert(call=self.call("memory", self.prompt("memory").render()))
 
     def check_budgets(self, experts: Experts, budgets: Mapping[str, Budget]) -> None:
         """Refuse a system prompt over its expert's allowance (`ConfigError`)."""
