@@ -16,6 +16,7 @@ from pydantic import BaseModel, Field
 
 from frontdesk.experts._call import CallObserver, ExpertCall, MemoryBlock
 from frontdesk.experts.providers.base import Message, ModelResponse
+from frontdesk.memory import MAX_FACT_CHARS
 
 MAX_FACTS = 8
 """Facts kept from one message at most (the rest of a long list is dropped)."""
@@ -66,7 +67,8 @@ class MemoryExpert:
         metadata: Mapping[str, str],
         observer: CallObserver | None = None,
     ) -> MemoryResult:
-        """The facts `user_text` states (blank ones dropped, at most `MAX_FACTS`).
+        """The facts `user_text` states (blank and over-long ones dropped, at most
+        `MAX_FACTS`).
 
         Raises:
             OutputValidationError: the answer did not fit `RememberedFacts`.
@@ -78,5 +80,7 @@ class MemoryExpert:
         )
         response = await self.call.send(request, observer)
         found = RememberedFacts.model_validate(response.output)
-        facts = [f for f in found.facts if f.text.strip()][:MAX_FACTS]
+        # A blank or over-long "fact" is not one: it is dropped, the others kept.
+        facts = [f for f in found.facts if 0 < len(f.text.strip()) <= MAX_FACT_CHARS]
+        facts = facts[:MAX_FACTS]
         return MemoryResult(facts=facts, response=response)

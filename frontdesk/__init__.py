@@ -11,6 +11,7 @@ from frontdesk.logs import protect_logs
 protect_logs()
 
 from frontdesk.experts import Category, HandlerContext, NeedMoreInfo, Outcome  # noqa: E402
+from frontdesk.memory import Memory  # noqa: E402
 from frontdesk.orchestrator import Orchestrator, Reply, SyncOrchestrator  # noqa: E402
 
 __version__ = "0.1.0"
@@ -18,6 +19,7 @@ __version__ = "0.1.0"
 __all__ = [
     "Category",
     "HandlerContext",
+    "Memory",
     "NeedMoreInfo",
     "Orchestrator",
     "Outcome",

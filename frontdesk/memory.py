@@ -10,7 +10,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Literal
 
-__all__ = ["SOURCES", "Memory", "MemorySource"]
+__all__ = ["MAX_FACT_CHARS", "SOURCES", "Memory", "MemorySource"]
+
+MAX_FACT_CHARS = 500
+"""Longest fact kept (a fact is one short sentence; longer text is refused)."""
 
 MemorySource = Literal["memory_expert", "handler", "user", "operator"]
 """Who wrote a fact: the memory expert, a category handler, the user (through the

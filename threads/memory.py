@@ -24,7 +24,7 @@ from sqlalchemy import Connection, RowMapping
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from frontdesk.errors import MemoryNotFound
-from frontdesk.memory import SOURCES, Memory, MemorySource
+from frontdesk.memory import MAX_FACT_CHARS, SOURCES, Memory, MemorySource
 from frontdesk.threads._records import check_id, check_text, new_id
 from frontdesk.threads._tx import run_sync_tx
 from frontdesk.threads.errors import InvalidInput
@@ -39,8 +39,6 @@ __all__ = [
     "query_words",
 ]
 
-MAX_FACT_CHARS = 500
-"""Longest fact kept (a fact is one short sentence; longer text is refused)."""
 MAX_KEY_CHARS = 64
 
 _meta = sa.MetaData()
