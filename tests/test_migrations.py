@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -214,3 +215,33 @@ def test_turn_outcomes_upgrade_keeps_the_messages_stored_before(empty_url: str) 
     assert "turn_outcome" not in asyncio.run(_tables(empty_url))
     kinds, tables, replied = asyncio.run(after(user_id))
     assert kinds == ["message", "message"] and "turn_outcome" in tables and replied
+
+
+@pytest.mark.anyio
+async def test_0008_adds_the_memory_table_and_its_full_text_index(empty_url: str) -> None:
+    engine = create_engine(empty_url)
+    try:
+        await upgrade_schema(engine, "0007_audit_guard")
+        await upgrade_schema(engine, "0008_memory")
+        async with engine.begin() as conn:
+            await conn.execute(
+                sa.text(
+                    "INSERT INTO memory (id, user_id, text, source, created_at, updated_at)"
+                    " VALUES ('m1', 'u', 'Allergic to peanuts', 'user', :now, :now)"
+                ),
+                {"now": datetime.now(UTC)},
+            )
+            if conn.dialect.name == "postgresql":
+                match = "SELECT id FROM memory WHERE tsv @@ to_tsquery('english', 'peanut')"
+            else:
+                match = (
+                    "SELECT m.id FROM memory_fts JOIN memory m ON m.seq = memory_fts.rowid"
+                    " WHERE memory_fts MATCH 'peanut'"
+                )
+            assert (await conn.execute(sa.text(match))).scalars().all() == ["m1"]
+    finally:
+        await engine.dispose()
+    assert "memory" in await _tables(empty_url)
+    await _downgrade_to(empty_url, "0007_audit_guard")
+    tables = await _tables(empty_url)
+    assert "memory" not in tables and "memory_fts" not in tables
