@@ -295,6 +295,7 @@ class Orchestrator:
         p = await self._open()
 
         async def start(lease: TurnLease) -> Started:
+            recall = await self.memory.reader(user_id, text)  # Read in the same transaction.
             begun = await p.store.start_turn(
                 conversation_id,
                 text,
@@ -302,6 +303,7 @@ class Orchestrator:
                 client_message_id=client_message_id,
                 token_count=self.token_counter.count(text),
                 lease=lease,
+                also=recall,
             )
             question, path = begun.message, begun.path
             stored = TurnRecord(reply=None, outcome=None)
@@ -311,7 +313,13 @@ class Orchestrator:
                     log.info("turn.resume", conversation_id=conversation_id, turn=question.id)
                     path = await SummaryStore(p.store.engine).path_since_newest(question.id)
             thread = UserThread() if path is None else thread_since(path)  # None: replayed.
-            return Started(question=question, user_id=user_id, thread=thread, stored=stored)
+            return Started(
+                question=question,
+                user_id=user_id,
+                thread=thread,
+                stored=stored,
+                memories=begun.also,
+            )
 
         return await self._turn(p, conversation_id, start)
 

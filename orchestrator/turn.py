@@ -40,6 +40,7 @@ from frontdesk.experts.providers import Message, ModelResponse, Usage
 from frontdesk.experts.request import RequestExpert
 from frontdesk.experts.response import ResponseExpert, ResponseResult
 from frontdesk.experts.triage import TriageExpert
+from frontdesk.memory import Memory
 from frontdesk.orchestrator import _listen, _memory, _outcomes
 from frontdesk.orchestrator._recorder import TurnRecorder, jsonable, observing, usage_dict
 from frontdesk.orchestrator.errors import TurnFailed
@@ -96,6 +97,9 @@ class Started:
     thread: UserThread
     stored: TurnRecord
     """The question's reply and outcome from an earlier try (both `None` for a new one)."""
+    memories: Sequence[Memory] | None = None
+    """The user's facts for the question, when the start looked them up alongside its own
+    transaction (`None`: the turn looks them up after the start)."""
 
 
 Start = Callable[[TurnLease], Awaitable[Started]]
@@ -162,6 +166,8 @@ async def _recall(p: Pipeline, s: Started) -> list[Document]:
     """The user's facts, ranked for this turn's question (`orchestrator/_memory.py`)."""
     if p.memory is None:
         return []
+    if s.memories is not None:
+        return _memory.ranked(s.memories)
     return _memory.ranked(await p.memory.recall(s.user_id, s.question.content))
 
 

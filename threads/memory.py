@@ -152,52 +152,76 @@ class Retriever(Protocol):
 
 
 class FullTextRetriever:
-    """The databases' own full-text search: SQLite FTS5 (bm25), PostgreSQL `ts_rank`."""
+    """The databases' own full-text search: SQLite FTS5 (bm25), PostgreSQL `ts_rank`.
+
+    One statement per turn: the best matches and the newest facts, each at most `limit`.
+    """
 
     def __init__(self, store: MemoryStore) -> None:
         self.store = store
 
     async def retrieve(self, user_id: str, text: str, *, limit: int) -> list[Memory]:
         """The facts matching `text`'s words (best first), then the newest (one read)."""
-        words = query_words(text)
 
         def work(conn: Connection) -> list[Memory]:
-            matched = _matching(conn, user_id, words, limit) if words else []
-            if len(matched) >= limit:
-                return matched
-            recent = conn.execute(
-                sa.select(*_COLUMNS)
-                .where(_m.c.user_id == user_id, _m.c.superseded_by.is_(None))
-                .order_by(_m.c.updated_at.desc(), _m.c.seq.desc())
-                .limit(limit)
-            ).mappings()
-            ids = {m.id for m in matched}
-            extra = [_memory(r) for r in recent if r["id"] not in ids]
-            return matched + extra[: limit - len(matched)]
+            return self.retrieve_sync(conn, user_id, text, limit=limit)
 
         return await run_sync_tx(self.store.engine, work, readonly=True)
 
+    def retrieve_sync(
+        self, conn: Connection, user_id: str, text: str, *, limit: int
+    ) -> list[Memory]:
+        """`retrieve` inside a transaction of the caller's (a turn's first one)."""
+        words = query_words(text)
+        rows = conn.execute(*_ranking(conn.dialect.name, user_id, words, limit)).mappings()
+        matched, recent = [], []
+        for row in rows:
+            (matched if row["part"] == 0 else recent).append(row)
+        # Best match first (SQLite's bm25 is lower for better, `ts_rank` higher), then
+        # the newest; the statement's own order is not kept across its UNION.
+        sign = 1 if conn.dialect.name == "postgresql" else -1
+        matched.sort(key=lambda r: (sign * r["score"], r["updated_at"], r["seq"]), reverse=True)
+        recent.sort(key=lambda r: (r["updated_at"], r["seq"]), reverse=True)
+        found: dict[str, Memory] = {}
+        for row in [*matched, *recent]:
+            if row["id"] not in found:
+                found[row["id"]] = _memory(row)
+        return list(found.values())[:limit]
 
-def _matching(conn: Connection, user_id: str, words: Sequence[str], limit: int) -> list[Memory]:
-    columns = ", ".join(f"m.{c.name}" for c in _COLUMNS)
+
+def _ranking(
+    dialect: str, user_id: str, words: Sequence[str], limit: int
+) -> tuple[sa.TextClause, dict[str, Any]]:
+    """The statement: part 0 the best `limit` matches, part 1 the newest `limit` facts."""
+    columns = ", ".join(f"m.{c.name}" for c in [_m.c.seq, *_COLUMNS])
     params: dict[str, Any] = {"user_id": user_id, "limit": limit}
-    if conn.dialect.name == "postgresql":
+    current = "m.user_id = :user_id AND m.superseded_by IS NULL"
+    recent = (
+        f"SELECT {columns}, 1 AS part, 0.0 AS score FROM memory m WHERE {current}"
+        " ORDER BY m.updated_at DESC, m.seq DESC LIMIT :limit"
+    )
+    if not words:
+        sql = recent
+    elif dialect == "postgresql":
         params["query"] = " | ".join(words)
         sql = (
-            f"SELECT {columns} FROM memory m, to_tsquery('english', :query) q"
-            " WHERE m.user_id = :user_id AND m.superseded_by IS NULL AND m.tsv @@ q"
-            " ORDER BY ts_rank(m.tsv, q) DESC, m.updated_at DESC LIMIT :limit"
+            f"SELECT {columns}, 0 AS part, ts_rank(m.tsv, q) AS score"
+            f" FROM memory m, to_tsquery('english', :query) q WHERE {current} AND m.tsv @@ q"
+            " ORDER BY score DESC, m.updated_at DESC LIMIT :limit"
         )
+        sql = f"SELECT * FROM ({sql}) a UNION ALL SELECT * FROM ({recent}) b"
     else:
         params["query"] = " OR ".join('"' + w.replace('"', '""') + '"' for w in words)
         sql = (
-            f"SELECT {columns} FROM memory_fts JOIN memory m ON m.seq = memory_fts.rowid"
-            " WHERE memory_fts MATCH :query AND m.user_id = :user_id"
-            " AND m.superseded_by IS NULL"
-            " ORDER BY bm25(memory_fts), m.updated_at DESC LIMIT :limit"
+            f"SELECT {columns}, 0 AS part, bm25(memory_fts) AS score"
+            " FROM memory_fts JOIN memory m ON m.seq = memory_fts.rowid"
+            f" WHERE memory_fts MATCH :query AND {current}"
+            " ORDER BY score, m.updated_at DESC LIMIT :limit"
         )
-    stmt = sa.text(sql).columns(*[sa.column(c.name, c.type) for c in _COLUMNS])
-    return [_memory(r) for r in conn.execute(stmt, params).mappings()]
+        sql = f"SELECT * FROM ({sql}) UNION ALL SELECT * FROM ({recent})"
+    typed = [sa.column(c.name, c.type) for c in [_m.c.seq, *_COLUMNS]]
+    typed += [sa.column("part", sa.Integer), sa.column("score", sa.Float)]
+    return sa.text(sql).columns(*typed), params
 
 
 class MemoryStore:

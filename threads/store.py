@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy import Connection
@@ -74,6 +74,8 @@ class TurnStart:
     repeat, which may be answered already (read it with `SummaryStore.path_since_newest`
     only when the turn must run), so that a replay reads nothing that grows with the
     conversation."""
+    also: Any = None
+    """What the `also` reader given to `start_turn` returned (the user's memories)."""
 
 
 class ConversationStore:
@@ -235,8 +237,10 @@ class ConversationStore:
         client_message_id: str | None = None,
         parent_id: ParentId = UNSET,
         token_count: int = 0,
+        also: Callable[[Connection], Any] | None = None,
     ) -> TurnStart:
-        """A turn's first transaction: take `lease`, add the user message, read its path.
+        """A turn's first transaction: take `lease`, add the user message, read its path
+        (and run `also`, a read of the same transaction, into `TurnStart.also`).
 
         The same as `add_user_message(..., lease=lease)` (same arguments, same errors),
         except that a user message left unanswered at the leaf (a crashed turn) first gets
@@ -253,7 +257,8 @@ class ConversationStore:
                 conn, conversation_id, content, user_id, client_message_id, parent_id, token_count
             )
             path = path_since_newest_sync(conn, message.id) if created else None
-            return TurnStart(message=message, created=created, path=path)
+            extra = also(conn) if also is not None else None
+            return TurnStart(message=message, created=created, path=path, also=extra)
 
         return await _retrying_a_new_conversation(lambda: _taking(lease, work), client_message_id)
 
