@@ -9,7 +9,8 @@ sent. The memory expert runs after the reply; it is waited for after each timed 
 (untimed), so that background work never lands inside another turn's time. The baseline is
 the same turn in single-user mode (`user_id=None`: no memory read or written), interleaved
 turn by turn with the memory turns in the same database, so that both see the same machine
-load; "lookup alone" times `recall` by itself. Facts are seeded with bulk inserts (the full-text index is filled by the same triggers as any insert).
+load; "lookup alone" times `recall` by itself. Facts are seeded with bulk inserts (the
+full-text index is filled by the same triggers as any insert).
 
     python -m benchmarks.memory [--turns 40] [--sizes 10,1000,10000] [--pg URL | --no-pg]
 

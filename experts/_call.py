@@ -85,7 +85,6 @@ class ExpertCall:
             memory_ids=memory.ids if memory is not None else (),
         )
 
-
     async def send(
         self,
         request: ModelRequest,

@@ -73,7 +73,11 @@ def show(
     table = Table("id", "fact", "key", "source", "updated")
     for m in memories:
         table.add_row(
-            m.id, escape(m.text), escape(m.key or "-"), m.source, m.updated_at.isoformat("T", "seconds")
+            m.id,
+            escape(m.text),
+            escape(m.key or "-"),
+            m.source,
+            m.updated_at.isoformat("T", "seconds"),
         )
     console.print(table)
 

@@ -56,7 +56,9 @@ SETTLE_WAIT = 0.1
 def ranked(memories: Sequence[Memory]) -> list[Document]:
     """The recalled facts as ranked budget items (the first is the most relevant)."""
     count = len(memories)
-    return [Document(text=f"- {m.text}", rank=float(count - i), id=m.id) for i, m in enumerate(memories)]
+    return [
+        Document(text=f"- {m.text}", rank=float(count - i), id=m.id) for i, m in enumerate(memories)
+    ]
 
 
 def block(view: ExpertView) -> MemoryBlock | None:
@@ -186,12 +188,12 @@ class Memories:
 
         task.add_done_callback(done)
 
-    async def wait(self, timeout: float = CLOSE_TIMEOUT) -> None:
-        """Wait for the memory work started so far; past `timeout`, cancel what is left."""
+    async def wait(self, within: float = CLOSE_TIMEOUT) -> None:
+        """Wait for the memory work started so far; past `within` seconds, cancel the rest."""
         tasks = list(self._tasks)
         if not tasks:
             return
-        _done, late = await asyncio.wait(tasks, timeout=timeout)
+        _done, late = await asyncio.wait(tasks, timeout=within)
         for task in late:
             task.cancel()
         if late:
@@ -216,9 +218,7 @@ class Memories:
             if not lock.locked() and self._locks.get(user_id) is lock:
                 del self._locks[user_id]
 
-    async def _learn(
-        self, user_id: str, conversation_id: str, message_id: str, text: str
-    ) -> None:
+    async def _learn(self, user_id: str, conversation_id: str, message_id: str, text: str) -> None:
         recorder = TurnRecorder(turn_id=message_id)
         meta = {"conversation_id": conversation_id, "turn_id": message_id}
         try:

@@ -26,6 +26,7 @@ from frontdesk.errors import (
 )
 from frontdesk.experts import Category
 from frontdesk.experts.category import check_registry
+from frontdesk.memory import Memory, MemorySource
 from frontdesk.orchestrator import _wiring
 from frontdesk.orchestrator._compaction import BackgroundCompaction, Compactor, summariser_expert
 from frontdesk.orchestrator._input import DEFAULT_MAX_MESSAGE_CHARS, check_user_text
@@ -37,7 +38,6 @@ from frontdesk.orchestrator.turn import Pipeline, Start, Started, run_turn
 from frontdesk.threads.budget import Budget
 from frontdesk.threads.builder import ThreadMessage, UserThread, build_thread, thread_since
 from frontdesk.threads.compaction import CompactionPolicy
-from frontdesk.memory import Memory, MemorySource
 from frontdesk.threads.memory import FullTextRetriever, MemoryStore, Retriever
 from frontdesk.threads.store import (
     DEFAULT_LEASE_TTL,
@@ -527,9 +527,7 @@ class Orchestrator:
         await self._open()
         return await self.memory.store.current(user_id)
 
-    async def correct(
-        self, user_id: str, memory_id: str, text: str, *, by: str = "user"
-    ) -> Memory:
+    async def correct(self, user_id: str, memory_id: str, text: str, *, by: str = "user") -> Memory:
         """Replace the text of one of the user's facts, from the very next turn on.
 
         Raises:

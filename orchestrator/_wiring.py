@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from frontdesk.experts import Category, ExpertCall
-from frontdesk.experts.providers import Model, ModelRequest, ModelResponse
 from frontdesk.experts.memory import MemoryExpert
+from frontdesk.experts.providers import Model, ModelRequest, ModelResponse
 from frontdesk.experts.request import RequestExpert, extraction_type
 from frontdesk.experts.request import prompt_variables as request_variables
 from frontdesk.experts.response import ResponseExpert

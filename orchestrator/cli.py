@@ -11,8 +11,14 @@ from typing import Annotated
 
 import typer
 
-from frontdesk.orchestrator import _cli_audit, _cli_chat, _cli_db, _cli_list, _cli_thread
-from frontdesk.orchestrator import _cli_memory
+from frontdesk.orchestrator import (
+    _cli_audit,
+    _cli_chat,
+    _cli_db,
+    _cli_list,
+    _cli_memory,
+    _cli_thread,
+)
 from frontdesk.orchestrator._cli_errors import (
     TRACEBACK_KEY,
     FrontdeskGroup,
@@ -54,7 +60,7 @@ app.command("conversations")(_cli_list.conversations)
 app.add_typer(_cli_thread.app, name="thread", help="Show and compact conversation threads.")
 app.add_typer(_cli_audit.app, name="audit", help="Show, export, verify and replay the audit log.")
 app.add_typer(_cli_db.app, name="db", help="Database schema migrations.")
-app.add_typer(_cli_memory.app, name="memory", help="Show and forget what is remembered about a user.")
+app.add_typer(_cli_memory.app, name="memory", help="Show and forget what is remembered.")
 
 
 def main() -> None:

@@ -174,7 +174,8 @@ class FullTextRetriever:
         """`retrieve` inside a transaction of the caller's (a turn's first one)."""
         words = query_words(text)
         rows = conn.execute(*_ranking(conn.dialect.name, user_id, words, limit)).mappings()
-        matched, recent = [], []
+        matched: list[RowMapping] = []
+        recent: list[RowMapping] = []
         for row in rows:
             (matched if row["part"] == 0 else recent).append(row)
         # Best match first (SQLite's bm25 is lower for better, `ts_rank` higher), then
@@ -191,7 +192,7 @@ class FullTextRetriever:
 
 def _ranking(
     dialect: str, user_id: str, words: Sequence[str], limit: int
-) -> tuple[sa.TextClause, dict[str, Any]]:
+) -> tuple[sa.TextualSelect, dict[str, Any]]:
     """The statement: part 0 the best `limit` matches, part 1 the newest `limit` facts."""
     columns = ", ".join(f"m.{c.name}" for c in [_m.c.seq, *_COLUMNS])
     params: dict[str, Any] = {"user_id": user_id, "limit": limit}
@@ -402,14 +403,18 @@ def _add(
     message_id: str | None,
 ) -> tuple[Memory, list[str]]:
     now = utcnow()
-    same = conn.execute(
-        sa.select(*_COLUMNS).where(
-            _m.c.user_id == user_id,
-            _m.c.superseded_by.is_(None),
-            _m.c.key.is_(None) if key is None else _m.c.key == key,
-            sa.func.lower(_m.c.text) == text.lower(),
+    same = (
+        conn.execute(
+            sa.select(*_COLUMNS).where(
+                _m.c.user_id == user_id,
+                _m.c.superseded_by.is_(None),
+                _m.c.key.is_(None) if key is None else _m.c.key == key,
+                sa.func.lower(_m.c.text) == text.lower(),
+            )
         )
-    ).mappings().first()
+        .mappings()
+        .first()
+    )
     if same is not None:  # Said again: the fact is fresher, not new.
         conn.execute(_m.update().where(_m.c.id == same["id"]).values(updated_at=now))
         return _memory({**same, "updated_at": now}), []
@@ -425,9 +430,7 @@ def _add(
             )
         ]
         if superseded:
-            conn.execute(
-                _m.update().where(_m.c.id.in_(superseded)).values(superseded_by=memory_id)
-            )
+            conn.execute(_m.update().where(_m.c.id.in_(superseded)).values(superseded_by=memory_id))
     values = {
         "id": memory_id,
         "user_id": user_id,

@@ -99,7 +99,11 @@ def _estimated_usage(request: ModelRequest, raw: Any) -> Usage:
     The stand-in has no tokenizer; these are estimates, and the audit log names the model
     `offline`, so nobody mistakes them for provider-reported usage.
     """
-    sent = len(request.system) + len(request.memory) + sum(len(m["content"]) + 16 for m in request.messages)
+    sent = (
+        len(request.system)
+        + len(request.memory)
+        + sum(len(m["content"]) + 16 for m in request.messages)
+    )
     if request.output_type is not None:
         sent += len(str(json_schema_of(request.output_type)))
     return Usage(input_tokens=sent // 4 + 1, output_tokens=len(str(raw)) // 4 + 1)
@@ -181,10 +185,18 @@ _LANGUAGES = (
 ).split()
 _PLACE = r"([A-Z][\w'-]+(?:\s+[A-Z][\w'-]+)?)"
 _FACTS: list[tuple[re.Pattern[str], str, str | None]] = [
-    (re.compile(r"\bI(?:'m| am) (?:severely |very )?allergic to ([\w -]+?)(?=[.,!?;]|\band\b|$)", re.I),
-     "Allergic to {}", None),
-    (re.compile(r"\bI(?:'m| am) (vegetarian|vegan|pescatarian|gluten[- ]free)\b", re.I),
-     "Is {}", "diet"),
+    (
+        re.compile(
+            r"\bI(?:'m| am) (?:severely |very )?allergic to ([\w -]+?)(?=[.,!?;]|\band\b|$)", re.I
+        ),
+        "Allergic to {}",
+        None,
+    ),
+    (
+        re.compile(r"\bI(?:'m| am) (vegetarian|vegan|pescatarian|gluten[- ]free)\b", re.I),
+        "Is {}",
+        "diet",
+    ),
     (re.compile(r"\bI (?:now )?live in " + _PLACE), "Lives in {}", "home_city"),
     (re.compile(r"\bI(?:'ve| have)? (?:just )?moved to " + _PLACE), "Lives in {}", "home_city"),
     (re.compile(r"\bI(?:'m| am) (?:based|living) in " + _PLACE), "Lives in {}", "home_city"),

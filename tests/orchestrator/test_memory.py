@@ -187,8 +187,10 @@ async def test_under_a_small_memory_budget_an_unrelated_fact_goes_before_a_relev
     any_url: str,
 ) -> None:
     team = Team()
-    fits_one = Orchestrator([RECIPES], model="offline").counter_for("response").count(
-        "- Allergic to peanuts"
+    fits_one = (
+        Orchestrator([RECIPES], model="offline")
+        .counter_for("response")
+        .count("- Allergic to peanuts")
     )
     small = Budget(system=2_000, history=6_000, question=4_500, answer=1_024, memory=fits_one)
     orch = orchestrator(team, any_url, budgets={**DEFAULT_BUDGETS, "response": small})
@@ -358,9 +360,7 @@ async def test_a_failing_memory_expert_never_fails_a_turn_and_aclose_finishes(
         {"facts": [{"text": "   ", "key": None}, {"text": "x" * 5_000, "key": None}]},
     ],
 )
-async def test_a_memory_expert_answering_rubbish_stores_nothing(
-    any_url: str, rubbish: Any
-) -> None:
+async def test_a_memory_expert_answering_rubbish_stores_nothing(any_url: str, rubbish: Any) -> None:
     team = Team(route=lambda r: "OTHER", memory=lambda r: rubbish)
     orch = orchestrator(team, any_url)
     reply = await orch.handle("r1", "I prefer Hindi", user_id="rex")

@@ -59,9 +59,7 @@ def upgrade() -> None:
             "source IN ('memory_expert', 'handler', 'user', 'operator')", name="ck_memory_source"
         ),
     )
-    op.create_index(
-        "ix_memory_user_current", "memory", ["user_id", "superseded_by", "updated_at"]
-    )
+    op.create_index("ix_memory_user_current", "memory", ["user_id", "superseded_by", "updated_at"])
     op.create_index("ix_memory_user_key", "memory", ["user_id", "key"])
     if op.get_bind().dialect.name == "postgresql":
         op.execute(
