@@ -6,6 +6,7 @@ import asyncio
 from collections.abc import AsyncGenerator, Iterator
 from typing import Any
 
+from frontdesk.memory import Memory, MemorySource
 from frontdesk.orchestrator._orchestrator import Orchestrator
 from frontdesk.orchestrator.reply import Reply
 from frontdesk.orchestrator.stream import TurnEvent, stream_turn
@@ -99,6 +100,28 @@ class SyncOrchestrator:
         return self._runner.run(
             self.orchestrator.switch_branch(conversation_id, message_id, user_id=user_id)
         )
+
+    def remember(
+        self, user_id: str, text: str, key: str | None = None, *, source: MemorySource = "user"
+    ) -> Memory:
+        """Blocking `Orchestrator.remember`."""
+        return self._runner.run(self.orchestrator.remember(user_id, text, key, source=source))
+
+    def memories(self, user_id: str) -> list[Memory]:
+        """Blocking `Orchestrator.memories`."""
+        return self._runner.run(self.orchestrator.memories(user_id))
+
+    def correct(self, user_id: str, memory_id: str, text: str) -> Memory:
+        """Blocking `Orchestrator.correct`."""
+        return self._runner.run(self.orchestrator.correct(user_id, memory_id, text))
+
+    def forget(self, user_id: str, memory_id: str) -> None:
+        """Blocking `Orchestrator.forget`."""
+        self._runner.run(self.orchestrator.forget(user_id, memory_id))
+
+    def forget_all(self, user_id: str) -> int:
+        """Blocking `Orchestrator.forget_all`."""
+        return self._runner.run(self.orchestrator.forget_all(user_id))
 
     def close(self) -> None:
         """Close the orchestrator and the event loop."""
