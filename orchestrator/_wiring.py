@@ -97,6 +97,7 @@ class Wiring:
         calls = [triage.call, response.call, *(r.call for r in requests.values())]
         summariser = self.prompt("summariser").render()
         sized = [(c.expert, c.prompt.text) for c in calls] + [("summariser", summariser.text)]
+        sized.append(("memory", self.prompt("memory").render().text))
         for expert, text in sized:
             budget_for(expert, budgets).check_system(self.counter.count(text), expert=expert)
 
