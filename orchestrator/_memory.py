@@ -30,6 +30,7 @@ from frontdesk.audit.events import AuditEvent
 from frontdesk.audit.store import AuditLog
 from frontdesk.experts._call import MemoryBlock
 from frontdesk.experts.memory import MemoryExpert
+from frontdesk.labels import neutralise
 from frontdesk.memory import Memory, MemorySource
 from frontdesk.orchestrator._recorder import TurnRecorder, observing
 from frontdesk.threads.budget import Document
@@ -57,7 +58,9 @@ def ranked(memories: Sequence[Memory]) -> list[Document]:
     """The recalled facts as ranked budget items (the first is the most relevant)."""
     count = len(memories)
     return [
-        Document(text=f"- {m.text}", rank=float(count - i), id=m.id) for i, m in enumerate(memories)
+        # One line each (stored facts hold no newline), no label of ours inside.
+        Document(text=f"- {neutralise(m.text)}", rank=float(count - i), id=m.id)
+        for i, m in enumerate(memories)
     ]
 
 
