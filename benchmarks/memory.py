@@ -7,9 +7,9 @@ handler, response; the memory expert finds nothing), so what is timed is frontde
 work: for a memory turn, the full-text lookup at the start and the block each expert is
 sent. The memory expert runs after the reply; it is waited for after each timed turn
 (untimed), so that background work never lands inside another turn's time. The baseline is
-the same turn in single-user mode (`user_id=None`: no memory read or written), interleaved
-turn by turn with the memory turns in the same database, so that both see the same machine
-load; "lookup alone" times `recall` by itself. Facts are seeded with bulk inserts (the
+the same user's turn with memory off (`Orchestrator(memory=False)`: no memory read or
+written), interleaved turn by turn with the memory turns on the same database, so that both
+see the same machine load; "lookup alone" times `recall` by itself. Facts are seeded with bulk inserts (the
 full-text index is filled by the same triggers as any insert).
 
     python -m benchmarks.memory [--turns 40] [--sizes 10,1000,10000] [--pg URL | --no-pg]
@@ -113,28 +113,36 @@ async def _seed(orch: Orchestrator, count: int) -> None:
 
 
 async def _turns(url: str, facts: int, turns: int) -> dict[str, Any]:
-    """Turn times (ms) for a user with `facts` facts, interleaved with the same turns in
-    single-user mode (no memory), so that both see the same machine load."""
+    """Turn times (ms) of a user with `facts` facts, and of the same user's turns with
+    memory off (`Orchestrator(memory=False)`), interleaved on the same database, so that
+    both see the same machine load."""
     team = _Team()
-    orch = Orchestrator([ORDERS], model=FunctionModel(team), store=url, speculate=False)
-    await orch.open()
+    orchs = {
+        kind: Orchestrator(
+            [ORDERS], model=FunctionModel(team), store=url, speculate=False, memory=on
+        )
+        for kind, on in (("memory", True), ("none", False))
+    }
     times: dict[str, list[float]] = {"memory": [], "none": []}
     try:
-        await _seed(orch, facts)
+        for orch in orchs.values():
+            await orch.open()
+        await _seed(orchs["memory"], facts)
         for i in range(turns + 5):  # The first five of each warm the caches.
             question = QUESTIONS[i % len(QUESTIONS)]
-            for kind, user in (("none", None), ("memory", USER)):
+            for kind, orch in orchs.items():
                 started = time.perf_counter()
-                await orch.handle(f"{kind}-{i}", question, user_id=user)
+                await orch.handle(f"{kind}-{i}", question, user_id=USER)
                 if i >= 5:
                     times[kind].append((time.perf_counter() - started) * 1000)
                 await orch.memory.wait()  # The memory expert's work, untimed.
         started = time.perf_counter()
         for i in range(20):  # The lookup alone, as a turn makes it.
-            await orch.memory.recall(USER, QUESTIONS[i % len(QUESTIONS)])
+            await orchs["memory"].memory.recall(USER, QUESTIONS[i % len(QUESTIONS)])
         lookup = (time.perf_counter() - started) * 1000 / 20
     finally:
-        await orch.aclose()
+        for orch in orchs.values():
+            await orch.aclose()
     counter = EstimatingCounter()
     tokens = {
         expert: round(statistics.mean(counter.count(b) for b in blocks if b))

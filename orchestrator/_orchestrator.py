@@ -92,6 +92,8 @@ class Orchestrator:
             when it does not. Off, the two run one after the other.
         retriever: Finds each turn's memories (`threads.memory.Retriever`); by default
             the database's own full-text search. See docs/memory.md.
+        memory: Read and write long-term memory in turns; `False`: no turn reads or
+            learns any (`remember`, `memories`, `forget`... still work).
     """
 
     def __init__(
@@ -115,6 +117,7 @@ class Orchestrator:
         compaction: CompactionPolicy | None = None,
         speculate: bool = True,
         retriever: Retriever | None = None,
+        memory: bool = True,
     ) -> None:
         self.categories = check_registry(list(categories))
         self.models = resolve_models(model)
@@ -160,6 +163,7 @@ class Orchestrator:
         self._open_lock = asyncio.Lock()
         self._compaction: BackgroundCompaction | None = None
         self._retriever = retriever
+        self._memory_on = memory
         self._memories: Memories | None = None
         self._unfinished: set[asyncio.Task[Any]] = set()  # Turns whose stream reader left.
 
@@ -213,7 +217,7 @@ class Orchestrator:
                 audit=self._audit,
             )
             self._pipeline = Pipeline(
-                memory=self._memories,
+                memory=self._memories if self._memory_on else None,
                 store=store,
                 audit=self._audit,
                 deadline=self.turn_deadline,
@@ -295,7 +299,8 @@ class Orchestrator:
         p = await self._open()
 
         async def start(lease: TurnLease) -> Started:
-            recall = await self.memory.reader(user_id, text)  # Read in the same transaction.
+            # The memory lookup is a read of the same transaction (no extra round trip).
+            recall = await self.memory.reader(user_id if p.memory else None, text)
             begun = await p.store.start_turn(
                 conversation_id,
                 text,
@@ -613,8 +618,9 @@ class Orchestrator:
         reply = await run_turn(p, self._lease(p, conversation_id), begin)
         if reply.replayed:
             return reply
-        question = started[-1].question  # The memory expert reads the user's message only.
-        self.memory.schedule(started[-1].user_id, conversation_id, question.id, question.content)
+        if p.memory is not None:  # The memory expert reads the user's message only.
+            question = started[-1].question
+            p.memory.schedule(started[-1].user_id, conversation_id, question.id, question.content)
         # The policy is checked on the thread already in memory, so a turn under the
         # threshold costs no database read; the background task checks again under its lease.
         after = [*started[-1].thread.messages, ThreadMessage(role="assistant", content=reply.text)]

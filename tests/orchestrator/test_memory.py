@@ -433,3 +433,17 @@ async def test_a_handler_turn_without_a_user_cannot_remember(db_url: str) -> Non
 
     errors = [e.payload_json for e in events if e.kind == "handler_error"]
     assert len(errors) == 1 and "memories belong to a user" in errors[0]
+
+
+async def test_memory_off_reads_and_writes_none_in_turns(any_url: str) -> None:
+    team = Team(route=lambda r: "OTHER")
+    orch = orchestrator(team, any_url, memory=False)
+    await orch.remember("eve", "Allergic to peanuts")
+    await orch.handle("e1", "I prefer Hindi", user_id="eve")
+    await learnt(orch)
+    memories = await orch.memories("eve")
+    await orch.aclose()
+
+    assert [m.text for m in memories] == ["Allergic to peanuts"]  # Only what was remembered.
+    assert team.of("memory") == []
+    assert all(r.memory == "" and r.memory_ids == () for r in team.calls)
