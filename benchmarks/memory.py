@@ -8,9 +8,9 @@ work: for a memory turn, the full-text lookup at the start and the block each ex
 sent. The memory expert runs after the reply; it is waited for after each timed turn
 (untimed), so that background work never lands inside another turn's time. The baseline is
 the same user's turn with memory off (`Orchestrator(memory=False)`: no memory read or
-written), interleaved turn by turn with the memory turns on the same database, so that both
-see the same machine load; "lookup alone" times `recall` by itself. Facts are seeded with bulk inserts (the
-full-text index is filled by the same triggers as any insert).
+written), interleaved turn by turn with the memory turns on the same database, so that
+both see the same machine load; "lookup alone" times `recall` by itself. Facts are seeded
+with bulk inserts (the full-text index is filled by the same triggers as any insert).
 
     python -m benchmarks.memory [--turns 40] [--sizes 10,1000,10000] [--pg URL | --no-pg]
 
