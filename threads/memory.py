@@ -80,6 +80,9 @@ _STOP = frozenset(
 )
 _WORD = re.compile(r"[^\W_]+(?:'[^\W_]+)?")
 MAX_QUERY_WORDS = 32
+MATCHES_SCORED = 200
+"""Of the facts a turn's words match, the newest this many are ranked by relevance (so a
+lookup costs the same for 1,000 facts and for 100,000)."""
 
 
 def query_words(text: str) -> list[str]:
@@ -195,7 +198,7 @@ def _ranking(
 ) -> tuple[sa.TextualSelect, dict[str, Any]]:
     """The statement: part 0 the best `limit` matches, part 1 the newest `limit` facts."""
     columns = ", ".join(f"m.{c.name}" for c in [_m.c.seq, *_COLUMNS])
-    params: dict[str, Any] = {"user_id": user_id, "limit": limit}
+    params: dict[str, Any] = {"user_id": user_id, "limit": limit, "cap": MATCHES_SCORED}
     current = "m.user_id = :user_id AND m.superseded_by IS NULL"
     recent = (
         f"SELECT {columns}, 1 AS part, 0.0 AS score FROM memory m WHERE {current}"
@@ -206,8 +209,10 @@ def _ranking(
     elif dialect == "postgresql":
         params["query"] = " | ".join(words)
         sql = (
-            f"SELECT {columns}, 0 AS part, ts_rank(m.tsv, q) AS score"
-            f" FROM memory m, to_tsquery('english', :query) q WHERE {current} AND m.tsv @@ q"
+            f"SELECT {columns}, 0 AS part, ts_rank(m.tsv, q) AS score FROM ("
+            f"SELECT {columns}, m.tsv FROM memory m WHERE {current}"
+            " AND m.tsv @@ to_tsquery('english', :query) ORDER BY m.seq DESC LIMIT :cap"
+            ") m, to_tsquery('english', :query) q"
             " ORDER BY score DESC, m.updated_at DESC LIMIT :limit"
         )
         sql = f"SELECT * FROM ({sql}) a UNION ALL SELECT * FROM ({recent}) b"
@@ -217,8 +222,9 @@ def _ranking(
             f"SELECT {columns}, 0 AS part, bm25(memory_fts) AS score"
             " FROM memory_fts JOIN memory m ON m.seq = memory_fts.rowid"
             f" WHERE memory_fts MATCH :query AND {current}"
-            " ORDER BY score, m.updated_at DESC LIMIT :limit"
+            " ORDER BY memory_fts.rowid DESC LIMIT :cap"
         )
+        sql = f"SELECT * FROM ({sql}) m ORDER BY m.score, m.updated_at DESC LIMIT :limit"
         sql = f"SELECT * FROM ({sql}) UNION ALL SELECT * FROM ({recent})"
     typed = [sa.column(c.name, c.type) for c in [_m.c.seq, *_COLUMNS]]
     typed += [sa.column("part", sa.Integer), sa.column("score", sa.Float)]
