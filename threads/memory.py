@@ -81,8 +81,8 @@ _STOP = frozenset(
 _WORD = re.compile(r"[^\W_]+(?:'[^\W_]+)?")
 MAX_QUERY_WORDS = 32
 MATCHES_SCORED = 200
-"""Of the facts a turn's words match, the newest this many are ranked by relevance (so a
-lookup costs the same for 1,000 facts and for 100,000)."""
+"""On SQLite, of the facts a turn's words match, the newest this many are ranked by
+relevance (so a lookup costs about the same for 1,000 facts and for 100,000)."""
 
 
 def query_words(text: str) -> list[str]:
@@ -209,10 +209,8 @@ def _ranking(
     elif dialect == "postgresql":
         params["query"] = " | ".join(words)
         sql = (
-            f"SELECT {columns}, 0 AS part, ts_rank(m.tsv, q) AS score FROM ("
-            f"SELECT {columns}, m.tsv FROM memory m WHERE {current}"
-            " AND m.tsv @@ to_tsquery('english', :query) ORDER BY m.seq DESC LIMIT :cap"
-            ") m, to_tsquery('english', :query) q"
+            f"SELECT {columns}, 0 AS part, ts_rank(m.tsv, q) AS score"
+            f" FROM memory m, to_tsquery('english', :query) q WHERE {current} AND m.tsv @@ q"
             " ORDER BY score DESC, m.updated_at DESC LIMIT :limit"
         )
         sql = f"SELECT * FROM ({sql}) a UNION ALL SELECT * FROM ({recent}) b"
