@@ -41,6 +41,10 @@ EventKind = Literal[
     "hand_back",  # payload: handoff_id, by ("operator" | "timeout")
     "erased",  # chain user_chain_id(user): at, requested_by, counts (no content, in clear)
     "retention",  # chain "retention": at, older_than_days, cutoff, periods_before, counts
+    "memory_written",  # payload: memory ids written and superseded, keys, source (no text)
+    "memory_failed",  # payload: error (the memory expert's answer was unusable or failed)
+    "memory_corrected",  # payload: memory_id, by (no text)
+    "memory_forgotten",  # payload: memory_ids, by, all (no text); in the user's chain
 ]
 
 # A `model_attempt` payload holds: expert, model, attempt, settings, prompt {name, version,
@@ -48,7 +52,8 @@ EventKind = Literal[
 # (parsed, JSON-able), usage {input_tokens, output_tokens, cache_read_tokens,
 # cache_write_tokens}, cost_usd, latency_ms, status_code, provider_request_id, stop_reason,
 # error, and for a speculative request call (issue 14) speculation: kept | discarded
-# (a replay skips a discarded answer). The system prompt text travels in
+# (a replay skips a discarded answer), and when memory was sent, memory {ids, text} (the
+# block exactly as sent after the system prompt). The system prompt text travels in
 # `AuditEvent.system_prompt` and is stored once by hash.
 
 

@@ -43,6 +43,14 @@ class CallObserver(Protocol):
 
 
 @dataclass(frozen=True, kw_only=True)
+class MemoryBlock:
+    """What an expert is sent of the user's memory: the block's text and the facts' ids."""
+
+    text: str
+    ids: tuple[str, ...]
+
+
+@dataclass(frozen=True, kw_only=True)
 class ExpertCall:
     """One expert's model, settings and rendered system prompt."""
 
@@ -58,8 +66,10 @@ class ExpertCall:
         output_type: type[BaseModel] | None,
         cache_prefix_messages: int = 0,
         metadata: Mapping[str, str] | None = None,
+        memory: MemoryBlock | None = None,
     ) -> ModelRequest:
-        """The exact request this expert sends: its own system prompt and the thread."""
+        """The exact request this expert sends: its own system prompt, what is remembered
+        about the user (if anything) and the thread."""
         return ModelRequest(
             expert=self.expert,
             system=self.prompt.text,
@@ -71,6 +81,8 @@ class ExpertCall:
             ),
             cache_prefix_messages=cache_prefix_messages,
             metadata=dict(metadata or {}),
+            memory=memory.text if memory is not None else "",
+            memory_ids=memory.ids if memory is not None else (),
         )
 
     async def send(

@@ -14,7 +14,8 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel, Field
 
-from frontdesk.errors import ConfigError
+from frontdesk.errors import ConfigError, UserError
+from frontdesk.memory import Memory
 
 _NAME = re.compile(r"^[A-Z][A-Z0-9_]{0,63}$")
 
@@ -84,6 +85,24 @@ class HandlerState(Protocol):
         ...
 
 
+class MemoryWriter(Protocol):
+    """`HandlerContext.memory`: what a handler remembers about the turn's user."""
+
+    async def remember(self, text: str, *, key: str | None = None) -> Memory:
+        """Remember `text` about the turn's user; facts with the same `key` supersede one
+        another (the newest wins)."""
+        ...
+
+
+class _NoUser:
+    """The memory of a turn without a `user_id`: memories belong to a user."""
+
+    async def remember(self, text: str, *, key: str | None = None) -> Memory:
+        raise UserError(
+            "this turn has no user_id, and memories belong to a user; pass user_id= to handle()"
+        )
+
+
 @dataclass(frozen=True, kw_only=True)
 class HandlerContext:
     """What a handler knows besides the request."""
@@ -107,6 +126,8 @@ class HandlerContext:
     the second run finds the first one's effect instead of repeating it."""
     extras: Mapping[str, Any] = field(default_factory=dict)
     """Whatever the embedding application passed to `Orchestrator(context=...)`."""
+    memory: MemoryWriter = field(default_factory=_NoUser)
+    """Long-term memory of the turn's user: `await context.memory.remember(text, key=...)`."""
 
 
 Handler = Callable[[Any, HandlerContext], Awaitable[Outcome]]

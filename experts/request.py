@@ -14,7 +14,7 @@ from typing import Any, ClassVar, cast
 
 from pydantic import BaseModel, ConfigDict, Field, create_model, model_validator
 
-from frontdesk.experts._call import CallObserver, ExpertCall
+from frontdesk.experts._call import CallObserver, ExpertCall, MemoryBlock
 from frontdesk.experts.category import Category, NeedMoreInfo
 from frontdesk.experts.providers.base import Message, ModelResponse
 
@@ -120,12 +120,17 @@ class RequestExpert:
         metadata: Mapping[str, str],
         cache_prefix: int = 0,
         observer: CallObserver | None = None,
+        memory: MemoryBlock | None = None,
     ) -> RequestResult:
         """Extract the current request from `messages` (the whole user thread)."""
         assert self.category.request is not None
         output_type = extraction_type(self.category.request)
         request = self.call.build(
-            messages, output_type=output_type, cache_prefix_messages=cache_prefix, metadata=metadata
+            messages,
+            output_type=output_type,
+            cache_prefix_messages=cache_prefix,
+            metadata=metadata,
+            memory=memory,
         )
         response = await self.call.send(request, observer)
         extraction = output_type.model_validate(response.output)

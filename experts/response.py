@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from frontdesk.experts._call import CallObserver, ExpertCall
+from frontdesk.experts._call import CallObserver, ExpertCall, MemoryBlock
 from frontdesk.experts.providers.base import Message, ModelResponse, OnDelta
 
 
@@ -40,6 +40,7 @@ class ResponseExpert:
         cache_prefix: int = 0,
         on_delta: OnDelta | None = None,
         observer: CallObserver | None = None,
+        memory: MemoryBlock | None = None,
     ) -> ResponseResult:
         """Answer the last user message of `messages`, following `instruction`.
 
@@ -55,6 +56,7 @@ class ResponseExpert:
             output_type=None,
             cache_prefix_messages=cache_prefix,
             metadata=metadata,
+            memory=memory,
         )
         response = await self.call.send(
             request, observer, on_delta=None if on_delta is None else Trimmed(on_delta)

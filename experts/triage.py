@@ -14,7 +14,7 @@ from typing import Any, ClassVar
 from pydantic import BaseModel, ConfigDict, Field, create_model
 from pydantic.config import JsonDict
 
-from frontdesk.experts._call import CallObserver, ExpertCall
+from frontdesk.experts._call import CallObserver, ExpertCall, MemoryBlock
 from frontdesk.experts.category import HUMAN, OTHER, Category
 from frontdesk.experts.providers.base import Message, ModelResponse
 
@@ -108,6 +108,7 @@ class TriageExpert:
         metadata: Mapping[str, str],
         cache_prefix: int = 0,
         observer: CallObserver | None = None,
+        memory: MemoryBlock | None = None,
     ) -> TriageResult:
         """Classify the latest user message of `messages`."""
         request = self.call.build(
@@ -115,6 +116,7 @@ class TriageExpert:
             output_type=self.output_type,
             cache_prefix_messages=cache_prefix,
             metadata=metadata,
+            memory=memory,
         )
         response = await self.call.send(request, observer)
         decision = self.output_type.model_validate(response.output)

@@ -12,6 +12,7 @@ protect_logs()
 
 from frontdesk.audit.crypto import KeyProvider  # noqa: E402
 from frontdesk.experts import Category, HandlerContext, NeedMoreInfo, Outcome  # noqa: E402
+from frontdesk.memory import Memory  # noqa: E402
 from frontdesk.orchestrator import (  # noqa: E402
     ErasureReport,
     Handoff,
@@ -29,6 +30,7 @@ __all__ = [
     "HandlerContext",
     "Handoff",
     "KeyProvider",
+    "Memory",
     "NeedMoreInfo",
     "Orchestrator",
     "Outcome",

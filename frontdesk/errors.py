@@ -25,6 +25,7 @@
     │   ├── ConversationHandedOff       a bot-only call while a person has the conversation
     │   ├── MessageNotFound             no such message (or not in the named conversation)
     │   │   └── MessageNotInConversation
+    │   ├── MemoryNotFound              no such memory for this user (404)
     │   ├── QuestionOverBudget          the new question alone is over its token allowance
     │   ├── AuditPayloadError           an event that cannot be stored as canonical JSON
     │   ├── UnknownConversation         no audit rows for the conversation asked for
@@ -85,6 +86,7 @@ __all__ = [
     "InvalidToken",
     "InvalidUserText",
     "LeaseLost",
+    "MemoryNotFound",
     "MessageNotFound",
     "MessageNotInConversation",
     "MissingAPIKey",
@@ -325,6 +327,14 @@ class ConversationHandedOff(UserError):
     def __init__(self, message: str, *, conversation_id: str) -> None:
         super().__init__(message)
         self.conversation_id = conversation_id
+
+
+class MemoryNotFound(UserError, LookupError):
+    """No current memory with this id belongs to this user (the same for another user's)."""
+
+    def __init__(self, message: str, *, memory_id: str) -> None:
+        super().__init__(message)
+        self.memory_id = memory_id
 
 
 class StoreError(FrontdeskError):

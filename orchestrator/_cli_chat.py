@@ -40,7 +40,10 @@ DEMO_TURNS = [
     "Hi, I'm Priya. My order 88213, placed on 3 March, arrived 40 minutes late and I was told"
     " the delivery fee would be refunded.",
     "Thanks, that's helpful",
+    "By the way, I'm allergic to peanuts.",
 ]
+NEXT_CONVERSATION = "Do you have potatoes that are good for a peanut-free dinner?"
+"""The demo's second conversation: the memory expert's fact from the first one is used."""
 
 DbOption = Annotated[
     str | None,
@@ -95,11 +98,22 @@ async def _demo(model: str | None, db: str) -> None:
         for number, text in enumerate(DEMO_TURNS, 1):
             reply = await orch.handle(conversation, text, user_id="demo-user")
             console.print(Panel(_turn_table(number, text, reply), title=f"turn {number}"))
+        await orch.memory.wait()  # The memory expert runs after each reply, in the background.
+        remembered = await orch.memories("demo-user")
+        console.print("\nRemembered about demo-user (long-term memory, across conversations):")
+        for memory in remembered:
+            console.print(f"  - {escape(memory.text)}  [dim]({memory.source})[/dim]")
+        later = conversation + "-next"
+        console.print(f"\nA new conversation, {later}: the fact is sent to every expert.")
+        reply = await orch.handle(later, NEXT_CONVERSATION, user_id="demo-user")
+        number = len(DEMO_TURNS) + 1
+        console.print(Panel(_turn_table(number, NEXT_CONVERSATION, reply), title=f"turn {number}"))
     finally:
         await orch.aclose()
     console.print("\nSee it again:")
     for command in ("thread show", "audit show"):
         console.print(f"  frontdesk {command} {conversation} --db {mask_url(db)}", soft_wrap=True)
+    console.print(f"  frontdesk memory show demo-user --db {mask_url(db)}", soft_wrap=True)
 
 
 def demo(

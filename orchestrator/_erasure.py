@@ -32,6 +32,7 @@ from frontdesk.audit.store import AuditLog
 from frontdesk.audit.tables import audit_event
 from frontdesk.db import run_write
 from frontdesk.threads._handler_store import delete_user_state, erase_conversation_state
+from frontdesk.threads.memory import delete_user_memories
 from frontdesk.threads.models import Conversation, HandoffRow, Message, TurnOutcomeRow
 from frontdesk.threads.summaries import Summary
 
@@ -143,6 +144,11 @@ def _handler_state(conn: Connection, ids: Sequence[str], user_id: str) -> int:
     return delete_user_state(conn, user_id) + erase_conversation_state(conn, ids)
 
 
+def _memories(conn: Connection, _ids: Sequence[str], user_id: str) -> int:
+    """Every fact about the user, superseded ones too (their text leaves the index)."""
+    return len(delete_user_memories(conn, user_id)[1])
+
+
 def _handoffs(conn: Connection, ids: Sequence[str], _user_id: str) -> int:
     """A hand-off's reason is the triage's or an operator's words about the user."""
     where = sa.and_(_handoff.c.conversation_id.in_(ids), _handoff.c.reason != ERASED)
@@ -153,6 +159,7 @@ STORE_STEPS: list[Step] = [
     Step("messages", _messages),
     Step("summaries", _summaries),
     Step("outcomes", _outcomes),
+    Step("memories", _memories),
     Step("handler_state", _handler_state),
     Step("handoffs", _handoffs),
 ]

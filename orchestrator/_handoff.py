@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
+import sqlalchemy as sa
 import structlog
 from sqlalchemy import Connection
 
@@ -29,6 +30,7 @@ from frontdesk.threads.handoffs import (
     Opened,
     Placed,
 )
+from frontdesk.threads.models import Conversation
 from frontdesk.threads.store import TurnLease, TurnStart
 
 log = structlog.get_logger("frontdesk.orchestrator")
@@ -37,14 +39,26 @@ R = TypeVar("R")
 Also = Callable[[Connection, R], None]
 
 
+class _Unset:
+    """`audited` was not told the owner: it reads it."""
+
+
+_UNSET = _Unset()
+_conv = Conversation.__table__  # type: ignore[attr-defined]
+
+
 async def audited(
     p: Pipeline,
     conversation_id: str,
     write: Callable[[Also[R] | None], Awaitable[R]],
     events: Callable[[R], list[AuditEvent]],
+    *,
+    user_id: str | None | _Unset = _UNSET,
 ) -> R:
     """Run `write` (a store write taking an `also`) and audit what it wrote: in its own
-    transaction when the audit log shares the database, else right after it."""
+    transaction when the audit log shares the database, else right after it. The events
+    hold the user's and the operator's words, so they go under the data key of the
+    conversation's owner (`user_id`, or read in the same transaction when not given)."""
     audit = p.audit
     if audit is None:
         return await write(None)
@@ -54,15 +68,25 @@ async def audited(
     def also(conn: Connection, result: R) -> None:
         batch = events(result)
         if batch:
-            audit.append_sync(conn, conversation_id, batch)
+            owner = _owner(conn, conversation_id) if isinstance(user_id, _Unset) else user_id
+            audit.append_sync(conn, conversation_id, batch, user_id=owner)
         written.append(True)
 
     result = await write(also if joint else None)
     if not written:
         batch = events(result)
         if batch:
-            await audit.append(conversation_id, batch)
+            owner = user_id
+            if isinstance(owner, _Unset):
+                async with p.store.engine.connect() as conn:
+                    owner = await conn.run_sync(lambda c: _owner(c, conversation_id))
+            await audit.append(conversation_id, batch, user_id=owner)
     return result
+
+
+def _owner(conn: Connection, conversation_id: str) -> str | None:
+    query = sa.select(_conv.c.user_id).where(_conv.c.id == conversation_id)
+    return conn.execute(query).scalar_one_or_none()
 
 
 def _event(kind: EventKind, turn_id: str, **payload: Any) -> AuditEvent:
@@ -144,7 +168,9 @@ async def start_turn(
             conversation_id, text, lease=lease, user_id=user_id, handoff=policy, also=also, **kwargs
         )
 
-    return await audited(p, conversation_id, write, lambda begun: held_events(begun, user_id))
+    return await audited(
+        p, conversation_id, write, lambda begun: held_events(begun, user_id), user_id=user_id
+    )
 
 
 async def hand_off(p: Pipeline, conversation_id: str, reason: str) -> HandoffRecord:

@@ -28,9 +28,11 @@ from frontdesk.errors import (
 )
 from frontdesk.experts import Category
 from frontdesk.experts.category import check_registry
+from frontdesk.memory import Memory, MemorySource
 from frontdesk.orchestrator import _erasure, _handoff, _wiring
 from frontdesk.orchestrator._compaction import BackgroundCompaction, Compactor, summariser_expert
 from frontdesk.orchestrator._input import DEFAULT_MAX_MESSAGE_CHARS, check_user_text
+from frontdesk.orchestrator._memory import Memories
 from frontdesk.orchestrator.config import EXPERTS, ExpertSettings, ModelChoice, resolve_models
 from frontdesk.orchestrator.handoff import Handoff
 from frontdesk.orchestrator.reply import Reply
@@ -47,6 +49,7 @@ from frontdesk.threads.handoffs import (
     HandoffStore,
 )
 from frontdesk.threads.models import utcnow
+from frontdesk.threads.memory import FullTextRetriever, MemoryStore, Retriever
 from frontdesk.threads.store import (
     DEFAULT_LEASE_TTL,
     ConversationStore,
@@ -112,6 +115,10 @@ class Orchestrator:
             default redacts every built-in detector. It never changes what the models are
             sent or what is stored. `self.redactor` applies it, e.g.
             `redact_rows(await orch.audit_log.events(cid), orch.redactor)`.
+        retriever: Finds each turn's memories (`threads.memory.Retriever`); by default
+            the database's own full-text search. See docs/memory.md.
+        memory: Read and write long-term memory in turns; `False`: no turn reads or
+            learns any (`remember`, `memories`, `forget`... still work).
     """
 
     def __init__(
@@ -139,6 +146,8 @@ class Orchestrator:
         handoff_timeout_message: str = DEFAULT_TIMEOUT_MESSAGE,
         audit_key: bytes | str | KeyProvider | None = None,
         redaction: RedactionPolicy | Redactor | None = None,
+        retriever: Retriever | None = None,
+        memory: bool = True,
     ) -> None:
         self.categories = check_registry(list(categories))
         self.models = resolve_models(model)
@@ -190,6 +199,7 @@ class Orchestrator:
             counter=self.token_counter,
         )
         self._experts = wiring.build()
+        self._memory_expert = wiring.memory_expert()
         wiring.check_budgets(self._experts, self.budgets)
         self._pipeline: Pipeline | None = None
         self._audit: AuditLog | None = None
@@ -197,6 +207,9 @@ class Orchestrator:
         self._owns_audit = not isinstance(audit, AuditLog)
         self._open_lock = asyncio.Lock()
         self._compaction: BackgroundCompaction | None = None
+        self._retriever = retriever
+        self._memory_on = memory
+        self._memories: Memories | None = None
         self._unfinished: set[asyncio.Task[Any]] = set()  # Turns whose stream reader left.
 
     # -- wiring -------------------------------------------------------------------------
@@ -259,7 +272,15 @@ class Orchestrator:
                     audit=self._audit,
                 )
             )
+            memory_store = MemoryStore(store.engine)
+            self._memories = Memories(
+                store=memory_store,
+                retriever=self._retriever or FullTextRetriever(memory_store),
+                expert=self._memory_expert,
+                audit=self._audit,
+            )
             self._pipeline = Pipeline(
+                memory=self._memories if self._memory_on else None,
                 store=store,
                 audit=self._audit,
                 deadline=self.turn_deadline,
@@ -357,6 +378,8 @@ class Orchestrator:
         p = await self._open()
 
         async def start(lease: TurnLease) -> Started:
+            # The memory lookup is a read of the same transaction (no extra round trip).
+            recall = await self.memory.reader(user_id if p.memory else None, text)
             begun = await _handoff.start_turn(
                 p,
                 self.handoff_policy,
@@ -366,6 +389,7 @@ class Orchestrator:
                 client_message_id=client_message_id,
                 token_count=self.token_counter.count(text),
                 lease=lease,
+                recall=recall,
             )
             question, path = begun.message, begun.path
             if begun.answer is not None:  # A person has the conversation: no expert runs.
@@ -377,7 +401,13 @@ class Orchestrator:
                     log.info("turn.resume", conversation_id=conversation_id, turn=question.id)
                     path = await SummaryStore(p.store.engine).path_since_newest(question.id)
             thread = UserThread() if path is None else thread_since(path)  # None: replayed.
-            return Started(question=question, user_id=user_id, thread=thread, stored=stored)
+            return Started(
+                question=question,
+                user_id=user_id,
+                thread=thread,
+                stored=stored,
+                memories=begun.recalled,
+            )
 
         return await self._turn(p, conversation_id, start)
 
@@ -625,6 +655,8 @@ class Orchestrator:
             await asyncio.gather(*list(self._unfinished), return_exceptions=True)
         if self._compaction is not None:
             await self._compaction.wait()
+        if self._memories is not None:
+            await self._memories.wait()
         if self._audit is not None and self._owns_audit:
             await self._audit.aclose()
         if self._pipeline is not None and self._owns_store:
@@ -636,12 +668,84 @@ class Orchestrator:
         self._pipeline = None
         self._audit = None
         self._compaction = None
+        self._memories = None
 
     async def __aenter__(self) -> Orchestrator:
         return await self.open()
 
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
+
+    # -- long-term memory (docs/memory.md) ---------------------------------------------
+
+    @property
+    def memory(self) -> Memories:
+        """The users' long-term memory (after the first call that opened the store)."""
+        if self._memories is None:
+            raise UserError("memory opens with the store; await orch.open() first")
+        return self._memories
+
+    async def remember(
+        self, user_id: str, text: str, key: str | None = None, *, source: MemorySource = "user"
+    ) -> Memory:
+        """Remember a fact about `user_id` from the very next turn on.
+
+        Args:
+            user_id: Whose fact it is.
+            text: The fact, e.g. "Prefers replies in Hindi" (at most 500 characters).
+            key: Facts with the same key supersede one another (the newest wins).
+            source: Who states it: `user` (through the application), `operator`,
+                `handler` or `memory_expert`.
+
+        Raises:
+            InvalidInput: empty or over-long text, an unknown source.
+        """
+        await self._open()
+        return await self.memory.write(user_id, text, key=key, source=source)
+
+    async def memories(self, user_id: str) -> list[Memory]:
+        """The current facts about `user_id`, the most recently updated first."""
+        await self._open()
+        return await self.memory.store.current(user_id)
+
+    async def correct(self, user_id: str, memory_id: str, text: str, *, by: str = "user") -> Memory:
+        """Replace the text of one of the user's facts, from the very next turn on.
+
+        Raises:
+            MemoryNotFound: no current fact `memory_id` of `user_id`.
+        """
+        await self._open()
+        memory = await self.memory.store.correct(user_id, memory_id, text)
+        await self.memory.note_for_user(
+            user_id, "memory_corrected", {"memory_id": memory_id, "by": by}
+        )
+        return memory
+
+    async def forget(self, user_id: str, memory_id: str, *, by: str = "user") -> None:
+        """Delete one of the user's facts (and the older versions it replaced): its text is
+        gone from the database; the audit log records only that it was forgotten.
+
+        `by` says who asked (`user`, `operator:ID`, `cli`), for the audit event; the
+        event never holds the text (nor the user id: the chain is keyed by a digest).
+
+        Raises:
+            MemoryNotFound: no current fact `memory_id` of `user_id`.
+        """
+        await self._open()
+        ids = await self.memory.store.forget(user_id, memory_id)
+        await self.memory.note_for_user(
+            user_id, "memory_forgotten", {"memory_ids": ids, "by": by, "all": False}
+        )
+
+    async def forget_all(self, user_id: str, *, by: str = "user") -> int:
+        """Delete every fact about `user_id`; returns how many current facts were forgotten."""
+        await self._open()
+        count, ids = await self.memory.store.forget_all(user_id)
+        if ids:
+            await self.memory.note_for_user(
+                user_id, "memory_forgotten", {"memory_ids": ids, "by": by, "all": True}
+            )
+        return count
 
     # -- machinery ----------------------------------------------------------------------
 
@@ -693,6 +797,9 @@ class Orchestrator:
         if reply.handoff:  # The bot told the user a person takes over: one does.
             reason = reply.outcome.data.get("reason") if reply.outcome else None
             await self.hand_off(conversation_id, str(reason or "routed to a person"))
+        if p.memory is not None:  # The memory expert reads the user's message only.
+            question = started[-1].question
+            p.memory.schedule(started[-1].user_id, conversation_id, question.id, question.content)
         # The policy is checked on the thread already in memory, so a turn under the
         # threshold costs no database read; the background task checks again under its lease.
         after = [*started[-1].thread.messages, ThreadMessage(role="assistant", content=reply.text)]

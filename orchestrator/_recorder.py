@@ -78,6 +78,21 @@ def without_system(body: Any, system: str) -> Any:
     return body
 
 
+MEMORY_REFERENCE = "[memory block: the attempt's `memory.text`]"
+"""Stands in the recorded wire body for the memory block, which the row keeps once."""
+
+
+def _without(body: Any, text: str, reference: str) -> Any:
+    """`body` with every string equal to `text` replaced by `reference`."""
+    if isinstance(body, str):
+        return reference if body == text else body
+    if isinstance(body, list):
+        return [_without(item, text, reference) for item in body]
+    if isinstance(body, dict):
+        return {key: _without(value, text, reference) for key, value in body.items()}
+    return body
+
+
 def _prompt_reference(system: str) -> str:
     digest = hashlib.sha256(system.encode("utf-8", "surrogatepass")).hexdigest()
     return f"[system prompt sha256:{digest}, stored once in the audit log]"
@@ -133,11 +148,17 @@ class TurnRecorder:
         if request is not None:
             system = request.system
             payload["request_body"] = without_system(attempt.request_body, system)
+            if request.memory:  # Kept once, in `memory` below, not again in the wire body.
+                payload["request_body"] = _without(
+                    payload["request_body"], request.memory, MEMORY_REFERENCE
+                )
             payload["messages"] = [dict(m) for m in request.messages]
             payload["settings"] = dataclasses.asdict(request.settings)
             payload["output_type"] = request.output_type.__name__ if request.output_type else None
             if request.prompt is not None:
                 payload["prompt"] = dataclasses.asdict(request.prompt)
+            if request.memory:  # Exactly which facts were sent, and the block as sent.
+                payload["memory"] = {"ids": list(request.memory_ids), "text": request.memory}
         self._attempts.append(payload)
         self.events.append(
             AuditEvent(

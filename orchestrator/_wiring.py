@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from frontdesk.experts import Category, ExpertCall
+from frontdesk.experts.memory import MemoryExpert
 from frontdesk.experts.providers import Model, ModelRequest, ModelResponse
 from frontdesk.experts.request import RequestExpert, extraction_type
 from frontdesk.experts.request import prompt_variables as request_variables
@@ -86,12 +87,17 @@ class Wiring:
         )
         return triage, requests, response
 
+    def memory_expert(self) -> MemoryExpert:
+        """The memory expert with its versioned prompt (run after replies)."""
+        return MemoryExpert(call=self.call("memory", self.prompt("memory").render()))
+
     def check_budgets(self, experts: Experts, budgets: Mapping[str, Budget]) -> None:
         """Refuse a system prompt over its expert's allowance (`ConfigError`)."""
         triage, requests, response = experts
         calls = [triage.call, response.call, *(r.call for r in requests.values())]
         summariser = self.prompt("summariser").render()
         sized = [(c.expert, c.prompt.text) for c in calls] + [("summariser", summariser.text)]
+        sized.append(("memory", self.prompt("memory").render().text))
         for expert, text in sized:
             budget_for(expert, budgets).check_system(self.counter.count(text), expert=expert)
 

@@ -16,6 +16,7 @@ from frontdesk.orchestrator import (
     _cli_chat,
     _cli_db,
     _cli_list,
+    _cli_memory,
     _cli_privacy,
     _cli_serve,
     _cli_thread,
@@ -65,6 +66,7 @@ _cli_audit.app.command("rotate-key")(_cli_privacy.rotate_key)
 app.add_typer(_cli_thread.app, name="thread", help="Show and compact conversation threads.")
 app.add_typer(_cli_audit.app, name="audit", help="Show, export, verify and replay the audit log.")
 app.add_typer(_cli_db.app, name="db", help="Database schema migrations.")
+app.add_typer(_cli_memory.app, name="memory", help="Show and forget what is remembered.")
 
 
 def main() -> None:

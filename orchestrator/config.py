@@ -10,7 +10,9 @@ from frontdesk.errors import ConfigError
 from frontdesk.experts.providers import Model, ModelSettings
 
 EXPERTS = ("triage", "request", "response", "summariser")
-"""The experts a model map may name (plus `default` for the rest)."""
+"""The experts a model map must cover (by name or `default`)."""
+MEMORY = "memory"
+"""The memory expert: a model map may name it; else `default`, else the summariser's model."""
 
 ModelSpec = str | Model | list[str | Model] | tuple[str | Model, ...]
 """A spec string, a `Model`, or a list tried in order (e.g. `["anthropic:...", "offline"]`:
@@ -40,11 +42,12 @@ def resolve_models(choice: ModelChoice) -> dict[str, Model]:
         choice = default_model_choice()
     if not isinstance(choice, Mapping):
         model = _model(choice)
-        return dict.fromkeys(EXPERTS, model)
-    unknown = sorted(set(choice) - {*EXPERTS, "default"})
+        return dict.fromkeys((*EXPERTS, MEMORY), model)
+    unknown = sorted(set(choice) - {*EXPERTS, MEMORY, "default"})
     if unknown:
         raise ConfigError(
-            f"model map names unknown experts {unknown}; use {', '.join(EXPERTS)} or 'default'"
+            f"model map names unknown experts {unknown};"
+            f" use {', '.join((*EXPERTS, MEMORY))} or 'default'"
         )
     missing = [e for e in EXPERTS if e not in choice and "default" not in choice]
     if missing:
@@ -58,6 +61,12 @@ def resolve_models(choice: ModelChoice) -> dict[str, Model]:
         if key not in cache:
             cache[key] = _model(spec)
         models[expert] = cache[key]
+    spec = choice.get(MEMORY, choice.get("default"))
+    if spec is None:  # A four-expert map: the memory expert shares the summariser's model.
+        models[MEMORY] = models["summariser"]
+    else:
+        key = hash(spec) if isinstance(spec, str) else id(spec)
+        models[MEMORY] = cache[key] if key in cache else _model(spec)
     return models
 
 
@@ -81,6 +90,7 @@ class ExpertSettings:
     request: ModelSettings = field(default_factory=lambda: ModelSettings(max_tokens=1024))
     response: ModelSettings = field(default_factory=lambda: ModelSettings(max_tokens=512))
     summariser: ModelSettings = field(default_factory=lambda: ModelSettings(max_tokens=1024))
+    memory: ModelSettings = field(default_factory=lambda: ModelSettings(max_tokens=512))
 
     def for_expert(self, expert: str) -> ModelSettings:
         """The settings of one expert."""

@@ -6,6 +6,7 @@ import asyncio
 from collections.abc import AsyncGenerator, Iterator
 from typing import Any
 
+from frontdesk.memory import Memory, MemorySource
 from frontdesk.orchestrator._erasure import ErasureReport
 from frontdesk.orchestrator._orchestrator import Orchestrator
 from frontdesk.orchestrator.handoff import Handoff
@@ -123,6 +124,28 @@ class SyncOrchestrator:
     def erase_user(self, user_id: str, *, requested_by: str | None = None) -> ErasureReport:
         """`Orchestrator.erase_user`, blocking."""
         return self._runner.run(self.orchestrator.erase_user(user_id, requested_by=requested_by))
+
+    def remember(
+        self, user_id: str, text: str, key: str | None = None, *, source: MemorySource = "user"
+    ) -> Memory:
+        """Blocking `Orchestrator.remember`."""
+        return self._runner.run(self.orchestrator.remember(user_id, text, key, source=source))
+
+    def memories(self, user_id: str) -> list[Memory]:
+        """Blocking `Orchestrator.memories`."""
+        return self._runner.run(self.orchestrator.memories(user_id))
+
+    def correct(self, user_id: str, memory_id: str, text: str) -> Memory:
+        """Blocking `Orchestrator.correct`."""
+        return self._runner.run(self.orchestrator.correct(user_id, memory_id, text))
+
+    def forget(self, user_id: str, memory_id: str) -> None:
+        """Blocking `Orchestrator.forget`."""
+        self._runner.run(self.orchestrator.forget(user_id, memory_id))
+
+    def forget_all(self, user_id: str) -> int:
+        """Blocking `Orchestrator.forget_all`."""
+        return self._runner.run(self.orchestrator.forget_all(user_id))
 
     def close(self) -> None:
         """Close the orchestrator and the event loop."""

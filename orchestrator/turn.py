@@ -17,7 +17,7 @@ import asyncio
 import dataclasses
 import hashlib
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -40,7 +40,8 @@ from frontdesk.experts.providers import Message, ModelResponse, Usage
 from frontdesk.experts.request import RequestExpert
 from frontdesk.experts.response import ResponseExpert, ResponseResult
 from frontdesk.experts.triage import TriageExpert
-from frontdesk.orchestrator import _listen, _outcomes
+from frontdesk.memory import Memory
+from frontdesk.orchestrator import _listen, _memory, _outcomes
 from frontdesk.orchestrator._recorder import (
     TurnRecorder,
     field_rules_of,
@@ -50,7 +51,7 @@ from frontdesk.orchestrator._recorder import (
 )
 from frontdesk.orchestrator.errors import TurnFailed
 from frontdesk.orchestrator.reply import Reply
-from frontdesk.threads.budget import Budget
+from frontdesk.threads.budget import Budget, Document
 from frontdesk.threads.builder import ExpertView, UserThread
 from frontdesk.threads.store import (
     ConversationStore,
@@ -89,6 +90,8 @@ class Pipeline:
     speculate: bool = True
     """Start the request expert of the conversation's current category alongside triage
     (`_Speculation`); off, the two run one after the other."""
+    memory: _memory.Memories | None = None
+    """The users' long-term memory (`None`: none is read or written)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -102,6 +105,9 @@ class Started:
     """The question's reply and outcome from an earlier try (both `None` for a new one)."""
     answered_now: bool = False
     """The start itself stored `stored.reply`: a message kept for a person (hand-off)."""
+    memories: Sequence[Memory] | None = None
+    """The user's facts for the question, when the start looked them up alongside its own
+    transaction (`None`: the turn looks them up after the start)."""
 
 
 Start = Callable[[TurnLease], Awaitable[Started]]
@@ -119,6 +125,8 @@ class Turn:
     recorder: TurnRecorder
     lease: TurnLease
     """The conversation's lease: every write of the turn is fenced by it."""
+    memory: Sequence[Document] = ()
+    """The user's facts for this turn, ranked (each expert's budget keeps what fits)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -145,7 +153,7 @@ async def run_turn(p: Pipeline, lease: TurnLease, start: Start) -> Reply:
             return reply_from_records(
                 p, s.question, s.stored.reply, s.stored.outcome, replayed=not s.answered_now
             )
-        t = _turn(s, lease)
+        t = _turn(s, lease, await _recall(p, s))
         try:
             # The experts, under the turn deadline; a stored outcome skips to the reply.
             with observing(t.recorder):  # Model attempts -> audit events.
@@ -162,7 +170,16 @@ async def run_turn(p: Pipeline, lease: TurnLease, start: Start) -> Reply:
         await lease.aclose()
 
 
-def _turn(s: Started, lease: TurnLease) -> Turn:
+async def _recall(p: Pipeline, s: Started) -> list[Document]:
+    """The user's facts, ranked for this turn's question (`orchestrator/_memory.py`)."""
+    if p.memory is None:
+        return []
+    if s.memories is not None:
+        return _memory.ranked(s.memories)
+    return _memory.ranked(await p.memory.recall(s.user_id, s.question.content))
+
+
+def _turn(s: Started, lease: TurnLease, memory: Sequence[Document]) -> Turn:
     recorder = TurnRecorder(turn_id=s.question.id)
     recorder.note(
         "turn_started",
@@ -179,6 +196,7 @@ def _turn(s: Started, lease: TurnLease) -> Turn:
         thread=s.thread,
         recorder=recorder,
         lease=lease,
+        memory=memory,
     )
 
 
@@ -516,7 +534,9 @@ def _meta(t: Turn) -> dict[str, str]:
 
 
 def _view(p: Pipeline, t: Turn, expert: str) -> ExpertView:
-    return t.thread.for_expert(expert, counter=p.counters[expert], budgets=p.budgets)
+    return t.thread.for_expert(
+        expert, counter=p.counters[expert], budgets=p.budgets, memory=t.memory
+    )
 
 
 async def _triage(
@@ -532,6 +552,7 @@ async def _triage(
                 metadata=meta,
                 cache_prefix=view.cache_prefix_messages,
                 observer=t.recorder,
+                memory=_memory.block(view),
             ),
             fallback=True,
         )
@@ -562,6 +583,7 @@ async def _extract(
                 metadata=meta,
                 cache_prefix=view.cache_prefix_messages,
                 observer=t.recorder,
+                memory=_memory.block(view),
             ),
             fallback=True,
         )
@@ -582,6 +604,7 @@ async def _respond(p: Pipeline, t: Turn, decided: Decided) -> ResponseResult:
         cache_prefix=view.cache_prefix_messages,
         on_delta=_listen.delta_sink(),
         observer=t.recorder,
+        memory=_memory.block(view),
     )
     return await _stage("response", t, call)
 
@@ -615,6 +638,7 @@ async def _decide(
         state=p.store.handler_state(category, conversation_id=t.conversation_id, user_id=t.user_id),
         extras=p.context_extras,
         idempotency_key=idempotency_key(t.conversation_id, t.user_message.id),
+        **_memory.for_handler(p.memory, t.user_id, t.user_message, t.recorder),
     )
     try:
         outcome = await handler(request, context)

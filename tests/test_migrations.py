@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -346,3 +347,33 @@ async def test_0010_adds_the_audit_data_keys_table_and_takes_it_back(empty_url: 
         await engine.dispose()
     await _downgrade_to(empty_url, _before("0010_audit_keys"))
     assert "audit_key" not in await _tables(empty_url)
+
+
+@pytest.mark.anyio
+async def test_0008_adds_the_memory_table_and_its_full_text_index(empty_url: str) -> None:
+    engine = create_engine(empty_url)
+    try:
+        await upgrade_schema(engine, _before("0008_memory"))
+        await upgrade_schema(engine, "0008_memory")
+        async with engine.begin() as conn:
+            await conn.execute(
+                sa.text(
+                    "INSERT INTO memory (id, user_id, text, source, created_at, updated_at)"
+                    " VALUES ('m1', 'u', 'Allergic to peanuts', 'user', :now, :now)"
+                ),
+                {"now": datetime.now(UTC)},
+            )
+            if conn.dialect.name == "postgresql":
+                match = "SELECT id FROM memory WHERE tsv @@ to_tsquery('english', 'peanut')"
+            else:
+                match = (
+                    "SELECT m.id FROM memory_fts JOIN memory m ON m.seq = memory_fts.rowid"
+                    " WHERE memory_fts MATCH 'peanut'"
+                )
+            assert (await conn.execute(sa.text(match))).scalars().all() == ["m1"]
+    finally:
+        await engine.dispose()
+    assert "memory" in await _tables(empty_url)
+    await _downgrade_to(empty_url, _before("0008_memory"))
+    tables = await _tables(empty_url)
+    assert "memory" not in tables and "memory_fts" not in tables

@@ -259,6 +259,8 @@ DEFAULT_BUDGETS: Mapping[str, Budget] = MappingProxyType(
         ),
         # The summariser reads the previous summary and the exchanges being evicted.
         "summariser": Budget(system=2_000, history=12_000, question=0, answer=1_024),
+        # The memory expert reads one user message, and the user's facts to reuse their keys.
+        "memory": Budget(system=2_000, history=0, question=4_500, answer=512, memory=1_000),
     }
 )
 """Per-expert defaults; `Orchestrator(budgets=...)` may override any of them."""

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
 from frontdesk.labels import SUMMARY_LABEL, neutralise
-from frontdesk.threads.budget import Budget, Fit, budget_for
+from frontdesk.threads.budget import Budget, Document, Fit, budget_for
 from frontdesk.threads.store import MessageRecord
 from frontdesk.threads.summaries import PathSinceSummary, SummaryRecord, SummaryStore
 from frontdesk.threads.tokens import EstimatingCounter, TokenCounter
@@ -117,8 +117,10 @@ class UserThread:
         *,
         counter: TokenCounter | None = None,
         budgets: Mapping[str, Budget] | None = None,
+        memory: Sequence[Document] = (),
     ) -> ExpertView:
-        """The thread as `expert` reads it: cut to its budget, with its cacheable prefix.
+        """The thread as `expert` reads it: cut to its budget, with its cacheable prefix;
+        `memory` (ranked facts) is cut to the memory allowance (`fit.memory`).
 
         Raises:
             QuestionOverBudget: the question alone is over the expert's allowance.
@@ -134,6 +136,7 @@ class UserThread:
             history=history,
             summary=self.summary_turn(),
             question=question.content if question is not None else None,
+            memory=memory,
         )
         messages = [{"role": "user", "content": fit.summary}] if fit.summary else []
         messages += [{"role": m.role, "content": m.content} for m in fit.history]

@@ -89,6 +89,8 @@ class TurnStart:
     """The waiting marker written under a new `message` kept for a person."""
     handed_back: HandedBack | None = None
     """A hand-off this transaction closed because its user waited past the timeout."""
+    recalled: Any = None
+    """What the `recall` reader given to `start_turn` returned (the user's memories)."""
 
 
 class ConversationStore:
@@ -252,8 +254,10 @@ class ConversationStore:
         token_count: int = 0,
         handoff: HandoffPolicy | None = None,
         also: Callable[[Connection, TurnStart], None] | None = None,
+        recall: Callable[[Connection], Any] | None = None,
     ) -> TurnStart:
-        """A turn's first transaction: take `lease`, add the user message, read its path.
+        """A turn's first transaction: take `lease`, add the user message, read its path
+        (and run `recall`, a read of the same transaction, into `TurnStart.recalled`).
 
         The same as `add_user_message(..., lease=lease)` (same arguments, same errors),
         except that a user message left unanswered at the leaf (a crashed turn) first gets
@@ -292,6 +296,7 @@ class ConversationStore:
                 handoff=held,
                 answer=answer,
                 handed_back=handed_back,
+                recalled=None if recall is None else recall(conn),
             )
             if also is not None:
                 also(conn, begun)

@@ -79,6 +79,12 @@ class ModelRequest:
     prompt caching mark the end of this prefix (and the system prompt) as cacheable."""
     metadata: Mapping[str, str] = field(default_factory=dict)
     """Correlation ids (conversation, turn); never sent to a provider."""
+    memory: str = ""
+    """What is remembered about the user, as one labelled block sent after the system
+    prompt (outside the thread, so the cached system prefix stays byte-identical); empty
+    when nothing is. See docs/memory.md."""
+    memory_ids: tuple[str, ...] = ()
+    """The ids of the facts in `memory`, recorded by the audit log."""
 
 
 @dataclass(frozen=True, kw_only=True)

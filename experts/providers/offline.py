@@ -10,6 +10,9 @@ writes with `[offline]`:
   whatever required field is still missing.
 - response: rephrases the handler's instruction (the trailing assistant message).
 - summariser: an extractive summary keeping names, numbers and the user's requests.
+- memory: simple stable facts the user states ("I prefer Hindi", "I'm allergic to
+  peanuts", "I live in Pune"); the response then names the remembered facts that share
+  words with the user's message.
 """
 
 from __future__ import annotations
@@ -96,7 +99,11 @@ def _estimated_usage(request: ModelRequest, raw: Any) -> Usage:
     The stand-in has no tokenizer; these are estimates, and the audit log names the model
     `offline`, so nobody mistakes them for provider-reported usage.
     """
-    sent = len(request.system) + sum(len(m["content"]) + 16 for m in request.messages)
+    sent = (
+        len(request.system)
+        + len(request.memory)
+        + sum(len(m["content"]) + 16 for m in request.messages)
+    )
     if request.output_type is not None:
         sent += len(str(json_schema_of(request.output_type)))
     return Usage(input_tokens=sent // 4 + 1, output_tokens=len(str(raw)) // 4 + 1)
@@ -146,12 +153,15 @@ class OfflineModel:
             if request.expert == "summariser":
                 return summarise(request.messages)
             if request.messages and request.messages[-1]["role"] == "assistant":
-                return reply_from_instruction(request.messages[-1]["content"])
+                reply = reply_from_instruction(request.messages[-1]["content"])
+                return reply + remembered_note(request)
             return (
                 f"{LABEL} I am the offline stand-in model, so I can only follow the assistant's"
                 " instructions; set an API key for a real model to get free-form answers."
             )
         user_texts = [m["content"] for m in request.messages if m["role"] == "user"]
+        if request.expert == "memory" and "facts" in output_type.model_fields:
+            return output_type.model_validate({"facts": facts_in(" ".join(user_texts))})
         schema = json_schema_of(output_type)
         if "x-frontdesk-categories" in schema or "category" in output_type.model_fields:
             return triage(output_type, schema, user_texts[-1] if user_texts else "")
@@ -167,6 +177,68 @@ class OfflineModel:
                 " use a real model or a FunctionModel for this expert",
                 model=self.name,
             ) from exc
+
+
+_LANGUAGES = (
+    "english hindi marathi tamil telugu bengali gujarati punjabi urdu kannada malayalam"
+    " spanish french german italian portuguese dutch polish arabic chinese japanese welsh"
+).split()
+_PLACE = r"([A-Z][\w'-]+(?:\s+[A-Z][\w'-]+)?)"
+_FACTS: list[tuple[re.Pattern[str], str, str | None]] = [
+    (
+        re.compile(
+            r"\bI(?:'m| am) (?:severely |very )?allergic to ([\w -]+?)(?=[.,!?;]|\band\b|$)", re.I
+        ),
+        "Allergic to {}",
+        None,
+    ),
+    (
+        re.compile(r"\bI(?:'m| am) (vegetarian|vegan|pescatarian|gluten[- ]free)\b", re.I),
+        "Is {}",
+        "diet",
+    ),
+    (re.compile(r"\bI (?:now )?live in " + _PLACE), "Lives in {}", "home_city"),
+    (re.compile(r"\bI(?:'ve| have)? (?:just )?moved to " + _PLACE), "Lives in {}", "home_city"),
+    (re.compile(r"\bI(?:'m| am) (?:based|living) in " + _PLACE), "Lives in {}", "home_city"),
+    (re.compile(r"\bmy name is ([A-Z][\w'-]+)"), "Is called {}", "name"),
+]
+_LANGUAGE = re.compile(
+    r"\b(?:I (?:would |'d )?prefer|I speak|(?:reply|replies|answer|write|talk) (?:to me )?in)"
+    r"\s+(?:replies in |to speak |speaking |to talk in )?(\w+)",
+    re.I,
+)
+
+
+def facts_in(text: str) -> list[dict[str, str | None]]:
+    """Simple stable facts a message states ("I prefer Hindi", "I'm allergic to peanuts",
+    "I live in Pune", "I moved to Mumbai"), as the memory expert's structured answer."""
+    found: list[dict[str, str | None]] = []
+    language = _LANGUAGE.search(text)
+    if language and language.group(1).lower() in _LANGUAGES:
+        found.append(
+            {"text": f"Prefers replies in {language.group(1).capitalize()}", "key": "language"}
+        )
+    for pattern, template, key in _FACTS:
+        for match in pattern.finditer(text):
+            value = " ".join(match.group(1).split()).strip(" -")
+            if value:
+                fact_key = key or "allergy_" + "_".join(_tokens(value))
+                found.append({"text": template.format(value), "key": fact_key})
+    return found
+
+
+def remembered_note(request: ModelRequest) -> str:
+    """A line naming the remembered facts that share words with the user's message (so the
+    demo shows a fact from one conversation used in the next); empty when none do."""
+    facts = [line[2:] for line in request.memory.splitlines() if line.startswith("- ")]
+    user = [m["content"] for m in request.messages if m["role"] == "user"]
+    if not facts or not user:
+        return ""
+    words = _tokens(user[-1])
+    relevant = [f for f in facts if _tokens(f) & words]
+    if not relevant:
+        return ""
+    return " (I remember: " + "; ".join(f.rstrip(".") for f in relevant) + ".)"
 
 
 def triage(output_type: type[BaseModel], schema: dict[str, Any], text: str) -> BaseModel:

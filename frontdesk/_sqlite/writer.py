@@ -42,6 +42,9 @@ def install_hooks(engine: Engine) -> None:
         _use_wal(cursor)
         cursor.execute("PRAGMA synchronous=NORMAL")
         cursor.execute("PRAGMA foreign_keys=ON")
+        # Deleted rows are overwritten, not left in free pages: a forgotten memory's text
+        # is gone from the file once the WAL is checkpointed.
+        cursor.execute("PRAGMA secure_delete=ON")
         cursor.close()
 
     @event.listens_for(engine, "begin")

@@ -96,6 +96,7 @@ async def _turns(url: str, team: FakeTeam) -> tuple[int, bool]:
     orch = Orchestrator(potato_categories(), model=team.model(), store=url)
     await orch.handle("c", "I'd like a bag of purple potatoes", user_id="u")
     await orch.handle("c", "Actually, two bags", user_id="u")
+    await orch.memory.wait()  # The memory expert's rows, written after the replies.
     log = orch.audit_log
     assert log is not None
     rows = len(await log.events("c"))

@@ -69,6 +69,9 @@ class Team:
 
 
 def build(url: str, team: Team, **kwargs: Any) -> Orchestrator:
+    # Long-term memory off: its expert runs after a reply, in the background, and these
+    # tests count every model call and audit event of a hand-off.
+    kwargs.setdefault("memory", False)
     return Orchestrator(potato_categories(), model=FunctionModel(team), store=url, **kwargs)
 
 
@@ -406,7 +409,9 @@ def replay_app() -> Orchestrator:
 
 def test_the_sync_orchestrator_hands_off_and_back(db_url: str) -> None:
     team = Team()
-    with SyncOrchestrator(potato_categories(), model=FunctionModel(team), store=db_url) as orch:
+    with SyncOrchestrator(
+        potato_categories(), model=FunctionModel(team), store=db_url, memory=False
+    ) as orch:
         orch.handle("c", "hello", user_id="u")
         assert orch.hand_off("c", "sync").reason == "sync"
         assert [h.conversation_id for h in orch.handoffs()] == ["c"]

@@ -27,7 +27,7 @@ async def test_another_user_reaches_nothing_and_nothing_is_sent_to_a_model(
 ) -> None:
     orch = Orchestrator(potato_categories(), model=team.model(), store=url)
     first = await orch.handle("alice-1", "my card ends 4242", user_id="alice")
-    calls = len(team.calls)
+    calls = _calls(team)
     store = (await orch.open()).store
     conversation = await store.conversation("alice-1")
     assert conversation is not None and conversation.user_id == "alice"
@@ -54,7 +54,7 @@ async def test_another_user_reaches_nothing_and_nothing_is_sent_to_a_model(
         with pytest.raises(ConversationNotFound):
             await orch.regenerate(first.message_id, user_id=user)
 
-    assert len(team.calls) == calls, "another user's call reached a model"
+    assert _calls(team) == calls, "another user's call reached a model"
     transcript = await orch.transcript("alice-1", user_id="alice")
     assert [m.content for m in transcript] == ["my card ends 4242", first.text]
     await orch.aclose()
@@ -123,7 +123,7 @@ async def test_the_owner_uses_every_method_and_single_user_mode_keeps_its_own(
 def test_the_sync_orchestrator_checks_the_owner_the_same_way(team: Any, db_url: str) -> None:
     with SyncOrchestrator(potato_categories(), model=team.model(), store=db_url) as orch:
         first = orch.handle("c", "hello", user_id="u-1")
-        calls = len(team.calls)
+        calls = _calls(team)
         with pytest.raises(ConversationNotFound):
             orch.handle("c", "hello", user_id="u-2")
         with pytest.raises(ConversationNotFound):
@@ -135,8 +135,13 @@ def test_the_sync_orchestrator_checks_the_owner_the_same_way(team: Any, db_url: 
                 read("c", user_id="u-2")
         with pytest.raises(ConversationNotFound):
             orch.switch_branch("c", first.message_id, user_id="u-2")
-        assert len(team.calls) == calls
+        assert _calls(team) == calls
         assert [m.id for m in orch.branches("c", user_id="u-1")] == [first.message_id]
         assert orch.switch_branch("c", first.user_message_id, user_id="u-1")[-1].id == (
             first.message_id
         )
+
+
+def _calls(team: Any) -> int:
+    """Model calls of the turns (the memory expert of the owner's own turn runs after it)."""
+    return sum(1 for call in team.calls if call.expert != "memory")

@@ -396,7 +396,9 @@ async def test_erasure_without_a_master_key_says_which_audit_rows_stay_readable(
     assert await verify_all(url)
 
 
-async def test_erasure_takes_the_users_handler_state_and_hand_off_reasons(url: str) -> None:
+async def test_erasure_takes_the_users_memories_handler_state_and_hand_off_reasons(
+    url: str,
+) -> None:
     key = new_key()
     orch = _app.orchestrator(url, key)
     await orch.handle("zoe-0", ZOE_TEXT, user_id=ZOE)
@@ -409,10 +411,15 @@ async def test_erasure_takes_the_users_handler_state_and_hand_off_reasons(url: s
     bob = store.handler_state("ACCOUNT", conversation_id="bob-0", user_id=BOB)
     await bob.user.put("profile", {"name": "Bob Marley"})
     await orch.hand_off("zoe-0", "Zoë Ångström wants a person about 99887766")
+    await orch.remember(ZOE, "Zoë Ångström prefers Hindi", key="language")
+    await orch.remember(ZOE, "Zoë Ångström prefers Tamil", key="language")  # Supersedes.
+    await orch.remember(BOB, "Bob Marley prefers reggae")
 
     report = await orch.erase_user(ZOE)
 
-    assert report.handler_state == 2 and report.handoffs == 1
+    assert report.handler_state == 2 and report.handoffs == 1 and report.memories >= 2
+    assert await orch.memories(ZOE) == []
+    assert [m.text for m in await orch.memories(BOB)] == ["Bob Marley prefers reggae"]
     assert await zoe.user.get("profile") is None  # The user's own scope is gone...
     assert await zoe.conversation.get("ticket") == "[erased]"  # ...her conversation's erased,
     assert await zoe.everyone.get("opening-hours") == "9-17"  # ...and no one else's touched.

@@ -133,7 +133,7 @@ def test_triage_reads_far_less_history_than_the_request_expert() -> None:
     assert budget_for("triage") is DEFAULT_BUDGETS["triage"]
     custom = Budget(system=1, history=1, question=1, answer=1)
     assert budget_for("triage", {"triage": custom}) is custom
-    with pytest.raises(ConfigError, match="known: request"):
+    with pytest.raises(ConfigError, match="known: memory, request"):
         budget_for("nobody")
 
 

@@ -23,7 +23,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "0009_handler_scopes"
-down_revision: str | Sequence[str] | None = "0007_audit_guard"
+down_revision: str | Sequence[str] | None = "0008_memory"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

@@ -1,0 +1,44 @@
+"""`Memory`: one fact kept about a user across conversations (see docs/memory.md).
+
+A leaf of the package root, so that every layer can name it: the store in `threads`
+returns it, a handler's `HandlerContext.memory` writes it, the orchestrator lists it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Literal
+
+__all__ = ["MAX_FACT_CHARS", "SOURCES", "Memory", "MemorySource"]
+
+MAX_FACT_CHARS = 500
+"""Longest fact kept (a fact is one short sentence; longer text is refused)."""
+
+MemorySource = Literal["memory_expert", "handler", "user", "operator"]
+"""Who wrote a fact: the memory expert, a category handler, the user (through the
+application) or an operator."""
+
+SOURCES: tuple[MemorySource, ...] = ("memory_expert", "handler", "user", "operator")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Memory:
+    """One current fact about a user.
+
+    Facts with the same `key` supersede one another (the newest wins); a superseded fact is
+    never sent to an expert, and a forgotten one is deleted.
+    """
+
+    id: str
+    user_id: str
+    text: str
+    key: str | None
+    """Facts with the same key supersede one another (`home_city`, `language`)."""
+    source: MemorySource
+    conversation_id: str | None
+    """The conversation the fact was learnt in, if any."""
+    message_id: str | None
+    """The user message the fact was learnt from, if any."""
+    created_at: datetime
+    updated_at: datetime

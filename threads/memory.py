@@ -1,0 +1,452 @@
+"""The memory store: facts about a user kept across conversations, and their retrieval.
+
+One row per fact (revision `0008_memory`). Facts with the same key supersede one another:
+writing one marks the user's current fact with that key as superseded, in the same
+transaction, so the newest wins and a superseded fact is never retrieved. Forgetting
+deletes the rows (the fact and the versions it superseded); on SQLite the full-text index
+is then merged so that no term of the deleted text is left in it, and the connections'
+`secure_delete` overwrites the freed pages.
+
+Retrieval is a protocol (`Retriever`), so an embedding retriever can replace the default
+`FullTextRetriever`, which uses the databases' own full-text search (SQLite FTS5,
+PostgreSQL `tsvector`): the facts matching the turn's words first (best match first),
+then the most recently updated, so that a user with a handful of facts has all of them.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol, cast
+
+import sqlalchemy as sa
+from sqlalchemy import Connection, RowMapping
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from frontdesk.errors import MemoryNotFound
+from frontdesk.memory import MAX_FACT_CHARS, SOURCES, Memory, MemorySource
+from frontdesk.threads._records import check_id, check_text, new_id
+from frontdesk.threads._tx import run_sync_tx
+from frontdesk.threads.errors import InvalidInput
+from frontdesk.threads.models import UTCDateTime, utcnow
+
+__all__ = [
+    "MAX_FACT_CHARS",
+    "FullTextRetriever",
+    "Memory",
+    "MemoryStore",
+    "Retriever",
+    "delete_user_memories",
+    "query_words",
+]
+
+MAX_KEY_CHARS = 64
+
+_meta = sa.MetaData()
+memory_table = sa.Table(
+    "memory",
+    _meta,
+    sa.Column("seq", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("id", sa.String(36), nullable=False),
+    sa.Column("user_id", sa.String(255), nullable=False),
+    sa.Column("text", sa.Text, nullable=False),
+    sa.Column("key", sa.String(255)),
+    sa.Column("source", sa.String(16), nullable=False),
+    sa.Column("conversation_id", sa.String(255)),
+    sa.Column("message_id", sa.String(36)),
+    sa.Column("created_at", UTCDateTime, nullable=False),
+    sa.Column("updated_at", UTCDateTime, nullable=False),
+    sa.Column("superseded_by", sa.String(36)),
+)
+_m = memory_table
+_COLUMNS = [
+    _m.c.id,
+    _m.c.user_id,
+    _m.c.text,
+    _m.c.key,
+    _m.c.source,
+    _m.c.conversation_id,
+    _m.c.message_id,
+    _m.c.created_at,
+    _m.c.updated_at,
+]
+
+# Words that match almost every fact carry no relevance.
+_STOP = frozenset(
+    "a about am an and any are as at be been but by can could did do does for from had has"
+    " have he her him his how i i'd i'll i'm i've if in into is it it's its me my no not of"
+    " on or our please she so some than that the their them then there they this to too us"
+    " was we were what when where which who why will with would you your yes ok okay hi"
+    " hello hey thanks thank".split()
+)
+_WORD = re.compile(r"[^\W_]+(?:'[^\W_]+)?")
+MAX_QUERY_WORDS = 32
+MATCHES_SCORED = 200
+"""On SQLite, of the facts a turn's words match, the newest this many are ranked by
+relevance (so a lookup costs about the same for 1,000 facts and for 100,000)."""
+
+
+def query_words(text: str) -> list[str]:
+    """The distinct searchable words of `text` (lower case, no stop words), in order."""
+    seen: dict[str, None] = {}
+    for word in _WORD.findall(text.lower()):
+        word = word.split("'")[0]
+        if len(word) > 1 and word not in _STOP and word not in seen:
+            seen[word] = None
+        if len(seen) >= MAX_QUERY_WORDS:
+            break
+    return list(seen)
+
+
+def _memory(row: RowMapping | Mapping[str, Any]) -> Memory:
+    return Memory(
+        id=row["id"],
+        user_id=row["user_id"],
+        text=row["text"],
+        key=row["key"],
+        source=cast(MemorySource, row["source"]),
+        conversation_id=row["conversation_id"],
+        message_id=row["message_id"],
+        created_at=row["created_at"],
+        updated_at=row["updated_at"],
+    )
+
+
+def _check_fact(text: str) -> str:
+    check_text(text, "memory text")
+    text = " ".join(text.split())
+    if not text:
+        raise InvalidInput("a memory needs some text, e.g. 'Prefers replies in Hindi'")
+    if len(text) > MAX_FACT_CHARS:
+        raise InvalidInput(
+            f"a memory is at most {MAX_FACT_CHARS} characters (got {len(text)}); keep one short"
+            " fact per memory"
+        )
+    return text
+
+
+def normalise_key(key: str | None) -> str | None:
+    """`key` as stored: lower case, words joined by `_`; `None` for none or a blank one."""
+    if key is None:
+        return None
+    check_text(key, "memory key")
+    cleaned = "_".join(re.findall(r"[^\W_]+", key.lower()))[:MAX_KEY_CHARS]
+    return cleaned or None
+
+
+def _lock_user(conn: Connection, user_id: str) -> None:
+    """Serialise writes of one user's facts (SQLite's `BEGIN IMMEDIATE` already does)."""
+    if conn.dialect.name == "postgresql":
+        conn.execute(
+            sa.text("SELECT pg_advisory_xact_lock(hashtext(:name))"),
+            {"name": f"memory:{user_id}"},
+        )
+
+
+class Retriever(Protocol):
+    """Finds the user's current facts for one turn, best first.
+
+    The default is `FullTextRetriever`; an embedding retriever implements the same method.
+    """
+
+    async def retrieve(self, user_id: str, text: str, *, limit: int) -> list[Memory]:
+        """At most `limit` current facts of `user_id`, the most relevant to `text` first
+        and then the most recently updated (so few facts are all returned)."""
+        ...
+
+
+class FullTextRetriever:
+    """The databases' own full-text search: SQLite FTS5 (bm25), PostgreSQL `ts_rank`.
+
+    One statement per turn: the best matches and the newest facts, each at most `limit`.
+    """
+
+    def __init__(self, store: MemoryStore) -> None:
+        self.store = store
+
+    async def retrieve(self, user_id: str, text: str, *, limit: int) -> list[Memory]:
+        """The facts matching `text`'s words (best first), then the newest (one read)."""
+
+        def work(conn: Connection) -> list[Memory]:
+            return self.retrieve_sync(conn, user_id, text, limit=limit)
+
+        return await run_sync_tx(self.store.engine, work, readonly=True)
+
+    def retrieve_sync(
+        self, conn: Connection, user_id: str, text: str, *, limit: int
+    ) -> list[Memory]:
+        """`retrieve` inside a transaction of the caller's (a turn's first one)."""
+        words = query_words(text)
+        rows = conn.execute(*_ranking(conn.dialect.name, user_id, words, limit)).mappings()
+        matched: list[RowMapping] = []
+        recent: list[RowMapping] = []
+        for row in rows:
+            (matched if row["part"] == 0 else recent).append(row)
+        # Best match first (SQLite's bm25 is lower for better, `ts_rank` higher), then
+        # the newest; the statement's own order is not kept across its UNION.
+        sign = 1 if conn.dialect.name == "postgresql" else -1
+        matched.sort(key=lambda r: (sign * r["score"], r["updated_at"], r["seq"]), reverse=True)
+        recent.sort(key=lambda r: (r["updated_at"], r["seq"]), reverse=True)
+        found: dict[str, Memory] = {}
+        for row in [*matched, *recent]:
+            if row["id"] not in found:
+                found[row["id"]] = _memory(row)
+        return list(found.values())[:limit]
+
+
+def _ranking(
+    dialect: str, user_id: str, words: Sequence[str], limit: int
+) -> tuple[sa.TextualSelect, dict[str, Any]]:
+    """The statement: part 0 the best `limit` matches, part 1 the newest `limit` facts."""
+    columns = ", ".join(f"m.{c.name}" for c in [_m.c.seq, *_COLUMNS])
+    params: dict[str, Any] = {"user_id": user_id, "limit": limit, "cap": MATCHES_SCORED}
+    current = "m.user_id = :user_id AND m.superseded_by IS NULL"
+    recent = (
+        f"SELECT {columns}, 1 AS part, 0.0 AS score FROM memory m WHERE {current}"
+        " ORDER BY m.updated_at DESC, m.seq DESC LIMIT :limit"
+    )
+    if not words:
+        sql = recent
+    elif dialect == "postgresql":
+        params["query"] = " | ".join(words)
+        sql = (
+            f"SELECT {columns}, 0 AS part, ts_rank(m.tsv, q) AS score"
+            f" FROM memory m, to_tsquery('english', :query) q WHERE {current} AND m.tsv @@ q"
+            " ORDER BY score DESC, m.updated_at DESC LIMIT :limit"
+        )
+        sql = f"SELECT * FROM ({sql}) a UNION ALL SELECT * FROM ({recent}) b"
+    else:
+        params["query"] = " OR ".join('"' + w.replace('"', '""') + '"' for w in words)
+        sql = (
+            f"SELECT {columns}, 0 AS part, bm25(memory_fts) AS score"
+            " FROM memory_fts JOIN memory m ON m.seq = memory_fts.rowid"
+            f" WHERE memory_fts MATCH :query AND {current}"
+            " ORDER BY memory_fts.rowid DESC LIMIT :cap"
+        )
+        sql = f"SELECT * FROM ({sql}) m ORDER BY m.score, m.updated_at DESC LIMIT :limit"
+        sql = f"SELECT * FROM ({sql}) UNION ALL SELECT * FROM ({recent})"
+    typed = [sa.column(c.name, c.type) for c in [_m.c.seq, *_COLUMNS]]
+    typed += [sa.column("part", sa.Integer), sa.column("score", sa.Float)]
+    return sa.text(sql).columns(*typed), params
+
+
+class MemoryStore:
+    """A user's facts in the conversation database (`memory` table)."""
+
+    def __init__(self, engine: AsyncEngine) -> None:
+        """`engine`: the conversation store's `AsyncEngine` (its database is at head)."""
+        self.engine = engine
+
+    async def add(
+        self,
+        user_id: str,
+        text: str,
+        *,
+        key: str | None = None,
+        source: MemorySource = "user",
+        conversation_id: str | None = None,
+        message_id: str | None = None,
+    ) -> tuple[Memory, list[str]]:
+        """Store one fact; returns it and the ids of the facts it superseded.
+
+        The same text (and key) as a current fact of the user refreshes that fact instead
+        of storing a copy.
+
+        Raises:
+            InvalidInput: empty or over-long text, a bad key, source or user id.
+        """
+        written = await self.add_many(
+            user_id,
+            [(text, key)],
+            source=source,
+            conversation_id=conversation_id,
+            message_id=message_id,
+        )
+        return written[0]
+
+    async def add_many(
+        self,
+        user_id: str,
+        facts: Sequence[tuple[str, str | None]],
+        *,
+        source: MemorySource,
+        conversation_id: str | None = None,
+        message_id: str | None = None,
+    ) -> list[tuple[Memory, list[str]]]:
+        """Store several `(text, key)` facts in one transaction (see `add`)."""
+        check_id(user_id, "user_id")
+        if source not in SOURCES:
+            raise InvalidInput(f"memory source must be one of {', '.join(SOURCES)}, not {source!r}")
+        cleaned = [(_check_fact(text), normalise_key(key)) for text, key in facts]
+
+        def work(conn: Connection) -> list[tuple[Memory, list[str]]]:
+            _lock_user(conn, user_id)
+            return [
+                _add(conn, user_id, text, key, source, conversation_id, message_id)
+                for text, key in cleaned
+            ]
+
+        return await run_sync_tx(self.engine, work)
+
+    async def current(self, user_id: str) -> list[Memory]:
+        """The user's current facts, the most recently updated first."""
+
+        def work(conn: Connection) -> list[Memory]:
+            rows = conn.execute(
+                sa.select(*_COLUMNS)
+                .where(_m.c.user_id == user_id, _m.c.superseded_by.is_(None))
+                .order_by(_m.c.updated_at.desc(), _m.c.seq.desc())
+            ).mappings()
+            return [_memory(r) for r in rows]
+
+        return await run_sync_tx(self.engine, work, readonly=True)
+
+    async def correct(self, user_id: str, memory_id: str, text: str) -> Memory:
+        """Replace the text of one current fact of the user (its key and id stay).
+
+        Raises:
+            MemoryNotFound: no current fact `memory_id` of this user.
+            InvalidInput: empty or over-long text.
+        """
+        text = _check_fact(text)
+
+        def work(conn: Connection) -> Memory:
+            _lock_user(conn, user_id)
+            now = utcnow()
+            done = conn.execute(
+                _m.update()
+                .where(
+                    _m.c.id == memory_id,
+                    _m.c.user_id == user_id,
+                    _m.c.superseded_by.is_(None),
+                )
+                .values(text=text, updated_at=now)
+            )
+            if done.rowcount == 0:
+                raise _not_found(memory_id)
+            row = conn.execute(sa.select(*_COLUMNS).where(_m.c.id == memory_id)).mappings().one()
+            return _memory(row)
+
+        return await run_sync_tx(self.engine, work)
+
+    async def forget(self, user_id: str, memory_id: str) -> list[str]:
+        """Delete one current fact of the user, and the older versions it superseded;
+        returns the deleted ids (the fact's first).
+
+        Raises:
+            MemoryNotFound: no current fact `memory_id` of this user.
+        """
+
+        def work(conn: Connection) -> list[str]:
+            _lock_user(conn, user_id)
+            row = conn.execute(
+                sa.select(_m.c.key).where(
+                    _m.c.id == memory_id,
+                    _m.c.user_id == user_id,
+                    _m.c.superseded_by.is_(None),
+                )
+            ).first()
+            if row is None:
+                raise _not_found(memory_id)
+            ids = [memory_id]
+            if row.key is not None:
+                older = conn.execute(
+                    sa.select(_m.c.id).where(
+                        _m.c.user_id == user_id,
+                        _m.c.key == row.key,
+                        _m.c.superseded_by.is_not(None),
+                    )
+                )
+                ids += [r.id for r in older]
+            conn.execute(_m.delete().where(_m.c.user_id == user_id, _m.c.id.in_(ids)))
+            _purge_index(conn)
+            return ids
+
+        return await run_sync_tx(self.engine, work)
+
+    async def forget_all(self, user_id: str) -> tuple[int, list[str]]:
+        """Delete every fact of the user; returns how many were current, and every id."""
+
+        return await run_sync_tx(self.engine, lambda conn: delete_user_memories(conn, user_id))
+
+
+def delete_user_memories(conn: Connection, user_id: str) -> tuple[int, list[str]]:
+    """Delete every fact of the user in `conn`'s transaction (`forget_all`, erasure); how
+    many were current, and every id deleted."""
+    _lock_user(conn, user_id)
+    rows = conn.execute(sa.select(_m.c.id, _m.c.superseded_by).where(_m.c.user_id == user_id)).all()
+    conn.execute(_m.delete().where(_m.c.user_id == user_id))
+    if rows:
+        _purge_index(conn)
+    return sum(1 for r in rows if r.superseded_by is None), [r.id for r in rows]
+
+
+def _not_found(memory_id: str) -> MemoryNotFound:
+    return MemoryNotFound(
+        f"no memory {memory_id!r} for this user; list them with memories(user_id)",
+        memory_id=memory_id,
+    )
+
+
+def _purge_index(conn: Connection) -> None:
+    """Leave no term of deleted text in the full-text index.
+
+    FTS5 records a delete as a marker in a new segment and keeps the old segments (which
+    hold the deleted text's terms) until they are merged; `optimize` merges them all now.
+    PostgreSQL's generated column goes with its row.
+    """
+    if conn.dialect.name == "sqlite":
+        conn.execute(sa.text("INSERT INTO memory_fts(memory_fts) VALUES ('optimize')"))
+
+
+def _add(
+    conn: Connection,
+    user_id: str,
+    text: str,
+    key: str | None,
+    source: MemorySource,
+    conversation_id: str | None,
+    message_id: str | None,
+) -> tuple[Memory, list[str]]:
+    now = utcnow()
+    same = (
+        conn.execute(
+            sa.select(*_COLUMNS).where(
+                _m.c.user_id == user_id,
+                _m.c.superseded_by.is_(None),
+                _m.c.key.is_(None) if key is None else _m.c.key == key,
+                sa.func.lower(_m.c.text) == text.lower(),
+            )
+        )
+        .mappings()
+        .first()
+    )
+    if same is not None:  # Said again: the fact is fresher, not new.
+        conn.execute(_m.update().where(_m.c.id == same["id"]).values(updated_at=now))
+        return _memory({**same, "updated_at": now}), []
+    memory_id = new_id()
+    superseded: list[str] = []
+    if key is not None:
+        superseded = [
+            r.id
+            for r in conn.execute(
+                sa.select(_m.c.id).where(
+                    _m.c.user_id == user_id, _m.c.key == key, _m.c.superseded_by.is_(None)
+                )
+            )
+        ]
+        if superseded:
+            conn.execute(_m.update().where(_m.c.id.in_(superseded)).values(superseded_by=memory_id))
+    values = {
+        "id": memory_id,
+        "user_id": user_id,
+        "text": text,
+        "key": key,
+        "source": source,
+        "conversation_id": conversation_id,
+        "message_id": message_id,
+        "created_at": now,
+        "updated_at": now,
+    }
+    conn.execute(_m.insert().values(**values))
+    return _memory(values), superseded
