@@ -15,7 +15,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from frontdesk.orchestrator import Orchestrator
 from frontdesk.schema import current_revisions, head_revisions
-from frontdesk.service import _api, _errors, _operator
+from frontdesk.service import _api, _errors, _memories, _operator
 from frontdesk.service._auth import TokenVerifier
 from frontdesk.service._deps import Service
 from frontdesk.service._limits import DEFAULT_MAX_BODY_BYTES, RateLimiter
@@ -149,6 +149,7 @@ def create_app(
     app.state.service = parts
     _errors.install(app)
     app.include_router(_api.router)
+    app.include_router(_memories.router)
     app.include_router(_operator.router)
 
     app.add_middleware(BodyLimit, max_bytes=max_body_bytes)

@@ -27,6 +27,7 @@ from frontdesk.errors import (
     InvalidToken,
     InvalidUserText,
     LeaseLost,
+    MemoryNotFound,
     MessageNotFound,
     NotHandedOff,
     QuestionOverBudget,
@@ -40,6 +41,7 @@ STATUS: tuple[tuple[type[FrontdeskError], int], ...] = (
     (InvalidToken, 401),
     (ConversationNotFound, 404),
     (MessageNotFound, 404),
+    (MemoryNotFound, 404),
     (IdempotencyConflict, 409),
     (ConversationBusy, 409),
     (NotHandedOff, 409),
@@ -73,6 +75,8 @@ def error_response(error: FrontdeskError) -> JSONResponse:
         headers["Retry-After"] = "1"
     elif isinstance(error, ConversationNotFound | MessageNotFound):
         body["detail"] = "no such conversation or message for this user"
+    elif isinstance(error, MemoryNotFound):
+        body["detail"] = "no such memory for this user"
     elif status == 500:
         body["detail"] = "internal error"  # The log has the details; the client does not.
     if isinstance(error, ConversationBusy | LeaseLost | StoreUnavailable):

@@ -120,3 +120,23 @@ class ErasureOut(BaseModel):
 
     model_config = ConfigDict(extra="allow")
     user_id: str
+
+
+class MemoryOut(BaseModel):
+    id: str
+    text: str
+    key: str | None
+    source: str = Field(description="Who told it: memory_expert, handler, user or operator.")
+    conversation_id: str | None
+    created_at: str
+    updated_at: str
+
+
+class MemoriesOut(BaseModel):
+    """The current facts about the caller, the most recently updated first."""
+
+    memories: list[MemoryOut]
+
+
+class DeletedOut(BaseModel):
+    deleted: int = Field(description="How many current facts were forgotten.")

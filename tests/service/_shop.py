@@ -6,6 +6,7 @@ counted across processes, and a way to stall or fail a turn.
     "a person please"   -> HUMAN (hand-off)
     "count ..."         -> COUNT (its handler appends a line to $FRONTDESK_TEST_RUNS)
     "outage ..."        -> the response expert fails (a provider outage: 503)
+    "remember that X"   -> the memory expert remembers X (after the reply)
     anything else       -> OTHER
 The reply is "You said: <text>." (streamed in chunks by the FunctionModel).
 """
@@ -70,6 +71,9 @@ def answer(request: ModelRequest) -> Any:
         return {"request": {"note": "x"}}
     if request.expert == "summariser":
         return "summary"
+    if request.expert == "memory":  # after each reply of a turn with a user id
+        fact = text.removeprefix("remember that ")
+        return {"facts": [{"text": fact, "key": None}] if fact != text else []}
     if text.startswith("outage"):
         raise ProviderOverloaded("overloaded", status_code=529, model="function")
     return f"You said: {text}."

@@ -123,3 +123,23 @@ def test_a_person_takes_over_answers_and_hands_back(
     customer.screenshot(path=str(shots / "chat-handed-back.png"))
     console.close()
     customer.close()
+
+
+def test_the_user_sees_and_deletes_what_is_remembered(
+    browser: Browser, base_url: str, shots: Path
+) -> None:
+    page = chat(browser, base_url, "dora", "memories")
+    expect(page.locator("#memories")).to_contain_text("Nothing remembered.")
+    say(page, "remember that I am allergic to peanuts")
+    expect(page.locator(".msg.assistant").last).to_contain_text("You said: remember that")
+    say(page, "remember that I live in Leeds")
+    facts = page.locator("#memories li")
+    expect(facts).to_have_count(2)
+    expect(facts.first).to_contain_text("I live in Leeds")  # the newest first
+    page.screenshot(path=str(shots / "chat-memories.png"))
+    facts.filter(has_text="I live in Leeds").get_by_role("button", name="Delete").click()
+    expect(facts).to_have_count(1)
+    expect(facts.first).to_contain_text("I am allergic to peanuts")
+    page.click("#forget-all")
+    expect(page.locator("#memories")).to_contain_text("Nothing remembered.")
+    page.close()
