@@ -16,6 +16,7 @@ from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Route
 
 from frontdesk.errors import (
     ConversationBusy,
@@ -99,6 +100,16 @@ def _where(error: Mapping[str, Any]) -> str:
     return ".".join(str(part) for part in error.get("loc", ()))
 
 
+def _allowed(request: Request) -> list[str]:
+    """Every method some route serves at this path (Starlette names only the first route's,
+    and GET and DELETE of one path are two routes)."""
+    methods: set[str] = set()
+    for route in request.app.routes:
+        if isinstance(route, Route) and route.methods and route.path_regex.match(request.url.path):
+            methods |= route.methods
+    return sorted(methods)
+
+
 def install(app: FastAPI) -> None:
     """Answer every error in the one JSON shape: frontdesk's own, FastAPI's request
     validation (a 422 whose `detail` says which field, `errors` lists them all) and HTTP
@@ -125,7 +136,10 @@ def install(app: FastAPI) -> None:
             "detail": str(error.detail),
             "type": _HTTP_TYPES.get(error.status_code, "HTTPError"),
         }
-        return JSONResponse(body, status_code=error.status_code, headers=error.headers)
+        headers = dict(error.headers or {})
+        if error.status_code == 405:
+            headers["Allow"] = ", ".join(_allowed(request))
+        return JSONResponse(body, status_code=error.status_code, headers=headers)
 
     app.add_exception_handler(FrontdeskError, frontdesk_error)
     app.add_exception_handler(RequestValidationError, invalid_request)

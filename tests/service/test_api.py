@@ -234,3 +234,9 @@ async def test_readiness_fails_while_the_schema_is_not_current(api: Api) -> None
         head = (await api.client.get("/readyz")).json()["head"][0]
         async with api.orch.store.engine.begin() as conn:
             await conn.exec_driver_sql(f"UPDATE alembic_version SET version_num = '{head}'")
+
+
+async def test_a_405_names_every_method_of_the_path(api: Api) -> None:
+    r = await api.client.request("PUT", "/v1/me/memories", headers=auth("u1"))
+    assert r.status_code == 405 and r.json()["type"] == "MethodNotAllowed"
+    assert {"GET", "DELETE"} <= {m.strip() for m in r.headers["allow"].split(",")}
