@@ -16,7 +16,7 @@ from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
-from starlette.routing import Route
+from starlette.routing import Match
 
 from frontdesk.errors import (
     ConversationBusy,
@@ -100,14 +100,18 @@ def _where(error: Mapping[str, Any]) -> str:
     return ".".join(str(part) for part in error.get("loc", ()))
 
 
+_METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE")
+
+
 def _allowed(request: Request) -> list[str]:
     """Every method some route serves at this path (Starlette names only the first route's,
     and GET and DELETE of one path are two routes)."""
-    methods: set[str] = set()
-    for route in request.app.routes:
-        if isinstance(route, Route) and route.methods and route.path_regex.match(request.url.path):
-            methods |= route.methods
-    return sorted(methods)
+    allowed = []
+    for method in _METHODS:
+        scope = {**request.scope, "method": method}
+        if any(r.matches(scope)[0] is Match.FULL for r in request.app.router.routes):
+            allowed.append(method)
+    return allowed
 
 
 def install(app: FastAPI) -> None:
