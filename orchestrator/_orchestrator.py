@@ -48,8 +48,8 @@ from frontdesk.threads.handoffs import (
     HandoffPolicy,
     HandoffStore,
 )
-from frontdesk.threads.models import utcnow
 from frontdesk.threads.memory import FullTextRetriever, MemoryStore, Retriever
+from frontdesk.threads.models import utcnow
 from frontdesk.threads.store import (
     DEFAULT_LEASE_TTL,
     ConversationStore,

@@ -365,7 +365,9 @@ def test_the_provider_is_sent_the_digits_and_a_schema_without_rules(
 
     async def main() -> None:
         policy = RedactionPolicy(style="mask")
-        orch = Orchestrator([PAY], model="anthropic:claude-test", store=db_url, redaction=policy)
+        orch = Orchestrator(  # memory off: the wire server answers the turn's 3 calls only
+            [PAY], model="anthropic:claude-test", store=db_url, redaction=policy, memory=False
+        )
         await orch.handle("conv-1", user_text(), user_id="u-1")
         await orch.aclose()
 
