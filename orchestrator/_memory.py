@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -58,10 +59,16 @@ def ranked(memories: Sequence[Memory]) -> list[Document]:
     """The recalled facts as ranked budget items (the first is the most relevant)."""
     count = len(memories)
     return [
-        # One line each (stored facts hold no newline), no label of ours inside.
-        Document(text=f"- {neutralise(m.text)}", rank=float(count - i), id=m.id)
-        for i, m in enumerate(memories)
+        Document(text=_line(m.text), rank=float(count - i), id=m.id) for i, m in enumerate(memories)
     ]
+
+
+@functools.lru_cache(maxsize=4096)
+def _line(text: str) -> str:
+    """A fact as one line of the block (stored facts hold no newline), no label of ours
+    inside. Cached: the same facts come back turn after turn, and the label patterns are
+    a measurable part of a turn's memory cost (benchmarks.memory)."""
+    return f"- {neutralise(text)}"
 
 
 def block(view: ExpertView) -> MemoryBlock | None:
