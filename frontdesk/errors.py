@@ -16,6 +16,7 @@
     │   │   ├── InputTooLarge           over `max_message_chars`, or over the question budget
     │   │   └── ForbiddenCharacters     NUL or other control characters, lone surrogates
     │   ├── InvalidInput                text or an id the store cannot keep on every backend
+    │   ├── InvalidToken                a bearer token the service refuses (HTTP 401)
     │   ├── UserStateUnavailable        a handler used the user scope in a conversation with
     │   │                               no user id (single-user mode)
     │   ├── IdempotencyConflict         a client message id reused with different text (409)
@@ -82,6 +83,7 @@ __all__ = [
     "IdempotencyConflict",
     "InputTooLarge",
     "InvalidInput",
+    "InvalidToken",
     "InvalidUserText",
     "LeaseLost",
     "MemoryNotFound",
@@ -460,6 +462,12 @@ class PromptError(ConfigError):
 
 class PromptVariableError(PromptError):
     """A prompt was rendered without a variable it uses."""
+
+
+# --- The HTTP service (service) ---
+class InvalidToken(UserError):
+    """A bearer token the service refuses: missing, malformed, forged, expired, or signed with
+    an algorithm it does not accept (`alg: none` included). The service answers 401."""
 
 
 # --- Schema (frontdesk) ---

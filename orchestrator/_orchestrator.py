@@ -319,6 +319,22 @@ class Orchestrator:
         await self._open()
         return self
 
+    def use_store(self, store: str) -> None:
+        """Point an orchestrator that has not opened yet at the store `store` (a URL).
+
+        What `frontdesk serve --db URL` does to whatever `--app` built. The audit log
+        follows the store unless it was given a database of its own.
+
+        Raises:
+            UserError: the orchestrator is open already.
+            ConfigError: `store` is not a database URL frontdesk can use.
+        """
+        if self._pipeline is not None:
+            raise UserError("use_store must be called before the orchestrator opens")
+        normalise_url(store)
+        self._store_spec = store
+        self._owns_store = True
+
     # -- public turns -------------------------------------------------------------------
 
     async def handle(

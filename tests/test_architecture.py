@@ -13,7 +13,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 # The design card's folders, each installed as `frontdesk.<folder>`.
-FOLDERS = ("experts", "orchestrator", "threads", "audit", "prompts", "examples")
+FOLDERS = ("experts", "orchestrator", "threads", "audit", "prompts", "examples", "service")
 
 # What each folder may import from the project (besides itself). "core" is the package root's
 # plumbing (`frontdesk.errors`, `.logs`, `.db`, `.schema`), which every folder may use.
@@ -25,6 +25,9 @@ ALLOWED = {
     "experts": {"core", "prompts"},
     "orchestrator": {"core", "prompts", "experts", "threads", "audit"},
     "examples": {"core", "experts", "orchestrator"},
+    # The HTTP service sits on the orchestrator; nothing below imports it (the CLI's `serve`
+    # hands uvicorn the import string of its factory).
+    "service": {"core", "prompts", "experts", "threads", "audit", "orchestrator"},
 }
 
 # The public face re-exports from every folder, so it sits above them all.
@@ -113,6 +116,7 @@ def test_the_wheel_layout_maps_every_folder_under_frontdesk() -> None:
         "frontdesk.audit",
         "frontdesk.testing",
         "frontdesk.threads",
+        "frontdesk.service",
     ],
 )
 def test_public_names_are_exported_sorted(module: str) -> None:

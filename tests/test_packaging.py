@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-FOLDERS = ("experts", "orchestrator", "threads", "audit", "prompts", "examples")
+FOLDERS = ("experts", "orchestrator", "threads", "audit", "prompts", "examples", "service")
 
 pytestmark = [pytest.mark.package, pytest.mark.timeout(900)]
 

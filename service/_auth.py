@@ -1,0 +1,189 @@
+"""Bearer JWTs: who is calling (`sub`) and whether they are an operator (`roles`).
+
+Algorithms are pinned by the key the service holds: HS256 with `FRONTDESK_JWT_SECRET`,
+RS256 with `FRONTDESK_JWT_PUBLIC_KEY` (PEM text, or a path to a PEM file). A token whose
+header names any other algorithm (`none` included) is refused before its signature is
+looked at, and every token must carry `exp` and `sub`.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import jwt
+from cryptography.hazmat.primitives.asymmetric.rsa import RSAPrivateKey
+from jwt.algorithms import RSAAlgorithm
+
+from frontdesk.errors import ConfigError, InvalidToken
+
+OPERATOR_ROLE = "operator"
+"""The `roles` claim value the operator routes ask for."""
+
+HS256 = "HS256"
+RS256 = "RS256"
+_MIN_SECRET_BYTES = 32
+_RSA = RSAAlgorithm(RSAAlgorithm.SHA256)
+
+
+@dataclass(frozen=True)
+class Principal:
+    """The caller, as the verified token says."""
+
+    user_id: str
+    """The token's `sub` claim: the conversations' owner id (never a field of a body)."""
+    roles: frozenset[str] = field(default_factory=frozenset)
+
+    @property
+    def is_operator(self) -> bool:
+        """Whether the token's `roles` claim holds `"operator"`."""
+        return OPERATOR_ROLE in self.roles
+
+
+def _roles(claim: Any) -> frozenset[str]:
+    """`roles` as a list of strings, or one space-separated string (OAuth `scope` style)."""
+    if isinstance(claim, str):
+        return frozenset(claim.split())
+    if isinstance(claim, list | tuple):
+        return frozenset(r for r in claim if isinstance(r, str))
+    return frozenset()
+
+
+class TokenVerifier:
+    """Checks bearer tokens against the service's key(s).
+
+    Args:
+        secret: The HS256 shared secret (at least 32 bytes).
+        public_key: The RS256 public key, PEM.
+        audience: When set, tokens must carry this `aud`.
+        issuer: When set, tokens must carry this `iss`.
+        leeway: Seconds of clock skew allowed on `exp` / `nbf` / `iat`.
+
+    Raises:
+        ConfigError: neither key is given, or the secret is too short to be safe.
+    """
+
+    def __init__(
+        self,
+        *,
+        secret: str | None = None,
+        public_key: str | None = None,
+        audience: str | None = None,
+        issuer: str | None = None,
+        leeway: float = 0.0,
+    ) -> None:
+        keys: dict[str, Any] = {}
+        if secret:
+            if len(secret.encode()) < _MIN_SECRET_BYTES:
+                raise ConfigError(
+                    f"FRONTDESK_JWT_SECRET is {len(secret.encode())} bytes; use at least "
+                    f"{_MIN_SECRET_BYTES} random bytes (e.g. `python -c 'import secrets; "
+                    "print(secrets.token_urlsafe(32))'`)"
+                )
+            keys[HS256] = secret
+        if public_key:
+            try:
+                key = _RSA.prepare_key(public_key)
+            except (ValueError, TypeError, jwt.InvalidKeyError) as e:
+                raise ConfigError(
+                    f"FRONTDESK_JWT_PUBLIC_KEY is not an RSA public key in PEM form: {e}"
+                ) from None
+            keys[RS256] = key.public_key() if isinstance(key, RSAPrivateKey) else key
+        if not keys:
+            raise ConfigError(
+                "the service needs a key to check bearer tokens: set FRONTDESK_JWT_SECRET "
+                "(HS256) or FRONTDESK_JWT_PUBLIC_KEY (RS256, PEM text or a file path)"
+            )
+        self._keys = keys
+        self.audience = audience
+        self.issuer = issuer
+        self.leeway = leeway
+
+    @property
+    def algorithms(self) -> tuple[str, ...]:
+        """The algorithms accepted (those the service holds a key for)."""
+        return tuple(sorted(self._keys))
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> TokenVerifier:
+        """From `FRONTDESK_JWT_SECRET`, `FRONTDESK_JWT_PUBLIC_KEY`, `FRONTDESK_JWT_AUDIENCE`,
+        `FRONTDESK_JWT_ISSUER`.
+
+        Raises:
+            ConfigError: no key set, a short secret, a public key file that cannot be read.
+        """
+        env = os.environ if environ is None else environ
+        public_key = env.get("FRONTDESK_JWT_PUBLIC_KEY") or None
+        if public_key and "-----BEGIN" not in public_key:
+            try:
+                public_key = Path(public_key).read_text(encoding="utf-8")
+            except OSError as e:
+                raise ConfigError(
+                    f"FRONTDESK_JWT_PUBLIC_KEY is neither PEM text nor a readable file: {e}"
+                ) from None
+        return cls(
+            secret=env.get("FRONTDESK_JWT_SECRET") or None,
+            public_key=public_key,
+            audience=env.get("FRONTDESK_JWT_AUDIENCE") or None,
+            issuer=env.get("FRONTDESK_JWT_ISSUER") or None,
+        )
+
+    def verify(self, token: str) -> Principal:
+        """The caller named by a valid token.
+
+        Raises:
+            InvalidToken: malformed, a header algorithm without a key here (`none`
+                included), a bad signature, expired, not yet valid, no `exp` or `sub`, or
+                the wrong audience or issuer. The message says which, never the token.
+        """
+        try:
+            header = jwt.get_unverified_header(token)
+        except jwt.PyJWTError:
+            raise InvalidToken("the bearer token is not a JWT") from None
+        alg = header.get("alg")
+        if not isinstance(alg, str) or alg not in self._keys:
+            accepted = ", ".join(self.algorithms)
+            raise InvalidToken(f"the token's algorithm {alg!r} is not accepted (only {accepted})")
+        options: dict[str, Any] = {"require": ["exp", "sub"]}
+        try:
+            claims = jwt.decode(
+                token,
+                self._keys[alg],
+                algorithms=[alg],
+                audience=self.audience,
+                issuer=self.issuer,
+                leeway=self.leeway,
+                options=options,  # type: ignore[arg-type]
+            )
+        except jwt.ExpiredSignatureError:
+            raise InvalidToken("the token has expired") from None
+        except jwt.PyJWTError as e:
+            raise InvalidToken(f"the token is invalid: {e}") from None
+        sub = claims.get("sub")
+        if not isinstance(sub, str) or not sub.strip():
+            raise InvalidToken("the token's `sub` claim must name the user")
+        return Principal(user_id=sub, roles=_roles(claims.get("roles")))
+
+
+def mint_token(
+    secret: str,
+    user_id: str,
+    *,
+    roles: Iterable[str] = (),
+    ttl: float = 3600.0,
+    extra: Mapping[str, Any] | None = None,
+) -> str:
+    """An HS256 token for `user_id`, valid `ttl` seconds (development and tests only).
+
+    Production tokens come from the embedding site's identity provider.
+    """
+    now = int(time.time())
+    claims: dict[str, Any] = {"sub": user_id, "iat": now, "exp": now + int(ttl)}
+    if roles:
+        claims["roles"] = list(roles)
+    claims.update(extra or {})
+    return jwt.encode(claims, secret, algorithm=HS256)

@@ -1,0 +1,150 @@
+"""frontdesk's typed errors as HTTP answers: one table, one JSON shape.
+
+Every error answer is `{"detail": <message>, "type": <error class name>}`; the message is
+the library's own (for bad text, exactly what `InvalidUserText` says). A conversation or
+message of another user is answered exactly as a missing one (404), so ids cannot be
+probed. A failed turn is 503 with the safe reply to show (`detail` and `text`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.encoders import jsonable_encoder
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
+
+from frontdesk.errors import (
+    ConversationBusy,
+    ConversationHandedOff,
+    ConversationNotFound,
+    FrontdeskError,
+    IdempotencyConflict,
+    InvalidInput,
+    InvalidToken,
+    InvalidUserText,
+    LeaseLost,
+    MemoryNotFound,
+    MessageNotFound,
+    NotHandedOff,
+    QuestionOverBudget,
+    StoreUnavailable,
+    TurnFailed,
+    UserError,
+)
+
+# Most specific first: the first class an error is an instance of decides its status.
+STATUS: tuple[tuple[type[FrontdeskError], int], ...] = (
+    (InvalidToken, 401),
+    (ConversationNotFound, 404),
+    (MessageNotFound, 404),
+    (MemoryNotFound, 404),
+    (IdempotencyConflict, 409),
+    (ConversationBusy, 409),
+    (NotHandedOff, 409),
+    (ConversationHandedOff, 409),
+    (LeaseLost, 409),
+    (InvalidUserText, 422),
+    (InvalidInput, 422),
+    (QuestionOverBudget, 422),
+    (TurnFailed, 503),
+    (StoreUnavailable, 503),
+    (UserError, 422),
+)
+
+
+def status_of(error: FrontdeskError) -> int:
+    """The HTTP status for a frontdesk error (500 for what the caller cannot fix)."""
+    for kind, status in STATUS:
+        if isinstance(error, kind):
+            return status
+    return 500
+
+
+def error_response(error: FrontdeskError) -> JSONResponse:
+    """The JSON answer for `error`."""
+    status = status_of(error)
+    body: dict[str, Any] = {"detail": str(error), "type": type(error).__name__}
+    headers: dict[str, str] = {}
+    if isinstance(error, TurnFailed):
+        body.update(detail=error.safe_reply, text=error.safe_reply)
+        body["user_message_id"] = error.user_message_id
+        headers["Retry-After"] = "1"
+    elif isinstance(error, ConversationNotFound | MessageNotFound):
+        body["detail"] = "no such conversation or message for this user"
+    elif isinstance(error, MemoryNotFound):
+        body["detail"] = "no such memory for this user"
+    elif status == 500:
+        body["detail"] = "internal error"  # The log has the details; the client does not.
+    if isinstance(error, ConversationBusy | LeaseLost | StoreUnavailable):
+        headers["Retry-After"] = "1"
+    if status == 401:
+        headers["WWW-Authenticate"] = 'Bearer error="invalid_token"'
+    return JSONResponse(body, status_code=status, headers=headers)
+
+
+_HTTP_TYPES = {
+    403: "Forbidden",
+    404: "NotFound",
+    405: "MethodNotAllowed",
+    413: "RequestTooLarge",
+    429: "TooManyRequests",
+}
+
+
+def _where(error: Mapping[str, Any]) -> str:
+    return ".".join(str(part) for part in error.get("loc", ()))
+
+
+_METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE")
+
+
+def _allowed(request: Request) -> list[str]:
+    """Every method some route serves at this path (Starlette names only the first route's,
+    and GET and DELETE of one path are two routes)."""
+    allowed = []
+    for method in _METHODS:
+        scope = {**request.scope, "method": method}
+        if any(r.matches(scope)[0] is Match.FULL for r in request.app.router.routes):
+            allowed.append(method)
+    return allowed
+
+
+def install(app: FastAPI) -> None:
+    """Answer every error in the one JSON shape: frontdesk's own, FastAPI's request
+    validation (a 422 whose `detail` says which field, `errors` lists them all) and HTTP
+    errors (403, 404, 405, 429)."""
+
+    async def frontdesk_error(request: Request, error: Exception) -> JSONResponse:
+        assert isinstance(error, FrontdeskError)
+        return error_response(error)
+
+    async def invalid_request(request: Request, error: Exception) -> JSONResponse:
+        assert isinstance(error, RequestValidationError)
+        errors = list(error.errors())
+        detail = "; ".join(f"{_where(e)}: {e.get('msg', 'invalid')}" for e in errors)
+        body = {
+            "detail": detail or "invalid request",
+            "type": "RequestValidationError",
+            "errors": jsonable_encoder(errors),
+        }
+        return JSONResponse(body, status_code=422)
+
+    async def http_error(request: Request, error: Exception) -> JSONResponse:
+        assert isinstance(error, StarletteHTTPException)
+        body = {
+            "detail": str(error.detail),
+            "type": _HTTP_TYPES.get(error.status_code, "HTTPError"),
+        }
+        headers = dict(error.headers or {})
+        if error.status_code == 405:
+            headers["Allow"] = ", ".join(_allowed(request))
+        return JSONResponse(body, status_code=error.status_code, headers=headers)
+
+    app.add_exception_handler(FrontdeskError, frontdesk_error)
+    app.add_exception_handler(RequestValidationError, invalid_request)
+    app.add_exception_handler(StarletteHTTPException, http_error)

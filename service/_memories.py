@@ -1,0 +1,58 @@
+"""`/v1/me/memories`: what is remembered about the caller (the token's `sub`), to see and to
+delete. Another user's memory id is answered 404, as a missing one."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter
+
+from frontdesk.memory import Memory
+from frontdesk.service._deps import Caller, Orch
+from frontdesk.service._schemas import DeletedOut, ErrorOut, MemoriesOut, MemoryOut
+
+router = APIRouter(prefix="/v1/me", tags=["memories"])
+
+ERRORS: dict[int | str, dict[str, Any]] = {
+    401: {"model": ErrorOut, "description": "No bearer token, or one refused."},
+    404: {"model": ErrorOut, "description": "No such memory for this user."},
+    422: {"model": ErrorOut, "description": "An id that cannot be used."},
+    429: {"model": ErrorOut, "description": "Rate limited; see Retry-After."},
+}
+
+
+def memory_json(memory: Memory) -> MemoryOut:
+    return MemoryOut(
+        id=memory.id,
+        text=memory.text,
+        key=memory.key,
+        source=memory.source,
+        conversation_id=memory.conversation_id,
+        created_at=memory.created_at.isoformat(),
+        updated_at=memory.updated_at.isoformat(),
+    )
+
+
+@router.get(
+    "/memories",
+    response_model=MemoriesOut,
+    responses=ERRORS,
+    summary="What is remembered about you, the most recently updated first",
+)
+async def list_memories(principal: Caller, orch: Orch) -> MemoriesOut:
+    return MemoriesOut(memories=[memory_json(m) for m in await orch.memories(principal.user_id)])
+
+
+@router.delete(
+    "/memories/{memory_id}", response_model=DeletedOut, responses=ERRORS, summary="Forget one fact"
+)
+async def delete_memory(memory_id: str, principal: Caller, orch: Orch) -> DeletedOut:
+    await orch.forget(principal.user_id, memory_id)
+    return DeletedOut(deleted=1)
+
+
+@router.delete(
+    "/memories", response_model=DeletedOut, responses=ERRORS, summary="Forget every fact"
+)
+async def delete_memories(principal: Caller, orch: Orch) -> DeletedOut:
+    return DeletedOut(deleted=await orch.forget_all(principal.user_id))

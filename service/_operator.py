@@ -1,0 +1,108 @@
+"""The operator routes: the hand-off queue, taking a conversation over, answering as a
+person, handing back, and erasing a user. Each needs `"operator"` in the token's `roles`
+(403 otherwise); the operator's id is the token's `sub`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter
+
+from frontdesk.orchestrator import Handoff
+from frontdesk.service._deps import Operator, Orch
+from frontdesk.service._schemas import (
+    ErasureOut,
+    ErrorOut,
+    HandBackOut,
+    HandoffIn,
+    HandoffOut,
+    HandoffsOut,
+    OperatorMessageIn,
+    OperatorMessageOut,
+)
+
+router = APIRouter(prefix="/v1", tags=["operator"])
+
+ERRORS: dict[int | str, dict[str, Any]] = {
+    400: {"model": ErrorOut, "description": "A body that is not JSON."},
+    401: {"model": ErrorOut, "description": "No bearer token, or one refused."},
+    403: {"model": ErrorOut, "description": "The token has no `operator` role."},
+    404: {"model": ErrorOut, "description": "No such conversation."},
+    409: {"model": ErrorOut, "description": "No person has it, or a turn holds it."},
+    413: {"model": ErrorOut, "description": "The request body is over the limit."},
+    422: {"model": ErrorOut, "description": "Text or an id that cannot be used."},
+    429: {"model": ErrorOut, "description": "Rate limited; see Retry-After."},
+}
+
+
+def handoff_json(handoff: Handoff) -> HandoffOut:
+    return HandoffOut(
+        conversation_id=handoff.conversation_id,
+        user_id=handoff.user_id,
+        reason=handoff.reason,
+        opened_at=handoff.opened_at.isoformat(),
+        waiting_seconds=handoff.waiting_seconds,
+    )
+
+
+@router.get(
+    "/handoffs",
+    response_model=HandoffsOut,
+    responses=ERRORS,
+    summary="The conversations a person has, the longest-waiting user first",
+)
+async def list_handoffs(principal: Operator, orch: Orch) -> HandoffsOut:
+    return HandoffsOut(handoffs=[handoff_json(h) for h in await orch.handoffs()])
+
+
+@router.post(
+    "/conversations/{conversation_id}/handoff",
+    response_model=HandoffOut,
+    responses=ERRORS,
+    summary="Take a conversation over: the bot stops answering it",
+)
+async def open_handoff(
+    conversation_id: str, principal: Operator, orch: Orch, body: HandoffIn | None = None
+) -> HandoffOut:
+    reason = (
+        body.reason if body is not None and body.reason else f"taken over by {principal.user_id}"
+    )
+    return handoff_json(await orch.hand_off(conversation_id, reason))
+
+
+@router.post(
+    "/conversations/{conversation_id}/operator-messages",
+    response_model=OperatorMessageOut,
+    responses=ERRORS,
+    summary="Answer the user as a person (an assistant turn authored by the operator)",
+)
+async def post_operator_message(
+    conversation_id: str, body: OperatorMessageIn, principal: Operator, orch: Orch
+) -> OperatorMessageOut:
+    message_id = await orch.operator_reply(
+        conversation_id, body.text, operator_id=principal.user_id
+    )
+    return OperatorMessageOut(message_id=message_id, author=f"operator:{principal.user_id}")
+
+
+@router.post(
+    "/conversations/{conversation_id}/hand-back",
+    response_model=HandBackOut,
+    responses=ERRORS,
+    summary="Give the conversation back to the bot",
+)
+async def post_hand_back(conversation_id: str, principal: Operator, orch: Orch) -> HandBackOut:
+    await orch.hand_back(conversation_id)
+    return HandBackOut(conversation_id=conversation_id, handoff=False)
+
+
+@router.post(
+    "/users/{user_id}/erase",
+    response_model=ErasureOut,
+    responses=ERRORS,
+    summary="Erase everything stored about a user (docs/privacy.md)",
+)
+async def erase_user(user_id: str, principal: Operator, orch: Orch) -> ErasureOut:
+    """Idempotent: a second call finishes an interrupted erasure and counts what it changed."""
+    report = await orch.erase_user(user_id, requested_by=f"operator:{principal.user_id}")
+    return ErasureOut(user_id=user_id, **report.counts())

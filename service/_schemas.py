@@ -1,0 +1,142 @@
+"""The JSON bodies of the API (what `/openapi.json` describes)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class MessageIn(BaseModel):
+    """A user message (or an edit's new text)."""
+
+    model_config = ConfigDict(extra="forbid")
+    # Documented, not enforced here: the library checks the text and says what is wrong
+    # (InvalidUserText), and the 422 carries its message.
+    text: str = Field(
+        description="What the user wrote: not blank, no control characters, at most the "
+        "orchestrator's max_message_chars (16,000 by default).",
+        json_schema_extra={"minLength": 1},
+    )
+
+
+class ReplyOut(BaseModel):
+    """An answered turn."""
+
+    text: str = Field(description="The reply to show.")
+    category: str | None = Field(description="Triage's category.")
+    request: dict[str, Any] | None = Field(description="The extracted request, if any.")
+    need_more_info: dict[str, Any] | None = Field(
+        description="What the request expert found missing, if anything."
+    )
+    message_id: str = Field(description="The assistant message's id (for regenerate).")
+    user_message_id: str = Field(description="The user message's id (for edit).")
+    handoff: bool = Field(description="Whether a person has the conversation now.")
+
+
+class ThreadMessageOut(BaseModel):
+    role: str
+    content: str
+
+
+class ThreadOut(BaseModel):
+    """What the experts are sent next: only user and assistant turns."""
+
+    summary: str | None = Field(default=None, description="The summary of older turns.")
+    messages: list[ThreadMessageOut]
+
+
+class TranscriptMessageOut(BaseModel):
+    id: str
+    parent_id: str | None
+    role: str
+    content: str
+    author: str = Field(description="Who wrote it: the user, the bot, or an operator.")
+    created_at: str
+    failed: bool = Field(description="A failed turn's safe reply rather than a real one.")
+    kind: str = Field(
+        description="`message`; `failed` (a failed turn's safe reply); `handoff` (the "
+        "waiting message under a user message kept for a person)."
+    )
+
+
+class TranscriptOut(BaseModel):
+    """Every message of the active path, root first."""
+
+    messages: list[TranscriptMessageOut]
+    handoff: bool = Field(description="Whether a person has the conversation now.")
+
+
+class ErrorOut(BaseModel):
+    detail: str
+    type: str
+
+
+class HealthOut(BaseModel):
+    status: str
+
+
+class ReadyOut(BaseModel):
+    status: str
+    database: str
+    schema_revision: list[str] = Field(description="The database's revision(s).")
+    head: list[str] = Field(description="The revision(s) this code needs.")
+
+
+class HandoffIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    reason: str | None = Field(default=None, description="Why a person takes it over.")
+
+
+class HandoffOut(BaseModel):
+    conversation_id: str
+    user_id: str | None
+    reason: str
+    opened_at: str
+    waiting_seconds: float
+
+
+class HandoffsOut(BaseModel):
+    handoffs: list[HandoffOut]
+
+
+class OperatorMessageIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    text: str = Field(description="The operator's answer.", json_schema_extra={"minLength": 1})
+
+
+class OperatorMessageOut(BaseModel):
+    message_id: str
+    author: str
+
+
+class HandBackOut(BaseModel):
+    conversation_id: str
+    handoff: bool
+
+
+class ErasureOut(BaseModel):
+    """What was erased: `user_id`, then one count per kind of record (`ErasureReport`)."""
+
+    model_config = ConfigDict(extra="allow")
+    user_id: str
+
+
+class MemoryOut(BaseModel):
+    id: str
+    text: str
+    key: str | None
+    source: str = Field(description="Who told it: memory_expert, handler, user or operator.")
+    conversation_id: str | None
+    created_at: str
+    updated_at: str
+
+
+class MemoriesOut(BaseModel):
+    """The current facts about the caller, the most recently updated first."""
+
+    memories: list[MemoryOut]
+
+
+class DeletedOut(BaseModel):
+    deleted: int = Field(description="How many current facts were forgotten.")

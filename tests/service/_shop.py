@@ -1,0 +1,92 @@
+"""A small shop for the service's tests: deterministic models, a handler whose runs are
+counted across processes, and a way to stall or fail a turn.
+
+`build` is what `frontdesk serve --app tests.service._shop:build` loads in each worker.
+
+    "a person please"   -> HUMAN (hand-off)
+    "count ..."         -> COUNT (its handler appends a line to $FRONTDESK_TEST_RUNS)
+    "outage ..."        -> the response expert fails (a provider outage: 503)
+    "remember that X"   -> the memory expert remembers X (after the reply)
+    anything else       -> OTHER
+The reply is "You said: <text>." (streamed in chunks by the FunctionModel).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel
+
+from frontdesk import Category, HandlerContext, Orchestrator, Outcome
+from frontdesk.errors import ProviderOverloaded
+from frontdesk.experts.providers import FunctionModel, ModelRequest
+
+RUNS_ENV = "FRONTDESK_TEST_RUNS"
+
+
+class CountRequest(BaseModel):
+    """Nothing to extract."""
+
+    note: str = "x"
+
+
+def record_run(conversation_id: str) -> None:
+    """One line per handler run, in the file $FRONTDESK_TEST_RUNS names (any process)."""
+    path = os.environ.get(RUNS_ENV)
+    if path:
+        with Path(path).open("a", encoding="utf-8") as f:
+            f.write(f"{conversation_id} {os.getpid()}\n")
+
+
+async def count(request: CountRequest, context: HandlerContext) -> Outcome:
+    record_run(context.conversation_id)
+    return Outcome(instruction="Say it was counted.")
+
+
+COUNT = Category(
+    name="COUNT",
+    description="Counting things",
+    request=CountRequest,
+    handler=count,
+    examples=["count this"],
+)
+
+
+def last_user_text(request: ModelRequest) -> str:
+    users = [m["content"] for m in request.messages if m["role"] == "user"]
+    return str(users[-1]) if users else ""
+
+
+def answer(request: ModelRequest) -> Any:
+    text = last_user_text(request)
+    if request.expert == "triage":
+        if "person" in text:
+            return {"category": "HUMAN", "reason": "asked for a person"}
+        if text.startswith("count"):
+            return {"category": "COUNT", "reason": "counting"}
+        return {"category": "OTHER", "reason": "chat"}
+    if request.expert == "request":
+        return {"request": {"note": "x"}}
+    if request.expert == "summariser":
+        return "summary"
+    if request.expert == "memory":  # after each reply of a turn with a user id
+        fact = text.removeprefix("remember that ")
+        return {"facts": [{"text": fact, "key": None}] if fact != text else []}
+    if text.startswith("outage"):
+        raise ProviderOverloaded("overloaded", status_code=529, model="function")
+    return f"You said: {text}."
+
+
+def shop_model() -> FunctionModel:
+    return FunctionModel(answer, chunk_chars=4)
+
+
+def build(store: str, model: Any = None) -> Orchestrator:
+    """The test shop on `store` (the `--app` factory; `model` is ignored: always the double)."""
+    return Orchestrator([COUNT], model=shop_model(), store=store, lock_timeout=30.0)
+
+
+INSTANCE = Orchestrator([COUNT], model=shop_model(), store="sqlite:///never-opened.db")
+"""An app given as an instance, with a store of its own that `--db` replaces."""

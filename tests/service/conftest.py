@@ -1,0 +1,85 @@
+"""Fixtures for the service: a token minter, and the app over the test shop on a fresh store
+(SQLite and PostgreSQL), called in process through httpx's ASGI transport."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from fastapi import FastAPI
+
+from frontdesk import Orchestrator
+from frontdesk.service import TokenBucket, TokenVerifier, create_app, mint_token
+from frontdesk.service._limits import RateLimit, RateLimiter
+from tests.service import _shop
+
+SECRET = "s" * 16 + "e" * 16 + "cret"  # 36 bytes: long enough for HS256
+
+
+def token(user: str, *, roles: tuple[str, ...] = (), ttl: float = 600) -> str:
+    return mint_token(SECRET, user, roles=roles, ttl=ttl)
+
+
+def auth(user: str, *, roles: tuple[str, ...] = ()) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token(user, roles=roles)}"}
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'service.db'}"
+    else:
+        yield request.getfixturevalue("session_pg_url")
+
+
+@dataclass
+class Api:
+    """The app, its orchestrator and a client; `cid()` makes a fresh conversation id."""
+
+    app: FastAPI
+    orch: Orchestrator
+    client: httpx.AsyncClient
+
+    @staticmethod
+    def cid() -> str:
+        return "c-" + uuid.uuid4().hex[:12]
+
+
+async def open_api(
+    orch: Orchestrator,
+    *,
+    limiter: RateLimiter | None = None,
+    max_body_bytes: int = 64 * 1024,
+) -> AsyncIterator[Api]:
+    app = create_app(
+        orch,
+        verifier=TokenVerifier(secret=SECRET),
+        limiter=limiter,
+        max_body_bytes=max_body_bytes,
+        owns_orchestrator=True,
+    )
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
+            yield Api(app=app, orch=orch, client=client)
+
+
+@pytest.fixture
+async def api(store_url: str) -> AsyncIterator[Api]:
+    async for opened in open_api(_shop.build(store_url)):
+        yield opened
+
+
+@pytest.fixture
+def limited() -> Callable[..., Any]:
+    """An api with a tight rate limit: `async with limited(n, per) as api`."""
+
+    def make(requests: int, per: float, store: str) -> AsyncIterator[Api]:
+        return open_api(_shop.build(store), limiter=TokenBucket(RateLimit(requests, per)))
+
+    return make

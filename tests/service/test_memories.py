@@ -1,0 +1,58 @@
+"""`/v1/me/memories`: a user sees and deletes only their own facts."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.service.conftest import Api, auth
+
+pytestmark = pytest.mark.anyio
+
+
+async def test_a_user_sees_and_deletes_only_their_own_memories(api: Api) -> None:
+    alice, bob = "alice-" + api.cid(), "bob-" + api.cid()  # PostgreSQL's is shared
+    first = await api.orch.remember(alice, "Alice is allergic to peanuts", key="allergy")
+    second = await api.orch.remember(alice, "Alice prefers purple potatoes", key="variety")
+    bobs = await api.orch.remember(bob, "Bob lives in Leeds", key="city")
+
+    listed = await api.client.get("/v1/me/memories", headers=auth(alice))
+    assert listed.status_code == 200
+    memories = listed.json()["memories"]
+    assert [m["id"] for m in memories] == [second.id, first.id]  # newest first
+    assert memories[0]["text"] == "Alice prefers purple potatoes"
+    assert memories[0]["key"] == "variety" and memories[0]["source"] == "user"
+
+    theirs = await api.client.delete(f"/v1/me/memories/{bobs.id}", headers=auth(alice))
+    missing = await api.client.delete("/v1/me/memories/nope", headers=auth(alice))
+    assert theirs.status_code == missing.status_code == 404
+    assert theirs.json() == missing.json()
+    assert [m.id for m in await api.orch.memories(bob)] == [bobs.id]
+
+    one = await api.client.delete(f"/v1/me/memories/{first.id}", headers=auth(alice))
+    assert one.status_code == 200 and one.json() == {"deleted": 1}
+    assert [m.id for m in await api.orch.memories(alice)] == [second.id]
+
+    everything = await api.client.delete("/v1/me/memories", headers=auth(alice))
+    assert everything.status_code == 200 and everything.json() == {"deleted": 1}
+    assert (await api.client.get("/v1/me/memories", headers=auth(alice))).json() == {"memories": []}
+    assert [m.id for m in await api.orch.memories(bob)] == [bobs.id]
+
+
+async def test_memories_need_a_token(api: Api) -> None:
+    assert (await api.client.get("/v1/me/memories")).status_code == 401
+    assert (await api.client.delete("/v1/me/memories")).status_code == 401
+
+
+async def test_what_the_user_says_is_remembered_and_listed(api: Api) -> None:
+    user = "carol-" + api.cid()
+    r = await api.client.post(
+        f"/v1/conversations/{api.cid()}/messages",
+        json={"text": "remember that I only eat purple potatoes"},
+        headers=auth(user),
+    )
+    assert r.status_code == 200
+    await api.orch.aclose()  # waits for the memory expert, which runs after the reply
+    listed = (await api.client.get("/v1/me/memories", headers=auth(user))).json()["memories"]
+    assert [(m["text"], m["source"]) for m in listed] == [
+        ("I only eat purple potatoes", "memory_expert")
+    ]
