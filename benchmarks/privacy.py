@@ -41,8 +41,14 @@ def _answer(request: ModelRequest) -> Any:
 
 
 def _orchestrator(path: Path, key: bytes | None) -> Orchestrator:
+    # Long-term memory off: its expert would run (and, unanswered here, fail) after every
+    # turn on both sides, noise around the one difference measured, the audit key.
     return Orchestrator(
-        categories(), model=FunctionModel(_answer), store=f"sqlite:///{path}", audit_key=key
+        categories(),
+        model=FunctionModel(_answer),
+        store=f"sqlite:///{path}",
+        audit_key=key,
+        memory=False,
     )
 
 
