@@ -15,7 +15,6 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
-import sqlalchemy as sa
 import structlog
 from sqlalchemy import Connection
 
@@ -30,7 +29,6 @@ from frontdesk.threads.handoffs import (
     Opened,
     Placed,
 )
-from frontdesk.threads.models import Conversation
 from frontdesk.threads.store import TurnLease, TurnStart
 
 log = structlog.get_logger("frontdesk.orchestrator")
@@ -39,26 +37,17 @@ R = TypeVar("R")
 Also = Callable[[Connection, R], None]
 
 
-class _Unset:
-    """`audited` was not told the owner: it reads it."""
-
-
-_UNSET = _Unset()
-_conv = Conversation.__table__  # type: ignore[attr-defined]
-
-
 async def audited(
     p: Pipeline,
     conversation_id: str,
     write: Callable[[Also[R] | None], Awaitable[R]],
     events: Callable[[R], list[AuditEvent]],
-    *,
-    user_id: str | None | _Unset = _UNSET,
+    owner: Callable[[R], str | None],
 ) -> R:
     """Run `write` (a store write taking an `also`) and audit what it wrote: in its own
     transaction when the audit log shares the database, else right after it. The events
     hold the user's and the operator's words, so they go under the data key of the
-    conversation's owner (`user_id`, or read in the same transaction when not given)."""
+    conversation's owner, `owner(result)` (what the write read: no extra statement)."""
     audit = p.audit
     if audit is None:
         return await write(None)
@@ -68,25 +57,15 @@ async def audited(
     def also(conn: Connection, result: R) -> None:
         batch = events(result)
         if batch:
-            owner = _owner(conn, conversation_id) if isinstance(user_id, _Unset) else user_id
-            audit.append_sync(conn, conversation_id, batch, user_id=owner)
+            audit.append_sync(conn, conversation_id, batch, user_id=owner(result))
         written.append(True)
 
     result = await write(also if joint else None)
     if not written:
         batch = events(result)
         if batch:
-            owner = user_id
-            if isinstance(owner, _Unset):
-                async with p.store.engine.connect() as conn:
-                    owner = await conn.run_sync(lambda c: _owner(c, conversation_id))
-            await audit.append(conversation_id, batch, user_id=owner)
+            await audit.append(conversation_id, batch, user_id=owner(result))
     return result
-
-
-def _owner(conn: Connection, conversation_id: str) -> str | None:
-    query = sa.select(_conv.c.user_id).where(_conv.c.id == conversation_id)
-    return conn.execute(query).scalar_one_or_none()
 
 
 def _event(kind: EventKind, turn_id: str, **payload: Any) -> AuditEvent:
@@ -169,7 +148,7 @@ async def start_turn(
         )
 
     return await audited(
-        p, conversation_id, write, lambda begun: held_events(begun, user_id), user_id=user_id
+        p, conversation_id, write, lambda begun: held_events(begun, user_id), lambda _: user_id
     )
 
 
@@ -184,7 +163,11 @@ async def hand_off(p: Pipeline, conversation_id: str, reason: str) -> HandoffRec
         return [_event("hand_off", opened.turn_id, handoff_id=h.id, reason=h.reason)]
 
     opened = await audited(
-        p, conversation_id, lambda also: store.open(conversation_id, reason, also=also), events
+        p,
+        conversation_id,
+        lambda also: store.open(conversation_id, reason, also=also),
+        events,
+        lambda opened: opened.handoff.user_id,
     )
     return opened.handoff
 
@@ -215,6 +198,7 @@ async def operator_reply(
                 conversation_id, text, operator_id=operator_id, lease=lease, also=also
             ),
             events,
+            lambda result: result[0].user_id,
         )
     finally:
         await lease.aclose()
@@ -234,6 +218,7 @@ async def hand_back(
                 conversation_id, by=by, message=message, lease=lease, also=also
             ),
             handed_back_events,
+            lambda back: back.handoff.user_id,
         )
     finally:
         await lease.aclose()
@@ -272,7 +257,11 @@ async def _expire(
 
     try:
         back = await audited(
-            p, cid, lambda also: store.expire(cid, policy, lease=lease, also=also), events
+            p,
+            cid,
+            lambda also: store.expire(cid, policy, lease=lease, also=also),
+            events,
+            lambda _: record.user_id,
         )
     except ConversationBusy:
         return False

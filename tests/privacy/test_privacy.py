@@ -429,3 +429,27 @@ async def test_erasure_takes_the_users_memories_handler_state_and_hand_off_reaso
     await orch.aclose()
     assert raw_copies(url, ZOE_STRINGS) == 0
     assert await verify_all(url)
+
+
+async def test_hand_off_and_operator_events_are_under_the_owners_key(url: str) -> None:
+    key = new_key()
+    orch = _app.orchestrator(url, key, memory=False)
+    await orch.handle("zoe-0", ZOE_TEXT, user_id=ZOE)
+    await orch.hand_off("zoe-0", "Zoë wants a person")
+    await orch.operator_reply("zoe-0", "Sam here for Zoë Ångström", operator_id="sam")
+    await orch.hand_back("zoe-0")
+
+    def operator_texts(rows: list[Any]) -> list[str]:
+        return [str(r.payload) for r in rows if r.kind in ("hand_off", "operator_reply")]
+
+    async with await AuditLog.open(url, master_key=key) as log:
+        before = operator_texts(await log.events("zoe-0"))
+        assert len(before) == 2 and "Sam here for Zoë Ångström" in before[1]
+    assert await audit_copies(url, "Sam here") == 0  # Encrypted at rest...
+    await orch.erase_user(ZOE)
+    await orch.aclose()
+    async with await AuditLog.open(url, master_key=key) as log:
+        after = operator_texts(await log.events("zoe-0"))
+    # ...under Zoë's own data key, destroyed by her erasure (not the single-user key).
+    assert len(after) == 2 and not any("Zoë" in text or "Sam here" in text for text in after)
+    assert await verify_all(url)
