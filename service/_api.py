@@ -17,32 +17,35 @@ from frontdesk.orchestrator import Orchestrator
 from frontdesk.service._auth import Principal
 from frontdesk.service._deps import Caller, Orch
 from frontdesk.service._schemas import (
-    ErrorOut,
+    EVERY_ROUTE,
+    WITH_BODY,
     MessageIn,
     ReplyOut,
     ThreadMessageOut,
     ThreadOut,
     TranscriptMessageOut,
     TranscriptOut,
+    error_responses,
 )
 from frontdesk.service._sse import SSE_HEADERS, open_stream, reply_json
 from frontdesk.threads.handoffs import HandoffStore
 
 router = APIRouter(prefix="/v1")
 
-ERRORS: dict[int | str, dict[str, Any]] = {
-    400: {"model": ErrorOut, "description": "A body that is not JSON."},
-    401: {"model": ErrorOut, "description": "No bearer token, or one refused."},
-    404: {"model": ErrorOut, "description": "No such conversation or message for this user."},
-    422: {"model": ErrorOut, "description": "Text or an id that cannot be used."},
-    413: {"model": ErrorOut, "description": "The request body is over the limit."},
-    429: {"model": ErrorOut, "description": "Rate limited; see Retry-After."},
-}
-TURN_ERRORS: dict[int | str, dict[str, Any]] = {
-    **ERRORS,
-    409: {"model": ErrorOut, "description": "Busy, or an Idempotency-Key reused."},
-    503: {"model": ErrorOut, "description": "The turn failed; `detail` is the safe reply."},
-}
+ERRORS = error_responses(
+    EVERY_ROUTE,
+    WITH_BODY,
+    {
+        404: "No such conversation or message for this user.",
+        422: "Text or an id that cannot be used.",
+    },
+)
+TURN_ERRORS = ERRORS | error_responses(
+    {
+        409: "Busy, or an Idempotency-Key reused.",
+        503: "The turn failed; `detail` is the safe reply.",
+    }
+)
 SSE_RESPONSE: dict[int | str, dict[str, Any]] = {
     200: {
         "description": "The reply; with `Accept: text/event-stream`, the turn's events.",

@@ -3,22 +3,23 @@ delete. Another user's memory id is answered 404, as a missing one."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from fastapi import APIRouter
 
 from frontdesk.memory import Memory
 from frontdesk.service._deps import Caller, Orch
-from frontdesk.service._schemas import DeletedOut, ErrorOut, MemoriesOut, MemoryOut
+from frontdesk.service._schemas import (
+    EVERY_ROUTE,
+    DeletedOut,
+    MemoriesOut,
+    MemoryOut,
+    error_responses,
+)
 
 router = APIRouter(prefix="/v1/me", tags=["memories"])
 
-ERRORS: dict[int | str, dict[str, Any]] = {
-    401: {"model": ErrorOut, "description": "No bearer token, or one refused."},
-    404: {"model": ErrorOut, "description": "No such memory for this user."},
-    422: {"model": ErrorOut, "description": "An id that cannot be used."},
-    429: {"model": ErrorOut, "description": "Rate limited; see Retry-After."},
-}
+ERRORS = error_responses(
+    EVERY_ROUTE, {404: "No such memory for this user.", 422: "An id that cannot be used."}
+)
 
 
 def memory_json(memory: Memory) -> MemoryOut:

@@ -4,35 +4,35 @@ person, handing back, and erasing a user. Each needs `"operator"` in the token's
 
 from __future__ import annotations
 
-from typing import Any
-
 from fastapi import APIRouter
 
 from frontdesk.orchestrator import Handoff
 from frontdesk.service._deps import Operator, Orch
 from frontdesk.service._schemas import (
+    EVERY_ROUTE,
+    WITH_BODY,
     ErasureOut,
-    ErrorOut,
     HandBackOut,
     HandoffIn,
     HandoffOut,
     HandoffsOut,
     OperatorMessageIn,
     OperatorMessageOut,
+    error_responses,
 )
 
 router = APIRouter(prefix="/v1", tags=["operator"])
 
-ERRORS: dict[int | str, dict[str, Any]] = {
-    400: {"model": ErrorOut, "description": "A body that is not JSON."},
-    401: {"model": ErrorOut, "description": "No bearer token, or one refused."},
-    403: {"model": ErrorOut, "description": "The token has no `operator` role."},
-    404: {"model": ErrorOut, "description": "No such conversation."},
-    409: {"model": ErrorOut, "description": "No person has it, or a turn holds it."},
-    413: {"model": ErrorOut, "description": "The request body is over the limit."},
-    422: {"model": ErrorOut, "description": "Text or an id that cannot be used."},
-    429: {"model": ErrorOut, "description": "Rate limited; see Retry-After."},
-}
+ERRORS = error_responses(
+    EVERY_ROUTE,
+    WITH_BODY,
+    {
+        403: "The token has no `operator` role.",
+        404: "No such conversation.",
+        409: "No person has it, or a turn holds it.",
+        422: "Text or an id that cannot be used.",
+    },
+)
 
 
 def handoff_json(handoff: Handoff) -> HandoffOut:

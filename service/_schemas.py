@@ -72,6 +72,23 @@ class ErrorOut(BaseModel):
     type: str
 
 
+Responses = dict[int | str, dict[str, Any]]
+
+EVERY_ROUTE = {401: "No bearer token, or one refused.", 429: "Rate limited; see Retry-After."}
+"""What any `/v1` route may answer besides its own errors."""
+WITH_BODY = {400: "A body that is not JSON.", 413: "The request body is over the limit."}
+"""What a route that reads a request body may answer too."""
+
+
+def error_responses(*descriptions: dict[int, str]) -> Responses:
+    """OpenAPI `responses=` for these status codes (later descriptions win), each an
+    `ErrorOut` body."""
+    merged: dict[int, str] = {}
+    for part in descriptions:
+        merged.update(part)
+    return {code: {"model": ErrorOut, "description": text} for code, text in merged.items()}
+
+
 class HealthOut(BaseModel):
     status: str
 
