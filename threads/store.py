@@ -296,7 +296,8 @@ class ConversationStore:
                 handoff=held,
                 answer=answer,
                 handed_back=handed_back,
-                recalled=None if recall is None else recall(conn),
+                # A message kept for a person runs no expert: nothing to recall for it.
+                recalled=None if recall is None or answer is not None else recall(conn),
             )
             if also is not None:
                 also(conn, begun)
