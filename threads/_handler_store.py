@@ -215,14 +215,19 @@ def delete_user_state(conn: Connection, user_id: str) -> int:
 def erase_conversation_state(
     conn: Connection, conversation_ids: Iterable[str], marker: Any = ERASED_MARKER
 ) -> int:
-    """Replace the value of every key in these conversations' scope with `marker`; how many."""
+    """Replace the value of every key in these conversations' scope with `marker`; how many
+    (values that are the marker already are not counted again: a re-run counts 0)."""
     ids = sorted(set(conversation_ids))
+    # Compared as stored JSON text (PostgreSQL's `json` has no equality operator).
+    not_yet = sa.cast(_data.c.value, sa.Text) != json.dumps(marker)
     count = 0
     for start in range(0, len(ids), _CHUNK):
         stmt = (
             sa.update(_data)
             .where(
-                _data.c.scope == "conversation", _data.c.scope_id.in_(ids[start : start + _CHUNK])
+                _data.c.scope == "conversation",
+                _data.c.scope_id.in_(ids[start : start + _CHUNK]),
+                not_yet,
             )
             .values(value=marker, updated_at=utcnow())
         )

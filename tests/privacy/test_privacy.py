@@ -420,6 +420,8 @@ async def test_erasure_takes_the_users_memories_handler_state_and_hand_off_reaso
     assert report.handler_state == 2 and report.handoffs == 1 and report.memories >= 2
     assert await orch.memories(ZOE) == []
     assert [m.text for m in await orch.memories(BOB)] == ["Bob Marley prefers reggae"]
+    again = await orch.erase_user(ZOE)  # Idempotent: nothing left to count.
+    assert again.handler_state == 0 and again.memories == 0 and again.handoffs == 0
     assert await zoe.user.get("profile") is None  # The user's own scope is gone...
     assert await zoe.conversation.get("ticket") == "[erased]"  # ...her conversation's erased,
     assert await zoe.everyone.get("opening-hours") == "9-17"  # ...and no one else's touched.
