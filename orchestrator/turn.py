@@ -25,6 +25,7 @@ import structlog
 from pydantic import BaseModel, ValidationError
 from sqlalchemy import Connection
 
+from frontdesk import telemetry
 from frontdesk.audit.store import AuditLog
 from frontdesk.errors import SAFE_REPLY, LeaseLost, StoreError
 from frontdesk.experts import Category, HandlerContext, NeedMoreInfo, Outcome
@@ -146,28 +147,46 @@ class Decided:
 
 async def run_turn(p: Pipeline, lease: TurnLease, start: Start) -> Reply:
     """Answer one user message: start, experts, finish; the lease is given back in any case."""
-    try:
-        # Start: the lease, the user message and its path, in one transaction.
-        s = await start(lease)
-        if s.stored.reply is not None:  # Answered before, or kept for a person: from the records.
-            return reply_from_records(
-                p, s.question, s.stored.reply, s.stored.outcome, replayed=not s.answered_now
-            )
-        t = _turn(s, lease, await _recall(p, s))
+    with telemetry.turn(lease.subject) as span:  # `frontdesk.turn`, over the expert spans.
         try:
-            # The experts, under the turn deadline; a stored outcome skips to the reply.
-            with observing(t.recorder):  # Model attempts -> audit events.
-                decided, answer = await _within_deadline(
-                    p, t, _experts(p, t, s.stored.outcome), since=lease.started
+            # Start: the lease, the user message and its path, in one transaction.
+            s = await start(lease)
+            if s.stored.reply is not None:  # Answered before, or kept for a person.
+                reply = reply_from_records(
+                    p, s.question, s.stored.reply, s.stored.outcome, replayed=not s.answered_now
                 )
-            # Finish: the reply, the outcome's usage, the audit batch, the lease release.
-            reply = await _finish(p, lease, t, decided, answer)
-        except Exception as e:
-            await _fail(p, t, e)
-            raise
-        return reply
-    finally:
-        await lease.aclose()
+                return _traced(span, reply, held=s.answered_now)
+            t = _turn(s, lease, await _recall(p, s))
+            span.audit_event(t.recorder.events[0].event_id)  # `turn_started`: the question.
+            try:
+                # The experts, under the turn deadline; a stored outcome skips to the reply.
+                with observing(t.recorder):  # Model attempts -> audit events.
+                    decided, answer = await _within_deadline(
+                        p, t, _experts(p, t, s.stored.outcome), since=lease.started
+                    )
+                # Finish: the reply, the outcome's usage, the audit batch, the lease release.
+                reply = await _finish(p, lease, t, decided, answer)
+            except Exception as e:
+                await _fail(p, t, e)
+                raise
+            return _traced(span, reply, held=False)
+        finally:
+            await lease.aclose()
+
+
+def _traced(span: telemetry.TurnSpan, reply: Reply, *, held: bool) -> Reply:
+    """Tell the turn's span (and the turn metrics) how it ended."""
+    span.category = reply.category or ""
+    span.replayed, span.held = reply.replayed, held
+    if held:
+        span.outcome = "held"
+    elif reply.replayed:
+        span.outcome = "replayed"
+    elif reply.handoff:
+        span.outcome = "handoff"
+    elif reply.need_more_info is not None:
+        span.outcome = "need_more_info"
+    return reply
 
 
 async def _recall(p: Pipeline, s: Started) -> list[Document]:
