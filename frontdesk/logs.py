@@ -51,9 +51,7 @@ class _DropPayloadRecords(logging.Filter):
 
 
 EventDict = MutableMapping[str, Any]
-UNREDACTED_KEYS = frozenset(
-    {"timestamp", "level", "logger", "logger_name", "trace_id", "span_id"}
-)
+UNREDACTED_KEYS = frozenset({"timestamp", "level", "logger", "logger_name", "trace_id", "span_id"})
 """Keys the processors before it fill in, never with user text (a time stamp is left alone
 rather than searched for card numbers on every line)."""
 _PLAIN = (str, int, float, bool, type(None), dict, list, tuple)

@@ -132,9 +132,7 @@ def expert_call(
         seconds
     )
     if input_tokens is not None:
-        m.token_usage.labels("chat", provider, request_model, "input", expert).observe(
-            input_tokens
-        )
+        m.token_usage.labels("chat", provider, request_model, "input", expert).observe(input_tokens)
     if output_tokens is not None:
         m.token_usage.labels("chat", provider, request_model, "output", expert).observe(
             output_tokens

@@ -48,6 +48,7 @@ __all__ = [
     "TRACER_NAME",
     "ExpertSpan",
     "TurnSpan",
+    "attempt",
     "available",
     "background",
     "configure",
@@ -55,6 +56,7 @@ __all__ = [
     "expert_call",
     "link_to_current",
     "provider_of",
+    "request_model_of",
     "turn",
 ]
 
@@ -88,7 +90,7 @@ def configure(*, capture_content: bool | None = None, redactor: Redactor | None 
 
     Args:
         capture_content: `True` adds `gen_ai.input.messages` and `gen_ai.output.messages`,
-            redacted; `None` goes back to reading `OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT`.
+            redacted; `None` goes back to reading `CAPTURE_CONTENT_ENV`.
         redactor: What captured content goes through (default: every built-in detector).
     """
     _settings.capture_content = capture_content
@@ -381,9 +383,9 @@ def link_to_current() -> Any:
 
 
 @contextlib.contextmanager
-def background(name: str, link: Any = None, **attributes: str | int | bool) -> Iterator[Any]:
+def background(name: str, link: Any = None, *, conversation_id: str | None = None) -> Iterator[Any]:
     """A span for work done after a turn (compaction, memory, a job), in a trace of its own
-    linked to the turn that caused it (`link`, from `link_to_current`).
+    linked to the turn that caused it (`link`, from `link_to_current` in the turn).
 
     Yields the span (or `None` without the API), for more attributes.
     """
@@ -391,11 +393,14 @@ def background(name: str, link: Any = None, **attributes: str | int | bool) -> I
         yield None
         return
     links = [_trace.Link(link)] if link is not None else None
+    attributes: Attributes = {}
+    if conversation_id is not None:
+        attributes["gen_ai.conversation.id"] = conversation_id
     with _tracer.start_as_current_span(
         name,
-        context=_context.Context(),  # A root: the turn has ended by now.
+        context=_context.Context(),  # A root: the turn has ended, or soon will.
         links=links,
-        attributes=dict(attributes),
+        attributes=attributes,
         record_exception=False,
         set_status_on_exception=False,
     ) as span:

@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 import structlog
 
-from frontdesk.audit.crypto import KeyProvider
+from frontdesk.audit.crypto import KeyProvider, master_key_from_env
 from frontdesk.audit.store import AuditLog
 from frontdesk.db import normalise_url
 from frontdesk.errors import (
@@ -33,7 +33,13 @@ from frontdesk.orchestrator import _erasure, _handoff, _wiring
 from frontdesk.orchestrator._compaction import BackgroundCompaction, Compactor, summariser_expert
 from frontdesk.orchestrator._input import DEFAULT_MAX_MESSAGE_CHARS, check_user_text
 from frontdesk.orchestrator._memory import Memories
-from frontdesk.orchestrator.config import EXPERTS, ExpertSettings, ModelChoice, resolve_models
+from frontdesk.orchestrator.config import (
+    EXPERTS,
+    ExpertSettings,
+    ModelChoice,
+    offline_by_default,
+    resolve_models,
+)
 from frontdesk.orchestrator.handoff import Handoff
 from frontdesk.orchestrator.reply import Reply
 from frontdesk.orchestrator.stream import TurnEvent, stream_turn
@@ -150,6 +156,9 @@ class Orchestrator:
         memory: bool = True,
     ) -> None:
         self.categories = check_registry(list(categories))
+        self.offline_by_default = offline_by_default(model)
+        """No model was named and no provider key is set: every expert is the offline
+        stand-in (`frontdesk serve` refuses that unless told `--model offline`)."""
         self.models = resolve_models(model)
         # Models built here from spec strings hold HTTP clients this orchestrator must close;
         # Model instances passed in belong to the caller.
@@ -213,6 +222,22 @@ class Orchestrator:
         self._unfinished: set[asyncio.Task[Any]] = set()  # Turns whose stream reader left.
 
     # -- wiring -------------------------------------------------------------------------
+
+    @property
+    def audit_enabled(self) -> bool:
+        """Whether this orchestrator keeps an audit log (`audit=False`: none)."""
+        return self._audit_spec is not False
+
+    @property
+    def audit_encrypted(self) -> bool:
+        """Whether audit payloads will be encrypted: a master key was given (`audit_key=`,
+        or the `AuditLog` passed in has one) or `FRONTDESK_MASTER_KEY` is set."""
+        spec = self._audit_spec
+        if spec is False:
+            return False
+        if isinstance(spec, AuditLog):
+            return spec.keys is not None
+        return self._audit_key is not None or master_key_from_env() is not None
 
     def counter_for(self, expert: str) -> TokenCounter:
         """The token counter for one expert's model (calibrated per model when it can be)."""

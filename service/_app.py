@@ -13,9 +13,9 @@ from fastapi import FastAPI
 from fastapi.responses import HTMLResponse, JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from frontdesk import metrics
 from frontdesk.orchestrator import Orchestrator
 from frontdesk.schema import current_revisions, head_revisions
-from frontdesk import metrics
 from frontdesk.service import _api, _errors, _memories, _operator, _telemetry
 from frontdesk.service._auth import TokenVerifier
 from frontdesk.service._deps import Service

@@ -11,6 +11,9 @@ scrape, so any worker answers the same; a database that cannot be read makes
 
 from __future__ import annotations
 
+import threading
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from datetime import UTC, datetime
 
 import structlog
@@ -53,7 +56,12 @@ async def snapshot(orch: Orchestrator) -> metrics.OperationsSnapshot | None:
 )
 async def scrape(request: Request) -> Response:
     """The metrics in the Prometheus text exposition format."""
-    body = metrics.exposition(await snapshot(orchestrator(request)))
+    return await scrape_of(orchestrator(request))
+
+
+async def scrape_of(orch: Orchestrator) -> Response:
+    """The scrape's answer: the counted metrics and what `orch`'s database says now."""
+    body = metrics.exposition(await snapshot(orch))
     return Response(content=body, media_type=metrics.CONTENT_TYPE)
 
 
@@ -70,3 +78,37 @@ def instrument(app: FastAPI) -> bool:
         return False
     FastAPIInstrumentor.instrument_app(app, excluded_urls=UNTRACED_ROUTES)
     return True
+
+
+def metrics_app(orch: Orchestrator) -> FastAPI:
+    """An app that serves `GET /metrics` only (`frontdesk serve --metrics-port`), opening
+    `orch` for the hand-off queue it reads at each scrape."""
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        try:
+            yield
+        finally:
+            await orch.aclose()
+
+    app = FastAPI(title="frontdesk metrics", lifespan=lifespan, docs_url=None, redoc_url=None)
+
+    @app.get("/metrics", response_class=Response)
+    async def scrape_here() -> Response:
+        """The metrics in the Prometheus text exposition format."""
+        return await scrape_of(orch)
+
+    return app
+
+
+def serve_metrics(orch: Orchestrator, *, host: str, port: int) -> threading.Thread:
+    """Serve `metrics_app(orch)` on `host:port` from a thread of this process (the `serve`
+    command's, beside uvicorn's workers); the thread ends with the process."""
+    import uvicorn
+
+    server = uvicorn.Server(
+        uvicorn.Config(metrics_app(orch), host=host, port=port, log_level="warning", lifespan="on")
+    )
+    thread = threading.Thread(target=server.run, name="frontdesk-metrics", daemon=True)
+    thread.start()
+    return thread

@@ -87,12 +87,13 @@ def test_background_work_is_a_trace_of_its_own_linked_to_the_turn() -> None:
     with recorded_spans() as spans:
         with tracer.start_as_current_span("frontdesk.turn") as turn:
             link = telemetry.link_to_current()
-        with telemetry.background("frontdesk.compaction", link, conversation="c"):
+        with telemetry.background("frontdesk.compaction", link, conversation_id="c"):
             pass
     (work,) = [s for s in spans.get_finished_spans() if s.name == "frontdesk.compaction"]
     assert work.parent is None and work.context is not None
     assert work.context.trace_id != turn.get_span_context().trace_id
     assert [lk.context.span_id for lk in work.links] == [turn.get_span_context().span_id]
+    assert (work.attributes or {})["gen_ai.conversation.id"] == "c"
 
 
 def test_nothing_is_linked_outside_a_span() -> None:

@@ -114,9 +114,9 @@ async def test_one_turn_is_a_turn_span_over_three_chat_spans(
         assert chat.status.status_code is StatusCode.UNSET
         (attempt,) = chat.events
         assert attempt.name == "frontdesk.attempt" and attempt.attributes is not None
-        assert attempt.attributes["frontdesk.audit.event_id"] == attributes[
-            "frontdesk.audit.event_id"
-        ]
+        assert (
+            attempt.attributes["frontdesk.audit.event_id"] == attributes["frontdesk.audit.event_id"]
+        )
     triage = chats[0].attributes or {}
     assert triage["gen_ai.usage.input_tokens"] == 920  # 120 uncached + 800 read from cache
     assert triage["gen_ai.usage.cache_read.input_tokens"] == 800

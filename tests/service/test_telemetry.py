@@ -6,7 +6,7 @@ import gzip
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
@@ -22,21 +22,24 @@ from tests.service.conftest import Api, auth, open_api
 pytestmark = pytest.mark.anyio
 
 
-def samples(text: str) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
+Scrape = dict[tuple[str, frozenset[tuple[str, str]]], float]
+
+
+def samples(text: str) -> Scrape:
     """Every sample of a scrape, by name and labels (parsed by prometheus_client)."""
-    found = {}
+    found: Scrape = {}
     for family in text_string_to_metric_families(text):
         for s in family.samples:
             found[(s.name, frozenset(s.labels.items()))] = s.value
     return found
 
 
-def total(scrape: dict[tuple[str, frozenset[tuple[str, str]]], float], name: str, **labels: str):
+def total(scrape: Scrape, name: str, **labels: str) -> float:
     want = set(labels.items())
-    return sum(v for (n, ls), v in scrape.items() if n == name and want <= ls)
+    return float(sum(v for (n, ls), v in scrape.items() if n == name and want <= ls))
 
 
-async def scrape(api: Api) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
+async def scrape(api: Api) -> Scrape:
     r = await api.client.get("/metrics")  # no token
     assert r.status_code == 200, r.text
     assert r.headers["content-type"].startswith("text/plain")
@@ -58,13 +61,16 @@ async def test_metrics_move_after_a_turn(api: Api) -> None:
     assert moved("frontdesk_turns_total", frontdesk_category="COUNT", frontdesk_outcome="answered")
     assert moved("frontdesk_turn_duration_seconds_count", frontdesk_outcome="answered") == 1
     for expert in ("triage", "request", "response"):
-        assert moved(
-            "gen_ai_client_token_usage_count",
-            frontdesk_expert=expert,
-            gen_ai_token_type="input",
-            gen_ai_operation_name="chat",
-            gen_ai_provider_name="function",
-        ) == 1
+        assert (
+            moved(
+                "gen_ai_client_token_usage_count",
+                frontdesk_expert=expert,
+                gen_ai_token_type="input",
+                gen_ai_operation_name="chat",
+                gen_ai_provider_name="function",
+            )
+            == 1
+        )
         assert moved("gen_ai_client_operation_duration_seconds_count", frontdesk_expert=expert) == 1
     assert moved("gen_ai_client_token_usage_count", gen_ai_token_type="output") == 3
     assert total(after, "frontdesk_store_up") == 1
@@ -98,9 +104,9 @@ async def test_rate_limit_refusals_are_counted(tmp_path: Any) -> None:
 class _Receiver(BaseHTTPRequestHandler):
     """An OTLP/HTTP trace receiver: decodes each protobuf body it is sent."""
 
-    received: list[ExportTraceServiceRequest] = []
+    received: ClassVar[list[ExportTraceServiceRequest]] = []
 
-    def do_POST(self) -> None:  # noqa: N802 (http.server's name)
+    def do_POST(self) -> None:
         body = self.rfile.read(int(self.headers["Content-Length"]))
         if self.headers.get("Content-Encoding") == "gzip":
             body = gzip.decompress(body)
@@ -138,7 +144,7 @@ async def test_one_trace_runs_from_the_http_request_to_the_model_calls_over_otlp
             f"/v1/conversations/{api.cid()}/messages", json={"text": "count it"}, headers=auth("u4")
         )
         assert r.status_code == 200, r.text
-    exporter.shutdown()
+    exporter.shutdown()  # type: ignore[no-untyped-call]
 
     spans = [
         span
