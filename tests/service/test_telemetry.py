@@ -77,6 +77,18 @@ async def test_metrics_move_after_a_turn(api: Api) -> None:
     assert total(after, "frontdesk_handoff_queue_length") >= 0
 
 
+async def test_a_streamed_turn_counts_its_time_to_first_token(api: Api) -> None:
+    name = "frontdesk_turn_time_to_first_token_seconds_count"
+    before = total(await scrape(api), name)
+    r = await api.client.post(
+        f"/v1/conversations/{api.cid()}/messages",
+        json={"text": "stream this"},
+        headers={**auth("u5"), "Accept": "text/event-stream"},
+    )
+    assert r.status_code == 200 and "event: delta" in r.text
+    assert total(await scrape(api), name) == before + 1
+
+
 async def test_the_handoff_queue_is_read_at_each_scrape(api: Api) -> None:
     before = total(await scrape(api), "frontdesk_handoff_queue_length")
     cid = api.cid()
