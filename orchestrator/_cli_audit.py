@@ -32,10 +32,10 @@ from frontdesk.audit.replay import ReplayReport, TurnDiff, handoff_turns, replay
 from frontdesk.audit.store import AuditLog
 from frontdesk.audit.transcript import ExpertCall, Transcript, TurnView, build_transcript
 from frontdesk.errors import UserError
-from frontdesk.orchestrator._answered import answered_turns
 from frontdesk.orchestrator._app import DEFAULT_APP, default_db, load_app
 from frontdesk.orchestrator._replay import build_runner, parse_models
 from frontdesk.redaction import RedactionPolicy, Redactor, Rule
+from frontdesk.threads.answered import answered_turns
 
 app = typer.Typer(help="audit commands", no_args_is_help=True)
 

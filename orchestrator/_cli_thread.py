@@ -15,7 +15,7 @@ from rich.tree import Tree
 
 from frontdesk.orchestrator._app import default_db
 from frontdesk.threads.builder import build_thread
-from frontdesk.threads.handoffs import HandoffRecord, HandoffStore
+from frontdesk.threads.handoff import HandoffRecord
 from frontdesk.threads.store import ConversationStore, MessageRecord
 
 app = typer.Typer(help="thread commands", no_args_is_help=True)
@@ -131,7 +131,7 @@ async def _show(
         leaf = await store.active_leaf(conversation_id)
         path = await store.path(leaf.id) if leaf else []
         replaced = (await build_thread(store, leaf.id)).replaced if leaf else 0
-        handoffs = await HandoffStore(store.engine).history(conversation_id)
+        handoffs = await store.handoffs.history(conversation_id)
     finally:
         await store.aclose()
     # What the experts no longer see verbatim: the path prefix the newest summary covers.

@@ -167,3 +167,109 @@ def test_every_public_error_is_in_the_one_tree() -> None:
         mod = importlib.import_module(f"frontdesk.{module}.errors")
         for name in mod.__all__:
             assert getattr(mod, name) is getattr(tree, name), f"{module}.errors.{name}"
+
+
+# Private modules other packages may import: the SQLite seam, documented in docs/architecture.md.
+PRIVATE_SEAMS = {"frontdesk._sqlite"}
+
+
+def _package_dirs() -> dict[str, Path]:
+    """Every top-level package as pyproject maps it: `frontdesk.<folder>` -> its folder."""
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    mapping = config["tool"]["setuptools"]["package-dir"]
+    return {name: ROOT / folder for name, folder in mapping.items()}
+
+
+def _module_names() -> dict[str, Path]:
+    """Every module of the installed tree by dotted name (`frontdesk.threads.store`, ...)."""
+    names: dict[str, Path] = {}
+    for package, base in _package_dirs().items():
+        for path in base.rglob("*.py"):
+            inner = path.relative_to(base).with_suffix("").parts
+            if inner[-1] == "__init__":
+                inner = inner[:-1]
+            dotted = ".".join([package, *inner])
+            if (
+                package == "frontdesk"
+                and len(inner)
+                and inner[0] in {p.split(".")[1] for p in _package_dirs() if p != "frontdesk"}
+            ):
+                continue  # a folder of its own (never the case on disk, but be exact)
+            names[dotted] = path
+    return names
+
+
+def _top_package(module: str) -> str:
+    """The folder a module belongs to: `frontdesk.threads` for `frontdesk.threads.x.y`,
+    `frontdesk` for the root folder's own modules (`frontdesk.db`, `frontdesk._sqlite`)."""
+    parts = module.split(".")
+    if len(parts) > 1 and module.startswith("frontdesk.") and parts[1] in _FOLDER_NAMES:
+        return ".".join(parts[:2])
+    return "frontdesk"
+
+
+_FOLDER_NAMES = {name.split(".")[1] for name in _package_dirs() if name != "frontdesk"}
+
+
+def _imported_modules(path: Path, name: str, modules: dict[str, Path]) -> set[str]:
+    """The project modules `path` (module `name`) imports, relative imports resolved and
+    `from package import _module` counted as importing that module."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    is_package = path.name == "__init__.py"
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = name.split(".")
+                base = base[: len(base) - node.level + (1 if is_package else 0)]
+                module = ".".join(base + ([node.module] if node.module else []))
+            else:
+                module = node.module or ""
+            found.add(module)
+            found |= {f"{module}.{a.name}" for a in node.names if f"{module}.{a.name}" in modules}
+    return {m for m in found if m == "frontdesk" or m.startswith("frontdesk.")}
+
+
+def _private_owner(module: str) -> str | None:
+    """The package a private module is private to (`frontdesk.threads` for
+    `frontdesk.threads._writes`), or None when no part of the name is underscore-private."""
+    parts = module.split(".")
+    for i, part in enumerate(parts):
+        if part.startswith("_") and not part.startswith("__"):
+            return ".".join(parts[: i + 1])
+    return None
+
+
+def cross_package_private_imports() -> list[tuple[str, str]]:
+    """(importer, private module) pairs where a module imports another folder's `_name`."""
+    modules = _module_names()
+    wrong = []
+    for name, path in sorted(modules.items()):
+        for imported in sorted(_imported_modules(path, name, modules)):
+            private = _private_owner(imported)
+            if private is None or private in PRIVATE_SEAMS:
+                continue
+            if _top_package(private) != _top_package(name):
+                wrong.append((name, imported))
+    return wrong
+
+
+def test_no_package_imports_another_packages_private_module() -> None:
+    """Outside `frontdesk._sqlite`, a `frontdesk.X._name` module is X's own: a module of
+    another folder `frontdesk.Y` that needs it wants a public name instead."""
+    assert cross_package_private_imports() == []
+
+
+def test_the_private_import_check_sees_every_form() -> None:
+    """The check is not vacuous: it resolves `import`, `from a import _m` and relative forms."""
+    modules = _module_names()
+    assert "frontdesk.threads.store" in modules and "frontdesk._sqlite" in modules
+    assert _private_owner("frontdesk.threads._tx.run") == "frontdesk.threads._tx"
+    assert _private_owner("frontdesk.threads.store") is None
+    assert _top_package("frontdesk._sqlite.writer") == "frontdesk"
+    assert _top_package("frontdesk.threads._tx") == "frontdesk.threads"
+    store = modules["frontdesk.threads.store"]
+    seen = _imported_modules(store, "frontdesk.threads.store", modules)
+    assert any(m.startswith("frontdesk.threads._") for m in seen)

@@ -24,7 +24,7 @@ from frontdesk._sqlite import Statement
 from frontdesk._sqlite.statement import driver_connection
 from frontdesk.audit.store import _HEAD, _head
 from frontdesk.db import run_write
-from frontdesk.threads._turn import _INSERT_MESSAGE
+from frontdesk.threads._writes import _INSERT_MESSAGE
 from frontdesk.threads.store import ConversationStore
 
 pytestmark = pytest.mark.anyio
