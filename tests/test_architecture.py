@@ -188,27 +188,16 @@ def _module_names() -> dict[str, Path]:
             inner = path.relative_to(base).with_suffix("").parts
             if inner[-1] == "__init__":
                 inner = inner[:-1]
-            dotted = ".".join([package, *inner])
-            if (
-                package == "frontdesk"
-                and len(inner)
-                and inner[0] in {p.split(".")[1] for p in _package_dirs() if p != "frontdesk"}
-            ):
-                continue  # a folder of its own (never the case on disk, but be exact)
-            names[dotted] = path
+            names[".".join([package, *inner])] = path
     return names
 
 
 def _top_package(module: str) -> str:
     """The folder a module belongs to: `frontdesk.threads` for `frontdesk.threads.x.y`,
     `frontdesk` for the root folder's own modules (`frontdesk.db`, `frontdesk._sqlite`)."""
-    parts = module.split(".")
-    if len(parts) > 1 and module.startswith("frontdesk.") and parts[1] in _FOLDER_NAMES:
-        return ".".join(parts[:2])
-    return "frontdesk"
-
-
-_FOLDER_NAMES = {name.split(".")[1] for name in _package_dirs() if name != "frontdesk"}
+    folders = {name for name in _package_dirs() if name != "frontdesk"}
+    top = ".".join(module.split(".")[:2])
+    return top if top in folders else "frontdesk"
 
 
 def _imported_modules(path: Path, name: str, modules: dict[str, Path]) -> set[str]:
@@ -242,9 +231,11 @@ def _private_owner(module: str) -> str | None:
     return None
 
 
-def cross_package_private_imports() -> list[tuple[str, str]]:
+def cross_package_private_imports(
+    modules: dict[str, Path] | None = None,
+) -> list[tuple[str, str]]:
     """(importer, private module) pairs where a module imports another folder's `_name`."""
-    modules = _module_names()
+    modules = _module_names() if modules is None else modules
     wrong = []
     for name, path in sorted(modules.items()):
         for imported in sorted(_imported_modules(path, name, modules)):
@@ -262,14 +253,32 @@ def test_no_package_imports_another_packages_private_module() -> None:
     assert cross_package_private_imports() == []
 
 
-def test_the_private_import_check_sees_every_form() -> None:
-    """The check is not vacuous: it resolves `import`, `from a import _m` and relative forms."""
+def test_the_private_import_check_sees_every_form(tmp_path: Path) -> None:
+    """The check is not vacuous: `import a._m`, `from a import _m`, `from a._m import x` and
+    relative forms are each caught; the seam and a folder's own private modules are not."""
     modules = _module_names()
     assert "frontdesk.threads.store" in modules and "frontdesk._sqlite" in modules
-    assert _private_owner("frontdesk.threads._tx.run") == "frontdesk.threads._tx"
-    assert _private_owner("frontdesk.threads.store") is None
-    assert _top_package("frontdesk._sqlite.writer") == "frontdesk"
-    assert _top_package("frontdesk.threads._tx") == "frontdesk.threads"
-    store = modules["frontdesk.threads.store"]
-    seen = _imported_modules(store, "frontdesk.threads.store", modules)
-    assert any(m.startswith("frontdesk.threads._") for m in seen)
+    offender = tmp_path / "offender.py"
+    offender.write_text(
+        "import frontdesk.threads._tx\n"
+        "from frontdesk.threads import _lease\n"
+        "from frontdesk.threads._writes import get\n"
+        "from ..audit import _keys\n"
+        "from frontdesk._sqlite import writer\n"
+        "from frontdesk.service import _api\n",
+        encoding="utf-8",
+    )
+    tree = dict(modules)
+    tree["frontdesk.service.offender"] = offender
+    tree["frontdesk.audit._keys"] = offender  # a private module, named for the relative form
+    found = {
+        imported
+        for importer, imported in cross_package_private_imports(tree)
+        if importer == "frontdesk.service.offender"
+    }
+    assert found == {
+        "frontdesk.threads._tx",
+        "frontdesk.threads._lease",
+        "frontdesk.threads._writes",
+        "frontdesk.audit._keys",
+    }
