@@ -14,16 +14,10 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from frontdesk.cli._options import DbOption, JsonOption, db_url
 from frontdesk.errors import UserError
-from frontdesk.orchestrator._app import default_db
 from frontdesk.threads.models import Conversation, Message
 from frontdesk.threads.store import ConversationStore
-
-DbOption = Annotated[
-    str | None,
-    typer.Option("--db", help="Database URL (default: $FRONTDESK_DB or sqlite:///frontdesk.db)."),
-]
-JsonOption = Annotated[bool, typer.Option("--json", help="One JSON document on stdout.")]
 
 
 @dataclass(frozen=True)
@@ -105,9 +99,7 @@ def conversations(
     db: DbOption = None,
 ) -> None:
     """List conversations, the most recently active first."""
-    rows = asyncio.run(
-        list_conversations(db or default_db(), user=user, since=_since(since), limit=limit)
-    )
+    rows = asyncio.run(list_conversations(db_url(db), user=user, since=_since(since), limit=limit))
     if as_json:
         typer.echo(json.dumps([asdict(r) for r in rows], ensure_ascii=False, indent=2))
         return
