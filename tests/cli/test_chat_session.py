@@ -20,7 +20,7 @@ from typer.testing import CliRunner
 
 from frontdesk.cli import app
 from frontdesk.threads.store import ConversationStore, MessageRecord
-from tests.test_cli_errors import ENTRY, frontdesk
+from tests.cli.test_errors import ENTRY, frontdesk
 
 runner = CliRunner()
 
