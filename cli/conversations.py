@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from datetime import UTC, datetime
-from typing import Annotated, Any
+from typing import Annotated
 
-import sqlalchemy as sa
 import typer
 from rich.console import Console
 from rich.markup import escape
@@ -16,21 +15,8 @@ from rich.table import Table
 
 from frontdesk.cli._options import DbOption, JsonOption, db_url
 from frontdesk.errors import UserError
-from frontdesk.threads.models import Conversation, Message
+from frontdesk.threads.listing import ConversationRow, list_conversations
 from frontdesk.threads.store import ConversationStore
-
-
-@dataclass(frozen=True)
-class ConversationRow:
-    """One line of the list."""
-
-    conversation_id: str
-    user_id: str | None
-    created_at: str
-    last_message_at: str | None
-    messages: int
-    user_turns: int
-    """User messages on every branch (edits included); compactions are not messages here."""
 
 
 def _since(value: str | None) -> datetime | None:
@@ -46,47 +32,14 @@ def _since(value: str | None) -> datetime | None:
     return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
 
 
-async def list_conversations(
-    url: str, *, user: str | None = None, since: datetime | None = None, limit: int = 100
+async def _rows(
+    url: str, *, user: str | None, since: datetime | None, limit: int
 ) -> list[ConversationRow]:
-    """The newest `limit` conversations, optionally of one user or active since a time."""
-    conv = Conversation.__table__  # type: ignore[attr-defined]
-    msg = Message.__table__  # type: ignore[attr-defined]
-    last = sa.func.max(msg.c.created_at)
-    query = (
-        sa.select(
-            conv.c.id,
-            conv.c.user_id,
-            conv.c.created_at,
-            last.label("last"),
-            sa.func.count(msg.c.id).label("messages"),
-            sa.func.sum(sa.case((msg.c.role == "user", 1), else_=0)).label("users"),
-        )
-        .select_from(conv.outerjoin(msg, msg.c.conversation_id == conv.c.id))
-        .group_by(conv.c.id, conv.c.user_id, conv.c.created_at)
-        .order_by(sa.func.coalesce(last, conv.c.created_at).desc(), conv.c.id)
-        .limit(limit)
-    )
-    if user is not None:
-        query = query.where(conv.c.user_id == user)
-    if since is not None:
-        query = query.having(sa.func.coalesce(last, conv.c.created_at) >= since)
     store = await ConversationStore.open(url)
     try:
-        async with store.engine.connect() as conn:
-            rows = (await conn.execute(query)).all()
+        return await list_conversations(store.engine, user=user, since=since, limit=limit)
     finally:
         await store.aclose()
-
-    def iso(value: Any) -> str | None:
-        return value.isoformat() if isinstance(value, datetime) else value
-
-    return [
-        ConversationRow(
-            r.id, r.user_id, iso(r.created_at) or "", iso(r.last), r.messages, int(r.users or 0)
-        )
-        for r in rows
-    ]
 
 
 def conversations(
@@ -99,7 +52,7 @@ def conversations(
     db: DbOption = None,
 ) -> None:
     """List conversations, the most recently active first."""
-    rows = asyncio.run(list_conversations(db_url(db), user=user, since=_since(since), limit=limit))
+    rows = asyncio.run(_rows(db_url(db), user=user, since=_since(since), limit=limit))
     if as_json:
         typer.echo(json.dumps([asdict(r) for r in rows], ensure_ascii=False, indent=2))
         return
