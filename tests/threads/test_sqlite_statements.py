@@ -41,7 +41,7 @@ async def sqlite_store(tmp_path: Path) -> AsyncIterator[ConversationStore]:
 
 
 def message_row(conversation_id: str, **values: Any) -> dict[str, Any]:
-    """A message row as `threads._turn.write` passes it."""
+    """A message row as `threads._writes.write` passes it."""
     return {
         "id": uuid.uuid4().hex,
         "conversation_id": conversation_id,
