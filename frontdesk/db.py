@@ -23,6 +23,7 @@ __all__ = [
     "ACCEPTED_URLS",
     "DEFAULT_URL",
     "SQLITE_BUSY_TIMEOUT_MS",
+    "Connection",
     "create_engine",
     "dispose_engine",
     "normalise_url",

@@ -24,11 +24,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import structlog
-from sqlalchemy import Connection
 
 from frontdesk.audit.chains import user_chain_id
 from frontdesk.audit.events import AuditEvent
 from frontdesk.audit.store import AuditLog
+from frontdesk.db import Connection
 from frontdesk.experts._call import MemoryBlock
 from frontdesk.experts.memory import MemoryExpert
 from frontdesk.labels import neutralise
