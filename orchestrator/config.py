@@ -44,8 +44,6 @@ def resolve_models(choice: ModelChoice) -> dict[str, Model]:
     """
     if choice is None:
         choice = default_model_choice()
-        if choice == {"default": "offline"}:
-            _warn_offline_once()
     if not isinstance(choice, Mapping):
         model = _model(choice)
         return dict.fromkeys((*EXPERTS, MEMORY), model)
@@ -79,8 +77,10 @@ def resolve_models(choice: ModelChoice) -> dict[str, Model]:
 _warned: list[bool] = []
 
 
-def _warn_offline_once() -> None:
-    """Say (once per process) that customers get the offline stand-in's canned answers."""
+def warn_offline_once() -> None:
+    """Say (once per process) that customers get the offline stand-in's canned answers:
+    called when an orchestrator left to `offline_by_default` opens (building one, e.g.
+    for `frontdesk serve`'s checks, says nothing)."""
     if not _warned:
         _warned.append(True)
         log.warning(

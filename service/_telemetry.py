@@ -23,7 +23,7 @@ from fastapi.responses import Response
 from frontdesk import metrics
 from frontdesk.orchestrator import Orchestrator
 from frontdesk.service._deps import orchestrator
-from frontdesk.threads.handoffs import HandoffStore
+from frontdesk.threads.handoff import HandoffStore
 
 log = structlog.get_logger("frontdesk.service")
 

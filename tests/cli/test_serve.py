@@ -14,8 +14,8 @@ import httpx
 import pytest
 from typer.testing import CliRunner
 
+from frontdesk.cli import app as cli
 from frontdesk.errors import ConfigError
-from frontdesk.orchestrator.cli import app as cli
 from frontdesk.service import RedisTokenBucket, ServiceSettings, TokenBucket, mint_token
 from tests.service._server import FRONTDESK, ROOT, free_port, serve_process
 from tests.service.conftest import SECRET
@@ -29,7 +29,8 @@ MASTER_KEY = base64.b64encode(b"k" * 32).decode()
 def test_serve_without_a_key_says_which_to_set(monkeypatch: pytest.MonkeyPatch) -> None:
     for key in KEYS:
         monkeypatch.delenv(key, raising=False)
-    result = CliRunner().invoke(cli, ["serve", "--db", "sqlite:///x.db"])
+    monkeypatch.setenv("FRONTDESK_MASTER_KEY", MASTER_KEY)
+    result = CliRunner().invoke(cli, ["serve", "--db", "sqlite:///x.db", "--model", "offline"])
     assert result.exit_code == 2
     assert "FRONTDESK_JWT_SECRET" in result.output and "FRONTDESK_JWT_PUBLIC_KEY" in result.output
 
@@ -43,7 +44,7 @@ def test_a_bad_app_is_said_before_any_worker_starts(monkeypatch: pytest.MonkeyPa
 def test_demo_tokens_need_an_hs256_secret(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("FRONTDESK_JWT_SECRET", raising=False)
     monkeypatch.setenv("FRONTDESK_JWT_PUBLIC_KEY", "-----BEGIN PUBLIC KEY-----")
-    result = CliRunner().invoke(cli, ["serve", "--demo-tokens"])
+    result = CliRunner().invoke(cli, ["serve", "--demo-tokens", "--model", "offline"])
     assert result.exit_code == 2 and "--demo-tokens mints HS256 tokens" in result.output
 
 
