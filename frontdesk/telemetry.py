@@ -121,11 +121,13 @@ def request_model_of(model: str) -> str:
 class TurnSpan:
     """What a turn tells its span (and the turn metrics) as it goes."""
 
-    __slots__ = ("category", "held", "outcome", "replayed", "span", "started")
+    __slots__ = ("category", "held", "outcome", "replayed", "span", "started", "turn_id")
 
     def __init__(self, span: Any) -> None:
         self.span = span
         self.started = time.perf_counter()
+        self.turn_id = ""
+        """The user message's id (the turn's id in the audit log)."""
         self.category = ""
         self.outcome = "answered"
         self.replayed = False
@@ -145,11 +147,12 @@ def _span_error(span: Any, error: BaseException) -> None:
 
 
 @contextlib.contextmanager
-def turn(conversation_id: str, *, turn_id: str | None = None) -> Iterator[TurnSpan]:
+def turn(conversation_id: str) -> Iterator[TurnSpan]:
     """The `frontdesk.turn` span around one turn; counts the turn when it ends.
 
-    The caller sets `category`, `outcome`, `replayed` and `held` on the yielded object; an
-    exception out of the block makes the outcome `failed` (and the span's status an error).
+    The caller sets `turn_id`, `category`, `outcome`, `replayed` and `held` on the yielded
+    object; an exception out of the block makes the outcome `failed` (and the span's status
+    an error).
     """
     if _tracer is None:
         handle = TurnSpan(None)
@@ -180,8 +183,8 @@ def turn(conversation_id: str, *, turn_id: str | None = None) -> Iterator[TurnSp
                     "frontdesk.turn.replayed": handle.replayed,
                     "frontdesk.turn.held": handle.held,
                 }
-                if turn_id is not None:
-                    attributes["frontdesk.turn_id"] = turn_id
+                if handle.turn_id:
+                    attributes["frontdesk.turn_id"] = handle.turn_id
                 if handle.category:
                     attributes["frontdesk.category"] = handle.category
                 span.set_attributes(attributes)

@@ -132,7 +132,7 @@ async def run_turn(p: Pipeline, conversation_id: str, start: Start) -> Reply:
 
 def _traced(span: telemetry.TurnSpan, reply: Reply, *, held: bool) -> Reply:
     """Tell the turn's span (and the turn metrics) how it ended."""
-    span.category = reply.category or ""
+    span.turn_id, span.category = reply.user_message_id, reply.category or ""
     span.replayed, span.held = reply.replayed, held
     if held:
         span.outcome = "held"

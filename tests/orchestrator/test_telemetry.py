@@ -93,6 +93,7 @@ async def test_one_turn_is_a_turn_span_over_three_chat_spans(
     assert turn.attributes is not None and turn.context is not None
     assert turn.attributes["gen_ai.conversation.id"] == "conv-otel"
     assert turn.attributes["frontdesk.category"] == "ORDERS"
+    assert turn.attributes["frontdesk.turn_id"] == reply.user_message_id
     assert turn.attributes["frontdesk.turn.outcome"] == "answered"
     assert turn.attributes["frontdesk.turn.replayed"] is False
     assert turn.attributes["frontdesk.turn.held"] is False
