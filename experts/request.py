@@ -27,6 +27,11 @@ class Extraction(BaseModel):
     request_model: ClassVar[type[BaseModel]]
     request: Any = None
     need_more_info: NeedMoreInfo | None = None
+    from_memory: list[str] = Field(
+        default_factory=list,
+        description="The names of the request fields filled from a remembered fact about the"
+        " customer (the remembered block) rather than from this conversation; empty when none.",
+    )
 
     @model_validator(mode="after")
     def _exactly_one(self) -> Extraction:
@@ -104,6 +109,9 @@ class RequestResult:
     request: BaseModel | None
     need_more_info: NeedMoreInfo | None
     response: ModelResponse
+    from_memory: tuple[str, ...] = ()
+    """The request's fields the expert says it filled from a remembered fact (only names
+    of fields the request has, and only when a request was extracted)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -137,6 +145,13 @@ class RequestExpert:
         extracted = extraction.request
         if extracted is not None and not isinstance(extracted, self.category.request):
             extracted = self.category.request.model_validate(extracted)
+        fields = self.category.request.model_fields
+        from_memory = tuple(
+            dict.fromkeys(f for f in extraction.from_memory if extracted is not None and f in fields)
+        )
         return RequestResult(
-            request=extracted, need_more_info=extraction.need_more_info, response=response
+            request=extracted,
+            need_more_info=extraction.need_more_info,
+            response=response,
+            from_memory=from_memory,
         )
