@@ -147,7 +147,9 @@ class RequestExpert:
             extracted = self.category.request.model_validate(extracted)
         fields = self.category.request.model_fields
         from_memory = tuple(
-            dict.fromkeys(f for f in extraction.from_memory if extracted is not None and f in fields)
+            dict.fromkeys(
+                f for f in extraction.from_memory if extracted is not None and f in fields
+            )
         )
         return RequestResult(
             request=extracted,

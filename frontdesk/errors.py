@@ -20,6 +20,7 @@
     │   ├── UserStateUnavailable        a handler used the user scope in a conversation with
     │   │                               no user id (single-user mode)
     │   ├── InvalidOutcome              an `Outcome` whose data cannot be stored as JSON
+    │   ├── InvalidConversationFile     a `frontdesk test` YAML file not in the format
     │   ├── IdempotencyConflict         a client message id reused with different text (409)
     │   ├── ConversationNotFound        no such conversation for this user (404)
     │   ├── NotHandedOff                an operator call on a conversation no person has (409)
@@ -87,8 +88,9 @@ __all__ = [
     "HandlerFailed",
     "IdempotencyConflict",
     "InputTooLarge",
-    "InvalidOutcome",
+    "InvalidConversationFile",
     "InvalidInput",
+    "InvalidOutcome",
     "InvalidToken",
     "InvalidUserText",
     "LeaseLost",
@@ -301,6 +303,11 @@ class InvalidOutcome(UserError, TypeError):
         super().__init__(message)
         self.key = key
         """Where in `data` the value is, e.g. `data['s']` or `data['items'][2]`."""
+
+
+class InvalidConversationFile(UserError):
+    """A conversation test file (`frontdesk test`) that cannot be read, is not YAML, or is
+    not in the format of docs/testing.md; the message names the file and the place."""
 
 
 class IdempotencyConflict(UserError):

@@ -298,6 +298,11 @@ class HandlerMemory:
             recorder=self.recorder,
         )
 
+    async def recall(self) -> list[Memory]:
+        """The turn's user's current facts, most recently updated first (what `memories`
+        lists), including any this handler remembered a moment ago."""
+        return await self.memories.store.current(self.user_id)
+
 
 def for_handler(
     memories: Memories | None, user_id: str | None, question: MessageRecord, recorder: TurnRecorder

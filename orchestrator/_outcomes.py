@@ -41,8 +41,9 @@ def small_talk(categories: Iterable[Category]) -> Outcome:
     listed = ", ".join(topics[:-1]) + f" and {topics[-1]}" if len(topics) > 1 else "".join(topics)
     return Outcome(
         instruction=(
-            f"Tell the user these are the things we can help with: {listed}. Answer small talk politely"
-            " and briefly, in kind; say plainly when something is outside what we handle."
+            f"Tell the user these are the things we can help with: {listed}."
+            " Answer small talk politely and briefly, in kind; say plainly when something is"
+            " outside what we handle."
         )
     )
 

@@ -83,11 +83,14 @@ class Wiring:
                 category=category, call=self.call("request", rendered)
             )
         response = ResponseExpert(
-            call=self.call("response", self.prompt("response").render(
+            call=self.call(
+                "response",
+                self.prompt("response").render(
                     # `shop_name` too: a prompts_dir file written before the rename still renders.
                     business_name=self.shop_name,
                     shop_name=self.shop_name,
-                ))
+                ),
+            )
         )
         return triage, requests, response
 
