@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, create_model, model_validator
 
 from frontdesk.experts._call import CallObserver, ExpertCall, MemoryBlock
 from frontdesk.experts.category import Category, NeedMoreInfo
-from frontdesk.experts.providers.base import Message, ModelResponse
+from frontdesk.experts.providers.base import Message, ModelResponse, Speculation
 
 
 class Extraction(BaseModel):
@@ -129,8 +129,10 @@ class RequestExpert:
         cache_prefix: int = 0,
         observer: CallObserver | None = None,
         memory: MemoryBlock | None = None,
+        speculation: Speculation | None = None,
     ) -> RequestResult:
-        """Extract the current request from `messages` (the whole user thread)."""
+        """Extract the current request from `messages` (the whole user thread);
+        `speculation` marks a call started beside triage, whose answer may be discarded."""
         assert self.category.request is not None
         output_type = extraction_type(self.category.request)
         request = self.call.build(
@@ -139,6 +141,7 @@ class RequestExpert:
             cache_prefix_messages=cache_prefix,
             metadata=metadata,
             memory=memory,
+            speculation=speculation,
         )
         response = await self.call.send(request, observer)
         extraction = output_type.model_validate(response.output)
