@@ -200,6 +200,8 @@ class TurnView:
     instruction: str | None = None
     outcome_data: dict[str, Any] | None = None
     handler_error: str | None = None
+    handler_traceback: str | None = None
+    """The failed handler's traceback (rows written before it was recorded have none)."""
     reply_text: str | None = None
     assistant_message_id: str | None = None
     failure: dict[str, Any] | None = None
@@ -323,7 +325,7 @@ def _apply(turn: TurnView, row: AuditRow) -> None:
     elif kind == "outcome":
         turn.instruction, turn.outcome_data = p.get("instruction"), p.get("data")
     elif kind == "handler_error":
-        turn.handler_error = p.get("error")
+        turn.handler_error, turn.handler_traceback = p.get("error"), p.get("traceback")
     elif kind == "reply":
         turn.reply_text, turn.assistant_message_id = p.get("text"), p.get("assistant_message_id")
     elif kind == "turn_failed":

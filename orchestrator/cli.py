@@ -19,6 +19,7 @@ from frontdesk.orchestrator import (
     _cli_memory,
     _cli_privacy,
     _cli_serve,
+    _cli_test,
     _cli_thread,
 )
 from frontdesk.orchestrator._cli_errors import (
@@ -60,6 +61,7 @@ app.command("demo")(_cli_chat.demo)
 app.command("chat")(_cli_chat.chat)
 app.command("conversations")(_cli_list.conversations)
 app.command("serve")(_cli_serve.serve)
+app.command("test")(_cli_test.run_tests)
 app.command("erase")(_cli_privacy.erase)
 _cli_audit.app.command("retention")(_cli_privacy.retention)
 _cli_audit.app.command("rotate-key")(_cli_privacy.rotate_key)
