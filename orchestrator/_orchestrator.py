@@ -305,6 +305,7 @@ class Orchestrator:
                 audit=self._audit,
                 deadline=self.turn_deadline,
                 speculate=self.speculate,
+                handler_errors=self.handler_errors,
                 categories=self.categories,
                 triage=triage,
                 requests=requests,

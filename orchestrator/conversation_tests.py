@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import math
 import time
+import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -128,6 +129,8 @@ class TurnResult:
     error: str | None = None
     """The turn raised (a handler error with its exception, a failed turn)."""
     reply: str | None = None
+    trace: str | None = None
+    """The traceback of the exception behind `error` (a handler's), for the JUnit file."""
 
     @property
     def passed(self) -> bool:
@@ -299,6 +302,7 @@ async def _run(
                 cause = e.__cause__
                 what = f"{type(cause).__name__}: {cause}" if cause is not None else str(e)
                 result.error = f"{type(e).__name__} ({what})"
+                result.trace = "".join(traceback.format_exception(cause or e))
                 break
             result.reply = reply.text
             result.checks = checks(spec, reply)
@@ -418,9 +422,12 @@ def write_junit(report: Report, path: Path | str) -> None:
             if turn is not None:
                 kind = "error" if turn.error else "failure"
                 problem = ET.SubElement(case, kind, message=turn.describe())
-                problem.text = "\n".join(
-                    [turn.describe(), *(f"reply: {turn.reply}" for _ in [0] if turn.reply)]
-                )
+                details = [turn.describe()]
+                if turn.reply is not None:
+                    details.append(f"reply: {turn.reply}")
+                if turn.trace is not None:
+                    details.append(turn.trace)
+                problem.text = "\n".join(details)
     totals = {"tests": 0, "failures": 0, "errors": 0}
     for suite in suites.values():
         cases = suite.findall("testcase")

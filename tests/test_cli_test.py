@@ -42,9 +42,7 @@ def _file(tmp_path: Path, text: str = CONVERSATION) -> Path:
 
 def test_every_turn_matching_exits_0_and_writes_junit(tmp_path: Path) -> None:
     junit = tmp_path / "report.xml"
-    result = runner.invoke(
-        app, ["test", str(_file(tmp_path)), "--app", APP, "--junit", str(junit)]
-    )
+    result = runner.invoke(app, ["test", str(_file(tmp_path)), "--app", APP, "--junit", str(junit)])
     assert result.exit_code == 0, result.output
     assert "PASS" in result.stdout and result.stdout.rstrip().endswith(f"JUnit report: {junit}")
     root = ET.parse(junit).getroot()
@@ -73,7 +71,8 @@ def test_a_file_not_in_the_format_exits_2_with_one_line(tmp_path: Path) -> None:
 
 def test_an_app_that_cannot_be_scripted_exits_2(tmp_path: Path) -> None:
     result = runner.invoke(
-        app, ["test", str(_file(tmp_path)), "--app", "tests.orchestrator._bank:build_ignoring_model"]
+        app,
+        ["test", str(_file(tmp_path)), "--app", "tests.orchestrator._bank:build_ignoring_model"],
     )
     assert result.exit_code == 2
     assert "model" in result.output
