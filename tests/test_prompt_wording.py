@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -44,7 +45,8 @@ async def test_business_name_names_the_business_and_shop_name_still_works(
         systems.append(request.system)
         return "Hello!"
 
-    for kwargs in ({"business_name": "Sample Bank"}, {"shop_name": "Sample Bank"}):
+    choices: list[dict[str, Any]] = [{"business_name": "Sample Bank"}, {"shop_name": "Sample Bank"}]
+    for kwargs in choices:
         orch = Orchestrator(
             CATEGORIES,
             model=FunctionModel(model),
