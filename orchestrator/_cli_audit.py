@@ -226,6 +226,16 @@ def _full_call(call: ExpertCall) -> list[Any]:
     return parts
 
 
+def _developer_rows(table: Table, turn: TurnView) -> None:
+    """What a category's developer looks for: the handler's traceback, and the speculative
+    guess the turn threw away (its answer, or error, was never used)."""
+    if turn.handler_traceback:
+        table.add_row("traceback", Text(turn.handler_traceback.rstrip(), style="red"))
+    for line in turn.events:
+        if line.startswith("speculat"):
+            table.add_row("speculation", Text(line.removeprefix("speculation: "), style="dim"))
+
+
 def turn_panel(number: int, turn: TurnView, *, full: bool) -> Panel:
     """One turn: what the user said, the decisions, each expert call, the reply."""
     table = Table(show_header=False, box=None, padding=(0, 1))
@@ -250,11 +260,7 @@ def turn_panel(number: int, turn: TurnView, *, full: bool) -> Panel:
     ):
         if value:
             table.add_row(label, Text(value))
-    if turn.handler_traceback:
-        table.add_row("traceback", Text(turn.handler_traceback.rstrip(), style="red"))
-    for line in turn.events:
-        if line.startswith("speculat"):  # Which guess the turn threw away, and why.
-            table.add_row("speculation", Text(line.removeprefix("speculation: "), style="dim"))
+    _developer_rows(table, turn)
     if turn.waiting_text is not None:
         table.add_row("waiting", Text(turn.waiting_text, style="dim"))
     label = "reply" if turn.author == "bot" else turn.author
