@@ -2,15 +2,19 @@
 
 A handler is the developer's code, so any exception from it (or an answer that is not an
 `Outcome`) is expected to happen while it is being written. Every failure is logged at
-error level as `handler.failed` with its traceback (redacted by `frontdesk.logs`, on
-stderr unless the application configured structlog itself) and audited as `handler_error`
-with the traceback. Then `Orchestrator(handler_errors=...)` decides: `"reply"` answers with
+error level as `handler.failed` with its traceback (on stderr unless the application
+configured structlog itself) and audited as `handler_error` with the traceback and the
+exception's message. The log line shows where it failed (every frame, with its source
+line) but not the message, which may quote the user ("no user text in logs", even at
+DEBUG); the audit row keeps it (encrypted per user with a master key, redacted in the
+views), and `FRONTDESK_LOG_PAYLOADS=1` puts it in the log on a developer's machine. Then `Orchestrator(handler_errors=...)` decides: `"reply"` answers with
 the apology outcome; `"raise"` fails the turn with `HandlerFailed` (`__cause__`: the
 handler's exception), for development and tests.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 import traceback
 from typing import Any, Literal
@@ -63,9 +67,9 @@ def failed(
         category=category,
         conversation_id=conversation_id,
         turn=turn_id,
-        error=exception,
+        error=type(error).__name__,
         handler_errors=mode,
-        exc_info=error,
+        exception=trace if os.environ.get("FRONTDESK_LOG_PAYLOADS") == "1" else _frames(error),
     )
     if mode == "raise":
         raise HandlerFailed(
@@ -74,6 +78,15 @@ def failed(
             category=category,
         ) from error
     return _outcomes.handler_failed()
+
+
+def _frames(error: BaseException) -> str:
+    """The traceback without the exception's message (which may quote the user)."""
+    frames = "".join(traceback.format_list(traceback.extract_tb(error.__traceback__)))
+    return (
+        f"Traceback (most recent call last):\n{frames}{type(error).__name__}: (message kept"
+        " out of logs; it is in the audit event handler_error: frontdesk audit show)"
+    )
 
 
 def _log() -> Any:

@@ -116,4 +116,4 @@ def test_a_broken_handler_fails_its_turn_and_logs_the_traceback(tmp_path: Path) 
     assert "turn 1 ('break it'): HandlerFailed (KeyError: 'missing')" in done.stdout
     assert "handler.failed" in done.stderr and "category=BROKEN" in done.stderr
     assert "Traceback (most recent call last)" in done.stderr
-    assert 'settings["missing"]' in done.stderr
+    assert 'settings["missing"]' in done.stderr  # The frame; the message only in the audit.
