@@ -21,7 +21,7 @@ from sqlalchemy import Connection
 from frontdesk.audit.events import AuditEvent, EventKind
 from frontdesk.errors import ConversationBusy
 from frontdesk.orchestrator.turn import Pipeline
-from frontdesk.threads.handoffs import (
+from frontdesk.threads.handoff import (
     HandedBack,
     HandoffPolicy,
     HandoffRecord,
@@ -154,7 +154,7 @@ async def start_turn(
 
 async def hand_off(p: Pipeline, conversation_id: str, reason: str) -> HandoffRecord:
     """Open (or find) the conversation's hand-off; a new one is audited as `hand_off`."""
-    store = HandoffStore(p.store.engine)
+    store = p.store.handoffs
 
     def events(opened: Opened) -> list[AuditEvent]:
         if not opened.created:
@@ -176,7 +176,7 @@ async def operator_reply(
     p: Pipeline, lease: TurnLease, conversation_id: str, text: str, operator_id: str
 ) -> Placed:
     """Store an operator's reply (under the conversation's lease) and audit it."""
-    store = HandoffStore(p.store.engine)
+    store = p.store.handoffs
 
     def events(result: tuple[HandoffRecord, Placed]) -> list[AuditEvent]:
         handoff, placed = result
@@ -209,7 +209,7 @@ async def hand_back(
     p: Pipeline, lease: TurnLease, conversation_id: str, *, by: str, message: str | None = None
 ) -> HandedBack:
     """Close the conversation's hand-off (under its lease) and audit it."""
-    store = HandoffStore(p.store.engine)
+    store = p.store.handoffs
     try:
         return await audited(
             p,
@@ -232,7 +232,7 @@ async def expire_due(
     A conversation busy with a turn is left for its next check (that turn's own first
     transaction checks the timeout too).
     """
-    store = HandoffStore(p.store.engine)
+    store = p.store.handoffs
     still: list[HandoffRecord] = []
     for record in await store.open_ones():
         due = policy.timeout is not None and record.waiting_since is not None

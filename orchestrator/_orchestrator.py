@@ -29,12 +29,12 @@ from frontdesk.errors import (
 from frontdesk.experts import Category
 from frontdesk.experts.category import check_registry
 from frontdesk.memory import Memory, MemorySource
-from frontdesk.orchestrator import _erasure, _handoff, _wiring
+from frontdesk.orchestrator import _handoff, _wiring, erasure
 from frontdesk.orchestrator._compaction import BackgroundCompaction, Compactor, summariser_expert
 from frontdesk.orchestrator._input import DEFAULT_MAX_MESSAGE_CHARS, check_user_text
-from frontdesk.orchestrator._memory import Memories
 from frontdesk.orchestrator.config import EXPERTS, ExpertSettings, ModelChoice, resolve_models
 from frontdesk.orchestrator.handoff import Handoff
+from frontdesk.orchestrator.memory import Memories
 from frontdesk.orchestrator.reply import Reply
 from frontdesk.orchestrator.stream import TurnEvent, stream_turn
 from frontdesk.orchestrator.turn import Pipeline, Start, Started, run_turn
@@ -42,11 +42,10 @@ from frontdesk.redaction import RedactionPolicy, Redactor, redactor_of
 from frontdesk.threads.budget import Budget
 from frontdesk.threads.builder import ThreadMessage, UserThread, build_thread, thread_since
 from frontdesk.threads.compaction import CompactionPolicy
-from frontdesk.threads.handoffs import (
+from frontdesk.threads.handoff import (
     DEFAULT_TIMEOUT_MESSAGE,
     DEFAULT_WAITING_MESSAGE,
     HandoffPolicy,
-    HandoffStore,
 )
 from frontdesk.threads.memory import FullTextRetriever, MemoryStore, Retriever
 from frontdesk.threads.models import utcnow
@@ -507,7 +506,7 @@ class Orchestrator:
         question = await p.store.get(answer.parent_id)
         if question.role != "user":
             raise UserError(f"message {assistant_message_id} answers no user message")
-        handoffs = HandoffStore(p.store.engine)
+        handoffs = p.store.handoffs
 
         async def start(lease: TurnLease) -> Started:
             await lease.take()
@@ -655,13 +654,13 @@ class Orchestrator:
 
     async def erase_user(
         self, user_id: str, *, requested_by: str | None = None
-    ) -> _erasure.ErasureReport:
+    ) -> erasure.ErasureReport:
         """Erase everything stored about `user_id` (docs/privacy.md): transcript, summaries
         and outcomes get the erased marker, the user's audit data keys are destroyed, an
         `erased` event is audited. Idempotent: run it again after a crash to finish it.
         """
         p = await self._open()
-        return await _erasure.erase_user(
+        return await erasure.erase_user(
             p.store.engine, self._audit, user_id, requested_by=requested_by
         )
 

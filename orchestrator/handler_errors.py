@@ -7,9 +7,11 @@ configured structlog itself) and audited as `handler_error` with the traceback a
 exception's message. The log line shows where it failed (every frame, with its source
 line) but not the message, which may quote the user ("no user text in logs", even at
 DEBUG); the audit row keeps it (encrypted per user with a master key, redacted in the
-views), and `FRONTDESK_LOG_PAYLOADS=1` puts it in the log on a developer's machine. Then `Orchestrator(handler_errors=...)` decides: `"reply"` answers with
-the apology outcome; `"raise"` fails the turn with `HandlerFailed` (`__cause__`: the
-handler's exception), for development and tests.
+views), and `FRONTDESK_LOG_PAYLOADS=1` puts it in the log on a developer's machine.
+
+Then `Orchestrator(handler_errors=...)` decides: `"reply"` answers with the apology
+outcome; `"raise"` fails the turn with `HandlerFailed` (`__cause__`: the handler's
+exception), for development and tests.
 """
 
 from __future__ import annotations

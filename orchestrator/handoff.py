@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from frontdesk.threads.handoffs import HandoffRecord
+from frontdesk.threads.handoff import HandoffRecord
 
 
 @dataclass(frozen=True, kw_only=True)

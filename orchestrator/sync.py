@@ -7,8 +7,8 @@ from collections.abc import AsyncGenerator, Iterator
 from typing import Any
 
 from frontdesk.memory import Memory, MemorySource
-from frontdesk.orchestrator._erasure import ErasureReport
 from frontdesk.orchestrator._orchestrator import Orchestrator
+from frontdesk.orchestrator.erasure import ErasureReport
 from frontdesk.orchestrator.handoff import Handoff
 from frontdesk.orchestrator.reply import Reply
 from frontdesk.orchestrator.stream import TurnEvent, stream_turn

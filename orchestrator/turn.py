@@ -41,7 +41,8 @@ from frontdesk.experts.request import RequestExpert
 from frontdesk.experts.response import ResponseExpert, ResponseResult
 from frontdesk.experts.triage import TriageExpert
 from frontdesk.memory import Memory
-from frontdesk.orchestrator import _listen, _memory, _outcomes, handler_errors
+from frontdesk.orchestrator import _listen, _outcomes, handler_errors
+from frontdesk.orchestrator import memory as _memory
 from frontdesk.orchestrator._recorder import (
     TurnRecorder,
     field_rules_of,
@@ -173,7 +174,7 @@ async def run_turn(p: Pipeline, lease: TurnLease, start: Start) -> Reply:
 
 
 async def _recall(p: Pipeline, s: Started) -> list[Document]:
-    """The user's facts, ranked for this turn's question (`orchestrator/_memory.py`)."""
+    """The user's facts, ranked for this turn's question (`orchestrator/memory.py`)."""
     if p.memory is None:
         return []
     if s.memories is not None:

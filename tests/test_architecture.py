@@ -13,7 +13,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 # The design card's folders, each installed as `frontdesk.<folder>`.
-FOLDERS = ("experts", "orchestrator", "threads", "audit", "prompts", "examples", "service")
+FOLDERS = ("experts", "orchestrator", "threads", "audit", "prompts", "examples", "service", "cli")
 
 # What each folder may import from the project (besides itself). "core" is the package root's
 # plumbing (`frontdesk.errors`, `.logs`, `.db`, `.schema`), which every folder may use.
@@ -25,9 +25,10 @@ ALLOWED = {
     "experts": {"core", "prompts"},
     "orchestrator": {"core", "prompts", "experts", "threads", "audit"},
     "examples": {"core", "experts", "orchestrator"},
-    # The HTTP service sits on the orchestrator; nothing below imports it (the CLI's `serve`
-    # hands uvicorn the import string of its factory).
+    # The HTTP service sits on the orchestrator; only the CLI above imports it.
     "service": {"core", "prompts", "experts", "threads", "audit", "orchestrator"},
+    # The command line sits on top of everything; nothing imports it.
+    "cli": {*FOLDERS, "core"} - {"cli"},
 }
 
 # The public face re-exports from every folder, so it sits above them all.
@@ -167,3 +168,155 @@ def test_every_public_error_is_in_the_one_tree() -> None:
         mod = importlib.import_module(f"frontdesk.{module}.errors")
         for name in mod.__all__:
             assert getattr(mod, name) is getattr(tree, name), f"{module}.errors.{name}"
+
+
+# Private modules other packages may import: the SQLite seam, documented in docs/architecture.md.
+PRIVATE_SEAMS = {"frontdesk._sqlite"}
+
+
+def _package_dirs() -> dict[str, Path]:
+    """Every top-level package as pyproject maps it: `frontdesk.<folder>` -> its folder."""
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    mapping = config["tool"]["setuptools"]["package-dir"]
+    return {name: ROOT / folder for name, folder in mapping.items()}
+
+
+def _module_names() -> dict[str, Path]:
+    """Every module of the installed tree by dotted name (`frontdesk.threads.store`, ...)."""
+    names: dict[str, Path] = {}
+    for package, base in _package_dirs().items():
+        for path in base.rglob("*.py"):
+            inner = path.relative_to(base).with_suffix("").parts
+            if inner[-1] == "__init__":
+                inner = inner[:-1]
+            names[".".join([package, *inner])] = path
+    return names
+
+
+def _top_package(module: str) -> str:
+    """The folder a module belongs to: `frontdesk.threads` for `frontdesk.threads.x.y`,
+    `frontdesk` for the root folder's own modules (`frontdesk.db`, `frontdesk._sqlite`)."""
+    folders = {name for name in _package_dirs() if name != "frontdesk"}
+    top = ".".join(module.split(".")[:2])
+    return top if top in folders else "frontdesk"
+
+
+def _imported_modules(path: Path, name: str, modules: dict[str, Path]) -> set[str]:
+    """The project modules `path` (module `name`) imports, relative imports resolved and
+    `from package import _module` counted as importing that module."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    is_package = path.name == "__init__.py"
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = name.split(".")
+                base = base[: len(base) - node.level + (1 if is_package else 0)]
+                module = ".".join(base + ([node.module] if node.module else []))
+            else:
+                module = node.module or ""
+            found.add(module)
+            found |= {f"{module}.{a.name}" for a in node.names if f"{module}.{a.name}" in modules}
+    return {m for m in found if m == "frontdesk" or m.startswith("frontdesk.")}
+
+
+def _private_owner(module: str) -> str | None:
+    """The package a private module is private to (`frontdesk.threads` for
+    `frontdesk.threads._writes`), or None when no part of the name is underscore-private."""
+    parts = module.split(".")
+    for i, part in enumerate(parts):
+        if part.startswith("_") and not part.startswith("__"):
+            return ".".join(parts[: i + 1])
+    return None
+
+
+def cross_package_private_imports(
+    modules: dict[str, Path] | None = None,
+) -> list[tuple[str, str]]:
+    """(importer, private module) pairs where a module imports another folder's `_name`."""
+    modules = _module_names() if modules is None else modules
+    wrong = []
+    for name, path in sorted(modules.items()):
+        for imported in sorted(_imported_modules(path, name, modules)):
+            private = _private_owner(imported)
+            if private is None or private in PRIVATE_SEAMS:
+                continue
+            if _top_package(private) != _top_package(name):
+                wrong.append((name, imported))
+    return wrong
+
+
+def test_no_package_imports_another_packages_private_module() -> None:
+    """Outside `frontdesk._sqlite`, a `frontdesk.X._name` module is X's own: a module of
+    another folder `frontdesk.Y` that needs it wants a public name instead."""
+    assert cross_package_private_imports() == []
+
+
+def test_the_private_import_check_sees_every_form(tmp_path: Path) -> None:
+    """The check is not vacuous: `import a._m`, `from a import _m`, `from a._m import x` and
+    relative forms are each caught; the seam and a folder's own private modules are not."""
+    modules = _module_names()
+    assert "frontdesk.threads.store" in modules and "frontdesk._sqlite" in modules
+    offender = tmp_path / "offender.py"
+    offender.write_text(
+        "import frontdesk.threads._tx\n"
+        "from frontdesk.threads import _lease\n"
+        "from frontdesk.threads._writes import get\n"
+        "from ..audit import _keys\n"
+        "from frontdesk._sqlite import writer\n"
+        "from frontdesk.service import _api\n",
+        encoding="utf-8",
+    )
+    tree = dict(modules)
+    tree["frontdesk.service.offender"] = offender
+    tree["frontdesk.audit._keys"] = offender  # a private module, named for the relative form
+    found = {
+        imported
+        for importer, imported in cross_package_private_imports(tree)
+        if importer == "frontdesk.service.offender"
+    }
+    assert found == {
+        "frontdesk.threads._tx",
+        "frontdesk.threads._lease",
+        "frontdesk.threads._writes",
+        "frontdesk.audit._keys",
+    }
+
+
+def test_the_cli_is_the_frontdesk_console_script() -> None:
+    """`frontdesk` runs `frontdesk.cli:main`, the top-level `cli/` folder's entry point."""
+    import frontdesk.cli
+
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    assert config["project"]["scripts"] == {"frontdesk": "frontdesk.cli:main"}
+    assert callable(frontdesk.cli.main)
+    assert frontdesk.cli.__file__ is not None
+    assert Path(frontdesk.cli.__file__).resolve() == ROOT / "cli" / "__init__.py"
+
+
+def test_the_orchestrator_holds_no_cli() -> None:
+    """The CLI lives in `cli/`, above the service: no orchestrator module is named for it."""
+    named = [
+        str(p.relative_to(ROOT))
+        for p in (ROOT / "orchestrator").rglob("*")
+        if p.stem == "cli" or p.stem.startswith("_cli")
+    ]
+    assert named == []
+
+
+def test_nothing_imports_the_cli() -> None:
+    """The service (and every other folder) imports nothing from `frontdesk.cli`, not even
+    lazily inside a function: the CLI is the top of the stack."""
+    importers = {
+        str(path.relative_to(ROOT)): module
+        for folder in ALLOWED
+        if folder != "cli"
+        for path in _sources(folder)
+        for module in _imports(path)
+        if _layer(module) == "cli"
+    }
+    assert importers == {}
+    service = [m for p in _sources("service") for m in _imports(p)]
+    assert any(_layer(m) == "orchestrator" for m in service)  # the check does see imports

@@ -11,7 +11,7 @@ from xml.etree import ElementTree as ET
 
 from typer.testing import CliRunner
 
-from frontdesk.orchestrator.cli import app
+from frontdesk.cli import app
 
 ROOT = Path(__file__).resolve().parents[1]
 APP = "tests.orchestrator._bank:build"

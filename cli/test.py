@@ -1,6 +1,6 @@
 """`frontdesk test PATH...`: YAML conversation tests, scripted or against a model.
 
-The engine is `orchestrator/conversation_tests.py`; this module is its command line: read
+The engine is `frontdesk.orchestrator.conversation_tests`; this module is its command line: read
 the files, build the app per run, print the report, write JUnit XML, exit 0 or 1.
 """
 
@@ -13,8 +13,9 @@ from typing import Annotated
 
 import typer
 
-from frontdesk.orchestrator._app import DEFAULT_APP, load_app
-from frontdesk.orchestrator._orchestrator import Orchestrator
+from frontdesk.cli._options import MODEL_HELP, app_option
+from frontdesk.orchestrator import Orchestrator
+from frontdesk.orchestrator.app import DEFAULT_APP, load_app
 from frontdesk.orchestrator.config import ModelChoice
 from frontdesk.orchestrator.conversation_tests import load_file, run_files, write_junit
 
@@ -24,17 +25,14 @@ def run_tests(
         list[Path], typer.Argument(help="YAML files of conversations (docs/testing.md).")
     ],
     app_spec: Annotated[
-        str,
-        typer.Option(
-            "--app", help="module:function building your Orchestrator; it must take model=."
-        ),
+        str, app_option("module:function building your Orchestrator; it must take model=.")
     ] = DEFAULT_APP,
     model: Annotated[
         str | None,
         typer.Option(
             "--model",
-            help="Evaluate this model (e.g. anthropic:claude-haiku-4-5); without it the"
-            " triage and request experts answer what the file expects.",
+            help=MODEL_HELP + " Evaluates it; without it the triage and request experts"
+            " answer what the file expects.",
         ),
     ] = None,
     repeat: Annotated[
