@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 from sqlalchemy import text
@@ -167,7 +168,7 @@ async def _bank_turns(url: str) -> None:
 
     routes = iter(["CARD_FREEZE", "BROKEN", "BALANCE"])
 
-    def model(request: ModelRequest) -> object:
+    def model(request: ModelRequest) -> Any:
         if request.expert == "triage":
             return {"category": next(routes), "reason": "scripted"}
         if request.expert == "request":
