@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 from frontdesk.cli import app
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 APP = "tests.orchestrator._bank:build"
 runner = CliRunner()
 
