@@ -25,7 +25,7 @@ import structlog
 
 from frontdesk.errors import HandlerFailed
 from frontdesk.experts import Outcome
-from frontdesk.orchestrator import _outcomes
+from frontdesk.orchestrator import fallbacks
 from frontdesk.orchestrator._recorder import TurnRecorder
 
 HandlerErrors = Literal["reply", "raise"]
@@ -79,7 +79,7 @@ def failed(
             user_message_id=turn_id,
             category=category,
         ) from error
-    return _outcomes.handler_failed()
+    return fallbacks.handler_failed()
 
 
 def _frames(error: BaseException) -> str:

@@ -11,7 +11,7 @@ import pytest
 from frontdesk import Orchestrator
 from frontdesk.errors import ConfigError
 from frontdesk.experts.providers.offline import reply_from_instruction
-from frontdesk.orchestrator._outcomes import small_talk
+from frontdesk.orchestrator.fallbacks import small_talk
 from frontdesk.prompts import builtin_names, load_builtin
 from frontdesk.testing import FunctionModel, ModelRequest
 from tests.orchestrator._bank import CATEGORIES
