@@ -195,7 +195,7 @@ class Orchestrator:
             models=self.models,
             settings=self.settings,
             prompts_dir=self.prompts_dir,
-            shop_name=self.business_name,
+            business_name=self.business_name,
             counter=self.token_counter,
         )
         self._experts = wiring.build()
@@ -213,11 +213,6 @@ class Orchestrator:
         self._unfinished: set[asyncio.Task[Any]] = set()  # Turns whose stream reader left.
 
     # -- wiring -------------------------------------------------------------------------
-
-    @property
-    def shop_name(self) -> str:
-        """The old name of `business_name`."""
-        return self.business_name
 
     def counter_for(self, expert: str) -> TokenCounter:
         """The token counter for one expert's model (calibrated per model when it can be)."""

