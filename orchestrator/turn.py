@@ -184,6 +184,8 @@ async def start_message(
         thread=thread,
         stored=stored,
         memories=begun.recalled,
+        previous_category=begun.previous_category,
+        guessed=begun.path is not None,
     )
 
 
@@ -220,6 +222,8 @@ async def start_edit(
         user_id=user_id,
         thread=thread_since(begun.path),
         stored=TurnRecord(reply=None, outcome=None),
+        previous_category=begun.previous_category,
+        guessed=True,
     )
 
 
@@ -336,6 +340,8 @@ def _turn(s: Started, lease: TurnLease, memory: Sequence[Document]) -> Turn:
         recorder=recorder,
         lease=lease,
         memory=memory,
+        previous_category=s.previous_category,
+        guessed=s.guessed,
     )
 
 
@@ -564,6 +570,14 @@ class _Speculation:
         cls, p: Pipeline, t: Turn, view: ExpertView, meta: dict[str, str]
     ) -> _Speculation | None:
         """The speculative call as a task, or `None` when there is no turn before."""
+        if t.guessed:  # The start read the route of the turn before: no read here.
+            if t.previous_category is None or t.previous_category not in p.requests:
+                return None
+            spec = cls(recorder=TurnRecorder(turn_id=t.recorder.turn_id))
+            spec.category = t.previous_category
+            spec.known.set()
+            spec.task = asyncio.create_task(spec._extract(p, t, t.previous_category, view, meta))
+            return spec
         previous = _previous_question(t)
         if previous is None:  # A first turn: no current category, nothing to guess.
             return None
@@ -574,6 +588,7 @@ class _Speculation:
     async def _run(
         self, p: Pipeline, t: Turn, previous: str, view: ExpertView, meta: dict[str, str]
     ) -> Extracted | None:
+        """The guess read apart (a resumed or regenerated turn), then the extraction."""
         try:
             try:  # Two reads by index, while triage is on the wire.
                 stored = await p.store.turn_record(previous)
@@ -586,6 +601,11 @@ class _Speculation:
             self.category = category
         finally:
             self.known.set()
+        return await self._extract(p, t, category, view, meta)
+
+    async def _extract(
+        self, p: Pipeline, t: Turn, category: str, view: ExpertView, meta: dict[str, str]
+    ) -> Extracted | None:
         with observing(self.recorder):
             spec_turn = dataclasses.replace(t, recorder=self.recorder)
             return await _extract(p, spec_turn, category, view, meta, self.answered)
@@ -778,6 +798,10 @@ class Started:
     memories: Sequence[Memory] | None = None
     """The user's facts for the question, when the start looked them up alongside its own
     transaction (`None`: the turn looks them up after the start)."""
+    previous_category: str | None = None
+    """The route of the turn before, when the start read it (`guessed`)."""
+    guessed: bool = False
+    """The start read `previous_category` in its own transaction: no read for the guess."""
 
 
 Start = Callable[[TurnLease], Awaitable[Started]]
@@ -797,6 +821,10 @@ class Turn:
     """The conversation's lease: every write of the turn is fenced by it."""
     memory: Sequence[Document] = ()
     """The user's facts for this turn, ranked (each expert's budget keeps what fits)."""
+    previous_category: str | None = None
+    """The route of the turn before, when the start read it (`guessed`)."""
+    guessed: bool = False
+    """The start read `previous_category`: the speculation needs no read of its own."""
 
 
 @dataclass(frozen=True, kw_only=True)
