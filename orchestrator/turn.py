@@ -741,8 +741,9 @@ async def _after(p: Pipeline, conversation_id: str, s: Started, reply: Reply) ->
     if reply.handoff:  # The bot told the user a person takes over: one does.
         reason = reply.outcome.data.get("reason") if reply.outcome else None
         await handoff.hand_off(p, conversation_id, str(reason or "routed to a person"))
-    if p.memory is not None:  # The memory expert reads the user's message only.
-        question = s.question
+    question = s.question
+    # The memory expert reads the user's message only, and only one that may state a fact.
+    if p.memory is not None and _memory.may_state_a_fact(question.content):
         p.memory.schedule(s.user_id, conversation_id, question.id, question.content)
     # The policy is checked on the thread already in memory, so a turn under the
     # threshold costs no database read; the background task checks again under its lease.
