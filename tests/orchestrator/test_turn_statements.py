@@ -49,8 +49,9 @@ PINNED: dict[str, dict[str, tuple[int, int, int]]] = {
         # start (1 write): lease upsert, client-id lookup, conversation + leaf, hand-off
         #   read = 4; the stored reply and outcome (1 read) = 2; lease given back (1 write)
         "replay": (7, 2, 1),
-        # the edited message, then its conversation's owner (2 reads) = 2; start under the original's parent
-        #   (no client id, parent lookup instead of the leaf's) = 8; outcome = 2; finish = 16
+        # the edited message, then its conversation's owner (2 reads) = 2; start under the
+        #   original's parent (a parent lookup instead of the leaf's) = 8; outcome = 2;
+        #   finish = 16
         "edit": (28, 3, 2),
         # the new message's 26 plus the memory lookup in the start transaction = 27; then
         #   the memory expert in the background: what is known (1 read), the fact stored
