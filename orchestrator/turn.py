@@ -173,7 +173,7 @@ async def start_message(
         return held(begun.message, begun.answer, user_id)
     stored = TurnRecord(reply=None, outcome=None)
     if path is None:  # A repeat: answered already, or a turn to finish.
-        stored = await p.store.turn_record(question.id)
+        stored = begun.stored or await p.store.turn_record(question.id)
         if stored.reply is None:
             log.info("turn.resume", conversation_id=conversation_id, turn=question.id)
             path = await SummaryStore(p.store.engine).path_since_newest(question.id)

@@ -122,30 +122,30 @@ def previous_category(conn: Connection, path: list[MessageRecord]) -> str | None
     return None
 
 
+# The newest real reply under a question, and a turn's outcome: built once.
+_REPLY = Statement(
+    sa.select(_msg)
+    .where(
+        _msg.c.parent_id == sa.bindparam("question_id"),
+        _msg.c.role == "assistant",
+        # Not IN (...): an expanding parameter cannot be prebuilt.
+        sa.or_(_msg.c.kind == "message", _msg.c.kind == "handoff"),
+    )
+    .order_by(_msg.c.created_at.desc(), _msg.c.id.desc())
+    .limit(1)
+)
+_OUTCOME = Statement(
+    sa.select(_out).where(_out.c.user_message_id == sa.bindparam("user_message_id"))
+)
+
+
 def turn(conn: Connection, user_message_id: str) -> TurnRecord:
     """The newest real reply under `user_message_id` and its outcome: two indexed reads.
 
     A real reply is the bot's, an operator's, or the waiting marker of a message kept for
     a person (a retry of that message replays it); never a failed-turn marker."""
-    reply = (
-        conn.execute(
-            sa.select(_msg)
-            .where(
-                _msg.c.parent_id == user_message_id,
-                _msg.c.role == "assistant",
-                _msg.c.kind.in_(("message", "handoff")),
-            )
-            .order_by(_msg.c.created_at.desc(), _msg.c.id.desc())
-            .limit(1)
-        )
-        .mappings()
-        .first()
-    )
-    row = (
-        conn.execute(sa.select(_out).where(_out.c.user_message_id == user_message_id))
-        .mappings()
-        .first()
-    )
+    reply = _REPLY.first(conn, {"question_id": user_message_id})
+    row = _OUTCOME.first(conn, {"user_message_id": user_message_id})
     return TurnRecord(
         reply=None if reply is None else MessageRecord.from_row(reply),
         outcome=None if row is None else TurnOutcome.from_row(row),

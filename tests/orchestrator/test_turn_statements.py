@@ -16,7 +16,7 @@ transaction is counted once, by SQLAlchemy's `begin` event, as a read or a write
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -47,8 +47,8 @@ PINNED: dict[str, dict[str, tuple[int, int, int]]] = {
         #   executemany, traced per row by SQLite), move the audit head = 16
         "new message": (26, 3, 0),
         # start (1 write): lease upsert, client-id lookup, conversation + leaf, hand-off
-        #   read = 4; the stored reply and outcome (1 read) = 2; lease given back (1 write)
-        "replay": (7, 2, 1),
+        #   read, the stored reply and outcome = 6; lease given back (1 write) = 1
+        "replay": (7, 2, 0),
         # the edited message, then its conversation's owner (2 reads) = 2; start under the
         #   original's parent (a parent lookup instead of the leaf's) = 8; outcome = 2;
         #   finish = 16
@@ -63,7 +63,7 @@ PINNED: dict[str, dict[str, tuple[int, int, int]]] = {
         # As on SQLite, but: the 9 audit rows are one executemany statement (8 fewer), and
         # the audit head is moved by the link trigger (1 fewer).
         "new message": (17, 3, 0),
-        "replay": (7, 2, 1),
+        "replay": (7, 2, 0),
         "edit": (19, 3, 2),
         # The same, less the executemany rows (one statement each batch), the audit heads
         # moved by trigger and the full-text rows SQLite's triggers write.
@@ -123,7 +123,11 @@ def traced() -> Iterator[Trace]:
         else:
             trace.writes += 1
 
-    hooks = [("connect", connected), ("before_cursor_execute", executed), ("begin", began)]
+    hooks: list[tuple[str, Callable[..., Any]]] = [
+        ("connect", connected),
+        ("before_cursor_execute", executed),
+        ("begin", began),
+    ]
     for name, hook in hooks:
         event.listen(Engine, name, hook)
     try:
