@@ -634,6 +634,9 @@ class _Speculation:
         A triage faster than the guess's read waits for the read (it is short) rather than
         losing a guess that may well be right."""
         await self.known.wait()
+        # Let a call that has not started yet start (a triage answered at once, by a double):
+        # the guess is always sent alongside triage, as with a real model's latency.
+        await asyncio.sleep(0)
         if self.category != category:
             await self.discard(t, triage=category)
             return None
