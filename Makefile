@@ -69,8 +69,16 @@ format: $(STAMP)
 	$(BIN)/ruff format .
 	$(BIN)/ruff check --fix .
 
+# `make bench`: every benchmark. `make bench BASE=<ref>`: the turn benchmark at <ref> and at
+# the work tree, interleaved in one run (benchmarks/ab.py), now / then per figure; the
+# table goes into docs/benchmarks.md. ROUNDS=3 by default; AB_FLAGS=--pg adds PostgreSQL.
+ROUNDS ?= 3
 bench: $(STAMP)
+ifdef BASE
+	$(BIN)/python -m benchmarks.ab $(BASE) --rounds $(ROUNDS) --doc docs/benchmarks.md $(AB_FLAGS)
+else
 	$(BIN)/python -m benchmarks
+endif
 
 clean:
 	rm -rf $(VENV) build *.egg-info

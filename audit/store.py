@@ -243,6 +243,9 @@ class AuditLog:
         self._spool = spool
         self._keys = keys
         self._needs_key = needs_key
+        self._stored_prompts: set[str] = set()
+        """Prompt digests whose text a committed batch wrote (prompts are never deleted),
+        so the same few system prompts are inserted once per process, not once per turn."""
 
     @classmethod
     async def open(
@@ -437,6 +440,13 @@ class AuditLog:
             )
         self._write_in(conn, conversation_id, [self._prepare(e) for e in events], False, user_id)
 
+    def committed(self, events: Sequence[AuditEvent]) -> None:
+        """Say that a batch written with `append_sync` was committed: its system prompts
+        are stored, and later batches of this log do not insert them again."""
+        self._stored_prompts.update(
+            sha256_text(e.system_prompt) for e in events if e.system_prompt is not None
+        )
+
     async def prepare_key(self, user_id: str | None) -> None:
         """Make (and commit) the user's data key for this month unless it is cached.
 
@@ -548,6 +558,7 @@ class AuditLog:
                 # taken before anything is read (and frontdesk.db's engines begin with
                 # BEGIN IMMEDIATE anyway); on PostgreSQL the head row is locked FOR UPDATE.
                 await run_write(self._engine, work)
+        self._stored_prompts.update(p.prompt_sha256 for p in batch if p.prompt_sha256)
         for entry in memo.values():  # Committed with the batch: no re-insert from now on.
             entry.confirmed = True
 
@@ -573,6 +584,7 @@ class AuditLog:
         prompts = [
             {"sha256": p.prompt_sha256, "text_json": _prompt_json(p.event.system_prompt or "")}
             for p in {p.prompt_sha256: p for p in batch if p.prompt_sha256}.values()
+            if p.prompt_sha256 not in self._stored_prompts
         ]
         if self._keys is not None and any(p.split is not None for p in batch):
             batch = self._sealed(

@@ -2,8 +2,10 @@
 
 Each turn is the whole pipeline (lock, user message, thread, triage, request, handler,
 response, reply, audit batch) with `FunctionModel` answering instantly, so what is timed is
-frontdesk's own overhead. The workload mirrors ../shared/peerbench (three calls per turn;
-"at turn N" is the median over the same windows: 6-15, 76-125, 951-1000).
+frontdesk's own overhead. Besides the bare turn, one conversation runs with a `user_id`
+and memory on (`"memory"` in the figures: the lookup, the memory expert after each
+reply). The workload mirrors ../shared/peerbench (three calls per turn; "at turn N" is the
+median over the same windows: 6-15, 76-125, 951-1000).
 
     python -m benchmarks.turns [--turns 1000] [--convs 200] [--per-conv 5] [--out FILE]
                                [--with-peers | --no-peers] [--peers-dir DIR]
@@ -87,6 +89,8 @@ def _model(request: ModelRequest) -> Any:
         return {"request": {"order_id": "A-12345", "amount": 42.5}, "need_more_info": None}
     if request.expert == "summariser":
         return "The user asked about refunds of several orders."
+    if request.expert == "memory":  # Each message says "I ...": the memory expert runs.
+        return {"facts": []}
     return REPLY
 
 
@@ -103,14 +107,24 @@ def _store(db: Path | str) -> str:
     return db if isinstance(db, str) else f"sqlite:///{db}"
 
 
-async def run_long(db: Path | str, turns: int) -> dict[str, Any]:
-    """One conversation of `turns` turns; per-turn wall time and the database size."""
-    orch = Orchestrator([BILLING], model=FunctionModel(_model), store=_store(db))
+MEMORY_TURNS = 130
+"""Turns of the conversation with a user and memory on (turn 10 and turn 100)."""
+
+
+async def run_long(db: Path | str, turns: int, *, user_id: str | None = None) -> dict[str, Any]:
+    """One conversation of `turns` turns; per-turn wall time and the database size. With
+    `user_id`, memory is on (what a bank runs): the lookup at each turn's start, the
+    memory expert after each reply (in the background, as in production)."""
+    orch = Orchestrator(
+        [BILLING], model=FunctionModel(_model), store=_store(db), memory=user_id is not None
+    )
     times = []
     try:
         for i in range(1, turns + 1):
             started = time.perf_counter()
-            reply = await orch.handle("conv-long", _user_message(i), client_message_id=f"m-{i}")
+            reply = await orch.handle(
+                "conv-long", _user_message(i), client_message_id=f"m-{i}", user_id=user_id
+            )
             times.append((time.perf_counter() - started) * 1000)
             assert reply.text == REPLY, reply.text
     finally:
@@ -321,7 +335,10 @@ def main(argv: list[str] | None = None) -> None:
         concurrent = asyncio.run(
             run_concurrent(Path(tmp) / "concurrent.db", args.convs, args.per_conv)
         )
-    figures: dict[str, Any] = {"long": long, "concurrent": concurrent}
+        memory = asyncio.run(
+            run_long(Path(tmp) / "memory.db", min(args.turns, MEMORY_TURNS), user_id="u-bench")
+        )
+    figures: dict[str, Any] = {"long": long, "concurrent": concurrent, "memory": memory}
     if not args.no_pg:
         figures["postgres"] = _postgres(args)
     if peers is not None:

@@ -101,13 +101,13 @@ async def audited(
     if audit is None:
         return await write(None)
     if audit.joinable(p.store.engine):
-        written: list[bool] = []
+        written: list[Sequence[AuditEvent]] = []
 
         def also(conn: Connection, result: R) -> None:
             batch = events(result)
             if batch:
                 audit.append_sync(conn, conversation_id, batch, user_id=owner(result))
-            written.append(True)
+            written.append(batch)
 
         try:
             result = await write(also)
@@ -119,6 +119,7 @@ async def audited(
             log.warning("turn.joint_write_failed", conversation_id=conversation_id, error=e)
         else:
             if written:
+                audit.committed(written[-1])  # Its prompts are stored: not inserted again.
                 return result
             batch = events(result)  # The write did not run `also`: audit it apart.
             if batch:

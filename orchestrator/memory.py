@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -55,6 +56,30 @@ CLOSE_TIMEOUT = 60.0
 """Seconds `aclose` waits for memory jobs before cancelling them."""
 SETTLE_WAIT = 0.1
 """Seconds a turn waits, at most, for its user's memory work still running here."""
+
+
+# A statement about the speaker ("I live in Pune", "my son is vegan", "we moved") ...
+_ABOUT_ME = re.compile(r"\b(i|i'm|im|i've|i'd|i'll|me|my|mine|we|we're|we've|our|us)\b")
+# ... or a standing wish said without one ("Please deliver in the evening from now on").
+_STANDING = re.compile(
+    r"\b(prefer|preferably|always|never|from now on|in future|in the future|usually|allerg\w*"
+    r"|vegan|vegetarian|call me|in the (?:morning|afternoon|evening)|after \d|before \d)\b"
+)
+_SENTENCE = re.compile(r"[^.!?]+[.!?]*")
+
+
+def may_state_a_fact(text: str) -> bool:
+    """Whether a user message may tell something worth remembering: the memory expert (a
+    model call) runs only on those. A sentence that is a question ("Can I pay with a gift
+    card?") tells nothing lasting; a statement about the speaker or a standing wish may.
+    Cheap and pure (no model, no I/O), so it is decided in the turn, whatever schedules
+    the learning. It errs towards yes: a missed fact is worse than a call."""
+    for sentence in _SENTENCE.findall(text.casefold().replace("\u2019", "'")):
+        if sentence.rstrip().endswith("?"):
+            continue
+        if _ABOUT_ME.search(sentence) or _STANDING.search(sentence):
+            return True
+    return False
 
 
 def ranked(memories: Sequence[Memory]) -> list[Document]:

@@ -194,7 +194,7 @@ async def start_message(
         return held(begun.message, begun.answer, user_id)
     stored = TurnRecord(reply=None, outcome=None)
     if path is None:  # A repeat: answered already, or a turn to finish.
-        stored = await p.store.turn_record(question.id)
+        stored = begun.stored or await p.store.turn_record(question.id)
         if stored.reply is None:
             log.info("turn.resume", conversation_id=conversation_id, turn=question.id)
             path = await SummaryStore(p.store.engine).path_since_newest(question.id)
@@ -205,6 +205,8 @@ async def start_message(
         thread=thread,
         stored=stored,
         memories=begun.recalled,
+        previous_category=begun.previous_category,
+        guessed=begun.path is not None,
     )
 
 
@@ -241,6 +243,8 @@ async def start_edit(
         user_id=user_id,
         thread=thread_since(begun.path),
         stored=TurnRecord(reply=None, outcome=None),
+        previous_category=begun.previous_category,
+        guessed=True,
     )
 
 
@@ -357,6 +361,8 @@ def _turn(s: Started, lease: TurnLease, memory: Sequence[Document]) -> Turn:
         recorder=recorder,
         lease=lease,
         memory=memory,
+        previous_category=s.previous_category,
+        guessed=s.guessed,
     )
 
 
@@ -614,6 +620,14 @@ class _Speculation:
         cls, p: Pipeline, t: Turn, view: ExpertView, meta: dict[str, str]
     ) -> _Speculation | None:
         """The speculative call as a task, or `None` when there is no turn before."""
+        if t.guessed:  # The start read the route of the turn before: no read here.
+            if t.previous_category is None or t.previous_category not in p.requests:
+                return None
+            spec = cls(recorder=TurnRecorder(turn_id=t.recorder.turn_id))
+            spec.category = t.previous_category
+            spec.known.set()
+            spec.task = asyncio.create_task(spec._extract(p, t, t.previous_category, view, meta))
+            return spec
         previous = _previous_question(t)
         if previous is None:  # A first turn: no current category, nothing to guess.
             return None
@@ -624,6 +638,7 @@ class _Speculation:
     async def _run(
         self, p: Pipeline, t: Turn, previous: str, view: ExpertView, meta: dict[str, str]
     ) -> Extracted | None:
+        """The guess read apart (a resumed or regenerated turn), then the extraction."""
         try:
             try:  # Two reads by index, while triage is on the wire.
                 stored = await p.store.turn_record(previous)
@@ -636,6 +651,11 @@ class _Speculation:
             self.category = category
         finally:
             self.known.set()
+        return await self._extract(p, t, category, view, meta)
+
+    async def _extract(
+        self, p: Pipeline, t: Turn, category: str, view: ExpertView, meta: dict[str, str]
+    ) -> Extracted | None:
         with observing(self.recorder):
             spec_turn = dataclasses.replace(t, recorder=self.recorder)
             return await _extract(
@@ -651,6 +671,9 @@ class _Speculation:
         A triage faster than the guess's read waits for the read (it is short) rather than
         losing a guess that may well be right."""
         await self.known.wait()
+        # Let a call that has not started yet start (a triage answered at once, by a double):
+        # the guess is always sent alongside triage, as with a real model's latency.
+        await asyncio.sleep(0)
         if self.category != category:
             await self.discard(t, triage=category)
             return None
@@ -779,8 +802,9 @@ async def _after(p: Pipeline, conversation_id: str, s: Started, reply: Reply) ->
     if reply.handoff:  # The bot told the user a person takes over: one does.
         reason = reply.outcome.data.get("reason") if reply.outcome else None
         await handoff.hand_off(p, conversation_id, str(reason or "routed to a person"))
-    if p.memory is not None:  # The memory expert reads the user's message only.
-        question = s.question
+    question = s.question
+    # The memory expert reads the user's message only, and only one that may state a fact.
+    if p.memory is not None and _memory.may_state_a_fact(question.content):
         p.memory.schedule(s.user_id, conversation_id, question.id, question.content)
     # The policy is checked on the thread already in memory, so a turn under the
     # threshold costs no database read; the background task checks again under its lease.
@@ -838,6 +862,10 @@ class Started:
     memories: Sequence[Memory] | None = None
     """The user's facts for the question, when the start looked them up alongside its own
     transaction (`None`: the turn looks them up after the start)."""
+    previous_category: str | None = None
+    """The route of the turn before, when the start read it (`guessed`)."""
+    guessed: bool = False
+    """The start read `previous_category` in its own transaction: no read for the guess."""
 
 
 Start = Callable[[TurnLease], Awaitable[Started]]
@@ -857,6 +885,10 @@ class Turn:
     """The conversation's lease: every write of the turn is fenced by it."""
     memory: Sequence[Document] = ()
     """The user's facts for this turn, ranked (each expert's budget keeps what fits)."""
+    previous_category: str | None = None
+    """The route of the turn before, when the start read it (`guessed`)."""
+    guessed: bool = False
+    """The start read `previous_category`: the speculation needs no read of its own."""
 
 
 @dataclass(frozen=True, kw_only=True)

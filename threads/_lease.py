@@ -109,11 +109,24 @@ def _give_back(conn: Connection, name: str, owner: str) -> None:
     _GIVE_BACK.run(conn, {"lease_name": name, "lease_owner": owner})
 
 
-def fence(conn: Connection, name: str, owner: str, token: int, ttl: float, subject: str) -> None:
+def fence(
+    conn: Connection,
+    name: str,
+    owner: str,
+    token: int,
+    ttl: float,
+    subject: str,
+    *,
+    give_back: bool = False,
+) -> None:
     """In `conn`'s transaction: check that `owner` still holds the lease with `token`.
 
     The check row-locks the lease until the transaction ends (and renews it), so a write
-    that follows it in the same transaction lands only while the lease holds.
+    that follows it in the same transaction lands only while the lease holds. With
+    `give_back`, the same statement expires the lease instead of renewing it: the last
+    transaction of a holder fences and gives back in one statement, and since the
+    transaction commits (or rolls back) as a whole, the lease is given back only with
+    its writes.
 
     Raises:
         LeaseLost: another owner took the lease over (it had expired), or it was given back;
@@ -123,7 +136,7 @@ def fence(conn: Connection, name: str, owner: str, token: int, ttl: float, subje
         "lease_name": name,
         "lease_owner": owner,
         "lease_token": token,
-        "expires": time.time() + ttl,
+        "expires": 0.0 if give_back else time.time() + ttl,
     }
     held = _FENCE.run(conn, params) == 1
     if not held:
@@ -237,8 +250,9 @@ class TurnLease:
             )
             delay = min(delay * 2, 0.1)
 
-    def fence(self, conn: Connection) -> None:
-        """In `conn`'s transaction: make sure this claim still holds (see `_lease.fence`).
+    def fence(self, conn: Connection, *, give_back: bool = False) -> None:
+        """In `conn`'s transaction: make sure this claim still holds (see `_lease.fence`);
+        with `give_back`, give it back in the same statement (the holder's last write).
 
         Raises:
             LeaseLost: another owner took the lease over; roll the transaction back.
@@ -249,7 +263,7 @@ class TurnLease:
                 conversation_id=self.subject,
                 token=None,
             )
-        fence(conn, self.name, self.owner, self.token, self.ttl, self.subject)
+        fence(conn, self.name, self.owner, self.token, self.ttl, self.subject, give_back=give_back)
 
     async def release(self, last: Callable[[Connection], T]) -> T:
         """Check the fence, run `last` (sync SQL) and give the lease back, in one transaction.
@@ -261,10 +275,8 @@ class TurnLease:
         """
 
         def work(conn: Connection) -> T:
-            self.fence(conn)
-            result = last(conn)
-            _give_back(conn, self.name, self.owner)
-            return result
+            self.fence(conn, give_back=True)  # One statement: checked and given back.
+            return last(conn)
 
         self._stop_renewing()
         result = await run_sync_tx(self.engine, work)

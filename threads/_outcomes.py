@@ -70,29 +70,73 @@ class TurnRecord:
     outcome: TurnOutcome | None
 
 
+def _upsert(insert: Any) -> Any:
+    """Insert an outcome; when one is stored already, change only its usage and models."""
+    stmt = insert(_out)
+    return stmt.on_conflict_do_update(
+        index_elements=[_out.c.user_message_id],
+        set_={"usage": stmt.excluded.usage, "models": stmt.excluded.models},
+    )
+
+
+_OUTCOME_COLUMNS = [c.name for c in _out.c]
+# Built once: `Insert.excluded` alone (its column proxies) costs more than running the SQL.
+_SAVE = Statement(
+    _upsert(sqlite.insert), postgresql=_upsert(postgresql.insert), columns=_OUTCOME_COLUMNS
+)
+
+
 def save(conn: Connection, outcome: TurnOutcome) -> None:
     """Store `outcome`; when one is stored already, only its usage and models change."""
-    values = {
-        "user_message_id": outcome.user_message_id,
-        "conversation_id": outcome.conversation_id,
-        "category": outcome.category,
-        "request": outcome.request,
-        "need_more_info": outcome.need_more_info,
-        "instruction": outcome.instruction,
-        "data": outcome.data,
-        "handler_ran": outcome.handler_ran,
-        "usage": outcome.usage,
-        "models": outcome.models,
-        "created_at": utcnow(),
-    }
-    insert: Any = (postgresql if conn.dialect.name == "postgresql" else sqlite).insert
-    stmt = insert(_out).values(**values)
-    conn.execute(
-        stmt.on_conflict_do_update(
-            index_elements=[_out.c.user_message_id],
-            set_={"usage": stmt.excluded.usage, "models": stmt.excluded.models},
-        )
+    _SAVE.run(
+        conn,
+        {
+            "user_message_id": outcome.user_message_id,
+            "conversation_id": outcome.conversation_id,
+            "category": outcome.category,
+            "request": outcome.request,
+            "need_more_info": outcome.need_more_info,
+            "instruction": outcome.instruction,
+            "data": outcome.data,
+            "handler_ran": outcome.handler_ran,
+            "usage": outcome.usage,
+            "models": outcome.models,
+            "created_at": utcnow(),
+        },
     )
+
+
+# The category a turn was routed to (its stored outcome's): one primary-key read.
+_CATEGORY = Statement(
+    sa.select(_out.c.category).where(_out.c.user_message_id == sa.bindparam("user_message_id"))
+)
+
+
+def previous_category(conn: Connection, path: list[MessageRecord]) -> str | None:
+    """The category the user message before the last one on `path` was routed to, if any
+    (the guess of the request expert a turn runs alongside triage)."""
+    for m in reversed(path[:-1]):
+        if m.role == "user":
+            row = _CATEGORY.first(conn, {"user_message_id": m.id})
+            return None if row is None else str(row["category"])
+    return None
+
+
+# The newest real reply under a question, and a turn's outcome: built once.
+_REPLY = Statement(
+    sa.select(_msg)
+    .where(
+        _msg.c.parent_id == sa.bindparam("question_id"),
+        _msg.c.role == "assistant",
+        # Not IN (...): an expanding parameter cannot be prebuilt.
+        sa.or_(_msg.c.kind == "message", _msg.c.kind == "handoff"),
+    )
+    .order_by(_msg.c.created_at.desc(), _msg.c.id.desc())
+    .limit(1)
+)
+_OUTCOME = Statement(
+    sa.select(_out).where(_out.c.user_message_id == sa.bindparam("user_message_id"))
+)
 
 
 def turn(conn: Connection, user_message_id: str) -> TurnRecord:
@@ -100,25 +144,8 @@ def turn(conn: Connection, user_message_id: str) -> TurnRecord:
 
     A real reply is the bot's, an operator's, or the waiting marker of a message kept for
     a person (a retry of that message replays it); never a failed-turn marker."""
-    reply = (
-        conn.execute(
-            sa.select(_msg)
-            .where(
-                _msg.c.parent_id == user_message_id,
-                _msg.c.role == "assistant",
-                _msg.c.kind.in_(("message", "handoff")),
-            )
-            .order_by(_msg.c.created_at.desc(), _msg.c.id.desc())
-            .limit(1)
-        )
-        .mappings()
-        .first()
-    )
-    row = (
-        conn.execute(sa.select(_out).where(_out.c.user_message_id == user_message_id))
-        .mappings()
-        .first()
-    )
+    reply = _REPLY.first(conn, {"question_id": user_message_id})
+    row = _OUTCOME.first(conn, {"user_message_id": user_message_id})
     return TurnRecord(
         reply=None if reply is None else MessageRecord.from_row(reply),
         outcome=None if row is None else TurnOutcome.from_row(row),
@@ -134,20 +161,32 @@ def write_reply(conn: Connection, reply: MessageRecord) -> None:
     leaf, so the path the user is on keeps alternating.
     """
     assert reply.parent_id is not None, "a reply has a question"
-    child = _msg.alias("child")
-    markers = sa.and_(
-        _msg.c.parent_id == reply.parent_id, _msg.c.role == "assistant", _msg.c.kind == "failed"
-    )
-    childless = ~sa.exists().where(child.c.parent_id == _msg.c.id)
-    leaf_ids = sa.select(_msg.c.id).where(markers, childless)
-    gone = [row[0] for row in conn.execute(leaf_ids)]
+    markers = _MARKERS.rows(conn, {"question_id": reply.parent_id})
+    if not markers:  # The usual turn: no failed try before it.
+        _writes.write(conn, reply)
+        return
+    gone = [row["id"] for row in markers if row["childless"]]
     if gone:
         conn.execute(sa.delete(_msg).where(_msg.c.id.in_(gone)))
-    moved_on = conn.execute(sa.select(_msg.c.id).where(markers).limit(1)).first() is not None
-    if moved_on:
+    if len(gone) < len(markers):  # The conversation moved on from a marker: keep the leaf.
         conn.execute(sa.insert(_msg), {n: getattr(reply, n) for n in MessageRecord.__slots__})
     else:
         _writes.write(conn, reply)
+
+
+def _failed_markers() -> sa.Select[Any]:
+    """The failed-turn markers under `:question_id`, each with whether nothing follows it."""
+    child = _msg.alias("child")
+    childless = ~sa.exists().where(child.c.parent_id == _msg.c.id)
+    return sa.select(_msg.c.id, childless.label("childless")).where(
+        _msg.c.parent_id == sa.bindparam("question_id"),
+        _msg.c.role == "assistant",
+        _msg.c.kind == "failed",
+    )
+
+
+# One indexed read instead of two, built once.
+_MARKERS = Statement(_failed_markers())
 
 
 def mark_failed(conn: Connection, question: MessageRecord, safe_reply: str) -> MessageRecord | None:

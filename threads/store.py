@@ -92,6 +92,12 @@ class TurnStart:
     """A hand-off this transaction closed because its user waited past the timeout."""
     recalled: Any = None
     """What the `recall` reader given to `start_turn` returned (the user's memories)."""
+    previous_category: str | None = None
+    """The category the user message before `message` on `path` was routed to (its stored
+    outcome's), read in the same transaction; `None` without a path or such an outcome."""
+    stored: TurnRecord | None = None
+    """For an idempotent repeat, what is stored of its turn (reply and outcome: two indexed
+    reads in the same transaction, so a replay needs no read of its own); else `None`."""
 
 
 class ConversationStore:
@@ -300,6 +306,10 @@ class ConversationStore:
                 handoff=held,
                 answer=answer,
                 handed_back=handed_back,
+                previous_category=None
+                if path is None
+                else _outcomes.previous_category(conn, path.messages),
+                stored=None if created else _outcomes.turn(conn, message.id),
                 # A message kept for a person runs no expert: nothing to recall for it.
                 recalled=None if recall is None or answer is not None else recall(conn),
             )

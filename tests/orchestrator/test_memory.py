@@ -390,7 +390,8 @@ async def test_the_thread_stays_pure_and_the_memory_expert_reads_only_user_turns
     for request in team.calls:
         assert not any(f in t for t in texts_sent(request) for f in facts)
     memory_calls = team.of("memory")
-    assert [r.messages for r in memory_calls] == [[{"role": "user", "content": t}] for t in said]
+    stating = said[:2]  # "Thanks, that is all" may state no fact: no memory call for it.
+    assert [r.messages for r in memory_calls] == [[{"role": "user", "content": t}] for t in stating]
     replies = {m.content for m in transcript if m.role == "assistant"}
     for request in memory_calls:
         assert not any(reply in request.memory + request.system for reply in replies)

@@ -31,6 +31,8 @@ class SlowTeam:
     delay: float = 0.2
     triage_extra: float = 0.0
     """Seconds triage takes beyond `delay`."""
+    request_extra: float = 0.0
+    """Seconds the request expert takes beyond `delay`."""
     route: str = "ORDERS"
     spans: list[tuple[str, float, float, bool]] = field(default_factory=list)
     """(expert, start, end, finished) per call; `finished` false when it was cancelled."""
@@ -45,6 +47,8 @@ class SlowTeam:
                 await asyncio.sleep(self.delay)
             if request.expert == "triage":
                 await asyncio.sleep(self.triage_extra)
+            if request.expert == "request":
+                await asyncio.sleep(self.request_extra)
             finished = True
         finally:
             self.spans.append((request.expert, start, time.perf_counter(), finished))
@@ -112,7 +116,9 @@ async def test_kept_when_triage_agrees_the_request_runs_once_alongside_triage(
 
 
 async def test_cancelled_and_rerun_when_triage_disagrees(db_url: str) -> None:
-    team = SlowTeam(delay=0.2)
+    # The guess needs no read of its own (the start read the route): it starts with triage,
+    # so it must outlast triage to be seen cancelled.
+    team = SlowTeam(delay=0.2, request_extra=0.2)
     orch = await two_turns(team, db_url)
     team.route = "ORDER_STATUS"
     reply = await orch.handle("c", "where is order 77120?")
