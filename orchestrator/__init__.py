@@ -10,7 +10,7 @@ from frontdesk.orchestrator.errors import (
     InvalidUserText,
     TurnFailed,
 )
-from frontdesk.orchestrator.handoff import Handoff
+from frontdesk.orchestrator.handoff import Claim, Handoff
 from frontdesk.orchestrator.reply import Reply
 from frontdesk.orchestrator.stream import TurnEvent
 from frontdesk.orchestrator.sync import SyncOrchestrator
@@ -20,6 +20,7 @@ __all__ = [
     "ErasureReport",
     "ExpertSettings",
     "ForbiddenCharacters",
+    "Claim",
     "Handoff",
     "InputTooLarge",
     "InvalidUserText",

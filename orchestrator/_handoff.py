@@ -22,6 +22,7 @@ from frontdesk.audit.events import AuditEvent, EventKind
 from frontdesk.errors import ConversationBusy
 from frontdesk.orchestrator.turn import Pipeline
 from frontdesk.threads.handoffs import (
+    Claimed,
     HandedBack,
     HandoffPolicy,
     HandoffRecord,
@@ -111,8 +112,9 @@ def _placed_payload(placed: Placed) -> dict[str, Any]:
     }
 
 
-def handed_back_events(back: HandedBack) -> list[AuditEvent]:
-    """A hand-back: the timeout's message (if it left one), then `hand_back`."""
+def handed_back_events(back: HandedBack, operator_id: str | None = None) -> list[AuditEvent]:
+    """A hand-back: the timeout's message (if it left one), then `hand_back` (naming the
+    operator who handed it back, if one did)."""
     batch = []
     if back.placed is not None:
         batch.append(
@@ -124,9 +126,49 @@ def handed_back_events(back: HandedBack) -> list[AuditEvent]:
             )
         )
     batch.append(
-        _event("hand_back", back.turn_id, handoff_id=back.handoff.id, by=back.handoff.closed_by)
+        _event(
+            "hand_back",
+            back.turn_id,
+            handoff_id=back.handoff.id,
+            by=back.handoff.closed_by,
+            operator_id=operator_id,
+        )
     )
     return batch
+
+
+def claimed_event(
+    handoff_id: str, turn_id: str, operator_id: str, previous: str | None
+) -> AuditEvent:
+    """`handoff_claimed`: who has it now, and who had it (a transfer)."""
+    return _event(
+        "handoff_claimed",
+        turn_id,
+        handoff_id=handoff_id,
+        operator_id=operator_id,
+        previous=previous,
+        transfer=previous is not None,
+    )
+
+
+async def claim(p: Pipeline, conversation_id: str, operator_id: str) -> Claimed:
+    """Give the open hand-off to `operator_id`; audited as `handoff_claimed` (a transfer
+    when another operator had it), nothing when they had it already."""
+    store = HandoffStore(p.store.engine)
+
+    def events(claimed: Claimed) -> list[AuditEvent]:
+        if not claimed.changed:
+            return []
+        h = claimed.handoff
+        return [claimed_event(h.id, claimed.turn_id, operator_id, claimed.previous)]
+
+    return await audited(
+        p,
+        conversation_id,
+        lambda also: store.claim(conversation_id, operator_id, also=also),
+        events,
+        lambda claimed: claimed.handoff.user_id,
+    )
 
 
 async def start_turn(
@@ -180,14 +222,18 @@ async def operator_reply(
 
     def events(result: tuple[HandoffRecord, Placed]) -> list[AuditEvent]:
         handoff, placed = result
+        claim = []
+        if handoff.claimed_by is None:  # the reply claimed it
+            claim = [claimed_event(handoff.id, placed.turn_id, operator_id, None)]
         return [
+            *claim,
             _event(
                 "operator_reply",
                 placed.turn_id,
                 handoff_id=handoff.id,
                 operator_id=operator_id,
                 **_placed_payload(placed),
-            )
+            ),
         ]
 
     try:
@@ -206,9 +252,16 @@ async def operator_reply(
 
 
 async def hand_back(
-    p: Pipeline, lease: TurnLease, conversation_id: str, *, by: str, message: str | None = None
+    p: Pipeline,
+    lease: TurnLease,
+    conversation_id: str,
+    *,
+    by: str,
+    message: str | None = None,
+    operator_id: str | None = None,
 ) -> HandedBack:
-    """Close the conversation's hand-off (under its lease) and audit it."""
+    """Close the conversation's hand-off (under its lease) and audit it (naming the
+    operator who handed it back)."""
     store = HandoffStore(p.store.engine)
     try:
         return await audited(
@@ -217,7 +270,7 @@ async def hand_back(
             lambda also: store.close(
                 conversation_id, by=by, message=message, lease=lease, also=also
             ),
-            handed_back_events,
+            lambda back: handed_back_events(back, operator_id),
             lambda back: back.handoff.user_id,
         )
     finally:

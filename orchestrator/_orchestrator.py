@@ -34,7 +34,7 @@ from frontdesk.orchestrator._compaction import BackgroundCompaction, Compactor, 
 from frontdesk.orchestrator._input import DEFAULT_MAX_MESSAGE_CHARS, check_user_text
 from frontdesk.orchestrator._memory import Memories
 from frontdesk.orchestrator.config import EXPERTS, ExpertSettings, ModelChoice, resolve_models
-from frontdesk.orchestrator.handoff import Handoff
+from frontdesk.orchestrator.handoff import Claim, Handoff
 from frontdesk.orchestrator.reply import Reply
 from frontdesk.orchestrator.stream import TurnEvent, stream_turn
 from frontdesk.orchestrator.turn import Pipeline, Start, Started, run_turn
@@ -533,6 +533,19 @@ class Orchestrator:
         now = utcnow()
         return [Handoff.of(r, now) for r in records]
 
+    async def claim(self, conversation_id: str, *, operator_id: str) -> Claim:
+        """Give a handed-off conversation to one operator: until another claims it (a
+        transfer), only they may answer it (`operator_reply` raises `HandoffClaimed` for
+        anyone else). Audited as `handoff_claimed`; claiming one's own changes nothing.
+
+        Raises:
+            ConversationNotFound: no such conversation.
+            NotHandedOff: no person has the conversation (`hand_off` first).
+        """
+        p = await self._open()
+        claimed = await _handoff.claim(p, conversation_id, operator_id)
+        return Claim(handoff=Handoff.of(claimed.handoff, utcnow()), previous=claimed.previous)
+
     async def operator_reply(self, conversation_id: str, text: str, *, operator_id: str) -> str:
         """Answer the user as a person: an assistant message authored `operator:<id>`.
 
@@ -548,6 +561,7 @@ class Orchestrator:
             InvalidUserText: empty or unstorable text.
             ConversationNotFound: no such conversation.
             NotHandedOff: no person has the conversation (`hand_off` first).
+            HandoffClaimed: another operator has claimed it (`claim` it first).
             ConversationBusy: a turn held the conversation past `lock_timeout`.
         """
         text = check_user_text(text, max_chars=self.max_message_chars)
@@ -557,7 +571,7 @@ class Orchestrator:
         )
         return placed.message.id
 
-    async def hand_back(self, conversation_id: str) -> None:
+    async def hand_back(self, conversation_id: str, *, operator_id: str | None = None) -> None:
         """Give the conversation back to the bot: the next user message is answered by the
         experts, with the whole thread (operator turns included). Audited as `hand_back`.
 
@@ -567,7 +581,13 @@ class Orchestrator:
             ConversationBusy: a turn held the conversation past `lock_timeout`.
         """
         p = await self._open()
-        await _handoff.hand_back(p, self._lease(p, conversation_id), conversation_id, by="operator")
+        await _handoff.hand_back(
+            p,
+            self._lease(p, conversation_id),
+            conversation_id,
+            by="operator",
+            operator_id=operator_id,
+        )
 
     async def user_thread(self, conversation_id: str, *, user_id: str | None = None) -> UserThread:
         """What the experts will be sent next for this conversation (summary included).

@@ -1,4 +1,4 @@
-"""`Handoff`: a conversation a person has, as `Orchestrator.handoffs()` lists it."""
+"""`Handoff`: a conversation a person has, as `Orchestrator.handoffs()` lists it; `Claim`."""
 
 from __future__ import annotations
 
@@ -22,6 +22,10 @@ class Handoff:
     waiting_seconds: float
     """How long the user has waited for a person's answer: since the hand-off, or since
     their first message after an operator's last reply; 0 while nothing is unanswered."""
+    claimed_by: str | None = None
+    """The operator who has claimed it (only they may answer), or `None`: anyone may."""
+    waiting_since: datetime | None = None
+    """Since when the user has waited for a person (`None`: answered)."""
 
     @classmethod
     def of(cls, record: HandoffRecord, now: datetime) -> Handoff:
@@ -32,4 +36,15 @@ class Handoff:
             reason=record.reason,
             opened_at=record.opened_at,
             waiting_seconds=record.waiting_seconds(now),
+            claimed_by=record.claimed_by,
+            waiting_since=record.waiting_since,
         )
+
+
+@dataclass(frozen=True, kw_only=True)
+class Claim:
+    """What `Orchestrator.claim` did: the hand-off now, and who had it before."""
+
+    handoff: Handoff
+    previous: str | None
+    """The operator it was taken from (a transfer), or `None`."""

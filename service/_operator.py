@@ -12,7 +12,6 @@ from fastapi import APIRouter
 from frontdesk.errors import ConversationNotFound
 from frontdesk.orchestrator import Handoff
 from frontdesk.service._deps import Operator, Orch
-from frontdesk.threads.desk import turn_outcomes
 from frontdesk.service._schemas import (
     EVERY_ROUTE,
     WITH_BODY,
@@ -28,6 +27,7 @@ from frontdesk.service._schemas import (
     OperatorMessageOut,
     error_responses,
 )
+from frontdesk.threads.desk import turn_outcomes
 
 router = APIRouter(prefix="/v1", tags=["operator"])
 

@@ -46,14 +46,12 @@ class ChangeMark:
 
 
 def _mark(conn: Connection, conversation_id: str) -> ChangeMark:
-    cid = sa.bindparam("cid")
+    cid = conversation_id
     messages = sa.select(sa.func.count(), sa.func.max(_msg.c.created_at)).where(
         _msg.c.conversation_id == cid
     )
-    count, last_at = conn.execute(messages, {"cid": conversation_id}).one()
-    leaf = conn.execute(
-        sa.select(_conv.c.active_leaf_id).where(_conv.c.id == cid), {"cid": conversation_id}
-    ).first()
+    count, last_at = conn.execute(messages).one()
+    leaf = conn.execute(sa.select(_conv.c.active_leaf_id).where(_conv.c.id == cid)).first()
     rows = conn.execute(
         sa.select(
             _handoff.c.opened_at,
@@ -63,8 +61,7 @@ def _mark(conn: Connection, conversation_id: str) -> ChangeMark:
             _handoff.c.claimed_by,
         )
         .where(_handoff.c.conversation_id == cid)
-        .order_by(_handoff.c.opened_at),
-        {"cid": conversation_id},
+        .order_by(_handoff.c.opened_at)
     ).all()
     changed = tuple(t for r in rows for t in (r[0], r[1], r[2]))
     position: int | None = None
@@ -114,16 +111,12 @@ async def queue_mark(engine: AsyncEngine) -> tuple[tuple[str, str | None, dateti
 
 
 def _outcomes(conn: Connection, conversation_id: str) -> list[TurnOutcome]:
-    rows = conn.execute(
-        sa.select(_out).where(_out.c.conversation_id == conversation_id)
-    ).mappings()
+    rows = conn.execute(sa.select(_out).where(_out.c.conversation_id == conversation_id)).mappings()
     return [TurnOutcome.from_row(r) for r in rows]
 
 
 async def turn_outcomes(engine: AsyncEngine, conversation_id: str) -> dict[str, TurnOutcome]:
     """Every stored turn outcome of the conversation (category, request, instruction),
     keyed by the user message it answers: one read, for the console's context pane."""
-    found = await run_sync_tx(
-        engine, lambda conn: _outcomes(conn, conversation_id), readonly=True
-    )
+    found = await run_sync_tx(engine, lambda conn: _outcomes(conn, conversation_id), readonly=True)
     return {o.user_message_id: o for o in found}

@@ -20,6 +20,7 @@ from frontdesk.threads import _handoff
 from frontdesk.threads._handoff import (
     DEFAULT_TIMEOUT_MESSAGE,
     DEFAULT_WAITING_MESSAGE,
+    Claimed,
     HandedBack,
     HandoffPolicy,
     HandoffRecord,
@@ -31,6 +32,7 @@ from frontdesk.threads._records import check_id, check_text
 from frontdesk.threads._tx import run_sync_tx
 
 __all__ = [
+    "Claimed",
     "DEFAULT_TIMEOUT_MESSAGE",
     "DEFAULT_WAITING_MESSAGE",
     "HandedBack",
@@ -88,6 +90,26 @@ class HandoffStore:
         return await run_sync_tx(
             self.engine, lambda conn: _handoff.history(conn, conversation_id), readonly=True
         )
+
+    async def claim(
+        self, conversation_id: str, operator_id: str, *, also: Also[Claimed] | None = None
+    ) -> Claimed:
+        """Give the open hand-off to `operator_id` (from another operator: a transfer).
+
+        Raises:
+            ConversationNotFound: no such conversation.
+            NotHandedOff: the conversation is not handed off.
+        """
+        check_id(conversation_id, "conversation_id")
+        check_id(operator_id, "operator_id")
+
+        def work(conn: Connection) -> Claimed:
+            claimed = _handoff.claim(conn, conversation_id, operator_id)
+            if also is not None:
+                also(conn, claimed)
+            return claimed
+
+        return await run_sync_tx(self.engine, work)
 
     async def operator_reply(
         self,
