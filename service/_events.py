@@ -43,7 +43,7 @@ from frontdesk.service._operator import handoff_json
 from frontdesk.service._schemas import EVERY_ROUTE, error_responses
 from frontdesk.service._sse import SSE_HEADERS
 from frontdesk.threads.desk import ChangeMark, change_mark, queue_mark
-from frontdesk.threads.handoffs import HandoffRecord, HandoffStore
+from frontdesk.threads.handoff import HandoffRecord
 from frontdesk.threads.models import utcnow
 from frontdesk.threads.store import MessageRecord
 
@@ -141,7 +141,7 @@ async def conversation_events(
     """Every event the conversation's stream holds now, in id order, and the ids of the
     messages on its active path."""
     messages = await orch.transcript(conversation_id, user_id=user_id)
-    history = await HandoffStore(orch.store.engine).history(conversation_id)
+    history = await orch.store.handoffs.history(conversation_id)
     events = [message_event(m, operator_view) for m in messages]
     for m in messages:
         if m.author.startswith("operator:"):
@@ -234,7 +234,7 @@ async def _queue_frames(
     request: Request, orch: Orchestrator, after: str | None, timing: StreamTiming
 ) -> AsyncIterator[str]:
     yield "retry: 1000\n\n"
-    store = HandoffStore(orch.store.engine)
+    store = orch.store.handoffs
     mark: object = None
     before: dict[str, dict[str, Any]] = {}
     last_digest = after.rsplit("-", 1)[-1] if after else None
