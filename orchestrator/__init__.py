@@ -16,11 +16,11 @@ from frontdesk.orchestrator.stream import TurnEvent
 from frontdesk.orchestrator.sync import SyncOrchestrator
 
 __all__ = [
+    "Claim",
     "EmptyMessage",
     "ErasureReport",
     "ExpertSettings",
     "ForbiddenCharacters",
-    "Claim",
     "Handoff",
     "InputTooLarge",
     "InvalidUserText",
