@@ -18,7 +18,7 @@ serve --workers N` reaches every client, on SQLite and PostgreSQL alike. Event i
 by time: `<microseconds since the epoch, 16 digits>-<what>`. A client that reconnects with
 `Last-Event-ID` gets every event after that one; without it, the conversation from its
 first message. A comment line every `keepalive` seconds keeps proxies from closing an
-idle stream.
+idle stream; after `max_age` seconds the server ends it and the client reconnects.
 """
 
 from __future__ import annotations
@@ -74,10 +74,13 @@ AGENT = "agent"
 
 @dataclass(frozen=True, slots=True)
 class StreamTiming:
-    """How often the streams poll the store, and how long they stay silent at most."""
+    """How often the streams poll the store, how long they stay silent at most, and how
+    long one stays open: then it ends, and the client reconnects with Last-Event-ID (its
+    token is checked again, and the new stream may go to another worker)."""
 
     poll: float = 0.5
     keepalive: float = 15.0
+    max_age: float = 300.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -184,8 +187,8 @@ async def _conversation_frames(
     shown: set[str] = set()
     mark: ChangeMark | None = None
     first = True
-    quiet_since = time.monotonic()
-    while not await request.is_disconnected():
+    quiet_since = opened = time.monotonic()
+    while not await request.is_disconnected() and time.monotonic() - opened < timing.max_age:
         now = await change_mark(orch.store.engine, conversation_id)
         if not now.exists:
             return  # erased while followed

@@ -38,13 +38,14 @@ function drawQueue() {
     button.dataset.conversation = h.conversation_id;
     const waiting = h.waiting_since
       ? "waiting " + fd.waited((Date.now() - Date.parse(h.waiting_since)) / 1000) : "answered";
+    // Its name is what it shows, the action first: "Take over c-12 alice · waiting 3 s ...".
+    const action = h.claimed_by === me ? "Open" : (h.claimed_by ? "Take over from " + h.claimed_by : "Take over");
     button.append(
+      fd.el("span", "act", action + " "),
       fd.el("span", "cid", h.conversation_id),
       fd.el("span", "sub", `${h.user_id || "anonymous"} \u00b7 ${waiting} \u00b7 ${who(h)}`
         + (h.reason ? ` \u00b7 ${h.reason}` : "")),
     );
-    const action = h.claimed_by === me ? "Open" : (h.claimed_by ? "Take over from " + h.claimed_by : "Take over");
-    button.setAttribute("aria-label", `${action} ${h.conversation_id} (${h.user_id || "anonymous"}, ${waiting}, ${who(h)})`);
     button.addEventListener("click", () => takeOver(h.conversation_id));
     li.append(button);
     list.append(li);

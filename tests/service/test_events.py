@@ -240,8 +240,6 @@ def test_a_second_operator_is_refused_until_they_claim(base_url: str) -> None:
         f"{base_url}/v1/conversations/{cid}/context", headers=auth("bob", roles=OPERATOR)
     ).json()
     assert context["user_id"] == "alice" and context["summary"] is None
-    assert [(t["text"], t["category"]) for t in context["turns"]] == [
-        ("a person please", "HUMAN")
-    ]
+    assert [(t["text"], t["category"]) for t in context["turns"]] == [("a person please", "HUMAN")]
     customer = httpx.get(f"{base_url}/v1/conversations/{cid}/context", headers=auth("alice"))
     assert customer.status_code == 403
