@@ -59,7 +59,17 @@ ERRORS = error_responses(
 EVENTS_RESPONSE: dict[int | str, dict[str, Any]] = {
     200: {
         "description": "Server-Sent Events, each a `data:` line of JSON with a `type`.",
-        "content": {"text/event-stream": {"schema": {"type": "string"}}},
+        "content": {
+            "text/event-stream": {
+                "schema": {  # one SSE event: `data` is JSON with a `type`
+                    "type": "object",
+                    "properties": {
+                        "id": {"type": "string"},
+                        "data": {"type": "string", "contentMediaType": "application/json"},
+                    },
+                }
+            }
+        },
     }
 }
 
@@ -241,9 +251,9 @@ async def _queue_frames(
     mark: object = None
     before: dict[str, dict[str, Any]] = {}
     last_digest = after.rsplit("-", 1)[-1] if after else None
-    quiet_since = time.monotonic()
+    quiet_since = opened = time.monotonic()
     expired_at = 0.0
-    while not await request.is_disconnected():
+    while not await request.is_disconnected() and time.monotonic() - opened < timing.max_age:
         if orch.handoff_policy.timeout is not None and time.monotonic() - expired_at > 5.0:
             await orch.handoffs()  # hands back the timed-out ones (their streams show it)
             expired_at = time.monotonic()

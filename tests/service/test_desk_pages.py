@@ -101,14 +101,18 @@ def no_sideways_scroll(page: Page) -> None:
     assert width <= page.viewport_size["width"] if page.viewport_size else True, width
 
 
-def customer(browser: Browser, url: str, user: str, width: int = 1100) -> tuple[BrowserContext, Page]:
+def customer(
+    browser: Browser, url: str, user: str, width: int = 1100
+) -> tuple[BrowserContext, Page]:
     context = browser.new_context(viewport={"width": width, "height": 760})
     page = context.new_page()
     page.goto(f"{url}/#token={token(user)}")
     return context, page
 
 
-def console(browser: Browser, url: str, operator: str, width: int = 1280) -> tuple[BrowserContext, Page]:
+def console(
+    browser: Browser, url: str, operator: str, width: int = 1280
+) -> tuple[BrowserContext, Page]:
     context = browser.new_context(viewport={"width": width, "height": 760})
     page = context.new_page()
     page.goto(f"{url}/operator#token={token(operator, roles=OPERATOR)}")
@@ -134,9 +138,7 @@ def test_the_whole_hand_off_live_on_both_sides(browser: Browser, server: str, sh
     reconnects: list[str | None] = []
     chat.on(
         "request",
-        lambda r: reconnects.append(r.headers.get("last-event-id"))
-        if "/events" in r.url
-        else None,
+        lambda r: reconnects.append(r.headers.get("last-event-id")) if "/events" in r.url else None,
     )
     try:
         expect(desk.locator("#queue")).to_be_visible()
@@ -198,7 +200,9 @@ def test_the_whole_hand_off_live_on_both_sides(browser: Browser, server: str, sh
         desk.click("#send")
         expect(chat.locator(".msg.operator", has_text="Go ahead.")).to_have_count(1)
         assert any(r for r in reconnects), f"no reconnect sent Last-Event-ID: {reconnects}"
-        ids = chat.evaluate("() => [...document.querySelectorAll('#log .msg')].map(d => d.dataset.id)")
+        ids = chat.evaluate(
+            "() => [...document.querySelectorAll('#log .msg')].map(d => d.dataset.id)"
+        )
         assert len(ids) == len(set(ids)), ids  # nothing drawn twice after the reconnects
 
         desk.click("#hand-back")
