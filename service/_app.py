@@ -13,9 +13,10 @@ from fastapi import FastAPI
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from frontdesk import metrics
 from frontdesk.orchestrator import Orchestrator
 from frontdesk.schema import current_revisions, head_revisions
-from frontdesk.service import _api, _errors, _events, _memories, _operator
+from frontdesk.service import _api, _errors, _events, _memories, _operator, _telemetry
 from frontdesk.service._auth import TokenVerifier
 from frontdesk.service._deps import Service
 from frontdesk.service._limits import DEFAULT_MAX_BODY_BYTES, RateLimiter
@@ -106,6 +107,7 @@ def create_app(
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     owns_orchestrator: bool = False,
     event_timing: _events.StreamTiming | None = None,
+    metrics_route: bool = True,
 ) -> FastAPI:
     """The HTTP service over `orchestrator`.
 
@@ -120,6 +122,8 @@ def create_app(
         owns_orchestrator: Close the orchestrator (and the limiter) on shutdown.
         event_timing: How often the `/events` streams poll the store, and their
             keep-alive interval (`StreamTiming()` by default).
+        metrics_route: Serve `GET /metrics` (when `prometheus_client` is installed);
+            `False` when the metrics are served on a port of their own.
     """
     parts = Service(
         orchestrator=orchestrator,
@@ -156,9 +160,12 @@ def create_app(
     app.include_router(_memories.router)
     app.include_router(_operator.router)
     app.include_router(_events.router)
+    if metrics_route and metrics.available():
+        app.include_router(_telemetry.router)
 
     app.add_middleware(BodyLimit, max_bytes=max_body_bytes)
     app.add_middleware(NameTheWorker, worker=worker)
+    _telemetry.instrument(app)  # Server spans, when the `otel` extra is installed.
 
     @app.get("/healthz", response_model=HealthOut, tags=["health"])
     async def healthz() -> HealthOut:
