@@ -25,7 +25,16 @@ demo: $(STAMP)
 CHROMIUM ?= chromium
 CHROMIUM_FIX := sudo apt-get update && sudo apt-get install -y chromium
 
-prerequisites:
+# axe-core, which the page tests inject into the chat page and the console (npm, pinned by
+# tests/service/axe/package-lock.json).
+AXE := tests/service/axe/node_modules/axe-core/axe.min.js
+
+$(AXE): tests/service/axe/package.json tests/service/axe/package-lock.json
+	@command -v npm >/dev/null 2>&1 || { echo "make test needs npm (for axe-core): sudo apt-get install -y npm" >&2; exit 1; }
+	cd tests/service/axe && npm ci --no-audit --no-fund --silent
+	@touch $(AXE)
+
+prerequisites: $(AXE)
 	@if ! command -v $(CHROMIUM) >/dev/null 2>&1 && ! command -v $(CHROMIUM)-browser >/dev/null 2>&1; then \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
 	    echo "installing Debian's chromium (the audit HTML export test renders in it)"; \

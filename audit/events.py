@@ -38,7 +38,9 @@ EventKind = Literal[
     # superseded (the waiting marker it replaced, or null), text
     "handoff_timeout",  # payload: handoff_id, assistant_message_id, parent_id, superseded,
     # text (the timeout message, written by the bot as it takes the conversation back)
-    "hand_back",  # payload: handoff_id, by ("operator" | "timeout")
+    "handoff_claimed",  # payload: handoff_id, operator_id, previous (the operator it was
+    # taken from: a transfer), transfer (bool); a reply on an unclaimed hand-off claims it
+    "hand_back",  # payload: handoff_id, by ("operator" | "timeout"), operator_id (who, or null)
     "erased",  # chain user_chain_id(user): at, requested_by, counts (no content, in clear)
     "retention",  # chain "retention": at, older_than_days, cutoff, periods_before, counts
     "memory_written",  # payload: memory ids written and superseded, keys, source (no text)

@@ -338,7 +338,14 @@ def _apply(turn: TurnView, row: AuditRow) -> None:
 
 
 HANDOFF_KINDS = frozenset(
-    {"hand_off", "handoff_held", "operator_reply", "handoff_timeout", "hand_back"}
+    {
+        "hand_off",
+        "handoff_claimed",
+        "handoff_held",
+        "operator_reply",
+        "handoff_timeout",
+        "hand_back",
+    }
 )
 """The events of a hand-off to a person (see `audit/events.py`)."""
 
@@ -353,7 +360,15 @@ def _apply_handoff(turn: TurnView, kind: str, p: dict[str, Any]) -> None:
     if kind == "hand_off":
         turn.handoff_events.append(f"hand_off: {p.get('reason') or ''}".rstrip(": "))
     elif kind == "hand_back":
-        turn.handoff_events.append(f"hand_back: {p.get('by') or ''}".rstrip(": "))
+        by = p.get("by") or ""
+        if p.get("operator_id"):
+            by = f"{by} {p['operator_id']}"
+        turn.handoff_events.append(f"hand_back: {by}".rstrip(": "))
+    elif kind == "handoff_claimed":
+        claimant = str(p.get("operator_id") or "")
+        if p.get("previous"):
+            claimant += f" (transfer from {p['previous']})"
+        turn.handoff_events.append(f"handoff_claimed: {claimant}".rstrip(": "))
     elif kind == "handoff_held":
         turn.held = True
         turn.reply_text, turn.assistant_message_id = p.get("text"), p.get("assistant_message_id")

@@ -24,6 +24,7 @@
     │   ├── IdempotencyConflict         a client message id reused with different text (409)
     │   ├── ConversationNotFound        no such conversation for this user (404)
     │   ├── NotHandedOff                an operator call on a conversation no person has (409)
+    │   ├── HandoffClaimed              another operator has claimed the conversation (409)
     │   ├── ConversationHandedOff       a bot-only call while a person has the conversation
     │   ├── MessageNotFound             no such message (or not in the named conversation)
     │   │   └── MessageNotInConversation
@@ -86,6 +87,7 @@ __all__ = [
     "ForbiddenCharacters",
     "FrontdeskError",
     "HandlerFailed",
+    "HandoffClaimed",
     "IdempotencyConflict",
     "InputTooLarge",
     "InvalidConversationFile",
@@ -343,6 +345,19 @@ class NotHandedOff(UserError):
     def __init__(self, message: str, *, conversation_id: str) -> None:
         super().__init__(message)
         self.conversation_id = conversation_id
+
+
+class HandoffClaimed(UserError):
+    """Another operator has claimed the conversation: only they may answer it.
+
+    Claim it first (`Orchestrator.claim`, `POST .../claim`: a transfer, audited); the
+    service answers 409.
+    """
+
+    def __init__(self, message: str, *, conversation_id: str, claimed_by: str) -> None:
+        super().__init__(message)
+        self.conversation_id = conversation_id
+        self.claimed_by = claimed_by
 
 
 class ConversationHandedOff(UserError):

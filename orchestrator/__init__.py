@@ -10,12 +10,13 @@ from frontdesk.orchestrator.errors import (
     InvalidUserText,
     TurnFailed,
 )
-from frontdesk.orchestrator.handoff import Handoff
+from frontdesk.orchestrator.handoff import Claim, Handoff
 from frontdesk.orchestrator.reply import Reply
 from frontdesk.orchestrator.stream import TurnEvent
 from frontdesk.orchestrator.sync import SyncOrchestrator
 
 __all__ = [
+    "Claim",
     "EmptyMessage",
     "ErasureReport",
     "ExpertSettings",

@@ -34,7 +34,7 @@ from frontdesk.orchestrator.config import (
     resolve_models,
     warn_offline_once,
 )
-from frontdesk.orchestrator.handoff import Handoff
+from frontdesk.orchestrator.handoff import Claim, Handoff
 from frontdesk.orchestrator.memory import Memories
 from frontdesk.orchestrator.reply import Reply
 from frontdesk.orchestrator.stream import TurnEvent, stream_turn
@@ -478,6 +478,18 @@ class Orchestrator:
         p = await self._open()
         return await handoff.handoffs(p, p.handoff, p.lease)
 
+    async def claim(self, conversation_id: str, *, operator_id: str) -> Claim:
+        """Give a handed-off conversation to one operator: until another claims it (a
+        transfer), only they may answer it (`operator_reply` raises `HandoffClaimed` for
+        anyone else). Audited as `handoff_claimed`; claiming one's own changes nothing.
+
+        Raises:
+            ConversationNotFound: no such conversation.
+            NotHandedOff: no person has the conversation (`hand_off` first).
+        """
+        p = await self._open()
+        return await handoff.claim(p, conversation_id, operator_id)
+
     async def operator_reply(self, conversation_id: str, text: str, *, operator_id: str) -> str:
         """Answer the user as a person: an assistant message authored `operator:<id>`.
 
@@ -493,6 +505,7 @@ class Orchestrator:
             InvalidUserText: empty or unstorable text.
             ConversationNotFound: no such conversation.
             NotHandedOff: no person has the conversation (`hand_off` first).
+            HandoffClaimed: another operator has claimed it (`claim` it first).
             ConversationBusy: a turn held the conversation past `lock_timeout`.
         """
         text = check_user_text(text, max_chars=self.max_message_chars)
@@ -502,7 +515,7 @@ class Orchestrator:
         )
         return placed.message.id
 
-    async def hand_back(self, conversation_id: str) -> None:
+    async def hand_back(self, conversation_id: str, *, operator_id: str | None = None) -> None:
         """Give the conversation back to the bot: the next user message is answered by the
         experts, with the whole thread (operator turns included). Audited as `hand_back`.
 
@@ -512,7 +525,9 @@ class Orchestrator:
             ConversationBusy: a turn held the conversation past `lock_timeout`.
         """
         p = await self._open()
-        await handoff.hand_back(p, p.lease(conversation_id), conversation_id, by="operator")
+        await handoff.hand_back(
+            p, p.lease(conversation_id), conversation_id, by="operator", operator_id=operator_id
+        )
 
     async def user_thread(self, conversation_id: str, *, user_id: str | None = None) -> UserThread:
         """What the experts will be sent next for this conversation (summary included).

@@ -6,7 +6,7 @@ reply, a hand-back, a timeout) is an audit event in the conversation's chain, wr
 the same transaction as the store's write when the audit log shares the database, else
 right after it; a turn's last write goes the same way (`turn._finish`). The placement
 rules (waiting markers, what an operator's reply supersedes) are the store's:
-`threads/_handoff.py`.
+`threads/handoff.py`.
 
 The timeout is checked lazily: by a turn's first transaction (`turn.begin`), and by
 `handoffs()`; nothing runs in the background.
@@ -26,6 +26,7 @@ from frontdesk.audit.store import AuditLog
 from frontdesk.db import Connection
 from frontdesk.errors import ConversationBusy, LeaseLost
 from frontdesk.threads.handoff import (
+    Claimed,
     HandedBack,
     HandoffPolicy,
     HandoffRecord,
@@ -57,6 +58,10 @@ class Handoff:
     waiting_seconds: float
     """How long the user has waited for a person's answer: since the hand-off, or since
     their first message after an operator's last reply; 0 while nothing is unanswered."""
+    claimed_by: str | None = None
+    """The operator who has claimed it (only they may answer), or `None`: anyone may."""
+    waiting_since: datetime | None = None
+    """Since when the user has waited for a person (`None`: answered)."""
 
     @classmethod
     def of(cls, record: HandoffRecord, now: datetime) -> Handoff:
@@ -67,7 +72,18 @@ class Handoff:
             reason=record.reason,
             opened_at=record.opened_at,
             waiting_seconds=record.waiting_seconds(now),
+            claimed_by=record.claimed_by,
+            waiting_since=record.waiting_since,
         )
+
+
+@dataclass(frozen=True, kw_only=True)
+class Claim:
+    """What `Orchestrator.claim` did: the hand-off now, and who had it before."""
+
+    handoff: Handoff
+    previous: str | None
+    """The operator it was taken from (a transfer), or `None`."""
 
 
 class Records(Protocol):
@@ -174,6 +190,40 @@ async def handoffs(
     return [Handoff.of(r, now) for r in still]
 
 
+def claimed_event(
+    handoff_id: str, turn_id: str, operator_id: str, previous: str | None
+) -> AuditEvent:
+    """`handoff_claimed`: who has it now, and who had it (a transfer)."""
+    return _event(
+        "handoff_claimed",
+        turn_id,
+        handoff_id=handoff_id,
+        operator_id=operator_id,
+        previous=previous,
+        transfer=previous is not None,
+    )
+
+
+async def claim(p: Records, conversation_id: str, operator_id: str) -> Claim:
+    """Give the open hand-off to `operator_id`; audited as `handoff_claimed` (a transfer
+    when another operator had it), nothing when they had it already."""
+    store = p.store.handoffs
+
+    def events(claimed: Claimed) -> list[AuditEvent]:
+        if not claimed.changed:
+            return []
+        return [claimed_event(claimed.handoff.id, claimed.turn_id, operator_id, claimed.previous)]
+
+    claimed = await audited(
+        p,
+        conversation_id,
+        lambda also: store.claim(conversation_id, operator_id, also=also),
+        events,
+        lambda claimed: claimed.handoff.user_id,
+    )
+    return Claim(handoff=Handoff.of(claimed.handoff, utcnow()), previous=claimed.previous)
+
+
 async def operator_reply(
     p: Records, lease: TurnLease, conversation_id: str, text: str, operator_id: str
 ) -> Placed:
@@ -182,14 +232,18 @@ async def operator_reply(
 
     def events(result: tuple[HandoffRecord, Placed]) -> list[AuditEvent]:
         handoff, placed = result
+        claim = []
+        if handoff.claimed_by is None:  # the reply claimed it
+            claim = [claimed_event(handoff.id, placed.turn_id, operator_id, None)]
         return [
+            *claim,
             _event(
                 "operator_reply",
                 placed.turn_id,
                 handoff_id=handoff.id,
                 operator_id=operator_id,
                 **_placed_payload(placed),
-            )
+            ),
         ]
 
     try:
@@ -208,9 +262,16 @@ async def operator_reply(
 
 
 async def hand_back(
-    p: Records, lease: TurnLease, conversation_id: str, *, by: str, message: str | None = None
+    p: Records,
+    lease: TurnLease,
+    conversation_id: str,
+    *,
+    by: str,
+    message: str | None = None,
+    operator_id: str | None = None,
 ) -> HandedBack:
-    """Close the conversation's hand-off (under its lease) and audit it."""
+    """Close the conversation's hand-off (under its lease) and audit it, naming the
+    operator who handed it back."""
     store = p.store.handoffs
     try:
         return await audited(
@@ -219,7 +280,7 @@ async def hand_back(
             lambda also: store.close(
                 conversation_id, by=by, message=message, lease=lease, also=also
             ),
-            handed_back_events,
+            lambda back: handed_back_events(back, operator_id),
             lambda back: back.handoff.user_id,
         )
     finally:
@@ -291,7 +352,7 @@ def held_events(begun: TurnStart, user_id: str | None) -> list[AuditEvent]:
     return batch
 
 
-def handed_back_events(back: HandedBack) -> list[AuditEvent]:
+def handed_back_events(back: HandedBack, operator_id: str | None = None) -> list[AuditEvent]:
     """A hand-back: the timeout's message (if it left one), then `hand_back`."""
     batch = []
     if back.placed is not None:
@@ -304,7 +365,13 @@ def handed_back_events(back: HandedBack) -> list[AuditEvent]:
             )
         )
     batch.append(
-        _event("hand_back", back.turn_id, handoff_id=back.handoff.id, by=back.handoff.closed_by)
+        _event(
+            "hand_back",
+            back.turn_id,
+            handoff_id=back.handoff.id,
+            by=back.handoff.closed_by,
+            operator_id=operator_id,
+        )
     )
     return batch
 

@@ -13,7 +13,7 @@ from frontdesk.orchestrator import _wiring
 from frontdesk.orchestrator._compaction import BackgroundCompaction
 from frontdesk.orchestrator._orchestrator import Orchestrator
 from frontdesk.orchestrator.erasure import ErasureReport
-from frontdesk.orchestrator.handoff import Handoff
+from frontdesk.orchestrator.handoff import Claim, Handoff
 from frontdesk.orchestrator.memory import Memories
 from frontdesk.orchestrator.reply import Reply
 from frontdesk.orchestrator.stream import TurnEvent, stream_turn
@@ -180,15 +180,19 @@ class SyncOrchestrator:
         """Blocking `Orchestrator.handoffs`."""
         return self._runner.run(self.orchestrator.handoffs())
 
+    def claim(self, conversation_id: str, *, operator_id: str) -> Claim:
+        """Blocking `Orchestrator.claim`."""
+        return self._runner.run(self.orchestrator.claim(conversation_id, operator_id=operator_id))
+
     def operator_reply(self, conversation_id: str, text: str, *, operator_id: str) -> str:
         """Blocking `Orchestrator.operator_reply`."""
         return self._runner.run(
             self.orchestrator.operator_reply(conversation_id, text, operator_id=operator_id)
         )
 
-    def hand_back(self, conversation_id: str) -> None:
+    def hand_back(self, conversation_id: str, *, operator_id: str | None = None) -> None:
         """Blocking `Orchestrator.hand_back`."""
-        self._runner.run(self.orchestrator.hand_back(conversation_id))
+        self._runner.run(self.orchestrator.hand_back(conversation_id, operator_id=operator_id))
 
     def erase_user(self, user_id: str, *, requested_by: str | None = None) -> ErasureReport:
         """Blocking `Orchestrator.erase_user`."""

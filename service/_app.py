@@ -10,13 +10,13 @@ from importlib.resources import files
 from typing import Any
 
 from fastapi import FastAPI
-from fastapi.responses import HTMLResponse, JSONResponse
+from fastapi.responses import HTMLResponse, JSONResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from frontdesk import metrics
 from frontdesk.orchestrator import Orchestrator
 from frontdesk.schema import current_revisions, head_revisions
-from frontdesk.service import _api, _errors, _memories, _operator, _telemetry
+from frontdesk.service import _api, _errors, _events, _memories, _operator, _telemetry
 from frontdesk.service._auth import TokenVerifier
 from frontdesk.service._deps import Service
 from frontdesk.service._limits import DEFAULT_MAX_BODY_BYTES, RateLimiter
@@ -106,6 +106,7 @@ def create_app(
     limiter: RateLimiter | None = None,
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     owns_orchestrator: bool = False,
+    event_timing: _events.StreamTiming | None = None,
     metrics_route: bool = True,
 ) -> FastAPI:
     """The HTTP service over `orchestrator`.
@@ -119,6 +120,8 @@ def create_app(
         limiter: A per-user rate limit (`TokenBucket`, `RedisTokenBucket`), or none.
         max_body_bytes: Larger request bodies are answered 413.
         owns_orchestrator: Close the orchestrator (and the limiter) on shutdown.
+        event_timing: How often the `/events` streams poll the store, and their
+            keep-alive interval (`StreamTiming()` by default).
         metrics_route: Serve `GET /metrics` (when `prometheus_client` is installed);
             `False` when the metrics are served on a port of their own.
     """
@@ -151,10 +154,12 @@ def create_app(
         redoc_url=None,
     )
     app.state.service = parts
+    app.state.event_timing = event_timing or _events.StreamTiming()
     _errors.install(app)
     app.include_router(_api.router)
     app.include_router(_memories.router)
     app.include_router(_operator.router)
+    app.include_router(_events.router)
     if metrics_route and metrics.available():
         app.include_router(_telemetry.router)
 
@@ -193,6 +198,7 @@ def create_app(
         return JSONResponse(body.model_dump(), status_code=200 if ready else 503)
 
     chat, console = _page("chat.html"), _page("operator.html")
+    assets = {name: _page(name) for name in PAGE_ASSETS}
 
     @app.get("/", response_class=HTMLResponse, include_in_schema=False)
     async def chat_page() -> HTMLResponse:
@@ -202,14 +208,31 @@ def create_app(
     async def operator_page() -> HTMLResponse:
         return HTMLResponse(console, headers=_PAGE_HEADERS)
 
+    @app.get("/pages/{name}", include_in_schema=False)
+    async def page_asset(name: str) -> Response:
+        """The pages' scripts and styles, as files (the CSP allows no inline code)."""
+        if name not in assets:
+            return JSONResponse({"detail": "no such file", "type": "NotFound"}, status_code=404)
+        media = PAGE_ASSETS[name]
+        return Response(assets[name], media_type=media, headers=_PAGE_HEADERS)
+
     return app
 
 
-# The pages load nothing from elsewhere: their own inline script and style, the API on the
-# same origin. The token is in the fragment, which the browser never sends.
+PAGE_ASSETS = {
+    "chat.js": "text/javascript",
+    "operator.js": "text/javascript",
+    "pages.js": "text/javascript",
+    "pages.css": "text/css",
+}
+"""The files beside the pages under `/pages/` (and in the wheel's package data)."""
+
+# The pages load nothing from elsewhere and run no inline code: their scripts and styles
+# are files of this origin, the API on the same origin. The token is in the fragment,
+# which the browser never sends.
 _PAGE_HEADERS = {
     "Content-Security-Policy": (
-        "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; "
+        "default-src 'none'; script-src 'self'; style-src 'self'; "
         "connect-src 'self'; img-src 'self' data:; base-uri 'none'; form-action 'none'; "
         "frame-ancestors 'none'"
     ),

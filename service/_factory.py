@@ -15,6 +15,8 @@ command line says reaches them as environment variables:
     FRONTDESK_RATE_LIMIT     per user, e.g. 240/minute (default), or off
     FRONTDESK_REDIS_URL      keep the rate limit in Redis (shared by every worker)
     FRONTDESK_MAX_BODY_BYTES request body limit (default 262144)
+    FRONTDESK_EVENT_STREAM_SECONDS  how long one `/events` stream stays open before the
+                             client reconnects with Last-Event-ID (default 300)
     FRONTDESK_SERVE_METRICS_PORT  --metrics-port: `/metrics` is served there, not by the workers
 
 Before the workers start, `prepare_serve` fails closed (`service/_startup.py`: no master key
@@ -41,6 +43,7 @@ from frontdesk.orchestrator import Orchestrator
 from frontdesk.orchestrator.app import DEFAULT_APP, default_db, load_app
 from frontdesk.service._app import create_app
 from frontdesk.service._auth import OPERATOR_ROLE, TokenVerifier, mint_token
+from frontdesk.service._events import StreamTiming
 from frontdesk.service._limits import (
     DEFAULT_MAX_BODY_BYTES,
     DEFAULT_RATE_LIMIT,
@@ -71,6 +74,7 @@ class ServiceSettings:
     rate_limit: RateLimit | None
     redis_url: str | None
     max_body_bytes: int
+    event_timing: StreamTiming = StreamTiming()
     metrics_apart: bool = False
     """`/metrics` is served on a port of its own (`--metrics-port`), not by the workers."""
 
@@ -87,6 +91,15 @@ class ServiceSettings:
             raise ConfigError(
                 f"FRONTDESK_MAX_BODY_BYTES={raw_body!r}: expected a number of bytes >= 1024"
             )
+        raw_age = env.get("FRONTDESK_EVENT_STREAM_SECONDS") or str(StreamTiming().max_age)
+        try:
+            max_age = float(raw_age)
+        except ValueError:
+            max_age = -1.0
+        if not 1.0 <= max_age <= 86400.0:
+            raise ConfigError(
+                f"FRONTDESK_EVENT_STREAM_SECONDS={raw_age!r}: expected seconds from 1 to 86400"
+            )
         return cls(
             app=env.get("FRONTDESK_SERVE_APP") or DEFAULT_APP,
             db=env.get("FRONTDESK_SERVE_DB") or None,
@@ -95,6 +108,7 @@ class ServiceSettings:
             rate_limit=RateLimit.parse(env.get("FRONTDESK_RATE_LIMIT", DEFAULT_RATE_LIMIT)),
             redis_url=env.get("FRONTDESK_REDIS_URL") or None,
             max_body_bytes=int(raw_body),
+            event_timing=StreamTiming(max_age=max_age),
             metrics_apart=bool(env.get(METRICS_PORT_ENV)),
         )
 
@@ -123,6 +137,7 @@ def app_from_env() -> FastAPI:
         limiter=settings.limiter(),
         max_body_bytes=settings.max_body_bytes,
         owns_orchestrator=True,
+        event_timing=settings.event_timing,
         metrics_route=not settings.metrics_apart,
     )
 

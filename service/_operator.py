@@ -1,16 +1,23 @@
 """The operator routes: the hand-off queue, taking a conversation over, answering as a
-person, handing back, and erasing a user. Each needs `"operator"` in the token's `roles`
+person, handing back, and erasing a user; claiming a conversation and reading its context
+(the operator desk). Each needs `"operator"` in the token's `roles`
 (403 otherwise); the operator's id is the token's `sub`."""
 
 from __future__ import annotations
 
+from datetime import datetime
+
 from fastapi import APIRouter
 
+from frontdesk.errors import ConversationNotFound
 from frontdesk.orchestrator import Handoff
 from frontdesk.service._deps import Operator, Orch
 from frontdesk.service._schemas import (
     EVERY_ROUTE,
     WITH_BODY,
+    ClaimOut,
+    ContextOut,
+    ContextTurnOut,
     ErasureOut,
     HandBackOut,
     HandoffIn,
@@ -20,6 +27,7 @@ from frontdesk.service._schemas import (
     OperatorMessageOut,
     error_responses,
 )
+from frontdesk.threads.desk import turn_outcomes
 
 router = APIRouter(prefix="/v1", tags=["operator"])
 
@@ -29,7 +37,7 @@ ERRORS = error_responses(
     {
         403: "The token has no `operator` role.",
         404: "No such conversation.",
-        409: "No person has it, or a turn holds it.",
+        409: "No person has it, another operator has claimed it, or a turn holds it.",
         422: "Text or an id that cannot be used.",
     },
 )
@@ -42,7 +50,13 @@ def handoff_json(handoff: Handoff) -> HandoffOut:
         reason=handoff.reason,
         opened_at=handoff.opened_at.isoformat(),
         waiting_seconds=handoff.waiting_seconds,
+        waiting_since=_iso(handoff.waiting_since),
+        claimed_by=handoff.claimed_by,
     )
+
+
+def _iso(at: datetime | None) -> str | None:
+    return None if at is None else at.isoformat()
 
 
 @router.get(
@@ -71,6 +85,64 @@ async def open_handoff(
 
 
 @router.post(
+    "/conversations/{conversation_id}/claim",
+    response_model=ClaimOut,
+    responses=ERRORS,
+    summary="Claim a handed-off conversation: only the claimant may answer it",
+)
+async def claim(conversation_id: str, principal: Operator, orch: Orch) -> ClaimOut:
+    """A claim on a conversation another operator has takes it over (audited as a
+    transfer); claiming one's own again changes nothing."""
+    claimed = await orch.claim(conversation_id, operator_id=principal.user_id)
+    return ClaimOut(
+        conversation_id=conversation_id,
+        claimed_by=principal.user_id,
+        previous=claimed.previous,
+    )
+
+
+@router.get(
+    "/conversations/{conversation_id}/context",
+    response_model=ContextOut,
+    responses=ERRORS,
+    summary="What an operator reads before answering: summary, memories, each turn",
+)
+async def context(conversation_id: str, principal: Operator, orch: Orch) -> ContextOut:
+    conversation = await orch.store.conversation(conversation_id)
+    if conversation is None:
+        raise ConversationNotFound(
+            f"no conversation {conversation_id!r}", conversation_id=conversation_id
+        )
+    owner = conversation.user_id
+    thread = await orch.user_thread(conversation_id, user_id=owner)
+    facts = [] if owner is None else [m.text for m in await orch.memories(owner)]
+    messages = await orch.transcript(conversation_id, user_id=owner)
+    outcomes = await turn_outcomes(orch.store.engine, conversation_id)
+    turns = []
+    for m in messages:
+        if m.role != "user":
+            continue
+        o = outcomes.get(m.id)
+        turns.append(
+            ContextTurnOut(
+                user_message_id=m.id,
+                text=m.content,
+                category=None if o is None else o.category,
+                request=None if o is None else o.request,
+                need_more_info=None if o is None else o.need_more_info,
+                instruction=None if o is None else o.instruction,
+            )
+        )
+    return ContextOut(
+        conversation_id=conversation_id,
+        user_id=owner,
+        summary=thread.summary,
+        memories=facts,
+        turns=turns,
+    )
+
+
+@router.post(
     "/conversations/{conversation_id}/operator-messages",
     response_model=OperatorMessageOut,
     responses=ERRORS,
@@ -92,7 +164,7 @@ async def post_operator_message(
     summary="Give the conversation back to the bot",
 )
 async def post_hand_back(conversation_id: str, principal: Operator, orch: Orch) -> HandBackOut:
-    await orch.hand_back(conversation_id)
+    await orch.hand_back(conversation_id, operator_id=principal.user_id)
     return HandBackOut(conversation_id=conversation_id, handoff=False)
 
 

@@ -111,6 +111,39 @@ class HandoffOut(BaseModel):
     reason: str
     opened_at: str
     waiting_seconds: float
+    waiting_since: str | None = Field(
+        default=None, description="Since when the user has waited (null: answered)."
+    )
+    claimed_by: str | None = Field(
+        default=None, description="The operator who has claimed it, or null: anyone may."
+    )
+
+
+class ClaimOut(BaseModel):
+    conversation_id: str
+    claimed_by: str
+    previous: str | None = Field(
+        description="The operator it was taken from (a transfer), or null."
+    )
+
+
+class ContextTurnOut(BaseModel):
+    user_message_id: str
+    text: str
+    category: str | None
+    request: Any = None
+    need_more_info: Any = None
+    instruction: str | None
+
+
+class ContextOut(BaseModel):
+    conversation_id: str
+    user_id: str | None
+    summary: str | None = Field(description="The current summary of older turns, if any.")
+    memories: list[str] = Field(description="What is remembered about the customer.")
+    turns: list[ContextTurnOut] = Field(
+        description="Each user message of the active path with what its turn decided."
+    )
 
 
 class HandoffsOut(BaseModel):

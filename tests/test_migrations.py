@@ -377,3 +377,29 @@ async def test_0008_adds_the_memory_table_and_its_full_text_index(empty_url: str
     await _downgrade_to(empty_url, _before("0008_memory"))
     tables = await _tables(empty_url)
     assert "memory" not in tables and "memory_fts" not in tables
+
+
+def test_0015_desk_adds_the_claim_columns_and_takes_them_back(empty_url: str) -> None:
+    async def columns() -> set[str]:
+        engine = create_engine(empty_url)
+        try:
+            async with engine.connect() as conn:
+                return await conn.run_sync(
+                    lambda c: {col["name"] for col in sa.inspect(c).get_columns("handoff")}
+                )
+        finally:
+            await engine.dispose()
+
+    async def upgrade_to(revision: str) -> None:
+        engine = create_engine(empty_url)
+        try:
+            await upgrade_schema(engine, revision)
+        finally:
+            await engine.dispose()
+
+    asyncio.run(upgrade_to("head"))
+    assert {"claimed_by", "claimed_at"} <= asyncio.run(columns())
+    asyncio.run(_downgrade_to(empty_url, _before("0015_desk")))
+    assert not {"claimed_by", "claimed_at"} & asyncio.run(columns())
+    asyncio.run(upgrade_to("head"))
+    assert {"claimed_by", "claimed_at"} <= asyncio.run(columns())

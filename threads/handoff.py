@@ -35,7 +35,7 @@ from frontdesk.threads import _writes
 from frontdesk.threads._lease import TurnLease
 from frontdesk.threads._records import BOT, MessageRecord, check_id, check_text, new_id
 from frontdesk.threads._tx import run_sync_tx
-from frontdesk.threads.errors import NotHandedOff
+from frontdesk.threads.errors import HandoffClaimed, NotHandedOff
 from frontdesk.threads.models import Conversation, HandoffRow, Message, utcnow
 
 _conv = Conversation.__table__  # type: ignore[attr-defined]
@@ -79,6 +79,9 @@ class HandoffRecord:
     """`operator` (handed back) or `timeout`."""
     operator_id: str | None = None
     """The operator who answered last, if any."""
+    claimed_by: str | None = None
+    """The operator who has claimed it (only they may answer), or `None`."""
+    claimed_at: datetime | None = None
 
     def waiting_seconds(self, now: datetime) -> float:
         """Seconds the user has waited for a person at `now` (0 when answered)."""
@@ -99,6 +102,8 @@ class HandoffRecord:
             closed_at=row["closed_at"],
             closed_by=row["closed_by"],
             operator_id=row["operator_id"],
+            claimed_by=row["claimed_by"],
+            claimed_at=row["claimed_at"],
         )
 
 
@@ -133,6 +138,18 @@ class Opened:
 
     handoff: HandoffRecord
     created: bool
+    turn_id: str
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Claimed:
+    """A hand-off claimed by an operator: the record after, who had it before (a transfer
+    when another operator did), and the audit turn of the active leaf."""
+
+    handoff: HandoffRecord
+    previous: str | None
+    changed: bool
+    """False when the operator had it already (nothing was written)."""
     turn_id: str
 
 
@@ -228,6 +245,8 @@ def open_handoff(conn: Connection, conversation_id: str, reason: str) -> Opened:
         "closed_at": None,
         "closed_by": None,
         "operator_id": None,
+        "claimed_by": None,
+        "claimed_at": None,
     }
     conn.execute(sa.insert(_handoff).values(**values))
     record = current(conn, conversation_id)
@@ -296,10 +315,8 @@ def place(conn: Connection, conversation_id: str, text: str, author: str) -> Pla
     return Placed(message=message, superseded=superseded, turn_id=turn_id)
 
 
-def operator_reply(
-    conn: Connection, conversation_id: str, text: str, operator_id: str
-) -> tuple[HandoffRecord, Placed]:
-    """An operator's reply (see `place`); the user is no longer waiting.
+def claim(conn: Connection, conversation_id: str, operator_id: str) -> Claimed:
+    """Give the open hand-off to `operator_id`; from another operator it is a transfer.
 
     Raises:
         ConversationNotFound: no such conversation.
@@ -307,12 +324,45 @@ def operator_reply(
     """
     lock_existing(conn, conversation_id)
     handoff = _require_open(conn, conversation_id)
-    placed = place(conn, conversation_id, text, f"operator:{operator_id}")
+    turn_id = turn_at_leaf(conn, conversation_id)
+    if handoff.claimed_by == operator_id:
+        return Claimed(handoff=handoff, previous=None, changed=False, turn_id=turn_id)
     conn.execute(
         sa.update(_handoff)
         .where(_handoff.c.id == handoff.id)
-        .values(waiting_since=None, operator_id=operator_id)
+        .values(claimed_by=operator_id, claimed_at=utcnow())
     )
+    after = current(conn, conversation_id)
+    assert after is not None, "the hand-off is open"
+    return Claimed(handoff=after, previous=handoff.claimed_by, changed=True, turn_id=turn_id)
+
+
+def operator_reply(
+    conn: Connection, conversation_id: str, text: str, operator_id: str
+) -> tuple[HandoffRecord, Placed]:
+    """An operator's reply (see `place`); the user is no longer waiting. A reply on an
+    unclaimed hand-off claims it for the operator (the returned record, read before the
+    write, then has `claimed_by` `None`: the caller audits the claim).
+
+    Raises:
+        ConversationNotFound: no such conversation.
+        NotHandedOff: the conversation is not handed off.
+        HandoffClaimed: another operator has claimed it.
+    """
+    lock_existing(conn, conversation_id)
+    handoff = _require_open(conn, conversation_id)
+    if handoff.claimed_by is not None and handoff.claimed_by != operator_id:
+        raise HandoffClaimed(
+            f"operator {handoff.claimed_by!r} has claimed conversation {conversation_id!r};"
+            " claim it first (POST .../claim) to take it over",
+            conversation_id=conversation_id,
+            claimed_by=handoff.claimed_by,
+        )
+    placed = place(conn, conversation_id, text, f"operator:{operator_id}")
+    values: dict[str, Any] = {"waiting_since": None, "operator_id": operator_id}
+    if handoff.claimed_by is None:
+        values |= {"claimed_by": operator_id, "claimed_at": utcnow()}
+    conn.execute(sa.update(_handoff).where(_handoff.c.id == handoff.id).values(**values))
     return handoff, placed
 
 
@@ -342,6 +392,8 @@ def close(
         closed_at=now,
         closed_by=by,
         operator_id=handoff.operator_id,
+        claimed_by=handoff.claimed_by,
+        claimed_at=handoff.claimed_at,
     )
     return HandedBack(handoff=closed, placed=placed, turn_id=turn_at_leaf(conn, conversation_id))
 
@@ -421,6 +473,26 @@ class HandoffStore:
         return await run_sync_tx(
             self.engine, lambda conn: history(conn, conversation_id), readonly=True
         )
+
+    async def claim(
+        self, conversation_id: str, operator_id: str, *, also: Also[Claimed] | None = None
+    ) -> Claimed:
+        """Give the open hand-off to `operator_id` (from another operator: a transfer).
+
+        Raises:
+            ConversationNotFound: no such conversation.
+            NotHandedOff: the conversation is not handed off.
+        """
+        check_id(conversation_id, "conversation_id")
+        check_id(operator_id, "operator_id")
+
+        def work(conn: Connection) -> Claimed:
+            claimed = claim(conn, conversation_id, operator_id)
+            if also is not None:
+                also(conn, claimed)
+            return claimed
+
+        return await run_sync_tx(self.engine, work)
 
     async def operator_reply(
         self,

@@ -182,3 +182,6 @@ class HandoffRow(SQLModel, table=True):
     """`operator` (handed back) or `timeout` (nobody answered in time)."""
     operator_id: str | None = Field(default=None, max_length=255)
     """The operator who answered last, if any."""
+    claimed_by: str | None = Field(default=None, max_length=255)
+    """The operator who has claimed it (revision 0015): only they may answer."""
+    claimed_at: datetime | None = Field(default=None, sa_type=UTCDateTime)

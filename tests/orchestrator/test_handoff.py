@@ -23,6 +23,7 @@ from frontdesk.errors import (
     ConversationHandedOff,
     ConversationNotFound,
     EmptyMessage,
+    HandoffClaimed,
     IdempotencyConflict,
     NotHandedOff,
     UserError,
@@ -209,7 +210,7 @@ async def test_after_hand_back_the_bot_answers_with_the_operator_turns_in_its_th
     assert await kinds(orch, "c") == [
         *["turn_started", "model_attempt", "triage", "request", "outcome"],
         *["model_attempt", "reply", "hand_off"],
-        *["turn_started", "handoff_held", "operator_reply", "hand_back"],
+        *["turn_started", "handoff_held", "handoff_claimed", "operator_reply", "hand_back"],
         *["turn_started", "model_attempt", "triage", "request", "outcome"],
         *["model_attempt", "reply"],
     ]
@@ -453,4 +454,53 @@ async def test_concurrent_user_messages_and_operator_replies_keep_the_thread_who
     roles = [m.role for m in thread.messages]
     assert roles == ["user", "assistant"] * (len(roles) // 2)
     assert await verified(orch, "c")
+    await orch.aclose()
+
+
+async def test_a_claimed_conversation_is_answered_by_its_claimant_and_a_claim_is_a_transfer(
+    url: str,
+) -> None:
+    orch = build(url, Team())
+    await orch.handle("c", "I want a person", user_id="u")
+    [waiting] = await orch.handoffs()
+    assert waiting.claimed_by is None
+    first = await orch.claim("c", operator_id="sam")
+    assert first.previous is None and first.handoff.claimed_by == "sam"
+    assert (await orch.claim("c", operator_id="sam")).previous is None  # no change, no event
+    with pytest.raises(HandoffClaimed) as refused:
+        await orch.operator_reply("c", "I'm Ann", operator_id="ann")
+    assert refused.value.claimed_by == "sam"
+    taken = await orch.claim("c", operator_id="ann")
+    assert taken.previous == "sam" and taken.handoff.claimed_by == "ann"
+    with pytest.raises(HandoffClaimed):
+        await orch.operator_reply("c", "Sam again", operator_id="sam")
+    await orch.operator_reply("c", "Ann here, I can help.", operator_id="ann")
+    await orch.hand_back("c", operator_id="ann")
+    log = orch.audit_log
+    assert log is not None
+    desk = [
+        (e.kind, e.payload.get("operator_id"), e.payload.get("previous"))
+        for e in await log.events("c")
+        if e.kind in {"handoff_claimed", "operator_reply", "hand_back"}
+    ]
+    assert desk == [
+        ("handoff_claimed", "sam", None),
+        ("handoff_claimed", "ann", "sam"),
+        ("operator_reply", "ann", None),
+        ("hand_back", "ann", None),
+    ]
+    transfer = [e for e in await log.events("c") if e.kind == "handoff_claimed"][1]
+    assert transfer.payload["transfer"] is True
+    assert await verified(orch, "c")
+    await orch.aclose()
+
+
+async def test_a_reply_on_an_unclaimed_hand_off_claims_it(url: str) -> None:
+    orch = build(url, Team())
+    await orch.handle("c", "I want a person", user_id="u")
+    await orch.operator_reply("c", "Sam here.", operator_id="sam")
+    [handoff] = await orch.handoffs()
+    assert handoff.claimed_by == "sam"
+    with pytest.raises(HandoffClaimed):
+        await orch.operator_reply("c", "Ann here.", operator_id="ann")
     await orch.aclose()

@@ -6,6 +6,8 @@ counted across processes, and a way to stall or fail a turn.
     "a person please"   -> HUMAN (hand-off)
     "count ..."         -> COUNT (its handler appends a line to $FRONTDESK_TEST_RUNS)
     "outage ..."        -> the response expert fails (a provider outage: 503)
+    "count flaky ..."   -> COUNT, and the response expert fails while the file
+                           $FRONTDESK_TEST_FLAKY exists (the handler has run by then)
     "remember that X"   -> the memory expert remembers X (after the reply)
     anything else       -> OTHER
 The reply is "You said: <text>." (streamed in chunks by the FunctionModel).
@@ -24,6 +26,7 @@ from frontdesk.errors import ProviderOverloaded
 from frontdesk.experts.providers import FunctionModel, ModelRequest
 
 RUNS_ENV = "FRONTDESK_TEST_RUNS"
+FLAKY_ENV = "FRONTDESK_TEST_FLAKY"
 
 
 class CountRequest(BaseModel):
@@ -74,6 +77,9 @@ def answer(request: ModelRequest) -> Any:
     if request.expert == "memory":  # after each reply of a turn with a user id
         fact = text.removeprefix("remember that ")
         return {"facts": [{"text": fact, "key": None}] if fact != text else []}
+    flaky = os.environ.get(FLAKY_ENV)
+    if "flaky" in text and flaky and Path(flaky).exists():
+        raise ProviderOverloaded("overloaded", status_code=529, model="function")
     if text.startswith("outage"):
         raise ProviderOverloaded("overloaded", status_code=529, model="function")
     return f"You said: {text}."

@@ -13,6 +13,7 @@ from hypothesis import HealthCheck, settings
 from schemathesis.specs.openapi.checks import positive_data_acceptance
 
 from frontdesk.service import TokenVerifier, create_app
+from frontdesk.service._events import StreamTiming
 from tests.service import _shop
 from tests.service._server import serve_thread
 from tests.service.conftest import SECRET, auth
@@ -34,6 +35,7 @@ def base_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         _shop.build(f"sqlite:///{db}"),
         verifier=TokenVerifier(secret=SECRET),
         owns_orchestrator=True,
+        event_timing=StreamTiming(poll=0.1, max_age=1.0),  # the live streams end soon
     )
     with serve_thread(app) as url:
         yield url

@@ -1,0 +1,301 @@
+"use strict";
+// The customer chat. The conversation's live events draw it (their own messages, the bot's,
+// a person's), so an agent who steps in is seen without reloading. Each message keeps its
+// Idempotency-Key until it is answered: a failed one is retried with the SAME key, so a
+// payment its handler already made is never made twice.
+const $ = (id) => document.getElementById(id);
+const log = $("log"), banner = $("banner"), status = $("status"), hint = $("hint");
+const box = $("text");
+let conversation = null, stream = null;
+let handoff = { state: null, position: null, since: null };
+
+$("who").textContent = fd.claims().sub ? "Signed in as " + fd.claims().sub : "Not signed in";
+
+// -- keys kept until answered (sessionStorage: they survive a reload of the tab) -----------
+function kept() {
+  try { return JSON.parse(sessionStorage.getItem("fd-pending-" + conversation) || "[]"); }
+  catch (e) { return []; }
+}
+function keep(list) { sessionStorage.setItem("fd-pending-" + conversation, JSON.stringify(list)); }
+function remember(text, key) {
+  keep(kept().filter((p) => p.key !== key).concat([{ text, key, failed: false }]));
+}
+function markFailed(key) { keep(kept().map((p) => p.key === key ? { ...p, failed: true } : p)); }
+function answered(key) { keep(kept().filter((p) => p.key !== key)); }
+function failedWith(text) { return kept().find((p) => p.failed && p.text === text) || null; }
+
+// -- drawing --------------------------------------------------------------------------------
+function label(m) {
+  if (m.role === "user") return "You";
+  if (m.author && (m.author === "agent" || m.author.startsWith("operator"))) return "Agent";
+  return "Assistant";
+}
+
+function bubble(role) {
+  const div = fd.el("div", "msg " + role);
+  div.append(fd.el("span", "who"), fd.el("span", "text"));
+  log.append(div);
+  log.scrollTop = log.scrollHeight;
+  return div;
+}
+
+function fill(div, m) {
+  div.className = "msg " + m.role;
+  if (m.role === "assistant" && label(m) === "Agent") div.classList.add("operator");
+  if (m.kind === "handoff") div.classList.add("waiting");
+  if (m.failed) div.classList.add("failed");
+  div.querySelector(".who").textContent = label(m);
+  div.querySelector(".text").textContent = m.text;  // text, never HTML
+  if (m.id) div.dataset.id = m.id;
+}
+
+function byId(id) { return [...log.children].find((d) => d.dataset.id === id) || null; }
+
+// One message of the conversation (from its live events): drawn once, wherever it came from.
+function draw(m) {
+  let div = byId(m.id);
+  if (!div && m.role === "user") {
+    div = [...log.children].find((d) => !d.dataset.id && d.dataset.key
+                                 && d.querySelector(".text").textContent === m.text) || null;
+  }
+  if (!div && m.role === "assistant") div = log.querySelector(".msg[data-streaming]");
+  if (m.role === "assistant" && m.kind !== "handoff") {
+    for (const w of log.querySelectorAll(".msg.waiting")) {
+      if (w.dataset.parent === m.parent_id && w !== div) w.remove();  // a person answered it
+    }
+  }
+  if (!div) div = bubble(m.role);
+  delete div.dataset.streaming;
+  fill(div, m);
+  if (m.parent_id) div.dataset.parent = m.parent_id;
+  if (m.role === "user" && div.dataset.key && !m.failed) {
+    const retry = div.querySelector(".retry");
+    if (retry && !div.classList.contains("failed")) retry.remove();
+  }
+  if (m.role === "assistant" && m.kind !== "failed" && m.parent_id) {
+    const question = byId(m.parent_id);
+    if (question && question.dataset.key) {
+      answered(question.dataset.key);
+      question.classList.remove("failed");
+      const retry = question.querySelector(".retry");
+      if (retry) retry.remove();
+    }
+  }
+  log.scrollTop = log.scrollHeight;
+}
+
+function showBanner() {
+  const h = handoff;
+  if (h.state === "claimed") {
+    banner.textContent = "A person from our team has taken over this conversation and will answer here.";
+  } else if (h.state === "opened") {
+    const place = h.position ? `You are number ${h.position} in the queue for a person.` : "";
+    const wait = h.since ? ` You have waited ${fd.waited((Date.now() - h.since) / 1000)}.` : "";
+    banner.textContent = ("Waiting for a person from our team. " + place + wait).trim();
+  }
+  banner.classList.toggle("on", h.state === "opened" || h.state === "claimed");
+}
+setInterval(() => { if (handoff.state === "opened") showBanner(); }, 5000);
+
+function onEvent(e) {
+  if (e.type === "message") draw(e);
+  else if (e.type === "message_removed") { const d = byId(e.id); if (d) d.remove(); }
+  else if (e.type === "handoff") {
+    if (e.state === "opened") handoff = { state: "opened", position: null, since: Date.parse(e.time) };
+    else if (e.state === "claimed" || e.state === "answered") handoff.state = "claimed";
+    else handoff = { state: null, position: null, since: null };
+    showBanner();
+  } else if (e.type === "queue_position") { handoff.position = e.position; showBanner(); }
+}
+
+function followConversation() {
+  if (stream || !conversation) return;
+  stream = fd.follow(`/v1/conversations/${encodeURIComponent(conversation)}/events`, onEvent,
+    (state, code) => {
+      if (state === "refused" && code === 404 && stream) { stream.stop(); stream = null; }
+    });
+}
+
+// -- plain-language errors ------------------------------------------------------------------
+function plain(statusCode, body) {
+  const detail = String(body.detail || "");
+  if (body.type === "InputTooLarge" || statusCode === 413) {
+    const limit = /limit is ([\d,]+)/.exec(detail);
+    return "Your message is too long to send" + (limit ? ` (the limit is ${limit[1]} characters)` : "")
+      + ". Please shorten it: your text is still in the box.";
+  }
+  if (body.type === "EmptyMessage") return "Please write a message first.";
+  if (body.type === "ForbiddenCharacters") return "Your message has characters we cannot accept. Please remove them and send again.";
+  if (statusCode === 429) return "You are sending messages quickly. Please wait a moment, then send again.";
+  if (statusCode === 401 || statusCode === 403) return "You are not signed in any more. Please sign in again.";
+  if (statusCode === 409) return "We are still answering your previous message. Please wait a moment, then send again.";
+  return "Sorry, we could not send that message. Please try again.";
+}
+
+function offerRetry(div, text, key) {
+  div.classList.add("failed");
+  markFailed(key);
+  if (div.querySelector(".retry")) return;
+  const short = text.length > 40 ? text.slice(0, 40) + "\u2026" : text;
+  const retry = fd.el("button", "retry", "Retry");
+  retry.type = "button";
+  retry.setAttribute("aria-label", `Retry sending '${short}'`);
+  retry.addEventListener("click", () => submit(text, key));
+  div.append(retry);
+}
+
+// -- sending --------------------------------------------------------------------------------
+async function ensureConversation() {
+  if (conversation) return conversation;
+  const named = fd.params.get("conversation") || sessionStorage.getItem("fd-conversation");
+  if (named) conversation = named;
+  else {
+    const r = await fd.api("/v1/conversations", {
+      method: "POST", headers: { "Content-Type": "application/json" }, body: "{}",
+    });
+    if (r.status === 201) conversation = (await r.json()).conversation_id;
+    else if (r.status === 404 || r.status === 405) conversation = "web-" + crypto.randomUUID();
+    else throw new Error(plain(r.status, await r.json().catch(() => ({}))));
+  }
+  sessionStorage.setItem("fd-conversation", conversation);
+  return conversation;
+}
+
+let busy = false;
+async function submit(text, key) {
+  if (busy) return;
+  busy = true;
+  $("go").disabled = true;
+  try { await exchange(text, key); }
+  catch (err) { status.textContent = "We could not reach the service. Check your connection and try again."; }
+  finally { busy = false; $("go").disabled = false; box.focus(); }
+}
+
+async function exchange(text, key) {
+  await ensureConversation();
+  status.textContent = "";
+  hint.textContent = "";
+  remember(text, key);
+  let mine = [...log.children].find((d) => d.dataset.key === key) || null;
+  if (!mine) { mine = bubble("user"); fill(mine, { role: "user", text }); mine.dataset.key = key; }
+  mine.classList.remove("failed");
+  const old = mine.querySelector(".retry");
+  if (old) old.remove();
+  let response;
+  try {
+    response = await fd.api(`/v1/conversations/${encodeURIComponent(conversation)}/messages`, {
+      method: "POST",
+      headers: { "Content-Type": "application/json", "Accept": "text/event-stream",
+                 "Idempotency-Key": key },
+      body: JSON.stringify({ text }),
+    });
+  } catch (err) {
+    offerRetry(mine, text, key);
+    status.textContent = "Your message may not have reached us. Retry sends it again, once.";
+    return;
+  }
+  if (!response.ok) {
+    const body = await response.json().catch(() => ({}));
+    status.textContent = plain(response.status, body);
+    if (response.status >= 500) { offerRetry(mine, text, key); return; }
+    if (!mine.dataset.id) mine.remove();
+    answered(key);
+    if (!box.value) box.value = text;  // a refused message stays in the box
+    return;
+  }
+  followConversation();
+  let answer = null, sofar = "", finished = false;
+  try {
+    for await (const frame of fd.frames(response)) {
+      const event = frame.data;
+      if (frame.type === "delta") {
+        sofar += event.text;
+        if (!answer) { answer = bubble("assistant"); answer.dataset.streaming = "1"; }
+        fill(answer, { role: "assistant", author: "bot", text: sofar, id: answer.dataset.id });
+      } else if (frame.type === "done") {
+        finished = true;
+        mine.dataset.id = event.user_message_id;
+        const drawn = byId(event.message_id);
+        if (answer && drawn && drawn !== answer) answer.remove();
+        else if (event.text) {
+          if (!answer) answer = bubble("assistant");
+          delete answer.dataset.streaming;
+          fill(answer, { role: "assistant", author: "bot", text: event.text, id: event.message_id,
+                         kind: event.handoff ? "handoff" : "message" });
+          answer.dataset.parent = event.user_message_id;
+        } else if (answer) answer.remove();
+        answered(key);
+        setTimeout(loadMemories, 1000);  // what it learnt is stored just after the reply
+      } else if (frame.type === "failed") {
+        finished = true;
+        if (event.user_message_id) mine.dataset.id = event.user_message_id;
+        if (answer) answer.remove();
+        offerRetry(mine, text, key);
+        status.textContent = "Sorry, something went wrong answering that. Retry sends the same message again; anything it started is not done twice.";
+      }
+    }
+  } catch (err) { /* the connection dropped: offered as a retry below */ }
+  if (!finished) {
+    if (answer) answer.remove();
+    offerRetry(mine, text, key);
+    status.textContent = "The answer was cut off. Retry sends the same message again, once.";
+  }
+}
+
+// Typing the words of a message that failed offers its retry (same key, never a new one).
+box.addEventListener("input", () => {
+  const again = failedWith(box.value);
+  hint.textContent = again ? "This is the message that failed: Send retries it once, it is not sent twice." : "";
+});
+box.addEventListener("keydown", (e) => {
+  if (e.key === "Enter" && !e.shiftKey) { e.preventDefault(); $("send").requestSubmit(); }
+});
+
+$("send").addEventListener("submit", async (e) => {
+  e.preventDefault();
+  const text = box.value;
+  if (!text.trim()) { status.textContent = "Please write a message first."; return; }
+  const again = failedWith(text);
+  box.value = "";
+  await submit(text, again ? again.key : crypto.randomUUID());
+});
+
+// -- memories -------------------------------------------------------------------------------
+async function loadMemories() {
+  const list = $("memories");
+  const r = await fd.api("/v1/me/memories");
+  list.replaceChildren();
+  if (!r.ok) { list.append(fd.el("li", "", "What we remember cannot be shown right now.")); return; }
+  const items = (await r.json()).memories || [];
+  if (!items.length) list.append(fd.el("li", "", "Nothing remembered."));
+  for (const m of items) {
+    const li = fd.el("li");
+    const del = fd.el("button", "", "Delete");
+    del.type = "button";
+    del.setAttribute("aria-label", `Delete '${m.text}'`);
+    del.addEventListener("click", async () => {
+      await fd.api(`/v1/me/memories/${encodeURIComponent(m.id)}`, { method: "DELETE" });
+      loadMemories();
+    });
+    li.append(fd.el("span", "", m.text), del);
+    list.append(li);
+  }
+}
+
+$("forget-all").addEventListener("click", async () => {
+  await fd.api("/v1/me/memories", { method: "DELETE" });
+  loadMemories();
+});
+$("reload-memories").addEventListener("click", loadMemories);
+
+async function start() {
+  if (!fd.token) { status.textContent = "You are not signed in: open this page from your account."; return; }
+  const named = fd.params.get("conversation") || sessionStorage.getItem("fd-conversation");
+  if (named) conversation = named;
+  else {
+    try { await ensureConversation(); } catch (err) { status.textContent = err.message; }
+  }
+  followConversation();
+  loadMemories();
+}
+start();
