@@ -24,7 +24,7 @@ from sqlalchemy import Connection, RowMapping
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from frontdesk.errors import MemoryNotFound
-from frontdesk.memory import MAX_FACT_CHARS, SOURCES, Memory, MemorySource
+from frontdesk.memory import MAX_FACT_CHARS, MAX_SUMMARY_CHARS, SOURCES, Memory, MemorySource
 from frontdesk.threads._records import check_id, check_text, new_id
 from frontdesk.threads._tx import run_sync_tx
 from frontdesk.threads.errors import InvalidInput
@@ -51,7 +51,7 @@ memory_table = sa.Table(
     sa.Column("user_id", sa.String(255), nullable=False),
     sa.Column("text", sa.Text, nullable=False),
     sa.Column("key", sa.String(255)),
-    sa.Column("source", sa.String(16), nullable=False),
+    sa.Column("source", sa.String(32), nullable=False),
     sa.Column("conversation_id", sa.String(255)),
     sa.Column("message_id", sa.String(36)),
     sa.Column("created_at", UTCDateTime, nullable=False),
@@ -112,11 +112,18 @@ def _memory(row: RowMapping | Mapping[str, Any]) -> Memory:
     )
 
 
-def _check_fact(text: str) -> str:
+def _check_fact(text: str, source: MemorySource = "user") -> str:
     check_text(text, "memory text")
     text = " ".join(text.split())
     if not text:
         raise InvalidInput("a memory needs some text, e.g. 'Prefers replies in Hindi'")
+    if source == "conversation_summary":  # A paragraph, not one fact.
+        if len(text) > MAX_SUMMARY_CHARS:
+            raise InvalidInput(
+                f"a conversation summary is at most {MAX_SUMMARY_CHARS} characters"
+                f" (got {len(text)})"
+            )
+        return text
     if len(text) > MAX_FACT_CHARS:
         raise InvalidInput(
             f"a memory is at most {MAX_FACT_CHARS} characters (got {len(text)}); keep one short"
@@ -277,7 +284,7 @@ class MemoryStore:
         check_id(user_id, "user_id")
         if source not in SOURCES:
             raise InvalidInput(f"memory source must be one of {', '.join(SOURCES)}, not {source!r}")
-        cleaned = [(_check_fact(text), normalise_key(key)) for text, key in facts]
+        cleaned = [(_check_fact(text, source), normalise_key(key)) for text, key in facts]
 
         def work(conn: Connection) -> list[tuple[Memory, list[str]]]:
             _lock_user(conn, user_id)
