@@ -229,10 +229,15 @@ class FullTextPassageRetriever:
         if not words or limit <= 0:
             return []
         statement, params = _ranking(conn.dialect.name, words, limit)
-        return [_passage(row, score=float(row["score"])) for row in conn.execute(statement, params).mappings()]
+        return [
+            _passage(row, score=float(row["score"]))
+            for row in conn.execute(statement, params).mappings()
+        ]
 
 
-def _ranking(dialect: str, words: Sequence[str], limit: int) -> tuple[sa.TextClause, dict[str, Any]]:
+def _ranking(
+    dialect: str, words: Sequence[str], limit: int
+) -> tuple[sa.TextClause, dict[str, Any]]:
     """The best `limit` matches of any of `words`, best first, scored higher-is-better."""
     columns = ", ".join(f"p.{c.name}" for c in _COLUMNS)
     if dialect == "postgresql":
@@ -305,9 +310,7 @@ class KnowledgeStore:
             )
         sections = split_passages(source, text)
         if not sections:
-            raise InvalidInput(
-                f"{source}: no text to store; to drop the source, remove it instead"
-            )
+            raise InvalidInput(f"{source}: no text to store; to drop the source, remove it instead")
         return await run_sync_tx(self.engine, lambda conn: _replace(conn, source, sections))
 
     async def remove(self, source: str) -> int:

@@ -15,8 +15,10 @@ then the most recently updated, so that a user with a handful of facts has all o
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import Mapping, Sequence
+from datetime import datetime
 from typing import Any, Protocol, cast
 
 import sqlalchemy as sa
@@ -28,7 +30,7 @@ from frontdesk.memory import MAX_FACT_CHARS, MAX_SUMMARY_CHARS, SOURCES, Memory,
 from frontdesk.threads._records import check_id, check_text, new_id
 from frontdesk.threads._tx import run_sync_tx
 from frontdesk.threads.errors import InvalidInput
-from frontdesk.threads.models import UTCDateTime, utcnow
+from frontdesk.threads.models import Conversation, Message, UTCDateTime, utcnow
 
 __all__ = [
     "MAX_FACT_CHARS",
@@ -37,7 +39,10 @@ __all__ = [
     "MemoryStore",
     "Retriever",
     "delete_user_memories",
+    "idle_conversations",
+    "keep_summary_sync",
     "query_words",
+    "summary_key",
 ]
 
 MAX_KEY_CHARS = 64
@@ -457,3 +462,73 @@ def _add(
     }
     conn.execute(_m.insert().values(**values))
     return _memory(values), superseded
+
+
+# -- summaries of past conversations ------------------------------------------------------
+
+SUMMARY_SOURCE: MemorySource = "conversation_summary"
+
+
+def summary_key(conversation_id: str) -> str:
+    """The key of a conversation's summary memory: a newer summary of the same conversation
+    supersedes the older (a digest, since a conversation id may be long or odd)."""
+    return "conversation_" + hashlib.sha256(conversation_id.encode()).hexdigest()[:16]
+
+
+def idle_conversations(
+    conn: Connection, *, idle_before: datetime, skip_owner_prefix: str, limit: int
+) -> list[tuple[str, str, str]]:
+    """`(conversation_id, user_id, leaf_id)` of conversations with an owner whose newest
+    message is older than `idle_before` and whose summary memory does not cover it yet,
+    the longest idle first (owners starting with `skip_owner_prefix`, erased ones, left out).
+    """
+    conv, msg = Conversation.__table__, Message.__table__  # type: ignore[attr-defined]
+    kept = (
+        sa.select(_m.c.seq)
+        .where(
+            _m.c.source == SUMMARY_SOURCE,
+            _m.c.conversation_id == conv.c.id,
+            _m.c.message_id == conv.c.active_leaf_id,
+        )
+        .exists()
+    )
+    query = (
+        sa.select(conv.c.id, conv.c.user_id, conv.c.active_leaf_id)
+        .join(msg, msg.c.id == conv.c.active_leaf_id)
+        .where(
+            conv.c.user_id.is_not(None),
+            ~conv.c.user_id.startswith(skip_owner_prefix, autoescape=True),
+            msg.c.created_at < idle_before,
+            ~kept,
+        )
+        .order_by(msg.c.created_at)
+        .limit(limit)
+    )
+    return [(r.id, r.user_id, r.active_leaf_id) for r in conn.execute(query)]
+
+
+def keep_summary_sync(
+    conn: Connection,
+    user_id: str,
+    conversation_id: str,
+    leaf_id: str,
+    text: str,
+    *,
+    erased: str,
+) -> tuple[Memory, list[str]] | None:
+    """Keep `text` as the memory of the conversation up to `leaf_id`, superseding its older
+    summary; `None` (nothing written) when the conversation is no longer the user's or its
+    leaf was erased meanwhile (`erased`: the erasure marker), so that a summary written
+    while the user is being erased never outlives the erasure."""
+    text = _check_fact(text, SUMMARY_SOURCE)
+    _lock_user(conn, user_id)
+    conv, msg = Conversation.__table__, Message.__table__  # type: ignore[attr-defined]
+    still = conn.execute(
+        sa.select(conv.c.id)
+        .join(msg, msg.c.id == leaf_id)
+        .where(conv.c.id == conversation_id, conv.c.user_id == user_id, msg.c.content != erased)
+    ).first()
+    if still is None:
+        return None
+    key = summary_key(conversation_id)
+    return _add(conn, user_id, text, key, SUMMARY_SOURCE, conversation_id, leaf_id)
