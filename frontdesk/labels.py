@@ -4,11 +4,12 @@ Three pieces of text reach a model in a user turn without being written by the u
 summary of older turns (`SUMMARY_LABEL`, built by `threads.builder`), the passages of the
 business's documents (`DOCUMENTS_LABEL`, after the question, `orchestrator.knowledge`) and,
 on Anthropic, the response expert's instruction (`INSTRUCTION_LABEL`, folded into the last
-user turn by the adapter). A user who types any of these labels would otherwise produce the very same bytes and
-could pass their own text off as the system's. So every text that came from a user (or
-from a model reading users: summaries, replies, handler instructions) goes through
-`neutralise` before a genuine label is put in front of anything: a label-like phrase in it
-gets a visible marker, after which no user-derived text on the wire holds a label.
+user turn by the adapter). A user who types any of these labels would otherwise produce
+the very same bytes and could pass their own text off as the system's. So every text that
+came from a user (or from a model reading users: summaries, replies, handler instructions;
+or from the business's documents) goes through `neutralise` before a genuine label is put
+in front of anything: a label-like phrase in it gets a visible marker, after which no
+user-derived text on the wire holds a label.
 
 Matching is by the labels' words, ignoring case, punctuation, spacing and zero-width
 characters, so near-copies (`summary  of the EARLIER conversation -`) are caught as well.
