@@ -381,6 +381,32 @@ class MemoryStore:
 
         return await run_sync_tx(self.engine, lambda conn: delete_user_memories(conn, user_id))
 
+    async def idle_conversations(
+        self, *, idle_before: datetime, skip_owner_prefix: str, limit: int = 100
+    ) -> list[tuple[str, str, str]]:
+        """`idle_conversations` in a read of its own."""
+
+        def work(conn: Connection) -> list[tuple[str, str, str]]:
+            return idle_conversations(
+                conn, idle_before=idle_before, skip_owner_prefix=skip_owner_prefix, limit=limit
+            )
+
+        return await run_sync_tx(self.engine, work, readonly=True)
+
+    async def keep_summary(
+        self, user_id: str, conversation_id: str, leaf_id: str, text: str, *, erased: str
+    ) -> tuple[Memory, list[str]] | None:
+        """`keep_summary_sync` in a transaction of its own.
+
+        Raises:
+            InvalidInput: an empty or over-long summary.
+        """
+
+        def work(conn: Connection) -> tuple[Memory, list[str]] | None:
+            return keep_summary_sync(conn, user_id, conversation_id, leaf_id, text, erased=erased)
+
+        return await run_sync_tx(self.engine, work)
+
 
 def delete_user_memories(conn: Connection, user_id: str) -> tuple[int, list[str]]:
     """Delete every fact of the user in `conn`'s transaction (`forget_all`, erasure); how
