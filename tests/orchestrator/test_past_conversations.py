@@ -110,7 +110,7 @@ async def test_a_failing_summariser_keeps_nothing_and_is_audited(url: str) -> No
 async def test_a_summary_that_would_outlive_an_erasure_is_not_written(url: str) -> None:
     team = FakeTeam()
     async with Orchestrator([], model=team.model(), store=url) as orch:
-        past = await _past(orch)
+        await _past(orch)
         await orch.handle("c-1", "My card was charged twice", user_id="u")
         await orch.memory.wait()
         record = await orch.store.conversation("c-1")
