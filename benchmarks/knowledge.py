@@ -57,7 +57,7 @@ from frontdesk.experts.providers import FunctionModel, ModelRequest
 from frontdesk.experts.providers.embeddings import OpenAIEmbedder
 from frontdesk.knowledge import Passage
 from frontdesk.orchestrator.knowledge import HybridRetriever, ranked
-from frontdesk.threads.budget import DEFAULT_BUDGETS
+from frontdesk.threads.budget import DEFAULT_BUDGETS, Fit
 from frontdesk.threads.knowledge import (
     FullTextPassageRetriever,
     KnowledgeStore,
@@ -205,7 +205,7 @@ def tokens_per_call(found: list[list[Passage]]) -> dict[str, float]:
     budget, counter = DEFAULT_BUDGETS["response"], EstimatingCounter()
     sent = []
     for passages in found:
-        fit = budget.fit(counter=counter, history=[], documents=ranked(passages))
+        fit: Fit[Any] = budget.fit(counter=counter, history=[], documents=ranked(passages))
         sent.append(fit.tokens["documents"] + (counter.count(_label()) if fit.documents else 0))
     return {"mean": statistics.mean(sent), "max": float(max(sent))}
 

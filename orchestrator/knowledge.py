@@ -234,4 +234,4 @@ class HybridRetriever:
 
 
 def _dot(a: Sequence[float], b: Sequence[float]) -> float:
-    return sum(map(operator.mul, a, b))
+    return float(sum(map(operator.mul, a, b)))

@@ -433,22 +433,24 @@ def _replace(conn: Connection, source: str, sections: Sequence[Section]) -> list
     same = [take(by_hash.get(s.sha256)) for s in sections]
     result: list[Passage] = []
     inserts: list[dict[str, Any]] = []
-    for position, (section, row) in enumerate(zip(sections, same, strict=True)):
+    for position, (section, unchanged) in enumerate(zip(sections, same, strict=True)):
         values = {"title": section.title, "text": section.text, "sha256": section.sha256}
-        if row is not None:
-            if row["position"] != position:
-                conn.execute(_p.update().where(_p.c.seq == row["seq"]).values(position=position))
-            result.append(_passage(row))
+        if unchanged is not None:
+            if unchanged["position"] != position:
+                conn.execute(
+                    _p.update().where(_p.c.seq == unchanged["seq"]).values(position=position)
+                )
+            result.append(_passage(unchanged))
             continue
-        row = take(by_title.get(section.title))
-        if row is not None:  # The same section, rewritten: its id, the next version.
-            version = row["version"] + 1
+        older = take(by_title.get(section.title))
+        if older is not None:  # The same section, rewritten: its id, the next version.
+            version = older["version"] + 1
             conn.execute(
                 _p.update()
-                .where(_p.c.seq == row["seq"])
+                .where(_p.c.seq == older["seq"])
                 .values(**values, position=position, version=version, updated_at=now)
             )
-            result.append(_passage({**row, **values, "version": version}))
+            result.append(_passage({**older, **values, "version": version}))
             continue
         passage_id = new_id()
         inserts.append(

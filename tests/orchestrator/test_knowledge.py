@@ -91,9 +91,7 @@ async def test_the_reader_rides_a_transaction_and_a_failure_costs_only_passages(
         passages = await conn.run_sync(read)
     assert [p.title for p in passages] == ["Card replacement"]
     async with store.engine.connect() as conn:
-        await conn.run_sync(
-            lambda c: c.exec_driver_sql("DROP TABLE knowledge_passage")  # type: ignore[arg-type]
-        )
+        await conn.run_sync(lambda c: c.exec_driver_sql("DROP TABLE knowledge_passage"))
         assert await conn.run_sync(read) == []
 
 
