@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, create_model, model_validator
 from frontdesk.experts._call import CallObserver, ExpertCall, MemoryBlock
 from frontdesk.experts.category import Category, NeedMoreInfo
 from frontdesk.experts.providers.base import Message, ModelResponse
+from frontdesk.knowledge import Passage
 
 
 class Extraction(BaseModel):
@@ -121,6 +122,7 @@ class RequestExpert:
         cache_prefix: int = 0,
         observer: CallObserver | None = None,
         memory: MemoryBlock | None = None,
+        passages: Sequence[Passage] = (),
     ) -> RequestResult:
         """Extract the current request from `messages` (the whole user thread)."""
         assert self.category.request is not None
@@ -131,6 +133,7 @@ class RequestExpert:
             cache_prefix_messages=cache_prefix,
             metadata=metadata,
             memory=memory,
+            passages=passages,
         )
         response = await self.call.send(request, observer)
         extraction = output_type.model_validate(response.output)

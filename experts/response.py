@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from frontdesk.experts._call import CallObserver, ExpertCall, MemoryBlock
 from frontdesk.experts.providers.base import Message, ModelResponse, OnDelta
+from frontdesk.knowledge import Passage
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -41,6 +42,7 @@ class ResponseExpert:
         on_delta: OnDelta | None = None,
         observer: CallObserver | None = None,
         memory: MemoryBlock | None = None,
+        passages: Sequence[Passage] = (),
     ) -> ResponseResult:
         """Answer the last user message of `messages`, following `instruction`.
 
@@ -57,6 +59,7 @@ class ResponseExpert:
             cache_prefix_messages=cache_prefix,
             metadata=metadata,
             memory=memory,
+            passages=passages,
         )
         response = await self.call.send(
             request, observer, on_delta=None if on_delta is None else Trimmed(on_delta)
