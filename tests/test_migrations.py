@@ -438,7 +438,9 @@ async def test_0013_adds_knowledge_and_summary_memories_and_takes_them_back(
                 )
     finally:
         await engine.dispose()
+    assert "sources" in await _columns(empty_url, "turn_outcome")
     await _downgrade_to(empty_url, _before("0013_knowledge"))
+    assert "sources" not in await _columns(empty_url, "turn_outcome")
     tables = await _tables(empty_url)
     assert not {"knowledge_passage", "knowledge_fts", "knowledge_embedding"} & tables
     engine = create_engine(empty_url)
@@ -451,5 +453,15 @@ async def test_0013_adds_knowledge_and_summary_memories_and_takes_them_back(
                     sa.text("SELECT rowid FROM memory_fts WHERE memory_fts MATCH 'peanut'")
                 )
                 assert len(found.all()) == 1
+    finally:
+        await engine.dispose()
+
+
+async def _columns(url: str, table: str) -> set[str]:
+    engine = create_engine(url)
+    try:
+        async with engine.connect() as conn:
+            columns = await conn.run_sync(lambda c: sa.inspect(c).get_columns(table))
+            return {c["name"] for c in columns}
     finally:
         await engine.dispose()

@@ -7,6 +7,7 @@ summaries of past conversations as memories (`memory.source` `conversation_summa
   step); PostgreSQL a generated, weighted `tsvector` (title A, text B) with a GIN index.
 - `knowledge_embedding`: vectors of an optional embeddings endpoint, by model and content
   hash (an unchanged passage is never embedded twice).
+- `turn_outcome.sources`: the passages a reply was given (`Reply.sources` of a replay).
 - `memory.source` may be `conversation_summary` (the column widens to 32 characters; on
   SQLite the table is rebuilt, since SQLite cannot alter a CHECK constraint, and its
   full-text index is rebuilt after it).
@@ -140,10 +141,13 @@ def upgrade() -> None:
         for sql in _KNOWLEDGE_FTS:
             op.execute(sql)
     _memory_sources(_NEW_SOURCES, 32)
+    op.add_column("turn_outcome", sa.Column("sources", sa.JSON(), nullable=True))
 
 
 def downgrade() -> None:
     """Drop the knowledge tables (every passage is lost) and the conversation summaries."""
+    with op.batch_alter_table("turn_outcome") as batch:
+        batch.drop_column("sources")
     op.execute("DELETE FROM memory WHERE source = 'conversation_summary'")
     _memory_sources(_OLD_SOURCES, 16)
     if op.get_bind().dialect.name != "postgresql":
