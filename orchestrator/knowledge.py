@@ -21,7 +21,7 @@ from __future__ import annotations
 import array
 import functools
 import operator
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field, replace
 
 import structlog
@@ -44,6 +44,7 @@ __all__ = [
     "LOOKUP_LIMIT",
     "HybridRetriever",
     "Knowledge",
+    "Library",
     "entry",
     "ranked",
     "with_documents",
@@ -59,44 +60,12 @@ DEPTH = 50
 """How deep each ranking is read before the two are fused."""
 
 
-@dataclass
-class Knowledge:
-    """`Orchestrator.knowledge`: the business's documents, searchable by every turn."""
+@dataclass(frozen=True)
+class Library:
+    """The opened knowledge: its store, and the retriever every turn and search uses."""
 
     store: KnowledgeStore
     retriever: PassageRetriever
-
-    async def add(self, source: str, text: str) -> int:
-        """Store `text` as the passages of `source` (replacing what it held: unchanged
-        passages keep their id and version, changed ones their id with the next version);
-        returns how many passages it holds now.
-
-        Raises:
-            InvalidInput: an empty or over-long text, a bad source name.
-        """
-        return len(await self.store.add(source, text))
-
-    async def remove(self, source: str) -> int:
-        """Delete the passages of `source`; how many there were (0 for an unknown source)."""
-        return await self.store.remove(source)
-
-    async def search(self, query: str, limit: int = 5) -> list[Passage]:
-        """The passages most relevant to `query`, best first (as a turn would find them).
-
-        Raises:
-            InvalidInput: `limit` outside 1 to `MAX_SEARCH_LIMIT`.
-        """
-        if (
-            isinstance(limit, bool)
-            or not isinstance(limit, int)
-            or not 0 < limit <= MAX_SEARCH_LIMIT
-        ):
-            raise InvalidInput(f"limit must be 1 to {MAX_SEARCH_LIMIT}, got {limit!r}")
-        return await self.retriever.retrieve(query, limit=limit)
-
-    async def sources(self) -> list[str]:
-        """The names of the sources stored, sorted."""
-        return await self.store.sources()
 
     async def lookup(self, question: str) -> list[Passage]:
         """A turn's passages for `question`; a lookup that fails costs the turn its
@@ -123,6 +92,54 @@ class Knowledge:
                 return []
 
         return read
+
+
+class Knowledge:
+    """`Orchestrator.knowledge`: the business's documents, searchable by every turn.
+
+    Each method opens the orchestrator's store on first use (as `handle` does), so no
+    `open()` is needed before adding documents.
+    """
+
+    def __init__(self, opened: Callable[[], Awaitable[Library]]) -> None:
+        """`opened`: the orchestrator's store and retriever, opened on first call."""
+        self._opened = opened
+
+    async def add(self, source: str, text: str) -> int:
+        """Store `text` as the passages of `source` (replacing what it held: unchanged
+        passages keep their id and version, changed ones their id with the next version);
+        returns how many passages it holds now.
+
+        Raises:
+            InvalidInput: an empty or over-long text, a bad source name.
+        """
+        return len(await (await self._opened()).store.add(source, text))
+
+    async def remove(self, source: str) -> int:
+        """Delete the passages of `source`; how many there were (0 for an unknown source)."""
+        return await (await self._opened()).store.remove(source)
+
+    async def search(self, query: str, limit: int = 5) -> list[Passage]:
+        """The passages most relevant to `query`, best first (as a turn would find them).
+
+        Raises:
+            InvalidInput: `limit` outside 1 to `MAX_SEARCH_LIMIT`, or `query` not a str.
+        """
+        if isinstance(limit, bool) or not isinstance(limit, int):
+            raise InvalidInput(f"limit must be a whole number, got {limit!r}")
+        if not 0 < limit <= MAX_SEARCH_LIMIT:
+            raise InvalidInput(f"limit must be 1 to {MAX_SEARCH_LIMIT}, got {limit}")
+        if not isinstance(query, str):
+            raise InvalidInput(f"query must be a str, not {type(query).__name__}")
+        return await (await self._opened()).retriever.retrieve(query, limit=limit)
+
+    async def sources(self) -> list[str]:
+        """The names of the sources stored, sorted."""
+        return await (await self._opened()).store.sources()
+
+    async def passages(self, source: str | None = None) -> list[Passage]:
+        """The passages of `source` (of every source when `None`), in their order."""
+        return await (await self._opened()).store.passages(source)
 
 
 @functools.lru_cache(maxsize=4096)

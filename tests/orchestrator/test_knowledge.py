@@ -15,6 +15,7 @@ from frontdesk.labels import DOCUMENTS_LABEL, QUOTED_MARK
 from frontdesk.orchestrator.knowledge import (
     HybridRetriever,
     Knowledge,
+    Library,
     ranked,
     with_documents,
 )
@@ -69,13 +70,21 @@ async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator
 
 
 async def test_the_facade_adds_searches_lists_and_removes(store: KnowledgeStore) -> None:
-    knowledge = Knowledge(store=store, retriever=FullTextPassageRetriever(store))
+    library = Library(store=store, retriever=FullTextPassageRetriever(store))
+
+    async def opened() -> Library:
+        return library
+
+    knowledge = Knowledge(opened)
     assert await knowledge.add("help/fees.md", FEES) == 3
+    assert [p.title for p in await knowledge.passages()][:1] == ["Overdraft fees"]
     found = await knowledge.search("what does an overdraft cost", limit=2)
     assert found[0].title == "Overdraft fees" and found[0].version == 1
     assert await knowledge.sources() == ["help/fees.md"]
     with pytest.raises(InvalidInput, match="limit"):
         await knowledge.search("overdraft", limit=0)
+    with pytest.raises(InvalidInput, match="limit"):
+        await knowledge.search("overdraft", limit=True)
     assert await knowledge.remove("help/fees.md") == 3
     assert await knowledge.search("overdraft") == []
 
@@ -83,9 +92,10 @@ async def test_the_facade_adds_searches_lists_and_removes(store: KnowledgeStore)
 async def test_the_reader_rides_a_transaction_and_a_failure_costs_only_passages(
     store: KnowledgeStore,
 ) -> None:
-    knowledge = Knowledge(store=store, retriever=FullTextPassageRetriever(store))
-    await knowledge.add("help/fees.md", FEES)
-    read = knowledge.reader("stolen card")
+    library = Library(store=store, retriever=FullTextPassageRetriever(store))
+    await store.add("help/fees.md", FEES)
+    assert [p.title for p in await library.lookup("stolen card")] == ["Card replacement"]
+    read = library.reader("stolen card")
     assert read is not None
     async with store.engine.connect() as conn:
         passages = await conn.run_sync(read)
