@@ -13,7 +13,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 # The design card's folders, each installed as `frontdesk.<folder>`.
-FOLDERS = ("experts", "orchestrator", "threads", "audit", "prompts", "examples", "service")
+FOLDERS = ("experts", "orchestrator", "threads", "audit", "prompts", "examples", "service", "cli")
 
 # What each folder may import from the project (besides itself). "core" is the package root's
 # plumbing (`frontdesk.errors`, `.logs`, `.db`, `.schema`), which every folder may use.
@@ -25,9 +25,10 @@ ALLOWED = {
     "experts": {"core", "prompts"},
     "orchestrator": {"core", "prompts", "experts", "threads", "audit"},
     "examples": {"core", "experts", "orchestrator"},
-    # The HTTP service sits on the orchestrator; nothing below imports it (the CLI's `serve`
-    # hands uvicorn the import string of its factory).
+    # The HTTP service sits on the orchestrator; only the CLI above imports it.
     "service": {"core", "prompts", "experts", "threads", "audit", "orchestrator"},
+    # The command line sits on top of everything; nothing imports it.
+    "cli": {*FOLDERS, "core"} - {"cli"},
 }
 
 # The public face re-exports from every folder, so it sits above them all.
@@ -167,3 +168,40 @@ def test_every_public_error_is_in_the_one_tree() -> None:
         mod = importlib.import_module(f"frontdesk.{module}.errors")
         for name in mod.__all__:
             assert getattr(mod, name) is getattr(tree, name), f"{module}.errors.{name}"
+
+
+def test_the_cli_is_the_frontdesk_console_script() -> None:
+    """`frontdesk` runs `frontdesk.cli:main`, the top-level `cli/` folder's entry point."""
+    import frontdesk.cli
+
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    assert config["project"]["scripts"] == {"frontdesk": "frontdesk.cli:main"}
+    assert callable(frontdesk.cli.main)
+    assert frontdesk.cli.__file__ is not None
+    assert Path(frontdesk.cli.__file__).resolve() == ROOT / "cli" / "__init__.py"
+
+
+def test_the_orchestrator_holds_no_cli() -> None:
+    """The CLI lives in `cli/`, above the service: no orchestrator module is named for it."""
+    named = [
+        str(p.relative_to(ROOT))
+        for p in (ROOT / "orchestrator").rglob("*")
+        if p.stem == "cli" or p.stem.startswith("_cli")
+    ]
+    assert named == []
+
+
+def test_nothing_imports_the_cli() -> None:
+    """The service (and every other folder) imports nothing from `frontdesk.cli`, not even
+    lazily inside a function: the CLI is the top of the stack."""
+    importers = {
+        str(path.relative_to(ROOT)): module
+        for folder in ALLOWED
+        if folder != "cli"
+        for path in _sources(folder)
+        for module in _imports(path)
+        if _layer(module) == "cli"
+    }
+    assert importers == {}
+    service = [m for p in _sources("service") for m in _imports(p)]
+    assert any(_layer(m) == "orchestrator" for m in service)  # the check does see imports

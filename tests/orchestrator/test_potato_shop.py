@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from frontdesk.cli import app
 from frontdesk.examples.potato_shop import build
 from frontdesk.orchestrator import Orchestrator
-from frontdesk.orchestrator.cli import app
 
 
 async def _place(orch: Orchestrator, conversation: str, user_id: str | None = None) -> str:
