@@ -18,7 +18,7 @@ from frontdesk.experts.category import HandlerContext
 from frontdesk.experts.providers import FunctionModel, ModelRequest
 from frontdesk.labels import DOCUMENTS_LABEL, QUOTED_MARK
 from frontdesk.orchestrator import Orchestrator
-from frontdesk.orchestrator._replay import build_runner
+from frontdesk.orchestrator.replay import build_runner
 from frontdesk.threads.budget import DEFAULT_BUDGETS, Budget
 from tests._pg import create_database, drop_database
 
