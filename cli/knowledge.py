@@ -65,7 +65,7 @@ def add(
         raise UserError("--source names one source: give exactly one PATH with it")
     files = [(source or path.as_posix(), _read(path)) for path in paths]
     counts = asyncio.run(_add(app_spec, db, files))
-    console = Console()
+    console = Console(soft_wrap=True)
     for (name, _text), count in zip(files, counts, strict=True):
         console.print(f"{escape(name)}: {count} passage{'s' if count != 1 else ''}")
 
@@ -89,7 +89,7 @@ def list_sources(
     if json_out:
         emit_json([{"source": s, "passages": n} for s, n in sorted(counts.items())])
         return
-    console = Console()
+    console = Console(soft_wrap=True)
     if not counts:
         console.print("no knowledge stored; add some with: frontdesk knowledge add PATH")
         return
@@ -120,7 +120,7 @@ def search(
     if json_out:
         emit_json([dataclasses.asdict(p) for p in found])
         return
-    console = Console()
+    console = Console(soft_wrap=True)
     if not found:
         console.print("no passage matches")
         return
@@ -151,4 +151,4 @@ def remove(
     count = asyncio.run(_remove(app_spec, db, source))
     if count == 0:
         raise UserError(f"no source {source!r}; list them with: frontdesk knowledge list")
-    Console().print(f"removed {escape(source)}: {count} passage{'s' if count != 1 else ''}")
+    Console(soft_wrap=True).print(f"removed {escape(source)}: {count} passage{'s' if count != 1 else ''}")

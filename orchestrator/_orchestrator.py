@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncGenerator, Iterable, Mapping
+from datetime import timedelta
 from pathlib import Path
 from typing import Any, Literal
 
@@ -28,6 +29,7 @@ from frontdesk.errors import (
 )
 from frontdesk.experts import Category
 from frontdesk.experts.category import check_registry
+from frontdesk.experts.providers.embeddings import Embedder
 from frontdesk.memory import Memory, MemorySource
 from frontdesk.orchestrator import _erasure, _handoff, _wiring
 from frontdesk.orchestrator._compaction import BackgroundCompaction, Compactor, summariser_expert
@@ -35,6 +37,8 @@ from frontdesk.orchestrator._input import DEFAULT_MAX_MESSAGE_CHARS, check_user_
 from frontdesk.orchestrator._memory import Memories
 from frontdesk.orchestrator.config import EXPERTS, ExpertSettings, ModelChoice, resolve_models
 from frontdesk.orchestrator.handoff import Handoff
+from frontdesk.orchestrator.knowledge import HybridRetriever, Knowledge, Library
+from frontdesk.orchestrator.past_conversations import IDLE_AFTER, PastConversations
 from frontdesk.orchestrator.reply import Reply
 from frontdesk.orchestrator.stream import TurnEvent, stream_turn
 from frontdesk.orchestrator.turn import Pipeline, Start, Started, run_turn
@@ -48,6 +52,7 @@ from frontdesk.threads.handoffs import (
     HandoffPolicy,
     HandoffStore,
 )
+from frontdesk.threads.knowledge import FullTextPassageRetriever, KnowledgeStore
 from frontdesk.threads.memory import FullTextRetriever, MemoryStore, Retriever
 from frontdesk.threads.models import utcnow
 from frontdesk.threads.store import (
@@ -119,6 +124,13 @@ class Orchestrator:
             the database's own full-text search. See docs/memory.md.
         memory: Read and write long-term memory in turns; `False`: no turn reads or
             learns any (`remember`, `memories`, `forget`... still work).
+        knowledge: Look up the business's documents in turns (`Orchestrator.knowledge`);
+            `False`: no turn reads any (adding and searching still work).
+        embeddings: An embeddings endpoint (`experts.providers.embeddings.OpenAIEmbedder`)
+            whose ranking is combined with the full text's; `None`: full text alone. See
+            docs/knowledge.md.
+        summarise_idle_after: How long a conversation goes without a message before its
+            summary is kept as a memory of its user (`remember_idle_conversations`).
     """
 
     def __init__(
@@ -148,6 +160,9 @@ class Orchestrator:
         redaction: RedactionPolicy | Redactor | None = None,
         retriever: Retriever | None = None,
         memory: bool = True,
+        knowledge: bool = True,
+        embeddings: Embedder | None = None,
+        summarise_idle_after: timedelta = IDLE_AFTER,
     ) -> None:
         self.categories = check_registry(list(categories))
         self.models = resolve_models(model)
@@ -210,6 +225,17 @@ class Orchestrator:
         self._retriever = retriever
         self._memory_on = memory
         self._memories: Memories | None = None
+        self._knowledge_on = knowledge
+        self._embeddings = embeddings
+        self._library: Library | None = None
+        self.knowledge = Knowledge(self._opened_library)
+        """The business's documents: `add`, `remove`, `search`, `sources` (docs/knowledge.md)."""
+        if not isinstance(summarise_idle_after, timedelta) or summarise_idle_after <= timedelta(0):
+            raise ConfigError(
+                f"summarise_idle_after must be a positive timedelta, got {summarise_idle_after!r}"
+            )
+        self.summarise_idle_after = summarise_idle_after
+        self._past: PastConversations | None = None
         self._unfinished: set[asyncio.Task[Any]] = set()  # Turns whose stream reader left.
 
     # -- wiring -------------------------------------------------------------------------
@@ -272,7 +298,21 @@ class Orchestrator:
                     audit=self._audit,
                 )
             )
+            knowledge_store = KnowledgeStore(store.engine)
+            self._library = Library(
+                store=knowledge_store,
+                retriever=FullTextPassageRetriever(knowledge_store)
+                if self._embeddings is None
+                else HybridRetriever(store=knowledge_store, embedder=self._embeddings),
+            )
             memory_store = MemoryStore(store.engine)
+            self._past = PastConversations(
+                store=store,
+                memory=memory_store,
+                summariser=summariser,
+                audit=self._audit,
+                idle_after=self.summarise_idle_after,
+            )
             self._memories = Memories(
                 store=memory_store,
                 retriever=self._retriever or FullTextRetriever(memory_store),
@@ -294,6 +334,19 @@ class Orchestrator:
                 budgets=self.budgets,
             )
             return self._pipeline
+
+    async def _opened_library(self) -> Library:
+        await self._open()
+        assert self._library is not None
+        return self._library
+
+    async def remember_idle_conversations(self, *, limit: int = 50) -> int:
+        """Keep the summary of each conversation idle for `summarise_idle_after` as a memory
+        of its user (those kept up to their newest message are skipped); how many were
+        kept. The periodic job of docs/knowledge.md: run it on a schedule (the jobs runner)."""
+        await self._open()
+        assert self._past is not None
+        return await self._past.remember_idle(limit=limit)
 
     @property
     def store(self) -> ConversationStore:
