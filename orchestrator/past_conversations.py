@@ -19,8 +19,9 @@ user's data key; a failure is logged and audited (`memory_failed`), never raised
 
 from __future__ import annotations
 
+import asyncio
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
 import structlog
@@ -42,6 +43,8 @@ log = structlog.get_logger("frontdesk.memory")
 
 IDLE_AFTER = timedelta(minutes=30)
 """How long a conversation goes without a message before its summary is kept (default)."""
+CLOSE_TIMEOUT = 60.0
+"""Seconds `aclose` waits for summaries being kept before cancelling them."""
 LEASE_TTL = 120.0
 """Seconds a summary's lease lasts (a crashed worker's lease expires after this)."""
 
@@ -55,7 +58,7 @@ def shortened(text: str, limit: int = MAX_SUMMARY_CHARS) -> str:
     return text[: cut if cut > 0 else limit - 1].rstrip() + "…"
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(kw_only=True)
 class PastConversations:
     """Keeps the summaries of idle and handed-back conversations as memories."""
 
@@ -64,6 +67,32 @@ class PastConversations:
     summariser: SummariserExpert
     audit: AuditLog | None = None
     idle_after: timedelta = IDLE_AFTER
+    _tasks: set[asyncio.Task[Memory | None]] = field(default_factory=set)
+
+    def schedule(self, conversation_id: str) -> None:
+        """Keep the conversation's summary in the background (a hand-back: the person's
+        answer is never held up by the summariser); `wait` waits for it."""
+        task = asyncio.get_running_loop().create_task(self._quietly(conversation_id))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _quietly(self, conversation_id: str) -> Memory | None:
+        try:
+            return await self.remember(conversation_id)
+        except Exception as e:  # A background task has no caller to raise to.
+            log.warning("memory.summary_crashed", conversation_id=conversation_id, error=e)
+            return None
+
+    async def wait(self, within: float = CLOSE_TIMEOUT) -> None:
+        """Wait for the summaries started so far; past `within` seconds, cancel the rest."""
+        tasks = list(self._tasks)
+        if not tasks:
+            return
+        _done, late = await asyncio.wait(tasks, timeout=within)
+        for task in late:
+            task.cancel()
+        if late:
+            await asyncio.gather(*late, return_exceptions=True)
 
     async def remember_idle(self, *, now: datetime | None = None, limit: int = 50) -> int:
         """Keep the summary of each conversation idle for `idle_after` whose newest message
