@@ -32,10 +32,10 @@ from frontdesk.audit.store import AuditLog
 from frontdesk.audit.transcript import ExpertCall, Transcript, TurnView, build_transcript
 from frontdesk.cli._options import DbOption, JsonOption, app_option, emit_json, existing_db
 from frontdesk.errors import UserError
-from frontdesk.orchestrator._answered import answered_turns
 from frontdesk.orchestrator.app import DEFAULT_APP, load_app
 from frontdesk.orchestrator.replay import build_runner, parse_models
 from frontdesk.redaction import RedactionPolicy, Redactor, Rule
+from frontdesk.threads.answered import answered_turns
 
 app = typer.Typer(help="audit commands", no_args_is_help=True)
 

@@ -151,4 +151,6 @@ def remove(
     count = asyncio.run(_remove(app_spec, db, source))
     if count == 0:
         raise UserError(f"no source {source!r}; list them with: frontdesk knowledge list")
-    Console(soft_wrap=True).print(f"removed {escape(source)}: {count} passage{'s' if count != 1 else ''}")
+    Console(soft_wrap=True).print(
+        f"removed {escape(source)}: {count} passage{'s' if count != 1 else ''}"
+    )

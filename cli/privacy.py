@@ -17,7 +17,7 @@ from frontdesk.audit.store import AuditLog
 from frontdesk.cli._options import DbOption, JsonOption, emit_json, existing_db
 from frontdesk.db import create_engine, dispose_engine, run_write
 from frontdesk.errors import AuditKeyError, UserError
-from frontdesk.orchestrator._erasure import apply_retention, erase_user, parse_age
+from frontdesk.orchestrator.erasure import apply_retention, erase_user, parse_age
 from frontdesk.schema import ensure_schema
 from frontdesk.threads.store import ConversationStore
 

@@ -16,7 +16,7 @@ from rich.tree import Tree
 from frontdesk.cli._options import DbOption, JsonOption, app_option, db_url, model_option
 from frontdesk.orchestrator.app import DEFAULT_APP, load_app
 from frontdesk.threads.builder import build_thread
-from frontdesk.threads.handoffs import HandoffRecord, HandoffStore
+from frontdesk.threads.handoff import HandoffRecord
 from frontdesk.threads.store import ConversationStore, MessageRecord
 
 app = typer.Typer(help="thread commands", no_args_is_help=True)
@@ -128,7 +128,7 @@ async def _show(
         leaf = await store.active_leaf(conversation_id)
         path = await store.path(leaf.id) if leaf else []
         replaced = (await build_thread(store, leaf.id)).replaced if leaf else 0
-        handoffs = await HandoffStore(store.engine).history(conversation_id)
+        handoffs = await store.handoffs.history(conversation_id)
     finally:
         await store.aclose()
     # What the experts no longer see verbatim: the path prefix the newest summary covers.

@@ -25,8 +25,8 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field, replace
 
 import structlog
-from sqlalchemy import Connection
 
+from frontdesk.db import Connection
 from frontdesk.errors import FrontdeskError, InvalidInput
 from frontdesk.experts.providers import Message
 from frontdesk.experts.providers.embeddings import Embedder

@@ -31,8 +31,8 @@ from frontdesk.audit.store import AuditLog
 from frontdesk.experts.providers import Message
 from frontdesk.experts.summariser import SummariserExpert
 from frontdesk.memory import MAX_SUMMARY_CHARS, Memory
-from frontdesk.orchestrator._erasure import ERASED_OWNER_PREFIX
 from frontdesk.orchestrator._recorder import TurnRecorder, observing
+from frontdesk.orchestrator.erasure import ERASED_OWNER_PREFIX
 from frontdesk.threads.builder import build_thread
 from frontdesk.threads.memory import SUMMARY_SOURCE, MemoryStore
 from frontdesk.threads.store import ConversationStore

@@ -27,8 +27,8 @@ from frontdesk.db import create_engine, dispose_engine
 from frontdesk.errors import AuditKeyError, ConfigError
 from frontdesk.experts.providers import FunctionModel
 from frontdesk.orchestrator import SyncOrchestrator
-from frontdesk.orchestrator._answered import answered_turns
-from frontdesk.orchestrator._erasure import apply_retention
+from frontdesk.orchestrator.erasure import apply_retention
+from frontdesk.threads.answered import answered_turns
 from tests.privacy import _app
 from tests.privacy._app import ACCOUNT, BOB, BOB_TEXT, ZOE, ZOE_TEXT
 
