@@ -24,6 +24,8 @@ class ResponseResult:
 
     text: str
     response: ModelResponse
+    passages: tuple[Passage, ...] = ()
+    """The passages of the business's documents the request carried (`Reply.sources`)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -65,7 +67,7 @@ class ResponseExpert:
             request, observer, on_delta=None if on_delta is None else Trimmed(on_delta)
         )
         text = str(response.output).strip()
-        return ResponseResult(text=text, response=response)
+        return ResponseResult(text=text, response=response, passages=request.passages)
 
 
 class Trimmed:

@@ -322,6 +322,8 @@ class Orchestrator:
                 counter=self.token_counter,
                 compaction=compaction,
                 compaction_policy=self.compaction_policy,
+                knowledge=self._library if self._knowledge_on else None,
+                past=self._past if self._memory_on else None,
             )
             return self._pipeline
 
@@ -334,9 +336,10 @@ class Orchestrator:
         """Keep the summary of each conversation idle for `summarise_idle_after` as a memory
         of its user (those kept up to their newest message are skipped); how many were
         kept. The periodic job of docs/knowledge.md: run it on a schedule (the jobs runner)."""
-        await self._open()
-        assert self._past is not None
-        return await self._past.remember_idle(limit=limit)
+        p = await self._open()
+        if p.past is None:  # `memory=False`: nothing is learnt, summaries neither.
+            return 0
+        return await p.past.remember_idle(limit=limit)
 
     @property
     def store(self) -> ConversationStore:
@@ -522,6 +525,8 @@ class Orchestrator:
         """
         p = await self._open()
         await handoff.hand_back(p, p.lease(conversation_id), conversation_id, by="operator")
+        if p.past is not None:  # What was said with the person is kept for later (memory).
+            p.past.schedule(conversation_id)
 
     async def user_thread(self, conversation_id: str, *, user_id: str | None = None) -> UserThread:
         """What the experts will be sent next for this conversation (summary included).
@@ -611,6 +616,8 @@ class Orchestrator:
             await self._compaction.wait()
         if self._memories is not None:
             await self._memories.wait()
+        if self._past is not None:
+            await self._past.wait()
         if self._audit is not None and self._owns_audit:
             await self._audit.aclose()
         if self._pipeline is not None and self._owns_store:
@@ -623,6 +630,8 @@ class Orchestrator:
         self._audit = None
         self._compaction = None
         self._memories = None
+        self._library = None
+        self._past = None
 
     async def __aenter__(self) -> Self:
         return await self.open()

@@ -19,10 +19,12 @@ that fails leaves the full-text ranking alone.
 from __future__ import annotations
 
 import array
+import dataclasses
 import functools
 import operator
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 import structlog
 
@@ -32,6 +34,7 @@ from frontdesk.experts.providers import Message
 from frontdesk.experts.providers.embeddings import Embedder
 from frontdesk.knowledge import Passage
 from frontdesk.labels import DOCUMENTS_LABEL, neutralise
+from frontdesk.memory import Memory
 from frontdesk.threads.budget import Document
 from frontdesk.threads.knowledge import (
     MAX_SEARCH_LIMIT,
@@ -187,6 +190,51 @@ def with_documents(messages: Sequence[Message], documents: Sequence[Document]) -
             out[i] = Message(role="user", content=f"{out[i]['content']}\n\n{text}")
             return out
     return [*out, Message(role="user", content=text)]
+
+
+def fold(
+    messages: Sequence[Message], passages: Sequence[Passage], documents: Sequence[Document]
+) -> tuple[list[Message], tuple[Passage, ...]]:
+    """`messages` with the kept `documents` after the question, and the passages they are
+    (what the request records for the audit log and `Reply.sources`)."""
+    return with_documents(messages, documents), tuple(kept(passages, documents))
+
+
+def to_json(passages: Sequence[Passage]) -> list[dict[str, Any]]:
+    """Passages as the turn's stored outcome keeps them (`Reply.sources` of a replay)."""
+    return [dataclasses.asdict(p) for p in passages]
+
+
+def from_json(stored: Sequence[Mapping[str, Any]]) -> list[Passage]:
+    """`to_json`'s passages back (fields this version does not know are left out)."""
+    names = {f.name for f in dataclasses.fields(Passage)}
+    return [Passage(**{k: v for k, v in item.items() if k in names}) for item in stored]
+
+
+@dataclass(frozen=True)
+class FirstRead:
+    """What a turn's first transaction looked up besides its own writes."""
+
+    memories: list[Memory] | None = None
+    passages: list[Passage] | None = None
+
+
+def first_read(
+    memory: Callable[[Connection], list[Memory]] | None,
+    knowledge: Callable[[Connection], list[Passage]] | None,
+) -> Callable[[Connection], FirstRead] | None:
+    """The memory and knowledge lookups as one read of the turn's first transaction (`None`
+    when there is neither: the start then reads nothing more)."""
+    if memory is None and knowledge is None:
+        return None
+
+    def read(conn: Connection) -> FirstRead:
+        return FirstRead(
+            memories=None if memory is None else memory(conn),
+            passages=None if knowledge is None else knowledge(conn),
+        )
+
+    return read
 
 
 @dataclass

@@ -51,8 +51,10 @@ from frontdesk.experts.providers import Message, ModelResponse, Usage
 from frontdesk.experts.request import RequestExpert
 from frontdesk.experts.response import ResponseExpert, ResponseResult
 from frontdesk.experts.triage import TriageExpert
+from frontdesk.knowledge import Passage
 from frontdesk.memory import Memory
 from frontdesk.orchestrator import _listen, fallbacks, handoff
+from frontdesk.orchestrator import knowledge as _knowledge
 from frontdesk.orchestrator import memory as _memory
 from frontdesk.orchestrator._compaction import BackgroundCompaction
 from frontdesk.orchestrator._recorder import (
@@ -63,6 +65,7 @@ from frontdesk.orchestrator._recorder import (
     usage_dict,
 )
 from frontdesk.orchestrator.errors import TurnFailed
+from frontdesk.orchestrator.past_conversations import PastConversations
 from frontdesk.orchestrator.reply import Reply
 from frontdesk.threads.budget import Budget, Document
 from frontdesk.threads.builder import (
@@ -106,7 +109,7 @@ async def run_turn(p: Pipeline, conversation_id: str, start: Start) -> Reply:
             return reply_from_records(
                 p, s.question, s.stored.reply, s.stored.outcome, replayed=not s.answered_now
             )
-        t = _turn(s, lease, await _recall(p, s))
+        t = _turn(s, lease, await _recall(p, s), await _lookup(p, s))
         try:
             # The experts, under the turn deadline; a stored outcome skips to the reply.
             with observing(t.recorder):  # Model attempts -> audit events.
@@ -156,8 +159,11 @@ async def start_message(
 ) -> Started:
     """A new message, stored with its path; or, for a client message id seen before, that
     message: replayed when it was answered, its turn finished when it was not."""
-    # The memory lookup is a read of the same transaction (no extra round trip).
-    recall = None if p.memory is None else await p.memory.reader(user_id, text)
+    # The memory and knowledge lookups are reads of the same transaction (no extra round trip).
+    memory = None if p.memory is None else await p.memory.reader(user_id, text)
+    recall = _knowledge.first_read(
+        memory, None if p.knowledge is None else p.knowledge.reader(text)
+    )
     begun = await begin(
         p,
         lease,
@@ -178,12 +184,14 @@ async def start_message(
             log.info("turn.resume", conversation_id=conversation_id, turn=question.id)
             path = await SummaryStore(p.store.engine).path_since_newest(question.id)
     thread = UserThread() if path is None else thread_since(path)  # None: replayed.
+    read = begun.recalled or _knowledge.FirstRead()
     return Started(
         question=question,
         user_id=user_id,
         thread=thread,
         stored=stored,
-        memories=begun.recalled,
+        memories=read.memories,
+        passages=read.passages,
     )
 
 
@@ -318,7 +326,18 @@ async def _recall(p: Pipeline, s: Started) -> list[Document]:
     return _memory.ranked(await p.memory.recall(s.user_id, s.question.content))
 
 
-def _turn(s: Started, lease: TurnLease, memory: Sequence[Document]) -> Turn:
+async def _lookup(p: Pipeline, s: Started) -> Sequence[Passage]:
+    """The business's passages for this turn's question (`orchestrator/knowledge.py`)."""
+    if p.knowledge is None:
+        return ()
+    if s.passages is not None:
+        return s.passages
+    return await p.knowledge.lookup(s.question.content)
+
+
+def _turn(
+    s: Started, lease: TurnLease, memory: Sequence[Document], passages: Sequence[Passage]
+) -> Turn:
     recorder = TurnRecorder(turn_id=s.question.id)
     recorder.note(
         "turn_started",
@@ -336,6 +355,8 @@ def _turn(s: Started, lease: TurnLease, memory: Sequence[Document]) -> Turn:
         recorder=recorder,
         lease=lease,
         memory=memory,
+        passages=passages,
+        documents=_knowledge.ranked(passages),
     )
 
 
@@ -442,16 +463,20 @@ async def _extract(
     expert = p.requests.get(category)
     if expert is None:
         return None, None
+    # Passages only for a category that asked for them (`Category(knowledge=True)`).
+    sent = view.fit.documents if p.categories[category].knowledge else []
+    messages, passages = _knowledge.fold(_turns(view), t.passages, sent)
     try:
         result = await _stage(
             "request",
             t,
             expert.run(
-                _turns(view),
+                messages,
                 metadata=meta,
                 cache_prefix=view.cache_prefix_messages,
                 observer=t.recorder,
                 memory=_memory.block(view),
+                passages=passages,
             ),
             fallback=True,
         )
@@ -506,14 +531,17 @@ async def _decide(
 async def _respond(p: Pipeline, t: Turn, decided: Decided) -> ResponseResult:
     """The reply: the thread plus ONE assistant instruction message, sent to the response expert."""
     view = _view(p, t, "response")
+    # The passages the budget kept, after the question: reference text, not in the thread.
+    messages, passages = _knowledge.fold(_turns(view), t.passages, view.fit.documents)
     call = p.response.run(
-        _turns(view),
+        messages,
         decided.outcome.instruction,
         metadata=_meta(t),
         cache_prefix=view.cache_prefix_messages,
         on_delta=_listen.delta_sink(),
         observer=t.recorder,
         memory=_memory.block(view),
+        passages=passages,
     )
     return await _stage("response", t, call)
 
@@ -666,7 +694,7 @@ async def _finish(
     )
     t.recorder.note("reply", assistant_message_id=reply.id, text=answer.text, model=reply.model)
     answered = {**decided.answered, "response": answer.response}
-    outcome = _stored(t, dataclasses.replace(decided, answered=answered))
+    outcome = _stored(t, dataclasses.replace(decided, answered=answered), answer.passages)
     if p.audit is not None:
         await p.audit.prepare_key(t.user_id)  # Only a user's first turn (per process) writes.
 
@@ -762,6 +790,10 @@ class Pipeline:
     (`_Speculation`); off, the two run one after the other."""
     memory: _memory.Memories | None = None
     """The users' long-term memory (`None`: none is read or written)."""
+    knowledge: _knowledge.Library | None = None
+    """The business's documents (`None`: no turn reads any)."""
+    past: PastConversations | None = None
+    """Keeps a handed-back conversation's summary as a memory of its user."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -778,6 +810,9 @@ class Started:
     memories: Sequence[Memory] | None = None
     """The user's facts for the question, when the start looked them up alongside its own
     transaction (`None`: the turn looks them up after the start)."""
+    passages: Sequence[Passage] | None = None
+    """The business's passages for the question, read the same way (`None`: looked up after
+    the start)."""
 
 
 Start = Callable[[TurnLease], Awaitable[Started]]
@@ -797,6 +832,10 @@ class Turn:
     """The conversation's lease: every write of the turn is fenced by it."""
     memory: Sequence[Document] = ()
     """The user's facts for this turn, ranked (each expert's budget keeps what fits)."""
+    passages: Sequence[Passage] = ()
+    """The business's passages for the question, best first."""
+    documents: Sequence[Document] = ()
+    """`passages` as ranked budget items (the response expert's budget keeps what fits)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -868,6 +907,7 @@ def reply_from_records(
         or reply.kind == "handoff"
         or reply.operator_id is not None,
         author=reply.author,
+        sources=[] if outcome is None else _knowledge.from_json(outcome.sources),
     )
 
 
@@ -888,8 +928,9 @@ def _decided_from(p: Pipeline, stored: TurnOutcome) -> Decided:
     )
 
 
-def _stored(t: Turn, d: Decided) -> TurnOutcome:
-    """`d` as the store keeps it (an earlier try's usage kept for the experts not rerun)."""
+def _stored(t: Turn, d: Decided, sources: Sequence[Passage] = ()) -> TurnOutcome:
+    """`d` as the store keeps it (an earlier try's usage kept for the experts not rerun),
+    with the passages its reply was given."""
     usage = dict(d.earlier.usage) if d.earlier else {}
     models = dict(d.earlier.models) if d.earlier else {}
     usage.update({e: usage_dict(r.usage) for e, r in d.answered.items()})
@@ -905,6 +946,7 @@ def _stored(t: Turn, d: Decided) -> TurnOutcome:
         handler_ran=d.handler_ran,
         usage=usage,
         models=models,
+        sources=_knowledge.to_json(sources),
     )
 
 
@@ -931,8 +973,13 @@ def _meta(t: Turn) -> dict[str, str]:
 
 
 def _view(p: Pipeline, t: Turn, expert: str) -> ExpertView:
+    documents = t.documents if expert in ("request", "response") else ()  # Never triage.
     return t.thread.for_expert(
-        expert, counter=p.counters[expert], budgets=p.budgets, memory=t.memory
+        expert,
+        counter=p.counters[expert],
+        budgets=p.budgets,
+        memory=t.memory,
+        documents=documents,
     )
 
 

@@ -118,9 +118,9 @@ async def test_the_matching_passage_reaches_the_reply_and_its_sources(url: str) 
         assert "exchange margin" not in _user_text(team.last("request"))
         assert team.last("request").passages == ()
         # Never in the thread or the transcript.
-        thread = await orch.user_thread("c-1")
+        thread = await orch.user_thread("c-1", user_id="u")
         assert all("exchange margin" not in m.content for m in thread.messages)
-        transcript = await orch.transcript("c-1")
+        transcript = await orch.transcript("c-1", user_id="u")
         assert all("exchange margin" not in m.content for m in transcript)
         # The next turn's cached prefix holds the question as it was said, no passages.
         await orch.handle("c-1", "thanks!", user_id="u")
