@@ -213,8 +213,7 @@ class Orchestrator:
         self._knowledge_on = knowledge
         self._embeddings = embeddings
         self._library: Library | None = None
-        self.knowledge = Knowledge(self._opened_library)
-        """The business's documents: `add`, `remove`, `search`, `sources` (docs/knowledge.md)."""
+        self._knowledge = Knowledge(self._opened_library)
         if not isinstance(summarise_idle_after, timedelta) or summarise_idle_after <= timedelta(0):
             raise ConfigError(
                 f"summarise_idle_after must be a positive timedelta, got {summarise_idle_after!r}"
@@ -326,6 +325,12 @@ class Orchestrator:
                 past=self._past if self._memory_on else None,
             )
             return self._pipeline
+
+    @property
+    def knowledge(self) -> Knowledge:
+        """The business's documents: `add`, `remove`, `search`, `sources`, usable before
+        `open()` (docs/knowledge.md)."""
+        return self._knowledge
 
     async def _opened_library(self) -> Library:
         await self._open()

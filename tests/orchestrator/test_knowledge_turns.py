@@ -256,3 +256,21 @@ async def test_knowledge_off_reads_nothing(url: str) -> None:
         assert (await orch.knowledge.search("send money abroad"))[
             0
         ].title == "International transfers"
+
+
+def test_the_blocking_api_has_knowledge_too(tmp_path: Path) -> None:
+    from frontdesk import SyncOrchestrator
+
+    team = Team()
+    url = f"sqlite:///{tmp_path / 'sync.db'}"
+    with SyncOrchestrator(
+        [_category(knowledge=False)], model=FunctionModel(team), store=url
+    ) as orch:
+        assert orch.knowledge.add("help/fees.md", FEES) == 3
+        assert orch.knowledge.sources() == ["help/fees.md"]
+        assert orch.knowledge.search("overdraft", 1)[0].title == "Overdraft fees"
+        assert (
+            orch.handle("c-1", "send money abroad?").sources[0].title == "International transfers"
+        )
+        assert orch.remember_idle_conversations() == 0  # No owner: nothing to keep.
+        assert orch.knowledge.remove("help/fees.md") == 3
