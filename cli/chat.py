@@ -49,7 +49,7 @@ NEXT_CONVERSATION = "Do you have potatoes that are good for a peanut-free dinner
 
 HELP_SOURCE = "potato_shop/help.md"
 """The shop's help pages, added to the demo's knowledge (`frontdesk knowledge add`)."""
-POLICY_QUESTION = "How should I store potatoes so they keep longer?"
+POLICY_QUESTION = "Should I keep them in the fridge or in a cupboard at home?"
 """The demo's policy question, answered from the help pages (docs/knowledge.md)."""
 
 AppOption = Annotated[str, app_option("module:attr naming an Orchestrator.")]
