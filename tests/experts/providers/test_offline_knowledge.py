@@ -31,8 +31,6 @@ def test_the_reply_quotes_the_best_passage_with_its_source() -> None:
     assert "From our help pages (help.md, Storing potatoes): Keep potatoes in a cool" in reply
     assert "They keep for weeks" not in reply  # Two sentences at most.
     without = OfflineModel().answer(
-        ModelRequest(
-            expert="response", system="", messages=request.messages[:1] + [request.messages[1]]
-        )
+        ModelRequest(expert="response", system="", messages=list(request.messages))
     )
     assert "help pages" not in without
