@@ -19,8 +19,8 @@ with the one passage that answers it (`bank_questions.json`).
 - **Tokens added per call**: the reference block the response expert is sent per turn,
   after its `documents` allowance (default budget), counted with the default estimator.
 - **Turn time with and without knowledge**: the whole pipeline with instant `FunctionModel`
-  experts on a SQLite file, one orchestrator with the 34 passages, one without any, turns
-  interleaved (medians and the ratio).
+  experts on a SQLite file, one orchestrator with the 34 passages, one with knowledge off
+  (`knowledge=False`), turns interleaved (medians and the ratio).
 
     python -m benchmarks.knowledge [--pg URL | --no-pg] [--turns 60]
 """
@@ -298,7 +298,8 @@ def _team(request: ModelRequest) -> Any:
 
 
 async def turn_times(folder: Path, turns: int) -> dict[str, float]:
-    """Median turn times with the 34 passages and with none, turns interleaved."""
+    """Median turn times with the 34 passages and with knowledge off
+    (`Orchestrator(knowledge=False)`: no lookup), turns interleaved."""
     from frontdesk.orchestrator import Orchestrator
 
     pages, questions = labelled_set()
@@ -309,6 +310,7 @@ async def turn_times(folder: Path, turns: int) -> dict[str, float]:
             store=f"sqlite:///{folder / f'turns-{kind}.db'}",
             speculate=False,
             memory=False,
+            knowledge=kind == "knowledge",
         )
         for kind in ("knowledge", "none")
     }
