@@ -21,6 +21,7 @@ from frontdesk.cli import (
     memory,
     privacy,
     serve,
+    test,
     thread,
 )
 from frontdesk.cli._errors import (
@@ -62,6 +63,7 @@ app.command("demo")(chat.demo)
 app.command("chat")(chat.chat)
 app.command("conversations")(conversations.conversations)
 app.command("serve")(serve.serve)
+app.command("test")(test.run_tests)
 app.command("erase")(privacy.erase)
 audit.app.command("retention")(privacy.retention)
 audit.app.command("rotate-key")(privacy.rotate_key)

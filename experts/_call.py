@@ -18,6 +18,7 @@ from frontdesk.experts.providers.base import (
     ModelSettings,
     OnDelta,
     PromptRef,
+    Speculation,
     request_streaming,
 )
 from frontdesk.knowledge import Passage
@@ -69,10 +70,12 @@ class ExpertCall:
         metadata: Mapping[str, str] | None = None,
         memory: MemoryBlock | None = None,
         passages: Sequence[Passage] = (),
+        speculation: Speculation | None = None,
     ) -> ModelRequest:
         """The exact request this expert sends: its own system prompt, what is remembered
         about the user (if anything) and the thread (`passages`: those its last user turn
-        carries, for the audit log)."""
+        carries, for the audit log; `speculation`: a call whose answer may be thrown
+        away)."""
         return ModelRequest(
             expert=self.expert,
             system=self.prompt.text,
@@ -87,6 +90,7 @@ class ExpertCall:
             memory=memory.text if memory is not None else "",
             memory_ids=memory.ids if memory is not None else (),
             passages=tuple(passages),
+            speculation=speculation,
         )
 
     async def send(

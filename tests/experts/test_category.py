@@ -1,39 +1,77 @@
-"""`Category(knowledge=True)`: which categories' request experts are sent passages."""
+"""`Outcome.data` is checked when the handler builds it, never at the database write."""
 
 from __future__ import annotations
+
+import datetime as dt
+import enum
+import uuid
+from decimal import Decimal
+from typing import Any
 
 import pytest
 from pydantic import BaseModel
 
-from frontdesk.errors import ConfigError
-from frontdesk.experts import Category, Outcome
-from frontdesk.experts.category import HandlerContext
+from frontdesk import Outcome
+from frontdesk.errors import InvalidOutcome, UserError
 
 
-class Ask(BaseModel):
-    topic: str
+class Colour(enum.Enum):
+    RED = "red"
 
 
-async def _answer(request: BaseModel, context: HandlerContext) -> Outcome:
-    return Outcome(instruction="Answer from the passages.")
+class Payee(BaseModel):
+    name: str
+    limit: Decimal
 
 
-def test_knowledge_is_off_unless_asked_for() -> None:
-    plain = Category(name="FEES", description="Fees", request=Ask, handler=_answer)
-    assert plain.knowledge is False
-    assert Category(
-        name="FEES", description="Fees", request=Ask, handler=_answer, knowledge=True
-    ).knowledge
+def test_values_pydantic_writes_as_json_are_kept_in_their_json_form() -> None:
+    when = dt.datetime(2026, 12, 1, 9, 30, tzinfo=dt.UTC)
+    ref = uuid.UUID("12345678-1234-5678-1234-567812345678")
+    outcome = Outcome(
+        instruction="x",
+        data={
+            "amount": Decimal("1.50"),
+            "when": when,
+            "day": dt.date(2026, 12, 1),
+            "ref": ref,
+            "colour": Colour.RED,
+            "payee": Payee(name="Ann", limit=Decimal("10")),
+            "nested": {"items": [Decimal("2"), (1, "a")]},
+            "plain": [1, 2.5, True, None, "s"],
+        },
+    )
+    assert outcome.data == {
+        "amount": "1.50",
+        "when": "2026-12-01T09:30:00Z",
+        "day": "2026-12-01",
+        "ref": "12345678-1234-5678-1234-567812345678",
+        "colour": "red",
+        "payee": {"name": "Ann", "limit": "10"},
+        "nested": {"items": ["2", [1, "a"]]},
+        "plain": [1, 2.5, True, None, "s"],
+    }
 
 
-def test_knowledge_needs_a_request_expert_and_a_bool() -> None:
-    with pytest.raises(ConfigError, match="needs a request model"):
-        Category(name="FAQ", description="Questions", request=None, handler=None, knowledge=True)
-    with pytest.raises(ConfigError, match="True or False"):
-        Category(
-            name="FEES",
-            description="Fees",
-            request=Ask,
-            handler=_answer,
-            knowledge="yes",  # type: ignore[arg-type]
-        )
+@pytest.mark.parametrize(
+    ("data", "where"),
+    [
+        ({"s": {1, 2}}, "data['s']"),
+        ({"b": b"raw"}, "data['b']"),
+        ({"n": float("nan")}, "data['n']"),
+        ({"deep": {"list": [1, object()]}}, "data['deep']['list'][1]"),
+        ({"keys": {1: "one"}}, "data['keys']"),
+    ],
+)
+def test_anything_else_raises_at_construction_naming_the_key(
+    data: dict[str, Any], where: str
+) -> None:
+    with pytest.raises(InvalidOutcome) as caught:
+        Outcome(instruction="x", data=data)
+    assert caught.value.key == where
+    assert where in str(caught.value)
+    assert isinstance(caught.value, UserError) and isinstance(caught.value, TypeError)
+
+
+def test_a_set_gets_a_hint() -> None:
+    with pytest.raises(InvalidOutcome, match="use a sorted list"):
+        Outcome(instruction="x", data={"s": {1, 2}})
