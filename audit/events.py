@@ -55,7 +55,9 @@ EventKind = Literal[
 # cache_write_tokens}, cost_usd, latency_ms, status_code, provider_request_id, stop_reason,
 # error, and for a speculative request call (issue 14) speculation: kept | discarded
 # (a replay skips a discarded answer), and when memory was sent, memory {ids, text} (the
-# block exactly as sent after the system prompt). The system prompt text travels in
+# block exactly as sent after the system prompt), and when passages of the business's
+# documents were sent (issue 24), documents [{id, source, title, version, sha256}] (their
+# text is in `messages`, in the last user turn). The system prompt text travels in
 # `AuditEvent.system_prompt` and is stored once by hash.
 
 

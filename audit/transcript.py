@@ -95,6 +95,8 @@ class Attempt:
     output: Any
     speculation: str | None = None
     """`kept` or `discarded` for a speculative request call (issue 14), else `None`."""
+    documents: list[dict[str, Any]] = field(default_factory=list)
+    """The passages sent (id, source, title, version, sha256); their text is in `messages`."""
 
     @classmethod
     def of(cls, row: AuditRow) -> Attempt:
@@ -132,6 +134,7 @@ class Attempt:
             response_body=p.get("response_body"),
             output=p.get("output"),
             speculation=p.get("speculation"),
+            documents=list(p.get("documents") or []),
         )
 
 

@@ -12,7 +12,18 @@ from typing import Annotated
 
 import typer
 
-from frontdesk.cli import audit, chat, conversations, db, memory, privacy, serve, test, thread
+from frontdesk.cli import (
+    audit,
+    chat,
+    conversations,
+    db,
+    knowledge,
+    memory,
+    privacy,
+    serve,
+    test,
+    thread,
+)
 from frontdesk.cli._errors import (
     TRACEBACK_KEY,
     FrontdeskGroup,
@@ -60,6 +71,7 @@ app.add_typer(thread.app, name="thread", help="Show and compact conversation thr
 app.add_typer(audit.app, name="audit", help="Show, export, verify and replay the audit log.")
 app.add_typer(db.app, name="db", help="Database schema migrations.")
 app.add_typer(memory.app, name="memory", help="Show and forget what is remembered.")
+app.add_typer(knowledge.app, name="knowledge", help="Add, list, search and remove documents.")
 
 
 def main() -> None:

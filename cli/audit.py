@@ -160,6 +160,19 @@ def _call_line(call: ExpertCall) -> str:
     )
 
 
+def _documents(call: ExpertCall) -> list[Text]:
+    """The passages the call was sent (those of its last attempt), one line each."""
+    sent = call.attempts[-1].documents if call.attempts else []
+    return [
+        Text(
+            f"    document {d.get('source')} - {d.get('title')} v{d.get('version')}"
+            f" (id {d.get('id')}, sha256 {str(d.get('sha256'))[:12]})",
+            style="dim",
+        )
+        for d in sent
+    ]
+
+
 def _full_call(call: ExpertCall) -> list[Any]:
     parts: list[Any] = []
     for a in call.attempts:
@@ -245,6 +258,7 @@ def turn_panel(number: int, turn: TurnView, *, full: bool) -> Panel:
     parts: list[Any] = [table]
     for call in turn.calls:
         parts.append(Text.from_markup("  " + _call_line(call)))
+        parts.extend(_documents(call))
         if full:
             parts.extend(_full_call(call))
     title = f"turn {number} · {turn.tokens.total} tokens · ${turn.cost.usd:.6f}"

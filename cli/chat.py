@@ -9,6 +9,7 @@ import tempfile
 import uuid
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from importlib import resources
 from pathlib import Path
 from typing import Annotated
 
@@ -46,6 +47,11 @@ DEMO_TURNS = [
 NEXT_CONVERSATION = "Do you have potatoes that are good for a peanut-free dinner?"
 """The demo's second conversation: the memory expert's fact from the first one is used."""
 
+HELP_SOURCE = "potato_shop/help.md"
+"""The shop's help pages, added to the demo's knowledge (`frontdesk knowledge add`)."""
+POLICY_QUESTION = "Should I keep them in the fridge or in a cupboard at home?"
+"""The demo's policy question, answered from the help pages (docs/knowledge.md)."""
+
 AppOption = Annotated[str, app_option("module:attr naming an Orchestrator.")]
 
 
@@ -78,6 +84,9 @@ def _turn_table(number: int, text: str, reply: Reply) -> Table:
         table.add_row("missing", escape(", ".join(reply.need_more_info.missing) or "-"))
     table.add_row("instruction", escape(reply.outcome.instruction) if reply.outcome else "-")
     table.add_row("reply", f"[green]{escape(reply.text)}[/green]")
+    if reply.sources:
+        cited = "; ".join(f"{p.source} - {p.title} (v{p.version})" for p in reply.sources)
+        table.add_row("sources", escape(cited))
     table.add_row("tokens", escape(_usage_line(reply)) or "-")
     return table
 
@@ -101,12 +110,25 @@ async def _demo(model: str | None, db: str) -> None:
         reply = await orch.handle(later, NEXT_CONVERSATION, user_id="demo-user")
         number = len(DEMO_TURNS) + 1
         console.print(Panel(_turn_table(number, NEXT_CONVERSATION, reply), title=f"turn {number}"))
+        help_text = resources.files("frontdesk.examples.potato_shop").joinpath("help.md")
+        count = await orch.knowledge.add(HELP_SOURCE, help_text.read_text(encoding="utf-8"))
+        console.print(
+            f"\nThe shop's help pages ({HELP_SOURCE}, {count} passages) are added to its"
+            " knowledge: a policy question is answered from them, citing its source."
+        )
+        reply = await orch.handle(later, POLICY_QUESTION, user_id="demo-user")
+        console.print(
+            Panel(_turn_table(number + 1, POLICY_QUESTION, reply), title=f"turn {number + 1}")
+        )
     finally:
         await orch.aclose()
     console.print("\nSee it again:")
     for command in ("thread show", "audit show"):
         console.print(f"  frontdesk {command} {conversation} --db {mask_url(db)}", soft_wrap=True)
     console.print(f"  frontdesk memory show demo-user --db {mask_url(db)}", soft_wrap=True)
+    console.print(
+        f"  frontdesk knowledge search 'storing potatoes' --db {mask_url(db)}", soft_wrap=True
+    )
 
 
 def demo(

@@ -26,6 +26,7 @@ from frontdesk.experts.providers.base import (
     Speculation,
     request_streaming,
 )
+from frontdesk.knowledge import Passage
 from frontdesk.prompts import RenderedPrompt
 
 
@@ -73,11 +74,13 @@ class ExpertCall:
         cache_prefix_messages: int = 0,
         metadata: Mapping[str, str] | None = None,
         memory: MemoryBlock | None = None,
+        passages: Sequence[Passage] = (),
         speculation: Speculation | None = None,
     ) -> ModelRequest:
         """The exact request this expert sends: its own system prompt, what is remembered
-        about the user (if anything) and the thread (`speculation`: a call whose answer may
-        be thrown away)."""
+        about the user (if anything) and the thread (`passages`: those its last user turn
+        carries, for the audit log; `speculation`: a call whose answer may be thrown
+        away)."""
         return ModelRequest(
             expert=self.expert,
             system=self.prompt.text,
@@ -91,6 +94,7 @@ class ExpertCall:
             metadata=dict(metadata or {}),
             memory=memory.text if memory is not None else "",
             memory_ids=memory.ids if memory is not None else (),
+            passages=tuple(passages),
             speculation=speculation,
         )
 

@@ -216,6 +216,9 @@ class Category:
         examples: A few utterances that belong here.
         request_prompt: Optional prompt name (in `prompts/`) or text replacing the default
             request prompt for this category.
+        knowledge: Send the request expert the passages of the business's documents found
+            for the question too (the response expert always gets them); for a category
+            whose fields depend on a policy (docs/knowledge.md).
     """
 
     name: str
@@ -224,6 +227,7 @@ class Category:
     handler: Handler | None
     examples: tuple[str, ...] | list[str] = ()
     request_prompt: str | None = None
+    knowledge: bool = False
 
     def __post_init__(self) -> None:
         problems = []
@@ -241,6 +245,13 @@ class Category:
             isinstance(self.request, type) and issubclass(self.request, BaseModel)
         ):
             problems.append(f"category {self.name!r}: request must be a pydantic BaseModel class")
+        if not isinstance(self.knowledge, bool):
+            problems.append(f"category {self.name!r}: knowledge must be True or False")
+        elif self.knowledge and self.request is None:
+            problems.append(
+                f"category {self.name!r}: knowledge=True needs a request model (it is for the"
+                " request expert)"
+            )
         if problems:
             raise ConfigError("; ".join(problems))
         object.__setattr__(self, "examples", tuple(self.examples))

@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, create_model, model_validator
 from frontdesk.experts._call import CallObserver, ExpertCall, MemoryBlock
 from frontdesk.experts.category import Category, NeedMoreInfo
 from frontdesk.experts.providers.base import Message, ModelResponse, Speculation
+from frontdesk.knowledge import Passage
 
 
 class Extraction(BaseModel):
@@ -129,6 +130,7 @@ class RequestExpert:
         cache_prefix: int = 0,
         observer: CallObserver | None = None,
         memory: MemoryBlock | None = None,
+        passages: Sequence[Passage] = (),
         speculation: Speculation | None = None,
     ) -> RequestResult:
         """Extract the current request from `messages` (the whole user thread);
@@ -141,6 +143,7 @@ class RequestExpert:
             cache_prefix_messages=cache_prefix,
             metadata=metadata,
             memory=memory,
+            passages=passages,
             speculation=speculation,
         )
         response = await self.call.send(request, observer)

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from frontdesk.experts._call import CallObserver, ExpertCall, MemoryBlock
 from frontdesk.experts.providers.base import Message, ModelResponse, OnDelta
+from frontdesk.knowledge import Passage
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -23,6 +24,8 @@ class ResponseResult:
 
     text: str
     response: ModelResponse
+    passages: tuple[Passage, ...] = ()
+    """The passages of the business's documents the request carried (`Reply.sources`)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -41,6 +44,7 @@ class ResponseExpert:
         on_delta: OnDelta | None = None,
         observer: CallObserver | None = None,
         memory: MemoryBlock | None = None,
+        passages: Sequence[Passage] = (),
     ) -> ResponseResult:
         """Answer the last user message of `messages`, following `instruction`.
 
@@ -57,12 +61,13 @@ class ResponseExpert:
             cache_prefix_messages=cache_prefix,
             metadata=metadata,
             memory=memory,
+            passages=passages,
         )
         response = await self.call.send(
             request, observer, on_delta=None if on_delta is None else Trimmed(on_delta)
         )
         text = str(response.output).strip()
-        return ResponseResult(text=text, response=response)
+        return ResponseResult(text=text, response=response, passages=request.passages)
 
 
 class Trimmed:

@@ -12,6 +12,7 @@ protect_logs()
 
 from frontdesk.audit.crypto import KeyProvider  # noqa: E402
 from frontdesk.experts import Category, HandlerContext, NeedMoreInfo, Outcome  # noqa: E402
+from frontdesk.knowledge import Passage  # noqa: E402
 from frontdesk.memory import Memory  # noqa: E402
 from frontdesk.orchestrator import (  # noqa: E402
     ErasureReport,
@@ -34,6 +35,7 @@ __all__ = [
     "NeedMoreInfo",
     "Orchestrator",
     "Outcome",
+    "Passage",
     "Redact",
     "RedactionPolicy",
     "Redactor",

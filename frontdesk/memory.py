@@ -10,16 +10,27 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Literal
 
-__all__ = ["MAX_FACT_CHARS", "SOURCES", "Memory", "MemorySource"]
+__all__ = ["MAX_FACT_CHARS", "MAX_SUMMARY_CHARS", "SOURCES", "Memory", "MemorySource"]
 
 MAX_FACT_CHARS = 500
 """Longest fact kept (a fact is one short sentence; longer text is refused)."""
 
-MemorySource = Literal["memory_expert", "handler", "user", "operator"]
-"""Who wrote a fact: the memory expert, a category handler, the user (through the
-application) or an operator."""
+MAX_SUMMARY_CHARS = 1_500
+"""Longest summary of a past conversation kept as a memory (cut at a word beyond it)."""
 
-SOURCES: tuple[MemorySource, ...] = ("memory_expert", "handler", "user", "operator")
+MemorySource = Literal["memory_expert", "handler", "user", "operator", "conversation_summary"]
+"""Who wrote a fact: the memory expert, a category handler, the user (through the
+application), an operator; or `conversation_summary`: the summary of a past conversation
+of the user (one per conversation, its `conversation_id` set), kept when it went idle or
+was handed back."""
+
+SOURCES: tuple[MemorySource, ...] = (
+    "memory_expert",
+    "handler",
+    "user",
+    "operator",
+    "conversation_summary",
+)
 
 
 @dataclass(frozen=True, kw_only=True)

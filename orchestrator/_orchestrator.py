@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncGenerator, Iterable, Mapping
+from datetime import timedelta
 from functools import partial
 from pathlib import Path
 from typing import Any, Literal, Self
@@ -22,6 +23,7 @@ from frontdesk.db import normalise_url
 from frontdesk.errors import ConfigError, MessageNotFound, MessageNotInConversation, UserError
 from frontdesk.experts import Category
 from frontdesk.experts.category import check_registry
+from frontdesk.experts.providers.embeddings import Embedder
 from frontdesk.memory import Memory, MemorySource
 from frontdesk.orchestrator import _wiring, erasure, handoff, turn
 from frontdesk.orchestrator._compaction import BackgroundCompaction, Compactor, summariser_expert
@@ -35,7 +37,9 @@ from frontdesk.orchestrator.config import (
     warn_offline_once,
 )
 from frontdesk.orchestrator.handoff import Claim, Handoff
+from frontdesk.orchestrator.knowledge import HybridRetriever, Knowledge, Library
 from frontdesk.orchestrator.memory import Memories
+from frontdesk.orchestrator.past_conversations import IDLE_AFTER, PastConversations
 from frontdesk.orchestrator.reply import Reply
 from frontdesk.orchestrator.stream import TurnEvent, stream_turn
 from frontdesk.orchestrator.turn import Pipeline
@@ -48,6 +52,7 @@ from frontdesk.threads.handoff import (
     DEFAULT_WAITING_MESSAGE,
     HandoffPolicy,
 )
+from frontdesk.threads.knowledge import FullTextPassageRetriever, KnowledgeStore
 from frontdesk.threads.memory import FullTextRetriever, MemoryStore, Retriever
 from frontdesk.threads.store import DEFAULT_LEASE_TTL, ConversationStore, MessageRecord, TurnLease
 from frontdesk.threads.tokens import CalibratedCounter, TokenCounter
@@ -118,6 +123,13 @@ class Orchestrator:
             the database's own full-text search. See docs/memory.md.
         memory: Read and write long-term memory in turns; `False`: no turn reads or
             learns any (`remember`, `memories`, `forget`... still work).
+        knowledge: Look up the business's documents in turns (`Orchestrator.knowledge`);
+            `False`: no turn reads any (adding and searching still work).
+        embeddings: An embeddings endpoint (`experts.providers.embeddings.OpenAIEmbedder`)
+            whose ranking is combined with the full text's; `None`: full text alone. See
+            docs/knowledge.md.
+        summarise_idle_after: How long a conversation goes without a message before its
+            summary is kept as a memory of its user (`remember_idle_conversations`).
     """
 
     def __init__(
@@ -149,6 +161,9 @@ class Orchestrator:
         redaction: RedactionPolicy | Redactor | None = None,
         retriever: Retriever | None = None,
         memory: bool = True,
+        knowledge: bool = True,
+        embeddings: Embedder | None = None,
+        summarise_idle_after: timedelta = IDLE_AFTER,
     ) -> None:
         self.categories = check_registry(list(categories))
         self.offline_by_default = offline_by_default(model)
@@ -220,6 +235,16 @@ class Orchestrator:
         self._retriever = retriever
         self._memory_on = memory
         self._memories: Memories | None = None
+        self._knowledge_on = knowledge
+        self._embeddings = embeddings
+        self._library: Library | None = None
+        self._knowledge = Knowledge(self._opened_library)
+        if not isinstance(summarise_idle_after, timedelta) or summarise_idle_after <= timedelta(0):
+            raise ConfigError(
+                f"summarise_idle_after must be a positive timedelta, got {summarise_idle_after!r}"
+            )
+        self.summarise_idle_after = summarise_idle_after
+        self._past: PastConversations | None = None
         self._unfinished: set[asyncio.Task[Any]] = set()  # Turns whose stream reader left.
 
     # -- wiring -------------------------------------------------------------------------
@@ -300,7 +325,21 @@ class Orchestrator:
                     audit=self._audit,
                 )
             )
+            knowledge_store = KnowledgeStore(store.engine)
+            self._library = Library(
+                store=knowledge_store,
+                retriever=FullTextPassageRetriever(knowledge_store)
+                if self._embeddings is None
+                else HybridRetriever(store=knowledge_store, embedder=self._embeddings),
+            )
             memory_store = MemoryStore(store.engine)
+            self._past = PastConversations(
+                store=store,
+                memory=memory_store,
+                summariser=summariser,
+                audit=self._audit,
+                idle_after=self.summarise_idle_after,
+            )
             self._memories = Memories(
                 store=memory_store,
                 retriever=self._retriever or FullTextRetriever(memory_store),
@@ -326,8 +365,30 @@ class Orchestrator:
                 counter=self.token_counter,
                 compaction=compaction,
                 compaction_policy=self.compaction_policy,
+                knowledge=self._library if self._knowledge_on else None,
+                past=self._past if self._memory_on else None,
             )
             return self._pipeline
+
+    @property
+    def knowledge(self) -> Knowledge:
+        """The business's documents: `add`, `remove`, `search`, `sources`, usable before
+        `open()` (docs/knowledge.md)."""
+        return self._knowledge
+
+    async def _opened_library(self) -> Library:
+        await self._open()
+        assert self._library is not None
+        return self._library
+
+    async def remember_idle_conversations(self, *, limit: int = 50) -> int:
+        """Keep the summary of each conversation idle for `summarise_idle_after` as a memory
+        of its user (those kept up to their newest message are skipped); how many were
+        kept. The periodic job of docs/knowledge.md: run it on a schedule (the jobs runner)."""
+        p = await self._open()
+        if p.past is None:  # `memory=False`: nothing is learnt, summaries neither.
+            return 0
+        return await p.past.remember_idle(limit=limit)
 
     @property
     def store(self) -> ConversationStore:
@@ -528,6 +589,8 @@ class Orchestrator:
         await handoff.hand_back(
             p, p.lease(conversation_id), conversation_id, by="operator", operator_id=operator_id
         )
+        if p.past is not None:  # What was said with the person is kept for later (memory).
+            p.past.schedule(conversation_id)
 
     async def user_thread(self, conversation_id: str, *, user_id: str | None = None) -> UserThread:
         """What the experts will be sent next for this conversation (summary included).
@@ -617,6 +680,8 @@ class Orchestrator:
             await self._compaction.wait()
         if self._memories is not None:
             await self._memories.wait()
+        if self._past is not None:
+            await self._past.wait()
         if self._audit is not None and self._owns_audit:
             await self._audit.aclose()
         if self._pipeline is not None and self._owns_store:
@@ -629,6 +694,8 @@ class Orchestrator:
         self._audit = None
         self._compaction = None
         self._memories = None
+        self._library = None
+        self._past = None
 
     async def __aenter__(self) -> Self:
         return await self.open()

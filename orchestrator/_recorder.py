@@ -36,6 +36,7 @@ from frontdesk.experts.providers import (
     Usage,
     observe_attempts,
 )
+from frontdesk.knowledge import Passage
 from frontdesk.redaction import field_rules
 
 
@@ -93,6 +94,17 @@ def _without(body: Any, text: str, reference: str) -> Any:
     if isinstance(body, dict):
         return {key: _without(value, text, reference) for key, value in body.items()}
     return body
+
+
+def passage_ref(passage: Passage) -> dict[str, Any]:
+    """What the audit log records of a passage sent: enough to name the exact text."""
+    return {
+        "id": passage.id,
+        "source": passage.source,
+        "title": passage.title,
+        "version": passage.version,
+        "sha256": passage.sha256,
+    }
 
 
 def _prompt_reference(system: str) -> str:
@@ -161,6 +173,8 @@ class TurnRecorder:
                 payload["prompt"] = dataclasses.asdict(request.prompt)
             if request.memory:  # Exactly which facts were sent, and the block as sent.
                 payload["memory"] = {"ids": list(request.memory_ids), "text": request.memory}
+            if request.passages:  # Which passages, at which version (their text: `messages`).
+                payload["documents"] = [passage_ref(d) for d in request.passages]
         self._attempts.append(payload)
         event = AuditEvent(
             kind="model_attempt", turn_id=self.turn_id, payload=payload, system_prompt=system

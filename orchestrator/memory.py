@@ -86,8 +86,16 @@ def ranked(memories: Sequence[Memory]) -> list[Document]:
     """The recalled facts as ranked budget items (the first is the most relevant)."""
     count = len(memories)
     return [
-        Document(text=_line(m.text), rank=float(count - i), id=m.id) for i, m in enumerate(memories)
+        Document(text=_line(_said(m)), rank=float(count - i), id=m.id)
+        for i, m in enumerate(memories)
     ]
+
+
+def _said(memory: Memory) -> str:
+    """A fact as the block says it: a past conversation's summary says what it is."""
+    if memory.source == "conversation_summary":
+        return f"An earlier conversation ({memory.updated_at:%Y-%m-%d}): {memory.text}"
+    return memory.text
 
 
 @functools.lru_cache(maxsize=4096)

@@ -10,6 +10,7 @@ from pydantic import BaseModel
 
 from frontdesk.experts import NeedMoreInfo, Outcome
 from frontdesk.experts.providers import Usage
+from frontdesk.knowledge import Passage
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -43,6 +44,9 @@ class Reply:
     waiting message), or it is the replay of such a turn or of an operator's answer."""
     author: str = "bot"
     """Who wrote `text`: `bot`, or `operator:<id>` when replaying an operator's answer."""
+    sources: list[Passage] = field(default_factory=list)
+    """The passages of the business's documents the reply was given, best first (empty
+    when none were; docs/knowledge.md)."""
 
     @property
     def tokens(self) -> int:
@@ -62,4 +66,8 @@ class Reply:
             "replayed": self.replayed,
             "handoff": self.handoff,
             "author": self.author,
+            "sources": [
+                {"id": p.id, "source": p.source, "title": p.title, "version": p.version}
+                for p in self.sources
+            ],
         }

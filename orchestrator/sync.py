@@ -8,12 +8,14 @@ from functools import partial
 from typing import Any, Self
 
 from frontdesk.audit.store import AuditLog
+from frontdesk.knowledge import Passage
 from frontdesk.memory import Memory, MemorySource
 from frontdesk.orchestrator import _wiring
 from frontdesk.orchestrator._compaction import BackgroundCompaction
 from frontdesk.orchestrator._orchestrator import Orchestrator
 from frontdesk.orchestrator.erasure import ErasureReport
 from frontdesk.orchestrator.handoff import Claim, Handoff
+from frontdesk.orchestrator.knowledge import Knowledge
 from frontdesk.orchestrator.memory import Memories
 from frontdesk.orchestrator.reply import Reply
 from frontdesk.orchestrator.stream import TurnEvent, stream_turn
@@ -75,6 +77,11 @@ class SyncOrchestrator:
     def memory(self) -> Memories:
         """`Orchestrator.memory`."""
         return self.orchestrator.memory
+
+    @property
+    def knowledge(self) -> SyncKnowledge:
+        """Blocking `Orchestrator.knowledge`."""
+        return SyncKnowledge(self.orchestrator.knowledge, self._runner)
 
     def open(self) -> Self:
         """Blocking `Orchestrator.open`."""
@@ -204,6 +211,10 @@ class SyncOrchestrator:
         """Blocking `Orchestrator.remember`."""
         return self._runner.run(self.orchestrator.remember(user_id, text, key, source=source))
 
+    def remember_idle_conversations(self, *, limit: int = 50) -> int:
+        """Blocking `Orchestrator.remember_idle_conversations`."""
+        return self._runner.run(self.orchestrator.remember_idle_conversations(limit=limit))
+
     def memories(self, user_id: str) -> list[Memory]:
         """Blocking `Orchestrator.memories`."""
         return self._runner.run(self.orchestrator.memories(user_id))
@@ -236,3 +247,26 @@ class SyncOrchestrator:
 
 async def _next(events: AsyncGenerator[TurnEvent, None]) -> TurnEvent:
     return await anext(events)
+
+
+class SyncKnowledge:
+    """`Orchestrator.knowledge`, blocking (on the `SyncOrchestrator`'s event loop)."""
+
+    def __init__(self, knowledge: Knowledge, runner: asyncio.Runner) -> None:
+        self._knowledge, self._runner = knowledge, runner
+
+    def add(self, source: str, text: str) -> int:
+        """Blocking `Knowledge.add`."""
+        return self._runner.run(self._knowledge.add(source, text))
+
+    def remove(self, source: str) -> int:
+        """Blocking `Knowledge.remove`."""
+        return self._runner.run(self._knowledge.remove(source))
+
+    def search(self, query: str, limit: int = 5) -> list[Passage]:
+        """Blocking `Knowledge.search`."""
+        return self._runner.run(self._knowledge.search(query, limit))
+
+    def sources(self) -> list[str]:
+        """Blocking `Knowledge.sources`."""
+        return self._runner.run(self._knowledge.sources())

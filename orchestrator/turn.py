@@ -53,8 +53,10 @@ from frontdesk.experts.providers.base import OnDelta
 from frontdesk.experts.request import RequestExpert
 from frontdesk.experts.response import ResponseExpert, ResponseResult
 from frontdesk.experts.triage import TriageExpert
+from frontdesk.knowledge import Passage
 from frontdesk.memory import Memory
 from frontdesk.orchestrator import _listen, fallbacks, handler_errors, handoff
+from frontdesk.orchestrator import knowledge as _knowledge
 from frontdesk.orchestrator import memory as _memory
 from frontdesk.orchestrator._compaction import BackgroundCompaction
 from frontdesk.orchestrator._recorder import (
@@ -65,6 +67,7 @@ from frontdesk.orchestrator._recorder import (
     usage_dict,
 )
 from frontdesk.orchestrator.errors import TurnFailed
+from frontdesk.orchestrator.past_conversations import PastConversations
 from frontdesk.orchestrator.reply import Reply
 from frontdesk.threads.budget import Budget, Document
 from frontdesk.threads.builder import (
@@ -111,7 +114,7 @@ async def run_turn(p: Pipeline, conversation_id: str, start: Start) -> Reply:
                     p, s.question, s.stored.reply, s.stored.outcome, replayed=not s.answered_now
                 )
                 return _traced(span, reply, held=s.answered_now)
-            t = _turn(s, lease, await _recall(p, s))
+            t = _turn(s, lease, await _recall(p, s), await _lookup(p, s))
             span.audit_event(t.recorder.events[0].event_id)  # `turn_started`: the question.
             try:
                 # The experts, under the turn deadline; a stored outcome skips to the reply.
@@ -177,8 +180,11 @@ async def start_message(
 ) -> Started:
     """A new message, stored with its path; or, for a client message id seen before, that
     message: replayed when it was answered, its turn finished when it was not."""
-    # The memory lookup is a read of the same transaction (no extra round trip).
-    recall = None if p.memory is None else await p.memory.reader(user_id, text)
+    # The memory and knowledge lookups are reads of the same transaction (no extra round trip).
+    memory = None if p.memory is None else await p.memory.reader(user_id, text)
+    recall = _knowledge.first_read(
+        memory, None if p.knowledge is None else p.knowledge.reader(text)
+    )
     begun = await begin(
         p,
         lease,
@@ -199,12 +205,14 @@ async def start_message(
             log.info("turn.resume", conversation_id=conversation_id, turn=question.id)
             path = await SummaryStore(p.store.engine).path_since_newest(question.id)
     thread = UserThread() if path is None else thread_since(path)  # None: replayed.
+    read = begun.recalled or _knowledge.FirstRead()
     return Started(
         question=question,
         user_id=user_id,
         thread=thread,
         stored=stored,
-        memories=begun.recalled,
+        memories=read.memories,
+        passages=read.passages,
         previous_category=begun.previous_category,
         guessed=begun.path is not None,
     )
@@ -343,7 +351,18 @@ async def _recall(p: Pipeline, s: Started) -> list[Document]:
     return _memory.ranked(await p.memory.recall(s.user_id, s.question.content))
 
 
-def _turn(s: Started, lease: TurnLease, memory: Sequence[Document]) -> Turn:
+async def _lookup(p: Pipeline, s: Started) -> Sequence[Passage]:
+    """The business's passages for this turn's question (`orchestrator/knowledge.py`)."""
+    if p.knowledge is None:
+        return ()
+    if s.passages is not None:
+        return s.passages
+    return await p.knowledge.lookup(s.question.content)
+
+
+def _turn(
+    s: Started, lease: TurnLease, memory: Sequence[Document], passages: Sequence[Passage]
+) -> Turn:
     recorder = TurnRecorder(turn_id=s.question.id)
     recorder.note(
         "turn_started",
@@ -363,6 +382,8 @@ def _turn(s: Started, lease: TurnLease, memory: Sequence[Document]) -> Turn:
         memory=memory,
         previous_category=s.previous_category,
         guessed=s.guessed,
+        passages=passages,
+        documents=_knowledge.ranked(passages),
     )
 
 
@@ -472,16 +493,20 @@ async def _extract(
     expert = p.requests.get(category)
     if expert is None:
         return None, None, ()
+    # Passages only for a category that asked for them (`Category(knowledge=True)`).
+    sent = view.fit.documents if p.categories[category].knowledge else []
+    messages, passages = _knowledge.fold(_turns(view), t.passages, sent)
     try:
         result = await _stage(
             "request",
             t,
             expert.run(
-                _turns(view),
+                messages,
                 metadata=meta,
                 cache_prefix=view.cache_prefix_messages,
                 observer=t.recorder,
                 memory=_memory.block(view),
+                passages=passages,
                 speculation=speculation,
             ),
             fallback=True,
@@ -542,14 +567,17 @@ async def _decide(
 async def _respond(p: Pipeline, t: Turn, decided: Decided) -> ResponseResult:
     """The reply: the thread plus ONE assistant instruction message, sent to the response expert."""
     view = _view(p, t, "response")
+    # The passages the budget kept, after the question: reference text, not in the thread.
+    messages, passages = _knowledge.fold(_turns(view), t.passages, view.fit.documents)
     call = p.response.run(
-        _turns(view),
+        messages,
         decided.outcome.instruction,
         metadata=_meta(t),
         cache_prefix=view.cache_prefix_messages,
         on_delta=_first_token_timed(_listen.delta_sink(), since=t.lease.started),
         observer=t.recorder,
         memory=_memory.block(view),
+        passages=passages,
     )
     return await _stage("response", t, call)
 
@@ -747,7 +775,7 @@ async def _finish(
     )
     t.recorder.note("reply", assistant_message_id=reply.id, text=answer.text, model=reply.model)
     answered = {**decided.answered, "response": answer.response}
-    outcome = _stored(t, dataclasses.replace(decided, answered=answered))
+    outcome = _stored(t, dataclasses.replace(decided, answered=answered), answer.passages)
     if p.audit is not None:
         await p.audit.prepare_key(t.user_id)  # Only a user's first turn (per process) writes.
 
@@ -844,6 +872,10 @@ class Pipeline:
     (`_Speculation`); off, the two run one after the other."""
     memory: _memory.Memories | None = None
     """The users' long-term memory (`None`: none is read or written)."""
+    knowledge: _knowledge.Library | None = None
+    """The business's documents (`None`: no turn reads any)."""
+    past: PastConversations | None = None
+    """Keeps a handed-back conversation's summary as a memory of its user."""
     handler_errors: handler_errors.HandlerErrors = "reply"
     """A handler's failure: the apology (`reply`) or `HandlerFailed` (`raise`)."""
 
@@ -866,6 +898,9 @@ class Started:
     """The route of the turn before, when the start read it (`guessed`)."""
     guessed: bool = False
     """The start read `previous_category` in its own transaction: no read for the guess."""
+    passages: Sequence[Passage] | None = None
+    """The business's passages for the question, read the same way (`None`: looked up after
+    the start)."""
 
 
 Start = Callable[[TurnLease], Awaitable[Started]]
@@ -889,6 +924,10 @@ class Turn:
     """The route of the turn before, when the start read it (`guessed`)."""
     guessed: bool = False
     """The start read `previous_category`: the speculation needs no read of its own."""
+    passages: Sequence[Passage] = ()
+    """The business's passages for the question, best first."""
+    documents: Sequence[Document] = ()
+    """`passages` as ranked budget items (the response expert's budget keeps what fits)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -960,6 +999,7 @@ def reply_from_records(
         or reply.kind == "handoff"
         or reply.operator_id is not None,
         author=reply.author,
+        sources=[] if outcome is None else _knowledge.from_json(outcome.sources),
     )
 
 
@@ -980,8 +1020,9 @@ def _decided_from(p: Pipeline, stored: TurnOutcome) -> Decided:
     )
 
 
-def _stored(t: Turn, d: Decided) -> TurnOutcome:
-    """`d` as the store keeps it (an earlier try's usage kept for the experts not rerun)."""
+def _stored(t: Turn, d: Decided, sources: Sequence[Passage] = ()) -> TurnOutcome:
+    """`d` as the store keeps it (an earlier try's usage kept for the experts not rerun),
+    with the passages its reply was given."""
     usage = dict(d.earlier.usage) if d.earlier else {}
     models = dict(d.earlier.models) if d.earlier else {}
     usage.update({e: usage_dict(r.usage) for e, r in d.answered.items()})
@@ -997,6 +1038,7 @@ def _stored(t: Turn, d: Decided) -> TurnOutcome:
         handler_ran=d.handler_ran,
         usage=usage,
         models=models,
+        sources=_knowledge.to_json(sources),
     )
 
 
@@ -1023,8 +1065,13 @@ def _meta(t: Turn) -> dict[str, str]:
 
 
 def _view(p: Pipeline, t: Turn, expert: str) -> ExpertView:
+    documents = t.documents if expert in ("request", "response") else ()  # Never triage.
     return t.thread.for_expert(
-        expert, counter=p.counters[expert], budgets=p.budgets, memory=t.memory
+        expert,
+        counter=p.counters[expert],
+        budgets=p.budgets,
+        memory=t.memory,
+        documents=documents,
     )
 
 

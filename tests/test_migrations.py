@@ -403,3 +403,91 @@ def test_0015_desk_adds_the_claim_columns_and_takes_them_back(empty_url: str) ->
     assert not {"claimed_by", "claimed_at"} & asyncio.run(columns())
     asyncio.run(upgrade_to("head"))
     assert {"claimed_by", "claimed_at"} <= asyncio.run(columns())
+
+
+@pytest.mark.anyio
+async def test_0013_adds_knowledge_and_summary_memories_and_takes_them_back(
+    empty_url: str,
+) -> None:
+    now = {"now": datetime.now(UTC)}
+    memory_row = (
+        "INSERT INTO memory (id, user_id, text, source, created_at, updated_at)"
+        " VALUES (:id, 'u', :text, :source, :now, :now)"
+    )
+    engine = create_engine(empty_url)
+    try:
+        await upgrade_schema(engine, _before("0013_knowledge"))
+        async with engine.begin() as conn:  # A fact stored before keeps its index entry.
+            await conn.execute(
+                sa.text(memory_row),
+                {"id": "m1", "text": "Allergic to peanuts", "source": "user", **now},
+            )
+        await upgrade_schema(engine, "0013_knowledge")
+        async with engine.begin() as conn:
+            await conn.execute(
+                sa.text(memory_row),
+                {
+                    "id": "m2",
+                    "text": "Disputed a card payment",
+                    "source": "conversation_summary",
+                    **now,
+                },
+            )
+            await conn.execute(
+                sa.text(
+                    "INSERT INTO knowledge_passage (id, source, position, title, text, version,"
+                    " sha256, created_at, updated_at) VALUES ('p1', 'help/fees.md', 0,"
+                    " 'Overdraft fees', 'An overdraft costs money', 1, 'h', :now, :now)"
+                ),
+                now,
+            )
+            if conn.dialect.name == "postgresql":
+                facts = "SELECT id FROM memory WHERE tsv @@ to_tsquery('english', 'peanut')"
+                passages = (
+                    "SELECT id FROM knowledge_passage WHERE tsv @@ to_tsquery('english', 'fee')"
+                )
+            else:
+                facts = (
+                    "SELECT m.id FROM memory_fts JOIN memory m ON m.seq = memory_fts.rowid"
+                    " WHERE memory_fts MATCH 'peanut'"
+                )
+                passages = (
+                    "SELECT p.id FROM knowledge_fts JOIN knowledge_passage p"
+                    " ON p.seq = knowledge_fts.rowid WHERE knowledge_fts MATCH 'fee'"
+                )
+            assert (await conn.execute(sa.text(facts))).scalars().all() == ["m1"]
+            assert (await conn.execute(sa.text(passages))).scalars().all() == ["p1"]
+        with pytest.raises(sa.exc.IntegrityError):
+            async with engine.begin() as conn:
+                await conn.execute(
+                    sa.text(memory_row), {"id": "m3", "text": "x", "source": "rumour", **now}
+                )
+    finally:
+        await engine.dispose()
+    assert "sources" in await _columns(empty_url, "turn_outcome")
+    await _downgrade_to(empty_url, _before("0013_knowledge"))
+    assert "sources" not in await _columns(empty_url, "turn_outcome")
+    tables = await _tables(empty_url)
+    assert not {"knowledge_passage", "knowledge_fts", "knowledge_embedding"} & tables
+    engine = create_engine(empty_url)
+    try:
+        async with engine.connect() as conn:
+            ids = (await conn.execute(sa.text("SELECT id FROM memory"))).scalars().all()
+            assert ids == ["m1"]  # The summary is gone, the fact stays (and is found).
+            if conn.dialect.name != "postgresql":
+                found = await conn.execute(
+                    sa.text("SELECT rowid FROM memory_fts WHERE memory_fts MATCH 'peanut'")
+                )
+                assert len(found.all()) == 1
+    finally:
+        await engine.dispose()
+
+
+async def _columns(url: str, table: str) -> set[str]:
+    engine = create_engine(url)
+    try:
+        async with engine.connect() as conn:
+            columns = await conn.run_sync(lambda c: sa.inspect(c).get_columns(table))
+            return {c["name"] for c in columns}
+    finally:
+        await engine.dispose()

@@ -44,6 +44,8 @@ class TurnOutcome:
     """Whether a category handler (the developer's code) produced this outcome."""
     usage: dict[str, dict[str, int]] = field(default_factory=dict)
     models: dict[str, str] = field(default_factory=dict)
+    sources: list[dict[str, Any]] = field(default_factory=list)
+    """The passages the reply was given (id, source, title, text, version, sha256, score)."""
 
     @classmethod
     def from_row(cls, row: Any) -> TurnOutcome:
@@ -59,6 +61,7 @@ class TurnOutcome:
             handler_ran=bool(row["handler_ran"]),
             usage=row["usage"] or {},
             models=row["models"] or {},
+            sources=row.get("sources") or [],
         )
 
 
@@ -71,11 +74,16 @@ class TurnRecord:
 
 
 def _upsert(insert: Any) -> Any:
-    """Insert an outcome; when one is stored already, change only its usage and models."""
+    """Insert an outcome; when one is stored already, change only its usage, models and
+    sources."""
     stmt = insert(_out)
     return stmt.on_conflict_do_update(
         index_elements=[_out.c.user_message_id],
-        set_={"usage": stmt.excluded.usage, "models": stmt.excluded.models},
+        set_={
+            "usage": stmt.excluded.usage,
+            "models": stmt.excluded.models,
+            "sources": stmt.excluded.sources,
+        },
     )
 
 
@@ -87,7 +95,8 @@ _SAVE = Statement(
 
 
 def save(conn: Connection, outcome: TurnOutcome) -> None:
-    """Store `outcome`; when one is stored already, only its usage and models change."""
+    """Store `outcome`; when one is stored already, only its usage, models and sources
+    change."""
     _SAVE.run(
         conn,
         {
@@ -101,6 +110,7 @@ def save(conn: Connection, outcome: TurnOutcome) -> None:
             "handler_ran": outcome.handler_ran,
             "usage": outcome.usage,
             "models": outcome.models,
+            "sources": outcome.sources or None,
             "created_at": utcnow(),
         },
     )

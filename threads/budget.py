@@ -253,7 +253,10 @@ DEFAULT_BUDGETS: Mapping[str, Budget] = MappingProxyType(
         "triage": Budget(system=2_000, history=800, question=4_500, answer=512, memory=200),
         # The request expert extracts fields said many turns ago (the order number on turn
         # 1), so it reads the whole unsummarised thread.
-        "request": Budget(system=3_000, history=8_000, question=4_500, answer=1_024, memory=500),
+        # Passages only for a category that opts in (`Category(knowledge=True)`).
+        "request": Budget(
+            system=3_000, history=8_000, question=4_500, answer=1_024, memory=500, documents=1_500
+        ),
         "response": Budget(
             system=2_000, history=6_000, question=4_500, answer=1_024, memory=500, documents=2_000
         ),

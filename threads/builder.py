@@ -118,9 +118,11 @@ class UserThread:
         counter: TokenCounter | None = None,
         budgets: Mapping[str, Budget] | None = None,
         memory: Sequence[Document] = (),
+        documents: Sequence[Document] = (),
     ) -> ExpertView:
         """The thread as `expert` reads it: cut to its budget, with its cacheable prefix;
-        `memory` (ranked facts) is cut to the memory allowance (`fit.memory`).
+        `memory` (ranked facts) is cut to the memory allowance (`fit.memory`), `documents`
+        (ranked passages) to the documents allowance (`fit.documents`).
 
         Raises:
             QuestionOverBudget: the question alone is over the expert's allowance.
@@ -137,6 +139,7 @@ class UserThread:
             summary=self.summary_turn(),
             question=question.content if question is not None else None,
             memory=memory,
+            documents=documents,
         )
         messages = [{"role": "user", "content": fit.summary}] if fit.summary else []
         messages += [{"role": m.role, "content": m.content} for m in fit.history]

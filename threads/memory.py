@@ -15,8 +15,10 @@ then the most recently updated, so that a user with a handful of facts has all o
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import Mapping, Sequence
+from datetime import datetime
 from typing import Any, Protocol, cast
 
 import sqlalchemy as sa
@@ -24,11 +26,11 @@ from sqlalchemy import Connection, RowMapping
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from frontdesk.errors import MemoryNotFound
-from frontdesk.memory import MAX_FACT_CHARS, SOURCES, Memory, MemorySource
+from frontdesk.memory import MAX_FACT_CHARS, MAX_SUMMARY_CHARS, SOURCES, Memory, MemorySource
 from frontdesk.threads._records import check_id, check_text, new_id
 from frontdesk.threads._tx import run_sync_tx
 from frontdesk.threads.errors import InvalidInput
-from frontdesk.threads.models import UTCDateTime, utcnow
+from frontdesk.threads.models import Conversation, Message, UTCDateTime, utcnow
 
 __all__ = [
     "MAX_FACT_CHARS",
@@ -37,7 +39,10 @@ __all__ = [
     "MemoryStore",
     "Retriever",
     "delete_user_memories",
+    "idle_conversations",
+    "keep_summary_sync",
     "query_words",
+    "summary_key",
 ]
 
 MAX_KEY_CHARS = 64
@@ -51,7 +56,7 @@ memory_table = sa.Table(
     sa.Column("user_id", sa.String(255), nullable=False),
     sa.Column("text", sa.Text, nullable=False),
     sa.Column("key", sa.String(255)),
-    sa.Column("source", sa.String(16), nullable=False),
+    sa.Column("source", sa.String(32), nullable=False),
     sa.Column("conversation_id", sa.String(255)),
     sa.Column("message_id", sa.String(36)),
     sa.Column("created_at", UTCDateTime, nullable=False),
@@ -112,11 +117,18 @@ def _memory(row: RowMapping | Mapping[str, Any]) -> Memory:
     )
 
 
-def _check_fact(text: str) -> str:
+def _check_fact(text: str, source: MemorySource = "user") -> str:
     check_text(text, "memory text")
     text = " ".join(text.split())
     if not text:
         raise InvalidInput("a memory needs some text, e.g. 'Prefers replies in Hindi'")
+    if source == "conversation_summary":  # A paragraph, not one fact.
+        if len(text) > MAX_SUMMARY_CHARS:
+            raise InvalidInput(
+                f"a conversation summary is at most {MAX_SUMMARY_CHARS} characters"
+                f" (got {len(text)})"
+            )
+        return text
     if len(text) > MAX_FACT_CHARS:
         raise InvalidInput(
             f"a memory is at most {MAX_FACT_CHARS} characters (got {len(text)}); keep one short"
@@ -277,7 +289,7 @@ class MemoryStore:
         check_id(user_id, "user_id")
         if source not in SOURCES:
             raise InvalidInput(f"memory source must be one of {', '.join(SOURCES)}, not {source!r}")
-        cleaned = [(_check_fact(text), normalise_key(key)) for text, key in facts]
+        cleaned = [(_check_fact(text, source), normalise_key(key)) for text, key in facts]
 
         def work(conn: Connection) -> list[tuple[Memory, list[str]]]:
             _lock_user(conn, user_id)
@@ -369,6 +381,32 @@ class MemoryStore:
 
         return await run_sync_tx(self.engine, lambda conn: delete_user_memories(conn, user_id))
 
+    async def idle_conversations(
+        self, *, idle_before: datetime, skip_owner_prefix: str, limit: int = 100
+    ) -> list[tuple[str, str, str]]:
+        """`idle_conversations` in a read of its own."""
+
+        def work(conn: Connection) -> list[tuple[str, str, str]]:
+            return idle_conversations(
+                conn, idle_before=idle_before, skip_owner_prefix=skip_owner_prefix, limit=limit
+            )
+
+        return await run_sync_tx(self.engine, work, readonly=True)
+
+    async def keep_summary(
+        self, user_id: str, conversation_id: str, leaf_id: str, text: str, *, erased: str
+    ) -> tuple[Memory, list[str]] | None:
+        """`keep_summary_sync` in a transaction of its own.
+
+        Raises:
+            InvalidInput: an empty or over-long summary.
+        """
+
+        def work(conn: Connection) -> tuple[Memory, list[str]] | None:
+            return keep_summary_sync(conn, user_id, conversation_id, leaf_id, text, erased=erased)
+
+        return await run_sync_tx(self.engine, work)
+
 
 def delete_user_memories(conn: Connection, user_id: str) -> tuple[int, list[str]]:
     """Delete every fact of the user in `conn`'s transaction (`forget_all`, erasure); how
@@ -450,3 +488,73 @@ def _add(
     }
     conn.execute(_m.insert().values(**values))
     return _memory(values), superseded
+
+
+# -- summaries of past conversations ------------------------------------------------------
+
+SUMMARY_SOURCE: MemorySource = "conversation_summary"
+
+
+def summary_key(conversation_id: str) -> str:
+    """The key of a conversation's summary memory: a newer summary of the same conversation
+    supersedes the older (a digest, since a conversation id may be long or odd)."""
+    return "conversation_" + hashlib.sha256(conversation_id.encode()).hexdigest()[:16]
+
+
+def idle_conversations(
+    conn: Connection, *, idle_before: datetime, skip_owner_prefix: str, limit: int
+) -> list[tuple[str, str, str]]:
+    """`(conversation_id, user_id, leaf_id)` of conversations with an owner whose newest
+    message is older than `idle_before` and whose summary memory does not cover it yet,
+    the longest idle first (owners starting with `skip_owner_prefix`, erased ones, left out).
+    """
+    conv, msg = Conversation.__table__, Message.__table__  # type: ignore[attr-defined]
+    kept = (
+        sa.select(_m.c.seq)
+        .where(
+            _m.c.source == SUMMARY_SOURCE,
+            _m.c.conversation_id == conv.c.id,
+            _m.c.message_id == conv.c.active_leaf_id,
+        )
+        .exists()
+    )
+    query = (
+        sa.select(conv.c.id, conv.c.user_id, conv.c.active_leaf_id)
+        .join(msg, msg.c.id == conv.c.active_leaf_id)
+        .where(
+            conv.c.user_id.is_not(None),
+            ~conv.c.user_id.startswith(skip_owner_prefix, autoescape=True),
+            msg.c.created_at < idle_before,
+            ~kept,
+        )
+        .order_by(msg.c.created_at)
+        .limit(limit)
+    )
+    return [(r.id, r.user_id, r.active_leaf_id) for r in conn.execute(query)]
+
+
+def keep_summary_sync(
+    conn: Connection,
+    user_id: str,
+    conversation_id: str,
+    leaf_id: str,
+    text: str,
+    *,
+    erased: str,
+) -> tuple[Memory, list[str]] | None:
+    """Keep `text` as the memory of the conversation up to `leaf_id`, superseding its older
+    summary; `None` (nothing written) when the conversation is no longer the user's or its
+    leaf was erased meanwhile (`erased`: the erasure marker), so that a summary written
+    while the user is being erased never outlives the erasure."""
+    text = _check_fact(text, SUMMARY_SOURCE)
+    _lock_user(conn, user_id)
+    conv, msg = Conversation.__table__, Message.__table__  # type: ignore[attr-defined]
+    still = conn.execute(
+        sa.select(conv.c.id)
+        .join(msg, msg.c.id == leaf_id)
+        .where(conv.c.id == conversation_id, conv.c.user_id == user_id, msg.c.content != erased)
+    ).first()
+    if still is None:
+        return None
+    key = summary_key(conversation_id)
+    return _add(conn, user_id, text, key, SUMMARY_SOURCE, conversation_id, leaf_id)

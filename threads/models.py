@@ -151,6 +151,8 @@ class TurnOutcomeRow(SQLModel, table=True):
     models: Any = Field(default_factory=dict, sa_type=sa.JSON)
     """Expert name -> the model that answered."""
     created_at: datetime = Field(sa_type=UTCDateTime)
+    sources: Any = Field(default=None, sa_type=sa.JSON)
+    """The passages the reply was given (`Reply.sources`), as JSON (revision 0013)."""
 
 
 class HandoffRow(SQLModel, table=True):

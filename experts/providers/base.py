@@ -21,6 +21,7 @@ from typing import Any, Literal, Protocol, TypedDict, runtime_checkable
 from pydantic import BaseModel
 
 from frontdesk.experts.errors import ModelRequestsBlocked
+from frontdesk.knowledge import Passage
 from frontdesk.redaction import schema_without_rules
 
 Role = Literal["user", "assistant"]
@@ -122,6 +123,10 @@ class ModelRequest:
     when nothing is. See docs/memory.md."""
     memory_ids: tuple[str, ...] = ()
     """The ids of the facts in `memory`, recorded by the audit log."""
+    passages: tuple[Passage, ...] = ()
+    """The passages of the business's documents this request carries, already in its last
+    user turn (after the question, headed by `frontdesk.labels.DOCUMENTS_LABEL`): here for
+    the audit log (id, version, hash) and `Reply.sources`. See docs/knowledge.md."""
     speculation: Speculation | None = field(default=None, compare=False)
     """Set on a speculative call (the request expert's, started beside triage, whose
     answer may be thrown away); never sent to a provider."""

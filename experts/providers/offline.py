@@ -38,6 +38,7 @@ from frontdesk.experts.providers.base import (
     json_schema_of,
 )
 from frontdesk.experts.providers.function import report_call, stream_reply
+from frontdesk.labels import DOCUMENTS_LABEL
 
 LABEL = "[offline]"
 """Starts every text the stand-in writes, so nobody mistakes it for a real model."""
@@ -154,12 +155,12 @@ class OfflineModel:
                 return summarise(request.messages)
             if request.messages and request.messages[-1]["role"] == "assistant":
                 reply = reply_from_instruction(request.messages[-1]["content"])
-                return reply + remembered_note(request)
+                return reply + remembered_note(request) + reference_note(request)
             return (
                 f"{LABEL} I am the offline stand-in model, so I can only follow the assistant's"
                 " instructions; set an API key for a real model to get free-form answers."
             )
-        user_texts = [m["content"] for m in request.messages if m["role"] == "user"]
+        user_texts = [_said(m["content"]) for m in request.messages if m["role"] == "user"]
         if request.expert == "memory" and "facts" in output_type.model_fields:
             return output_type.model_validate({"facts": facts_in(" ".join(user_texts))})
         schema = json_schema_of(output_type)
@@ -231,7 +232,7 @@ def remembered_note(request: ModelRequest) -> str:
     """A line naming the remembered facts that share words with the user's message (so the
     demo shows a fact from one conversation used in the next); empty when none do."""
     facts = [line[2:] for line in request.memory.splitlines() if line.startswith("- ")]
-    user = [m["content"] for m in request.messages if m["role"] == "user"]
+    user = [_said(m["content"]) for m in request.messages if m["role"] == "user"]
     if not facts or not user:
         return ""
     words = _tokens(user[-1])
@@ -239,6 +240,22 @@ def remembered_note(request: ModelRequest) -> str:
     if not relevant:
         return ""
     return " (I remember: " + "; ".join(f.rstrip(".") for f in relevant) + ".)"
+
+
+def _said(content: str) -> str:
+    """A user turn's own text, without the passages of documents after the question."""
+    return content.split(f"\n\n{DOCUMENTS_LABEL}", 1)[0]
+
+
+def reference_note(request: ModelRequest) -> str:
+    """The best passage sent, quoted (its first two sentences) with where it is from, so
+    the demo answers a policy question from the help pages; empty when none was sent."""
+    if not request.passages:
+        return ""
+    best = request.passages[0]
+    sentences = _SENTENCE.split(" ".join(best.text.split()))
+    quoted = " ".join(sentences[:2])
+    return f" {LABEL} From our help pages ({best.source}, {best.title}): {quoted}"
 
 
 def triage(output_type: type[BaseModel], schema: dict[str, Any], text: str) -> BaseModel:

@@ -34,12 +34,15 @@ def test_demo_runs_the_potato_shop_offline_and_says_so(runner: CliRunner, tmp_pa
         assert expected in out
     assert '{"variety": "purple", "bags": 3, "confirmed": true}' in out
     assert "is placed and will be delivered tomorrow" in out
-    assert out.count("instruction") == 10  # Nine turns, then one in a new conversation.
+    # Nine turns, then two in a new conversation (a fact remembered, a policy question).
+    assert out.count("instruction") == 11
     # A fact said in the first conversation is used in the next one.
     assert "- Allergic to peanuts" in out
     assert "(I remember: Allergic to peanuts.)" in out
     assert "frontdesk memory show demo-user" in out
     assert "frontdesk audit show demo-" in out
+    # The policy question is answered from the shop's help page, which the reply cites.
+    assert "sources      potato_shop/help.md - Storing potatoes (v1)" in out
 
 
 def test_chat_answers_each_line_and_keeps_the_conversation(

@@ -24,6 +24,10 @@ def test_demo_runs_to_the_end_without_a_tty(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stdout + done.stderr
     assert "frontdesk thread show demo-" in done.stdout
     assert "Traceback" not in done.stderr
+    # The policy question is answered from the shop's help page, and the reply cites it.
+    flat = " ".join(done.stdout.replace("│", " ").split())
+    assert "potato_shop/help.md - Storing potatoes (v1)" in flat
+    assert "never in the fridge" in flat
     # Each run gets a fresh database of its own (so a second run behaves as the first), and
     # the demo says where it is.
     found = re.search(r"--db sqlite:///(\S+)", done.stdout)

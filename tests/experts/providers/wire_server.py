@@ -14,7 +14,7 @@ import json
 import threading
 import time
 from collections import defaultdict, deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,6 +26,7 @@ from starlette.routing import Route
 
 ANTHROPIC_PATH = "/v1/messages"
 OPENAI_PATH = "/v1/chat/completions"
+EMBEDDINGS_PATH = "/v1/embeddings"
 
 
 @dataclass(frozen=True)
@@ -65,10 +66,14 @@ class WireServer:
         self._lock = threading.Lock()
         self._scripts: dict[str, deque[Reply]] = defaultdict(deque)
         self.received: list[Received] = []
+        self.embed: Callable[[str], list[float]] | None = None
+        """Answers `/v1/embeddings` requests that nothing was scripted for: one vector per
+        input text (the tests' stand-in for an embedding model)."""
         app = Starlette(
             routes=[
                 Route(ANTHROPIC_PATH, self._handle, methods=["POST"]),
                 Route(OPENAI_PATH, self._handle, methods=["POST"]),
+                Route(EMBEDDINGS_PATH, self._handle, methods=["POST"]),
             ]
         )
         config = uvicorn.Config(
@@ -96,6 +101,7 @@ class WireServer:
         with self._lock:
             self._scripts.clear()
             self.received.clear()
+            self.embed = None
 
     def script(self, path: str, *replies: Reply) -> None:
         """Queue `replies` for `path`, answered in order."""
@@ -116,6 +122,11 @@ class WireServer:
             self.received.append(Received(request.url.path, dict(request.headers), body))
             queue = self._scripts[request.url.path]
             reply = queue.popleft() if queue else None
+            embed = self.embed
+        if reply is None and embed is not None and request.url.path == EMBEDDINGS_PATH:
+            texts = body["input"] if isinstance(body, dict) else []
+            texts = [texts] if isinstance(texts, str) else texts
+            return JSONResponse(openai_embeddings([embed(t) for t in texts]))
         if reply is None:
             return JSONResponse(
                 {"error": {"type": "invalid_request_error", "message": "unscripted request"}},
@@ -287,3 +298,15 @@ def openai_completion(
 
 def openai_error(kind: str, message: str = "error", code: str | None = None) -> dict[str, Any]:
     return {"error": {"type": kind, "message": message, "code": code, "param": None}}
+
+
+def openai_embeddings(vectors: list[list[float]]) -> dict[str, Any]:
+    """An embeddings success body: one vector per input, in order."""
+    return {
+        "object": "list",
+        "data": [
+            {"object": "embedding", "index": i, "embedding": v} for i, v in enumerate(vectors)
+        ],
+        "model": "embed-test",
+        "usage": {"prompt_tokens": 3 * len(vectors), "total_tokens": 3 * len(vectors)},
+    }

@@ -1,0 +1,156 @@
+"""`frontdesk knowledge ...`: the business's documents the replies are grounded in."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from collections import Counter
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from frontdesk.cli._options import DbOption, app_option, db_url, emit_json, json_option
+from frontdesk.errors import UserError
+from frontdesk.knowledge import Passage
+from frontdesk.orchestrator import Orchestrator
+from frontdesk.orchestrator.app import DEFAULT_APP, load_app
+
+app = typer.Typer(help="knowledge commands", no_args_is_help=True)
+
+AppOption = Annotated[
+    str, app_option("module:attr naming an Orchestrator (its store and embeddings).")
+]
+
+
+def _open(app_spec: str, db: str | None) -> Orchestrator:
+    return load_app(app_spec, model="offline", db=db_url(db))
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise UserError(f"no file {path}; give the path of a Markdown or text file") from None
+    except UnicodeDecodeError:
+        raise UserError(f"{path} is not UTF-8 text; convert it first") from None
+    except OSError as e:
+        raise UserError(f"cannot read {path}: {e.strerror}") from None
+
+
+async def _add(app_spec: str, db: str | None, files: list[tuple[str, str]]) -> list[int]:
+    orch = _open(app_spec, db)
+    try:
+        return [await orch.knowledge.add(source, text) for source, text in files]
+    finally:
+        await orch.aclose()
+
+
+@app.command("add")
+def add(
+    paths: Annotated[list[Path], typer.Argument(help="Markdown or text files to add.")],
+    source: Annotated[
+        str | None,
+        typer.Option("--source", help="The source's name (one PATH only; default: the path)."),
+    ] = None,
+    db: DbOption = None,
+    app_spec: AppOption = DEFAULT_APP,
+) -> None:
+    """Add files as sources (a file added again replaces its passages: unchanged ones keep
+    their id and version, changed ones get the next version)."""
+    if source is not None and len(paths) != 1:
+        raise UserError("--source names one source: give exactly one PATH with it")
+    files = [(source or path.as_posix(), _read(path)) for path in paths]
+    counts = asyncio.run(_add(app_spec, db, files))
+    console = Console(soft_wrap=True)
+    for (name, _text), count in zip(files, counts, strict=True):
+        console.print(f"{escape(name)}: {count} passage{'s' if count != 1 else ''}")
+
+
+async def _passages(app_spec: str, db: str | None) -> list[Passage]:
+    orch = _open(app_spec, db)
+    try:
+        return await orch.knowledge.passages()
+    finally:
+        await orch.aclose()
+
+
+@app.command("list")
+def list_sources(
+    db: DbOption = None,
+    app_spec: AppOption = DEFAULT_APP,
+    json_out: Annotated[bool, json_option("A JSON list of {source, passages} on stdout.")] = False,
+) -> None:
+    """The sources stored, with how many passages each holds."""
+    counts = Counter(p.source for p in asyncio.run(_passages(app_spec, db)))
+    if json_out:
+        emit_json([{"source": s, "passages": n} for s, n in sorted(counts.items())])
+        return
+    console = Console(soft_wrap=True)
+    if not counts:
+        console.print("no knowledge stored; add some with: frontdesk knowledge add PATH")
+        return
+    table = Table("source", "passages")
+    for name, count in sorted(counts.items()):
+        table.add_row(escape(name), str(count))
+    console.print(table)
+
+
+async def _search(app_spec: str, db: str | None, query: str, limit: int) -> list[Passage]:
+    orch = _open(app_spec, db)
+    try:
+        return await orch.knowledge.search(query, limit=limit)
+    finally:
+        await orch.aclose()
+
+
+@app.command("search")
+def search(
+    query: Annotated[str, typer.Argument(help="The question, as a customer would ask it.")],
+    limit: Annotated[int, typer.Option("--limit", help="Passages at most (1 to 100).")] = 5,
+    db: DbOption = None,
+    app_spec: AppOption = DEFAULT_APP,
+    json_out: Annotated[bool, json_option("A JSON list of passages on stdout.")] = False,
+) -> None:
+    """The passages a turn would find for QUERY, best first."""
+    found = asyncio.run(_search(app_spec, db, query, limit))
+    if json_out:
+        emit_json([dataclasses.asdict(p) for p in found])
+        return
+    console = Console(soft_wrap=True)
+    if not found:
+        console.print("no passage matches")
+        return
+    for rank, p in enumerate(found, 1):
+        console.print(
+            f"[bold]{rank}. {escape(p.source)} - {escape(p.title)}[/bold]"
+            f"  [dim]v{p.version} · id {p.id} · score {p.score:.4f}[/dim]"
+        )
+        console.print(escape(p.text), highlight=False)
+        console.print()
+
+
+async def _remove(app_spec: str, db: str | None, source: str) -> int:
+    orch = _open(app_spec, db)
+    try:
+        return await orch.knowledge.remove(source)
+    finally:
+        await orch.aclose()
+
+
+@app.command("remove")
+def remove(
+    source: Annotated[str, typer.Argument(help="The source's name (`frontdesk knowledge list`).")],
+    db: DbOption = None,
+    app_spec: AppOption = DEFAULT_APP,
+) -> None:
+    """Delete a source and its passages."""
+    count = asyncio.run(_remove(app_spec, db, source))
+    if count == 0:
+        raise UserError(f"no source {source!r}; list them with: frontdesk knowledge list")
+    Console(soft_wrap=True).print(
+        f"removed {escape(source)}: {count} passage{'s' if count != 1 else ''}"
+    )
