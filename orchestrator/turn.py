@@ -30,6 +30,7 @@ from pydantic import BaseModel, ValidationError
 
 from frontdesk import metrics, telemetry
 from frontdesk.audit.store import AuditLog
+from frontdesk.db import Connection
 from frontdesk.errors import (
     SAFE_REPLY,
     ConversationHandedOff,
@@ -180,11 +181,6 @@ async def start_message(
 ) -> Started:
     """A new message, stored with its path; or, for a client message id seen before, that
     message: replayed when it was answered, its turn finished when it was not."""
-    # The memory and knowledge lookups are reads of the same transaction (no extra round trip).
-    memory = None if p.memory is None else await p.memory.reader(user_id, text)
-    recall = _knowledge.first_read(
-        memory, None if p.knowledge is None else p.knowledge.reader(text)
-    )
     begun = await begin(
         p,
         lease,
@@ -193,7 +189,7 @@ async def start_message(
         user_id=user_id,
         client_message_id=client_message_id,
         token_count=p.counter.count(text),
-        recall=recall,
+        recall=await _first_read(p, user_id, text),
     )
     question, path = begun.message, begun.path
     if begun.answer is not None:  # A person has the conversation: no expert runs.
@@ -242,18 +238,31 @@ async def start_edit(
         user_id=user_id,
         parent_id=original.parent_id,
         token_count=p.counter.count(text),
+        recall=await _first_read(p, user_id, text),
     )
     if begun.answer is not None:  # A person has the conversation: no expert runs.
         return held(begun.message, begun.answer, user_id)
     assert begun.path is not None, "an edit is a new message"
+    read = begun.recalled or _knowledge.FirstRead()
     return Started(
         question=begun.message,
         user_id=user_id,
         thread=thread_since(begun.path),
         stored=TurnRecord(reply=None, outcome=None),
+        memories=read.memories,
+        passages=read.passages,
         previous_category=begun.previous_category,
         guessed=True,
     )
+
+
+async def _first_read(
+    p: Pipeline, user_id: str | None, text: str
+) -> Callable[[Connection], _knowledge.FirstRead] | None:
+    """The memory and knowledge lookups, as reads of the start's own transaction (no extra
+    round trip)."""
+    memory = None if p.memory is None else await p.memory.reader(user_id, text)
+    return _knowledge.first_read(memory, None if p.knowledge is None else p.knowledge.reader(text))
 
 
 async def regenerate(p: Pipeline, assistant_message_id: str, *, user_id: str | None) -> Reply:

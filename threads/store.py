@@ -299,6 +299,10 @@ class ConversationStore:
                 assert handoff is not None
                 answer = handoff_sql.held(conn, message, held, handoff.waiting_message)
             path = path_since_newest_sync(conn, message.id) if created and held is None else None
+            stored = None if created else _outcomes.turn(conn, message.id)
+            # A message kept for a person runs no expert, and a replay answers from the
+            # records: nothing to recall for either.
+            replayed = stored is not None and stored.reply is not None
             begun = TurnStart(
                 message=message,
                 created=created,
@@ -309,9 +313,8 @@ class ConversationStore:
                 previous_category=None
                 if path is None
                 else _outcomes.previous_category(conn, path.messages),
-                stored=None if created else _outcomes.turn(conn, message.id),
-                # A message kept for a person runs no expert: nothing to recall for it.
-                recalled=None if recall is None or answer is not None else recall(conn),
+                stored=stored,
+                recalled=None if recall is None or answer is not None or replayed else recall(conn),
             )
             if also is not None:
                 also(conn, begun)

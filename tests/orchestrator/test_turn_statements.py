@@ -39,35 +39,36 @@ PINNED: dict[str, dict[str, tuple[int, int, int]]] = {
     "sqlite": {
         # start (1 write): lease upsert, client-id lookup, conversation + leaf, insert the
         #   message, move the leaf, hand-off read, path since the newest summary, the route
-        #   of the turn before (the speculation's guess, no read of its own) = 8
+        #   of the turn before (the speculation's guess, no read of its own), the knowledge
+        #   search for the question (a read of the same transaction, issue 24) = 9
         # outcome (1 write, BEFORE the response expert: the handler ran, and a retry must
         #   reuse its outcome, never run it again): lease fence, outcome upsert = 2
         # finish (1 write): lease fence that gives it back, outcome usage, failed-marker
         #   read, insert the reply, move the leaf, audit head, 9 audit rows (one
         #   executemany, traced per row by SQLite), move the audit head = 16
-        "new message": (26, 3, 0),
+        "new message": (27, 3, 0),
         # start (1 write): lease upsert, client-id lookup, conversation + leaf, hand-off
         #   read, the stored reply and outcome = 6; lease given back (1 write) = 1
         "replay": (7, 2, 0),
         # the edited message, then its conversation's owner (2 reads) = 2; start under the
-        #   original's parent (a parent lookup instead of the leaf's) = 8; outcome = 2;
+        #   original's parent (a parent lookup instead of the leaf's) = 9; outcome = 2;
         #   finish = 16
-        "edit": (28, 3, 2),
-        # the new message's 26 plus the memory lookup in the start transaction = 27; then
+        "edit": (29, 3, 2),
+        # the new message's 27 plus the memory lookup in the start transaction = 28; then
         #   the memory expert in the background: what is known (1 read), the fact stored
         #   (1 write: supersede check, insert, 2 FTS rows by trigger), its audit events
         #   (1 write: head, 2 rows, move head) = 10
-        "memory and a user id": (37, 5, 1),
+        "memory and a user id": (38, 5, 1),
     },
     "postgresql": {
         # As on SQLite, but: the 9 audit rows are one executemany statement (8 fewer), and
         # the audit head is moved by the link trigger (1 fewer).
-        "new message": (17, 3, 0),
+        "new message": (18, 3, 0),
         "replay": (7, 2, 0),
-        "edit": (19, 3, 2),
+        "edit": (20, 3, 2),
         # The same, less the executemany rows (one statement each batch), the audit heads
         # moved by trigger and the full-text rows SQLite's triggers write.
-        "memory and a user id": (25, 5, 1),
+        "memory and a user id": (26, 5, 1),
     },
 }
 
