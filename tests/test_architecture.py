@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import importlib
+import inspect
 import subprocess
 import tomllib
 from pathlib import Path
@@ -283,6 +284,109 @@ def test_the_private_import_check_sees_every_form(tmp_path: Path) -> None:
         "frontdesk.threads._writes",
         "frontdesk.audit._keys",
     }
+
+
+def _direct_imports(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
+    """The package's modules that `name` imports (anywhere in it: a function's lazy import
+    and a `TYPE_CHECKING` one count too, as both still tie the two modules together)."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names if alias.name in modules}
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*anchor, base] if base else anchor)
+            for alias in node.names:
+                if f"{base}.{alias.name}" in modules:  # `from package import module`
+                    found.add(f"{base}.{alias.name}")
+                elif base in modules:
+                    found.add(base)
+    return found - {name}
+
+
+def _import_circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan's algorithm)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    circles: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component: list[str] = []
+            while not component or component[-1] != v:
+                component.append(stack.pop())
+            if len(component) > 1:
+                circles.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return circles
+
+
+def test_no_import_circle_among_the_modules() -> None:
+    modules = _module_names()
+    graph = {name: _direct_imports(name, path, modules) for name, path in modules.items()}
+    assert "frontdesk.orchestrator._orchestrator" in graph["frontdesk.orchestrator.sync"]
+    assert _import_circles(graph) == []
+
+
+def test_the_orchestrator_imports_no_sqlalchemy() -> None:
+    """SQL lives in the layer that owns the table; a connection's type is `frontdesk.db`'s."""
+    offenders = {
+        str(path.relative_to(ROOT)): sorted(
+            m for m in _imports(path) if m.split(".")[0] == "sqlalchemy"
+        )
+        for path in _sources("orchestrator")
+        if any(m.split(".")[0] == "sqlalchemy" for m in _imports(path))
+    }
+    assert offenders == {}
+
+
+def _public(cls: type) -> dict[str, object]:
+    return {name: value for name, value in vars(cls).items() if not name.startswith("_")}
+
+
+def test_sync_orchestrator_has_every_public_method_of_orchestrator() -> None:
+    """The same parameters and return type, so the blocking API cannot drift again; only
+    `stream` returns another type by necessity (a plain iterator of the same events)."""
+    from collections.abc import AsyncGenerator, Iterator
+    from typing import get_args, get_origin
+
+    from frontdesk import Orchestrator, SyncOrchestrator
+    from frontdesk.orchestrator.stream import TurnEvent
+
+    ours, theirs = _public(Orchestrator), _public(SyncOrchestrator)
+    assert sorted(set(theirs) - set(ours)) == ["close"]  # ...which also ends its event loop.
+    assert sorted(set(ours) - set(theirs)) == []
+    for name, member in ours.items():
+        twin = theirs[name]
+        if isinstance(member, property):
+            assert isinstance(twin, property), name
+            continue
+        assert callable(member) and callable(twin), name
+        a = inspect.signature(member, eval_str=True)
+        b = inspect.signature(twin, eval_str=True)
+        assert list(a.parameters.values()) == list(b.parameters.values()), name
+        if name == "stream":
+            assert get_origin(a.return_annotation) is AsyncGenerator
+            assert get_origin(b.return_annotation) is Iterator
+            assert get_args(a.return_annotation)[0] == get_args(b.return_annotation)[0]
+            assert get_args(b.return_annotation) == (TurnEvent,)
+        else:
+            assert a.return_annotation == b.return_annotation, name
 
 
 def test_the_cli_is_the_frontdesk_console_script() -> None:
