@@ -15,6 +15,11 @@ command line says reaches them as environment variables:
     FRONTDESK_RATE_LIMIT     per user, e.g. 240/minute (default), or off
     FRONTDESK_REDIS_URL      keep the rate limit in Redis (shared by every worker)
     FRONTDESK_MAX_BODY_BYTES request body limit (default 262144)
+    FRONTDESK_MAX_TOKEN_LIFETIME  --max-token-lifetime seconds (default 86400, 0: none)
+    FRONTDESK_ALLOW_MISSING_IDEMPOTENCY_KEY  --allow-missing-idempotency-key (1)
+    FRONTDESK_ALLOW_CLIENT_CONVERSATION_IDS  --allow-client-conversation-ids (1)
+    FRONTDESK_HEADER_TIMEOUT, FRONTDESK_BODY_TIMEOUT, FRONTDESK_MAX_CONNECTIONS
+                             slow clients (frontdesk.service._timeouts)
 """
 
 from __future__ import annotations
@@ -44,7 +49,12 @@ FACTORY = "frontdesk.service._factory:app_from_env"
 """The import string uvicorn's workers build the app from."""
 
 DEMO_TOKEN_TTL = 12 * 3600.0
-WORKER_HEALTHCHECK_SECONDS = 60
+WORKER_HEALTHCHECK_SECONDS = 5
+"""How long uvicorn's supervisor waits for a worker's health-check answer (uvicorn's
+default). It pings each worker in turn and waits this long on a worker killed mid-ping
+(the pipe's other end stays open in the supervisor, so no EOF comes): at 60 s a dead
+worker stayed unreplaced for up to a minute. The answer comes from a thread started
+before the app is imported, so a slow import does not need a longer wait."""
 
 
 @dataclass(frozen=True)
@@ -58,6 +68,8 @@ class ServiceSettings:
     rate_limit: RateLimit | None
     redis_url: str | None
     max_body_bytes: int
+    allow_missing_idempotency_key: bool = False
+    allow_client_conversation_ids: bool = False
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> ServiceSettings:
@@ -80,6 +92,8 @@ class ServiceSettings:
             rate_limit=RateLimit.parse(env.get("FRONTDESK_RATE_LIMIT", DEFAULT_RATE_LIMIT)),
             redis_url=env.get("FRONTDESK_REDIS_URL") or None,
             max_body_bytes=int(raw_body),
+            allow_missing_idempotency_key=_flag(env, "FRONTDESK_ALLOW_MISSING_IDEMPOTENCY_KEY"),
+            allow_client_conversation_ids=_flag(env, "FRONTDESK_ALLOW_CLIENT_CONVERSATION_IDS"),
         )
 
     def limiter(self) -> RateLimiter | None:
@@ -98,6 +112,10 @@ class ServiceSettings:
         return orch
 
 
+def _flag(env: Mapping[str, str], name: str) -> bool:
+    return env.get(name, "").strip().lower() in ("1", "true", "yes", "on")
+
+
 def app_from_env() -> FastAPI:
     """The app a uvicorn worker serves (`uvicorn --factory`), from the environment."""
     settings = ServiceSettings.from_env()
@@ -107,6 +125,8 @@ def app_from_env() -> FastAPI:
         limiter=settings.limiter(),
         max_body_bytes=settings.max_body_bytes,
         owns_orchestrator=True,
+        allow_missing_idempotency_key=settings.allow_missing_idempotency_key,
+        allow_client_conversation_ids=settings.allow_client_conversation_ids,
     )
 
 
@@ -148,6 +168,12 @@ def prepare_serve(
     port: int,
     workers: int,
     demo_tokens: bool,
+    allow_missing_idempotency_key: bool = False,
+    allow_client_conversation_ids: bool = False,
+    max_token_lifetime: float | None = None,
+    header_timeout: float | None = None,
+    body_timeout: float | None = None,
+    max_connections: int | None = None,
 ) -> tuple[str, str] | None:
     """Check `frontdesk serve`'s settings and hand them to the workers (the environment),
     before any worker starts; with `demo_tokens`, mint the demo page URLs (DEV ONLY).
@@ -163,6 +189,21 @@ def prepare_serve(
     os.environ["FRONTDESK_SERVE_DB"] = db or default_db()
     if model:
         os.environ["FRONTDESK_SERVE_MODEL"] = model
+    if allow_missing_idempotency_key:
+        os.environ["FRONTDESK_ALLOW_MISSING_IDEMPOTENCY_KEY"] = "1"
+    if allow_client_conversation_ids:
+        os.environ["FRONTDESK_ALLOW_CLIENT_CONVERSATION_IDS"] = "1"
+    if max_token_lifetime is not None:
+        os.environ["FRONTDESK_MAX_TOKEN_LIFETIME"] = str(int(max_token_lifetime))
+    for name, value in (
+        ("FRONTDESK_HEADER_TIMEOUT", header_timeout),
+        ("FRONTDESK_BODY_TIMEOUT", body_timeout),
+        ("FRONTDESK_MAX_CONNECTIONS", max_connections),
+    ):
+        if value is not None:
+            if value <= 0:
+                raise ConfigError(f"{name}={value}: must be more than 0")
+            os.environ[name] = str(value)
     urls = demo_urls(host, port, environ=os.environ) if demo_tokens else None
     settings = ServiceSettings.from_env()
     settings.orchestrator()  # The app loads (a bad --app or --db is said here, once).
@@ -174,6 +215,8 @@ def run_serve(*, host: str, port: int, workers: int, log_level: str) -> None:
     `prepare_serve` filled (`FACTORY`)."""
     import uvicorn
 
+    from frontdesk.service._timeouts import BoundedH11Protocol
+
     uvicorn.run(
         FACTORY,
         factory=True,
@@ -183,7 +226,7 @@ def run_serve(*, host: str, port: int, workers: int, log_level: str) -> None:
         log_level=log_level,
         lifespan="on",
         timeout_graceful_shutdown=10,
-        # A worker imports the whole stack before it answers its first health check: on a
-        # busy small machine that is more than uvicorn's 5 s, and it would be killed.
         timeout_worker_healthcheck=WORKER_HEALTHCHECK_SECONDS,
+        http=BoundedH11Protocol,  # header and body deadlines, a connection cap
+        limit_concurrency=None,
     )

@@ -481,6 +481,23 @@ class ConversationStore:
 
         return await run_sync_tx(self.engine, work)
 
+    async def create_conversation(self, conversation_id: str, *, user_id: str | None) -> None:
+        """Start an empty conversation owned by `user_id` (the service makes the id, so
+        that no client can take one first).
+
+        Raises:
+            InvalidInput: an id that cannot be stored.
+            StoreError: the id is taken already.
+        """
+        check_id(conversation_id, "conversation_id")
+        if user_id is not None:
+            check_id(user_id, "user_id")
+
+        def work(conn: Connection) -> None:
+            _writes.create_conversation(conn, conversation_id, user_id)
+
+        await run_sync_tx(self.engine, work)
+
     async def check_owner(self, conversation_id: str, user_id: str | None) -> None:
         """Refuse a caller who does not own the conversation, as if it did not exist.
 
