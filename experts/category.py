@@ -33,7 +33,12 @@ class Outcome(BaseModel):
     instruction: str
     """What the reply must do, e.g. "Ask the user to confirm buying one bag of purple potatoes"."""
     data: dict[str, Any] = Field(default_factory=dict)
-    """Anything the embedding bot acts on (an order id, a hand-off flag); never sent to a model."""
+    """Anything the embedding bot acts on (an order id); never sent to a model. The
+    library never writes its own flags here."""
+    handoff: str | None = None
+    """Why a person should take over, or None. Set, the conversation is handed off with
+    this reason in the same transaction that stores the outcome (`Reply.handoff` is True),
+    and a retry of the turn opens no second hand-off."""
 
 
 class HandlerStore(Protocol):

@@ -50,11 +50,10 @@ FACTORY = "frontdesk.service._factory:app_from_env"
 
 DEMO_TOKEN_TTL = 12 * 3600.0
 WORKER_HEALTHCHECK_SECONDS = 5
-"""How long uvicorn's supervisor waits for a worker's health-check answer (uvicorn's
-default). It pings each worker in turn and waits this long on a worker killed mid-ping
-(the pipe's other end stays open in the supervisor, so no EOF comes): at 60 s a dead
-worker stayed unreplaced for up to a minute. The answer comes from a thread started
-before the app is imported, so a slow import does not need a longer wait."""
+"""How long the supervisor waits for a started worker's health-check answer (uvicorn's
+default). It was 60, and uvicorn waited that long on a worker killed mid-ping: a dead
+worker stayed unreplaced for up to a minute. `Supervisor` also ends the wait when the
+worker's process ends, and gives a worker still starting `STARTUP_SECONDS`."""
 
 
 @dataclass(frozen=True)
@@ -212,12 +211,15 @@ def prepare_serve(
 
 def run_serve(*, host: str, port: int, workers: int, log_level: str) -> None:
     """Run uvicorn with `workers` processes, each building the app from the environment
-    `prepare_serve` filled (`FACTORY`)."""
+    `prepare_serve` filled (`FACTORY`), every connection through `BoundedH11Protocol`
+    (header and body deadlines, a connection cap); several workers are watched by
+    `Supervisor` (a dead worker is replaced at once)."""
     import uvicorn
 
+    from frontdesk.service._supervisor import STARTUP_SECONDS, Supervisor
     from frontdesk.service._timeouts import BoundedH11Protocol
 
-    uvicorn.run(
+    config = uvicorn.Config(
         FACTORY,
         factory=True,
         host=host,
@@ -227,6 +229,9 @@ def run_serve(*, host: str, port: int, workers: int, log_level: str) -> None:
         lifespan="on",
         timeout_graceful_shutdown=10,
         timeout_worker_healthcheck=WORKER_HEALTHCHECK_SECONDS,
-        http=BoundedH11Protocol,  # header and body deadlines, a connection cap
-        limit_concurrency=None,
+        http=BoundedH11Protocol,
     )
+    if workers == 1:
+        uvicorn.Server(config).run()
+        return
+    Supervisor(config, [config.bind_socket()], startup_seconds=STARTUP_SECONDS).run()
