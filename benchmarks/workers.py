@@ -113,6 +113,7 @@ def main() -> None:
             start_new_session=True,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
+            text=True,
         )
         url = f"http://127.0.0.1:{port}"
         try:

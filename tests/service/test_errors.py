@@ -81,7 +81,7 @@ async def test_nul_in_the_text_is_422_on_both_backends(api: Api) -> None:
     [
         StoreUnavailable("cannot reach the database"),
         StoreError("the commit failed"),
-        AuditWriteError("the audit log cannot be written", conversation_id="c", events=[]),
+        AuditWriteError("the audit log cannot be written", conversation_id="c", events=0),
     ],
     ids=["store-unavailable", "store-error", "audit-write"],
 )
