@@ -43,6 +43,9 @@ class Reply:
     waiting message), or it is the replay of such a turn or of an operator's answer."""
     author: str = "bot"
     """Who wrote `text`: `bot`, or `operator:<id>` when replaying an operator's answer."""
+    handler_failed: bool = False
+    """The category's handler raised: `outcome` is the library's apology (nothing the
+    handler decided), and the user was asked to try again or ask for a person."""
 
     @property
     def tokens(self) -> int:

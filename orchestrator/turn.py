@@ -870,6 +870,7 @@ def reply_from_records(
         or reply.kind == "handoff"
         or reply.operator_id is not None,
         author=reply.author,
+        handler_failed=bool(decided and decided.handler_failed),
     )
 
 
