@@ -13,9 +13,10 @@ from fastapi import FastAPI
 from fastapi.responses import HTMLResponse, JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from frontdesk import metrics
 from frontdesk.orchestrator import Orchestrator
 from frontdesk.schema import current_revisions, head_revisions
-from frontdesk.service import _api, _errors, _memories, _operator
+from frontdesk.service import _api, _errors, _memories, _operator, _telemetry
 from frontdesk.service._auth import TokenVerifier
 from frontdesk.service._deps import Service
 from frontdesk.service._limits import DEFAULT_MAX_BODY_BYTES, RateLimiter
@@ -133,6 +134,7 @@ def create_app(
     owns_orchestrator: bool = False,
     allow_missing_idempotency_key: bool = False,
     allow_client_conversation_ids: bool = False,
+    metrics_route: bool = True,
 ) -> FastAPI:
     """The HTTP service over `orchestrator`.
 
@@ -148,6 +150,8 @@ def create_app(
         allow_missing_idempotency_key: Answer messages without `Idempotency-Key` (else 428).
         allow_client_conversation_ids: A first message creates the conversation it names
             (else only `POST /v1/conversations` makes ids; others are 404).
+        metrics_route: Serve `GET /metrics` (when `prometheus_client` is installed);
+            `False` when the metrics are served on a port of their own.
     """
     parts = Service(
         orchestrator=orchestrator,
@@ -184,10 +188,13 @@ def create_app(
     app.include_router(_api.router)
     app.include_router(_memories.router)
     app.include_router(_operator.router)
+    if metrics_route and metrics.available():
+        app.include_router(_telemetry.router)
 
     app.add_middleware(BodyLimit, max_bytes=max_body_bytes)
     app.add_middleware(NameTheWorker, worker=worker)
     app.add_middleware(NoStoreNoSniff)
+    _telemetry.instrument(app)  # Server spans, when the `otel` extra is installed.
 
     @app.get("/healthz", response_model=HealthOut, tags=["health"])
     async def healthz() -> HealthOut:

@@ -20,17 +20,27 @@ command line says reaches them as environment variables:
     FRONTDESK_ALLOW_CLIENT_CONVERSATION_IDS  --allow-client-conversation-ids (1)
     FRONTDESK_HEADER_TIMEOUT, FRONTDESK_BODY_TIMEOUT, FRONTDESK_MAX_CONNECTIONS
                              slow clients (frontdesk.service._timeouts)
+    FRONTDESK_SERVE_METRICS_PORT  --metrics-port: `/metrics` is served there, not by the workers
+
+Before the workers start, `prepare_serve` fails closed (`service/_startup.py`: no master key
+without `--allow-clear-audit`, no offline stand-in unless named) and says what will run.
+With several workers, `run_serve` puts `prometheus_client` in multiprocess mode
+(`PROMETHEUS_MULTIPROC_DIR`, a fresh folder removed at exit) so that a scrape of any worker
+counts them all.
 """
 
 from __future__ import annotations
 
 import os
 import secrets
+import shutil
+import tempfile
 from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass
 
 from fastapi import FastAPI
 
+from frontdesk import metrics
 from frontdesk.errors import ConfigError
 from frontdesk.orchestrator import Orchestrator
 from frontdesk.orchestrator.app import DEFAULT_APP, default_db, load_app
@@ -44,10 +54,13 @@ from frontdesk.service._limits import (
     RedisTokenBucket,
     TokenBucket,
 )
+from frontdesk.service._startup import Startup, describe, refuse_unsafe
+from frontdesk.service._telemetry import serve_metrics
 
 FACTORY = "frontdesk.service._factory:app_from_env"
 """The import string uvicorn's workers build the app from."""
 
+METRICS_PORT_ENV = "FRONTDESK_SERVE_METRICS_PORT"
 DEMO_TOKEN_TTL = 12 * 3600.0
 WORKER_HEALTHCHECK_SECONDS = 5
 """How long the supervisor waits for a started worker's health-check answer (uvicorn's
@@ -69,6 +82,8 @@ class ServiceSettings:
     max_body_bytes: int
     allow_missing_idempotency_key: bool = False
     allow_client_conversation_ids: bool = False
+    metrics_apart: bool = False
+    """`/metrics` is served on a port of its own (`--metrics-port`), not by the workers."""
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> ServiceSettings:
@@ -93,6 +108,7 @@ class ServiceSettings:
             max_body_bytes=int(raw_body),
             allow_missing_idempotency_key=_flag(env, "FRONTDESK_ALLOW_MISSING_IDEMPOTENCY_KEY"),
             allow_client_conversation_ids=_flag(env, "FRONTDESK_ALLOW_CLIENT_CONVERSATION_IDS"),
+            metrics_apart=bool(env.get(METRICS_PORT_ENV)),
         )
 
     def limiter(self) -> RateLimiter | None:
@@ -126,6 +142,7 @@ def app_from_env() -> FastAPI:
         owns_orchestrator=True,
         allow_missing_idempotency_key=settings.allow_missing_idempotency_key,
         allow_client_conversation_ids=settings.allow_client_conversation_ids,
+        metrics_route=not settings.metrics_apart,
     )
 
 
@@ -158,6 +175,18 @@ def demo_urls(host: str, port: int, *, environ: MutableMapping[str, str]) -> tup
     return f"{base}/#token={customer}", f"{base}/operator#token={operator}"
 
 
+@dataclass(frozen=True, kw_only=True)
+class Prepared:
+    """What `prepare_serve` checked: for the CLI to print and `run_serve` to run."""
+
+    demo_urls: tuple[str, str] | None
+    """The customer and operator page URLs (`--demo-tokens`), else `None`."""
+    lines: list[str]
+    """One line each: models per expert, store, audit encryption, job mode, workers."""
+    orchestrator: Orchestrator
+    """The app as the checks built it (unopened); it serves `--metrics-port`'s scrapes."""
+
+
 def prepare_serve(
     *,
     app: str,
@@ -173,19 +202,22 @@ def prepare_serve(
     header_timeout: float | None = None,
     body_timeout: float | None = None,
     max_connections: int | None = None,
-) -> tuple[str, str] | None:
+    allow_clear_audit: bool = False,
+    metrics_port: int | None = None,
+) -> Prepared:
     """Check `frontdesk serve`'s settings and hand them to the workers (the environment),
     before any worker starts; with `demo_tokens`, mint the demo page URLs (DEV ONLY).
 
-    Returns the customer and operator page URLs when `demo_tokens`, else None.
-
     Raises:
-        ConfigError: a setting the workers could not start with (said before any starts).
+        ConfigError: a setting the workers could not start with (said before any starts):
+            first of all no master key without `allow_clear_audit` (which `demo_tokens`
+            implies), and the offline stand-in by default.
     """
     if workers < 1:
         raise ConfigError(f"--workers {workers}: at least 1")
+    store = db or default_db()
     os.environ["FRONTDESK_SERVE_APP"] = app
-    os.environ["FRONTDESK_SERVE_DB"] = db or default_db()
+    os.environ["FRONTDESK_SERVE_DB"] = store
     if model:
         os.environ["FRONTDESK_SERVE_MODEL"] = model
     if allow_missing_idempotency_key:
@@ -203,35 +235,63 @@ def prepare_serve(
             if value <= 0:
                 raise ConfigError(f"{name}={value}: must be more than 0")
             os.environ[name] = str(value)
+    if metrics_port is not None:
+        if metrics_port == port or not 0 < metrics_port < 65536:
+            raise ConfigError(f"--metrics-port {metrics_port}: a free port other than --port")
+        os.environ[METRICS_PORT_ENV] = str(metrics_port)
+    # The app loads (a bad --app or --db is said here, once), and fails closed.
+    orch = load_app(app, model=model, db=store)
+    orch.use_store(store)
+    startup = Startup(db=store, workers=workers, allow_clear_audit=allow_clear_audit or demo_tokens)
+    refuse_unsafe(orch, startup)
     urls = demo_urls(host, port, environ=os.environ) if demo_tokens else None
-    settings = ServiceSettings.from_env()
-    settings.orchestrator()  # The app loads (a bad --app or --db is said here, once).
-    return urls
+    ServiceSettings.from_env()  # Every other setting: the token keys, the limits.
+    return Prepared(demo_urls=urls, lines=describe(orch, startup), orchestrator=orch)
 
 
-def run_serve(*, host: str, port: int, workers: int, log_level: str) -> None:
+def run_serve(
+    prepared: Prepared,
+    *,
+    host: str,
+    port: int,
+    workers: int,
+    log_level: str,
+    metrics_port: int | None = None,
+) -> None:
     """Run uvicorn with `workers` processes, each building the app from the environment
     `prepare_serve` filled (`FACTORY`), every connection through `BoundedH11Protocol`
-    (header and body deadlines, a connection cap); several workers are watched by
-    `Supervisor` (a dead worker is replaced at once)."""
+    (header and body deadlines, a connection cap); and `/metrics` on `metrics_port` if
+    given."""
     import uvicorn
 
     from frontdesk.service._supervisor import STARTUP_SECONDS, Supervisor
     from frontdesk.service._timeouts import BoundedH11Protocol
 
-    config = uvicorn.Config(
-        FACTORY,
-        factory=True,
-        host=host,
-        port=port,
-        workers=workers,
-        log_level=log_level,
-        lifespan="on",
-        timeout_graceful_shutdown=10,
-        timeout_worker_healthcheck=WORKER_HEALTHCHECK_SECONDS,
-        http=BoundedH11Protocol,
-    )
-    if workers == 1:
-        uvicorn.Server(config).run()
-        return
-    Supervisor(config, [config.bind_socket()], startup_seconds=STARTUP_SECONDS).run()
+    folder = None
+    if workers > 1 and not os.environ.get(metrics.MULTIPROCESS_ENV):
+        # Set before the workers start (they import prometheus_client with it).
+        folder = os.environ[metrics.MULTIPROCESS_ENV] = tempfile.mkdtemp(
+            prefix="frontdesk-metrics-"
+        )
+    try:
+        if metrics_port is not None:
+            serve_metrics(prepared.orchestrator, host=host, port=metrics_port)
+        config = uvicorn.Config(
+            FACTORY,
+            factory=True,
+            host=host,
+            port=port,
+            workers=workers,
+            log_level=log_level,
+            lifespan="on",
+            timeout_graceful_shutdown=10,
+            timeout_worker_healthcheck=WORKER_HEALTHCHECK_SECONDS,
+            http=BoundedH11Protocol,  # header and body deadlines, a connection cap
+        )
+        if workers == 1:
+            uvicorn.Server(config).run()
+        else:  # A dead worker is replaced at once (see `Supervisor`).
+            Supervisor(config, [config.bind_socket()], startup_seconds=STARTUP_SECONDS).run()
+    finally:
+        if folder is not None:
+            shutil.rmtree(folder, ignore_errors=True)
