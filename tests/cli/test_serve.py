@@ -165,6 +165,8 @@ def test_metrics_port_serves_the_scrape_apart_from_the_api(tmp_path: Path) -> No
     port = free_port()
     db = f"sqlite:///{tmp_path / 'apart.db'}"
     args = ["--app", "tests.service._shop:build", "--db", db, "--metrics-port", str(port)]
+    # What is measured here is the scrape, not the message policy: today's client behaviour.
+    args += ["--allow-missing-idempotency-key", "--allow-client-conversation-ids"]
     with serve_process(args, {"FRONTDESK_JWT_SECRET": SECRET}) as (url, _process):
         r = httpx.post(
             f"{url}/v1/conversations/m-1/messages",
