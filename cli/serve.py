@@ -45,6 +45,38 @@ def serve(
         ),
     ] = False,
     log_level: Annotated[str, typer.Option("--log-level", help="uvicorn's log level.")] = "info",
+    allow_missing_idempotency_key: Annotated[
+        bool,
+        typer.Option(
+            "--allow-missing-idempotency-key",
+            help="Answer messages without Idempotency-Key (default 428: a retry without a "
+            "key runs the handler again).",
+        ),
+    ] = False,
+    allow_client_conversation_ids: Annotated[
+        bool,
+        typer.Option(
+            "--allow-client-conversation-ids",
+            help="A first message creates the conversation id it names (default: only "
+            "POST /v1/conversations makes ids).",
+        ),
+    ] = False,
+    max_token_lifetime: Annotated[
+        int,
+        typer.Option(
+            "--max-token-lifetime",
+            help="Refuse tokens valid for longer than this many seconds (0: no maximum).",
+        ),
+    ] = 86400,
+    header_timeout: Annotated[
+        float, typer.Option("--header-timeout", help="Seconds a client has to send headers.")
+    ] = 10.0,
+    body_timeout: Annotated[
+        float, typer.Option("--body-timeout", help="Seconds a client has to send a body.")
+    ] = 30.0,
+    max_connections: Annotated[
+        int, typer.Option("--max-connections", help="Open connections per worker (then 503).")
+    ] = 512,
     allow_clear_audit: Annotated[
         bool,
         typer.Option(
@@ -79,6 +111,12 @@ def serve(
         port=port,
         workers=workers,
         demo_tokens=demo_tokens,
+        allow_missing_idempotency_key=allow_missing_idempotency_key,
+        allow_client_conversation_ids=allow_client_conversation_ids,
+        max_token_lifetime=max_token_lifetime,
+        header_timeout=header_timeout,
+        body_timeout=body_timeout,
+        max_connections=max_connections,
         allow_clear_audit=allow_clear_audit,
         metrics_port=metrics_port,
     )

@@ -40,7 +40,8 @@ class Outcome(BaseModel):
     instruction: str
     """What the reply must do, e.g. "Ask the user to confirm buying one bag of purple potatoes"."""
     data: dict[str, Any] = Field(default_factory=dict)
-    """Anything the embedding bot acts on (an order id, a hand-off flag); never sent to a model.
+    """Anything the embedding bot acts on (an order id); never sent to a model. The library
+    never writes its own flags here.
 
     Checked here, at construction, because it is stored with the turn: JSON values, and what
     pydantic writes as JSON (`Decimal`, `datetime`, `UUID`, enums, pydantic models), which
@@ -51,6 +52,11 @@ class Outcome(BaseModel):
     @classmethod
     def _json_data(cls, data: dict[str, Any]) -> dict[str, Any]:
         return {key: _json_value(value, f"data[{key!r}]") for key, value in data.items()}
+
+    handoff: str | None = None
+    """Why a person should take over, or None. Set, the conversation is handed off with
+    this reason in the same transaction that stores the outcome (`Reply.handoff` is True),
+    and a retry of the turn opens no second hand-off."""
 
 
 _AS_TEXT = (Decimal, dt.datetime, dt.date, dt.time, dt.timedelta, uuid.UUID)

@@ -8,6 +8,10 @@ just works, and anything older is refused with a message naming `frontdesk db up
 
 from __future__ import annotations
 
+import asyncio
+import threading
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from importlib.resources import files
 
 from alembic import command
@@ -31,6 +35,22 @@ __all__ = [
 
 VERSION_TABLE = "alembic_version"
 _PG_LOCK_KEY = 0x66726F6E74  # "front": one advisory lock for every schema change.
+_ALEMBIC = threading.Lock()
+"""Alembic's `context` and `op` are process-global proxies: two migrations running at once
+in one process (two orchestrators opening on one event loop, or on two threads) would
+overwrite each other's. One migration at a time per process; across processes the
+database's own lock (advisory lock, BEGIN IMMEDIATE) serialises them."""
+
+
+@asynccontextmanager
+async def _one_migration_at_a_time() -> AsyncIterator[None]:
+    """Hold `_ALEMBIC` without blocking the event loop while waiting for it."""
+    if not _ALEMBIC.acquire(blocking=False):
+        await asyncio.to_thread(_ALEMBIC.acquire)
+    try:
+        yield
+    finally:
+        _ALEMBIC.release()
 
 
 def alembic_config() -> Config:
@@ -65,7 +85,7 @@ async def ensure_schema(engine: AsyncEngine) -> None:
     heads = head_revisions()
     if await current_revisions(engine) == heads:
         return
-    async with engine.begin() as conn:
+    async with _one_migration_at_a_time(), engine.begin() as conn:
         await _lock(conn)
         state = await conn.run_sync(_current)
         if state == heads:
@@ -81,7 +101,7 @@ async def upgrade_schema(engine: AsyncEngine, revision: str = "head") -> tuple[s
 
     This is what `frontdesk db upgrade` calls.
     """
-    async with engine.begin() as conn:
+    async with _one_migration_at_a_time(), engine.begin() as conn:
         await _lock(conn)
         await conn.run_sync(_upgrade, revision)
         state = await conn.run_sync(_current)

@@ -12,14 +12,14 @@ from frontdesk.experts import Category, NeedMoreInfo, Outcome
 
 
 def handoff(reason: str) -> Outcome:
-    """`HUMAN`: a person takes over; `data["handoff"]` tells the embedding bot, and
-    `data["reason"]` (why) becomes the hand-off's reason for the operators."""
+    """`HUMAN`: a person takes over; `handoff` (why) becomes the hand-off's reason for the
+    operators, opened with the reply (the outcome's own transaction)."""
     return Outcome(
         instruction=(
             "Tell the user a person from the team will take over this conversation shortly"
             " and they will not need to repeat themselves. Be warm and brief."
         ),
-        data={"handoff": True, "reason": reason},
+        handoff=reason,
     )
 
 
@@ -61,12 +61,12 @@ def ask_for(missing: NeedMoreInfo) -> Outcome:
 
 
 def handler_failed() -> Outcome:
-    """The handler raised: apologise, change nothing, offer a retry or a person."""
+    """The handler raised: apologise, change nothing, offer a retry or a person (the turn's
+    stored outcome says `handler_failed`; `data` stays the handler's)."""
     return Outcome(
         instruction=(
             "Tell the user something went wrong on our side while handling the request and"
             " nothing was changed. Ask them to try again in a moment or to ask for a person."
             " Apologise."
         ),
-        data={"error": "handler_failed"},
     )

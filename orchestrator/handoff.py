@@ -151,15 +151,18 @@ async def audited(
 # -- the writes --------------------------------------------------------------------------
 
 
+def opened_events(opened: Opened | None) -> list[AuditEvent]:
+    """The `hand_off` event of a hand-off a write opened (none when it opened none)."""
+    if opened is None or not opened.created:
+        return []
+    h = opened.handoff
+    return [_event("hand_off", opened.turn_id, handoff_id=h.id, reason=h.reason)]
+
+
 async def hand_off(p: Records, conversation_id: str, reason: str) -> Handoff:
     """Open (or find) the conversation's hand-off; a new one is audited as `hand_off`."""
     store = p.store.handoffs
-
-    def events(opened: Opened) -> list[AuditEvent]:
-        if not opened.created:
-            return []
-        h = opened.handoff
-        return [_event("hand_off", opened.turn_id, handoff_id=h.id, reason=h.reason)]
+    events = opened_events
 
     opened = await audited(
         p,

@@ -47,6 +47,9 @@ class Reply:
     sources: list[Passage] = field(default_factory=list)
     """The passages of the business's documents the reply was given, best first (empty
     when none were; docs/knowledge.md)."""
+    handler_failed: bool = False
+    """The category's handler raised: `outcome` is the library's apology (nothing the
+    handler decided), and the user was asked to try again or ask for a person."""
 
     @property
     def tokens(self) -> int:

@@ -79,7 +79,7 @@ from frontdesk.threads.builder import (
     thread_since,
 )
 from frontdesk.threads.compaction import CompactionPolicy
-from frontdesk.threads.handoff import HandoffPolicy
+from frontdesk.threads.handoff import HandoffPolicy, Opened
 from frontdesk.threads.store import (
     ConversationStore,
     MessageRecord,
@@ -443,7 +443,7 @@ async def _decide_once(p: Pipeline, t: Turn, earlier: TurnOutcome | None) -> Dec
         **({"from_memory": list(from_memory)} if from_memory else {}),
         **field_rules_of(request),  # What `audit show` and the exports redact of it.
     )
-    outcome, handler_ran = await _decide(p, t, category, request, missing, reason)
+    outcome, handler_ran, handler_failed = await _decide(p, t, category, request, missing, reason)
     t.recorder.note(
         "outcome", category=category, instruction=outcome.instruction, data=jsonable(outcome.data)
     )
@@ -453,11 +453,13 @@ async def _decide_once(p: Pipeline, t: Turn, earlier: TurnOutcome | None) -> Dec
         missing=missing,
         outcome=outcome,
         handler_ran=handler_ran,
+        handler_failed=handler_failed,
         answered=answered,
     )
     if handler_ran:  # The developer's code acted: keep what it decided before going on.
         try:
-            await p.store.save_outcome(_stored(t, decided), lease=t.lease)
+            opened = await p.store.save_outcome(_stored(t, decided), lease=t.lease)
+            t.recorder.events.extend(handoff.opened_events(opened))  # With the turn's batch.
         except LeaseLost:
             raise
         except StoreError as e:
@@ -534,17 +536,18 @@ async def _decide(
     request: BaseModel | None,
     missing: NeedMoreInfo | None,
     reason: str,
-) -> tuple[Outcome, bool]:
-    """The handler's outcome ("TradCode"), or the built-in outcome for this route; and
-    whether the handler ran. A hand-off's outcome carries triage's `reason` (for the person)."""
+) -> tuple[Outcome, bool, bool]:
+    """The handler's outcome ("TradCode"), or the built-in outcome for this route; whether
+    the handler ran, and whether it failed. A hand-off's outcome carries triage's `reason`
+    (for the person)."""
     if category == HUMAN:
-        return fallbacks.handoff(reason), False
+        return fallbacks.handoff(reason), False, False
     if category == OTHER:
-        return fallbacks.small_talk(p.categories.values()), False
+        return fallbacks.small_talk(p.categories.values()), False, False
     if missing is not None:
-        return fallbacks.ask_for(missing), False
+        return fallbacks.ask_for(missing), False, False
     if request is None:  # The extraction was unusable: a person is the safe route.
-        return fallbacks.handoff(f"the {category} request could not be read"), False
+        return fallbacks.handoff(f"the {category} request could not be read"), False, False
     handler = p.categories[category].handler
     assert handler is not None
     context = HandlerContext(
@@ -569,8 +572,8 @@ async def _decide(
             turn_id=t.user_message.id,
             recorder=t.recorder,
         )
-        return fallback, True
-    return outcome, True
+        return fallback, True, True
+    return outcome, True, False
 
 
 async def _respond(p: Pipeline, t: Turn, decided: Decided) -> ResponseResult:
@@ -788,18 +791,17 @@ async def _finish(
     if p.audit is not None:
         await p.audit.prepare_key(t.user_id)  # Only a user's first turn (per process) writes.
 
-    def write(also: handoff.Also[None] | None) -> Awaitable[None]:
+    def write(also: handoff.Also[Opened | None] | None) -> Awaitable[Opened | None]:
         # Written apart, the batch goes in under the lease (`run_turn` gives it back after).
-        batch = None if also is None else lambda conn: also(conn, None)
         release = also is not None or p.audit is None
-        return p.store.finish_turn(lease, reply, outcome=outcome, also=batch, release=release)
+        return p.store.finish_turn(lease, reply, outcome=outcome, also=also, release=release)
 
     try:
         await handoff.audited(
             p,
             t.conversation_id,
             write,
-            lambda _: t.recorder.events,
+            lambda opened: [*t.recorder.events, *handoff.opened_events(opened)],
             lambda _: t.user_id,
             apart_if_joint_fails=True,  # The reply must land: a batch that cannot join waits.
         )
@@ -834,11 +836,9 @@ async def _fail(p: Pipeline, t: Turn, error: Exception) -> None:
 
 
 async def _after(p: Pipeline, conversation_id: str, s: Started, reply: Reply) -> None:
-    """What follows a reply the experts made: the person the bot said takes over, the
-    memory expert (in the background), and the compaction of a thread grown long."""
-    if reply.handoff:  # The bot told the user a person takes over: one does.
-        reason = reply.outcome.data.get("reason") if reply.outcome else None
-        await handoff.hand_off(p, conversation_id, str(reason or "routed to a person"))
+    """What follows a reply the experts made: the memory expert (in the background) and
+    the compaction of a thread grown long. (The person the bot said takes over has the
+    conversation already: the reply's own transaction opened the hand-off.)"""
     question = s.question
     # The memory expert reads the user's message only, and only one that may state a fact.
     if p.memory is not None and _memory.may_state_a_fact(question.content):
@@ -950,6 +950,8 @@ class Decided:
     handler_ran: bool
     answered: dict[str, ModelResponse]
     """Expert -> the response it got in this try."""
+    handler_failed: bool = False
+    """The handler raised; `outcome` is the library's apology."""
     earlier: TurnOutcome | None = None
     """The stored outcome this turn reuses, if any."""
 
@@ -1004,11 +1006,12 @@ def reply_from_records(
         usage={} if outcome is None else {e: Usage(**u) for e, u in outcome.usage.items()},
         models={} if outcome is None else dict(outcome.models),
         replayed=replayed,
-        handoff=bool(decided and decided.outcome.data.get("handoff"))
+        handoff=bool(decided and decided.outcome.handoff is not None)
         or reply.kind == "handoff"
         or reply.operator_id is not None,
         author=reply.author,
         sources=[] if outcome is None else _knowledge.from_json(outcome.sources),
+        handler_failed=bool(decided and decided.handler_failed),
     )
 
 
@@ -1022,8 +1025,9 @@ def _decided_from(p: Pipeline, stored: TurnOutcome) -> Decided:
         category=stored.category,
         request=request,
         missing=missing,
-        outcome=Outcome(instruction=stored.instruction, data=stored.data),
+        outcome=Outcome(instruction=stored.instruction, data=stored.data, handoff=stored.handoff),
         handler_ran=stored.handler_ran,
+        handler_failed=stored.handler_failed,
         answered={},
         earlier=stored,
     )
@@ -1045,6 +1049,8 @@ def _stored(t: Turn, d: Decided, sources: Sequence[Passage] = ()) -> TurnOutcome
         instruction=d.outcome.instruction,
         data=jsonable(d.outcome.data),
         handler_ran=d.handler_ran,
+        handoff=d.outcome.handoff,
+        handler_failed=d.handler_failed,
         usage=usage,
         models=models,
         sources=_knowledge.to_json(sources),

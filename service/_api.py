@@ -7,18 +7,20 @@ missing one (404). Operators may read any conversation's thread and transcript.
 
 from __future__ import annotations
 
+import secrets
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Header, Request
+from fastapi import APIRouter, Header, HTTPException, Request
 from fastapi.responses import StreamingResponse
 
 from frontdesk.errors import ConversationNotFound, MessageNotFound
 from frontdesk.orchestrator import Orchestrator
 from frontdesk.service._auth import Principal
-from frontdesk.service._deps import Caller, Orch
+from frontdesk.service._deps import Caller, Orch, Parts
 from frontdesk.service._schemas import (
     EVERY_ROUTE,
     WITH_BODY,
+    ConversationOut,
     MessageIn,
     ReplyOut,
     ThreadMessageOut,
@@ -42,6 +44,7 @@ ERRORS = error_responses(
 TURN_ERRORS = ERRORS | error_responses(
     {
         409: "Busy, or an Idempotency-Key reused.",
+        428: "No Idempotency-Key: a retry could run the turn's handler twice.",
         503: "The turn failed; `detail` is the safe reply.",
     }
 )
@@ -59,6 +62,18 @@ IdempotencyKey = Annotated[
         description="The client's id for this message: a retry with it is answered once.",
     ),
 ]
+
+
+AGENT = "Agent"
+"""What a customer sees as the author of an operator's message (never `operator:<sub>`)."""
+CONVERSATION_ID_BYTES = 18
+"""A server-made conversation id's randomness: 144 bits, unguessable."""
+
+
+def _shown_author(author: str, principal: Principal) -> str:
+    if principal.is_operator or not author.startswith("operator:"):
+        return author
+    return AGENT
 
 
 def _wants_stream(request: Request) -> bool:
@@ -92,6 +107,21 @@ async def _message_in(orch: Orchestrator, conversation_id: str, message_id: str)
 
 
 @router.post(
+    "/conversations",
+    response_model=ConversationOut,
+    status_code=201,
+    responses=ERRORS,
+    summary="Start a conversation: a new, unguessable id owned by the caller",
+)
+async def post_conversation(principal: Caller, orch: Orch) -> ConversationOut:
+    """The server makes the id (a client cannot take one first, nor learn whether another
+    user's exists); the body, if any, is an empty JSON object."""
+    conversation_id = "cv_" + secrets.token_urlsafe(CONVERSATION_ID_BYTES)
+    await orch.store.create_conversation(conversation_id, user_id=principal.user_id)
+    return ConversationOut(conversation_id=conversation_id)
+
+
+@router.post(
     "/conversations/{conversation_id}/messages",
     response_model=ReplyOut,
     responses={**TURN_ERRORS, **SSE_RESPONSE},
@@ -103,11 +133,21 @@ async def post_message(
     request: Request,
     principal: Caller,
     orch: Orch,
+    parts: Parts,
     idempotency_key: IdempotencyKey = None,
 ) -> Any:
-    """Answer one message. A conversation is created by its first message and belongs to
-    the caller from then on. With `Accept: text/event-stream` the answer is the turn's
-    events (`routed`, `extracted`, `delta`..., `done` or `failed`), each `data:` JSON."""
+    """Answer one message in a conversation `POST /v1/conversations` made for the caller
+    (with `--allow-client-conversation-ids`, a first message creates it). With
+    `Accept: text/event-stream` the answer is the turn's events (`routed`, `extracted`,
+    `delta`..., `done` or `failed`), each `data:` JSON."""
+    if idempotency_key is None and not parts.allow_missing_idempotency_key:
+        raise HTTPException(
+            status_code=428,
+            detail="send an Idempotency-Key header (one per message, the same on a retry): "
+            "without it a retry would run the turn, and its handler, again",
+        )
+    if not parts.allow_client_conversation_ids:
+        await orch.store.check_owner(conversation_id, principal.user_id)
     if _wants_stream(request):
         frames = await open_stream(
             orch,
@@ -157,7 +197,7 @@ async def get_transcript(conversation_id: str, principal: Caller, orch: Orch) ->
                 parent_id=m.parent_id,
                 role=m.role,
                 content=m.content,
-                author=m.author,
+                author=_shown_author(m.author, principal),
                 created_at=m.created_at.isoformat(),
                 failed=m.failed,
                 kind=m.kind,

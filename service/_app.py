@@ -95,6 +95,32 @@ class NameTheWorker:
         await self.app(scope, receive, named)
 
 
+class NoStoreNoSniff:
+    """`Cache-Control: no-store` and `X-Content-Type-Options: nosniff` on every answer
+    that does not set its own: API answers hold personal data that no shared cache or
+    browser history may keep, and none may be sniffed into HTML."""
+
+    HEADERS = ((b"cache-control", b"no-store"), (b"x-content-type-options", b"nosniff"))
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def with_headers(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                headers = list(message.get("headers", []))
+                present = {name.lower() for name, _ in headers}
+                headers += [(n, v) for n, v in self.HEADERS if n not in present]
+                message = {**message, "headers": headers}
+            await send(message)
+
+        await self.app(scope, receive, with_headers)
+
+
 def _page(name: str) -> str:
     return (files("frontdesk.service") / "pages" / name).read_text(encoding="utf-8")
 
@@ -107,6 +133,8 @@ def create_app(
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     owns_orchestrator: bool = False,
     event_timing: _events.StreamTiming | None = None,
+    allow_missing_idempotency_key: bool = False,
+    allow_client_conversation_ids: bool = False,
     metrics_route: bool = True,
 ) -> FastAPI:
     """The HTTP service over `orchestrator`.
@@ -122,6 +150,9 @@ def create_app(
         owns_orchestrator: Close the orchestrator (and the limiter) on shutdown.
         event_timing: How often the `/events` streams poll the store, and their
             keep-alive interval (`StreamTiming()` by default).
+        allow_missing_idempotency_key: Answer messages without `Idempotency-Key` (else 428).
+        allow_client_conversation_ids: A first message creates the conversation it names
+            (else only `POST /v1/conversations` makes ids; others are 404).
         metrics_route: Serve `GET /metrics` (when `prometheus_client` is installed);
             `False` when the metrics are served on a port of their own.
     """
@@ -130,6 +161,8 @@ def create_app(
         verifier=verifier,
         limiter=limiter,
         owns_orchestrator=owns_orchestrator,
+        allow_missing_idempotency_key=allow_missing_idempotency_key,
+        allow_client_conversation_ids=allow_client_conversation_ids,
     )
     heads = list(head_revisions())
     worker = secrets.token_hex(6)
@@ -165,6 +198,7 @@ def create_app(
 
     app.add_middleware(BodyLimit, max_bytes=max_body_bytes)
     app.add_middleware(NameTheWorker, worker=worker)
+    app.add_middleware(NoStoreNoSniff)
     _telemetry.instrument(app)  # Server spans, when the `otel` extra is installed.
 
     @app.get("/healthz", response_model=HealthOut, tags=["health"])

@@ -24,10 +24,26 @@ from frontdesk.errors import ConfigError, InvalidToken
 OPERATOR_ROLE = "operator"
 """The `roles` claim value the operator routes ask for."""
 
+ERASED_SUB_PREFIX = "erased:"
+"""The reserved `sub` form: what an erased user's conversations are owned by. No token
+naming it is accepted, so an erased conversation cannot be read or written by anyone."""
+DEFAULT_MAX_TOKEN_LIFETIME = 24 * 3600.0
+"""Tokens valid for longer than this (from now) are refused: a stolen one stays useful for
+at most a day. `--max-token-lifetime` changes it."""
+
 HS256 = "HS256"
 RS256 = "RS256"
 _MIN_SECRET_BYTES = 32
 _RSA = RSAAlgorithm(RSAAlgorithm.SHA256)
+_MAX_SUB_LENGTH = 255  # What the store keeps as a user id.
+
+
+def _encodable(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 @dataclass(frozen=True)
@@ -62,6 +78,8 @@ class TokenVerifier:
         audience: When set, tokens must carry this `aud`.
         issuer: When set, tokens must carry this `iss`.
         leeway: Seconds of clock skew allowed on `exp` / `nbf` / `iat`.
+        max_lifetime: Refuse a token whose `exp` is more than this many seconds ahead
+            (`None`: no maximum).
 
     Raises:
         ConfigError: neither key is given, or the secret is too short to be safe.
@@ -75,6 +93,7 @@ class TokenVerifier:
         audience: str | None = None,
         issuer: str | None = None,
         leeway: float = 0.0,
+        max_lifetime: float | None = DEFAULT_MAX_TOKEN_LIFETIME,
     ) -> None:
         keys: dict[str, Any] = {}
         if secret:
@@ -102,6 +121,7 @@ class TokenVerifier:
         self.audience = audience
         self.issuer = issuer
         self.leeway = leeway
+        self.max_lifetime = max_lifetime
 
     @property
     def algorithms(self) -> tuple[str, ...]:
@@ -111,12 +131,21 @@ class TokenVerifier:
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> TokenVerifier:
         """From `FRONTDESK_JWT_SECRET`, `FRONTDESK_JWT_PUBLIC_KEY`, `FRONTDESK_JWT_AUDIENCE`,
-        `FRONTDESK_JWT_ISSUER`.
+        `FRONTDESK_JWT_ISSUER`, `FRONTDESK_MAX_TOKEN_LIFETIME` (seconds, `0`: no maximum).
 
         Raises:
-            ConfigError: no key set, a short secret, a public key file that cannot be read.
+            ConfigError: no key set, a short secret, a public key file that cannot be read,
+                a lifetime that is not a number of seconds.
         """
         env = os.environ if environ is None else environ
+        raw_lifetime = env.get("FRONTDESK_MAX_TOKEN_LIFETIME") or str(
+            int(DEFAULT_MAX_TOKEN_LIFETIME)
+        )
+        if not raw_lifetime.isdigit():
+            raise ConfigError(
+                f"FRONTDESK_MAX_TOKEN_LIFETIME={raw_lifetime!r}: expected whole seconds "
+                "(0 for no maximum)"
+            )
         public_key = env.get("FRONTDESK_JWT_PUBLIC_KEY") or None
         if public_key and "-----BEGIN" not in public_key:
             try:
@@ -130,6 +159,7 @@ class TokenVerifier:
             public_key=public_key,
             audience=env.get("FRONTDESK_JWT_AUDIENCE") or None,
             issuer=env.get("FRONTDESK_JWT_ISSUER") or None,
+            max_lifetime=float(raw_lifetime) or None,
         )
 
     def verify(self, token: str) -> Principal:
@@ -138,7 +168,10 @@ class TokenVerifier:
         Raises:
             InvalidToken: malformed, a header algorithm without a key here (`none`
                 included), a bad signature, expired, not yet valid, no `exp` or `sub`, or
-                the wrong audience or issuer. The message says which, never the token.
+                the wrong audience or issuer, an `exp`, `nbf` or `iat` that is not a number,
+                an `exp` further ahead than `max_lifetime`, a `sub` that is not a storable
+                id or has the reserved `erased:` form. The message says which, never the
+                token.
         """
         try:
             header = jwt.get_unverified_header(token)
@@ -163,9 +196,26 @@ class TokenVerifier:
             raise InvalidToken("the token has expired") from None
         except jwt.PyJWTError as e:
             raise InvalidToken(f"the token is invalid: {e}") from None
+        for claim in ("exp", "nbf", "iat"):
+            value = claims.get(claim)
+            if claim in claims and (isinstance(value, bool) or not isinstance(value, int | float)):
+                raise InvalidToken(f"the token's `{claim}` claim must be a number (NumericDate)")
+        lifetime = float(claims["exp"]) - time.time()
+        if self.max_lifetime is not None and lifetime > self.max_lifetime + self.leeway:
+            raise InvalidToken(
+                f"the token is valid for {lifetime:.0f} s, more than this service's maximum "
+                f"of {self.max_lifetime:.0f} s; issue shorter-lived tokens"
+            )
         sub = claims.get("sub")
         if not isinstance(sub, str) or not sub.strip():
             raise InvalidToken("the token's `sub` claim must name the user")
+        if sub.startswith(ERASED_SUB_PREFIX):
+            raise InvalidToken("the token's `sub` has the reserved `erased:` form")
+        if "\x00" in sub or len(sub) > _MAX_SUB_LENGTH or not _encodable(sub):
+            raise InvalidToken(
+                f"the token's `sub` must be 1 to {_MAX_SUB_LENGTH} characters of valid "
+                "Unicode without NUL"
+            )
         return Principal(user_id=sub, roles=_roles(claims.get("roles")))
 
 

@@ -9,7 +9,7 @@ from fastapi import Depends, HTTPException, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from frontdesk import metrics
-from frontdesk.errors import InvalidToken
+from frontdesk.errors import InvalidInput, InvalidToken
 from frontdesk.orchestrator import Orchestrator
 from frontdesk.service._auth import Principal, TokenVerifier
 from frontdesk.service._limits import RateLimiter, retry_after_header
@@ -23,6 +23,12 @@ class Service:
     verifier: TokenVerifier
     limiter: RateLimiter | None
     owns_orchestrator: bool
+    allow_missing_idempotency_key: bool = False
+    """Answer a message without `Idempotency-Key` (today 428: without a key a retry runs
+    the handler again)."""
+    allow_client_conversation_ids: bool = False
+    """Let a first message create the conversation it names (today: only
+    `POST /v1/conversations` makes ids, so none can be taken first or probed)."""
 
 
 def service(request: Request) -> Service:
@@ -52,6 +58,7 @@ async def caller(
         raise InvalidToken("send `Authorization: Bearer <JWT>`")
     parts = service(request)
     principal = parts.verifier.verify(credentials.credentials)
+    _check_path(request)
     if parts.limiter is not None:
         wait = await parts.limiter.acquire(principal.user_id)
         if wait > 0:
@@ -64,6 +71,24 @@ async def caller(
     return principal
 
 
+def _check_path(request: Request) -> None:
+    """Refuse ids in the path that no store can hold (NUL, a lone surrogate) with 422,
+    before any query sees them (PostgreSQL would fail on them: a 500)."""
+    for name, value in request.path_params.items():
+        if isinstance(value, str) and _unstorable(value):
+            raise InvalidInput(
+                f"{name} holds a character no store can keep (NUL or a lone surrogate)"
+            )
+
+
+def _unstorable(value: str) -> bool:
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return "\x00" in value
+
+
 async def operator(principal: Annotated[Principal, Depends(caller)]) -> Principal:
     """The caller, who must hold the `operator` role (403 otherwise)."""
     if not principal.is_operator:
@@ -71,6 +96,11 @@ async def operator(principal: Annotated[Principal, Depends(caller)]) -> Principa
     return principal
 
 
+def service_parts(request: Request) -> Service:
+    return service(request)
+
+
 Caller = Annotated[Principal, Depends(caller)]
+Parts = Annotated[Service, Depends(service_parts)]
 Operator = Annotated[Principal, Depends(operator)]
 Orch = Annotated[Orchestrator, Depends(orchestrator)]

@@ -19,6 +19,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
 from frontdesk.errors import (
+    AuditWriteError,
     ConversationBusy,
     ConversationHandedOff,
     ConversationNotFound,
@@ -33,10 +34,12 @@ from frontdesk.errors import (
     MessageNotFound,
     NotHandedOff,
     QuestionOverBudget,
+    StoreError,
     StoreUnavailable,
     TurnFailed,
     UserError,
 )
+from frontdesk.orchestrator.errors import SAFE_REPLY
 
 # Most specific first: the first class an error is an instance of decides its status.
 STATUS: tuple[tuple[type[FrontdeskError], int], ...] = (
@@ -55,8 +58,13 @@ STATUS: tuple[tuple[type[FrontdeskError], int], ...] = (
     (QuestionOverBudget, 422),
     (TurnFailed, 503),
     (StoreUnavailable, 503),
+    (StoreError, 503),
+    (AuditWriteError, 503),
     (UserError, 422),
 )
+OUTAGES = (StoreError, AuditWriteError)
+"""The store or the audit log cannot be written or read right now: retryable (503, with
+`Retry-After` and the safe reply), never a 500."""
 
 
 def status_of(error: FrontdeskError) -> int:
@@ -80,9 +88,11 @@ def error_response(error: FrontdeskError) -> JSONResponse:
         body["detail"] = "no such conversation or message for this user"
     elif isinstance(error, MemoryNotFound):
         body["detail"] = "no such memory for this user"
+    elif isinstance(error, OUTAGES):
+        body.update(detail=SAFE_REPLY, text=SAFE_REPLY)
     elif status == 500:
         body["detail"] = "internal error"  # The log has the details; the client does not.
-    if isinstance(error, ConversationBusy | LeaseLost | StoreUnavailable):
+    if isinstance(error, ConversationBusy | LeaseLost | StoreError | AuditWriteError):
         headers["Retry-After"] = "1"
     if status == 401:
         headers["WWW-Authenticate"] = 'Bearer error="invalid_token"'
@@ -93,7 +103,9 @@ _HTTP_TYPES = {
     403: "Forbidden",
     404: "NotFound",
     405: "MethodNotAllowed",
+    408: "RequestTimeout",
     413: "RequestTooLarge",
+    428: "IdempotencyKeyRequired",
     429: "TooManyRequests",
 }
 
@@ -127,8 +139,20 @@ def install(app: FastAPI) -> None:
 
     async def invalid_request(request: Request, error: Exception) -> JSONResponse:
         assert isinstance(error, RequestValidationError)
-        errors = list(error.errors())
-        detail = "; ".join(f"{_where(e)}: {e.get('msg', 'invalid')}" for e in errors)
+        # Only where and what: the value itself is not echoed (it may be NaN, which JSON
+        # cannot carry, or personal data).
+        errors = [
+            {
+                "loc": list(e.get("loc", ())),
+                "msg": str(e.get("msg", "invalid")),
+                "type": e.get("type"),
+            }
+            for e in error.errors()
+        ]
+        detail = "; ".join(f"{_where(e)}: {e['msg']}" for e in errors)
+        if any(e["type"] == "json_invalid" for e in errors):
+            body = {"detail": f"the body is not JSON: {detail}", "type": "MalformedJSON"}
+            return JSONResponse(body, status_code=400)
         body = {
             "detail": detail or "invalid request",
             "type": "RequestValidationError",
@@ -147,6 +171,12 @@ def install(app: FastAPI) -> None:
             headers["Allow"] = ", ".join(_allowed(request))
         return JSONResponse(body, status_code=error.status_code, headers=headers)
 
+    async def unexpected(request: Request, error: Exception) -> JSONResponse:
+        # A bug: logged by the server with its traceback; the client gets the one shape.
+        body = {"detail": "internal error", "type": "InternalError"}
+        return JSONResponse(body, status_code=500)
+
+    app.add_exception_handler(Exception, unexpected)
     app.add_exception_handler(FrontdeskError, frontdesk_error)
     app.add_exception_handler(RequestValidationError, invalid_request)
     app.add_exception_handler(StarletteHTTPException, http_error)

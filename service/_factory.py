@@ -17,6 +17,11 @@ command line says reaches them as environment variables:
     FRONTDESK_MAX_BODY_BYTES request body limit (default 262144)
     FRONTDESK_EVENT_STREAM_SECONDS  how long one `/events` stream stays open before the
                              client reconnects with Last-Event-ID (default 300)
+    FRONTDESK_MAX_TOKEN_LIFETIME  --max-token-lifetime seconds (default 86400, 0: none)
+    FRONTDESK_ALLOW_MISSING_IDEMPOTENCY_KEY  --allow-missing-idempotency-key (1)
+    FRONTDESK_ALLOW_CLIENT_CONVERSATION_IDS  --allow-client-conversation-ids (1)
+    FRONTDESK_HEADER_TIMEOUT, FRONTDESK_BODY_TIMEOUT, FRONTDESK_MAX_CONNECTIONS
+                             slow clients (frontdesk.service._timeouts)
     FRONTDESK_SERVE_METRICS_PORT  --metrics-port: `/metrics` is served there, not by the workers
 
 Before the workers start, `prepare_serve` fails closed (`service/_startup.py`: no master key
@@ -60,7 +65,11 @@ FACTORY = "frontdesk.service._factory:app_from_env"
 
 METRICS_PORT_ENV = "FRONTDESK_SERVE_METRICS_PORT"
 DEMO_TOKEN_TTL = 12 * 3600.0
-WORKER_HEALTHCHECK_SECONDS = 60
+WORKER_HEALTHCHECK_SECONDS = 5
+"""How long the supervisor waits for a started worker's health-check answer (uvicorn's
+default). It was 60, and uvicorn waited that long on a worker killed mid-ping: a dead
+worker stayed unreplaced for up to a minute. `Supervisor` also ends the wait when the
+worker's process ends, and gives a worker still starting `STARTUP_SECONDS`."""
 
 
 @dataclass(frozen=True)
@@ -75,6 +84,8 @@ class ServiceSettings:
     redis_url: str | None
     max_body_bytes: int
     event_timing: StreamTiming = StreamTiming()
+    allow_missing_idempotency_key: bool = False
+    allow_client_conversation_ids: bool = False
     metrics_apart: bool = False
     """`/metrics` is served on a port of its own (`--metrics-port`), not by the workers."""
 
@@ -109,6 +120,8 @@ class ServiceSettings:
             redis_url=env.get("FRONTDESK_REDIS_URL") or None,
             max_body_bytes=int(raw_body),
             event_timing=StreamTiming(max_age=max_age),
+            allow_missing_idempotency_key=_flag(env, "FRONTDESK_ALLOW_MISSING_IDEMPOTENCY_KEY"),
+            allow_client_conversation_ids=_flag(env, "FRONTDESK_ALLOW_CLIENT_CONVERSATION_IDS"),
             metrics_apart=bool(env.get(METRICS_PORT_ENV)),
         )
 
@@ -128,6 +141,10 @@ class ServiceSettings:
         return orch
 
 
+def _flag(env: Mapping[str, str], name: str) -> bool:
+    return env.get(name, "").strip().lower() in ("1", "true", "yes", "on")
+
+
 def app_from_env() -> FastAPI:
     """The app a uvicorn worker serves (`uvicorn --factory`), from the environment."""
     settings = ServiceSettings.from_env()
@@ -138,6 +155,8 @@ def app_from_env() -> FastAPI:
         max_body_bytes=settings.max_body_bytes,
         owns_orchestrator=True,
         event_timing=settings.event_timing,
+        allow_missing_idempotency_key=settings.allow_missing_idempotency_key,
+        allow_client_conversation_ids=settings.allow_client_conversation_ids,
         metrics_route=not settings.metrics_apart,
     )
 
@@ -192,6 +211,12 @@ def prepare_serve(
     port: int,
     workers: int,
     demo_tokens: bool,
+    allow_missing_idempotency_key: bool = False,
+    allow_client_conversation_ids: bool = False,
+    max_token_lifetime: float | None = None,
+    header_timeout: float | None = None,
+    body_timeout: float | None = None,
+    max_connections: int | None = None,
     allow_clear_audit: bool = False,
     metrics_port: int | None = None,
 ) -> Prepared:
@@ -210,6 +235,21 @@ def prepare_serve(
     os.environ["FRONTDESK_SERVE_DB"] = store
     if model:
         os.environ["FRONTDESK_SERVE_MODEL"] = model
+    if allow_missing_idempotency_key:
+        os.environ["FRONTDESK_ALLOW_MISSING_IDEMPOTENCY_KEY"] = "1"
+    if allow_client_conversation_ids:
+        os.environ["FRONTDESK_ALLOW_CLIENT_CONVERSATION_IDS"] = "1"
+    if max_token_lifetime is not None:
+        os.environ["FRONTDESK_MAX_TOKEN_LIFETIME"] = str(int(max_token_lifetime))
+    for name, value in (
+        ("FRONTDESK_HEADER_TIMEOUT", header_timeout),
+        ("FRONTDESK_BODY_TIMEOUT", body_timeout),
+        ("FRONTDESK_MAX_CONNECTIONS", max_connections),
+    ):
+        if value is not None:
+            if value <= 0:
+                raise ConfigError(f"{name}={value}: must be more than 0")
+            os.environ[name] = str(value)
     if metrics_port is not None:
         if metrics_port == port or not 0 < metrics_port < 65536:
             raise ConfigError(f"--metrics-port {metrics_port}: a free port other than --port")
@@ -234,8 +274,13 @@ def run_serve(
     metrics_port: int | None = None,
 ) -> None:
     """Run uvicorn with `workers` processes, each building the app from the environment
-    `prepare_serve` filled (`FACTORY`); and `/metrics` on `metrics_port` if given."""
+    `prepare_serve` filled (`FACTORY`), every connection through `BoundedH11Protocol`
+    (header and body deadlines, a connection cap); and `/metrics` on `metrics_port` if
+    given."""
     import uvicorn
+
+    from frontdesk.service._supervisor import STARTUP_SECONDS, Supervisor
+    from frontdesk.service._timeouts import BoundedH11Protocol
 
     folder = None
     if workers > 1 and not os.environ.get(metrics.MULTIPROCESS_ENV):
@@ -246,7 +291,7 @@ def run_serve(
     try:
         if metrics_port is not None:
             serve_metrics(prepared.orchestrator, host=host, port=metrics_port)
-        uvicorn.run(
+        config = uvicorn.Config(
             FACTORY,
             factory=True,
             host=host,
@@ -255,10 +300,13 @@ def run_serve(
             log_level=log_level,
             lifespan="on",
             timeout_graceful_shutdown=10,
-            # A worker imports the whole stack before it answers its first health check: on a
-            # busy small machine that is more than uvicorn's 5 s, and it would be killed.
             timeout_worker_healthcheck=WORKER_HEALTHCHECK_SECONDS,
+            http=BoundedH11Protocol,  # header and body deadlines, a connection cap
         )
+        if workers == 1:
+            uvicorn.Server(config).run()
+        else:  # A dead worker is replaced at once (see `Supervisor`).
+            Supervisor(config, [config.bind_socket()], startup_seconds=STARTUP_SECONDS).run()
     finally:
         if folder is not None:
             shutil.rmtree(folder, ignore_errors=True)

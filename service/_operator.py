@@ -169,12 +169,13 @@ async def post_hand_back(conversation_id: str, principal: Operator, orch: Orch) 
 
 
 @router.post(
-    "/users/{user_id}/erase",
+    "/users/{user_id:path}/erase",
     response_model=ErasureOut,
     responses=ERRORS,
     summary="Erase everything stored about a user (docs/privacy.md)",
 )
 async def erase_user(user_id: str, principal: Operator, orch: Orch) -> ErasureOut:
-    """Idempotent: a second call finishes an interrupted erasure and counts what it changed."""
+    """Idempotent: a second call finishes an interrupted erasure and counts what it changed.
+    A user id may hold `/` (`tenant/alice`, or `tenant%2Falice`)."""
     report = await orch.erase_user(user_id, requested_by=f"operator:{principal.user_id}")
     return ErasureOut(user_id=user_id, **report.counts())

@@ -20,6 +20,12 @@ class MessageIn(BaseModel):
     )
 
 
+class ConversationOut(BaseModel):
+    """A conversation the server made for the caller."""
+
+    conversation_id: str = Field(description="Unguessable; only its owner can use it.")
+
+
 class ReplyOut(BaseModel):
     """An answered turn."""
 
@@ -76,7 +82,11 @@ Responses = dict[int | str, dict[str, Any]]
 
 EVERY_ROUTE = {401: "No bearer token, or one refused.", 429: "Rate limited; see Retry-After."}
 """What any `/v1` route may answer besides its own errors."""
-WITH_BODY = {400: "A body that is not JSON.", 413: "The request body is over the limit."}
+WITH_BODY = {
+    400: "A body that is not JSON.",
+    408: "The body came too slowly.",
+    413: "The request body is over the limit.",
+}
 """What a route that reads a request body may answer too."""
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -491,3 +492,93 @@ async def _columns(url: str, table: str) -> set[str]:
             return {c["name"] for c in columns}
     finally:
         await engine.dispose()
+
+
+def test_0016_moves_the_librarys_flags_out_of_outcome_data_and_back(empty_url: str) -> None:
+    """Outcomes stored by older code with `{"handoff": true, "reason"}` and
+    `{"error": "handler_failed"}` in `data` get the columns; a downgrade puts them back."""
+    from frontdesk.threads.models import TurnOutcomeRow
+
+    out = TurnOutcomeRow.__table__  # type: ignore[attr-defined]
+
+    async def seed() -> None:
+        store = await ConversationStore.open(empty_url)
+        try:
+            for cid in ("c-handoff", "c-failed"):
+                await store.add_user_message(cid, "hello")
+        finally:
+            await store.aclose()
+        await _downgrade_to(empty_url, "0011_handoff")
+        engine = create_engine(empty_url)
+        try:
+            async with engine.begin() as conn:
+                rows = (
+                    await conn.execute(sa.text("SELECT id, conversation_id FROM message"))
+                ).all()
+                for message_id, cid in rows:
+                    data = (
+                        {"handoff": True, "reason": "asked for a person", "mine": 1}
+                        if cid == "c-handoff"
+                        else {"error": "handler_failed"}
+                    )
+                    await conn.execute(
+                        sa.text(
+                            "INSERT INTO turn_outcome (user_message_id, conversation_id, category,"
+                            " instruction, data, handler_ran, usage, models, created_at)"
+                            " VALUES (:m, :c, 'X', 'i', :d, false, '{}', '{}', :t)"
+                        ),
+                        {
+                            "m": message_id,
+                            "c": cid,
+                            "d": json.dumps(data),
+                            "t": datetime.now(UTC),
+                        },
+                    )
+        finally:
+            await engine.dispose()
+
+    async def read() -> dict[str, tuple[Any, ...]]:
+        engine = create_engine(empty_url)
+        try:
+            async with engine.connect() as conn:
+                rows = (
+                    await conn.execute(
+                        sa.select(
+                            out.c.conversation_id, out.c.data, out.c.handoff, out.c.handler_failed
+                        )
+                    )
+                ).all()
+            return {r[0]: tuple(r[1:]) for r in rows}
+        finally:
+            await engine.dispose()
+
+    async def migrate(revision: str) -> None:
+        engine = create_engine(empty_url)
+        try:
+            await upgrade_schema(engine, revision)
+        finally:
+            await engine.dispose()
+
+    asyncio.run(seed())
+    asyncio.run(migrate("0016_hardening"))
+    assert asyncio.run(read()) == {
+        "c-handoff": ({"mine": 1}, "asked for a person", False),
+        "c-failed": ({}, None, True),
+    }
+    asyncio.run(_downgrade_to(empty_url, "0011_handoff"))
+    engine = create_engine(empty_url)
+
+    async def raw() -> dict[str, Any]:
+        try:
+            async with engine.connect() as conn:
+                rows = (
+                    await conn.execute(sa.text("SELECT conversation_id, data FROM turn_outcome"))
+                ).all()
+            return {r[0]: r[1] if isinstance(r[1], dict) else json.loads(r[1]) for r in rows}
+        finally:
+            await engine.dispose()
+
+    assert asyncio.run(raw()) == {
+        "c-handoff": {"mine": 1, "handoff": True, "reason": "asked for a person"},
+        "c-failed": {"error": "handler_failed"},
+    }

@@ -18,8 +18,9 @@ from sqlalchemy.dialects import postgresql, sqlite
 
 from frontdesk._sqlite import Statement
 from frontdesk.errors import SAFE_REPLY
-from frontdesk.threads import _writes
+from frontdesk.threads import _writes, handoff
 from frontdesk.threads._records import MessageRecord, new_id
+from frontdesk.threads.handoff import Opened
 from frontdesk.threads.models import Conversation, Message, TurnOutcomeRow, utcnow
 
 _conv = Conversation.__table__  # type: ignore[attr-defined]
@@ -42,6 +43,10 @@ class TurnOutcome:
     data: dict[str, Any] = field(default_factory=dict)
     handler_ran: bool = False
     """Whether a category handler (the developer's code) produced this outcome."""
+    handoff: str | None = None
+    """Why a person takes over: storing the outcome opens the hand-off (one transaction)."""
+    handler_failed: bool = False
+    """The handler raised; this is the library's own outcome in its place."""
     usage: dict[str, dict[str, int]] = field(default_factory=dict)
     models: dict[str, str] = field(default_factory=dict)
     sources: list[dict[str, Any]] = field(default_factory=list)
@@ -59,6 +64,8 @@ class TurnOutcome:
             instruction=row["instruction"],
             data=row["data"] or {},
             handler_ran=bool(row["handler_ran"]),
+            handoff=row["handoff"],
+            handler_failed=bool(row["handler_failed"]),
             usage=row["usage"] or {},
             models=row["models"] or {},
             sources=row.get("sources") or [],
@@ -94,9 +101,19 @@ _SAVE = Statement(
 )
 
 
-def save(conn: Connection, outcome: TurnOutcome) -> None:
+def save(conn: Connection, outcome: TurnOutcome) -> Opened | None:
     """Store `outcome`; when one is stored already, only its usage, models and sources
-    change."""
+    change.
+
+    An outcome with `handoff` opens the conversation's hand-off in this same transaction
+    (`handoff.open_in`), so no crash can leave the reply "a person will take over" without
+    the person; stored again (a retry, the finish after an early save), it opens nothing.
+    Returns the hand-off opened, if this call opened one.
+    """
+    first = (
+        outcome.handoff is not None
+        and _EXISTS.first(conn, {"user_message_id": outcome.user_message_id}) is None
+    )
     _SAVE.run(
         conn,
         {
@@ -108,12 +125,25 @@ def save(conn: Connection, outcome: TurnOutcome) -> None:
             "instruction": outcome.instruction,
             "data": outcome.data,
             "handler_ran": outcome.handler_ran,
+            "handoff": outcome.handoff,
+            "handler_failed": outcome.handler_failed,
             "usage": outcome.usage,
             "models": outcome.models,
             "sources": outcome.sources or None,
             "created_at": utcnow(),
         },
     )
+    if first and outcome.handoff is not None:
+        return handoff.open_in(conn, outcome.conversation_id, outcome.handoff)
+    return None
+
+
+# Whether a turn's outcome is stored already (read only for an outcome that hands off).
+_EXISTS = Statement(
+    sa.select(_out.c.user_message_id).where(
+        _out.c.user_message_id == sa.bindparam("user_message_id")
+    )
+)
 
 
 # The category a turn was routed to (its stored outcome's): one primary-key read.

@@ -134,6 +134,15 @@ def lock_conversation(
     return row["leaf_id"], found, row["owner_id"]
 
 
+def create_conversation(conn: Connection, conversation_id: str, user_id: str | None) -> None:
+    """Insert an empty conversation owned by `user_id` (an id already taken raises)."""
+    conn.execute(
+        sa.insert(_conv).values(
+            id=conversation_id, user_id=user_id, created_at=utcnow(), metadata={}
+        )
+    )
+
+
 def check_owner(conversation_id: str, owner: str | None, user_id: str | None) -> None:
     """Refuse a caller who is not the conversation's owner, as if it did not exist.
 

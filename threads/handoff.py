@@ -254,6 +254,17 @@ def open_handoff(conn: Connection, conversation_id: str, reason: str) -> Opened:
     return Opened(handoff=record, created=True, turn_id=turn_id)
 
 
+def open_in(conn: Connection, conversation_id: str, reason: str) -> Opened | None:
+    """Open a hand-off inside the caller's write (the one mechanism for "the reply that says
+    a person takes over and the hand-off land together"): the turn outcome that carries a
+    hand-off reason (`_outcomes.save`) calls it in the transaction storing the outcome.
+
+    Returns the hand-off opened, or None when one was open already.
+    """
+    opened = open_handoff(conn, conversation_id, reason)
+    return opened if opened.created else None
+
+
 def held(
     conn: Connection, question: MessageRecord, handoff: HandoffRecord, text: str
 ) -> MessageRecord:

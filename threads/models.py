@@ -146,6 +146,10 @@ class TurnOutcomeRow(SQLModel, table=True):
     instruction: str = Field(sa_type=sa.Text)
     data: Any = Field(default_factory=dict, sa_type=sa.JSON)
     handler_ran: bool = False
+    handoff: str | None = Field(default=None, sa_type=sa.Text)
+    """Why a person takes over (revision `0016_hardening`): the hand-off opened with it."""
+    handler_failed: bool = False
+    """The handler raised; the outcome is the library's apology (revision 0016)."""
     usage: Any = Field(default_factory=dict, sa_type=sa.JSON)
     """Expert name -> `Usage` fields, for the experts that answered this turn."""
     models: Any = Field(default_factory=dict, sa_type=sa.JSON)

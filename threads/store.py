@@ -43,7 +43,13 @@ from frontdesk.threads.handler_state import (
     delete_user_state,
     erase_conversation_state,
 )
-from frontdesk.threads.handoff import HandedBack, HandoffPolicy, HandoffRecord, HandoffStore
+from frontdesk.threads.handoff import (
+    HandedBack,
+    HandoffPolicy,
+    HandoffRecord,
+    HandoffStore,
+    Opened,
+)
 from frontdesk.threads.models import Conversation, Message, utcnow
 from frontdesk.threads.summaries import PathSinceSummary, path_since_newest_sync
 
@@ -387,24 +393,27 @@ class ConversationStore:
             prompt_versions=prompt_versions,
         )
 
-    async def save_outcome(self, outcome: TurnOutcome, *, lease: TurnLease | None = None) -> None:
+    async def save_outcome(
+        self, outcome: TurnOutcome, *, lease: TurnLease | None = None
+    ) -> Opened | None:
         """Store what a turn decided, durably, before its reply is produced.
 
         Called after the handler ran and before the response expert is called: a retry of
         the turn then reuses the outcome (`turn_record`) and never runs the handler again.
         Storing it again for the same question changes only its usage and models. With
-        `lease`, the write is fenced by it (see `finish_turn`).
+        `lease`, the write is fenced by it (see `finish_turn`). An outcome with `handoff`
+        opens the hand-off in this transaction; returns it when this call opened it.
 
         Raises:
             LeaseLost: `lease` was taken over meanwhile; nothing was written.
         """
 
-        def work(conn: Connection) -> None:
+        def work(conn: Connection) -> Opened | None:
             if lease is not None:
                 lease.fence(conn)
-            _outcomes.save(conn, outcome)
+            return _outcomes.save(conn, outcome)
 
-        await run_sync_tx(self.engine, work)
+        return await run_sync_tx(self.engine, work)
 
     async def turn_record(self, user_message_id: str) -> TurnRecord:
         """The newest real reply to `user_message_id` and the turn's stored outcome.
@@ -420,12 +429,13 @@ class ConversationStore:
         reply: MessageRecord | None,
         *,
         outcome: TurnOutcome | None = None,
-        also: Callable[[Connection], None] | None = None,
+        also: Callable[[Connection, Opened | None], None] | None = None,
         release: bool = True,
-    ) -> None:
-        """End a turn in one transaction: store `outcome` (or its usage), store `reply`
-        (from `stage_reply`) as the active leaf in place of any failed-turn marker, run
-        `also` (the turn's audit batch), and give the lease back.
+    ) -> Opened | None:
+        """End a turn in one transaction: store `outcome` (or its usage; one with `handoff`
+        opens the hand-off here too), store `reply` (from `stage_reply`) as the active leaf
+        in place of any failed-turn marker, run `also` (the turn's audit batch, given the
+        hand-off this transaction opened), and give the lease back. Returns that hand-off.
 
         This is the turn's last transaction, the one place its final writes happen. With
         `release=False` the lease stays held (for a last write elsewhere, then
@@ -439,20 +449,23 @@ class ConversationStore:
             LeaseLost: the lease was taken over meanwhile; nothing was written.
         """
 
+        opened: list[Opened | None] = [None]
+
         def work(conn: Connection) -> None:
             if not release:
                 lease.fence(conn)  # `lease.release` checks the fence itself.
             if outcome is not None:
-                _outcomes.save(conn, outcome)
+                opened[0] = _outcomes.save(conn, outcome)
             if reply is not None:
                 _outcomes.write_reply(conn, reply)
             if also is not None:
-                also(conn)
+                also(conn, opened[0])
 
         if release:
             await lease.release(work)
         else:
             await run_sync_tx(self.engine, work)
+        return opened[0]
 
     async def mark_failed(
         self, question: MessageRecord, safe_reply: str, *, lease: TurnLease | None = None
@@ -493,6 +506,23 @@ class ConversationStore:
             return _writes.set_leaf(conn, conversation_id, message_id)
 
         return await run_sync_tx(self.engine, work)
+
+    async def create_conversation(self, conversation_id: str, *, user_id: str | None) -> None:
+        """Start an empty conversation owned by `user_id` (the service makes the id, so
+        that no client can take one first).
+
+        Raises:
+            InvalidInput: an id that cannot be stored.
+            StoreError: the id is taken already.
+        """
+        check_id(conversation_id, "conversation_id")
+        if user_id is not None:
+            check_id(user_id, "user_id")
+
+        def work(conn: Connection) -> None:
+            _writes.create_conversation(conn, conversation_id, user_id)
+
+        await run_sync_tx(self.engine, work)
 
     async def check_owner(self, conversation_id: str, user_id: str | None) -> None:
         """Refuse a caller who does not own the conversation, as if it did not exist.

@@ -27,7 +27,7 @@ function failedWith(text) { return kept().find((p) => p.failed && p.text === tex
 // -- drawing --------------------------------------------------------------------------------
 function label(m) {
   if (m.role === "user") return "You";
-  if (m.author && (m.author === "agent" || m.author.startsWith("operator"))) return "Agent";
+  if (m.author && (m.author.toLowerCase() === "agent" || m.author.startsWith("operator"))) return "Agent";
   return "Assistant";
 }
 

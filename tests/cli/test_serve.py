@@ -90,14 +90,22 @@ def test_demo_tokens_open_the_pages_and_the_api(tmp_path: Path) -> None:
         page = httpx.get(f"{url}/")
         assert page.status_code == 200 and "text/html" in page.headers["content-type"]
         assert httpx.get(f"{url}/operator").status_code == 200
+        bearer = {"Authorization": f"Bearer {token}"}
+        made = httpx.post(f"{url}/v1/conversations", json={}, headers=bearer, timeout=30)
+        assert made.status_code == 201, made.text
+        cid = made.json()["conversation_id"]
         r = httpx.post(
-            f"{url}/v1/conversations/demo-1/messages",
+            f"{url}/v1/conversations/{cid}/messages",
             json={"text": "hello"},
-            headers={"Authorization": f"Bearer {token}"},
+            headers={**bearer, "Idempotency-Key": "m-1"},
             timeout=30,
         )
         assert r.status_code == 200 and r.json()["text"] == "You said: hello."
-        assert httpx.get(f"{url}/v1/conversations/demo-1/thread").status_code == 401
+        assert httpx.get(f"{url}/v1/conversations/{cid}/thread").status_code == 401
+        unkeyed = httpx.post(
+            f"{url}/v1/conversations/{cid}/messages", json={"text": "hi"}, headers=bearer
+        )
+        assert unkeyed.status_code == 428
 
 
 def test_the_redis_url_selects_the_shared_bucket() -> None:
@@ -157,6 +165,8 @@ def test_metrics_port_serves_the_scrape_apart_from_the_api(tmp_path: Path) -> No
     port = free_port()
     db = f"sqlite:///{tmp_path / 'apart.db'}"
     args = ["--app", "tests.service._shop:build", "--db", db, "--metrics-port", str(port)]
+    # What is measured here is the scrape, not the message policy: today's client behaviour.
+    args += ["--allow-missing-idempotency-key", "--allow-client-conversation-ids"]
     with serve_process(args, {"FRONTDESK_JWT_SECRET": SECRET}) as (url, _process):
         r = httpx.post(
             f"{url}/v1/conversations/m-1/messages",

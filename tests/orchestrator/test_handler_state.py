@@ -152,7 +152,7 @@ async def test_the_user_scope_in_single_user_mode_is_a_handler_error_that_says_w
         errors = [e.payload for e in await log.events("solo") if e.kind == "handler_error"]
     finally:
         await desk.orch.aclose()
-    assert reply.outcome is not None and reply.outcome.data == {"error": "handler_failed"}
+    assert reply.handler_failed and reply.outcome is not None and reply.outcome.data == {}
     assert len(errors) == 1 and errors[0]["error"].startswith("UserStateUnavailable: PLAN:")
     assert "needs a user id" in errors[0]["error"]
 

@@ -175,7 +175,7 @@ async def test_handler_exception_is_a_safe_reply_and_the_message_is_kept(
     assert log is not None
     kinds = [e.kind for e in await log.events("c")]
     await orch.aclose()
-    assert reply.outcome is not None and reply.outcome.data == {"error": "handler_failed"}
+    assert reply.handler_failed and reply.outcome is not None and reply.outcome.data == {}
     assert "warehouse" not in reply.text
     assert [m.role for m in transcript] == ["user", "assistant"]
     assert transcript[0].content == "my thing is broken"

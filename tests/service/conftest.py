@@ -55,9 +55,16 @@ async def open_api(
     *,
     limiter: RateLimiter | None = None,
     max_body_bytes: int = 64 * 1024,
+    strict: bool = False,
 ) -> AsyncIterator[Api]:
+    """The app over `orch`; `strict` is the service's default policy (428 without an
+    `Idempotency-Key`, ids made only by `POST /v1/conversations`), else the policy the
+    `--allow-missing-idempotency-key --allow-client-conversation-ids` options keep for
+    existing clients (what most tests here exercise)."""
     app = create_app(
         orch,
+        allow_missing_idempotency_key=not strict,
+        allow_client_conversation_ids=not strict,
         verifier=TokenVerifier(secret=SECRET),
         limiter=limiter,
         max_body_bytes=max_body_bytes,
@@ -72,6 +79,13 @@ async def open_api(
 @pytest.fixture
 async def api(store_url: str) -> AsyncIterator[Api]:
     async for opened in open_api(_shop.build(store_url)):
+        yield opened
+
+
+@pytest.fixture
+async def strict_api(store_url: str) -> AsyncIterator[Api]:
+    """The api with the service's default policy (see `open_api`)."""
+    async for opened in open_api(_shop.build(store_url), strict=True):
         yield opened
 
 

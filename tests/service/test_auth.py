@@ -190,3 +190,59 @@ def test_roles_may_be_a_list_or_a_space_separated_string() -> None:
         assert verifier.verify(jwt.encode(claims, SECRET, algorithm="HS256")).is_operator
     plain = verifier.verify(token("u1"))
     assert not plain.is_operator and plain.roles == frozenset()
+
+
+def _signed(claims: dict[str, object]) -> str:
+    return jwt.encode(claims, SECRET, algorithm="HS256")
+
+
+@pytest.mark.parametrize(
+    "claims",
+    [
+        pytest.param({"sub": "u1", "exp": str(int(time.time()) + 600)}, id="exp-numeric-string"),
+        pytest.param({"sub": "u1", "exp": True}, id="exp-bool"),
+        pytest.param({"sub": "u1", "exp": int(time.time()) + 31 * 365 * 86400}, id="31-years"),
+        pytest.param({"sub": "u1", "exp": int(time.time()) + 86400 + 120}, id="over-24h"),
+        pytest.param({"sub": "erased:" + "0" * 32, "exp": int(time.time()) + 600}, id="erased"),
+        pytest.param({"sub": "erased:anything", "exp": int(time.time()) + 600}, id="erased-2"),
+        pytest.param({"sub": "u\x001", "exp": int(time.time()) + 600}, id="sub-nul"),
+    ],
+)
+async def test_tokens_a_bank_review_found_accepted_are_refused(
+    api: Api, claims: dict[str, object]
+) -> None:
+    r = await api.client.get("/v1/me/memories", headers=bearer(_signed(claims)))
+    assert r.status_code == 401, r.text
+    assert r.json()["type"] == "InvalidToken"
+
+
+def test_the_lifetime_maximum_is_configurable() -> None:
+    long_lived = _signed({"sub": "u1", "exp": int(time.time()) + 7 * 86400})
+    with pytest.raises(InvalidToken, match="maximum"):
+        TokenVerifier(secret=SECRET).verify(long_lived)
+    assert TokenVerifier(secret=SECRET, max_lifetime=8 * 86400).verify(long_lived).user_id == "u1"
+    env = {"FRONTDESK_JWT_SECRET": SECRET, "FRONTDESK_MAX_TOKEN_LIFETIME": "0"}
+    assert TokenVerifier.from_env(env).verify(long_lived).user_id == "u1"
+    with pytest.raises(ConfigError, match="FRONTDESK_MAX_TOKEN_LIFETIME"):
+        TokenVerifier.from_env({**env, "FRONTDESK_MAX_TOKEN_LIFETIME": "1d"})
+    day = _signed({"sub": "u1", "exp": int(time.time()) + 86400 - 60})
+    assert TokenVerifier(secret=SECRET).verify(day).user_id == "u1"
+
+
+async def test_an_erased_users_marker_token_cannot_read_her_conversation(api: Api) -> None:
+    cid = api.cid()
+    r = await api.client.post(
+        f"/v1/conversations/{cid}/messages",
+        json={"text": "hello"},
+        headers={**auth("gone"), "Idempotency-Key": "k1"},
+    )
+    assert r.status_code == 200, r.text
+    erased = await api.client.post("/v1/users/gone/erase", headers=auth("op", roles=("operator",)))
+    assert erased.status_code == 200, erased.text
+    conversation = await api.orch.store.conversation(cid)
+    assert conversation is not None and conversation.user_id is not None
+    assert conversation.user_id.startswith("erased:")
+    forged = _signed({"sub": conversation.user_id, "exp": int(time.time()) + 600})
+    for path in ("transcript", "thread"):
+        r = await api.client.get(f"/v1/conversations/{cid}/{path}", headers=bearer(forged))
+        assert r.status_code == 401, r.text

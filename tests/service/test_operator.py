@@ -64,7 +64,12 @@ async def test_asking_for_a_person_hands_off_until_the_operator_hands_back(api: 
     ).json()
     assert transcript["handoff"] is True
     last = transcript["messages"][-1]
-    assert last["id"] == r.json()["message_id"] and last["author"] == "operator:sam"
+    # The customer sees "Agent", never the operator's internal identity; an operator sees it.
+    assert last["id"] == r.json()["message_id"] and last["author"] == "Agent"
+    as_operator = await api.client.get(
+        f"/v1/conversations/{cid}/transcript", headers=auth("sam", roles=OPERATOR)
+    )
+    assert as_operator.json()["messages"][-1]["author"] == "operator:sam"
     assert last["content"] == "Hi, I'm Sam from the shop. How can I help?"
     thread = (await api.client.get(f"/v1/conversations/{cid}/thread", headers=auth("alice"))).json()
     assert thread["messages"][-1] == {"role": "assistant", "content": last["content"]}

@@ -52,6 +52,8 @@ def base_url(tmp_path: Path) -> Iterator[str]:
         _shop.build(f"sqlite:///{tmp_path / 'pages.db'}"),
         verifier=TokenVerifier(secret=SECRET),
         owns_orchestrator=True,
+        allow_missing_idempotency_key=True,
+        allow_client_conversation_ids=True,
     )
     with serve_thread(app) as url:
         yield url

@@ -33,7 +33,12 @@ def slow_url(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
         chars_per_token=2.0,
     )
     orch = Orchestrator([_shop.COUNT], model=model, store=f"sqlite:///{tmp_path / 's.db'}")
-    app = create_app(orch, verifier=TokenVerifier(secret=SECRET), owns_orchestrator=True)
+    app = create_app(
+        orch,
+        verifier=TokenVerifier(secret=SECRET),
+        owns_orchestrator=True,
+        allow_client_conversation_ids=True,
+    )
     with serve_thread(app) as url:
         yield url
 

@@ -68,7 +68,15 @@ async def test_two_workers_lose_nothing_and_replay_retries(fresh_pg_url: str, ru
         "FRONTDESK_TEST_RUNS": str(runs),
         "FRONTDESK_RATE_LIMIT": "off",
     }
-    args = ["--workers", "2", "--db", fresh_pg_url, "--app", "tests.service._shop:build"]
+    args = [
+        "--workers",
+        "2",
+        "--db",
+        fresh_pg_url,
+        "--app",
+        "tests.service._shop:build",
+        "--allow-client-conversation-ids",
+    ]
     with serve_process(args, env, workers=2) as (url, _process):
         async with fresh_client(url) as client:
             shared = "shared-" + uuid.uuid4().hex[:8]

@@ -100,7 +100,7 @@ async def test_a_turn_whose_lease_was_taken_over_writes_nothing(store: Conversat
 
     audited: list[str] = []
 
-    def audit(conn: Connection) -> None:
+    def audit(conn: Connection, opened: object) -> None:
         audited.append("written")
         conn.execute(sa.update(_lease).values(owner=_lease.c.owner))  # Any write at all.
 

@@ -89,7 +89,7 @@ async def test_a_failed_last_write_writes_nothing_and_keeps_the_lease(
     start = await store.start_turn(conversation, "hello", lease=lease)
     reply = store.stage_reply(start.message, "hi")
 
-    def broken_audit(conn: Connection) -> None:
+    def broken_audit(conn: Connection, opened: object) -> None:
         raise RuntimeError("audit batch refused")
 
     with pytest.raises(RuntimeError):
