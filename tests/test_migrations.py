@@ -384,6 +384,7 @@ def test_0012_jobs_sets_up_the_job_engine_and_takes_it_back(empty_url: str) -> N
     SQLite: the `job` table. Downgrading leaves no object of either behind."""
     postgres = empty_url.startswith("postgresql")
     ours = {"procrastinate_jobs", "procrastinate_events", "job_error"} if postgres else {"job"}
+    ours |= {"job_done"}
 
     async def up() -> None:
         engine = create_engine(empty_url)

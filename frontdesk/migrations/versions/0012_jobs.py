@@ -10,6 +10,9 @@ SQLite (one machine, jobs run in process): `job` holds the same fields as
 `procrastinate_jobs` (queue, task, lock, queueing lock, args, status, scheduled time,
 attempts) plus the lease of the run in progress and the last error.
 
+Both: `job_done`, the idempotency keys of jobs whose effect is stored (written in the same
+transaction as the effect, so a job run again after a crash changes nothing).
+
 Revision ID: 0012_jobs
 Revises: 0011_handoff
 Create Date: 2026-12-01
@@ -55,6 +58,11 @@ def _run_script(sql: str) -> None:
 
 def upgrade() -> None:
     """PostgreSQL: Procrastinate's schema and `job_error`; SQLite: the `job` table."""
+    op.create_table(
+        "job_done",
+        sa.Column("key", sa.String(300), primary_key=True),
+        sa.Column("done_at", sa.DateTime(timezone=True), nullable=False),
+    )
     if op.get_bind().dialect.name == "postgresql":
         _run_script(_procrastinate_schema())
         op.create_table(
@@ -97,6 +105,7 @@ def upgrade() -> None:
 
 def downgrade() -> None:
     """Drop what `upgrade` made (on PostgreSQL, every object of Procrastinate's schema)."""
+    op.drop_table("job_done")
     if op.get_bind().dialect.name != "postgresql":
         op.drop_table("job")
         return
