@@ -24,17 +24,22 @@ from typing import Any, Literal
 import sqlalchemy as sa
 from sqlalchemy import Connection
 from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.ext.asyncio import AsyncEngine
 
+from frontdesk.threads._tx import run_sync_tx
 from frontdesk.threads.models import UTCDateTime, utcnow
 
 __all__ = [
+    "PERIODIC_QUEUE",
     "QUEUE",
     "JobRow",
     "JobSpec",
     "JobStatus",
+    "JobStore",
     "cancel",
     "claim",
     "defer",
+    "due",
     "finish",
     "is_done",
     "list_jobs",
@@ -47,7 +52,9 @@ __all__ = [
 ]
 
 QUEUE = "frontdesk"
-"""The queue every frontdesk job is deferred on."""
+"""The queue every frontdesk job is recorded on (listed by `frontdesk jobs`)."""
+PERIODIC_QUEUE = "frontdesk-periodic"
+"""The queue of Procrastinate's periodic ticks (derived work, not listed, not drained)."""
 
 JobStatus = Literal["todo", "doing", "succeeded", "failed", "cancelled", "aborted"]
 
@@ -210,7 +217,7 @@ def mark_done(conn: Connection, key: str) -> None:
 
 _PG_LIST = """
 SELECT j.id, j.task_name, j.status::text AS status, j.lock, j.args, j.scheduled_at,
-       j.attempts + CASE WHEN j.status = 'todo' OR j.status = 'cancelled' THEN 0 ELSE 1 END
+       j.attempts + CASE WHEN j.status = 'doing' THEN 1 ELSE 0 END
            AS attempts,
        e.error AS last_error
   FROM procrastinate_jobs j LEFT JOIN job_error e ON e.job_id = j.id
@@ -264,8 +271,10 @@ def _row(r: Any) -> JobRow:
     )
 
 
-def outstanding(conn: Connection, ids: Sequence[int] | None = None) -> int:
-    """How many jobs (of `ids`, or all) are still to run or running."""
+def outstanding(
+    conn: Connection, ids: Sequence[int] | None = None, *, exclude: Sequence[str] = ()
+) -> int:
+    """How many jobs (of `ids`, or all but the kinds `exclude`) are to run or running."""
     if _pg(conn):
         sql = "SELECT count(*) FROM procrastinate_jobs WHERE queue_name = :queue"
         sql += " AND status IN ('todo', 'doing')"
@@ -273,10 +282,15 @@ def outstanding(conn: Connection, ids: Sequence[int] | None = None) -> int:
         if ids is not None:
             sql += " AND id = ANY(:ids)"
             params["ids"] = [int(i) for i in ids]
+        if exclude:
+            sql += " AND NOT task_name = ANY(:exclude)"
+            params["exclude"] = list(exclude)
         return int(conn.execute(sa.text(sql), params).scalar_one())
     stmt = sa.select(sa.func.count()).select_from(_j).where(_j.c.status.in_(["todo", "doing"]))
     if ids is not None:
         stmt = stmt.where(_j.c.id.in_(list(ids)))
+    if exclude:
+        stmt = stmt.where(_j.c.task_name.not_in(list(exclude)))
     return int(conn.execute(stmt).scalar_one())
 
 
@@ -410,3 +424,98 @@ def finish(
     if status == "todo":
         values["scheduled_at"] = utcnow() + timedelta(seconds=retry_in or 0.0)
     conn.execute(sa.update(_j).where(_j.c.id == job_id, _j.c.status == "doing").values(**values))
+
+
+class JobStore:
+    """The job rows of the conversation database, for the runners and `frontdesk jobs`.
+
+    Recording a job goes through `defer`, in the transaction of the row that causes it;
+    everything else here is one short transaction of its own."""
+
+    def __init__(self, engine: AsyncEngine) -> None:
+        """`engine`: the conversation store's `AsyncEngine` (its database is at head)."""
+        self.engine = engine
+
+    @property
+    def postgres(self) -> bool:
+        """Whether the jobs are Procrastinate's (PostgreSQL) rather than the in-process
+        runner's (SQLite)."""
+        return self.engine.dialect.name == "postgresql"
+
+    async def defer(self, specs: Sequence[JobSpec]) -> list[int]:
+        """Record `specs` in a transaction of their own (jobs caused by no stored row)."""
+        return await run_sync_tx(self.engine, lambda conn: defer(conn, specs))
+
+    async def list(self, *, failed_only: bool = False, limit: int = 500) -> list[JobRow]:
+        """Pending, running and failed jobs (or failed ones only), oldest first."""
+        chosen = statuses(failed_only)
+        return await run_sync_tx(
+            self.engine, lambda conn: list_jobs(conn, status=chosen, limit=limit), readonly=True
+        )
+
+    async def outstanding(
+        self, ids: Sequence[int] | None = None, *, exclude: Sequence[str] = ()
+    ) -> int:
+        """How many jobs (of `ids`, or all but the kinds `exclude`) are to run or running."""
+        return await run_sync_tx(
+            self.engine, lambda conn: outstanding(conn, ids, exclude=exclude), readonly=True
+        )
+
+    async def retry(self, job_id: int) -> bool:
+        """Run a failed or cancelled job again at once; `False` when it is neither."""
+        return await run_sync_tx(self.engine, lambda conn: retry(conn, job_id))
+
+    async def cancel(self, job_id: int) -> bool:
+        """Cancel a job waiting to run; `False` when it is running or finished."""
+        return await run_sync_tx(self.engine, lambda conn: cancel(conn, job_id))
+
+    async def record_error(self, job_id: int, error: str) -> None:
+        """Keep `error` as the job's last error."""
+        await run_sync_tx(self.engine, lambda conn: record_error(conn, job_id, error))
+
+    async def is_done(self, key: str) -> bool:
+        """Whether the job with idempotency key `key` took effect."""
+        return await run_sync_tx(self.engine, lambda conn: is_done(conn, key), readonly=True)
+
+    async def mark_done(self, key: str) -> None:
+        """Record that the job `key` took effect (when its effect has no transaction to
+        share: prefer `mark_done(conn, key)` inside the effect's own)."""
+        await run_sync_tx(self.engine, lambda conn: mark_done(conn, key))
+
+    async def has_due(self) -> bool:
+        """Whether a job may be claimed now (SQLite; a read, so an idle runner polls it
+        without taking the write lock)."""
+        return await run_sync_tx(self.engine, lambda conn: due(conn), readonly=True)
+
+    async def claim(self, *, lease: float) -> JobRow | None:
+        """Take the next job to run (SQLite, see `claim`)."""
+        return await run_sync_tx(self.engine, lambda conn: claim(conn, lease=lease))
+
+    async def renew(self, job_id: int, *, lease: float) -> None:
+        """Extend a running job's lease (SQLite)."""
+        await run_sync_tx(self.engine, lambda conn: renew(conn, job_id, lease=lease))
+
+    async def finish(
+        self,
+        job_id: int,
+        status: Literal["succeeded", "failed", "todo"],
+        *,
+        error: str | None = None,
+        retry_in: float | None = None,
+    ) -> None:
+        """End a run (SQLite, see `finish`)."""
+        await run_sync_tx(
+            self.engine,
+            lambda conn: finish(conn, job_id, status, error=error, retry_in=retry_in),
+        )
+
+
+def due(conn: Connection, now: float | None = None) -> bool:
+    """Whether some job is runnable now (SQLite): due `todo`, or `doing` with a dead lease."""
+    stamp = time.time() if now is None else now
+    when = sa.or_(_j.c.scheduled_at.is_(None), _j.c.scheduled_at <= utcnow())
+    runnable = sa.or_(
+        sa.and_(_j.c.status == "todo", when),
+        sa.and_(_j.c.status == "doing", _j.c.leased_until < stamp),
+    )
+    return conn.execute(sa.select(_j.c.id).where(runnable).limit(1)).first() is not None
