@@ -10,7 +10,7 @@ because SQLite ignores `SELECT ... FOR UPDATE`).
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -23,6 +23,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from frontdesk.db import create_engine, dispose_engine
 from frontdesk.schema import ensure_schema
 from frontdesk.threads import _handoff, _lease, _outcomes, _turn
+from frontdesk.threads import jobs as _jobs
 from frontdesk.threads._handler_store import (
     ERASED_MARKER,
     HandlerState,
@@ -43,6 +44,7 @@ from frontdesk.threads._records import (
 from frontdesk.threads._turn import UNSET, ParentId
 from frontdesk.threads._tx import run_sync_tx
 from frontdesk.threads.errors import InvalidInput, MessageNotFound, StoreError, StoreUnavailable
+from frontdesk.threads.jobs import JobSpec
 from frontdesk.threads.models import Conversation, Message, utcnow
 from frontdesk.threads.summaries import PathSinceSummary, path_since_newest_sync
 
@@ -405,10 +407,12 @@ class ConversationStore:
         outcome: TurnOutcome | None = None,
         also: Callable[[Connection], None] | None = None,
         release: bool = True,
-    ) -> None:
+        jobs: Sequence[JobSpec] = (),
+    ) -> list[int]:
         """End a turn in one transaction: store `outcome` (or its usage), store `reply`
-        (from `stage_reply`) as the active leaf in place of any failed-turn marker, run
-        `also` (the turn's audit batch), and give the lease back.
+        (from `stage_reply`) as the active leaf in place of any failed-turn marker, record
+        `jobs` (what runs after the reply: `threads.jobs`), run `also` (the turn's audit
+        batch), and give the lease back. Returns the recorded jobs' ids.
 
         This is the turn's last transaction, the one place its final writes happen. With
         `release=False` the lease stays held (for a last write elsewhere, then
@@ -422,6 +426,8 @@ class ConversationStore:
             LeaseLost: the lease was taken over meanwhile; nothing was written.
         """
 
+        ids: list[int] = []
+
         def work(conn: Connection) -> None:
             if not release:
                 lease.fence(conn)  # `lease.release` checks the fence itself.
@@ -429,6 +435,7 @@ class ConversationStore:
                 _outcomes.save(conn, outcome)
             if reply is not None:
                 _outcomes.write_reply(conn, reply)
+            ids[:] = _jobs.defer(conn, jobs)
             if also is not None:
                 also(conn)
 
@@ -436,6 +443,7 @@ class ConversationStore:
             await lease.release(work)
         else:
             await run_sync_tx(self.engine, work)
+        return ids
 
     async def mark_failed(
         self, question: MessageRecord, safe_reply: str, *, lease: TurnLease | None = None

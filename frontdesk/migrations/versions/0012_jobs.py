@@ -25,7 +25,6 @@ from collections.abc import Sequence
 
 import sqlalchemy as sa
 from alembic import op
-from sqlalchemy.util import await_only
 
 revision: str = "0012_jobs"
 down_revision: str | Sequence[str] | None = "0011_handoff"
@@ -48,10 +47,10 @@ def _procrastinate_schema() -> str:
 
 def _run_script(sql: str) -> None:
     """Run a multi-statement script (function bodies hold `;`) as one simple query."""
-    raw = op.get_bind().connection.dbapi_connection
-    driver = getattr(raw, "driver_connection", None)
-    if driver is not None and hasattr(driver, "fetchval"):  # asyncpg: its simple protocol.
-        await_only(driver.execute(sql))
+    adapted = op.get_bind().connection.dbapi_connection
+    run_async = getattr(adapted, "run_async", None)
+    if run_async is not None:  # asyncpg: without arguments, its simple query protocol.
+        run_async(lambda driver: driver.execute(sql))
     else:
         op.get_bind().exec_driver_sql(sql.replace("%", "%%"))
 
