@@ -46,7 +46,7 @@ Handler = Callable[[Mapping[str, Any]], Awaitable[None]]
 
 DEFAULT_CONCURRENCY = 4
 """Jobs one runner (inline, or one `frontdesk worker`) runs at once."""
-LEASE = 30.0
+LEASE = 5.0
 """Seconds a SQLite runner's claim lasts unless renewed (a dead runner's job is taken
 over after this); a running job renews it every third of it."""
 POLL = 0.25
@@ -54,7 +54,7 @@ POLL = 0.25
 process's new jobs, and on PostgreSQL by Procrastinate's LISTEN/NOTIFY)."""
 SHUTDOWN_GRACE = 10.0
 """Seconds a stopping runner lets its running jobs finish before giving them back."""
-STALLED_AFTER = 30.0
+STALLED_AFTER = 5.0
 """Seconds without a heartbeat after which a Procrastinate worker counts as dead and its
 running jobs are retried (by the periodic `jobs.recover_stalled`)."""
 SETTLE_WAIT = 0.1
@@ -469,7 +469,7 @@ class _ProcrastinateRunner:
                 log.warning("jobs.stalled_retried", job_id=job.id, kind=job.task_name)
                 await manager.retry_job(job)
 
-        return PeriodicJob(name="jobs.recover_stalled", every=10, run=recover)
+        return PeriodicJob(name="jobs.recover_stalled", every=2, run=recover)
 
     async def start(self) -> None:
         await self.app.open_async()
