@@ -6,13 +6,15 @@ the same transaction as the store's write when the audit log shares the database
 right after it (as a turn's batch is). The placement rules (waiting markers, what an
 operator's reply supersedes) are the store's: `threads/_handoff.py`.
 
-The timeout is checked lazily: by a turn's first transaction (`start_turn`), and by
-`handoffs()`; nothing runs in the background.
+The timeout is checked by a turn's first transaction (`start_turn`), by `handoffs()`, and
+without any traffic by the periodic job `handoff.timeouts` (`timeouts_job`, docs/jobs.md),
+derived from the open `handoff` rows every `TIMEOUT_SWEEP` seconds.
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from datetime import timedelta
 from typing import Any, TypeVar
 
 import structlog
@@ -20,6 +22,7 @@ from sqlalchemy import Connection
 
 from frontdesk.audit.events import AuditEvent, EventKind
 from frontdesk.errors import ConversationBusy
+from frontdesk.orchestrator.jobs import PeriodicJob
 from frontdesk.orchestrator.turn import Pipeline
 from frontdesk.threads.handoffs import (
     HandedBack,
@@ -29,12 +32,18 @@ from frontdesk.threads.handoffs import (
     Opened,
     Placed,
 )
+from frontdesk.threads.models import utcnow
 from frontdesk.threads.store import TurnLease, TurnStart
 
 log = structlog.get_logger("frontdesk.orchestrator")
 
 R = TypeVar("R")
 Also = Callable[[Connection, R], None]
+
+TIMEOUTS = "handoff.timeouts"
+"""The periodic job handing back the hand-offs whose user waited past the timeout."""
+TIMEOUT_SWEEP = 1
+"""Seconds between two looks for timed-out hand-offs (a divisor of 60)."""
 
 
 async def audited(
@@ -239,6 +248,25 @@ async def expire_due(
         if not due or not await _expire(p, store, policy, record, lease_for):
             still.append(record)
     return still
+
+
+def timeouts_job(
+    p: Pipeline, policy: HandoffPolicy, lease_for: Callable[[str], TurnLease]
+) -> PeriodicJob:
+    """`handoff.timeouts`: hand back, with the timeout message, every hand-off whose user
+    has waited past `policy.timeout`, whether or not anyone writes (derived from the rows,
+    so a tick missed while no runner ran is caught up by the next)."""
+
+    async def sweep() -> None:
+        if policy.timeout is None:
+            return
+        cutoff = utcnow() - timedelta(seconds=policy.timeout)
+        store = HandoffStore(p.store.engine)
+        for record in await store.open_ones():
+            if record.waiting_since is not None and record.waiting_since <= cutoff:
+                await _expire(p, store, policy, record, lease_for)
+
+    return PeriodicJob(name=TIMEOUTS, every=TIMEOUT_SWEEP, run=sweep)
 
 
 async def _expire(

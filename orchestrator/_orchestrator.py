@@ -9,6 +9,7 @@ to `run_turn`, and holds what outlives a turn: the store, the audit log, the com
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import AsyncGenerator, Iterable, Mapping
 from pathlib import Path
 from typing import Any, Literal
@@ -30,14 +31,28 @@ from frontdesk.experts import Category
 from frontdesk.experts.category import check_registry
 from frontdesk.memory import Memory, MemorySource
 from frontdesk.orchestrator import _erasure, _handoff, _wiring
-from frontdesk.orchestrator._compaction import BackgroundCompaction, Compactor, summariser_expert
+from frontdesk.orchestrator._compaction import (
+    BackgroundCompaction,
+    Compactor,
+    compaction_spec,
+    summariser_expert,
+)
 from frontdesk.orchestrator._input import DEFAULT_MAX_MESSAGE_CHARS, check_user_text
-from frontdesk.orchestrator._memory import Memories
+from frontdesk.orchestrator._memory import CLOSE_TIMEOUT, Memories, learn_spec
 from frontdesk.orchestrator.config import EXPERTS, ExpertSettings, ModelChoice, resolve_models
 from frontdesk.orchestrator.handoff import Handoff
+from frontdesk.orchestrator.jobs import (
+    DEFAULT_CONCURRENCY,
+    JOBS_MODES,
+    DrainTimeout,
+    JobKind,
+    Jobs,
+    JobsMode,
+    PeriodicJob,
+)
 from frontdesk.orchestrator.reply import Reply
 from frontdesk.orchestrator.stream import TurnEvent, stream_turn
-from frontdesk.orchestrator.turn import Pipeline, Start, Started, run_turn
+from frontdesk.orchestrator.turn import Pipeline, Start, Started, Turn, run_turn
 from frontdesk.redaction import RedactionPolicy, Redactor, redactor_of
 from frontdesk.threads.budget import Budget
 from frontdesk.threads.builder import ThreadMessage, UserThread, build_thread, thread_since
@@ -48,6 +63,7 @@ from frontdesk.threads.handoffs import (
     HandoffPolicy,
     HandoffStore,
 )
+from frontdesk.threads.jobs import JobSpec, JobStore
 from frontdesk.threads.memory import FullTextRetriever, MemoryStore, Retriever
 from frontdesk.threads.models import utcnow
 from frontdesk.threads.store import (
@@ -119,6 +135,10 @@ class Orchestrator:
             the database's own full-text search. See docs/memory.md.
         memory: Read and write long-term memory in turns; `False`: no turn reads or
             learns any (`remember`, `memories`, `forget`... still work).
+        jobs: Where the background jobs (learning, compaction, hand-off timeouts) run:
+            `inline` in this process (the default), `worker` in `frontdesk worker`
+            processes. Either way they are recorded with the reply (docs/jobs.md).
+        job_concurrency: Jobs this process runs at once (`inline`).
     """
 
     def __init__(
@@ -148,8 +168,14 @@ class Orchestrator:
         redaction: RedactionPolicy | Redactor | None = None,
         retriever: Retriever | None = None,
         memory: bool = True,
+        jobs: JobsMode = "inline",
+        job_concurrency: int = DEFAULT_CONCURRENCY,
     ) -> None:
         self.categories = check_registry(list(categories))
+        self.use_jobs(jobs)
+        if job_concurrency < 1:
+            raise ConfigError(f"job_concurrency must be >= 1, got {job_concurrency}")
+        self.job_concurrency = job_concurrency
         self.models = resolve_models(model)
         # Models built here from spec strings hold HTTP clients this orchestrator must close;
         # Model instances passed in belong to the caller.
@@ -210,6 +236,7 @@ class Orchestrator:
         self._retriever = retriever
         self._memory_on = memory
         self._memories: Memories | None = None
+        self._jobs: Jobs | None = None
         self._unfinished: set[asyncio.Task[Any]] = set()  # Turns whose stream reader left.
 
     # -- wiring -------------------------------------------------------------------------
@@ -279,7 +306,7 @@ class Orchestrator:
                 expert=self._memory_expert,
                 audit=self._audit,
             )
-            self._pipeline = Pipeline(
+            pipeline = Pipeline(
                 memory=self._memories if self._memory_on else None,
                 store=store,
                 audit=self._audit,
@@ -292,8 +319,59 @@ class Orchestrator:
                 context_extras=self._context,
                 counters={e: self.counter_for(e) for e in EXPERTS},
                 budgets=self.budgets,
+                after_reply=self._after_reply,
             )
+            kinds, periodic = self._job_kinds(pipeline)
+            jobs = Jobs(
+                store=JobStore(store.engine),
+                mode=self.jobs_mode,
+                conninfo=_conninfo(store),
+                kinds=kinds,
+                periodic=periodic,
+                concurrency=self.job_concurrency,
+            )
+            try:
+                await jobs.start()
+            except BaseException:  # Procrastinate missing or PostgreSQL away: close up.
+                await self._close_opened(store)
+                raise
+            self._jobs = jobs
+            self._memories.jobs = jobs
+            self._pipeline = dataclasses.replace(pipeline, jobs=jobs)
             return self._pipeline
+
+    def _job_kinds(self, p: Pipeline) -> tuple[list[JobKind], list[PeriodicJob]]:
+        """Every job kind and periodic job this orchestrator runs (docs/jobs.md): add a new
+        one here."""
+        assert self._memories is not None and self._compaction is not None
+        kinds = [
+            self._memories.job_kind(p.store.get, p.store.conversation),
+            self._compaction.job_kind(),
+        ]
+        periodic = []
+        if self.handoff_policy.timeout is not None:
+            lease_for = lambda cid: self._lease(p, cid)  # noqa: E731
+            periodic.append(_handoff.timeouts_job(p, self.handoff_policy, lease_for))
+        return kinds, periodic
+
+    def _after_reply(self, t: Turn, reply: MessageRecord) -> list[JobSpec]:
+        """The jobs a reply records in its own transaction: the memory expert learns from
+        the user's message; the summariser compacts a thread past its threshold (checked
+        on the thread already in memory, so a turn under it costs no database read)."""
+        specs = []
+        if self._memory_on and t.user_id is not None:
+            specs.append(learn_spec(t.user_id, t.user_message.id))
+        after = [*t.thread.messages, ThreadMessage(role="assistant", content=reply.content)]
+        if self.compaction_policy.plan(after, self.token_counter) is not None:
+            specs.append(compaction_spec(t.conversation_id, reply.id))
+        return specs
+
+    async def _close_opened(self, store: ConversationStore) -> None:
+        if self._audit is not None and self._owns_audit:
+            await self._audit.aclose()
+        self._audit = None
+        if self._owns_store:
+            await store.aclose()
 
     @property
     def store(self) -> ConversationStore:
@@ -334,6 +412,42 @@ class Orchestrator:
         normalise_url(store)
         self._store_spec = store
         self._owns_store = True
+
+    def use_jobs(self, mode: JobsMode) -> None:
+        """Run the background jobs `inline` (in this process) or in `worker` processes; what
+        `frontdesk serve --jobs worker` does to whatever `--app` built.
+
+        Raises:
+            UserError: the orchestrator is open already.
+            ConfigError: `mode` is neither.
+        """
+        if getattr(self, "_pipeline", None) is not None:
+            raise UserError("use_jobs must be called before the orchestrator opens")
+        if mode not in JOBS_MODES:
+            raise ConfigError(f"jobs must be 'inline' or 'worker', got {mode!r}")
+        self.jobs_mode: JobsMode = mode
+
+    @property
+    def jobs(self) -> Jobs:
+        """The background jobs (after the first call that opened the store)."""
+        if self._jobs is None:
+            raise UserError("jobs start with the store; await orch.open() first")
+        return self._jobs
+
+    async def drain(self, timeout: float | None = None) -> None:  # noqa: ASYNC109 (public name)
+        """Wait until the background work is done (tests, scripts, a graceful shutdown):
+        turns whose stream reader left, then the jobs: with `jobs="inline"` every job
+        waiting or running in the database (those found at start included), with
+        `jobs="worker"` the jobs this orchestrator recorded. docs/jobs.md.
+
+        Raises:
+            DrainTimeout: `timeout` seconds passed with jobs left (a `TimeoutError`).
+        """
+        await self._open()
+        async with asyncio.timeout(timeout):
+            if self._unfinished:
+                await asyncio.gather(*list(self._unfinished), return_exceptions=True)
+        await self.jobs.drain(timeout)
 
     # -- public turns -------------------------------------------------------------------
 
@@ -653,10 +767,12 @@ class Orchestrator:
         """Wait for background work, then close what this orchestrator opened."""
         if self._unfinished:
             await asyncio.gather(*list(self._unfinished), return_exceptions=True)
-        if self._compaction is not None:
-            await self._compaction.wait()
-        if self._memories is not None:
-            await self._memories.wait()
+        if self._jobs is not None:
+            try:  # Only what this orchestrator recorded: other processes' jobs are theirs.
+                await self._jobs.drain(CLOSE_TIMEOUT, mine=True)
+            except DrainTimeout as e:
+                log.warning("jobs.left_at_close", jobs=e.left)
+            await self._jobs.aclose()
         if self._audit is not None and self._owns_audit:
             await self._audit.aclose()
         if self._pipeline is not None and self._owns_store:
@@ -669,6 +785,7 @@ class Orchestrator:
         self._audit = None
         self._compaction = None
         self._memories = None
+        self._jobs = None
 
     async def __aenter__(self) -> Orchestrator:
         return await self.open()
@@ -784,7 +901,7 @@ class Orchestrator:
         return message
 
     async def _turn(self, p: Pipeline, conversation_id: str, start: Start) -> Reply:
-        """Run one turn (`orchestrator/turn.py`), then schedule compaction if it is due."""
+        """Run one turn (`orchestrator/turn.py`); its reply records the jobs after it."""
         started: list[Started] = []
 
         async def begin(lease: TurnLease) -> Started:
@@ -797,15 +914,15 @@ class Orchestrator:
         if reply.handoff:  # The bot told the user a person takes over: one does.
             reason = reply.outcome.data.get("reason") if reply.outcome else None
             await self.hand_off(conversation_id, str(reason or "routed to a person"))
-        if p.memory is not None:  # The memory expert reads the user's message only.
-            question = started[-1].question
-            p.memory.schedule(started[-1].user_id, conversation_id, question.id, question.content)
-        # The policy is checked on the thread already in memory, so a turn under the
-        # threshold costs no database read; the background task checks again under its lease.
-        after = [*started[-1].thread.messages, ThreadMessage(role="assistant", content=reply.text)]
-        if self.compaction_policy.plan(after, self.token_counter) is not None:
-            self.compaction.schedule(conversation_id, reply.message_id)
         return reply
+
+
+def _conninfo(store: ConversationStore) -> str | None:
+    """The libpq URL of a PostgreSQL store (Procrastinate's connection), else `None`."""
+    url = store.engine.url
+    if url.get_backend_name() != "postgresql":
+        return None
+    return url.set(drivername="postgresql").render_as_string(hide_password=False)
 
 
 def _held(question: MessageRecord, marker: MessageRecord, user_id: str | None) -> Started:

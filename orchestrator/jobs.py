@@ -229,10 +229,15 @@ class Jobs:
             await runner.stop()
             self._runner = None
 
-    async def drain(self, timeout: float | None = None) -> None:  # noqa: ASYNC109 (public name)
+    async def drain(
+        self,
+        timeout: float | None = None,  # noqa: ASYNC109 (the public name of Orchestrator.drain)
+        *,
+        mine: bool = False,
+    ) -> None:
         """Wait until the background work is done: in `inline` mode every job of the
         database but the periodic ones (the jobs found at start included), in `worker`
-        mode the jobs this orchestrator recorded (the workers run them).
+        mode (or with `mine`) the jobs this process recorded.
 
         Raises:
             DrainTimeout: `timeout` seconds passed with jobs left (`.left` says how many).
@@ -240,7 +245,7 @@ class Jobs:
         deadline = None if timeout is None else time.monotonic() + timeout
         periodic = [p.name for p in self.periodic]
         while True:
-            if self.mode == "inline":
+            if self.mode == "inline" and not mine:
                 left = await self.store.outstanding(exclude=periodic)
                 if self._runner is not None:
                     left += self._runner.busy()

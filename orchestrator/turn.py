@@ -3,8 +3,9 @@
     start    take the conversation's lease, store the question, read its path (1 transaction)
     experts  triage -> request -> handler, whose outcome is stored before going on;
              then the response expert (a retry reuses the stored outcome and calls only it)
-    finish   the reply, the outcome's usage, the audit batch and the lease release
-             (1 transaction when the audit log shares the conversation database)
+    finish   the reply, the outcome's usage, the jobs run after it (memory, compaction),
+             the audit batch and the lease release (1 transaction when the audit log
+             shares the conversation database)
 
 A turn that fails after its question was stored leaves its safe reply as a `failed`
 marker under it, so the thread still alternates; a retry with the same client message id
@@ -50,9 +51,11 @@ from frontdesk.orchestrator._recorder import (
     usage_dict,
 )
 from frontdesk.orchestrator.errors import TurnFailed
+from frontdesk.orchestrator.jobs import Jobs
 from frontdesk.orchestrator.reply import Reply
 from frontdesk.threads.budget import Budget, Document
 from frontdesk.threads.builder import ExpertView, UserThread
+from frontdesk.threads.jobs import JobSpec
 from frontdesk.threads.store import (
     ConversationStore,
     MessageRecord,
@@ -92,6 +95,10 @@ class Pipeline:
     (`_Speculation`); off, the two run one after the other."""
     memory: _memory.Memories | None = None
     """The users' long-term memory (`None`: none is read or written)."""
+    jobs: Jobs | None = None
+    """The background jobs a reply records in its own transaction (docs/jobs.md)."""
+    after_reply: Callable[[Turn, MessageRecord], Sequence[JobSpec]] | None = None
+    """The jobs a turn's reply (given) records with it: learning, compaction."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -382,14 +389,16 @@ def _previous_question(t: Turn) -> str | None:
 async def _finish(
     p: Pipeline, lease: TurnLease, t: Turn, decided: Decided, answer: ResponseResult
 ) -> Reply:
-    """Store the reply and the outcome, write the audit batch and give the lease back: one
-    transaction when the audit log shares the conversation database, else in that order."""
+    """Store the reply, the outcome and the jobs after it, write the audit batch and give
+    the lease back: one transaction when the audit log shares the conversation database,
+    else in that order."""
     reply = p.store.stage_reply(
         t.user_message,
         answer.text,
         model=answer.response.model or None,
         prompt_versions=_prompt_versions(p, decided.category),
     )
+    jobs = () if p.after_reply is None else p.after_reply(t, reply)
     t.recorder.note("reply", assistant_message_id=reply.id, text=answer.text, model=reply.model)
     answered = {**decided.answered, "response": answer.response}
     outcome = _stored(t, dataclasses.replace(decided, answered=answered))
@@ -403,13 +412,19 @@ async def _finish(
                 audit.append_sync(conn, t.conversation_id, events, user_id=t.user_id)
 
             try:
-                await p.store.finish_turn(lease, reply, outcome=outcome, also=write_batch)
+                ids = await p.store.finish_turn(
+                    lease, reply, outcome=outcome, also=write_batch, jobs=jobs
+                )
+                _recorded(p, jobs, ids)
                 return reply_from_records(p, t.user_message, reply, outcome)
             except LeaseLost:  # Another turn has the conversation: nothing may be written.
                 raise
             except Exception as e:  # Nothing was written: take the separate path below.
                 log.warning("turn.joint_write_failed", conversation_id=t.conversation_id, error=e)
-        await p.store.finish_turn(lease, reply, outcome=outcome, release=audit is None)
+        ids = await p.store.finish_turn(
+            lease, reply, outcome=outcome, release=audit is None, jobs=jobs
+        )
+        _recorded(p, jobs, ids)
     except LeaseLost:  # Overtaken: typed as such, and none of the writes landed.
         raise
     except StoreError as e:  # The database is down: the turn failed, its outcome is kept.
@@ -417,6 +432,11 @@ async def _finish(
     if audit is not None:
         await audit.append(t.conversation_id, events, user_id=t.user_id)
     return reply_from_records(p, t.user_message, reply, outcome)
+
+
+def _recorded(p: Pipeline, jobs: Sequence[JobSpec], ids: Sequence[int]) -> None:
+    if p.jobs is not None and ids:
+        p.jobs.recorded(jobs, ids)
 
 
 async def _fail(p: Pipeline, t: Turn, error: Exception) -> None:
