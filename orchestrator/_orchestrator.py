@@ -764,14 +764,17 @@ class Orchestrator:
         task.add_done_callback(self._unfinished.discard)
 
     async def aclose(self) -> None:
-        """Wait for background work, then close what this orchestrator opened."""
+        """Wait for background work (with `jobs="inline"`, the jobs this orchestrator
+        recorded, for at most a minute; nothing when none is pending), then close what this
+        orchestrator opened."""
         if self._unfinished:
             await asyncio.gather(*list(self._unfinished), return_exceptions=True)
         if self._jobs is not None:
-            try:  # Only what this orchestrator recorded: other processes' jobs are theirs.
-                await self._jobs.drain(CLOSE_TIMEOUT, mine=True)
-            except DrainTimeout as e:
-                log.warning("jobs.left_at_close", jobs=e.left)
+            if self.jobs_mode == "inline":  # What it recorded (others' jobs are theirs;
+                try:  # in `worker` mode the workers run them, durable meanwhile).
+                    await self._jobs.drain(CLOSE_TIMEOUT, mine=True)
+                except DrainTimeout as e:
+                    log.warning("jobs.left_at_close", jobs=e.left)
             await self._jobs.aclose()
         if self._audit is not None and self._owns_audit:
             await self._audit.aclose()

@@ -15,6 +15,7 @@ from frontdesk.orchestrator import (
     _cli_audit,
     _cli_chat,
     _cli_db,
+    _cli_jobs,
     _cli_list,
     _cli_memory,
     _cli_privacy,
@@ -60,6 +61,8 @@ app.command("demo")(_cli_chat.demo)
 app.command("chat")(_cli_chat.chat)
 app.command("conversations")(_cli_list.conversations)
 app.command("serve")(_cli_serve.serve)
+app.command("worker")(_cli_jobs.worker)
+app.add_typer(_cli_jobs.app, name="jobs", help="List, retry and cancel background jobs.")
 app.command("erase")(_cli_privacy.erase)
 _cli_audit.app.command("retention")(_cli_privacy.retention)
 _cli_audit.app.command("rotate-key")(_cli_privacy.rotate_key)

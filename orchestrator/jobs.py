@@ -139,6 +139,8 @@ class Jobs:
         kinds: The job kinds this runner knows.
         periodic: The periodic jobs.
         concurrency: Jobs run at once by this process's runner.
+        grace: Seconds a stopping runner lets its running jobs finish before giving them
+            back (to be retried).
     """
 
     store: JobStore
@@ -147,6 +149,7 @@ class Jobs:
     kinds: Sequence[JobKind] = ()
     periodic: Sequence[PeriodicJob] = ()
     concurrency: int = DEFAULT_CONCURRENCY
+    grace: float = SHUTDOWN_GRACE
     _runner: _LocalRunner | _ProcrastinateRunner | None = None
     _deferred: set[int] = field(default_factory=set)
     _by_lock: dict[str, set[int]] = field(default_factory=dict)
@@ -211,7 +214,7 @@ class Jobs:
 
     async def run_worker(self, *, handle_signals: bool = True) -> None:
         """Run jobs in the foreground until SIGTERM or SIGINT (`frontdesk worker`): stop
-        fetching, let running jobs finish for `SHUTDOWN_GRACE` seconds, give back the rest."""
+        fetching, let running jobs finish for `grace` seconds, give back the rest."""
         runner = self._make_runner()
         self._runner = runner
         await runner.start()
@@ -259,7 +262,7 @@ class Jobs:
             await asyncio.sleep(0.02)
 
     async def aclose(self) -> None:
-        """Stop this process's runner (a running job gets `SHUTDOWN_GRACE` seconds)."""
+        """Stop this process's runner (a running job gets `grace` seconds)."""
         runner, self._runner = self._runner, None
         if runner is not None:
             await runner.stop()
@@ -310,7 +313,7 @@ class _LocalRunner:
             task.cancel()
         await asyncio.gather(*self._loops, return_exceptions=True)
         if self._running:
-            _done, late = await asyncio.wait(list(self._running), timeout=SHUTDOWN_GRACE)
+            _done, late = await asyncio.wait(list(self._running), timeout=self.jobs.grace)
             for task in late:  # Given back (`todo`) by `_run` as it is cancelled.
                 task.cancel()
             if late:
@@ -484,7 +487,7 @@ class _ProcrastinateRunner:
                 concurrency=self.jobs.concurrency,
                 install_signal_handlers=False,
                 delete_jobs="successful",
-                shutdown_graceful_timeout=SHUTDOWN_GRACE,
+                shutdown_graceful_timeout=self.jobs.grace,
                 update_heartbeat_interval=STALLED_AFTER / 3,
                 stalled_worker_timeout=STALLED_AFTER,
                 fetch_job_polling_interval=POLL * 4,

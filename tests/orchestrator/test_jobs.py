@@ -166,11 +166,8 @@ async def test_drain_times_out_with_the_count_left(store: ConversationStore) -> 
 
 
 async def test_a_stopped_runner_gives_its_running_job_back(
-    store: ConversationStore, monkeypatch: pytest.MonkeyPatch
+    store: ConversationStore,
 ) -> None:
-    from frontdesk.orchestrator import jobs as engine
-
-    monkeypatch.setattr(engine, "SHUTDOWN_GRACE", 0.2)
     started = asyncio.Event()
     runs: list[int] = []
 
@@ -179,7 +176,7 @@ async def test_a_stopped_runner_gives_its_running_job_back(
         started.set()
         await asyncio.sleep(3600)
 
-    jobs = engine_of(store, kinds=[JobKind(name="test.slow", run=slow)])
+    jobs = engine_of(store, kinds=[JobKind(name="test.slow", run=slow)], grace=0.2)
     (job_id,) = await record(store, jobs, JobSpec(kind="test.slow", args={}))
     await jobs.start()
     await asyncio.wait_for(started.wait(), 20)
