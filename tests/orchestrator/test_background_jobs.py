@@ -7,12 +7,13 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
+from frontdesk.orchestrator import Orchestrator
 from frontdesk.orchestrator.cli import app as cli
 from frontdesk.orchestrator.jobs import DrainTimeout
 from frontdesk.threads.handoffs import DEFAULT_TIMEOUT_MESSAGE, HandoffStore
@@ -34,8 +35,18 @@ def url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
         drop_database(made)
 
 
-async def _facts(orch: shop.Orchestrator, user: str) -> list[str]:
+async def _facts(orch: Orchestrator, user: str) -> list[str]:
     return [m.text for m in await orch.memories(user)]
+
+
+async def until(check: Callable[[], Awaitable[bool]], within: float) -> float:
+    """Seconds until `check()` holds, looked at every 50 ms (fails past `within`)."""
+    began = time.monotonic()
+    for _ in range(int(within / 0.05)):
+        if await check():
+            return time.monotonic() - began
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"not within {within} s")
 
 
 async def test_a_fact_left_to_learn_is_learned_by_the_next_orchestrator_without_a_message(
@@ -46,18 +57,13 @@ async def test_a_fact_left_to_learn_is_learned_by_the_next_orchestrator_without_
     await first.aclose()  # Returns at once: the job is durable, a worker's to run.
     assert await _facts(first, "u-1") == []
 
-    began = time.monotonic()
     second = shop.app(store=url)  # Inline: its runner finds the job.
     await second.open()
-    learned = asyncio.Event()
 
-    async def watch() -> None:
-        while "Lives in Mumbai" not in await _facts(second, "u-1"):
-            await asyncio.sleep(0.05)
-        learned.set()
+    async def learned() -> bool:
+        return "Lives in Mumbai" in await _facts(second, "u-1")
 
-    await asyncio.wait_for(watch(), 10)
-    assert learned.is_set() and time.monotonic() - began < 10
+    assert await until(learned, 10) < 10
     assert await second.jobs.list() == []
     await second.aclose()
 
@@ -89,15 +95,12 @@ async def test_a_hand_off_left_alone_is_handed_back_by_the_bot_with_no_message(
     await orch.handle("c-1", "hello", user_id="u-1")
     await orch.hand_off("c-1", "the customer asked for a person")
     await orch.handle("c-1", "is anyone there?", user_id="u-1")  # Now waiting for a person.
-    began = time.monotonic()
     handoffs = HandoffStore(orch.store.engine)
 
-    async def handed_back() -> None:
-        while await handoffs.current("c-1") is not None:
-            await asyncio.sleep(0.1)
+    async def handed_back() -> bool:
+        return await handoffs.current("c-1") is None
 
-    await asyncio.wait_for(handed_back(), 8)  # No call to handle, no handoffs().
-    waited = time.monotonic() - began
+    waited = await until(handed_back, 8)  # No call to handle, nor to handoffs().
     transcript = await orch.transcript("c-1", user_id="u-1")
     assert transcript[-1].role == "assistant"
     assert transcript[-1].content == DEFAULT_TIMEOUT_MESSAGE
@@ -118,14 +121,12 @@ def test_frontdesk_jobs_lists_a_failed_job_and_mends_it(url: str, tmp_path: Path
         from frontdesk.threads import jobs as rows
 
         def failed(conn: object) -> None:
+            table = "job"
             if orch.store.engine.dialect.name == "postgresql":
-                conn.exec_driver_sql(  # type: ignore[attr-defined]
-                    f"UPDATE procrastinate_jobs SET status = 'failed', attempts = 3 WHERE id = {job.id}"
-                )
-            else:
-                conn.exec_driver_sql(  # type: ignore[attr-defined]
-                    f"UPDATE job SET status = 'failed', attempts = 3 WHERE id = {job.id}"
-                )
+                table = "procrastinate_jobs"
+            conn.exec_driver_sql(  # type: ignore[attr-defined]
+                f"UPDATE {table} SET status = 'failed', attempts = 3 WHERE id = {job.id}"
+            )
             rows.record_error(conn, job.id, "ModelAPIError: provider down")  # type: ignore[arg-type]
 
         from frontdesk.db import run_write
