@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from frontdesk.cli import app as cli
 from frontdesk.orchestrator import Orchestrator
-from frontdesk.orchestrator.cli import app as cli
 from frontdesk.orchestrator.jobs import DrainTimeout
-from frontdesk.threads.handoffs import DEFAULT_TIMEOUT_MESSAGE, HandoffStore
+from frontdesk.threads.handoff import DEFAULT_TIMEOUT_MESSAGE, HandoffStore
 from tests._pg import create_database, drop_database
 from tests.orchestrator import _jobs_worker as shop
 

@@ -13,18 +13,16 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from frontdesk.cli._options import DbOption, JsonOption, app_option, db_url, existing_db
 from frontdesk.errors import ConfigError
-from frontdesk.orchestrator._app import DEFAULT_APP, default_db, load_app
+from frontdesk.orchestrator.app import DEFAULT_APP, load_app
 from frontdesk.orchestrator.jobs import DEFAULT_CONCURRENCY, SHUTDOWN_GRACE
 from frontdesk.threads.jobs import JobRow, JobStore
 from frontdesk.threads.store import ConversationStore
 
 app = typer.Typer(help="jobs commands", invoke_without_command=True)
 
-DbOption = Annotated[
-    str | None,
-    typer.Option("--db", help="Database URL (default: $FRONTDESK_DB or sqlite:///frontdesk.db)."),
-]
+AppOption = Annotated[str, app_option("module:attr naming the Orchestrator whose jobs to run.")]
 
 
 def worker(
@@ -32,10 +30,7 @@ def worker(
         int, typer.Option("--concurrency", help="Jobs this worker runs at once.")
     ] = DEFAULT_CONCURRENCY,
     db: DbOption = None,
-    app_spec: Annotated[
-        str,
-        typer.Option("--app", help="module:attribute of the Orchestrator whose jobs to run."),
-    ] = DEFAULT_APP,
+    app_spec: AppOption = DEFAULT_APP,
     grace: Annotated[
         float,
         typer.Option("--grace", help="Seconds running jobs may finish after SIGTERM."),
@@ -49,7 +44,7 @@ def worker(
         raise ConfigError(f"--concurrency {concurrency}: at least 1")
     if grace < 0:
         raise ConfigError(f"--grace {grace}: 0 or more seconds")
-    url = db or default_db()
+    url = db_url(db)
     orch = load_app(app_spec, db=url)
     orch.use_store(url)
     orch.use_jobs("worker")  # This process runs them in the foreground, below.
@@ -88,14 +83,14 @@ async def _list(url: str, failed: bool) -> list[JobRow]:
 def jobs(
     ctx: typer.Context,
     failed: Annotated[bool, typer.Option("--failed", help="Only the failed jobs.")] = False,
-    as_json: Annotated[bool, typer.Option("--json", help="Print a JSON list.")] = False,
+    as_json: JsonOption = False,
     db: DbOption = None,
 ) -> None:
     """List the pending, running and failed background jobs (kind, key, attempts, last
     error); `retry ID` and `cancel ID` mend them."""
     if ctx.invoked_subcommand is not None:
         return
-    rows = asyncio.run(_list(db or default_db(), failed))
+    rows = asyncio.run(_list(existing_db(db), failed))
     if as_json:
         typer.echo(json.dumps([r.as_json() for r in rows], indent=2))
         return
@@ -124,7 +119,7 @@ def retry(
     db: DbOption = None,
 ) -> None:
     """Run a failed or cancelled job again, at once."""
-    if not asyncio.run(_mend(db or default_db(), job_id, retry=True)):
+    if not asyncio.run(_mend(existing_db(db), job_id, retry=True)):
         raise ConfigError(f"job {job_id} is not failed or cancelled; see `frontdesk jobs`")
     typer.echo(f"job {job_id} will run again")
 
@@ -135,6 +130,6 @@ def cancel(
     db: DbOption = None,
 ) -> None:
     """Cancel a job still waiting to run (a running one finishes)."""
-    if not asyncio.run(_mend(db or default_db(), job_id, retry=False)):
+    if not asyncio.run(_mend(existing_db(db), job_id, retry=False)):
         raise ConfigError(f"job {job_id} is not waiting to run; see `frontdesk jobs`")
     typer.echo(f"job {job_id} cancelled")
