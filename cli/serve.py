@@ -45,6 +45,14 @@ def serve(
         ),
     ] = False,
     log_level: Annotated[str, typer.Option("--log-level", help="uvicorn's log level.")] = "info",
+    jobs: Annotated[
+        str,
+        typer.Option(
+            "--jobs",
+            help="Run the background jobs inline (in each server process) or leave them to"
+            " `frontdesk worker` processes (worker).",
+        ),
+    ] = "inline",
 ) -> None:
     """Serve the HTTP API, the customer chat page (/) and the operator console (/operator).
 
@@ -62,6 +70,7 @@ def serve(
         port=port,
         workers=workers,
         demo_tokens=demo_tokens,
+        jobs=jobs,
     )
     if urls is not None:
         customer, operator = urls

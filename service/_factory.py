@@ -10,6 +10,7 @@ command line says reaches them as environment variables:
     FRONTDESK_SERVE_APP      --app mod:attr (an Orchestrator or a function returning one)
     FRONTDESK_SERVE_DB       --db URL, given to the app as its store
     FRONTDESK_SERVE_MODEL    --model SPEC
+    FRONTDESK_SERVE_JOBS     --jobs inline|worker (where the background jobs run)
     FRONTDESK_JWT_SECRET     HS256 key            FRONTDESK_JWT_PUBLIC_KEY  RS256 key (PEM/path)
     FRONTDESK_JWT_AUDIENCE   required `aud`       FRONTDESK_JWT_ISSUER      required `iss`
     FRONTDESK_RATE_LIMIT     per user, e.g. 240/minute (default), or off
@@ -29,6 +30,7 @@ from fastapi import FastAPI
 from frontdesk.errors import ConfigError
 from frontdesk.orchestrator import Orchestrator
 from frontdesk.orchestrator.app import DEFAULT_APP, default_db, load_app
+from frontdesk.orchestrator.jobs import JOBS_MODES
 from frontdesk.service._app import create_app
 from frontdesk.service._auth import OPERATOR_ROLE, TokenVerifier, mint_token
 from frontdesk.service._limits import (
@@ -55,6 +57,7 @@ class ServiceSettings:
     db: str | None
     model: str | None
     verifier: TokenVerifier
+    jobs: str
     rate_limit: RateLimit | None
     redis_url: str | None
     max_body_bytes: int
@@ -77,6 +80,7 @@ class ServiceSettings:
             db=env.get("FRONTDESK_SERVE_DB") or None,
             model=env.get("FRONTDESK_SERVE_MODEL") or None,
             verifier=TokenVerifier.from_env(env),
+            jobs=env.get("FRONTDESK_SERVE_JOBS") or "inline",
             rate_limit=RateLimit.parse(env.get("FRONTDESK_RATE_LIMIT", DEFAULT_RATE_LIMIT)),
             redis_url=env.get("FRONTDESK_REDIS_URL") or None,
             max_body_bytes=int(raw_body),
@@ -95,6 +99,9 @@ class ServiceSettings:
         db = self.db or default_db()
         orch = load_app(self.app, model=self.model, db=db)
         orch.use_store(db)
+        if self.jobs not in JOBS_MODES:
+            raise ConfigError(f"--jobs {self.jobs!r}: 'inline' or 'worker'")
+        orch.use_jobs(self.jobs)
         return orch
 
 
@@ -148,6 +155,7 @@ def prepare_serve(
     port: int,
     workers: int,
     demo_tokens: bool,
+    jobs: str = "inline",
 ) -> tuple[str, str] | None:
     """Check `frontdesk serve`'s settings and hand them to the workers (the environment),
     before any worker starts; with `demo_tokens`, mint the demo page URLs (DEV ONLY).
@@ -163,6 +171,7 @@ def prepare_serve(
     os.environ["FRONTDESK_SERVE_DB"] = db or default_db()
     if model:
         os.environ["FRONTDESK_SERVE_MODEL"] = model
+    os.environ["FRONTDESK_SERVE_JOBS"] = jobs
     urls = demo_urls(host, port, environ=os.environ) if demo_tokens else None
     settings = ServiceSettings.from_env()
     settings.orchestrator()  # The app loads (a bad --app or --db is said here, once).

@@ -154,3 +154,19 @@ def test_frontdesk_jobs_lists_a_failed_job_and_mends_it(url: str, tmp_path: Path
     assert again["status"] == "todo"
     assert runner.invoke(cli, ["jobs", "cancel", str(job_id), "--db", url]).exit_code == 0
     assert json.loads(runner.invoke(cli, ["jobs", "--json", "--db", url]).stdout) == []
+
+
+def test_serve_jobs_worker_leaves_the_jobs_to_frontdesk_worker(tmp_path: Path) -> None:
+    from frontdesk.errors import ConfigError
+    from frontdesk.service._factory import ServiceSettings
+
+    env = {
+        "FRONTDESK_SERVE_APP": "tests.orchestrator._jobs_worker:app",
+        "FRONTDESK_SERVE_DB": f"sqlite:///{tmp_path / 'frontdesk.db'}",
+        "FRONTDESK_JWT_SECRET": "x" * 32,
+    }
+    assert ServiceSettings.from_env(env).orchestrator().jobs_mode == "inline"
+    worker = ServiceSettings.from_env({**env, "FRONTDESK_SERVE_JOBS": "worker"})
+    assert worker.orchestrator().jobs_mode == "worker"
+    with pytest.raises(ConfigError, match="inline"):
+        ServiceSettings.from_env({**env, "FRONTDESK_SERVE_JOBS": "later"}).orchestrator()
