@@ -174,8 +174,14 @@ async def handoffs(
     still: list[HandoffRecord] = []
     for record in await store.open_ones():
         due = policy.timeout is not None and record.waiting_since is not None
-        if not due or not await _expire(p, store, policy, record, lease_for):
+        if not due:
             still.append(record)
+        elif not await _expire(p, store, policy, record, lease_for):
+            # Not handed back here: busy, not due yet, or handed back meanwhile by the
+            # `handoff.timeouts` job; listed only if it is still open.
+            current = await store.current(record.conversation_id)
+            if current is not None:
+                still.append(current)
     now = utcnow()
     return [Handoff.of(r, now) for r in still]
 
