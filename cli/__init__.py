@@ -12,7 +12,7 @@ from typing import Annotated
 
 import typer
 
-from frontdesk.cli import audit, chat, conversations, db, jobs, memory, privacy, serve, thread
+from frontdesk.cli import audit, chat, conversations, db, jobs, memory, privacy, serve, test, thread
 from frontdesk.cli._errors import (
     TRACEBACK_KEY,
     FrontdeskGroup,
@@ -54,6 +54,7 @@ app.command("conversations")(conversations.conversations)
 app.command("serve")(serve.serve)
 app.command("worker")(jobs.worker)
 app.add_typer(jobs.app, name="jobs", help="List, retry and cancel background jobs.")
+app.command("test")(test.run_tests)
 app.command("erase")(privacy.erase)
 audit.app.command("retention")(privacy.retention)
 audit.app.command("rotate-key")(privacy.rotate_key)

@@ -17,7 +17,7 @@ from typing import Any, Literal, Self
 
 import structlog
 
-from frontdesk.audit.crypto import KeyProvider
+from frontdesk.audit.crypto import KeyProvider, master_key_from_env
 from frontdesk.audit.store import AuditLog
 from frontdesk.db import normalise_url
 from frontdesk.errors import ConfigError, MessageNotFound, MessageNotInConversation, UserError
@@ -27,7 +27,14 @@ from frontdesk.memory import Memory, MemorySource
 from frontdesk.orchestrator import _wiring, erasure, handoff, turn
 from frontdesk.orchestrator._compaction import BackgroundCompaction, Compactor, summariser_expert
 from frontdesk.orchestrator._input import DEFAULT_MAX_MESSAGE_CHARS, check_user_text
-from frontdesk.orchestrator.config import EXPERTS, ExpertSettings, ModelChoice, resolve_models
+from frontdesk.orchestrator.config import (
+    EXPERTS,
+    ExpertSettings,
+    ModelChoice,
+    offline_by_default,
+    resolve_models,
+    warn_offline_once,
+)
 from frontdesk.orchestrator.handoff import Handoff
 from frontdesk.orchestrator.jobs import (
     DEFAULT_CONCURRENCY,
@@ -75,14 +82,21 @@ class Orchestrator:
         categories: The registered categories (`experts.Category`).
         model: A spec (`"anthropic:claude-sonnet-4-5"`, `"openai:gpt-4.1-mini"`,
             `"openai:NAME@BASE_URL"`, `"offline"`), a `Model`, or a map from expert name
-            (`triage`, `request`, `response`, `summariser`, `default`) to either. `None`
-            picks a provider whose API key is set, else the offline stand-in.
+            (`triage`, `request`, `response`, `summariser`, `memory`, `default`) to either.
+            `None` picks a provider whose API key is set, else the offline stand-in. The
+            memory expert runs after each reply of a turn with a user; a test double for
+            it answers `{"facts": []}` (docs/memory.md).
         store: A database URL or a `ConversationStore`.
         audit: `True` (the conversation database), a URL, an `AuditLog`, or `False`.
         audit_on_failure: `"raise"` fails the turn with a typed error when the audit log
             cannot be written; `"spool"` keeps the events in a local file for later.
         max_message_chars: Longest accepted user message.
-        shop_name: How the response expert names the business.
+        business_name: How the response expert names the business ("Sample Bank").
+        shop_name: The old name of `business_name`, still accepted.
+        handler_errors: What a handler's exception does: `"reply"` (the default) answers
+            the apology and logs `handler.failed` with the traceback; `"raise"` (for
+            development and tests) fails the turn with `HandlerFailed`, whose `__cause__`
+            is the handler's exception (no reply stored; the user message stays).
         prompts_dir: A folder whose `<name>.md` files replace the built-in prompts.
         settings: Per-expert model settings.
         context: Extra data handed to every handler in `HandlerContext.extras`.
@@ -130,7 +144,9 @@ class Orchestrator:
         audit: bool | str | AuditLog = True,
         audit_on_failure: Literal["raise", "spool"] = "raise",
         max_message_chars: int = DEFAULT_MAX_MESSAGE_CHARS,
-        shop_name: str = "the shop",
+        business_name: str | None = None,
+        shop_name: str | None = None,
+        handler_errors: Literal["reply", "raise"] = "reply",
         prompts_dir: Path | str | None = None,
         settings: ExpertSettings | None = None,
         context: Mapping[str, Any] | None = None,
@@ -157,6 +173,9 @@ class Orchestrator:
             raise ConfigError(f"job_concurrency must be >= 1, got {job_concurrency}")
         self.job_concurrency = job_concurrency
         self.categories = check_registry(list(categories))
+        self.offline_by_default = offline_by_default(model)
+        """No model was named and no provider key is set: every expert is the offline
+        stand-in (`frontdesk serve` refuses that unless told `--model offline`)."""
         self.models = resolve_models(model)
         # Models built here from spec strings hold HTTP clients this orchestrator must close;
         # Model instances passed in belong to the caller.
@@ -165,7 +184,13 @@ class Orchestrator:
         }.values()
         self.prompts_dir = Path(prompts_dir) if prompts_dir is not None else None
         self.settings = settings or ExpertSettings()
-        self.shop_name = shop_name
+        if business_name is not None and shop_name is not None and business_name != shop_name:
+            raise ConfigError("pass business_name= (shop_name is its old name), not both")
+        self.business_name = business_name or shop_name or "the business"
+        if handler_errors not in ("reply", "raise"):
+            raise ConfigError(f"handler_errors must be 'reply' or 'raise', not {handler_errors!r}")
+        self.handler_errors: Literal["reply", "raise"] = handler_errors
+        """Read when the orchestrator opens (set it before the first turn)."""
         self.max_message_chars = max_message_chars
         self.lock_timeout = lock_timeout
         self.lock_ttl = lock_ttl
@@ -202,7 +227,7 @@ class Orchestrator:
             models=self.models,
             settings=self.settings,
             prompts_dir=self.prompts_dir,
-            shop_name=shop_name,
+            business_name=self.business_name,
             counter=self.token_counter,
         )
         self._experts = wiring.build()
@@ -220,6 +245,22 @@ class Orchestrator:
         self._unfinished: set[asyncio.Task[Any]] = set()  # Turns whose stream reader left.
 
     # -- wiring -------------------------------------------------------------------------
+
+    @property
+    def audit_enabled(self) -> bool:
+        """Whether this orchestrator keeps an audit log (`audit=False`: none)."""
+        return self._audit_spec is not False
+
+    @property
+    def audit_encrypted(self) -> bool:
+        """Whether audit payloads will be encrypted: a master key was given (`audit_key=`,
+        or the `AuditLog` passed in has one) or `FRONTDESK_MASTER_KEY` is set."""
+        spec = self._audit_spec
+        if spec is False:
+            return False
+        if isinstance(spec, AuditLog):
+            return spec.keys is not None
+        return self._audit_key is not None or master_key_from_env() is not None
 
     def counter_for(self, expert: str) -> TokenCounter:
         """The token counter for one expert's model (calibrated per model when it can be)."""
@@ -255,6 +296,8 @@ class Orchestrator:
         async with self._open_lock:
             if self._pipeline is not None:
                 return self._pipeline
+            if self.offline_by_default:  # No model named, no key: say so, once.
+                warn_offline_once()
             store = self._store_spec
             if isinstance(store, str):
                 store = await ConversationStore.open(store)
@@ -292,6 +335,7 @@ class Orchestrator:
                 audit=self._audit,
                 deadline=self.turn_deadline,
                 speculate=self.speculate,
+                handler_errors=self.handler_errors,
                 categories=self.categories,
                 triage=triage,
                 requests=requests,

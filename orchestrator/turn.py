@@ -29,6 +29,7 @@ from typing import Any, TypeVar
 import structlog
 from pydantic import BaseModel, ValidationError
 
+from frontdesk import metrics, telemetry
 from frontdesk.audit.store import AuditLog
 from frontdesk.errors import (
     SAFE_REPLY,
@@ -48,12 +49,13 @@ from frontdesk.experts.errors import (
     Refusal,
     TruncatedOutput,
 )
-from frontdesk.experts.providers import Message, ModelResponse, Usage
+from frontdesk.experts.providers import Message, ModelResponse, Speculation, Usage
+from frontdesk.experts.providers.base import OnDelta
 from frontdesk.experts.request import RequestExpert
 from frontdesk.experts.response import ResponseExpert, ResponseResult
 from frontdesk.experts.triage import TriageExpert
 from frontdesk.memory import Memory
-from frontdesk.orchestrator import _listen, fallbacks, handoff
+from frontdesk.orchestrator import _listen, fallbacks, handler_errors, handoff
 from frontdesk.orchestrator import memory as _memory
 from frontdesk.orchestrator._compaction import BackgroundCompaction, compaction_spec
 from frontdesk.orchestrator._recorder import (
@@ -100,30 +102,49 @@ CONTENT_ERRORS = (OutputValidationError, TruncatedOutput, Refusal, ValidationErr
 
 async def run_turn(p: Pipeline, conversation_id: str, start: Start) -> Reply:
     """Answer one user message: start, experts, finish, under the conversation's lease
-    (given back in any case); then what follows an answer."""
-    lease = p.lease(conversation_id)
-    try:
-        # Start: the lease, the user message and its path, in one transaction.
-        s = await start(lease)
-        if s.stored.reply is not None:  # Answered before, or kept for a person: from the records.
-            return reply_from_records(
-                p, s.question, s.stored.reply, s.stored.outcome, replayed=not s.answered_now
-            )
-        t = _turn(s, lease, await _recall(p, s))
+    (given back in any case); then what follows an answer. All of it is one
+    `frontdesk.turn` span (the expert calls' spans are its children)."""
+    with telemetry.turn(conversation_id) as span:
+        lease = p.lease(conversation_id)
         try:
-            # The experts, under the turn deadline; a stored outcome skips to the reply.
-            with observing(t.recorder):  # Model attempts -> audit events.
-                decided, answer = await _within_deadline(
-                    p, t, _experts(p, t, s.stored.outcome), since=lease.started
+            # Start: the lease, the user message and its path, in one transaction.
+            s = await start(lease)
+            if s.stored.reply is not None:  # Answered before, or kept for a person.
+                reply = reply_from_records(
+                    p, s.question, s.stored.reply, s.stored.outcome, replayed=not s.answered_now
                 )
-            # Finish: the reply, the outcome's usage, the audit batch, the lease release.
-            reply = await _finish(p, lease, t, decided, answer)
-        except Exception as e:
-            await _fail(p, t, e)  # The safe reply as a `failed` marker: the thread alternates.
-            raise
-    finally:
-        await lease.aclose()
-    await _after(p, conversation_id, reply)  # A person, when the bot said one takes over.
+                return _traced(span, reply, held=s.answered_now)
+            t = _turn(s, lease, await _recall(p, s))
+            span.audit_event(t.recorder.events[0].event_id)  # `turn_started`: the question.
+            try:
+                # The experts, under the turn deadline; a stored outcome skips to the reply.
+                with observing(t.recorder):  # Model attempts -> audit events.
+                    decided, answer = await _within_deadline(
+                        p, t, _experts(p, t, s.stored.outcome), since=lease.started
+                    )
+                # Finish: the reply, the outcome's usage, the audit batch, the lease release.
+                reply = await _finish(p, lease, t, decided, answer)
+            except Exception as e:
+                await _fail(p, t, e)  # The safe reply as a `failed` marker: the thread alternates.
+                raise
+        finally:
+            await lease.aclose()
+        await _after(p, conversation_id, reply)  # A person, when the bot said one takes over.
+        return _traced(span, reply, held=False)
+
+
+def _traced(span: telemetry.TurnSpan, reply: Reply, *, held: bool) -> Reply:
+    """Tell the turn's span (and the turn metrics) how it ended."""
+    span.turn_id, span.category = reply.user_message_id, reply.category or ""
+    span.replayed, span.held = reply.replayed, held
+    if held:
+        span.outcome = "held"
+    elif reply.replayed:
+        span.outcome = "replayed"
+    elif reply.handoff:
+        span.outcome = "handoff"
+    elif reply.need_more_info is not None:
+        span.outcome = "need_more_info"
     return reply
 
 
@@ -378,7 +399,7 @@ async def _decide_once(p: Pipeline, t: Turn, earlier: TurnOutcome | None) -> Dec
     finally:
         if guess is not None:  # The turn failed or was cut off: the call must not outlive it.
             await guess.discard(t, triage=None)
-    request, missing = kept
+    request, missing, from_memory = kept
     if category in p.requests:
         _listen.extracted(request, missing)
     t.recorder.note(
@@ -386,6 +407,7 @@ async def _decide_once(p: Pipeline, t: Turn, earlier: TurnOutcome | None) -> Dec
         category=category,
         request=jsonable(request),
         need_more_info=jsonable(missing),
+        **({"from_memory": list(from_memory)} if from_memory else {}),
         **field_rules_of(request),  # What `audit show` and the exports redact of it.
     )
     outcome, handler_ran = await _decide(p, t, category, request, missing, reason)
@@ -440,11 +462,13 @@ async def _extract(
     view: ExpertView,
     meta: dict[str, str],
     answered: dict[str, ModelResponse],
-) -> tuple[BaseModel | None, NeedMoreInfo | None]:
+    *,
+    speculation: Speculation | None = None,
+) -> Extracted:
     """The category's request, or what is missing; nothing for the built-ins."""
     expert = p.requests.get(category)
     if expert is None:
-        return None, None
+        return None, None, ()
     try:
         result = await _stage(
             "request",
@@ -455,14 +479,15 @@ async def _extract(
                 cache_prefix=view.cache_prefix_messages,
                 observer=t.recorder,
                 memory=_memory.block(view),
+                speculation=speculation,
             ),
             fallback=True,
         )
     except CONTENT_ERRORS as e:
         t.recorder.note("request_failed", category=category, error=f"{type(e).__name__}: {e}")
-        return None, None
+        return None, None, ()
     answered["request"] = result.response
-    return result.request, result.need_more_info
+    return result.request, result.need_more_info, result.from_memory
 
 
 async def _decide(
@@ -497,12 +522,17 @@ async def _decide(
         **_memory.for_handler(p.memory, t.user_id, t.user_message, t.recorder),
     )
     try:
-        outcome = await handler(request, context)
-        if not isinstance(outcome, Outcome):
-            raise TypeError(f"handler returned {type(outcome).__name__}, not experts.Outcome")
-    except Exception as e:  # A handler is the developer's code: any failure is contained.
-        t.recorder.note("handler_error", category=category, error=f"{type(e).__name__}: {e}")
-        return fallbacks.handler_failed(), True
+        outcome = handler_errors.checked(await handler(request, context))
+    except Exception as e:  # The developer's code: seen (log, audit), then contained or raised.
+        fallback = handler_errors.failed(
+            e,
+            mode=p.handler_errors,
+            category=category,
+            conversation_id=t.conversation_id,
+            turn_id=t.user_message.id,
+            recorder=t.recorder,
+        )
+        return fallback, True
     return outcome, True
 
 
@@ -514,11 +544,27 @@ async def _respond(p: Pipeline, t: Turn, decided: Decided) -> ResponseResult:
         decided.outcome.instruction,
         metadata=_meta(t),
         cache_prefix=view.cache_prefix_messages,
-        on_delta=_listen.delta_sink(),
+        on_delta=_first_token_timed(_listen.delta_sink(), since=t.lease.started),
         observer=t.recorder,
         memory=_memory.block(view),
     )
     return await _stage("response", t, call)
+
+
+def _first_token_timed(sink: OnDelta | None, *, since: float) -> OnDelta | None:
+    """`sink`, counting the time from the turn's start (`since`, monotonic) to its first
+    text delta (`frontdesk_turn_time_to_first_token_seconds`); `None` stays `None`."""
+    if sink is None:
+        return None
+    first = [True]
+
+    async def delta(text: str) -> None:
+        if first[0]:
+            first[0] = False
+            metrics.first_token(time.monotonic() - since)
+        await sink(text)
+
+    return delta
 
 
 async def _stage(stage: str, t: Turn, call: Awaitable[T], *, fallback: bool = False) -> T:
@@ -538,7 +584,8 @@ async def _stage(stage: str, t: Turn, call: Awaitable[T], *, fallback: bool = Fa
         raise TurnFailed(str(e), user_message_id=t.user_message.id, stage=stage) from e
 
 
-Extracted = tuple[BaseModel | None, NeedMoreInfo | None]
+Extracted = tuple[BaseModel | None, NeedMoreInfo | None, tuple[str, ...]]
+"""The request, or what is missing; and the fields filled from a remembered fact."""
 
 
 @dataclass(kw_only=True)
@@ -555,6 +602,9 @@ class _Speculation:
 
     recorder: TurnRecorder
     answered: dict[str, ModelResponse] = dataclasses.field(default_factory=dict)
+    ticket: Speculation = dataclasses.field(default_factory=Speculation)
+    """On the call's `ModelRequest`: tells the model whether its answer was used (a
+    `ScriptedModel` gives a discarded call's step back)."""
     task: asyncio.Task[Extracted | None] = dataclasses.field(init=False)
     category: str | None = None
     """The guessed category, once read (`None` before, or on a first turn)."""
@@ -591,7 +641,9 @@ class _Speculation:
             self.known.set()
         with observing(self.recorder):
             spec_turn = dataclasses.replace(t, recorder=self.recorder)
-            return await _extract(p, spec_turn, category, view, meta, self.answered)
+            return await _extract(
+                p, spec_turn, category, view, meta, self.answered, speculation=self.ticket
+            )
 
     async def settle(
         self, t: Turn, category: str, answered: dict[str, ModelResponse]
@@ -625,13 +677,19 @@ class _Speculation:
 
     def _close(self, t: Turn, *, kept: bool, triage: str | None) -> None:
         self.closed = True
+        if kept:
+            self.ticket.keep()
+        else:
+            self.ticket.discard()
         t.recorder.events.extend(self.recorder.events)
         if self.category is None:  # No call was made (no category to guess).
             return
         usage: dict[str, int] = {}
         for event in self.recorder.events:
-            if event.kind == "model_attempt":  # A replay skips a discarded answer.
-                event.payload["speculation"] = "kept" if kept else "discarded"
+            # Every row of the call says so: a replay skips a discarded answer, and the
+            # views show its answer (or error) as one the turn did not use.
+            event.payload["speculation"] = "kept" if kept else "discarded"
+            if event.kind == "model_attempt":
                 for key, value in event.payload.get("usage", {}).items():
                     usage[key] = usage.get(key, 0) + value
         t.recorder.note(
@@ -776,6 +834,8 @@ class Pipeline:
     """The users' long-term memory (`None`: none is read or written)."""
     jobs: Jobs | None = None
     """The background jobs: a reply records its own in its transaction (docs/jobs.md)."""
+    handler_errors: handler_errors.HandlerErrors = "reply"
+    """A handler's failure: the apology (`reply`) or `HandlerFailed` (`raise`)."""
 
 
 @dataclass(frozen=True, kw_only=True)
