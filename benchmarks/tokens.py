@@ -343,7 +343,7 @@ async def _pipeline(directory: str) -> PolicyRun:
             run.per_turn.append(turn)
             # Compaction runs in the background after the reply; let it finish so its
             # call is billed to this turn, as it would be before the user's next message.
-            await orch.compaction.wait()
+            await orch.drain()
     finally:
         await orch.aclose()
     return run

@@ -17,6 +17,7 @@ from frontdesk.cli import (
     chat,
     conversations,
     db,
+    jobs,
     knowledge,
     memory,
     privacy,
@@ -63,6 +64,8 @@ app.command("demo")(chat.demo)
 app.command("chat")(chat.chat)
 app.command("conversations")(conversations.conversations)
 app.command("serve")(serve.serve)
+app.command("worker")(jobs.worker)
+app.add_typer(jobs.app, name="jobs", help="List, retry and cancel background jobs.")
 app.command("test")(test.run_tests)
 app.command("erase")(privacy.erase)
 audit.app.command("retention")(privacy.retention)

@@ -92,6 +92,14 @@ def serve(
             help="Serve GET /metrics (Prometheus) on this port only, not on the API port.",
         ),
     ] = None,
+    jobs: Annotated[
+        str,
+        typer.Option(
+            "--jobs",
+            help="Run the background jobs inline (in each server process) or leave them to"
+            " `frontdesk worker` processes (worker).",
+        ),
+    ] = "inline",
 ) -> None:
     """Serve the HTTP API, the customer chat page (/) and the operator console (/operator).
 
@@ -119,6 +127,7 @@ def serve(
         max_connections=max_connections,
         allow_clear_audit=allow_clear_audit,
         metrics_port=metrics_port,
+        jobs=jobs,
     )
     if prepared.demo_urls is not None:
         customer, operator = prepared.demo_urls

@@ -1,33 +1,38 @@
 """Background compaction: the summariser runs after the reply, never on the user's time.
 
-The orchestrator holds a `BackgroundCompaction`, which starts `Compactor.compact` as a
-background task once a reply is stored. The task takes a lease in the database
-(`compaction:<conversation>`), so only one process compacts a conversation at a time; any
-other process simply skips. The compaction is transactional: the new summary is one row
+A reply whose thread passed the policy's threshold records a `compaction.compact` job in
+its own transaction (`compaction_spec`; docs/jobs.md), so a crash after the reply loses
+nothing; the job runs `Compactor.compact` off the reply path. One conversation's jobs
+share a lock, so they never overlap; the compaction also takes a lease in the database
+(`compaction:<conversation>`), so `thread compact` from the CLI never overlaps a job.
+The compaction is transactional: the new summary is one row
 written in one transaction after the summariser succeeded, so a failing or empty
 summariser leaves the thread exactly as it was (audit event `compaction_failed`), and the
-next reply tries again. The transcript is never touched.
+job is retried (then kept `failed`; the next reply past the threshold records another).
+Running it twice changes nothing: a path no longer over its threshold is left alone. The
+transcript is never touched.
 """
 
 from __future__ import annotations
 
-import asyncio
 import uuid
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import structlog
 
-from frontdesk import telemetry
 from frontdesk.audit.store import AuditLog
 from frontdesk.experts import ExpertCall
 from frontdesk.experts.providers.base import Message, Model, ModelSettings
 from frontdesk.experts.summariser import SummariserExpert
 from frontdesk.orchestrator._recorder import TurnRecorder, observing
+from frontdesk.orchestrator.jobs import JobKind, lock_key
 from frontdesk.prompts import load_prompt
 from frontdesk.threads.builder import build_thread
 from frontdesk.threads.compaction import CompactionPolicy
+from frontdesk.threads.jobs import JobSpec
 from frontdesk.threads.store import ConversationStore
 from frontdesk.threads.summaries import SummaryRecord, SummaryStore
 from frontdesk.threads.tokens import TokenCounter
@@ -38,6 +43,21 @@ LEASE_TTL = 120.0
 """Seconds a compaction lease lasts; a crashed compactor's lease expires after this."""
 
 Status = Literal["compacted", "not_needed", "busy", "failed"]
+COMPACT = "compaction.compact"
+"""The job kind that compacts one path of a conversation."""
+
+
+def compaction_spec(conversation_id: str, leaf_id: str) -> JobSpec:
+    """The job compacting the path ending at `leaf_id` (one conversation's never overlap)."""
+    return JobSpec(
+        kind=COMPACT,
+        args={"conversation_id": conversation_id, "leaf_id": leaf_id},
+        lock=lock_key("compaction", conversation_id),
+    )
+
+
+class CompactionNotDone(Exception):
+    """A compaction job's attempt failed or found the lease taken: it is retried."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -161,18 +181,12 @@ def summariser_expert(
     )
 
 
-@dataclass
+@dataclass(frozen=True)
 class BackgroundCompaction:
-    """The orchestrator's compaction: one `Compactor`, and the tasks it runs after replies.
-
-    `Orchestrator.aclose` waits for the tasks (`wait`); one already running in this process
-    for a conversation is left to finish, and the next turn past the threshold schedules
-    again, so nothing is skipped for good (the database lease covers other processes).
-    """
+    """The orchestrator's compaction: one `Compactor`, run now (`thread compact`) or by the
+    `compaction.compact` jobs its replies record."""
 
     compactor: Compactor
-    _running: set[str] = field(default_factory=set)
-    _tasks: set[asyncio.Task[None]] = field(default_factory=set)
 
     async def compact(
         self, conversation_id: str, leaf_id: str, *, force: bool = False
@@ -180,29 +194,14 @@ class BackgroundCompaction:
         """Compact the path ending at `leaf_id` now (the CLI's `thread compact`)."""
         return await self.compactor.compact(conversation_id, leaf_id, force=force)
 
-    def schedule(self, conversation_id: str, leaf_id: str) -> None:
-        """Start a background compaction of the path ending at `leaf_id`."""
-        if conversation_id in self._running:
-            return
-        self._running.add(conversation_id)
-        turn = telemetry.link_to_current()  # The compaction's span links to this turn.
+    def job_kind(self) -> JobKind:
+        """The `compaction.compact` job kind (a failed or busy attempt is retried)."""
 
-        async def background() -> None:
-            try:
-                with telemetry.background(
-                    "frontdesk.compaction", turn, conversation_id=conversation_id
-                ):
-                    await self.compactor.compact(conversation_id, leaf_id)
-            except Exception:  # A background task has no caller to raise to.
-                log.exception("compaction.crashed", conversation_id=conversation_id)
-            finally:
-                self._running.discard(conversation_id)
+        async def run(args: Mapping[str, Any]) -> None:
+            result = await self.compactor.compact(
+                str(args["conversation_id"]), str(args["leaf_id"])
+            )
+            if result.status in ("failed", "busy"):
+                raise CompactionNotDone(result.error or result.status)
 
-        task = asyncio.get_running_loop().create_task(background())
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-
-    async def wait(self) -> None:
-        """Wait for the background compactions started so far."""
-        if self._tasks:
-            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+        return JobKind(name=COMPACT, run=run, timeout=LEASE_TTL)

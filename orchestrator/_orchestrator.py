@@ -9,6 +9,7 @@ edit, regeneration), a hand-off `orchestrator/handoff.py`.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import AsyncGenerator, Iterable, Mapping
 from datetime import timedelta
 from functools import partial
@@ -37,8 +38,17 @@ from frontdesk.orchestrator.config import (
     warn_offline_once,
 )
 from frontdesk.orchestrator.handoff import Claim, Handoff
+from frontdesk.orchestrator.jobs import (
+    DEFAULT_CONCURRENCY,
+    JOBS_MODES,
+    DrainTimeout,
+    JobKind,
+    Jobs,
+    JobsMode,
+    PeriodicJob,
+)
 from frontdesk.orchestrator.knowledge import HybridRetriever, Knowledge, Library
-from frontdesk.orchestrator.memory import Memories
+from frontdesk.orchestrator.memory import CLOSE_TIMEOUT, Memories
 from frontdesk.orchestrator.past_conversations import IDLE_AFTER, PastConversations
 from frontdesk.orchestrator.reply import Reply
 from frontdesk.orchestrator.stream import TurnEvent, stream_turn
@@ -52,6 +62,7 @@ from frontdesk.threads.handoff import (
     DEFAULT_WAITING_MESSAGE,
     HandoffPolicy,
 )
+from frontdesk.threads.jobs import JobStore
 from frontdesk.threads.knowledge import FullTextPassageRetriever, KnowledgeStore
 from frontdesk.threads.memory import FullTextRetriever, MemoryStore, Retriever
 from frontdesk.threads.store import DEFAULT_LEASE_TTL, ConversationStore, MessageRecord, TurnLease
@@ -130,6 +141,10 @@ class Orchestrator:
             docs/knowledge.md.
         summarise_idle_after: How long a conversation goes without a message before its
             summary is kept as a memory of its user (`remember_idle_conversations`).
+        jobs: Where the background jobs (learning, compaction, hand-off timeouts) run:
+            `inline` in this process (the default), `worker` in `frontdesk worker`
+            processes. Either way they are recorded with the reply (docs/jobs.md).
+        job_concurrency: Jobs this process runs at once (`inline`).
     """
 
     def __init__(
@@ -164,7 +179,14 @@ class Orchestrator:
         knowledge: bool = True,
         embeddings: Embedder | None = None,
         summarise_idle_after: timedelta = IDLE_AFTER,
+        jobs: JobsMode = "inline",
+        job_concurrency: int = DEFAULT_CONCURRENCY,
     ) -> None:
+        self._pipeline: Pipeline | None = None
+        self.use_jobs(jobs)
+        if job_concurrency < 1:
+            raise ConfigError(f"job_concurrency must be >= 1, got {job_concurrency}")
+        self.job_concurrency = job_concurrency
         self.categories = check_registry(list(categories))
         self.offline_by_default = offline_by_default(model)
         """No model was named and no provider key is set: every expert is the offline
@@ -226,7 +248,6 @@ class Orchestrator:
         self._experts = wiring.build()
         self._memory_expert = wiring.memory_expert()
         wiring.check_budgets(self._experts, self.budgets)
-        self._pipeline: Pipeline | None = None
         self._audit: AuditLog | None = None
         self._owns_store = isinstance(store, str)
         self._owns_audit = not isinstance(audit, AuditLog)
@@ -245,6 +266,7 @@ class Orchestrator:
             )
         self.summarise_idle_after = summarise_idle_after
         self._past: PastConversations | None = None
+        self._jobs: Jobs | None = None
         self._unfinished: set[asyncio.Task[Any]] = set()  # Turns whose stream reader left.
 
     # -- wiring -------------------------------------------------------------------------
@@ -346,7 +368,7 @@ class Orchestrator:
                 expert=self._memory_expert,
                 audit=self._audit,
             )
-            self._pipeline = Pipeline(
+            pipeline = Pipeline(
                 memory=self._memories if self._memory_on else None,
                 store=store,
                 audit=self._audit,
@@ -368,7 +390,52 @@ class Orchestrator:
                 knowledge=self._library if self._knowledge_on else None,
                 past=self._past if self._memory_on else None,
             )
+            kinds, periodic = self._job_kinds(pipeline)
+            jobs = Jobs(
+                store=JobStore(store.engine),
+                mode=self.jobs_mode,
+                conninfo=_conninfo(store),
+                kinds=kinds,
+                periodic=periodic,
+                concurrency=self.job_concurrency,
+            )
+            try:
+                await jobs.start()
+            except BaseException:  # Procrastinate missing or PostgreSQL away: close up.
+                await self._close_opened(store)
+                raise
+            self._jobs = self._memories.jobs = jobs
+            self._pipeline = dataclasses.replace(pipeline, jobs=jobs)
             return self._pipeline
+
+    def _job_kinds(self, p: Pipeline) -> tuple[list[JobKind], list[PeriodicJob]]:
+        """Every job kind and periodic job this orchestrator runs (docs/jobs.md, "Adding a
+        job kind"): a new one is added here."""
+        assert self._memories is not None and self._compaction is not None
+        kinds = [
+            self._memories.job_kind(p.store.get, p.store.conversation),
+            self._compaction.job_kind(),
+        ]
+        periodic = []
+        if self.handoff_policy.timeout is not None:
+            periodic.append(handoff.timeouts_job(p, p.handoff, p.lease))
+        if p.past is not None:  # Idle conversations' summaries kept as memories (issue 24).
+            past = p.past
+
+            async def remember_idle() -> None:
+                await past.remember_idle(limit=50)
+
+            periodic.append(
+                PeriodicJob(name="memory.idle_conversations", every=300, run=remember_idle)
+            )
+        return kinds, periodic
+
+    async def _close_opened(self, store: ConversationStore) -> None:
+        if self._audit is not None and self._owns_audit:
+            await self._audit.aclose()
+        self._audit = None
+        if self._owns_store:
+            await store.aclose()
 
     @property
     def knowledge(self) -> Knowledge:
@@ -429,6 +496,42 @@ class Orchestrator:
         normalise_url(store)
         self._store_spec = store
         self._owns_store = True
+
+    def use_jobs(self, mode: JobsMode) -> None:
+        """Run the background jobs `inline` (in this process) or in `worker` processes; what
+        `frontdesk serve --jobs worker` does to whatever `--app` built.
+
+        Raises:
+            UserError: the orchestrator is open already.
+            ConfigError: `mode` is neither.
+        """
+        if self._pipeline is not None:
+            raise UserError("use_jobs must be called before the orchestrator opens")
+        if mode not in JOBS_MODES:
+            raise ConfigError(f"jobs must be 'inline' or 'worker', got {mode!r}")
+        self.jobs_mode: JobsMode = mode
+
+    @property
+    def jobs(self) -> Jobs:
+        """The background jobs (after the first call that opened the store)."""
+        if self._jobs is None:
+            raise UserError("jobs start with the store; await orch.open() first")
+        return self._jobs
+
+    async def drain(self, timeout: float | None = None) -> None:  # noqa: ASYNC109 (public name)
+        """Wait until the background work is done (tests, scripts, a graceful shutdown):
+        turns whose stream reader left, then the jobs: with `jobs="inline"` every job
+        waiting or running in the database (those found at start included), with
+        `jobs="worker"` the jobs this orchestrator recorded. docs/jobs.md.
+
+        Raises:
+            DrainTimeout: `timeout` seconds passed with jobs left (a `TimeoutError`).
+        """
+        await self._open()
+        async with asyncio.timeout(timeout):
+            if self._unfinished:
+                await asyncio.gather(*list(self._unfinished), return_exceptions=True)
+        await self.jobs.drain(timeout)
 
     # -- public turns -------------------------------------------------------------------
 
@@ -673,15 +776,20 @@ class Orchestrator:
         task.add_done_callback(self._unfinished.discard)
 
     async def aclose(self) -> None:
-        """Wait for background work, then close what this orchestrator opened."""
+        """Wait for background work (with `jobs="inline"`, the jobs this orchestrator
+        recorded, for at most a minute; nothing when none is pending), then close what this
+        orchestrator opened."""
         if self._unfinished:
             await asyncio.gather(*list(self._unfinished), return_exceptions=True)
-        if self._compaction is not None:
-            await self._compaction.wait()
-        if self._memories is not None:
-            await self._memories.wait()
         if self._past is not None:
             await self._past.wait()
+        if self._jobs is not None:
+            if self.jobs_mode == "inline":  # What it recorded (others' jobs are theirs;
+                try:  # in `worker` mode the workers run them, durable meanwhile).
+                    await self._jobs.drain(CLOSE_TIMEOUT, mine=True)
+                except DrainTimeout as e:
+                    log.warning("jobs.left_at_close", jobs=e.left)
+            await self._jobs.aclose()
         if self._audit is not None and self._owns_audit:
             await self._audit.aclose()
         if self._pipeline is not None and self._owns_store:
@@ -696,6 +804,7 @@ class Orchestrator:
         self._memories = None
         self._library = None
         self._past = None
+        self._jobs = None
 
     async def __aenter__(self) -> Self:
         return await self.open()
@@ -790,3 +899,11 @@ class Orchestrator:
     def _check_question(self, text: str) -> None:
         """Refuse up front a question some expert could not be sent (the budgets' count)."""
         _wiring.check_question(text, {e: self.counter_for(e) for e in EXPERTS}, self.budgets)
+
+
+def _conninfo(store: ConversationStore) -> str | None:
+    """The libpq URL of a PostgreSQL store (Procrastinate's connection), else `None`."""
+    url = store.engine.url
+    if url.get_backend_name() != "postgresql":
+        return None
+    return url.set(drivername="postgresql").render_as_string(hide_password=False)

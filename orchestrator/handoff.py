@@ -8,15 +8,16 @@ right after it; a turn's last write goes the same way (`turn._finish`). The plac
 rules (waiting markers, what an operator's reply supersedes) are the store's:
 `threads/handoff.py`.
 
-The timeout is checked lazily: by a turn's first transaction (`turn.begin`), and by
-`handoffs()`; nothing runs in the background.
+The timeout is checked by a turn's first transaction (`turn.begin`), by `handoffs()`, and
+with no traffic at all by the periodic job `handoff.timeouts` (`timeouts_job`,
+docs/jobs.md), derived from the open `handoff` rows every `TIMEOUT_SWEEP` seconds.
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, Protocol, TypeVar
 
 import structlog
@@ -25,6 +26,7 @@ from frontdesk.audit.events import AuditEvent, EventKind
 from frontdesk.audit.store import AuditLog
 from frontdesk.db import Connection
 from frontdesk.errors import ConversationBusy, LeaseLost
+from frontdesk.orchestrator.jobs import PeriodicJob
 from frontdesk.threads.handoff import (
     Claimed,
     HandedBack,
@@ -42,6 +44,11 @@ log = structlog.get_logger("frontdesk.orchestrator")
 R = TypeVar("R")
 Also = Callable[[Connection, R], None]
 """What a store write runs last in its transaction, with what it wrote (the audit batch)."""
+
+TIMEOUTS = "handoff.timeouts"
+"""The periodic job handing back the hand-offs whose user waited past the timeout."""
+TIMEOUT_SWEEP = 1
+"""Seconds between two looks for timed-out hand-offs (a divisor of 60)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -187,8 +194,14 @@ async def handoffs(
     still: list[HandoffRecord] = []
     for record in await store.open_ones():
         due = policy.timeout is not None and record.waiting_since is not None
-        if not due or not await _expire(p, store, policy, record, lease_for):
+        if not due:
             still.append(record)
+        elif not await _expire(p, store, policy, record, lease_for):
+            # Not handed back here: busy, not due yet, or handed back meanwhile by the
+            # `handoff.timeouts` job; listed only if it is still open.
+            current = await store.current(record.conversation_id)
+            if current is not None:
+                still.append(current)
     now = utcnow()
     return [Handoff.of(r, now) for r in still]
 
@@ -288,6 +301,25 @@ async def hand_back(
         )
     finally:
         await lease.aclose()
+
+
+def timeouts_job(
+    p: Records, policy: HandoffPolicy, lease_for: Callable[[str], TurnLease]
+) -> PeriodicJob:
+    """`handoff.timeouts`: hand back, with the timeout message, every hand-off whose user
+    has waited past `policy.timeout`, whether or not anyone writes (derived from the rows,
+    so a tick missed while no runner ran is caught up by the next)."""
+
+    async def sweep() -> None:
+        if policy.timeout is None:
+            return
+        cutoff = utcnow() - timedelta(seconds=policy.timeout)
+        store = p.store.handoffs
+        for record in await store.open_ones():
+            if record.waiting_since is not None and record.waiting_since <= cutoff:
+                await _expire(p, store, policy, record, lease_for)
+
+    return PeriodicJob(name=TIMEOUTS, every=TIMEOUT_SWEEP, run=sweep)
 
 
 async def _expire(

@@ -21,13 +21,12 @@ import asyncio
 import contextlib
 import functools
 import re
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import structlog
 
-from frontdesk import telemetry
 from frontdesk.audit.chains import user_chain_id
 from frontdesk.audit.events import AuditEvent
 from frontdesk.audit.store import AuditLog
@@ -37,8 +36,12 @@ from frontdesk.experts.memory import MemoryExpert
 from frontdesk.labels import neutralise
 from frontdesk.memory import Memory, MemorySource
 from frontdesk.orchestrator._recorder import TurnRecorder, observing
+from frontdesk.orchestrator.jobs import JobKind, Jobs, lock_key
+from frontdesk.threads import ERASED_MARKER, ConversationRecord
 from frontdesk.threads.budget import Document
 from frontdesk.threads.builder import ExpertView
+from frontdesk.threads.errors import MessageNotFound
+from frontdesk.threads.jobs import JobSpec, mark_done
 from frontdesk.threads.memory import FullTextRetriever, MemoryStore, Retriever
 from frontdesk.threads.store import MessageRecord
 
@@ -53,9 +56,17 @@ RECALL_LIMIT = 32
 LEARN_TIMEOUT = 30.0
 """Seconds one background memory job may take (model retries included)."""
 CLOSE_TIMEOUT = 60.0
-"""Seconds `aclose` waits for memory jobs before cancelling them."""
+"""Seconds `wait` waits for the background jobs."""
 SETTLE_WAIT = 0.1
-"""Seconds a turn waits, at most, for its user's memory work still running here."""
+"""Seconds a turn waits, at most, for its user's memory jobs still running here."""
+LEARN = "memory.learn"
+"""The job kind that runs the memory expert on one user message."""
+
+
+def learn_spec(user_id: str, message_id: str) -> JobSpec:
+    """The job learning from the user message `message_id` (ids only: the job reads the
+    message when it runs, so an erasure leaves nothing readable in the job row)."""
+    return JobSpec(kind=LEARN, args={"message_id": message_id}, lock=lock_key("memory", user_id))
 
 
 # A statement about the speaker ("I live in Pune", "my son is vegan", "we moved") ...
@@ -134,9 +145,8 @@ class Memories:
     retriever: Retriever
     expert: MemoryExpert
     audit: AuditLog | None = None
-    _locks: dict[str, asyncio.Lock] = field(default_factory=dict)
-    _pending: dict[str, set[asyncio.Task[None]]] = field(default_factory=dict)
-    _tasks: set[asyncio.Task[None]] = field(default_factory=set)
+    jobs: Jobs | None = None
+    """The orchestrator's jobs (`recall` settles the user's, `wait` drains them)."""
 
     async def recall(self, user_id: str | None, text: str) -> list[Memory]:
         """The user's facts for a turn about `text`, best first (none without a user).
@@ -213,62 +223,54 @@ class Memories:
         # No fact text, only ids and keys: in clear, so it outlives an erasure readable.
         await self.audit.append(user_chain_id(user_id), [event], in_clear=True)
 
-    def schedule(
-        self, user_id: str | None, conversation_id: str, message_id: str, text: str
-    ) -> None:
-        """Learn from one user message in the background (nothing without a user)."""
-        if user_id is None:
-            return
-        turn = telemetry.link_to_current()  # The learning's span links to this turn.
-        task = asyncio.get_running_loop().create_task(
-            self._learn_in_order(user_id, conversation_id, message_id, text, turn)
-        )
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-        pending = self._pending.setdefault(user_id, set())
-        pending.add(task)
+    def job_kind(
+        self,
+        message: Callable[[str], Awaitable[MessageRecord]],
+        conversation: Callable[[str], Awaitable[ConversationRecord | None]],
+    ) -> JobKind:
+        """The `memory.learn` job kind, reading the message and its owner through the
+        conversation store's `message` and `conversation`."""
 
-        def done(finished: asyncio.Task[None]) -> None:
-            pending.discard(finished)
-            if not pending and self._pending.get(user_id) is pending:
-                del self._pending[user_id]
+        async def run(args: Mapping[str, Any]) -> None:
+            message_id = str(args["message_id"])
+            key = f"learn:{message_id}"
+            if self.jobs is not None and await self.jobs.store.is_done(key):
+                return  # Learnt already: a second run changes nothing.
+            try:
+                question = await message(message_id)
+            except MessageNotFound:  # Deleted since: nothing to learn.
+                return
+            owner = await conversation(question.conversation_id)
+            if owner is None or owner.user_id is None or question.content == ERASED_MARKER:
+                return
+            await self.learn(
+                owner.user_id, question.conversation_id, message_id, question.content, done_key=key
+            )
 
-        task.add_done_callback(done)
+        return JobKind(name=LEARN, run=run, timeout=LEARN_TIMEOUT)
 
     async def wait(self, within: float = CLOSE_TIMEOUT) -> None:
-        """Wait for the memory work started so far; past `within` seconds, cancel the rest."""
-        tasks = list(self._tasks)
-        if not tasks:
-            return
-        _done, late = await asyncio.wait(tasks, timeout=within)
-        for task in late:
-            task.cancel()
-        if late:
-            await asyncio.gather(*late, return_exceptions=True)
-            log.warning("memory.cancelled_at_close", jobs=len(late))
+        """Wait, at most `within` seconds, for the background jobs (`Orchestrator.drain`)."""
+        if self.jobs is not None:
+            with contextlib.suppress(TimeoutError):
+                await self.jobs.drain(within)
 
     async def _settle(self, user_id: str) -> None:
-        pending = list(self._pending.get(user_id, ()))
-        if pending:  # Shielded: the wait ends, the memory work goes on.
-            await asyncio.wait(pending, timeout=SETTLE_WAIT)
+        if self.jobs is not None:  # Bounded: the wait ends, the memory job goes on.
+            await self.jobs.settle(lock_key("memory", user_id), SETTLE_WAIT)
 
-    async def _learn_in_order(
-        self, user_id: str, conversation_id: str, message_id: str, text: str, turn: Any = None
+    async def learn(
+        self, user_id: str, conversation_id: str, message_id: str, text: str, *, done_key: str
     ) -> None:
-        lock = self._locks.setdefault(user_id, asyncio.Lock())
-        try:
-            async with lock, asyncio.timeout(LEARN_TIMEOUT):
-                with telemetry.background(
-                    "frontdesk.memory.learn", turn, conversation_id=conversation_id
-                ):
-                    await self._learn(user_id, conversation_id, message_id, text)
-        except Exception as e:  # A background task has no caller to raise to.
-            log.warning("memory.crashed", conversation_id=conversation_id, error=type(e).__name__)
-        finally:
-            if not lock.locked() and self._locks.get(user_id) is lock:
-                del self._locks[user_id]
+        """Run the memory expert on one user message and store what it found, with
+        `done_key` in the same transaction. A failure is audited (`memory_failed`), then
+        raised, so the job is retried."""
+        async with asyncio.timeout(LEARN_TIMEOUT):
+            await self._learn(user_id, conversation_id, message_id, text, done_key=done_key)
 
-    async def _learn(self, user_id: str, conversation_id: str, message_id: str, text: str) -> None:
+    async def _learn(
+        self, user_id: str, conversation_id: str, message_id: str, text: str, *, done_key: str
+    ) -> None:
         recorder = TurnRecorder(turn_id=message_id)
         meta = {"conversation_id": conversation_id, "turn_id": message_id}
         try:
@@ -278,23 +280,20 @@ class Memories:
                 result = await self.expert.run(
                     text, known=known_block(known), metadata=meta, observer=recorder
                 )
-            written = []
-            if result.facts:
-                written = await self.store.add_many(
-                    user_id,
-                    [(f.text, f.key) for f in result.facts],
-                    source="memory_expert",
-                    conversation_id=conversation_id,
-                    message_id=message_id,
-                )
+            written = await self.store.add_many(
+                user_id,
+                [(f.text, f.key) for f in result.facts],
+                source="memory_expert",
+                conversation_id=conversation_id,
+                message_id=message_id,
+                also=lambda conn: mark_done(conn, done_key),
+            )
         except (Exception, TimeoutError, asyncio.CancelledError) as e:
             recorder.note("memory_failed", error=f"{type(e).__name__}: {e}")
             with contextlib.suppress(Exception):
                 await self._audit(conversation_id, user_id, recorder)
             log.warning("memory.failed", conversation_id=conversation_id, error=type(e).__name__)
-            if isinstance(e, asyncio.CancelledError):
-                raise
-            return
+            raise
         if written:
             recorder.note(
                 "memory_written",

@@ -15,6 +15,7 @@ from frontdesk.orchestrator._compaction import BackgroundCompaction
 from frontdesk.orchestrator._orchestrator import Orchestrator
 from frontdesk.orchestrator.erasure import ErasureReport
 from frontdesk.orchestrator.handoff import Claim, Handoff
+from frontdesk.orchestrator.jobs import Jobs, JobsMode
 from frontdesk.orchestrator.knowledge import Knowledge
 from frontdesk.orchestrator.memory import Memories
 from frontdesk.orchestrator.reply import Reply
@@ -91,6 +92,19 @@ class SyncOrchestrator:
     def use_store(self, store: str) -> None:
         """`Orchestrator.use_store`."""
         self.orchestrator.use_store(store)
+
+    def use_jobs(self, mode: JobsMode) -> None:
+        """`Orchestrator.use_jobs`."""
+        self.orchestrator.use_jobs(mode)
+
+    @property
+    def jobs(self) -> Jobs:
+        """`Orchestrator.jobs` (async: run its calls on your own loop)."""
+        return self.orchestrator.jobs
+
+    def drain(self, timeout: float | None = None) -> None:
+        """Blocking `Orchestrator.drain`."""
+        self._runner.run(self.orchestrator.drain(timeout))
 
     def finish_in_background(self, task: asyncio.Task[Any]) -> None:
         """`Orchestrator.finish_in_background` (a task of this instance's loop)."""

@@ -5,9 +5,10 @@
              has the conversation is kept for them with its waiting marker (no expert runs)
     experts  triage -> request -> handler, whose outcome is stored before going on;
              then the response expert (a retry reuses the stored outcome and calls only it)
-    finish   the reply, the outcome's usage, the audit batch and the lease release
+    finish   the reply, the outcome's usage, the jobs that follow it (the memory expert,
+             compaction: docs/jobs.md), the audit batch and the lease release
              (1 transaction when the audit log shares the conversation database)
-    after    a person when the bot said one takes over, the memory expert, compaction
+    after    a person when the bot said one takes over
 
 A turn that fails after its question was stored leaves its safe reply as a `failed`
 marker under it, so the thread still alternates; a retry with the same client message id
@@ -59,7 +60,7 @@ from frontdesk.memory import Memory
 from frontdesk.orchestrator import _listen, fallbacks, handler_errors, handoff
 from frontdesk.orchestrator import knowledge as _knowledge
 from frontdesk.orchestrator import memory as _memory
-from frontdesk.orchestrator._compaction import BackgroundCompaction
+from frontdesk.orchestrator._compaction import BackgroundCompaction, compaction_spec
 from frontdesk.orchestrator._recorder import (
     TurnRecorder,
     field_rules_of,
@@ -68,6 +69,7 @@ from frontdesk.orchestrator._recorder import (
     usage_dict,
 )
 from frontdesk.orchestrator.errors import TurnFailed
+from frontdesk.orchestrator.jobs import Jobs
 from frontdesk.orchestrator.past_conversations import PastConversations
 from frontdesk.orchestrator.reply import Reply
 from frontdesk.threads.budget import Budget, Document
@@ -80,6 +82,7 @@ from frontdesk.threads.builder import (
 )
 from frontdesk.threads.compaction import CompactionPolicy
 from frontdesk.threads.handoff import HandoffPolicy, Opened
+from frontdesk.threads.jobs import JobSpec
 from frontdesk.threads.store import (
     ConversationStore,
     MessageRecord,
@@ -103,8 +106,9 @@ CONTENT_ERRORS = (OutputValidationError, TruncatedOutput, Refusal, ValidationErr
 
 async def run_turn(p: Pipeline, conversation_id: str, start: Start) -> Reply:
     """Answer one user message: start, experts, finish, under the conversation's lease
-    (given back in any case); then what follows an answer. All of it is one
-    `frontdesk.turn` span (the expert calls' spans are its children)."""
+    (given back in any case). What follows the reply (a person, learning, compaction) was
+    recorded in the reply's own transaction. All of it is one `frontdesk.turn` span (the
+    expert calls' spans are its children)."""
     with telemetry.turn(conversation_id) as span:
         lease = p.lease(conversation_id)
         try:
@@ -130,7 +134,6 @@ async def run_turn(p: Pipeline, conversation_id: str, start: Start) -> Reply:
                 raise
         finally:
             await lease.aclose()
-        await _after(p, conversation_id, s, reply)  # A person, the memory expert, compaction.
         return _traced(span, reply, held=False)
 
 
@@ -776,9 +779,9 @@ def _previous_question(t: Turn) -> str | None:
 async def _finish(
     p: Pipeline, lease: TurnLease, t: Turn, decided: Decided, answer: ResponseResult
 ) -> Reply:
-    """Store the reply and the outcome, write the audit batch and give the lease back: one
-    transaction when the audit log shares the conversation database, else in that order
-    (`handoff.audited`, the path of a hand-off's writes too)."""
+    """Store the reply, the outcome and the jobs that follow it, write the audit batch and
+    give the lease back: one transaction when the audit log shares the conversation
+    database, else in that order (`handoff.audited`, the path of a hand-off's writes too)."""
     reply = p.store.stage_reply(
         t.user_message,
         answer.text,
@@ -788,13 +791,19 @@ async def _finish(
     t.recorder.note("reply", assistant_message_id=reply.id, text=answer.text, model=reply.model)
     answered = {**decided.answered, "response": answer.response}
     outcome = _stored(t, dataclasses.replace(decided, answered=answered), answer.passages)
+    jobs = _jobs_after(p, t, reply)
     if p.audit is not None:
         await p.audit.prepare_key(t.user_id)  # Only a user's first turn (per process) writes.
 
-    def write(also: handoff.Also[Opened | None] | None) -> Awaitable[Opened | None]:
+    async def write(also: handoff.Also[Opened | None] | None) -> Opened | None:
         # Written apart, the batch goes in under the lease (`run_turn` gives it back after).
         release = also is not None or p.audit is None
-        return p.store.finish_turn(lease, reply, outcome=outcome, also=also, release=release)
+        finished = await p.store.finish_turn(
+            lease, reply, outcome=outcome, also=also, release=release, jobs=jobs
+        )
+        if p.jobs is not None and finished.job_ids:
+            p.jobs.recorded(jobs, finished.job_ids)  # Committed: this runner looks at once.
+        return finished.opened
 
     try:
         await handoff.audited(
@@ -835,19 +844,23 @@ async def _fail(p: Pipeline, t: Turn, error: Exception) -> None:
 # -- after -------------------------------------------------------------------------------
 
 
-async def _after(p: Pipeline, conversation_id: str, s: Started, reply: Reply) -> None:
-    """What follows a reply the experts made: the memory expert (in the background) and
-    the compaction of a thread grown long. (The person the bot said takes over has the
-    conversation already: the reply's own transaction opened the hand-off.)"""
-    question = s.question
-    # The memory expert reads the user's message only, and only one that may state a fact.
-    if p.memory is not None and _memory.may_state_a_fact(question.content):
-        p.memory.schedule(s.user_id, conversation_id, question.id, question.content)
-    # The policy is checked on the thread already in memory, so a turn under the
-    # threshold costs no database read; the background task checks again under its lease.
-    after = [*s.thread.messages, ThreadMessage(role="assistant", content=reply.text)]
+def _jobs_after(p: Pipeline, t: Turn, reply: MessageRecord) -> list[JobSpec]:
+    """The jobs a reply records in its own transaction: the memory expert learns from the
+    user's message (only one that may state a fact: `memory.may_state_a_fact`); the
+    summariser compacts a thread past its threshold (checked on the thread already in
+    memory, so a turn under it costs no database read)."""
+    jobs = []
+    question = t.user_message
+    if (
+        p.memory is not None
+        and t.user_id is not None
+        and _memory.may_state_a_fact(question.content)
+    ):
+        jobs.append(_memory.learn_spec(t.user_id, question.id))
+    after = [*t.thread.messages, ThreadMessage(role="assistant", content=reply.content)]
     if p.compaction_policy.plan(after, p.counter) is not None:
-        p.compaction.schedule(conversation_id, reply.message_id)
+        jobs.append(compaction_spec(t.conversation_id, reply.id))
+    return jobs
 
 
 # -- what a turn carries -----------------------------------------------------------------
@@ -885,6 +898,8 @@ class Pipeline:
     """The business's documents (`None`: no turn reads any)."""
     past: PastConversations | None = None
     """Keeps a handed-back conversation's summary as a memory of its user."""
+    jobs: Jobs | None = None
+    """The background jobs: a reply records its own in its transaction (docs/jobs.md)."""
     handler_errors: handler_errors.HandlerErrors = "reply"
     """A handler's failure: the apology (`reply`) or `HandlerFailed` (`raise`)."""
 

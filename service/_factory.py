@@ -10,6 +10,7 @@ command line says reaches them as environment variables:
     FRONTDESK_SERVE_APP      --app mod:attr (an Orchestrator or a function returning one)
     FRONTDESK_SERVE_DB       --db URL, given to the app as its store
     FRONTDESK_SERVE_MODEL    --model SPEC
+    FRONTDESK_SERVE_JOBS     --jobs inline|worker (where the background jobs run)
     FRONTDESK_JWT_SECRET     HS256 key            FRONTDESK_JWT_PUBLIC_KEY  RS256 key (PEM/path)
     FRONTDESK_JWT_AUDIENCE   required `aud`       FRONTDESK_JWT_ISSUER      required `iss`
     FRONTDESK_RATE_LIMIT     per user, e.g. 240/minute (default), or off
@@ -46,6 +47,7 @@ from frontdesk import metrics
 from frontdesk.errors import ConfigError
 from frontdesk.orchestrator import Orchestrator
 from frontdesk.orchestrator.app import DEFAULT_APP, default_db, load_app
+from frontdesk.orchestrator.jobs import JOBS_MODES
 from frontdesk.service._app import create_app
 from frontdesk.service._auth import OPERATOR_ROLE, TokenVerifier, mint_token
 from frontdesk.service._events import StreamTiming
@@ -80,6 +82,7 @@ class ServiceSettings:
     db: str | None
     model: str | None
     verifier: TokenVerifier
+    jobs: str
     rate_limit: RateLimit | None
     redis_url: str | None
     max_body_bytes: int
@@ -116,6 +119,7 @@ class ServiceSettings:
             db=env.get("FRONTDESK_SERVE_DB") or None,
             model=env.get("FRONTDESK_SERVE_MODEL") or None,
             verifier=TokenVerifier.from_env(env),
+            jobs=env.get("FRONTDESK_SERVE_JOBS") or "inline",
             rate_limit=RateLimit.parse(env.get("FRONTDESK_RATE_LIMIT", DEFAULT_RATE_LIMIT)),
             redis_url=env.get("FRONTDESK_REDIS_URL") or None,
             max_body_bytes=int(raw_body),
@@ -138,6 +142,9 @@ class ServiceSettings:
         db = self.db or default_db()
         orch = load_app(self.app, model=self.model, db=db)
         orch.use_store(db)
+        if self.jobs not in JOBS_MODES:
+            raise ConfigError(f"--jobs {self.jobs!r}: 'inline' or 'worker'")
+        orch.use_jobs(self.jobs)
         return orch
 
 
@@ -219,6 +226,7 @@ def prepare_serve(
     max_connections: int | None = None,
     allow_clear_audit: bool = False,
     metrics_port: int | None = None,
+    jobs: str = "inline",
 ) -> Prepared:
     """Check `frontdesk serve`'s settings and hand them to the workers (the environment),
     before any worker starts; with `demo_tokens`, mint the demo page URLs (DEV ONLY).
@@ -250,6 +258,7 @@ def prepare_serve(
             if value <= 0:
                 raise ConfigError(f"{name}={value}: must be more than 0")
             os.environ[name] = str(value)
+    os.environ["FRONTDESK_SERVE_JOBS"] = jobs
     if metrics_port is not None:
         if metrics_port == port or not 0 < metrics_port < 65536:
             raise ConfigError(f"--metrics-port {metrics_port}: a free port other than --port")
@@ -257,6 +266,9 @@ def prepare_serve(
     # The app loads (a bad --app or --db is said here, once), and fails closed.
     orch = load_app(app, model=model, db=store)
     orch.use_store(store)
+    if jobs not in JOBS_MODES:
+        raise ConfigError(f"--jobs {jobs!r}: 'inline' or 'worker'")
+    orch.use_jobs(jobs)
     startup = Startup(db=store, workers=workers, allow_clear_audit=allow_clear_audit or demo_tokens)
     refuse_unsafe(orch, startup)
     urls = demo_urls(host, port, environ=os.environ) if demo_tokens else None

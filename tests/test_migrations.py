@@ -582,3 +582,47 @@ def test_0016_moves_the_librarys_flags_out_of_outcome_data_and_back(empty_url: s
         "c-handoff": {"mine": 1, "handoff": True, "reason": "asked for a person"},
         "c-failed": {"error": "handler_failed"},
     }
+
+
+def test_0012_jobs_sets_up_the_job_engine_and_takes_it_back(empty_url: str) -> None:
+    """PostgreSQL: Procrastinate's schema (its defer function works) and `job_error`;
+    SQLite: the `job` table. Downgrading leaves no object of either behind."""
+    postgres = empty_url.startswith("postgresql")
+    ours = {"procrastinate_jobs", "procrastinate_events", "job_error"} if postgres else {"job"}
+    ours |= {"job_done"}
+
+    async def up() -> None:
+        engine = create_engine(empty_url)
+        try:
+            await upgrade_schema(engine, "head")
+            if postgres:
+                async with engine.begin() as conn:
+                    deferred = await conn.execute(
+                        sa.text(
+                            "SELECT procrastinate_defer_jobs_v1(ARRAY[ROW('q', 't', 0, NULL,"
+                            " NULL, '{}'::jsonb, NULL)]::procrastinate_job_to_defer_v1[])"
+                        )
+                    )
+                    assert len(deferred.scalar_one()) == 1
+        finally:
+            await engine.dispose()
+
+    async def functions() -> int:
+        engine = create_engine(empty_url)
+        try:
+            async with engine.connect() as conn:
+                found = await conn.execute(
+                    sa.text("SELECT count(*) FROM pg_proc WHERE proname LIKE 'procrastinate%'")
+                )
+                return int(found.scalar_one())
+        finally:
+            await engine.dispose()
+
+    asyncio.run(up())
+    assert ours <= asyncio.run(_tables(empty_url))
+    asyncio.run(_downgrade_to(empty_url, _before("0012_jobs")))
+    assert not ours & asyncio.run(_tables(empty_url))
+    if postgres:
+        assert asyncio.run(functions()) == 0
+    asyncio.run(up())  # And up again, from the state it left.
+    assert ours <= asyncio.run(_tables(empty_url))

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, Protocol, cast
 
@@ -284,8 +284,10 @@ class MemoryStore:
         source: MemorySource,
         conversation_id: str | None = None,
         message_id: str | None = None,
+        also: Callable[[Connection], None] | None = None,
     ) -> list[tuple[Memory, list[str]]]:
-        """Store several `(text, key)` facts in one transaction (see `add`)."""
+        """Store several `(text, key)` facts in one transaction (see `add`); `also` runs in
+        it too (a job's idempotency key, `threads.jobs.mark_done`)."""
         check_id(user_id, "user_id")
         if source not in SOURCES:
             raise InvalidInput(f"memory source must be one of {', '.join(SOURCES)}, not {source!r}")
@@ -293,10 +295,13 @@ class MemoryStore:
 
         def work(conn: Connection) -> list[tuple[Memory, list[str]]]:
             _lock_user(conn, user_id)
-            return [
+            written = [
                 _add(conn, user_id, text, key, source, conversation_id, message_id)
                 for text, key in cleaned
             ]
+            if also is not None:
+                also(conn)
+            return written
 
         return await run_sync_tx(self.engine, work)
 

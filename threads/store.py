@@ -10,9 +10,9 @@ because SQLite ignores `SELECT ... FOR UPDATE`).
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from contextlib import AbstractAsyncContextManager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import sqlalchemy as sa
@@ -24,6 +24,7 @@ from frontdesk.db import create_engine, dispose_engine
 from frontdesk.schema import ensure_schema
 from frontdesk.threads import _lease, _outcomes, _writes
 from frontdesk.threads import handoff as handoff_sql
+from frontdesk.threads import jobs as _jobs
 from frontdesk.threads._lease import TurnLease
 from frontdesk.threads._outcomes import TurnOutcome, TurnRecord
 from frontdesk.threads._records import (
@@ -50,6 +51,7 @@ from frontdesk.threads.handoff import (
     HandoffStore,
     Opened,
 )
+from frontdesk.threads.jobs import JobSpec
 from frontdesk.threads.models import Conversation, Message, utcnow
 from frontdesk.threads.summaries import PathSinceSummary, path_since_newest_sync
 
@@ -75,6 +77,16 @@ DEFAULT_LEASE_TTL = _lease.DEFAULT_TTL
 
 _conv = Conversation.__table__  # type: ignore[attr-defined]
 _msg = Message.__table__  # type: ignore[attr-defined]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class FinishedTurn:
+    """What a turn's last transaction did besides the reply (`ConversationStore.finish_turn`)."""
+
+    opened: Opened | None = None
+    """The hand-off the stored outcome opened (`Outcome(handoff=...)`, the HUMAN route)."""
+    job_ids: list[int] = field(default_factory=list)
+    """The ids of the jobs recorded with the reply (`threads.jobs`)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -431,11 +443,14 @@ class ConversationStore:
         outcome: TurnOutcome | None = None,
         also: Callable[[Connection, Opened | None], None] | None = None,
         release: bool = True,
-    ) -> Opened | None:
+        jobs: Sequence[JobSpec] = (),
+    ) -> FinishedTurn:
         """End a turn in one transaction: store `outcome` (or its usage; one with `handoff`
         opens the hand-off here too), store `reply` (from `stage_reply`) as the active leaf
-        in place of any failed-turn marker, run `also` (the turn's audit batch, given the
-        hand-off this transaction opened), and give the lease back. Returns that hand-off.
+        in place of any failed-turn marker, record `jobs` (what runs after the reply:
+        `threads.jobs`), run `also` (the turn's audit batch, given the hand-off this
+        transaction opened), and give the lease back. Returns that hand-off and the recorded
+        jobs' ids.
 
         This is the turn's last transaction, the one place its final writes happen. With
         `release=False` the lease stays held (for a last write elsewhere, then
@@ -450,6 +465,7 @@ class ConversationStore:
         """
 
         opened: list[Opened | None] = [None]
+        ids: list[int] = []
 
         def work(conn: Connection) -> None:
             if not release:
@@ -458,6 +474,7 @@ class ConversationStore:
                 opened[0] = _outcomes.save(conn, outcome)
             if reply is not None:
                 _outcomes.write_reply(conn, reply)
+            ids[:] = _jobs.defer(conn, jobs)
             if also is not None:
                 also(conn, opened[0])
 
@@ -465,7 +482,7 @@ class ConversationStore:
             await lease.release(work)
         else:
             await run_sync_tx(self.engine, work)
-        return opened[0]
+        return FinishedTurn(opened=opened[0], job_ids=ids)
 
     async def mark_failed(
         self, question: MessageRecord, safe_reply: str, *, lease: TurnLease | None = None

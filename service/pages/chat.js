@@ -225,7 +225,8 @@ async function exchange(text, key) {
           answer.dataset.parent = event.user_message_id;
         } else if (answer) answer.remove();
         answered(key);
-        setTimeout(loadMemories, 1000);  // what it learnt is stored just after the reply
+        setTimeout(loadMemories, 1000);  // what it learnt is stored just after the reply (a job:
+        setTimeout(loadMemories, 4000);  // usually within a second, later on a busy server)
       } else if (frame.type === "failed") {
         finished = true;
         if (event.user_message_id) mine.dataset.id = event.user_message_id;

@@ -94,10 +94,10 @@ async def _main(url: str, point: str, folder: Path) -> None:
         if point == "after_outcome":
             die()
 
-    async def die_then_finish(*args: Any, **kwargs: Any) -> None:
+    async def die_then_finish(*args: Any, **kwargs: Any) -> list[int]:
         if point == "before_finish":
             die()
-        await finish(*args, **kwargs)
+        return await finish(*args, **kwargs)
 
     store.save_outcome = save_then_die  # type: ignore[method-assign]
     store.finish_turn = die_then_finish  # type: ignore[method-assign]

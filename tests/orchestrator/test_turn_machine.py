@@ -77,7 +77,7 @@ class TurnMachine(RuleBasedStateMachine):
 
         async def settle() -> None:
             orchestrator = await self.orch.orchestrator.open()
-            await orchestrator.compaction.wait()
+            await orchestrator.drain()
 
         self._run(settle())
 

@@ -1,0 +1,521 @@
+"""Job rows: every SQL statement on the job tables (revision `0012_jobs`, docs/jobs.md).
+
+A job is recorded in the transaction of the row that causes it (`defer`, run inside the
+reply's own write), so a crash after that commit loses nothing. On PostgreSQL the rows are
+Procrastinate's (`procrastinate_jobs`, written through its `procrastinate_defer_jobs_v1`
+function, run by its workers); `job_error` keeps each job's last error beside them. On
+SQLite the rows are `job` (the same fields) and this module also holds the in-process
+runner's claims: the oldest due job whose lock no earlier job holds, as Procrastinate's
+`procrastinate_fetch_job_v2` picks it, so one lock's jobs run one at a time, in order.
+
+`job_done` holds the idempotency key of each job whose effect is stored, written in the
+effect's own transaction (`mark_done`), so a job run twice changes nothing the second time.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any, Literal
+
+import sqlalchemy as sa
+from sqlalchemy import Connection
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from frontdesk.threads._tx import run_sync_tx
+from frontdesk.threads.models import UTCDateTime, utcnow
+
+__all__ = [
+    "PERIODIC_QUEUE",
+    "QUEUE",
+    "JobRow",
+    "JobSpec",
+    "JobStatus",
+    "JobStore",
+    "cancel",
+    "claim",
+    "defer",
+    "due",
+    "finish",
+    "is_done",
+    "list_jobs",
+    "mark_done",
+    "outstanding",
+    "record_error",
+    "renew",
+    "retry",
+    "statuses",
+]
+
+QUEUE = "frontdesk"
+"""The queue every frontdesk job is recorded on (listed by `frontdesk jobs`)."""
+PERIODIC_QUEUE = "frontdesk-periodic"
+"""The queue of Procrastinate's periodic ticks (derived work, not listed, not drained)."""
+
+JobStatus = Literal["todo", "doing", "succeeded", "failed", "cancelled", "aborted"]
+
+_meta = sa.MetaData()
+job_table = sa.Table(
+    "job",
+    _meta,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("queue_name", sa.String(128), nullable=False),
+    sa.Column("task_name", sa.String(128), nullable=False),
+    sa.Column("lock", sa.Text),
+    sa.Column("queueing_lock", sa.Text),
+    sa.Column("args", sa.JSON, nullable=False),
+    sa.Column("status", sa.String(16), nullable=False),
+    sa.Column("scheduled_at", UTCDateTime),
+    sa.Column("attempts", sa.Integer, nullable=False),
+    sa.Column("leased_until", sa.Float),
+    sa.Column("last_error", sa.Text),
+    sa.Column("created_at", UTCDateTime, nullable=False),
+)
+job_error_table = sa.Table(
+    "job_error",
+    _meta,
+    sa.Column("job_id", sa.BigInteger, primary_key=True),
+    sa.Column("error", sa.Text, nullable=False),
+    sa.Column("at", UTCDateTime, nullable=False),
+)
+job_done_table = sa.Table(
+    "job_done",
+    _meta,
+    sa.Column("key", sa.String(300), primary_key=True),
+    sa.Column("done_at", UTCDateTime, nullable=False),
+)
+_j, _e, _d = job_table, job_error_table, job_done_table
+
+MAX_ERROR_CHARS = 2000
+"""Longest last error kept (the rest is cut)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class JobSpec:
+    """One job to record: its kind (the task name), arguments and ordering."""
+
+    kind: str
+    args: dict[str, Any] = field(default_factory=dict)
+    """JSON arguments (ids only: no personal data in a job row)."""
+    lock: str | None = None
+    """Jobs with the same lock run one at a time, in the order they were recorded."""
+    queueing_lock: str | None = None
+    """At most one job with this key waits to run (a second one is not recorded)."""
+    scheduled_at: datetime | None = None
+    """Not before this time (`None`: at once)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class JobRow:
+    """A recorded job, as `frontdesk jobs` lists it."""
+
+    id: int
+    kind: str
+    status: str
+    attempts: int
+    """Runs started so far (a job failing three times shows 3)."""
+    lock: str | None
+    args: dict[str, Any]
+    scheduled_at: datetime | None
+    last_error: str | None
+
+    def as_json(self) -> dict[str, Any]:
+        """The row as `frontdesk jobs --json` prints it."""
+        return {
+            "id": self.id,
+            "kind": self.kind,
+            "status": self.status,
+            "attempts": self.attempts,
+            "key": self.lock,
+            "args": self.args,
+            "scheduled_at": None if self.scheduled_at is None else self.scheduled_at.isoformat(),
+            "last_error": self.last_error,
+        }
+
+
+def _pg(conn: Connection) -> bool:
+    return conn.dialect.name == "postgresql"
+
+
+_DEFER_PG = sa.text(
+    "SELECT procrastinate_defer_jobs_v1(ARRAY("
+    " SELECT ROW(e.j->>'queue', e.j->>'task', 0, e.j->>'lock', e.j->>'qlock', e.j->'args',"
+    " CAST(e.j->>'at' AS timestamptz))::procrastinate_job_to_defer_v1"
+    " FROM jsonb_array_elements(CAST(:jobs AS jsonb)) WITH ORDINALITY AS e(j, n) ORDER BY e.n))"
+)
+"""One statement: the jobs travel as one JSON parameter (no value is formatted into SQL)."""
+
+
+def _pg_jobs(specs: Sequence[JobSpec]) -> str:
+    return json.dumps(
+        [
+            {
+                "queue": QUEUE,
+                "task": s.kind,
+                "lock": s.lock,
+                "qlock": s.queueing_lock,
+                "args": s.args,
+                "at": None if s.scheduled_at is None else s.scheduled_at.isoformat(),
+            }
+            for s in specs
+        ],
+        separators=(",", ":"),
+    )
+
+
+def defer(conn: Connection, specs: Sequence[JobSpec]) -> list[int]:
+    """Record `specs` in the caller's transaction (one statement); returns their ids.
+
+    A spec whose `queueing_lock` already has a job waiting is not recorded (on PostgreSQL,
+    pass such specs in a transaction of their own: Procrastinate refuses them by a unique
+    violation, which aborts the transaction)."""
+    if not specs:
+        return []
+    if _pg(conn):
+        ids = conn.execute(_DEFER_PG, {"jobs": _pg_jobs(specs)}).scalar_one()
+        return [int(i) for i in ids or ()]
+    now = utcnow()
+    rows = [
+        {
+            "queue_name": QUEUE,
+            "task_name": s.kind,
+            "lock": s.lock,
+            "queueing_lock": s.queueing_lock,
+            "args": s.args,
+            "status": "todo",
+            "scheduled_at": s.scheduled_at,
+            "attempts": 0,
+            "created_at": now,
+        }
+        for s in specs
+    ]
+    stmt = sqlite.insert(_j).values(rows).on_conflict_do_nothing().returning(_j.c.id)
+    return [int(r[0]) for r in conn.execute(stmt)]
+
+
+# -- idempotency ----------------------------------------------------------------------
+
+
+def is_done(conn: Connection, key: str) -> bool:
+    """Whether the effect of the job with idempotency key `key` is stored."""
+    return conn.execute(sa.select(_d.c.key).where(_d.c.key == key)).first() is not None
+
+
+def mark_done(conn: Connection, key: str) -> None:
+    """Record, in the effect's own transaction, that the job `key` took effect."""
+    insert: Any = (postgresql if _pg(conn) else sqlite).insert
+    conn.execute(
+        insert(_d).values(key=key, done_at=utcnow()).on_conflict_do_nothing(index_elements=["key"])
+    )
+
+
+# -- listing and mending (both backends) -----------------------------------------------
+
+_PG_LIST = """
+SELECT j.id, j.task_name, j.status::text AS status, j.lock, j.args, j.scheduled_at,
+       j.attempts + CASE WHEN j.status = 'doing' THEN 1 ELSE 0 END
+           AS attempts,
+       e.error AS last_error
+  FROM procrastinate_jobs j LEFT JOIN job_error e ON e.job_id = j.id
+ WHERE j.queue_name = :queue AND CAST(j.status AS text) = ANY(:statuses)
+ ORDER BY j.id
+ LIMIT :limit
+"""
+
+
+def statuses(failed_only: bool) -> tuple[str, ...]:
+    """The statuses `frontdesk jobs` lists: pending, running and failed (or failed only)."""
+    return ("failed",) if failed_only else ("todo", "doing", "failed")
+
+
+def list_jobs(
+    conn: Connection, *, status: Sequence[str] = ("todo", "doing", "failed"), limit: int = 500
+) -> list[JobRow]:
+    """The jobs in `status`, oldest first."""
+    if _pg(conn):
+        rows = conn.execute(
+            sa.text(_PG_LIST),
+            {"queue": QUEUE, "statuses": list(status), "limit": limit},
+        ).mappings()
+        return [
+            JobRow(
+                id=int(r["id"]),
+                kind=r["task_name"],
+                status=r["status"],
+                attempts=int(r["attempts"]),
+                lock=r["lock"],
+                args=dict(r["args"] or {}),
+                scheduled_at=r["scheduled_at"],
+                last_error=r["last_error"],
+            )
+            for r in rows
+        ]
+    stmt = sa.select(_j).where(_j.c.status.in_(list(status))).order_by(_j.c.id).limit(limit)
+    return [_row(r) for r in conn.execute(stmt).mappings()]
+
+
+def _row(r: Any) -> JobRow:
+    return JobRow(
+        id=int(r["id"]),
+        kind=r["task_name"],
+        status=r["status"],
+        attempts=int(r["attempts"]),
+        lock=r["lock"],
+        args=dict(r["args"] or {}),
+        scheduled_at=r["scheduled_at"],
+        last_error=r["last_error"],
+    )
+
+
+def outstanding(
+    conn: Connection, ids: Sequence[int] | None = None, *, exclude: Sequence[str] = ()
+) -> int:
+    """How many jobs (of `ids`, or all but the kinds `exclude`) are to run or running."""
+    if _pg(conn):
+        sql = "SELECT count(*) FROM procrastinate_jobs WHERE queue_name = :queue"
+        sql += " AND status IN ('todo', 'doing')"
+        params: dict[str, Any] = {"queue": QUEUE}
+        if ids is not None:
+            sql += " AND id = ANY(:ids)"
+            params["ids"] = [int(i) for i in ids]
+        if exclude:
+            sql += " AND NOT task_name = ANY(:exclude)"
+            params["exclude"] = list(exclude)
+        return int(conn.execute(sa.text(sql), params).scalar_one())
+    stmt = sa.select(sa.func.count()).select_from(_j).where(_j.c.status.in_(["todo", "doing"]))
+    if ids is not None:
+        stmt = stmt.where(_j.c.id.in_(list(ids)))
+    if exclude:
+        stmt = stmt.where(_j.c.task_name.not_in(list(exclude)))
+    return int(conn.execute(stmt).scalar_one())
+
+
+def retry(conn: Connection, job_id: int) -> bool:
+    """Run a failed (or cancelled) job again, at once; `False` when it is not one."""
+    if _pg(conn):
+        found = conn.execute(
+            sa.text(
+                "SELECT status::text FROM procrastinate_jobs WHERE id = :id AND queue_name = :q"
+                " FOR UPDATE"
+            ),
+            {"id": job_id, "q": QUEUE},
+        ).scalar()
+        if found not in ("failed", "cancelled", "aborted"):
+            return False
+        if found == "failed":
+            conn.execute(
+                sa.text("SELECT procrastinate_retry_job_v2(:id, now(), NULL, NULL, NULL)"),
+                {"id": job_id},
+            )
+        else:  # Procrastinate retries failed jobs only; a cancelled one goes back to todo.
+            conn.execute(
+                sa.text(
+                    "UPDATE procrastinate_jobs SET status = 'todo', scheduled_at = NULL,"
+                    " abort_requested = false WHERE id = :id"
+                ),
+                {"id": job_id},
+            )
+        return True
+    done = conn.execute(
+        sa.update(_j)
+        .where(_j.c.id == job_id, _j.c.status.in_(["failed", "cancelled", "aborted"]))
+        .values(status="todo", scheduled_at=None, leased_until=None)
+    )
+    return done.rowcount == 1
+
+
+def cancel(conn: Connection, job_id: int) -> bool:
+    """Cancel a job still waiting to run; `False` when it is running or finished."""
+    if _pg(conn):
+        found = conn.execute(
+            sa.text("SELECT procrastinate_cancel_job_v1(:id, false, false)"), {"id": job_id}
+        ).scalar()
+        return found is not None
+    done = conn.execute(
+        sa.update(_j).where(_j.c.id == job_id, _j.c.status == "todo").values(status="cancelled")
+    )
+    return done.rowcount == 1
+
+
+def record_error(conn: Connection, job_id: int, error: str) -> None:
+    """Keep `error` as the last error of job `job_id` (PostgreSQL's `job_error`)."""
+    error = error[:MAX_ERROR_CHARS]
+    if _pg(conn):
+        conn.execute(
+            postgresql.insert(_e)
+            .values(job_id=job_id, error=error, at=utcnow())
+            .on_conflict_do_update(index_elements=["job_id"], set_={"error": error, "at": utcnow()})
+        )
+        return
+    conn.execute(sa.update(_j).where(_j.c.id == job_id).values(last_error=error))
+
+
+# -- the in-process runner's claims (SQLite) ---------------------------------------------
+
+
+def claim(conn: Connection, *, lease: float, now: float | None = None) -> JobRow | None:
+    """Take the next job to run (SQLite): the oldest due `todo` job (or `doing` one whose
+    runner's lease ran out) that no earlier job of its lock is ahead of or running.
+
+    Marks it `doing` with a lease of `lease` seconds and counts the attempt. Run it in a
+    write transaction (SQLite's `BEGIN IMMEDIATE`: one claimer at a time)."""
+    stamp = time.time() if now is None else now
+    other = _j.alias("other")
+    due = sa.or_(_j.c.scheduled_at.is_(None), _j.c.scheduled_at <= utcnow())
+    runnable = sa.or_(
+        sa.and_(_j.c.status == "todo", due),
+        sa.and_(_j.c.status == "doing", _j.c.leased_until < stamp),
+    )
+    blocked = sa.exists().where(
+        other.c.lock == _j.c.lock,
+        other.c.id != _j.c.id,
+        sa.or_(
+            sa.and_(other.c.status == "doing", other.c.leased_until >= stamp),
+            sa.and_(other.c.status.in_(["todo", "doing"]), other.c.id < _j.c.id),
+        ),
+    )
+    stmt = (
+        sa.select(_j.c.id)
+        .where(_j.c.queue_name == QUEUE, runnable, sa.or_(_j.c.lock.is_(None), ~blocked))
+        .order_by(_j.c.id)
+        .limit(1)
+    )
+    job_id = conn.execute(stmt).scalar()
+    if job_id is None:
+        return None
+    row = (
+        conn.execute(
+            sa.update(_j)
+            .where(_j.c.id == job_id)
+            .values(status="doing", leased_until=stamp + lease, attempts=_j.c.attempts + 1)
+            .returning(*_j.c)
+        )
+        .mappings()
+        .one()
+    )
+    return _row(row)
+
+
+def renew(conn: Connection, job_id: int, *, lease: float) -> None:
+    """Extend the lease of a running job (SQLite)."""
+    until = time.time() + lease
+    conn.execute(
+        sa.update(_j).where(_j.c.id == job_id, _j.c.status == "doing").values(leased_until=until)
+    )
+
+
+def finish(
+    conn: Connection,
+    job_id: int,
+    status: Literal["succeeded", "failed", "todo"],
+    *,
+    error: str | None = None,
+    retry_in: float | None = None,
+) -> None:
+    """End a run (SQLite): `succeeded`, `failed` for good, or `todo` again in `retry_in`
+    seconds (a failure with attempts left, or a run given back at shutdown)."""
+    values: dict[str, Any] = {"status": status, "leased_until": None}
+    if error is not None:
+        values["last_error"] = error[:MAX_ERROR_CHARS]
+    if status == "todo":
+        values["scheduled_at"] = utcnow() + timedelta(seconds=retry_in or 0.0)
+    conn.execute(sa.update(_j).where(_j.c.id == job_id, _j.c.status == "doing").values(**values))
+
+
+class JobStore:
+    """The job rows of the conversation database, for the runners and `frontdesk jobs`.
+
+    Recording a job goes through `defer`, in the transaction of the row that causes it;
+    everything else here is one short transaction of its own."""
+
+    def __init__(self, engine: AsyncEngine) -> None:
+        """`engine`: the conversation store's `AsyncEngine` (its database is at head)."""
+        self.engine = engine
+
+    @property
+    def postgres(self) -> bool:
+        """Whether the jobs are Procrastinate's (PostgreSQL) rather than the in-process
+        runner's (SQLite)."""
+        return self.engine.dialect.name == "postgresql"
+
+    async def defer(self, specs: Sequence[JobSpec]) -> list[int]:
+        """Record `specs` in a transaction of their own (jobs caused by no stored row)."""
+        return await run_sync_tx(self.engine, lambda conn: defer(conn, specs))
+
+    async def list(self, *, failed_only: bool = False, limit: int = 500) -> list[JobRow]:
+        """Pending, running and failed jobs (or failed ones only), oldest first."""
+        chosen = statuses(failed_only)
+        return await run_sync_tx(
+            self.engine, lambda conn: list_jobs(conn, status=chosen, limit=limit), readonly=True
+        )
+
+    async def outstanding(
+        self, ids: Sequence[int] | None = None, *, exclude: Sequence[str] = ()
+    ) -> int:
+        """How many jobs (of `ids`, or all but the kinds `exclude`) are to run or running."""
+        return await run_sync_tx(
+            self.engine, lambda conn: outstanding(conn, ids, exclude=exclude), readonly=True
+        )
+
+    async def retry(self, job_id: int) -> bool:
+        """Run a failed or cancelled job again at once; `False` when it is neither."""
+        return await run_sync_tx(self.engine, lambda conn: retry(conn, job_id))
+
+    async def cancel(self, job_id: int) -> bool:
+        """Cancel a job waiting to run; `False` when it is running or finished."""
+        return await run_sync_tx(self.engine, lambda conn: cancel(conn, job_id))
+
+    async def record_error(self, job_id: int, error: str) -> None:
+        """Keep `error` as the job's last error."""
+        await run_sync_tx(self.engine, lambda conn: record_error(conn, job_id, error))
+
+    async def is_done(self, key: str) -> bool:
+        """Whether the job with idempotency key `key` took effect."""
+        return await run_sync_tx(self.engine, lambda conn: is_done(conn, key), readonly=True)
+
+    async def mark_done(self, key: str) -> None:
+        """Record that the job `key` took effect (when its effect has no transaction to
+        share: prefer `mark_done(conn, key)` inside the effect's own)."""
+        await run_sync_tx(self.engine, lambda conn: mark_done(conn, key))
+
+    async def has_due(self) -> bool:
+        """Whether a job may be claimed now (SQLite; a read, so an idle runner polls it
+        without taking the write lock)."""
+        return await run_sync_tx(self.engine, lambda conn: due(conn), readonly=True)
+
+    async def claim(self, *, lease: float) -> JobRow | None:
+        """Take the next job to run (SQLite, see `claim`)."""
+        return await run_sync_tx(self.engine, lambda conn: claim(conn, lease=lease))
+
+    async def renew(self, job_id: int, *, lease: float) -> None:
+        """Extend a running job's lease (SQLite)."""
+        await run_sync_tx(self.engine, lambda conn: renew(conn, job_id, lease=lease))
+
+    async def finish(
+        self,
+        job_id: int,
+        status: Literal["succeeded", "failed", "todo"],
+        *,
+        error: str | None = None,
+        retry_in: float | None = None,
+    ) -> None:
+        """End a run (SQLite, see `finish`)."""
+        await run_sync_tx(
+            self.engine,
+            lambda conn: finish(conn, job_id, status, error=error, retry_in=retry_in),
+        )
+
+
+def due(conn: Connection, now: float | None = None) -> bool:
+    """Whether some job is runnable now (SQLite): due `todo`, or `doing` with a dead lease."""
+    stamp = time.time() if now is None else now
+    when = sa.or_(_j.c.scheduled_at.is_(None), _j.c.scheduled_at <= utcnow())
+    runnable = sa.or_(
+        sa.and_(_j.c.status == "todo", when),
+        sa.and_(_j.c.status == "doing", _j.c.leased_until < stamp),
+    )
+    return conn.execute(sa.select(_j.c.id).where(runnable).limit(1)).first() is not None
