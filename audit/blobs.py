@@ -223,8 +223,8 @@ def _collect(value: Any, found: set[str]) -> None:
             if LIST in value and isinstance(value[LIST], list):
                 found.update(r for r in value[LIST] if isinstance(r, str))
                 return
-            if ESCAPE in value:
-                value = value[ESCAPE]
+            if ESCAPE in value and isinstance(value[ESCAPE], dict):
+                value = value[ESCAPE]  # Its own keys are data, never marks.
         for item in value.values():
             _collect(item, found)
     elif isinstance(value, list):
