@@ -211,6 +211,16 @@ class TurnView:
     """The waiting message the user was shown before an operator's reply superseded it."""
     handoff_events: list[str] = field(default_factory=list)
     """The turn's hand-off events in order (`hand_off: reason`, `hand_back: by`, ...)."""
+    waited_ms: float = 0.0
+    """How long the user waited for a person (from the hand-off to the operator's reply or
+    the timeout): part of `wall_ms`, but no model's or frontdesk's time."""
+    wait_from: str = ""
+    """When the hand-off the turn waits on began (while it is still open)."""
+
+    @property
+    def working_ms(self) -> float:
+        """`wall_ms` without the wait for a person: what the system itself took."""
+        return max(self.wall_ms - self.waited_ms, self.latency_ms)
 
     @property
     def wall_ms(self) -> float:
@@ -284,6 +294,11 @@ class Transcript:
 
 def _apply(turn: TurnView, row: AuditRow) -> None:
     """Fold one row into its turn."""
+    if row.kind in ("hand_off", "handoff_held") and not turn.wait_from:
+        turn.wait_from = row.created_at
+    elif row.kind in ("operator_reply", "handoff_timeout"):
+        turn.waited_ms += _ms_between(turn.wait_from or turn.ended_at, row.created_at)
+        turn.wait_from = ""
     turn.ended_at = row.created_at
     p = row.payload
     kind = row.kind
@@ -315,6 +330,15 @@ def _apply(turn: TurnView, row: AuditRow) -> None:
     else:
         detail = p.get("error") or p.get("summary_id") or ""
         turn.events.append(f"{kind}: {detail}".rstrip(": "))
+
+
+def _ms_between(start: str, end: str) -> float:
+    """Milliseconds from one canonical timestamp to another (0 when either is unknown)."""
+    try:
+        delta = datetime.fromisoformat(end) - datetime.fromisoformat(start)
+    except ValueError:
+        return 0.0
+    return max(delta.total_seconds() * 1000, 0.0)
 
 
 HANDOFF_KINDS = frozenset(
