@@ -27,6 +27,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
+import math
 import os
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -62,6 +63,9 @@ these 8 of 64 letters (8 items on average), so a chunk's bounds depend only on i
 not on where the list starts."""
 
 _CACHE_LIMIT = 50_000
+_SCALARS: dict[Any, str] = {None: "null", True: "true", False: "false"}
+_KEYS: dict[str, str] = {}
+"""Payload keys' JSON texts (a few dozen names)."""
 _BLOB_AAD = b"frontdesk-audit-blob\x00"
 _ADDRESS_INFO = b"frontdesk audit blob address"
 
@@ -94,10 +98,9 @@ class Addresses:
 
     key: bytes | None
     refs: dict[str, str] = field(default_factory=dict)
-    packed: dict[Any, tuple[Any, str]] = field(default_factory=dict)
-    """Packed texts and small flat dicts (the thread's messages), with their JSON."""
-    texts: dict[str, str] = field(default_factory=dict)
-    """The JSON text of each ref given (for a cached packing's blobs)."""
+    packed: dict[Any, tuple[Any, str, tuple[tuple[str, str], ...]]] = field(default_factory=dict)
+    """Packed texts and small flat dicts (the thread's messages), with their JSON and the
+    blobs (ref, text) they refer to."""
 
     def of(self, text: str) -> str:
         """The ref of a JSON text (cached)."""
@@ -112,7 +115,6 @@ class Addresses:
         """Forget every cached ref and packing."""
         self.refs.clear()
         self.packed.clear()
-        self.texts.clear()
 
 
 @dataclass
@@ -132,12 +134,27 @@ class Packer:
         if isinstance(value, str):
             return self._memo(value, value)
         if isinstance(value, dict):
-            if len(value) <= 3 and all(isinstance(v, str) for v in value.values()):
-                return self._memo(tuple(sorted(value.items())), value)
+            if len(value) <= 3:  # A message of the thread, most often: seen before.
+                try:
+                    key: Any = tuple(value.items())
+                    found = self.addresses.packed.get(key)
+                except TypeError:  # A list or dict inside: not a flat dict.
+                    key, found = None, None
+                if found is not None:
+                    self.made.update(found[2])
+                    return found[0], found[1]
+                if key is not None and all(type(v) is str for v in value.values()):
+                    return self._memo(key, value)
             return self._dict(value)
         if isinstance(value, list | tuple):
             return self._list(value)
-        return value, canonical_json(value)
+        if value is None or value is True or value is False:
+            return value, _SCALARS[value]
+        if type(value) is int:
+            return value, str(value)
+        if type(value) is float and math.isfinite(value):
+            return value, repr(value)  # What `json` writes for a finite float.
+        return value, canonical_json(value)  # Raises for what is not JSON.
 
     def _memo(self, key: Any, value: Any) -> tuple[Any, str]:
         """A text's or a flat dict's packing, from the cache (the thread repeats them)."""
@@ -146,29 +163,22 @@ class Packer:
         if found is None:
             if len(cache) >= _CACHE_LIMIT:
                 self.addresses.clear()
+            made, self.made = self.made, {}
             if isinstance(value, str):
                 text = canonical_json(value)
-                found = self._blob(text) if len(value) >= MIN_TEXT else (value, text)
+                packed = self._blob(text) if len(value) >= MIN_TEXT else (value, text)
             else:
-                found = self._dict(value)
-            cache[key] = found
-        self._note(found[0])
-        return found
-
-    def _note(self, packed: Any) -> None:
-        """Record the blobs a cached packing refers to (they may be new to this batch)."""
-        if isinstance(packed, dict):
-            if len(packed) == 1 and BLOB in packed:
-                ref = packed[BLOB]
-                if ref not in self.made:
-                    self.made[ref] = self.addresses.texts[ref]
-                return
-            for item in packed.values():
-                self._note(item)
+                packed = self._dict(value)
+            found = cache[key] = (packed[0], packed[1], tuple(self.made.items()))
+            made.update(self.made)
+            self.made = made
+        else:
+            self.made.update(found[2])  # The blobs it refers to may be new to this batch.
+        return found[0], found[1]
 
     def _blob(self, text: str) -> tuple[dict[str, str], str]:
         ref = self.addresses.of(text)
-        self.made[ref] = self.addresses.texts[ref] = text
+        self.made[ref] = text
         return {BLOB: ref}, f'{{"{BLOB}":"{ref}"}}'
 
     def _dict(self, value: Mapping[str, Any]) -> tuple[Any, str]:
@@ -176,7 +186,12 @@ class Packer:
         for key in sorted(value):
             item, text = self._value(value[key])
             packed[key] = item
-            parts.append(f"{canonical_json(key)}:{text}")
+            key_text = _KEYS.get(key)
+            if key_text is None:
+                key_text = canonical_json(key)
+                if len(_KEYS) < _CACHE_LIMIT:
+                    _KEYS[key] = key_text
+            parts.append(f"{key_text}:{text}")
         text = "{" + ",".join(parts) + "}"
         if len(packed) == 1 and next(iter(packed)) in _MARKS:  # Not to be read as a ref.
             packed, text = {ESCAPE: packed}, f'{{"{ESCAPE}":{text}}}'
