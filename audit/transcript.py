@@ -211,6 +211,9 @@ class TurnView:
     """The waiting message the user was shown before an operator's reply superseded it."""
     handoff_events: list[str] = field(default_factory=list)
     """The turn's hand-off events in order (`hand_off: reason`, `hand_back: by`, ...)."""
+    app: dict[str, Any] | None = None
+    """The application that answered (`turn_started`'s `app`: its `spec` when known, and
+    its categories with their prompt versions), for a replay to load or check."""
     waited_ms: float = 0.0
     """How long the user waited for a person (from the hand-off to the operator's reply or
     the timeout): part of `wall_ms`, but no model's or frontdesk's time."""
@@ -309,6 +312,8 @@ def _apply(turn: TurnView, row: AuditRow) -> None:
         turn.parent_id = p.get("parent_id")
         turn.parent_known = "parent_id" in p
         turn.user_id = p.get("user_id")
+        app = p.get("app")
+        turn.app = app if isinstance(app, dict) else None
     elif kind == "model_attempt":
         turn.add_attempt(Attempt.of(row), str(p.get("expert") or "?"))
     elif kind == "triage":
