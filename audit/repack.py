@@ -118,7 +118,9 @@ def _conversation(
         prev, changed = digest, True
         report.rows += 1
     if changed:
-        conn.execute(update(audit_head).where(audit_head.c.conversation_id == cid).values(hash=prev))
+        conn.execute(
+            update(audit_head).where(audit_head.c.conversation_id == cid).values(hash=prev)
+        )
         report.conversations += 1
     convert.flush()
 

@@ -100,7 +100,10 @@ class StoredAuditEvent:
         value = self.packed_payload
         if self.blobs is None:
             return value
-        return {k: v if k in crypto.CLEAR_FIELDS else blobs.expand(v, self.blobs) for k, v in value.items()}
+        return {
+            k: v if k in crypto.CLEAR_FIELDS else blobs.expand(v, self.blobs)
+            for k, v in value.items()
+        }
 
     @cached_property
     def packed_payload(self) -> dict[str, Any]:
@@ -139,9 +142,7 @@ def _packed_refs(event: StoredAuditEvent) -> set[str]:
         return set()
     else:
         payload = event.packed_payload
-    return blobs.references(
-        {k: v for k, v in payload.items() if k not in crypto.CLEAR_FIELDS}
-    )
+    return blobs.references({k: v for k, v in payload.items() if k not in crypto.CLEAR_FIELDS})
 
 
 def _expand_all(
@@ -655,7 +656,7 @@ class AuditLog:
         payload = {
             k: v if k in crypto.CLEAR_FIELDS else packer.pack(v) for k, v in event.payload.items()
         }
-        made = {ref: (None, text) for ref, text in packer.made.items()}
+        made: dict[str, tuple[str | None, str]] = {r: (None, t) for r, t in packer.made.items()}
         return _Prepared(event, created, canonical_json(payload), prompt, blobs=made)
 
     def _packed_split(

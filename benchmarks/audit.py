@@ -162,7 +162,7 @@ async def _sqlite_table_bytes(engine: AsyncEngine) -> dict[str, int]:
         indexes = (
             await conn.execute(text("SELECT name, tbl_name FROM sqlite_master WHERE type='index'"))
         ).all()
-        owner = {name: table for name, table in indexes}
+        owner: dict[str, str] = {str(name): str(table) for name, table in indexes}
         pages = (
             await conn.execute(text("SELECT name, SUM(pgsize) FROM dbstat GROUP BY name"))
         ).all()
@@ -180,7 +180,9 @@ async def _pg_table_bytes(engine: AsyncEngine) -> dict[str, int]:
     async with engine.connect() as conn:
         for table in AUDIT_TABLES:
             size = (
-                await conn.execute(text("SELECT pg_total_relation_size(to_regclass(:t))"), {"t": table})
+                await conn.execute(
+                    text("SELECT pg_total_relation_size(to_regclass(:t))"), {"t": table}
+                )
             ).scalar()
             if size is not None:
                 out[table] = int(size)

@@ -464,6 +464,7 @@ def test_0014_packs_a_stored_log_into_blobs_and_verify_passes_before_and_after(
     if not encrypted:  # The very rows (and hashes) written before, back from the blobs.
         engine = create_engine(empty_url)
         try:
+
             async def raw_rows() -> list[str]:
                 async with engine.connect() as conn:
                     query = "SELECT payload_json FROM audit_event WHERE conversation_id = 'conv-1'"

@@ -61,12 +61,22 @@ def conversation(turns: int, *, prefix: str = "") -> list[list[AuditEvent]]:
         }
         batches.append(
             [
-                AuditEvent(kind="turn_started", turn_id=f"t{i}", payload={"text": text},
-                           created_at=at),
-                AuditEvent(kind="model_attempt", turn_id=f"t{i}", payload=attempt,
-                           system_prompt="You answer.", created_at=at + timedelta(seconds=1)),
-                AuditEvent(kind="reply", turn_id=f"t{i}", created_at=at + timedelta(seconds=2),
-                           payload={"text": f"Reply {i}, all checked.", "assistant_message_id": "a"}),
+                AuditEvent(
+                    kind="turn_started", turn_id=f"t{i}", payload={"text": text}, created_at=at
+                ),
+                AuditEvent(
+                    kind="model_attempt",
+                    turn_id=f"t{i}",
+                    payload=attempt,
+                    system_prompt="You answer.",
+                    created_at=at + timedelta(seconds=1),
+                ),
+                AuditEvent(
+                    kind="reply",
+                    turn_id=f"t{i}",
+                    created_at=at + timedelta(seconds=2),
+                    payload={"text": f"Reply {i}, all checked.", "assistant_message_id": "a"},
+                ),
             ]
         )
         thread.append({"role": "assistant", "content": f"Reply {i}, all checked."})
@@ -78,7 +88,9 @@ async def _stored_texts(url: str) -> list[str]:
     engine = create_engine(url)
     try:
         async with engine.connect() as conn:
-            rows = list((await conn.execute(sa.text("SELECT payload_json FROM audit_event"))).scalars())
+            rows = list(
+                (await conn.execute(sa.text("SELECT payload_json FROM audit_event"))).scalars()
+            )
             bodies = list((await conn.execute(sa.text("SELECT body FROM audit_blob"))).scalars())
     finally:
         await engine.dispose()
@@ -117,7 +129,7 @@ async def _blobs_per_key(url: str) -> dict[str | None, int]:
     try:
         async with engine.connect() as conn:
             found = await conn.execute(sa.text("SELECT kid, count(*) FROM audit_blob GROUP BY kid"))
-            return {kid: count for kid, count in found}
+            return {str(kid) if kid else None: int(n) for kid, n in found}
     finally:
         await engine.dispose()
 

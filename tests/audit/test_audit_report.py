@@ -31,9 +31,9 @@ def _turn(turn_id: str, at: datetime, tokens: int, *, held_ms: float = 0) -> lis
     events = [ev("turn_started", 0, user_message_id=turn_id, text=f"question {turn_id}")]
     if held_ms:
         events += [
-            ev("handoff_held", 5, handoff_id="h1", assistant_message_id="w", text="A person will answer."),
+            ev("handoff_held", 5, handoff_id="h1", assistant_message_id="w", text="Please wait."),
             ev("operator_reply", held_ms, handoff_id="h1", operator_id="ann",
-               assistant_message_id="o", parent_id=turn_id, superseded="w", text="Hello, Ann here."),
+               assistant_message_id="o", parent_id=turn_id, superseded="w", text="Ann here."),
         ]  # fmt: skip
         return events
     usage = {"input_tokens": tokens, "output_tokens": 20}
@@ -49,7 +49,9 @@ def _report(tmp_path: Path) -> tuple[str, Any]:
     async def build() -> Any:
         async with await AuditLog.open(f"sqlite:///{tmp_path / 'audit.db'}") as log:
             for i, (tokens, held) in enumerate([(2960, 0), (1_234_567_880, 0), (0, 9938), (40, 0)]):
-                await log.append("conv-1", _turn(f"t{i}", T0 + timedelta(minutes=i), tokens, held_ms=held))
+                await log.append(
+                    "conv-1", _turn(f"t{i}", T0 + timedelta(minutes=i), tokens, held_ms=held)
+                )
             return build_transcript("conv-1", await log.events("conv-1"))
 
     transcript = asyncio.run(build())
@@ -104,7 +106,9 @@ def test_the_index_page_links_every_conversation_with_turns_cost_and_verdict(
 ) -> None:
     entries = [
         IndexEntry("conv-1", "conv-1.html", 4, 0.0123, True, True),
-        IndexEntry("bad <conv>", "bad%20%3Cconv%3E.html", 1, 0.0, False, False, "row seq 2: edited"),
+        IndexEntry(
+            "bad <conv>", "bad%20%3Cconv%3E.html", 1, 0.0, False, False, "row seq 2: edited"
+        ),
     ]
     html = render_index(entries)
     path = tmp_path / "index.html"
