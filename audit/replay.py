@@ -2,7 +2,7 @@
 be gated in CI.
 
 This module knows nothing of experts: a *runner* (built by the orchestrator, see
-`orchestrator/_replay.py`) re-runs one recorded turn and returns what it decided. Here the
+`orchestrator/replay.py`) re-runs one recorded turn and returns what it decided. Here the
 recorded turns are read from the audit rows and each result is compared with the record:
 category, request fields, NeedMoreInfo, and the reply (a text diff). A changed category or
 request makes the exit code 1.

@@ -24,7 +24,7 @@ from typing import Any
 
 from benchmarks.turns import BILLING, REPLY, _model, _user_message
 from frontdesk.experts.providers import FunctionModel
-from frontdesk.orchestrator import Orchestrator, _handoff
+from frontdesk.orchestrator import Orchestrator, turn
 
 ROUND = 20
 
@@ -32,16 +32,16 @@ ROUND = 20
 @contextmanager
 def _no_handoff_read() -> Iterator[None]:
     """The turn's first transaction without the hand-off read (the baseline)."""
-    original = _handoff.start_turn
+    original = turn.begin
 
-    async def plain(p: Any, policy: Any, conversation_id: str, text: str, **kw: Any) -> Any:
-        return await p.store.start_turn(conversation_id, text, **kw)
+    async def plain(p: Any, lease: Any, conversation_id: str, text: str, **kw: Any) -> Any:
+        return await p.store.start_turn(conversation_id, text, lease=lease, **kw)
 
-    _handoff.start_turn = plain
+    turn.begin = plain
     try:
         yield
     finally:
-        _handoff.start_turn = original
+        turn.begin = original
 
 
 async def _round(orch: Orchestrator, cid: str, start: int, times: list[float]) -> None:

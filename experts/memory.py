@@ -1,6 +1,6 @@
 """The memory expert: which stable facts about the customer one user message states.
 
-It runs after the reply, off the reply path (`orchestrator/_memory.py`), and is sent only
+It runs after the reply, off the reply path (`orchestrator/memory.py`), and is sent only
 the user's own turn (never assistant text), with what is already remembered about them in
 the memory block, so that it can reuse a key when a fact changes ("moved to Mumbai"
 replaces "lives in Pune"). Its answer is structured: a list of facts, each with an optional

@@ -23,6 +23,8 @@ __all__ = [
     "ACCEPTED_URLS",
     "DEFAULT_URL",
     "SQLITE_BUSY_TIMEOUT_MS",
+    "AsyncEngine",
+    "Connection",
     "create_engine",
     "dispose_engine",
     "normalise_url",
@@ -32,6 +34,9 @@ __all__ = [
 ]
 
 T = TypeVar("T")
+
+# `Connection` (sync, what `run_write`'s work gets) and `AsyncEngine` are re-exported so that
+# code above the store (the orchestrator) names them without importing SQLAlchemy itself.
 
 DEFAULT_URL = "sqlite:///frontdesk.db"
 """The embedded default: a SQLite file in the working folder."""

@@ -1,8 +1,8 @@
 """The turn pipeline: thread -> triage -> request -> handler -> response -> thread/audit."""
 
-from frontdesk.orchestrator._erasure import ErasureReport
 from frontdesk.orchestrator._orchestrator import Orchestrator
 from frontdesk.orchestrator.config import ExpertSettings
+from frontdesk.orchestrator.erasure import ErasureReport
 from frontdesk.orchestrator.errors import (
     EmptyMessage,
     ForbiddenCharacters,

@@ -1,63 +1,48 @@
-"""The `Orchestrator`: wiring (models, prompts, store, audit), locks and idempotency.
+"""The `Orchestrator`: the public face of the turn engine.
 
-One turn, start to finish (lease, user message, experts, stored outcome, reply, audit
-batch, release), is `orchestrator/turn.py`; this module decides which turn to run (new
-message, retry of a known client message id, edit, regeneration) by the start it hands
-to `run_turn`, and holds what outlives a turn: the store, the audit log, the compaction.
+It holds the settings, the wiring (models, prompts, experts) and what outlives a turn (the
+store, the audit log, the compaction, the memory), and opens and closes them. Each verb
+checks its input and calls one function: a turn is `orchestrator/turn.py` (new message,
+edit, regeneration), a hand-off `orchestrator/handoff.py`.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncGenerator, Iterable, Mapping
+from functools import partial
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Self
 
 import structlog
 
 from frontdesk.audit.crypto import KeyProvider
 from frontdesk.audit.store import AuditLog
 from frontdesk.db import normalise_url
-from frontdesk.errors import (
-    ConfigError,
-    ConversationHandedOff,
-    ConversationNotFound,
-    MessageNotFound,
-    MessageNotInConversation,
-    UserError,
-)
+from frontdesk.errors import ConfigError, MessageNotFound, MessageNotInConversation, UserError
 from frontdesk.experts import Category
 from frontdesk.experts.category import check_registry
 from frontdesk.memory import Memory, MemorySource
-from frontdesk.orchestrator import _erasure, _handoff, _wiring
+from frontdesk.orchestrator import _wiring, erasure, handoff, turn
 from frontdesk.orchestrator._compaction import BackgroundCompaction, Compactor, summariser_expert
 from frontdesk.orchestrator._input import DEFAULT_MAX_MESSAGE_CHARS, check_user_text
-from frontdesk.orchestrator._memory import Memories
 from frontdesk.orchestrator.config import EXPERTS, ExpertSettings, ModelChoice, resolve_models
 from frontdesk.orchestrator.handoff import Handoff
+from frontdesk.orchestrator.memory import Memories
 from frontdesk.orchestrator.reply import Reply
 from frontdesk.orchestrator.stream import TurnEvent, stream_turn
-from frontdesk.orchestrator.turn import Pipeline, Start, Started, run_turn
+from frontdesk.orchestrator.turn import Pipeline
 from frontdesk.redaction import RedactionPolicy, Redactor, redactor_of
 from frontdesk.threads.budget import Budget
-from frontdesk.threads.builder import ThreadMessage, UserThread, build_thread, thread_since
+from frontdesk.threads.builder import UserThread, build_thread
 from frontdesk.threads.compaction import CompactionPolicy
-from frontdesk.threads.handoffs import (
+from frontdesk.threads.handoff import (
     DEFAULT_TIMEOUT_MESSAGE,
     DEFAULT_WAITING_MESSAGE,
     HandoffPolicy,
-    HandoffStore,
 )
 from frontdesk.threads.memory import FullTextRetriever, MemoryStore, Retriever
-from frontdesk.threads.models import utcnow
-from frontdesk.threads.store import (
-    DEFAULT_LEASE_TTL,
-    ConversationStore,
-    MessageRecord,
-    TurnLease,
-    TurnRecord,
-)
-from frontdesk.threads.summaries import SummaryStore
+from frontdesk.threads.store import DEFAULT_LEASE_TTL, ConversationStore, MessageRecord, TurnLease
 from frontdesk.threads.tokens import CalibratedCounter, TokenCounter
 
 log = structlog.get_logger("frontdesk.orchestrator")
@@ -263,7 +248,7 @@ class Orchestrator:
                 settings=self.settings.for_expert("summariser"),
                 prompts_dir=self.prompts_dir,
             )
-            self._compaction = BackgroundCompaction(
+            self._compaction = compaction = BackgroundCompaction(
                 compactor=Compactor(
                     store=store,
                     summariser=summariser,
@@ -292,6 +277,11 @@ class Orchestrator:
                 context_extras=self._context,
                 counters={e: self.counter_for(e) for e in EXPERTS},
                 budgets=self.budgets,
+                lease=partial(self._lease, store),
+                handoff=self.handoff_policy,
+                counter=self.token_counter,
+                compaction=compaction,
+                compaction_policy=self.compaction_policy,
             )
             return self._pipeline
 
@@ -314,7 +304,7 @@ class Orchestrator:
         """The audit log, or `None` when auditing is off or not yet opened."""
         return self._audit
 
-    async def open(self) -> Orchestrator:
+    async def open(self) -> Self:
         """Open the store and audit log now rather than on the first turn."""
         await self._open()
         return self
@@ -376,40 +366,9 @@ class Orchestrator:
         text = check_user_text(text, max_chars=self.max_message_chars)
         self._check_question(text)
         p = await self._open()
-
-        async def start(lease: TurnLease) -> Started:
-            # The memory lookup is a read of the same transaction (no extra round trip).
-            recall = await self.memory.reader(user_id if p.memory else None, text)
-            begun = await _handoff.start_turn(
-                p,
-                self.handoff_policy,
-                conversation_id,
-                text,
-                user_id=user_id,
-                client_message_id=client_message_id,
-                token_count=self.token_counter.count(text),
-                lease=lease,
-                recall=recall,
-            )
-            question, path = begun.message, begun.path
-            if begun.answer is not None:  # A person has the conversation: no expert runs.
-                return _held(begun.message, begun.answer, user_id)
-            stored = TurnRecord(reply=None, outcome=None)
-            if path is None:  # A repeat: answered already, or a turn to finish.
-                stored = await p.store.turn_record(question.id)
-                if stored.reply is None:
-                    log.info("turn.resume", conversation_id=conversation_id, turn=question.id)
-                    path = await SummaryStore(p.store.engine).path_since_newest(question.id)
-            thread = UserThread() if path is None else thread_since(path)  # None: replayed.
-            return Started(
-                question=question,
-                user_id=user_id,
-                thread=thread,
-                stored=stored,
-                memories=begun.recalled,
-            )
-
-        return await self._turn(p, conversation_id, start)
+        return await turn.handle(
+            p, conversation_id, text, user_id=user_id, client_message_id=client_message_id
+        )
 
     def stream(
         self,
@@ -424,9 +383,10 @@ class Orchestrator:
         See `frontdesk.orchestrator.stream` for the order, the faults, and what happens
         when the consumer stops reading (the turn still finishes and stores its reply).
         """
-        return stream_turn(
-            self, conversation_id, text, user_id=user_id, client_message_id=client_message_id
+        handle = partial(
+            self.handle, conversation_id, text, user_id=user_id, client_message_id=client_message_id
         )
+        return stream_turn(handle, finish_in_background=self.finish_in_background)
 
     async def edit(self, user_message_id: str, text: str, *, user_id: str | None = None) -> Reply:
         """Answer an edited user message: a sibling branch under the same parent.
@@ -437,33 +397,7 @@ class Orchestrator:
         """
         text = check_user_text(text, max_chars=self.max_message_chars)
         self._check_question(text)
-        p = await self._open()
-        original = await self._owned_message(p, user_message_id, user_id)
-        if original.role != "user":
-            raise UserError(f"message {user_message_id} is an assistant message; edit a user one")
-
-        async def start(lease: TurnLease) -> Started:
-            begun = await _handoff.start_turn(
-                p,
-                self.handoff_policy,
-                original.conversation_id,
-                text,
-                user_id=user_id,
-                parent_id=original.parent_id,
-                token_count=self.token_counter.count(text),
-                lease=lease,
-            )
-            if begun.answer is not None:  # A person has the conversation: no expert runs.
-                return _held(begun.message, begun.answer, user_id)
-            assert begun.path is not None, "an edit is a new message"
-            return Started(
-                question=begun.message,
-                user_id=user_id,
-                thread=thread_since(begun.path),
-                stored=TurnRecord(reply=None, outcome=None),
-            )
-
-        return await self._turn(p, original.conversation_id, start)
+        return await turn.edit(await self._open(), user_message_id, text, user_id=user_id)
 
     async def regenerate(self, assistant_message_id: str, *, user_id: str | None = None) -> Reply:
         """Answer the same user message again: a sibling answer.
@@ -475,36 +409,7 @@ class Orchestrator:
             ConversationNotFound: no such message in a conversation of `user_id`.
         """
         p = await self._open()
-        answer = await self._owned_message(p, assistant_message_id, user_id)
-        if answer.role != "assistant" or answer.parent_id is None:
-            raise UserError(f"message {assistant_message_id} is not an assistant message")
-        if answer.author != "bot" or answer.kind == "handoff":
-            raise UserError(
-                f"message {assistant_message_id} was not written by the bot (an operator's reply"
-                " or a hand-off's waiting message); only the bot's replies can be regenerated"
-            )
-        question = await p.store.get(answer.parent_id)
-        if question.role != "user":
-            raise UserError(f"message {assistant_message_id} answers no user message")
-        handoffs = HandoffStore(p.store.engine)
-
-        async def start(lease: TurnLease) -> Started:
-            await lease.take()
-            if await handoffs.current(answer.conversation_id) is not None:
-                raise ConversationHandedOff(
-                    f"conversation {answer.conversation_id!r} is with a person; hand it back"
-                    " (hand_back) before regenerating a reply",
-                    conversation_id=answer.conversation_id,
-                )
-            stored = await p.store.turn_record(question.id)
-            return Started(
-                question=question,
-                user_id=user_id,
-                thread=await build_thread(p.store, question.id),
-                stored=TurnRecord(reply=None, outcome=stored.outcome),
-            )
-
-        return await self._turn(p, answer.conversation_id, start)
+        return await turn.regenerate(p, assistant_message_id, user_id=user_id)
 
     # -- hand-off to a person -------------------------------------------------------------
 
@@ -518,9 +423,7 @@ class Orchestrator:
         Raises:
             ConversationNotFound: no such conversation.
         """
-        p = await self._open()
-        record = await _handoff.hand_off(p, conversation_id, reason)
-        return Handoff.of(record, utcnow())
+        return await handoff.hand_off(await self._open(), conversation_id, reason)
 
     async def handoffs(self) -> list[Handoff]:
         """The conversations a person has, the longest-waiting user first.
@@ -529,9 +432,7 @@ class Orchestrator:
         and are not listed.
         """
         p = await self._open()
-        records = await _handoff.expire_due(p, self.handoff_policy, lambda cid: self._lease(p, cid))
-        now = utcnow()
-        return [Handoff.of(r, now) for r in records]
+        return await handoff.handoffs(p, p.handoff, p.lease)
 
     async def operator_reply(self, conversation_id: str, text: str, *, operator_id: str) -> str:
         """Answer the user as a person: an assistant message authored `operator:<id>`.
@@ -552,8 +453,8 @@ class Orchestrator:
         """
         text = check_user_text(text, max_chars=self.max_message_chars)
         p = await self._open()
-        placed = await _handoff.operator_reply(
-            p, self._lease(p, conversation_id), conversation_id, text, operator_id
+        placed = await handoff.operator_reply(
+            p, p.lease(conversation_id), conversation_id, text, operator_id
         )
         return placed.message.id
 
@@ -567,7 +468,7 @@ class Orchestrator:
             ConversationBusy: a turn held the conversation past `lock_timeout`.
         """
         p = await self._open()
-        await _handoff.hand_back(p, self._lease(p, conversation_id), conversation_id, by="operator")
+        await handoff.hand_back(p, p.lease(conversation_id), conversation_id, by="operator")
 
     async def user_thread(self, conversation_id: str, *, user_id: str | None = None) -> UserThread:
         """What the experts will be sent next for this conversation (summary included).
@@ -634,13 +535,13 @@ class Orchestrator:
 
     async def erase_user(
         self, user_id: str, *, requested_by: str | None = None
-    ) -> _erasure.ErasureReport:
+    ) -> erasure.ErasureReport:
         """Erase everything stored about `user_id` (docs/privacy.md): transcript, summaries
         and outcomes get the erased marker, the user's audit data keys are destroyed, an
         `erased` event is audited. Idempotent: run it again after a crash to finish it.
         """
         p = await self._open()
-        return await _erasure.erase_user(
+        return await erasure.erase_user(
             p.store.engine, self._audit, user_id, requested_by=requested_by
         )
 
@@ -670,7 +571,7 @@ class Orchestrator:
         self._compaction = None
         self._memories = None
 
-    async def __aenter__(self) -> Orchestrator:
+    async def __aenter__(self) -> Self:
         return await self.open()
 
     async def __aexit__(self, *exc: object) -> None:
@@ -749,71 +650,17 @@ class Orchestrator:
 
     # -- machinery ----------------------------------------------------------------------
 
-    def _lease(self, p: Pipeline, conversation_id: str) -> TurnLease:
+    def _lease(self, store: ConversationStore, conversation_id: str) -> TurnLease:
         """Serialise turns on one conversation across processes (a lease, not yet taken).
 
-        The wait counts against the turn's deadline, so it is never longer than that.
+        The wait counts against the turn's deadline, so it is never longer than that. The
+        settings are read at each call (`lock_timeout` may change while open).
         """
         wait = self.lock_timeout
         if self.turn_deadline is not None:
             wait = min(wait, self.turn_deadline)
-        return p.store.turn_lease(conversation_id, timeout=wait, ttl=self.lock_ttl)
+        return store.turn_lease(conversation_id, timeout=wait, ttl=self.lock_ttl)
 
     def _check_question(self, text: str) -> None:
         """Refuse up front a question some expert could not be sent (the budgets' count)."""
         _wiring.check_question(text, {e: self.counter_for(e) for e in EXPERTS}, self.budgets)
-
-    async def _owned_message(
-        self, p: Pipeline, message_id: str, user_id: str | None
-    ) -> MessageRecord:
-        """The message `message_id` if it is in a conversation of `user_id`.
-
-        Raises:
-            ConversationNotFound: the same for a missing message and another user's.
-        """
-        try:
-            message = await p.store.get(message_id)
-            await p.store.check_owner(message.conversation_id, user_id)
-        except (MessageNotFound, ConversationNotFound):
-            raise ConversationNotFound(
-                f"no message {message_id!r} in a conversation of this user; check the message "
-                "id and the user_id the conversation was started with",
-                conversation_id=None,
-                message_id=message_id,
-            ) from None
-        return message
-
-    async def _turn(self, p: Pipeline, conversation_id: str, start: Start) -> Reply:
-        """Run one turn (`orchestrator/turn.py`), then schedule compaction if it is due."""
-        started: list[Started] = []
-
-        async def begin(lease: TurnLease) -> Started:
-            started.append(await start(lease))
-            return started[-1]
-
-        reply = await run_turn(p, self._lease(p, conversation_id), begin)
-        if reply.replayed or started[-1].answered_now:
-            return reply
-        if reply.handoff:  # The bot told the user a person takes over: one does.
-            reason = reply.outcome.data.get("reason") if reply.outcome else None
-            await self.hand_off(conversation_id, str(reason or "routed to a person"))
-        if p.memory is not None:  # The memory expert reads the user's message only.
-            question = started[-1].question
-            p.memory.schedule(started[-1].user_id, conversation_id, question.id, question.content)
-        # The policy is checked on the thread already in memory, so a turn under the
-        # threshold costs no database read; the background task checks again under its lease.
-        after = [*started[-1].thread.messages, ThreadMessage(role="assistant", content=reply.text)]
-        if self.compaction_policy.plan(after, self.token_counter) is not None:
-            self.compaction.schedule(conversation_id, reply.message_id)
-        return reply
-
-
-def _held(question: MessageRecord, marker: MessageRecord, user_id: str | None) -> Started:
-    """A turn's start that kept the message for a person: its answer is the waiting marker."""
-    return Started(
-        question=question,
-        user_id=user_id,
-        thread=UserThread(),
-        stored=TurnRecord(reply=marker, outcome=None),
-        answered_now=True,
-    )

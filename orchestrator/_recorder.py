@@ -16,7 +16,7 @@ import contextlib
 import dataclasses
 import hashlib
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 from pydantic import BaseModel
@@ -25,14 +25,10 @@ from frontdesk.audit.events import AuditEvent, EventKind
 from frontdesk.audit.redaction import RULES_KEY
 from frontdesk.experts.providers import (
     AttemptEvent,
-    Model,
     ModelRequest,
     ModelResponse,
-    StreamDone,
-    StreamEvent,
     Usage,
     observe_attempts,
-    stream_of,
 )
 from frontdesk.redaction import field_rules
 
@@ -204,36 +200,3 @@ def observing(recorder: TurnRecorder) -> Iterator[None]:
     """Record every model attempt made inside this block (this task) as an audit event."""
     with observe_attempts(recorder.on_attempt):
         yield
-
-
-Calibrate = Callable[[ModelRequest, ModelResponse], None]
-
-
-@dataclasses.dataclass(frozen=True)
-class CalibratedModel:
-    """Wraps a model so the token counter learns from every successful call.
-
-    `calibrate` sees each call's request and response, so the counter can learn from the
-    exact input counts the provider reports.
-    """
-
-    inner: Model
-    calibrate: Calibrate
-
-    @property
-    def name(self) -> str:
-        """The wrapped model's name."""
-        return self.inner.name
-
-    async def request(self, request: ModelRequest) -> ModelResponse:
-        """Call the wrapped model, then calibrate on its answer."""
-        response = await self.inner.request(request)
-        self.calibrate(request, response)
-        return response
-
-    async def stream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]:
-        """Stream from the wrapped model, then calibrate on its final answer."""
-        async for event in stream_of(self.inner, request):
-            if isinstance(event, StreamDone):
-                self.calibrate(request, event.response)
-            yield event

@@ -13,13 +13,12 @@ from pathlib import Path
 
 from frontdesk.experts import Category, ExpertCall
 from frontdesk.experts.memory import MemoryExpert
-from frontdesk.experts.providers import Model, ModelRequest, ModelResponse
+from frontdesk.experts.providers import CalibratedModel, Model, ModelRequest, ModelResponse
 from frontdesk.experts.request import RequestExpert, extraction_type
 from frontdesk.experts.request import prompt_variables as request_variables
 from frontdesk.experts.response import ResponseExpert
 from frontdesk.experts.triage import TriageExpert, triage_output_type
 from frontdesk.experts.triage import prompt_variables as triage_variables
-from frontdesk.orchestrator._recorder import CalibratedModel
 from frontdesk.orchestrator.config import ExpertSettings
 from frontdesk.orchestrator.errors import InputTooLarge
 from frontdesk.prompts import Prompt, RenderedPrompt, load_prompt, parse_prompt

@@ -1,16 +1,51 @@
-"""`Handoff`: a conversation a person has, as `Orchestrator.handoffs()` lists it."""
+"""Hand-off to a person: the `Handoff` view, the writes, and `audited`, the one path by
+which a store write and its audit events land together.
+
+Every write of a hand-off (opening it, a user message kept for the person, an operator's
+reply, a hand-back, a timeout) is an audit event in the conversation's chain, written in
+the same transaction as the store's write when the audit log shares the database, else
+right after it; a turn's last write goes the same way (`turn._finish`). The placement
+rules (waiting markers, what an operator's reply supersedes) are the store's:
+`threads/_handoff.py`.
+
+The timeout is checked lazily: by a turn's first transaction (`turn.begin`), and by
+`handoffs()`; nothing runs in the background.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any, Protocol, TypeVar
 
-from frontdesk.threads.handoffs import HandoffRecord
+import structlog
+
+from frontdesk.audit.events import AuditEvent, EventKind
+from frontdesk.audit.store import AuditLog
+from frontdesk.db import Connection
+from frontdesk.errors import ConversationBusy, LeaseLost
+from frontdesk.threads.handoff import (
+    HandedBack,
+    HandoffPolicy,
+    HandoffRecord,
+    HandoffStore,
+    Opened,
+    Placed,
+)
+from frontdesk.threads.models import utcnow
+from frontdesk.threads.store import ConversationStore, TurnLease, TurnStart
+
+log = structlog.get_logger("frontdesk.orchestrator")
+
+R = TypeVar("R")
+Also = Callable[[Connection, R], None]
+"""What a store write runs last in its transaction, with what it wrote (the audit batch)."""
 
 
 @dataclass(frozen=True, kw_only=True)
 class Handoff:
-    """One open hand-off of a conversation to a person."""
+    """One open hand-off of a conversation to a person, as `Orchestrator.handoffs()` lists it."""
 
     conversation_id: str
     user_id: str | None
@@ -33,3 +68,254 @@ class Handoff:
             opened_at=record.opened_at,
             waiting_seconds=record.waiting_seconds(now),
         )
+
+
+class Records(Protocol):
+    """Where the writes go: the conversation store and the audit log (`turn.Pipeline`)."""
+
+    @property
+    def store(self) -> ConversationStore: ...
+
+    @property
+    def audit(self) -> AuditLog | None: ...
+
+
+async def audited(
+    p: Records,
+    conversation_id: str,
+    write: Callable[[Also[R] | None], Awaitable[R]],
+    events: Callable[[R], Sequence[AuditEvent]],
+    owner: Callable[[R], str | None],
+    *,
+    apart_if_joint_fails: bool = False,
+) -> R:
+    """Run `write` (a store write taking an `also`) and audit what it wrote: in its own
+    transaction when the audit log shares the database, else right after it.
+
+    The events hold the user's and the operator's words, so they go under the data key of
+    the conversation's owner, `owner(result)` (what the write read: no extra statement).
+    With `apart_if_joint_fails` (a turn's reply, which must land), a joint transaction that
+    fails for any reason but a lost lease is tried again apart: nothing of it was written.
+    """
+    audit = p.audit
+    if audit is None:
+        return await write(None)
+    if audit.joinable(p.store.engine):
+        written: list[bool] = []
+
+        def also(conn: Connection, result: R) -> None:
+            batch = events(result)
+            if batch:
+                audit.append_sync(conn, conversation_id, batch, user_id=owner(result))
+            written.append(True)
+
+        try:
+            result = await write(also)
+        except LeaseLost:  # Another turn has the conversation: nothing may be written.
+            raise
+        except Exception as e:
+            if not apart_if_joint_fails:
+                raise
+            log.warning("turn.joint_write_failed", conversation_id=conversation_id, error=e)
+        else:
+            if written:
+                return result
+            batch = events(result)  # The write did not run `also`: audit it apart.
+            if batch:
+                await audit.append(conversation_id, batch, user_id=owner(result))
+            return result
+    result = await write(None)
+    batch = events(result)
+    if batch:
+        await audit.append(conversation_id, batch, user_id=owner(result))
+    return result
+
+
+# -- the writes --------------------------------------------------------------------------
+
+
+async def hand_off(p: Records, conversation_id: str, reason: str) -> Handoff:
+    """Open (or find) the conversation's hand-off; a new one is audited as `hand_off`."""
+    store = p.store.handoffs
+
+    def events(opened: Opened) -> list[AuditEvent]:
+        if not opened.created:
+            return []
+        h = opened.handoff
+        return [_event("hand_off", opened.turn_id, handoff_id=h.id, reason=h.reason)]
+
+    opened = await audited(
+        p,
+        conversation_id,
+        lambda also: store.open(conversation_id, reason, also=also),
+        events,
+        lambda opened: opened.handoff.user_id,
+    )
+    return Handoff.of(opened.handoff, utcnow())
+
+
+async def handoffs(
+    p: Records, policy: HandoffPolicy, lease_for: Callable[[str], TurnLease]
+) -> list[Handoff]:
+    """The open hand-offs, the longest-waiting user first, after handing back every one
+    whose user waited past the timeout.
+
+    A conversation busy with a turn is left for its next check (that turn's own first
+    transaction checks the timeout too).
+    """
+    store = p.store.handoffs
+    still: list[HandoffRecord] = []
+    for record in await store.open_ones():
+        due = policy.timeout is not None and record.waiting_since is not None
+        if not due or not await _expire(p, store, policy, record, lease_for):
+            still.append(record)
+    now = utcnow()
+    return [Handoff.of(r, now) for r in still]
+
+
+async def operator_reply(
+    p: Records, lease: TurnLease, conversation_id: str, text: str, operator_id: str
+) -> Placed:
+    """Store an operator's reply (under the conversation's lease) and audit it."""
+    store = p.store.handoffs
+
+    def events(result: tuple[HandoffRecord, Placed]) -> list[AuditEvent]:
+        handoff, placed = result
+        return [
+            _event(
+                "operator_reply",
+                placed.turn_id,
+                handoff_id=handoff.id,
+                operator_id=operator_id,
+                **_placed_payload(placed),
+            )
+        ]
+
+    try:
+        _, placed = await audited(
+            p,
+            conversation_id,
+            lambda also: store.operator_reply(
+                conversation_id, text, operator_id=operator_id, lease=lease, also=also
+            ),
+            events,
+            lambda result: result[0].user_id,
+        )
+    finally:
+        await lease.aclose()
+    return placed
+
+
+async def hand_back(
+    p: Records, lease: TurnLease, conversation_id: str, *, by: str, message: str | None = None
+) -> HandedBack:
+    """Close the conversation's hand-off (under its lease) and audit it."""
+    store = p.store.handoffs
+    try:
+        return await audited(
+            p,
+            conversation_id,
+            lambda also: store.close(
+                conversation_id, by=by, message=message, lease=lease, also=also
+            ),
+            handed_back_events,
+            lambda back: back.handoff.user_id,
+        )
+    finally:
+        await lease.aclose()
+
+
+async def _expire(
+    p: Records,
+    store: HandoffStore,
+    policy: HandoffPolicy,
+    record: HandoffRecord,
+    lease_for: Callable[[str], TurnLease],
+) -> bool:
+    """Hand back one hand-off if it is past its timeout; whether it was."""
+    cid = record.conversation_id
+    lease = lease_for(cid)
+
+    def events(back: HandedBack | None) -> list[AuditEvent]:
+        return [] if back is None else handed_back_events(back)
+
+    try:
+        back = await audited(
+            p,
+            cid,
+            lambda also: store.expire(cid, policy, lease=lease, also=also),
+            events,
+            lambda _: record.user_id,
+        )
+    except ConversationBusy:
+        return False
+    except Exception:  # One conversation's failure must not hide the others.
+        log.exception("handoff.timeout_failed", conversation_id=cid)
+        return False
+    finally:
+        await lease.aclose()
+    return back is not None
+
+
+# -- the audit events --------------------------------------------------------------------
+
+
+def held_events(begun: TurnStart, user_id: str | None) -> list[AuditEvent]:
+    """The events of a turn's first transaction that concern a hand-off: a timed-out one
+    handed back, and a message kept for the person (its `turn_started`, then its marker)."""
+    batch = [] if begun.handed_back is None else handed_back_events(begun.handed_back)
+    if begun.answer is not None and begun.handoff is not None:
+        q = begun.message
+        batch.append(
+            _event(
+                "turn_started",
+                q.id,
+                user_message_id=q.id,
+                client_message_id=q.client_message_id,
+                parent_id=q.parent_id,
+                text=q.content,
+                user_id=user_id,
+                handoff_id=begun.handoff.id,
+            )
+        )
+        batch.append(
+            _event(
+                "handoff_held",
+                q.id,
+                handoff_id=begun.handoff.id,
+                assistant_message_id=begun.answer.id,
+                text=begun.answer.content,
+            )
+        )
+    return batch
+
+
+def handed_back_events(back: HandedBack) -> list[AuditEvent]:
+    """A hand-back: the timeout's message (if it left one), then `hand_back`."""
+    batch = []
+    if back.placed is not None:
+        batch.append(
+            _event(
+                "handoff_timeout",
+                back.placed.turn_id,
+                handoff_id=back.handoff.id,
+                **_placed_payload(back.placed),
+            )
+        )
+    batch.append(
+        _event("hand_back", back.turn_id, handoff_id=back.handoff.id, by=back.handoff.closed_by)
+    )
+    return batch
+
+
+def _event(kind: EventKind, turn_id: str, **payload: Any) -> AuditEvent:
+    return AuditEvent(kind=kind, turn_id=turn_id, payload=payload)
+
+
+def _placed_payload(placed: Placed) -> dict[str, Any]:
+    return {
+        "assistant_message_id": placed.message.id,
+        "parent_id": placed.message.parent_id,
+        "superseded": placed.superseded,
+        "text": placed.message.content,
+    }

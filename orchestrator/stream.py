@@ -22,9 +22,9 @@ message stays stored.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal, TypeAlias
+from typing import Any, Literal, TypeAlias
 
 from pydantic import BaseModel
 
@@ -32,9 +32,6 @@ from frontdesk.errors import TurnFailed
 from frontdesk.experts import NeedMoreInfo
 from frontdesk.orchestrator import _listen
 from frontdesk.orchestrator.reply import Reply
-
-if TYPE_CHECKING:
-    from frontdesk.orchestrator._orchestrator import Orchestrator
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -115,29 +112,25 @@ class _QueueListener:
 
 
 async def stream_turn(
-    orchestrator: Orchestrator,
-    conversation_id: str,
-    text: str,
+    handle: Callable[[], Awaitable[Reply]],
     *,
-    user_id: str | None = None,
-    client_message_id: str | None = None,
-    wait_on_close: bool = False,
+    finish_in_background: Callable[[asyncio.Task[Any]], None] | None = None,
 ) -> AsyncGenerator[TurnEvent, None]:
-    """The events of one `handle` turn (see the module docstring).
+    """The events of one turn (see the module docstring).
 
     Args:
-        wait_on_close: When the consumer stops early, wait here for the turn to finish
-            (`SyncOrchestrator`, whose loop only runs while it is called) instead of
-            leaving it to finish in the orchestrator's background.
+        handle: Runs the turn: `Orchestrator.handle` with the message's arguments bound.
+        finish_in_background: Takes the turn's task when the consumer stops early
+            (`Orchestrator.finish_in_background`, which `aclose` waits for); `None` waits
+            here for the turn to finish instead (`SyncOrchestrator`, whose loop only runs
+            while it is called).
     """
     listener = _QueueListener()
 
     async def run() -> None:
         try:
             with _listen.listening(listener):
-                reply = await orchestrator.handle(
-                    conversation_id, text, user_id=user_id, client_message_id=client_message_id
-                )
+                reply = await handle()
         except TurnFailed as e:
             listener.put(Failed(error=e, safe_reply=e.safe_reply, partial=listener.shown))
         except Exception as e:  # raised to the consumer, as handle raises it
@@ -167,7 +160,7 @@ async def stream_turn(
     finally:
         listener.closed = True
         if not task.done():
-            if wait_on_close:
+            if finish_in_background is None:
                 await asyncio.shield(task)
             else:
-                orchestrator.finish_in_background(task)
+                finish_in_background(task)

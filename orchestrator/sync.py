@@ -4,28 +4,87 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncGenerator, Iterator
-from typing import Any
+from functools import partial
+from typing import Any, Self
 
+from frontdesk.audit.store import AuditLog
 from frontdesk.memory import Memory, MemorySource
-from frontdesk.orchestrator._erasure import ErasureReport
+from frontdesk.orchestrator import _wiring
+from frontdesk.orchestrator._compaction import BackgroundCompaction
 from frontdesk.orchestrator._orchestrator import Orchestrator
+from frontdesk.orchestrator.erasure import ErasureReport
 from frontdesk.orchestrator.handoff import Handoff
+from frontdesk.orchestrator.memory import Memories
 from frontdesk.orchestrator.reply import Reply
 from frontdesk.orchestrator.stream import TurnEvent, stream_turn
 from frontdesk.threads.builder import UserThread
-from frontdesk.threads.store import MessageRecord
+from frontdesk.threads.store import ConversationStore, MessageRecord
+from frontdesk.threads.tokens import TokenCounter
 
 
 class SyncOrchestrator:
     """The same API as `Orchestrator`, blocking; one private event loop per instance.
 
-    Every method takes the same `user_id` keyword as the async one (the conversation's
-    owner; `None` is single-user mode) and raises the same errors.
+    Every public method of `Orchestrator` is here with the same parameters, and raises the
+    same errors (tests/test_architecture.py compares the signatures); `close` (or `with`)
+    also ends the event loop.
     """
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
+        """Build the `Orchestrator` (the same arguments) that this instance runs."""
         self._runner = asyncio.Runner()
         self.orchestrator = Orchestrator(*args, **kwargs)
+
+    # -- wiring and lifecycle -----------------------------------------------------------
+
+    def counter_for(self, expert: str) -> TokenCounter:
+        """`Orchestrator.counter_for`."""
+        return self.orchestrator.counter_for(expert)
+
+    @property
+    def experts(self) -> _wiring.Experts:
+        """`Orchestrator.experts`."""
+        return self.orchestrator.experts
+
+    @property
+    def store(self) -> ConversationStore:
+        """`Orchestrator.store` (an async store: run its calls on your own loop)."""
+        return self.orchestrator.store
+
+    @property
+    def compaction(self) -> BackgroundCompaction:
+        """`Orchestrator.compaction`."""
+        return self.orchestrator.compaction
+
+    @property
+    def audit_log(self) -> AuditLog | None:
+        """`Orchestrator.audit_log`."""
+        return self.orchestrator.audit_log
+
+    @property
+    def memory(self) -> Memories:
+        """`Orchestrator.memory`."""
+        return self.orchestrator.memory
+
+    def open(self) -> Self:
+        """Blocking `Orchestrator.open`."""
+        self._runner.run(self.orchestrator.open())
+        return self
+
+    def use_store(self, store: str) -> None:
+        """`Orchestrator.use_store`."""
+        self.orchestrator.use_store(store)
+
+    def finish_in_background(self, task: asyncio.Task[Any]) -> None:
+        """`Orchestrator.finish_in_background` (a task of this instance's loop)."""
+        self.orchestrator.finish_in_background(task)
+
+    def aclose(self) -> None:
+        """Blocking `Orchestrator.aclose`: the orchestrator may open again on its next call
+        (`close` also ends the event loop)."""
+        self._runner.run(self.orchestrator.aclose())
+
+    # -- turns --------------------------------------------------------------------------
 
     def handle(
         self,
@@ -55,14 +114,14 @@ class SyncOrchestrator:
         Stopping early (closing the iterator) waits for the turn to finish and store its
         reply, since this loop only runs while it is called.
         """
-        events = stream_turn(
-            self.orchestrator,
+        handle = partial(
+            self.orchestrator.handle,
             conversation_id,
             text,
             user_id=user_id,
             client_message_id=client_message_id,
-            wait_on_close=True,
         )
+        events = stream_turn(handle)  # No background: closing the iterator waits for it.
         try:
             while True:
                 try:
@@ -122,7 +181,7 @@ class SyncOrchestrator:
         self._runner.run(self.orchestrator.hand_back(conversation_id))
 
     def erase_user(self, user_id: str, *, requested_by: str | None = None) -> ErasureReport:
-        """`Orchestrator.erase_user`, blocking."""
+        """Blocking `Orchestrator.erase_user`."""
         return self._runner.run(self.orchestrator.erase_user(user_id, requested_by=requested_by))
 
     def remember(
@@ -135,17 +194,17 @@ class SyncOrchestrator:
         """Blocking `Orchestrator.memories`."""
         return self._runner.run(self.orchestrator.memories(user_id))
 
-    def correct(self, user_id: str, memory_id: str, text: str) -> Memory:
+    def correct(self, user_id: str, memory_id: str, text: str, *, by: str = "user") -> Memory:
         """Blocking `Orchestrator.correct`."""
-        return self._runner.run(self.orchestrator.correct(user_id, memory_id, text))
+        return self._runner.run(self.orchestrator.correct(user_id, memory_id, text, by=by))
 
-    def forget(self, user_id: str, memory_id: str) -> None:
+    def forget(self, user_id: str, memory_id: str, *, by: str = "user") -> None:
         """Blocking `Orchestrator.forget`."""
-        self._runner.run(self.orchestrator.forget(user_id, memory_id))
+        self._runner.run(self.orchestrator.forget(user_id, memory_id, by=by))
 
-    def forget_all(self, user_id: str) -> int:
+    def forget_all(self, user_id: str, *, by: str = "user") -> int:
         """Blocking `Orchestrator.forget_all`."""
-        return self._runner.run(self.orchestrator.forget_all(user_id))
+        return self._runner.run(self.orchestrator.forget_all(user_id, by=by))
 
     def close(self) -> None:
         """Close the orchestrator and the event loop."""
@@ -154,7 +213,7 @@ class SyncOrchestrator:
         finally:
             self._runner.close()
 
-    def __enter__(self) -> SyncOrchestrator:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -1,14 +1,18 @@
 """One turn, top to bottom: start, the experts, finish.
 
     start    take the conversation's lease, store the question, read its path (1 transaction)
+             for a new message, an edit or a regeneration; a message sent while a person
+             has the conversation is kept for them with its waiting marker (no expert runs)
     experts  triage -> request -> handler, whose outcome is stored before going on;
              then the response expert (a retry reuses the stored outcome and calls only it)
     finish   the reply, the outcome's usage, the audit batch and the lease release
              (1 transaction when the audit log shares the conversation database)
+    after    a person when the bot said one takes over, the memory expert, compaction
 
 A turn that fails after its question was stored leaves its safe reply as a `failed`
 marker under it, so the thread still alternates; a retry with the same client message id
-supersedes the marker. The orchestrator decides which turn runs (`orchestrator/_orchestrator.py`).
+supersedes the marker. `Orchestrator` (`orchestrator/_orchestrator.py`) checks the text
+and calls `handle`, `edit` or `regenerate` here.
 """
 
 from __future__ import annotations
@@ -19,14 +23,21 @@ import hashlib
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import structlog
 from pydantic import BaseModel, ValidationError
-from sqlalchemy import Connection
 
 from frontdesk.audit.store import AuditLog
-from frontdesk.errors import SAFE_REPLY, LeaseLost, StoreError
+from frontdesk.errors import (
+    SAFE_REPLY,
+    ConversationHandedOff,
+    ConversationNotFound,
+    LeaseLost,
+    MessageNotFound,
+    StoreError,
+    UserError,
+)
 from frontdesk.experts import Category, HandlerContext, NeedMoreInfo, Outcome
 from frontdesk.experts.category import HUMAN, OTHER
 from frontdesk.experts.errors import (
@@ -41,7 +52,9 @@ from frontdesk.experts.request import RequestExpert
 from frontdesk.experts.response import ResponseExpert, ResponseResult
 from frontdesk.experts.triage import TriageExpert
 from frontdesk.memory import Memory
-from frontdesk.orchestrator import _listen, _memory, _outcomes
+from frontdesk.orchestrator import _listen, fallbacks, handoff
+from frontdesk.orchestrator import memory as _memory
+from frontdesk.orchestrator._compaction import BackgroundCompaction
 from frontdesk.orchestrator._recorder import (
     TurnRecorder,
     field_rules_of,
@@ -52,14 +65,24 @@ from frontdesk.orchestrator._recorder import (
 from frontdesk.orchestrator.errors import TurnFailed
 from frontdesk.orchestrator.reply import Reply
 from frontdesk.threads.budget import Budget, Document
-from frontdesk.threads.builder import ExpertView, UserThread
+from frontdesk.threads.builder import (
+    ExpertView,
+    ThreadMessage,
+    UserThread,
+    build_thread,
+    thread_since,
+)
+from frontdesk.threads.compaction import CompactionPolicy
+from frontdesk.threads.handoff import HandoffPolicy
 from frontdesk.threads.store import (
     ConversationStore,
     MessageRecord,
     TurnLease,
     TurnOutcome,
     TurnRecord,
+    TurnStart,
 )
+from frontdesk.threads.summaries import SummaryStore
 from frontdesk.threads.tokens import TokenCounter
 
 log = structlog.get_logger("frontdesk.orchestrator")
@@ -72,80 +95,10 @@ EXPERTS = ("triage", "request", "response")
 CONTENT_ERRORS = (OutputValidationError, TruncatedOutput, Refusal, ValidationError)
 
 
-@dataclass(frozen=True, kw_only=True)
-class Pipeline:
-    """Everything a turn needs, built once by the Orchestrator."""
-
-    store: ConversationStore
-    audit: AuditLog | None
-    categories: Mapping[str, Category]
-    triage: TriageExpert
-    requests: Mapping[str, RequestExpert]
-    response: ResponseExpert
-    context_extras: Mapping[str, object]
-    counters: Mapping[str, TokenCounter]
-    budgets: Mapping[str, Budget]
-    deadline: float | None = None
-    """Seconds the turn's expert calls may take in all (`None`: no deadline)."""
-    speculate: bool = True
-    """Start the request expert of the conversation's current category alongside triage
-    (`_Speculation`); off, the two run one after the other."""
-    memory: _memory.Memories | None = None
-    """The users' long-term memory (`None`: none is read or written)."""
-
-
-@dataclass(frozen=True, kw_only=True)
-class Started:
-    """What a turn's start read and wrote: the question, its thread, what is stored of it."""
-
-    question: MessageRecord
-    user_id: str | None
-    thread: UserThread
-    stored: TurnRecord
-    """The question's reply and outcome from an earlier try (both `None` for a new one)."""
-    answered_now: bool = False
-    """The start itself stored `stored.reply`: a message kept for a person (hand-off)."""
-    memories: Sequence[Memory] | None = None
-    """The user's facts for the question, when the start looked them up alongside its own
-    transaction (`None`: the turn looks them up after the start)."""
-
-
-Start = Callable[[TurnLease], Awaitable[Started]]
-"""A turn's first transaction (new message, edit or regeneration), under the taken lease."""
-
-
-@dataclass(frozen=True, kw_only=True)
-class Turn:
-    """One user message being answered."""
-
-    conversation_id: str
-    user_id: str | None
-    user_message: MessageRecord
-    thread: UserThread
-    recorder: TurnRecorder
-    lease: TurnLease
-    """The conversation's lease: every write of the turn is fenced by it."""
-    memory: Sequence[Document] = ()
-    """The user's facts for this turn, ranked (each expert's budget keeps what fits)."""
-
-
-@dataclass(frozen=True, kw_only=True)
-class Decided:
-    """What the experts before the reply decided (or what an earlier try stored)."""
-
-    category: str
-    request: BaseModel | None
-    missing: NeedMoreInfo | None
-    outcome: Outcome
-    handler_ran: bool
-    answered: dict[str, ModelResponse]
-    """Expert -> the response it got in this try."""
-    earlier: TurnOutcome | None = None
-    """The stored outcome this turn reuses, if any."""
-
-
-async def run_turn(p: Pipeline, lease: TurnLease, start: Start) -> Reply:
-    """Answer one user message: start, experts, finish; the lease is given back in any case."""
+async def run_turn(p: Pipeline, conversation_id: str, start: Start) -> Reply:
+    """Answer one user message: start, experts, finish, under the conversation's lease
+    (given back in any case); then what follows an answer."""
+    lease = p.lease(conversation_id)
     try:
         # Start: the lease, the user message and its path, in one transaction.
         s = await start(lease)
@@ -163,15 +116,201 @@ async def run_turn(p: Pipeline, lease: TurnLease, start: Start) -> Reply:
             # Finish: the reply, the outcome's usage, the audit batch, the lease release.
             reply = await _finish(p, lease, t, decided, answer)
         except Exception as e:
-            await _fail(p, t, e)
+            await _fail(p, t, e)  # The safe reply as a `failed` marker: the thread alternates.
             raise
-        return reply
     finally:
         await lease.aclose()
+    await _after(p, conversation_id, s, reply)  # A person, the memory expert, compaction.
+    return reply
+
+
+# -- start: each kind of turn -----------------------------------------------------------
+
+
+async def handle(
+    p: Pipeline,
+    conversation_id: str,
+    text: str,
+    *,
+    user_id: str | None,
+    client_message_id: str | None,
+) -> Reply:
+    """A new message (`Orchestrator.handle`); the text is checked already."""
+
+    def start(lease: TurnLease) -> Awaitable[Started]:
+        return start_message(
+            p, lease, conversation_id, text, user_id=user_id, client_message_id=client_message_id
+        )
+
+    return await run_turn(p, conversation_id, start)
+
+
+async def start_message(
+    p: Pipeline,
+    lease: TurnLease,
+    conversation_id: str,
+    text: str,
+    *,
+    user_id: str | None,
+    client_message_id: str | None,
+) -> Started:
+    """A new message, stored with its path; or, for a client message id seen before, that
+    message: replayed when it was answered, its turn finished when it was not."""
+    # The memory lookup is a read of the same transaction (no extra round trip).
+    recall = None if p.memory is None else await p.memory.reader(user_id, text)
+    begun = await begin(
+        p,
+        lease,
+        conversation_id,
+        text,
+        user_id=user_id,
+        client_message_id=client_message_id,
+        token_count=p.counter.count(text),
+        recall=recall,
+    )
+    question, path = begun.message, begun.path
+    if begun.answer is not None:  # A person has the conversation: no expert runs.
+        return held(begun.message, begun.answer, user_id)
+    stored = TurnRecord(reply=None, outcome=None)
+    if path is None:  # A repeat: answered already, or a turn to finish.
+        stored = await p.store.turn_record(question.id)
+        if stored.reply is None:
+            log.info("turn.resume", conversation_id=conversation_id, turn=question.id)
+            path = await SummaryStore(p.store.engine).path_since_newest(question.id)
+    thread = UserThread() if path is None else thread_since(path)  # None: replayed.
+    return Started(
+        question=question,
+        user_id=user_id,
+        thread=thread,
+        stored=stored,
+        memories=begun.recalled,
+    )
+
+
+async def edit(p: Pipeline, user_message_id: str, text: str, *, user_id: str | None) -> Reply:
+    """An edited user message (`Orchestrator.edit`), answered on a sibling branch."""
+    original = await _owned_message(p, user_message_id, user_id)
+    if original.role != "user":
+        raise UserError(f"message {user_message_id} is an assistant message; edit a user one")
+
+    def start(lease: TurnLease) -> Awaitable[Started]:
+        return start_edit(p, lease, original, text, user_id=user_id)
+
+    return await run_turn(p, original.conversation_id, start)
+
+
+async def start_edit(
+    p: Pipeline, lease: TurnLease, original: MessageRecord, text: str, *, user_id: str | None
+) -> Started:
+    """The edited text, stored as a new message under the original's parent, with its path."""
+    begun = await begin(
+        p,
+        lease,
+        original.conversation_id,
+        text,
+        user_id=user_id,
+        parent_id=original.parent_id,
+        token_count=p.counter.count(text),
+    )
+    if begun.answer is not None:  # A person has the conversation: no expert runs.
+        return held(begun.message, begun.answer, user_id)
+    assert begun.path is not None, "an edit is a new message"
+    return Started(
+        question=begun.message,
+        user_id=user_id,
+        thread=thread_since(begun.path),
+        stored=TurnRecord(reply=None, outcome=None),
+    )
+
+
+async def regenerate(p: Pipeline, assistant_message_id: str, *, user_id: str | None) -> Reply:
+    """The same user message answered again (`Orchestrator.regenerate`): a sibling answer."""
+    answer = await _owned_message(p, assistant_message_id, user_id)
+    if answer.role != "assistant" or answer.parent_id is None:
+        raise UserError(f"message {assistant_message_id} is not an assistant message")
+    if answer.author != "bot" or answer.kind == "handoff":
+        raise UserError(
+            f"message {assistant_message_id} was not written by the bot (an operator's reply"
+            " or a hand-off's waiting message); only the bot's replies can be regenerated"
+        )
+    question = await p.store.get(answer.parent_id)
+    if question.role != "user":
+        raise UserError(f"message {assistant_message_id} answers no user message")
+
+    def start(lease: TurnLease) -> Awaitable[Started]:
+        return start_regeneration(p, lease, question, user_id=user_id)
+
+    return await run_turn(p, answer.conversation_id, start)
+
+
+async def start_regeneration(
+    p: Pipeline, lease: TurnLease, question: MessageRecord, *, user_id: str | None
+) -> Started:
+    """The question's path again, with its stored outcome (reused: the handler never runs
+    twice); refused while a person has the conversation."""
+    await lease.take()
+    if await p.store.handoffs.current(question.conversation_id) is not None:
+        raise ConversationHandedOff(
+            f"conversation {question.conversation_id!r} is with a person; hand it back"
+            " (hand_back) before regenerating a reply",
+            conversation_id=question.conversation_id,
+        )
+    stored = await p.store.turn_record(question.id)
+    return Started(
+        question=question,
+        user_id=user_id,
+        thread=await build_thread(p.store, question.id),
+        stored=TurnRecord(reply=None, outcome=stored.outcome),
+    )
+
+
+def held(question: MessageRecord, marker: MessageRecord, user_id: str | None) -> Started:
+    """A message kept for a person (the conversation is handed off): its answer is the
+    waiting marker the start stored, and no expert runs."""
+    return Started(
+        question=question,
+        user_id=user_id,
+        thread=UserThread(),
+        stored=TurnRecord(reply=marker, outcome=None),
+        answered_now=True,
+    )
+
+
+async def begin(
+    p: Pipeline,
+    lease: TurnLease,
+    conversation_id: str,
+    text: str,
+    *,
+    user_id: str | None,
+    **kwargs: Any,
+) -> TurnStart:
+    """A new message's first transaction: `ConversationStore.start_turn`, which also reads
+    the hand-off (keeping the message for a person, or handing a timed-out one back), with
+    the audit events of what it wrote for one (`handoff.audited`)."""
+
+    def write(also: handoff.Also[TurnStart] | None) -> Awaitable[TurnStart]:
+        return p.store.start_turn(
+            conversation_id,
+            text,
+            lease=lease,
+            user_id=user_id,
+            handoff=p.handoff,
+            also=also,
+            **kwargs,
+        )
+
+    return await handoff.audited(
+        p,
+        conversation_id,
+        write,
+        lambda begun: handoff.held_events(begun, user_id),
+        lambda _: user_id,
+    )
 
 
 async def _recall(p: Pipeline, s: Started) -> list[Document]:
-    """The user's facts, ranked for this turn's question (`orchestrator/_memory.py`)."""
+    """The user's facts, ranked for this turn's question (`orchestrator/memory.py`)."""
     if p.memory is None:
         return []
     if s.memories is not None:
@@ -198,6 +337,9 @@ def _turn(s: Started, lease: TurnLease, memory: Sequence[Document]) -> Turn:
         lease=lease,
         memory=memory,
     )
+
+
+# -- the experts -------------------------------------------------------------------------
 
 
 async def _experts(
@@ -263,6 +405,134 @@ async def _decide_once(p: Pipeline, t: Turn, earlier: TurnOutcome | None) -> Dec
         except StoreError as e:
             raise TurnFailed(str(e), user_message_id=t.user_message.id, stage="outcome") from e
     return decided
+
+
+async def _triage(
+    p: Pipeline, t: Turn, view: ExpertView, meta: dict[str, str], answered: dict[str, ModelResponse]
+) -> tuple[str, str]:
+    """The category, or `HUMAN` when the triage answer is unusable (a safe default)."""
+    try:
+        result = await _stage(
+            "triage",
+            t,
+            p.triage.run(
+                _turns(view),
+                metadata=meta,
+                cache_prefix=view.cache_prefix_messages,
+                observer=t.recorder,
+                memory=_memory.block(view),
+            ),
+            fallback=True,
+        )
+    except CONTENT_ERRORS as e:
+        return HUMAN, f"triage answer unusable ({type(e).__name__}); handing off"
+    answered["triage"] = result.response
+    return result.category, result.reason
+
+
+async def _extract(
+    p: Pipeline,
+    t: Turn,
+    category: str,
+    view: ExpertView,
+    meta: dict[str, str],
+    answered: dict[str, ModelResponse],
+) -> tuple[BaseModel | None, NeedMoreInfo | None]:
+    """The category's request, or what is missing; nothing for the built-ins."""
+    expert = p.requests.get(category)
+    if expert is None:
+        return None, None
+    try:
+        result = await _stage(
+            "request",
+            t,
+            expert.run(
+                _turns(view),
+                metadata=meta,
+                cache_prefix=view.cache_prefix_messages,
+                observer=t.recorder,
+                memory=_memory.block(view),
+            ),
+            fallback=True,
+        )
+    except CONTENT_ERRORS as e:
+        t.recorder.note("request_failed", category=category, error=f"{type(e).__name__}: {e}")
+        return None, None
+    answered["request"] = result.response
+    return result.request, result.need_more_info
+
+
+async def _decide(
+    p: Pipeline,
+    t: Turn,
+    category: str,
+    request: BaseModel | None,
+    missing: NeedMoreInfo | None,
+    reason: str,
+) -> tuple[Outcome, bool]:
+    """The handler's outcome ("TradCode"), or the built-in outcome for this route; and
+    whether the handler ran. A hand-off's outcome carries triage's `reason` (for the person)."""
+    if category == HUMAN:
+        return fallbacks.handoff(reason), False
+    if category == OTHER:
+        return fallbacks.small_talk(p.categories.values()), False
+    if missing is not None:
+        return fallbacks.ask_for(missing), False
+    if request is None:  # The extraction was unusable: a person is the safe route.
+        return fallbacks.handoff(f"the {category} request could not be read"), False
+    handler = p.categories[category].handler
+    assert handler is not None
+    context = HandlerContext(
+        conversation_id=t.conversation_id,
+        user_id=t.user_id,
+        category=category,
+        turn_id=t.user_message.id,
+        store=p.store.handler_store(category),
+        state=p.store.handler_state(category, conversation_id=t.conversation_id, user_id=t.user_id),
+        extras=p.context_extras,
+        idempotency_key=idempotency_key(t.conversation_id, t.user_message.id),
+        **_memory.for_handler(p.memory, t.user_id, t.user_message, t.recorder),
+    )
+    try:
+        outcome = await handler(request, context)
+        if not isinstance(outcome, Outcome):
+            raise TypeError(f"handler returned {type(outcome).__name__}, not experts.Outcome")
+    except Exception as e:  # A handler is the developer's code: any failure is contained.
+        t.recorder.note("handler_error", category=category, error=f"{type(e).__name__}: {e}")
+        return fallbacks.handler_failed(), True
+    return outcome, True
+
+
+async def _respond(p: Pipeline, t: Turn, decided: Decided) -> ResponseResult:
+    """The reply: the thread plus ONE assistant instruction message, sent to the response expert."""
+    view = _view(p, t, "response")
+    call = p.response.run(
+        _turns(view),
+        decided.outcome.instruction,
+        metadata=_meta(t),
+        cache_prefix=view.cache_prefix_messages,
+        on_delta=_listen.delta_sink(),
+        observer=t.recorder,
+        memory=_memory.block(view),
+    )
+    return await _stage("response", t, call)
+
+
+async def _stage(stage: str, t: Turn, call: Awaitable[T], *, fallback: bool = False) -> T:
+    """Await one expert call; an outage (or, unless `fallback`, a bad answer) fails the turn.
+
+    With `fallback`, errors about the answer's content are re-raised for the caller to
+    take its safe route; provider outages always become `TurnFailed`, which carries the
+    stored user message's id and a safe reply.
+    """
+    try:
+        return await call
+    except CONTENT_ERRORS as e:
+        if fallback:
+            raise
+        raise TurnFailed(str(e), user_message_id=t.user_message.id, stage=stage) from e
+    except ModelError as e:
+        raise TurnFailed(str(e), user_message_id=t.user_message.id, stage=stage) from e
 
 
 Extracted = tuple[BaseModel | None, NeedMoreInfo | None]
@@ -379,11 +649,15 @@ def _previous_question(t: Turn) -> str | None:
     return None
 
 
+# -- finish ------------------------------------------------------------------------------
+
+
 async def _finish(
     p: Pipeline, lease: TurnLease, t: Turn, decided: Decided, answer: ResponseResult
 ) -> Reply:
     """Store the reply and the outcome, write the audit batch and give the lease back: one
-    transaction when the audit log shares the conversation database, else in that order."""
+    transaction when the audit log shares the conversation database, else in that order
+    (`handoff.audited`, the path of a hand-off's writes too)."""
     reply = p.store.stage_reply(
         t.user_message,
         answer.text,
@@ -393,29 +667,28 @@ async def _finish(
     t.recorder.note("reply", assistant_message_id=reply.id, text=answer.text, model=reply.model)
     answered = {**decided.answered, "response": answer.response}
     outcome = _stored(t, dataclasses.replace(decided, answered=answered))
-    audit, events = p.audit, t.recorder.events
-    if audit is not None:
-        await audit.prepare_key(t.user_id)  # Only a user's first turn (per process) writes.
+    if p.audit is not None:
+        await p.audit.prepare_key(t.user_id)  # Only a user's first turn (per process) writes.
+
+    def write(also: handoff.Also[None] | None) -> Awaitable[None]:
+        # Written apart, the batch goes in under the lease (`run_turn` gives it back after).
+        batch = None if also is None else lambda conn: also(conn, None)
+        release = also is not None or p.audit is None
+        return p.store.finish_turn(lease, reply, outcome=outcome, also=batch, release=release)
+
     try:
-        if audit is not None and audit.joinable(p.store.engine):
-
-            def write_batch(conn: Connection) -> None:
-                audit.append_sync(conn, t.conversation_id, events, user_id=t.user_id)
-
-            try:
-                await p.store.finish_turn(lease, reply, outcome=outcome, also=write_batch)
-                return reply_from_records(p, t.user_message, reply, outcome)
-            except LeaseLost:  # Another turn has the conversation: nothing may be written.
-                raise
-            except Exception as e:  # Nothing was written: take the separate path below.
-                log.warning("turn.joint_write_failed", conversation_id=t.conversation_id, error=e)
-        await p.store.finish_turn(lease, reply, outcome=outcome, release=audit is None)
+        await handoff.audited(
+            p,
+            t.conversation_id,
+            write,
+            lambda _: t.recorder.events,
+            lambda _: t.user_id,
+            apart_if_joint_fails=True,  # The reply must land: a batch that cannot join waits.
+        )
     except LeaseLost:  # Overtaken: typed as such, and none of the writes landed.
         raise
     except StoreError as e:  # The database is down: the turn failed, its outcome is kept.
         raise TurnFailed(str(e), user_message_id=t.user_message.id, stage="finish") from e
-    if audit is not None:
-        await audit.append(t.conversation_id, events, user_id=t.user_id)
     return reply_from_records(p, t.user_message, reply, outcome)
 
 
@@ -437,6 +710,130 @@ async def _fail(p: Pipeline, t: Turn, error: Exception) -> None:
             await p.audit.append(t.conversation_id, t.recorder.events, user_id=t.user_id)
         except Exception:  # The turn's own error is the one the caller must see.
             log.exception("audit.failed_turn_not_written", conversation_id=t.conversation_id)
+
+
+# -- after -------------------------------------------------------------------------------
+
+
+async def _after(p: Pipeline, conversation_id: str, s: Started, reply: Reply) -> None:
+    """What follows a reply the experts made: the person the bot said takes over, the
+    memory expert (in the background), and the compaction of a thread grown long."""
+    if reply.handoff:  # The bot told the user a person takes over: one does.
+        reason = reply.outcome.data.get("reason") if reply.outcome else None
+        await handoff.hand_off(p, conversation_id, str(reason or "routed to a person"))
+    if p.memory is not None:  # The memory expert reads the user's message only.
+        question = s.question
+        p.memory.schedule(s.user_id, conversation_id, question.id, question.content)
+    # The policy is checked on the thread already in memory, so a turn under the
+    # threshold costs no database read; the background task checks again under its lease.
+    after = [*s.thread.messages, ThreadMessage(role="assistant", content=reply.text)]
+    if p.compaction_policy.plan(after, p.counter) is not None:
+        p.compaction.schedule(conversation_id, reply.message_id)
+
+
+# -- what a turn carries -----------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class Pipeline:
+    """Everything a turn needs, built once by the Orchestrator when it opens."""
+
+    store: ConversationStore
+    audit: AuditLog | None
+    categories: Mapping[str, Category]
+    triage: TriageExpert
+    requests: Mapping[str, RequestExpert]
+    response: ResponseExpert
+    context_extras: Mapping[str, object]
+    counters: Mapping[str, TokenCounter]
+    budgets: Mapping[str, Budget]
+    lease: Callable[[str], TurnLease]
+    """A conversation's lease, not yet taken (the orchestrator's lock settings)."""
+    handoff: HandoffPolicy
+    """What a message sent while a person has the conversation gets, and the timeout."""
+    counter: TokenCounter
+    """Counts a stored message's tokens (the compaction policy reads them)."""
+    compaction: BackgroundCompaction
+    compaction_policy: CompactionPolicy
+    deadline: float | None = None
+    """Seconds the turn's expert calls may take in all (`None`: no deadline)."""
+    speculate: bool = True
+    """Start the request expert of the conversation's current category alongside triage
+    (`_Speculation`); off, the two run one after the other."""
+    memory: _memory.Memories | None = None
+    """The users' long-term memory (`None`: none is read or written)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Started:
+    """What a turn's start read and wrote: the question, its thread, what is stored of it."""
+
+    question: MessageRecord
+    user_id: str | None
+    thread: UserThread
+    stored: TurnRecord
+    """The question's reply and outcome from an earlier try (both `None` for a new one)."""
+    answered_now: bool = False
+    """The start itself stored `stored.reply`: a message kept for a person (hand-off)."""
+    memories: Sequence[Memory] | None = None
+    """The user's facts for the question, when the start looked them up alongside its own
+    transaction (`None`: the turn looks them up after the start)."""
+
+
+Start = Callable[[TurnLease], Awaitable[Started]]
+"""A turn's first transaction (new message, edit or regeneration), under the given lease."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Turn:
+    """One user message being answered."""
+
+    conversation_id: str
+    user_id: str | None
+    user_message: MessageRecord
+    thread: UserThread
+    recorder: TurnRecorder
+    lease: TurnLease
+    """The conversation's lease: every write of the turn is fenced by it."""
+    memory: Sequence[Document] = ()
+    """The user's facts for this turn, ranked (each expert's budget keeps what fits)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Decided:
+    """What the experts before the reply decided (or what an earlier try stored)."""
+
+    category: str
+    request: BaseModel | None
+    missing: NeedMoreInfo | None
+    outcome: Outcome
+    handler_ran: bool
+    answered: dict[str, ModelResponse]
+    """Expert -> the response it got in this try."""
+    earlier: TurnOutcome | None = None
+    """The stored outcome this turn reuses, if any."""
+
+
+# -- helpers -----------------------------------------------------------------------------
+
+
+async def _owned_message(p: Pipeline, message_id: str, user_id: str | None) -> MessageRecord:
+    """The message `message_id` if it is in a conversation of `user_id`.
+
+    Raises:
+        ConversationNotFound: the same for a missing message and another user's.
+    """
+    try:
+        message = await p.store.get(message_id)
+        await p.store.check_owner(message.conversation_id, user_id)
+    except (MessageNotFound, ConversationNotFound):
+        raise ConversationNotFound(
+            f"no message {message_id!r} in a conversation of this user; check the message "
+            "id and the user_id the conversation was started with",
+            conversation_id=None,
+            message_id=message_id,
+        ) from None
+    return message
 
 
 def idempotency_key(conversation_id: str, user_message_id: str) -> str:
@@ -537,134 +934,6 @@ def _view(p: Pipeline, t: Turn, expert: str) -> ExpertView:
     return t.thread.for_expert(
         expert, counter=p.counters[expert], budgets=p.budgets, memory=t.memory
     )
-
-
-async def _triage(
-    p: Pipeline, t: Turn, view: ExpertView, meta: dict[str, str], answered: dict[str, ModelResponse]
-) -> tuple[str, str]:
-    """The category, or `HUMAN` when the triage answer is unusable (a safe default)."""
-    try:
-        result = await _stage(
-            "triage",
-            t,
-            p.triage.run(
-                _turns(view),
-                metadata=meta,
-                cache_prefix=view.cache_prefix_messages,
-                observer=t.recorder,
-                memory=_memory.block(view),
-            ),
-            fallback=True,
-        )
-    except CONTENT_ERRORS as e:
-        return HUMAN, f"triage answer unusable ({type(e).__name__}); handing off"
-    answered["triage"] = result.response
-    return result.category, result.reason
-
-
-async def _extract(
-    p: Pipeline,
-    t: Turn,
-    category: str,
-    view: ExpertView,
-    meta: dict[str, str],
-    answered: dict[str, ModelResponse],
-) -> tuple[BaseModel | None, NeedMoreInfo | None]:
-    """The category's request, or what is missing; nothing for the built-ins."""
-    expert = p.requests.get(category)
-    if expert is None:
-        return None, None
-    try:
-        result = await _stage(
-            "request",
-            t,
-            expert.run(
-                _turns(view),
-                metadata=meta,
-                cache_prefix=view.cache_prefix_messages,
-                observer=t.recorder,
-                memory=_memory.block(view),
-            ),
-            fallback=True,
-        )
-    except CONTENT_ERRORS as e:
-        t.recorder.note("request_failed", category=category, error=f"{type(e).__name__}: {e}")
-        return None, None
-    answered["request"] = result.response
-    return result.request, result.need_more_info
-
-
-async def _respond(p: Pipeline, t: Turn, decided: Decided) -> ResponseResult:
-    """The reply: the thread plus ONE assistant instruction message, sent to the response expert."""
-    view = _view(p, t, "response")
-    call = p.response.run(
-        _turns(view),
-        decided.outcome.instruction,
-        metadata=_meta(t),
-        cache_prefix=view.cache_prefix_messages,
-        on_delta=_listen.delta_sink(),
-        observer=t.recorder,
-        memory=_memory.block(view),
-    )
-    return await _stage("response", t, call)
-
-
-async def _decide(
-    p: Pipeline,
-    t: Turn,
-    category: str,
-    request: BaseModel | None,
-    missing: NeedMoreInfo | None,
-    reason: str,
-) -> tuple[Outcome, bool]:
-    """The handler's outcome ("TradCode"), or the built-in outcome for this route; and
-    whether the handler ran. A hand-off's outcome carries triage's `reason` (for the person)."""
-    if category == HUMAN:
-        return _outcomes.handoff(reason), False
-    if category == OTHER:
-        return _outcomes.small_talk(p.categories.values()), False
-    if missing is not None:
-        return _outcomes.ask_for(missing), False
-    if request is None:  # The extraction was unusable: a person is the safe route.
-        return _outcomes.handoff(f"the {category} request could not be read"), False
-    handler = p.categories[category].handler
-    assert handler is not None
-    context = HandlerContext(
-        conversation_id=t.conversation_id,
-        user_id=t.user_id,
-        category=category,
-        turn_id=t.user_message.id,
-        store=p.store.handler_store(category),
-        state=p.store.handler_state(category, conversation_id=t.conversation_id, user_id=t.user_id),
-        extras=p.context_extras,
-        idempotency_key=idempotency_key(t.conversation_id, t.user_message.id),
-        **_memory.for_handler(p.memory, t.user_id, t.user_message, t.recorder),
-    )
-    try:
-        outcome = await handler(request, context)
-        if not isinstance(outcome, Outcome):
-            raise TypeError(f"handler returned {type(outcome).__name__}, not experts.Outcome")
-    except Exception as e:  # A handler is the developer's code: any failure is contained.
-        t.recorder.note("handler_error", category=category, error=f"{type(e).__name__}: {e}")
-        return _outcomes.handler_failed(), True
-    return outcome, True
-
-
-async def _stage(stage: str, t: Turn, call: Awaitable[T], *, fallback: bool = False) -> T:
-    """Await one expert call; an outage (or, unless `fallback`, a bad answer) fails the turn.
-
-    With `fallback`, errors about the answer's content are re-raised for the caller to
-    take its safe route; provider outages always become `TurnFailed`, which carries the
-    stored user message's id and a safe reply.
-    """
-    try:
-        return await call
-    except CONTENT_ERRORS as e:
-        if fallback:
-            raise
-        raise TurnFailed(str(e), user_message_id=t.user_message.id, stage=stage) from e
-    except ModelError as e:
-        raise TurnFailed(str(e), user_message_id=t.user_message.id, stage=stage) from e
 
 
 def _turns(view: ExpertView) -> list[Message]:

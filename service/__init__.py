@@ -11,7 +11,12 @@ a customer chat page (`/`) and an operator console (`/operator`). Needs the `ser
 
 from frontdesk.service._app import WORKER_HEADER, create_app
 from frontdesk.service._auth import OPERATOR_ROLE, Principal, TokenVerifier, mint_token
-from frontdesk.service._factory import ServiceSettings, app_from_env
+from frontdesk.service._factory import (
+    ServiceSettings,
+    app_from_env,
+    prepare_serve,
+    run_serve,
+)
 from frontdesk.service._limits import RateLimit, RateLimiter, RedisTokenBucket, TokenBucket
 
 __all__ = [
@@ -27,4 +32,6 @@ __all__ = [
     "app_from_env",
     "create_app",
     "mint_token",
+    "prepare_serve",
+    "run_serve",
 ]

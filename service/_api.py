@@ -28,7 +28,6 @@ from frontdesk.service._schemas import (
     error_responses,
 )
 from frontdesk.service._sse import SSE_HEADERS, open_stream, reply_json
-from frontdesk.threads.handoffs import HandoffStore
 
 router = APIRouter(prefix="/v1")
 
@@ -165,7 +164,7 @@ async def get_transcript(conversation_id: str, principal: Caller, orch: Orch) ->
             )
             for m in messages
         ],
-        handoff=await HandoffStore(orch.store.engine).current(conversation_id) is not None,
+        handoff=await orch.store.handoffs.current(conversation_id) is not None,
     )
 
 

@@ -1,5 +1,8 @@
 """What `frontdesk serve` runs: settings from the environment, the app factory uvicorn's
-workers call, and the command itself.
+workers call, and the two steps of the command (`prepare_serve`, then `run_serve`).
+
+The command's options are declared by the CLI (`frontdesk.cli.serve`), which calls these
+two steps and prints what there is to print; this module prints nothing.
 
 uvicorn's workers are separate processes that import the app by name, so everything the
 command line says reaches them as environment variables:
@@ -21,12 +24,11 @@ import secrets
 from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass
 
-import typer
 from fastapi import FastAPI
 
 from frontdesk.errors import ConfigError
 from frontdesk.orchestrator import Orchestrator
-from frontdesk.orchestrator._app import DEFAULT_APP, default_db, load_app
+from frontdesk.orchestrator.app import DEFAULT_APP, default_db, load_app
 from frontdesk.service._app import create_app
 from frontdesk.service._auth import OPERATOR_ROLE, TokenVerifier, mint_token
 from frontdesk.service._limits import (
@@ -137,7 +139,7 @@ def demo_urls(host: str, port: int, *, environ: MutableMapping[str, str]) -> tup
     return f"{base}/#token={customer}", f"{base}/operator#token={operator}"
 
 
-def serve(
+def prepare_serve(
     *,
     app: str,
     db: str | None,
@@ -146,34 +148,32 @@ def serve(
     port: int,
     workers: int,
     demo_tokens: bool,
-    log_level: str,
-) -> None:
-    """`frontdesk serve`: check the settings here, then run uvicorn with `workers`.
+) -> tuple[str, str] | None:
+    """Check `frontdesk serve`'s settings and hand them to the workers (the environment),
+    before any worker starts; with `demo_tokens`, mint the demo page URLs (DEV ONLY).
+
+    Returns the customer and operator page URLs when `demo_tokens`, else None.
 
     Raises:
         ConfigError: a setting the workers could not start with (said before any starts).
     """
-    import uvicorn
-
     if workers < 1:
         raise ConfigError(f"--workers {workers}: at least 1")
     os.environ["FRONTDESK_SERVE_APP"] = app
     os.environ["FRONTDESK_SERVE_DB"] = db or default_db()
     if model:
         os.environ["FRONTDESK_SERVE_MODEL"] = model
-    if demo_tokens:
-        customer, operator = demo_urls(host, port, environ=os.environ)
+    urls = demo_urls(host, port, environ=os.environ) if demo_tokens else None
     settings = ServiceSettings.from_env()
     settings.orchestrator()  # The app loads (a bad --app or --db is said here, once).
-    if demo_tokens:
-        typer.secho(
-            "DEV ONLY --demo-tokens: anyone with these URLs is that user until the tokens "
-            "expire (12 h). Never use it in production.",
-            fg="yellow",
-            err=True,
-        )
-        typer.echo(f"  customer chat:    {customer}")
-        typer.echo(f"  operator console: {operator}")
+    return urls
+
+
+def run_serve(*, host: str, port: int, workers: int, log_level: str) -> None:
+    """Run uvicorn with `workers` processes, each building the app from the environment
+    `prepare_serve` filled (`FACTORY`)."""
+    import uvicorn
+
     uvicorn.run(
         FACTORY,
         factory=True,

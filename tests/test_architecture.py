@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import importlib
+import inspect
 import subprocess
 import tomllib
 from pathlib import Path
@@ -13,7 +14,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 # The design card's folders, each installed as `frontdesk.<folder>`.
-FOLDERS = ("experts", "orchestrator", "threads", "audit", "prompts", "examples", "service")
+FOLDERS = ("experts", "orchestrator", "threads", "audit", "prompts", "examples", "service", "cli")
 
 # What each folder may import from the project (besides itself). "core" is the package root's
 # plumbing (`frontdesk.errors`, `.logs`, `.db`, `.schema`), which every folder may use.
@@ -25,9 +26,10 @@ ALLOWED = {
     "experts": {"core", "prompts"},
     "orchestrator": {"core", "prompts", "experts", "threads", "audit"},
     "examples": {"core", "experts", "orchestrator"},
-    # The HTTP service sits on the orchestrator; nothing below imports it (the CLI's `serve`
-    # hands uvicorn the import string of its factory).
+    # The HTTP service sits on the orchestrator; only the CLI above imports it.
     "service": {"core", "prompts", "experts", "threads", "audit", "orchestrator"},
+    # The command line sits on top of everything; nothing imports it.
+    "cli": {*FOLDERS, "core"} - {"cli"},
 }
 
 # The public face re-exports from every folder, so it sits above them all.
@@ -167,3 +169,258 @@ def test_every_public_error_is_in_the_one_tree() -> None:
         mod = importlib.import_module(f"frontdesk.{module}.errors")
         for name in mod.__all__:
             assert getattr(mod, name) is getattr(tree, name), f"{module}.errors.{name}"
+
+
+# Private modules other packages may import: the SQLite seam, documented in docs/architecture.md.
+PRIVATE_SEAMS = {"frontdesk._sqlite"}
+
+
+def _package_dirs() -> dict[str, Path]:
+    """Every top-level package as pyproject maps it: `frontdesk.<folder>` -> its folder."""
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    mapping = config["tool"]["setuptools"]["package-dir"]
+    return {name: ROOT / folder for name, folder in mapping.items()}
+
+
+def _module_names() -> dict[str, Path]:
+    """Every module of the installed tree by dotted name (`frontdesk.threads.store`, ...)."""
+    names: dict[str, Path] = {}
+    for package, base in _package_dirs().items():
+        for path in base.rglob("*.py"):
+            inner = path.relative_to(base).with_suffix("").parts
+            if inner[-1] == "__init__":
+                inner = inner[:-1]
+            names[".".join([package, *inner])] = path
+    return names
+
+
+def _top_package(module: str) -> str:
+    """The folder a module belongs to: `frontdesk.threads` for `frontdesk.threads.x.y`,
+    `frontdesk` for the root folder's own modules (`frontdesk.db`, `frontdesk._sqlite`)."""
+    folders = {name for name in _package_dirs() if name != "frontdesk"}
+    top = ".".join(module.split(".")[:2])
+    return top if top in folders else "frontdesk"
+
+
+def _imported_modules(path: Path, name: str, modules: dict[str, Path]) -> set[str]:
+    """The project modules `path` (module `name`) imports, relative imports resolved and
+    `from package import _module` counted as importing that module."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    is_package = path.name == "__init__.py"
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = name.split(".")
+                base = base[: len(base) - node.level + (1 if is_package else 0)]
+                module = ".".join(base + ([node.module] if node.module else []))
+            else:
+                module = node.module or ""
+            found.add(module)
+            found |= {f"{module}.{a.name}" for a in node.names if f"{module}.{a.name}" in modules}
+    return {m for m in found if m == "frontdesk" or m.startswith("frontdesk.")}
+
+
+def _private_owner(module: str) -> str | None:
+    """The package a private module is private to (`frontdesk.threads` for
+    `frontdesk.threads._writes`), or None when no part of the name is underscore-private."""
+    parts = module.split(".")
+    for i, part in enumerate(parts):
+        if part.startswith("_") and not part.startswith("__"):
+            return ".".join(parts[: i + 1])
+    return None
+
+
+def cross_package_private_imports(
+    modules: dict[str, Path] | None = None,
+) -> list[tuple[str, str]]:
+    """(importer, private module) pairs where a module imports another folder's `_name`."""
+    modules = _module_names() if modules is None else modules
+    wrong = []
+    for name, path in sorted(modules.items()):
+        for imported in sorted(_imported_modules(path, name, modules)):
+            private = _private_owner(imported)
+            if private is None or private in PRIVATE_SEAMS:
+                continue
+            if _top_package(private) != _top_package(name):
+                wrong.append((name, imported))
+    return wrong
+
+
+def test_no_package_imports_another_packages_private_module() -> None:
+    """Outside `frontdesk._sqlite`, a `frontdesk.X._name` module is X's own: a module of
+    another folder `frontdesk.Y` that needs it wants a public name instead."""
+    assert cross_package_private_imports() == []
+
+
+def test_the_private_import_check_sees_every_form(tmp_path: Path) -> None:
+    """The check is not vacuous: `import a._m`, `from a import _m`, `from a._m import x` and
+    relative forms are each caught; the seam and a folder's own private modules are not."""
+    modules = _module_names()
+    assert "frontdesk.threads.store" in modules and "frontdesk._sqlite" in modules
+    offender = tmp_path / "offender.py"
+    offender.write_text(
+        "import frontdesk.threads._tx\n"
+        "from frontdesk.threads import _lease\n"
+        "from frontdesk.threads._writes import get\n"
+        "from ..audit import _keys\n"
+        "from frontdesk._sqlite import writer\n"
+        "from frontdesk.service import _api\n",
+        encoding="utf-8",
+    )
+    tree = dict(modules)
+    tree["frontdesk.service.offender"] = offender
+    tree["frontdesk.audit._keys"] = offender  # a private module, named for the relative form
+    found = {
+        imported
+        for importer, imported in cross_package_private_imports(tree)
+        if importer == "frontdesk.service.offender"
+    }
+    assert found == {
+        "frontdesk.threads._tx",
+        "frontdesk.threads._lease",
+        "frontdesk.threads._writes",
+        "frontdesk.audit._keys",
+    }
+
+
+def _direct_imports(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
+    """The package's modules that `name` imports (anywhere in it: a function's lazy import
+    and a `TYPE_CHECKING` one count too, as both still tie the two modules together)."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names if alias.name in modules}
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*anchor, base] if base else anchor)
+            for alias in node.names:
+                if f"{base}.{alias.name}" in modules:  # `from package import module`
+                    found.add(f"{base}.{alias.name}")
+                elif base in modules:
+                    found.add(base)
+    return found - {name}
+
+
+def _import_circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan's algorithm)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    circles: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component: list[str] = []
+            while not component or component[-1] != v:
+                component.append(stack.pop())
+            if len(component) > 1:
+                circles.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return circles
+
+
+def test_no_import_circle_among_the_modules() -> None:
+    modules = _module_names()
+    graph = {name: _direct_imports(name, path, modules) for name, path in modules.items()}
+    assert "frontdesk.orchestrator._orchestrator" in graph["frontdesk.orchestrator.sync"]
+    assert _import_circles(graph) == []
+
+
+def test_the_orchestrator_imports_no_sqlalchemy() -> None:
+    """SQL lives in the layer that owns the table; a connection's type is `frontdesk.db`'s."""
+    offenders = {
+        str(path.relative_to(ROOT)): sorted(
+            m for m in _imports(path) if m.split(".")[0] == "sqlalchemy"
+        )
+        for path in _sources("orchestrator")
+        if any(m.split(".")[0] == "sqlalchemy" for m in _imports(path))
+    }
+    assert offenders == {}
+
+
+def _public(cls: type) -> dict[str, object]:
+    return {name: value for name, value in vars(cls).items() if not name.startswith("_")}
+
+
+def test_sync_orchestrator_has_every_public_method_of_orchestrator() -> None:
+    """The same parameters and return type, so the blocking API cannot drift again; only
+    `stream` returns another type by necessity (a plain iterator of the same events)."""
+    from collections.abc import AsyncGenerator, Iterator
+    from typing import get_args, get_origin
+
+    from frontdesk import Orchestrator, SyncOrchestrator
+    from frontdesk.orchestrator.stream import TurnEvent
+
+    ours, theirs = _public(Orchestrator), _public(SyncOrchestrator)
+    assert sorted(set(theirs) - set(ours)) == ["close"]  # ...which also ends its event loop.
+    assert sorted(set(ours) - set(theirs)) == []
+    for name, member in ours.items():
+        twin = theirs[name]
+        if isinstance(member, property):
+            assert isinstance(twin, property), name
+            continue
+        assert callable(member) and callable(twin), name
+        a = inspect.signature(member, eval_str=True)
+        b = inspect.signature(twin, eval_str=True)
+        assert list(a.parameters.values()) == list(b.parameters.values()), name
+        if name == "stream":
+            assert get_origin(a.return_annotation) is AsyncGenerator
+            assert get_origin(b.return_annotation) is Iterator
+            assert get_args(a.return_annotation)[0] == get_args(b.return_annotation)[0]
+            assert get_args(b.return_annotation) == (TurnEvent,)
+        else:
+            assert a.return_annotation == b.return_annotation, name
+
+
+def test_the_cli_is_the_frontdesk_console_script() -> None:
+    """`frontdesk` runs `frontdesk.cli:main`, the top-level `cli/` folder's entry point."""
+    import frontdesk.cli
+
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    assert config["project"]["scripts"] == {"frontdesk": "frontdesk.cli:main"}
+    assert callable(frontdesk.cli.main)
+    assert frontdesk.cli.__file__ is not None
+    assert Path(frontdesk.cli.__file__).resolve() == ROOT / "cli" / "__init__.py"
+
+
+def test_the_orchestrator_holds_no_cli() -> None:
+    """The CLI lives in `cli/`, above the service: no orchestrator module is named for it."""
+    named = [
+        str(p.relative_to(ROOT))
+        for p in (ROOT / "orchestrator").rglob("*")
+        if p.stem == "cli" or p.stem.startswith("_cli")
+    ]
+    assert named == []
+
+
+def test_nothing_imports_the_cli() -> None:
+    """The service (and every other folder) imports nothing from `frontdesk.cli`, not even
+    lazily inside a function: the CLI is the top of the stack."""
+    importers = {
+        str(path.relative_to(ROOT)): module
+        for folder in ALLOWED
+        if folder != "cli"
+        for path in _sources(folder)
+        for module in _imports(path)
+        if _layer(module) == "cli"
+    }
+    assert importers == {}
+    service = [m for p in _sources("service") for m in _imports(p)]
+    assert any(_layer(m) == "orchestrator" for m in service)  # the check does see imports

@@ -13,8 +13,8 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine
 from typer.testing import CliRunner
 
+from frontdesk.cli import app
 from frontdesk.db import create_engine
-from frontdesk.orchestrator.cli import app
 from frontdesk.schema import (
     SchemaOutdated,
     current_revisions,

@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-FOLDERS = ("experts", "orchestrator", "threads", "audit", "prompts", "examples", "service")
+FOLDERS = ("experts", "orchestrator", "threads", "audit", "prompts", "examples", "service", "cli")
 
 pytestmark = [pytest.mark.package, pytest.mark.timeout(900)]
 
@@ -226,6 +226,19 @@ def test_the_wheel_holds_the_data_files(built: Built) -> None:
     }
     assert versions and versions <= names
     assert sorted(expected - names) == []
+
+
+def test_the_wheel_holds_the_cli_and_its_console_script(built: Built) -> None:
+    """`cli/` installs as `frontdesk.cli`, and the `frontdesk` script runs its `main`."""
+    with zipfile.ZipFile(built.wheel) as wheel:
+        names = set(wheel.namelist())
+        [entry_points] = [n for n in names if n.endswith(".dist-info/entry_points.txt")]
+        scripts = wheel.read(entry_points).decode()
+    modules = {f"frontdesk/cli/{p.name}" for p in (ROOT / "cli").glob("*.py")}
+    assert "frontdesk/cli/__init__.py" in modules and "frontdesk/cli/_options.py" in modules
+    assert sorted(modules - names) == []
+    assert not [n for n in names if n.startswith("frontdesk/orchestrator/") and "cli" in n]
+    assert "frontdesk = frontdesk.cli:main" in scripts
 
 
 def test_the_sdist_holds_the_sources_and_the_data(built: Built) -> None:

@@ -4,7 +4,6 @@ The store keeps every message the user and the assistant exchanged as one row of
 per conversation (edits and regenerations are branches), on SQLite or PostgreSQL.
 """
 
-from frontdesk.threads._handler_store import ERASED_MARKER, HandlerState, HandlerStore
 from frontdesk.threads._records import ConversationRecord, MessageRecord
 from frontdesk.threads.errors import (
     ConversationBusy,
@@ -16,6 +15,7 @@ from frontdesk.threads.errors import (
     StoreError,
     StoreUnavailable,
 )
+from frontdesk.threads.handler_state import ERASED_MARKER, HandlerState, HandlerStore
 from frontdesk.threads.store import UNSET, ConversationStore
 
 __all__ = [

@@ -18,7 +18,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 
 from frontdesk._sqlite import Statement
 from frontdesk.errors import SAFE_REPLY
-from frontdesk.threads import _turn
+from frontdesk.threads import _writes
 from frontdesk.threads._records import MessageRecord, new_id
 from frontdesk.threads.models import Conversation, Message, TurnOutcomeRow, utcnow
 
@@ -147,7 +147,7 @@ def write_reply(conn: Connection, reply: MessageRecord) -> None:
     if moved_on:
         conn.execute(sa.insert(_msg), {n: getattr(reply, n) for n in MessageRecord.__slots__})
     else:
-        _turn.write(conn, reply)
+        _writes.write(conn, reply)
 
 
 def mark_failed(conn: Connection, question: MessageRecord, safe_reply: str) -> MessageRecord | None:
@@ -156,7 +156,7 @@ def mark_failed(conn: Connection, question: MessageRecord, safe_reply: str) -> M
     Nothing is written when the question already has a reply or a marker (a retry that
     fails again does not stack a second one).
     """
-    _turn.lock_conversation(conn, question.conversation_id, None)
+    _writes.lock_conversation(conn, question.conversation_id, None)
     existing = conn.execute(
         sa.select(_msg.c.id)
         .where(_msg.c.parent_id == question.id, _msg.c.role == "assistant")
@@ -177,7 +177,7 @@ def mark_failed(conn: Connection, question: MessageRecord, safe_reply: str) -> M
         prompt_versions=None,
         kind="failed",
     )
-    _turn.write(conn, marker)
+    _writes.write(conn, marker)
     return marker
 
 

@@ -22,15 +22,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from frontdesk.db import create_engine, dispose_engine
 from frontdesk.schema import ensure_schema
-from frontdesk.threads import _handoff, _lease, _outcomes, _turn
-from frontdesk.threads._handler_store import (
-    ERASED_MARKER,
-    HandlerState,
-    HandlerStore,
-    delete_user_state,
-    erase_conversation_state,
-)
-from frontdesk.threads._handoff import HandedBack, HandoffPolicy, HandoffRecord
+from frontdesk.threads import _lease, _outcomes, _writes
+from frontdesk.threads import handoff as handoff_sql
 from frontdesk.threads._lease import TurnLease
 from frontdesk.threads._outcomes import TurnOutcome, TurnRecord
 from frontdesk.threads._records import (
@@ -40,9 +33,17 @@ from frontdesk.threads._records import (
     check_text,
     new_id,
 )
-from frontdesk.threads._turn import UNSET, ParentId
 from frontdesk.threads._tx import run_sync_tx
+from frontdesk.threads._writes import UNSET, ParentId
 from frontdesk.threads.errors import InvalidInput, MessageNotFound, StoreError, StoreUnavailable
+from frontdesk.threads.handler_state import (
+    ERASED_MARKER,
+    HandlerState,
+    HandlerStore,
+    delete_user_state,
+    erase_conversation_state,
+)
+from frontdesk.threads.handoff import HandedBack, HandoffPolicy, HandoffRecord, HandoffStore
 from frontdesk.threads.models import Conversation, Message, utcnow
 from frontdesk.threads.summaries import PathSinceSummary, path_since_newest_sync
 
@@ -103,11 +104,14 @@ class ConversationStore:
     """The database engine; public so that the audit log can share the database."""
     url: str
     """The normalised URL (async driver named), its password masked: it is for showing."""
+    handoffs: HandoffStore
+    """The hand-offs to a person kept in this database (`threads.handoff`)."""
 
     def __init__(self, engine: AsyncEngine) -> None:
         """Wrap an engine whose database is already at the head schema (see `open`)."""
         self.engine = engine
         self.url = engine.url.render_as_string(hide_password=True)
+        self.handoffs = HandoffStore(engine)
 
     @classmethod
     async def open(cls, url: str) -> ConversationStore:
@@ -231,7 +235,7 @@ class ConversationStore:
         _check_user_message(conversation_id, content, user_id, client_message_id)
 
         def work(conn: Connection) -> tuple[MessageRecord, bool]:
-            return _turn.add_user(
+            return _writes.add_user(
                 conn, conversation_id, content, user_id, client_message_id, parent_id, token_count
             )
 
@@ -277,17 +281,17 @@ class ConversationStore:
         def work(conn: Connection) -> TurnStart:
             handed_back = None
             if handoff is not None:
-                handed_back = _handoff.expire_due(conn, conversation_id, handoff)
+                handed_back = handoff_sql.expire_due(conn, conversation_id, handoff)
             if parent_id is UNSET:  # Following the leaf: never stack two user turns.
                 _outcomes.answer_unanswered_leaf(conn, conversation_id, client_message_id)
-            message, created = _turn.add_user(
+            message, created = _writes.add_user(
                 conn, conversation_id, content, user_id, client_message_id, parent_id, token_count
             )
-            held = None if handoff is None else _handoff.current(conn, conversation_id)
+            held = None if handoff is None else handoff_sql.current(conn, conversation_id)
             answer = None
             if held is not None and created:
                 assert handoff is not None
-                answer = _handoff.held(conn, message, held, handoff.waiting_message)
+                answer = handoff_sql.held(conn, message, held, handoff.waiting_message)
             path = path_since_newest_sync(conn, message.id) if created and held is None else None
             begun = TurnStart(
                 message=message,
@@ -326,7 +330,7 @@ class ConversationStore:
         check_text(content, "content")
 
         def work(conn: Connection) -> MessageRecord:
-            return _turn.add_assistant(
+            return _writes.add_assistant(
                 conn,
                 parent_id,
                 content=content,
@@ -473,7 +477,7 @@ class ConversationStore:
         """
 
         def work(conn: Connection) -> str:
-            return _turn.set_leaf(conn, conversation_id, message_id)
+            return _writes.set_leaf(conn, conversation_id, message_id)
 
         return await run_sync_tx(self.engine, work)
 
@@ -489,12 +493,12 @@ class ConversationStore:
         """
 
         def work(conn: Connection) -> tuple[bool, str | None]:
-            return _turn.owner_of(conn, conversation_id)
+            return _writes.owner_of(conn, conversation_id)
 
         exists, owner = await self._read(work)
         if not exists:
-            raise _turn.not_found(conversation_id)
-        _turn.check_owner(conversation_id, owner, user_id)
+            raise _writes.not_found(conversation_id)
+        _writes.check_owner(conversation_id, owner, user_id)
 
     # Reads -------------------------------------------------------------------------------
 
@@ -505,7 +509,7 @@ class ConversationStore:
             MessageNotFound: there is none.
         """
 
-        return await self._read(lambda conn: _turn.get(conn, message_id))
+        return await self._read(lambda conn: _writes.get(conn, message_id))
 
     async def find_by_client_id(
         self, conversation_id: str, client_message_id: str
@@ -513,7 +517,7 @@ class ConversationStore:
         """The message the client sent with `client_message_id` here, if any."""
 
         return await self._read(
-            lambda conn: _turn.by_client_id(conn, conversation_id, client_message_id)
+            lambda conn: _writes.by_client_id(conn, conversation_id, client_message_id)
         )
 
     async def replies_to(self, user_message_id: str) -> list[MessageRecord]:
@@ -556,7 +560,7 @@ class ConversationStore:
             raise InvalidInput(f"last must be at least 1, got {last}")
 
         def work(conn: Connection) -> list[MessageRecord]:
-            rows = conn.execute(_turn.path_query(leaf_id, stop_after, last)).mappings().all()
+            rows = conn.execute(_writes.path_query(leaf_id, stop_after, last)).mappings().all()
             return [MessageRecord.from_row(row) for row in rows]
 
         if stop_after == leaf_id:

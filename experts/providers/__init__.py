@@ -26,6 +26,7 @@ from frontdesk.experts.providers.base import (
     request_streaming,
     stream_of,
 )
+from frontdesk.experts.providers.calibrated import CalibratedModel
 from frontdesk.experts.providers.fallback import FallbackModel
 from frontdesk.experts.providers.function import FunctionModel, StreamCut
 from frontdesk.experts.providers.latency import Latency, LatencyModel
@@ -40,6 +41,7 @@ if TYPE_CHECKING:
 __all__ = [
     "AnthropicModel",
     "AttemptEvent",
+    "CalibratedModel",
     "FallbackModel",
     "FunctionModel",
     "Latency",

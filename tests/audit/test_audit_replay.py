@@ -13,7 +13,7 @@ from frontdesk.errors import ConfigError
 from frontdesk.examples.potato_shop import categories
 from frontdesk.experts.providers import FunctionModel, ModelRequest
 from frontdesk.orchestrator import Orchestrator
-from frontdesk.orchestrator._replay import build_runner, parse_models
+from frontdesk.orchestrator.replay import build_runner, parse_models
 
 pytestmark = pytest.mark.anyio
 

@@ -6,12 +6,12 @@ import asyncio
 from pathlib import Path
 
 from benchmarks.handoff import run
-from frontdesk.orchestrator import _handoff
+from frontdesk.orchestrator import turn
 
 
 def test_a_held_message_is_cheaper_than_a_bot_turn(tmp_path: Path) -> None:
-    original = _handoff.start_turn
+    original = turn.begin
     figures = asyncio.run(run(tmp_path / "bench.db", 20))
-    assert _handoff.start_turn is original  # The baseline's patch is undone.
+    assert turn.begin is original  # The baseline's patch is undone.
     assert figures["held_message_ms"] < figures["bot_turn_ms"]
     assert figures["read_overhead_ratio"] > 0

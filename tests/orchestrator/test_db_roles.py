@@ -13,9 +13,9 @@ import pytest
 from sqlalchemy.engine import make_url
 from typer.testing import CliRunner
 
+from frontdesk.cli import app
 from frontdesk.examples.potato_shop import categories as potato_categories
 from frontdesk.orchestrator import Orchestrator
-from frontdesk.orchestrator.cli import app
 from tests.orchestrator.conftest import FakeTeam
 
 pytestmark = pytest.mark.postgres

@@ -18,6 +18,7 @@ from frontdesk import Handoff, SyncOrchestrator
 from frontdesk.audit.chain import check_answers, verify_chain
 from frontdesk.audit.replay import handoff_turns, recorded_turns
 from frontdesk.audit.transcript import Transcript, build_transcript
+from frontdesk.cli import app
 from frontdesk.errors import (
     ConversationHandedOff,
     ConversationNotFound,
@@ -29,10 +30,9 @@ from frontdesk.errors import (
 from frontdesk.examples.potato_shop import categories as potato_categories
 from frontdesk.experts.providers import FunctionModel, ModelRequest
 from frontdesk.orchestrator import Orchestrator
-from frontdesk.orchestrator._answered import answered_turns
-from frontdesk.orchestrator.cli import app
 from frontdesk.orchestrator.stream import Delta, Done
-from frontdesk.threads.handoffs import DEFAULT_TIMEOUT_MESSAGE, DEFAULT_WAITING_MESSAGE
+from frontdesk.threads.answered import answered_turns
+from frontdesk.threads.handoff import DEFAULT_TIMEOUT_MESSAGE, DEFAULT_WAITING_MESSAGE
 
 pytestmark = pytest.mark.anyio
 

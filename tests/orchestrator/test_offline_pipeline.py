@@ -9,7 +9,7 @@ import pytest
 
 from frontdesk.examples.potato_shop import build
 from frontdesk.orchestrator import SyncOrchestrator
-from frontdesk.orchestrator._app import describe_models
+from frontdesk.orchestrator.app import describe_models
 
 pytestmark = pytest.mark.anyio
 

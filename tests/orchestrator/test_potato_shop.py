@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from frontdesk.cli import app
 from frontdesk.examples.potato_shop import build
 from frontdesk.orchestrator import Orchestrator
-from frontdesk.orchestrator.cli import app
 
 
 async def _place(orch: Orchestrator, conversation: str, user_id: str | None = None) -> str:
@@ -89,7 +89,7 @@ def test_triage_examples_are_plain_text_not_json_escapes(tmp_path: Path) -> None
 
 def test_the_other_reply_names_topics_not_triage_descriptions() -> None:
     from frontdesk.examples.potato_shop import categories
-    from frontdesk.orchestrator._outcomes import small_talk
+    from frontdesk.orchestrator.fallbacks import small_talk
 
     instruction = small_talk(categories()).instruction
     assert "buying potatoes, where an order is and money back on an order." in instruction

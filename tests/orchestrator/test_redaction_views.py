@@ -18,10 +18,10 @@ from typer.testing import CliRunner
 
 from frontdesk import Redact, RedactionPolicy, Redactor
 from frontdesk.audit import redact_rows
+from frontdesk.cli import app
 from frontdesk.experts import Category, HandlerContext, Outcome
 from frontdesk.logs import RedactingProcessor
 from frontdesk.orchestrator import Orchestrator
-from frontdesk.orchestrator.cli import app
 from frontdesk.redaction import SECRET_ENV
 from tests.experts.providers.wire_server import (
     ANTHROPIC_PATH,

@@ -23,7 +23,7 @@ from frontdesk import SyncOrchestrator
 from frontdesk.errors import ConversationHandedOff, ModelAPIError, TurnFailed
 from frontdesk.examples.potato_shop import categories as potato_categories
 from frontdesk.experts.providers import FunctionModel, ModelRequest
-from frontdesk.orchestrator._answered import answered_turns
+from frontdesk.threads.answered import answered_turns
 from frontdesk.threads.builder import ASSISTANT_JOIN
 from frontdesk.threads.compaction import CompactionPolicy
 

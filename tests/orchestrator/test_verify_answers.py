@@ -13,10 +13,10 @@ import pytest
 from sqlalchemy import text
 from typer.testing import CliRunner
 
+from frontdesk.cli import app
 from frontdesk.db import create_engine
 from frontdesk.examples.potato_shop import categories as potato_categories
 from frontdesk.orchestrator import Orchestrator
-from frontdesk.orchestrator.cli import app
 from tests.orchestrator.conftest import FakeTeam
 
 runner = CliRunner()

@@ -19,7 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from frontdesk.experts import Category, HandlerContext, Outcome
 from frontdesk.experts.providers import FunctionModel, ModelRequest
-from frontdesk.orchestrator import Orchestrator, _erasure
+from frontdesk.orchestrator import Orchestrator, erasure
 
 ACCOUNT = "40-11-22 99887766"
 ZOE = "zoë@example.com"
@@ -92,7 +92,7 @@ async def _erase_and_die(url: str, key: str, point: str) -> None:
         if step == point:
             os.kill(os.getpid(), signal.SIGKILL)
 
-    await _erasure.erase_user(p.store.engine, orch.audit_log, ZOE, after_step=after)
+    await erasure.erase_user(p.store.engine, orch.audit_log, ZOE, after_step=after)
 
 
 if __name__ == "__main__":

@@ -22,13 +22,13 @@ from frontdesk import ErasureReport, KeyProvider
 from frontdesk.audit.chains import user_chain_id
 from frontdesk.audit.crypto import MasterKey
 from frontdesk.audit.store import AuditLog
+from frontdesk.cli import app
 from frontdesk.db import create_engine, dispose_engine
 from frontdesk.errors import AuditKeyError, ConfigError
 from frontdesk.experts.providers import FunctionModel
 from frontdesk.orchestrator import SyncOrchestrator
-from frontdesk.orchestrator._answered import answered_turns
-from frontdesk.orchestrator._erasure import apply_retention
-from frontdesk.orchestrator.cli import app
+from frontdesk.orchestrator.erasure import apply_retention
+from frontdesk.threads.answered import answered_turns
 from tests.privacy import _app
 from tests.privacy._app import ACCOUNT, BOB, BOB_TEXT, ZOE, ZOE_TEXT
 

@@ -24,7 +24,7 @@ from frontdesk._sqlite import Statement
 from frontdesk._sqlite.statement import driver_connection
 from frontdesk.audit.store import _HEAD, _head
 from frontdesk.db import run_write
-from frontdesk.threads._turn import _INSERT_MESSAGE
+from frontdesk.threads._writes import _INSERT_MESSAGE
 from frontdesk.threads.store import ConversationStore
 
 pytestmark = pytest.mark.anyio
@@ -41,7 +41,7 @@ async def sqlite_store(tmp_path: Path) -> AsyncIterator[ConversationStore]:
 
 
 def message_row(conversation_id: str, **values: Any) -> dict[str, Any]:
-    """A message row as `threads._turn.write` passes it."""
+    """A message row as `threads._writes.write` passes it."""
     return {
         "id": uuid.uuid4().hex,
         "conversation_id": conversation_id,

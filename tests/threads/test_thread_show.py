@@ -7,7 +7,7 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
-from frontdesk.orchestrator.cli import app
+from frontdesk.cli import app
 from frontdesk.threads.store import ConversationStore
 
 WIDE = {"COLUMNS": "200"}

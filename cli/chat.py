@@ -19,11 +19,12 @@ from rich.panel import Panel
 from rich.table import Table
 
 from frontdesk.audit.pricing import cost_of
+from frontdesk.cli._errors import configure_logging, describe, silence_logging
+from frontdesk.cli._options import DbOption, ModelOption, app_option, db_option, db_url
 from frontdesk.errors import ConversationNotFound, FrontdeskError, UserError
 from frontdesk.masking import mask_url
-from frontdesk.orchestrator._app import DEFAULT_APP, default_db, describe_models, load_app
-from frontdesk.orchestrator._cli_errors import configure_logging, describe, silence_logging
-from frontdesk.orchestrator._orchestrator import Orchestrator
+from frontdesk.orchestrator import Orchestrator
+from frontdesk.orchestrator.app import DEFAULT_APP, describe_models, load_app
 from frontdesk.orchestrator.errors import InvalidUserText, TurnFailed
 from frontdesk.orchestrator.reply import Reply
 from frontdesk.orchestrator.stream import Delta, Done, Failed
@@ -45,15 +46,7 @@ DEMO_TURNS = [
 NEXT_CONVERSATION = "Do you have potatoes that are good for a peanut-free dinner?"
 """The demo's second conversation: the memory expert's fact from the first one is used."""
 
-DbOption = Annotated[
-    str | None,
-    typer.Option("--db", help="Database URL (default: $FRONTDESK_DB or sqlite:///frontdesk.db)."),
-]
-ModelOption = Annotated[
-    str | None,
-    typer.Option("--model", help="Model spec, e.g. offline, anthropic:claude-sonnet-4-5."),
-]
-AppOption = Annotated[str, typer.Option("--app", help="module:attr naming an Orchestrator.")]
+AppOption = Annotated[str, app_option("module:attr naming an Orchestrator.")]
 
 
 def _usage_line(reply: Reply) -> str:
@@ -119,8 +112,7 @@ async def _demo(model: str | None, db: str) -> None:
 def demo(
     model: ModelOption = None,
     db: Annotated[
-        str | None,
-        typer.Option("--db", help="Database URL (default: a fresh SQLite file for each run)."),
+        str | None, db_option("Database URL (default: a fresh SQLite file for each run).")
     ] = None,
 ) -> None:
     """The potato shop end to end: per turn the category, request, instruction and reply.
@@ -389,4 +381,4 @@ def chat(
     elif not verbose:
         silence_logging()
     conversation = conversation or "chat-" + uuid.uuid4().hex[:8]
-    _chat(app, model, db or default_db(), conversation, user, debug)
+    _chat(app, model, db_url(db), conversation, user, debug)

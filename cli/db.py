@@ -9,17 +9,12 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
+from frontdesk.cli._options import DbOption, db_url
 from frontdesk.db import create_engine
-from frontdesk.orchestrator._app import default_db
 from frontdesk.roles import DEFAULT_ROLE, apply_role
 from frontdesk.schema import current_revisions, head_revisions, upgrade_schema
 
 app = typer.Typer(help="db commands", no_args_is_help=True)
-
-DbOption = Annotated[
-    str | None,
-    typer.Option("--db", help="Database URL (default: $FRONTDESK_DB or sqlite:///frontdesk.db)."),
-]
 
 
 async def _upgrade(url: str) -> tuple[tuple[str, ...] | None, tuple[str, ...], str]:
@@ -35,7 +30,7 @@ async def _upgrade(url: str) -> tuple[tuple[str, ...] | None, tuple[str, ...], s
 @app.command("upgrade")
 def upgrade(db: DbOption = None) -> None:
     """Migrate the database schema to the version this frontdesk needs (head)."""
-    before, after, shown = asyncio.run(_upgrade(db or default_db()))
+    before, after, shown = asyncio.run(_upgrade(db_url(db)))
     was = ", ".join(before) if before else ("empty" if before is None else "base")
     now = ", ".join(after)
     # Plain echo: a URL must not be wrapped across lines.
@@ -83,7 +78,7 @@ def roles(
         if not password:
             console.print(f"[red]error:[/red] ${password_env} is not set or empty")
             raise typer.Exit(2)
-    statements = asyncio.run(_roles(db or default_db(), role, password, apply))
+    statements = asyncio.run(_roles(db_url(db), role, password, apply))
     # Plain echo: statements must not be wrapped across lines.
     for sql in statements:
         typer.echo(f"{sql};")

@@ -1,48 +1,37 @@
 """`frontdesk serve`: the HTTP service (`frontdesk.service`) on uvicorn.
 
-The service sits above the orchestrator, so this module names it only by its import
-string, as uvicorn's workers do: the command's options are declared here and handed to
-`frontdesk.service._factory:serve`, which needs the `serve` extra installed.
+The command's options are declared here; what it runs is the service's (`prepare_serve`,
+then `run_serve`). The service needs the `serve` extra, so it is imported only when the
+command runs: every other command works without FastAPI installed.
 """
 
 from __future__ import annotations
 
 import importlib.util
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
+from frontdesk.cli._options import DbOption, ModelOption, app_option
 from frontdesk.errors import ConfigError
-from frontdesk.orchestrator._app import DEFAULT_APP
-
-SERVE = "frontdesk.service._factory:serve"
+from frontdesk.orchestrator.app import DEFAULT_APP
 
 
-def _entry() -> Any:
+def _check_extra() -> None:
+    """Raise ConfigError naming the `serve` extra when its packages are missing."""
     missing = [m for m in ("fastapi", "uvicorn", "jwt") if importlib.util.find_spec(m) is None]
     if missing:
         raise ConfigError(
             f"frontdesk serve needs {', '.join(missing)}: pip install 'frontdesk[serve]'"
         )
-    from uvicorn.importer import import_from_string
-
-    return import_from_string(SERVE)
 
 
 def serve(
     app: Annotated[
-        str, typer.Option("--app", help="module:attribute of an Orchestrator (or a factory).")
+        str, app_option("module:attribute of an Orchestrator (or a factory).")
     ] = DEFAULT_APP,
-    db: Annotated[
-        str | None,
-        typer.Option(
-            "--db", help="Database URL (default: $FRONTDESK_DB or sqlite:///frontdesk.db)."
-        ),
-    ] = None,
-    model: Annotated[
-        str | None,
-        typer.Option("--model", help="Model spec, e.g. offline, anthropic:claude-sonnet-4-5."),
-    ] = None,
+    db: DbOption = None,
+    model: ModelOption = None,
     host: Annotated[str, typer.Option("--host", help="Address to listen on.")] = "127.0.0.1",
     port: Annotated[int, typer.Option("--port", help="Port to listen on.")] = 8000,
     workers: Annotated[
@@ -62,7 +51,10 @@ def serve(
     Every /v1 route needs `Authorization: Bearer <JWT>`: set FRONTDESK_JWT_SECRET (HS256)
     or FRONTDESK_JWT_PUBLIC_KEY (RS256). See docs/service.md.
     """
-    _entry()(
+    _check_extra()
+    from frontdesk.service import prepare_serve, run_serve
+
+    urls = prepare_serve(
         app=app,
         db=db,
         model=model,
@@ -70,5 +62,15 @@ def serve(
         port=port,
         workers=workers,
         demo_tokens=demo_tokens,
-        log_level=log_level,
     )
+    if urls is not None:
+        customer, operator = urls
+        typer.secho(
+            "DEV ONLY --demo-tokens: anyone with these URLs is that user until the tokens "
+            "expire (12 h). Never use it in production.",
+            fg="yellow",
+            err=True,
+        )
+        typer.echo(f"  customer chat:    {customer}")
+        typer.echo(f"  operator console: {operator}")
+    run_serve(host=host, port=port, workers=workers, log_level=log_level)

@@ -14,10 +14,10 @@ import typer
 
 from frontdesk.audit import crypto
 from frontdesk.audit.store import AuditLog
+from frontdesk.cli._options import DbOption, JsonOption, emit_json, existing_db
 from frontdesk.db import create_engine, dispose_engine, run_write
 from frontdesk.errors import AuditKeyError, UserError
-from frontdesk.orchestrator._cli_audit import DbOption, JsonOption, _url, emit_json
-from frontdesk.orchestrator._erasure import apply_retention, erase_user, parse_age
+from frontdesk.orchestrator.erasure import apply_retention, erase_user, parse_age
 from frontdesk.schema import ensure_schema
 from frontdesk.threads.store import ConversationStore
 
@@ -34,7 +34,7 @@ def erase(
     as_json: JsonOption = False,
 ) -> None:
     """Erase a user: transcripts, summaries, outcomes, audit data keys (docs/privacy.md)."""
-    url = _url(db)
+    url = existing_db(db)
     if not yes and not typer.confirm(
         f"Erase every stored message and audit payload of user {user!r}? This cannot be undone"
     ):
@@ -80,7 +80,7 @@ def retention(
         age = parse_age(older_than)
     except ValueError as e:
         raise UserError(str(e)) from None
-    url = _url(db)
+    url = existing_db(db)
 
     async def main() -> dict[str, object]:
         store = await ConversationStore.open(url) if transcripts else None
@@ -116,7 +116,7 @@ def rotate_key(db: DbOption = None) -> None:
             " new one (32 random bytes, base64); then make the new key FRONTDESK_MASTER_KEY"
         )
     new = crypto.MasterKey.from_text(text, source=NEW_KEY_ENV)
-    url = _url(db)
+    url = existing_db(db)
 
     async def main() -> int:
         engine = create_engine(url)

@@ -11,25 +11,20 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from frontdesk.cli._options import DbOption, app_option, db_url, json_option
 from frontdesk.errors import UserError
 from frontdesk.memory import Memory
-from frontdesk.orchestrator._app import DEFAULT_APP, default_db, load_app
-from frontdesk.orchestrator._orchestrator import Orchestrator
+from frontdesk.orchestrator import Orchestrator
+from frontdesk.orchestrator.app import DEFAULT_APP, load_app
 
 app = typer.Typer(help="memory commands", no_args_is_help=True)
 
 UserArg = Annotated[str, typer.Argument(help="The user id (as passed to handle(user_id=...)).")]
-DbOption = Annotated[
-    str | None,
-    typer.Option("--db", help="Database URL (default: $FRONTDESK_DB or sqlite:///frontdesk.db)."),
-]
-AppOption = Annotated[
-    str, typer.Option("--app", help="module:attr naming an Orchestrator (its audit settings).")
-]
+AppOption = Annotated[str, app_option("module:attr naming an Orchestrator (its audit settings).")]
 
 
 def _open(app_spec: str, db: str | None) -> Orchestrator:
-    return load_app(app_spec, model="offline", db=db or default_db())
+    return load_app(app_spec, model="offline", db=db_url(db))
 
 
 def as_json(memory: Memory) -> dict[str, str | None]:
@@ -59,7 +54,7 @@ def show(
     user: UserArg,
     db: DbOption = None,
     app_spec: AppOption = DEFAULT_APP,
-    json_out: Annotated[bool, typer.Option("--json", help="A JSON list on stdout.")] = False,
+    json_out: Annotated[bool, json_option("A JSON list on stdout.")] = False,
 ) -> None:
     """The user's current facts, the most recently updated first."""
     memories = asyncio.run(_memories(app_spec, db, user))

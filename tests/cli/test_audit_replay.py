@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
+from frontdesk.cli import app
 from frontdesk.examples.potato_shop import categories
 from frontdesk.experts.providers import FunctionModel, Model, ModelRequest
 from frontdesk.orchestrator import Orchestrator
-from frontdesk.orchestrator.cli import app
 
 runner = CliRunner()
 

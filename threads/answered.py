@@ -1,7 +1,7 @@
 """Answered turns per conversation, from the conversation store, for `audit verify`.
 
-The audit package cannot read the store (it imports neither `threads` nor this package),
-so the orchestrator's CLI counts the assistant messages and passes the counts in:
+The audit package cannot read the store (it does not import `threads`),
+so `audit verify` counts the assistant messages here and passes the counts in:
 a log emptied wholesale (TRUNCATE, a dropped table) still chains, but no longer audits
 the turns the store shows as answered.
 """

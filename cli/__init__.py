@@ -1,6 +1,7 @@
 """The `frontdesk` command line: the root app; each command group lives in its own module.
 
-Every command runs inside the one error handler of `_cli_errors.FrontdeskGroup`.
+Every command runs inside the one error handler of `_errors.FrontdeskGroup`. The CLI sits
+above the HTTP service and the orchestrator; nothing in the package imports it.
 """
 
 from __future__ import annotations
@@ -11,17 +12,8 @@ from typing import Annotated
 
 import typer
 
-from frontdesk.orchestrator import (
-    _cli_audit,
-    _cli_chat,
-    _cli_db,
-    _cli_list,
-    _cli_memory,
-    _cli_privacy,
-    _cli_serve,
-    _cli_thread,
-)
-from frontdesk.orchestrator._cli_errors import (
+from frontdesk.cli import audit, chat, conversations, db, memory, privacy, serve, thread
+from frontdesk.cli._errors import (
     TRACEBACK_KEY,
     FrontdeskGroup,
     configure_logging,
@@ -56,17 +48,17 @@ def _root(
         sys.path.insert(0, os.getcwd())
 
 
-app.command("demo")(_cli_chat.demo)
-app.command("chat")(_cli_chat.chat)
-app.command("conversations")(_cli_list.conversations)
-app.command("serve")(_cli_serve.serve)
-app.command("erase")(_cli_privacy.erase)
-_cli_audit.app.command("retention")(_cli_privacy.retention)
-_cli_audit.app.command("rotate-key")(_cli_privacy.rotate_key)
-app.add_typer(_cli_thread.app, name="thread", help="Show and compact conversation threads.")
-app.add_typer(_cli_audit.app, name="audit", help="Show, export, verify and replay the audit log.")
-app.add_typer(_cli_db.app, name="db", help="Database schema migrations.")
-app.add_typer(_cli_memory.app, name="memory", help="Show and forget what is remembered.")
+app.command("demo")(chat.demo)
+app.command("chat")(chat.chat)
+app.command("conversations")(conversations.conversations)
+app.command("serve")(serve.serve)
+app.command("erase")(privacy.erase)
+audit.app.command("retention")(privacy.retention)
+audit.app.command("rotate-key")(privacy.rotate_key)
+app.add_typer(thread.app, name="thread", help="Show and compact conversation threads.")
+app.add_typer(audit.app, name="audit", help="Show, export, verify and replay the audit log.")
+app.add_typer(db.app, name="db", help="Database schema migrations.")
+app.add_typer(memory.app, name="memory", help="Show and forget what is remembered.")
 
 
 def main() -> None:

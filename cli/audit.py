@@ -21,7 +21,6 @@ from rich.panel import Panel
 from rich.progress import Progress
 from rich.table import Table
 from rich.text import Text
-from sqlalchemy.engine import make_url
 
 from frontdesk.audit.chain import Head
 from frontdesk.audit.cost import CostLine, CostReport, cost_report
@@ -31,55 +30,26 @@ from frontdesk.audit.redaction import recorded_rules, redact_rows, ruled_values
 from frontdesk.audit.replay import ReplayReport, TurnDiff, handoff_turns, replay_transcript
 from frontdesk.audit.store import AuditLog
 from frontdesk.audit.transcript import ExpertCall, Transcript, TurnView, build_transcript
+from frontdesk.cli._options import DbOption, JsonOption, app_option, emit_json, existing_db
 from frontdesk.errors import UserError
-from frontdesk.orchestrator._answered import answered_turns
-from frontdesk.orchestrator._app import DEFAULT_APP, default_db, load_app
-from frontdesk.orchestrator._replay import build_runner, parse_models
+from frontdesk.orchestrator.app import DEFAULT_APP, load_app
+from frontdesk.orchestrator.replay import build_runner, parse_models
 from frontdesk.redaction import RedactionPolicy, Redactor, Rule
+from frontdesk.threads.answered import answered_turns
 
 app = typer.Typer(help="audit commands", no_args_is_help=True)
 
-JsonOption = Annotated[bool, typer.Option("--json", help="One JSON document on stdout.")]
-
-
-def emit_json(value: Any) -> None:
-    """Print `value` as JSON on stdout (dataclasses as objects, sets as sorted lists)."""
-
-    def default(o: Any) -> Any:
-        if dataclasses.is_dataclass(o) and not isinstance(o, type):
-            return {f.name: getattr(o, f.name) for f in dataclasses.fields(o)}
-        if isinstance(o, set | frozenset):
-            return sorted(o)
-        return str(o)
-
-    typer.echo(json.dumps(value, default=default, ensure_ascii=False, indent=2))
-
-
 T = TypeVar("T")
 
-DbOption = Annotated[
-    str | None,
-    typer.Option("--db", help="Database URL (default: $FRONTDESK_DB or sqlite:///frontdesk.db)."),
-]
 ConvArg = Annotated[str | None, typer.Argument(help="The conversation id.", show_default=False)]
 AllOption = Annotated[bool, typer.Option("--all", help="Every conversation in the log.")]
-
-
-def _url(db: str | None) -> str:
-    """The database URL; a SQLite file that does not exist is an error, not a new database."""
-    url = db or default_db()
-    parsed = make_url(url)
-    if parsed.drivername.startswith("sqlite") and parsed.database:
-        if not Path(parsed.database).exists():
-            raise UserError(f"no database at {parsed.database}; pass --db URL or set FRONTDESK_DB")
-    return url
 
 
 def _run(work: Callable[[AuditLog], Awaitable[T]], db: str | None) -> T:
     """Open the log, run `work`, close (failures go to the CLI's one error handler)."""
 
     async def main() -> T:
-        log = await AuditLog.open(_url(db))
+        log = await AuditLog.open(existing_db(db))
         if log.keys is None:
             warn_clear()
         try:
@@ -619,10 +589,7 @@ def replay(
     every: AllOption = False,
     app_spec: Annotated[
         str,
-        typer.Option(
-            "--app",
-            help="module:attr naming the Orchestrator (its categories, settings and models).",
-        ),
+        app_option("module:attr naming the Orchestrator (its categories, settings and models)."),
     ] = DEFAULT_APP,
     prompts: Annotated[
         Path | None, typer.Option("--prompts", help="A folder of prompt files to replay with.")

@@ -13,17 +13,14 @@ from rich.console import Console
 from rich.markup import escape
 from rich.tree import Tree
 
-from frontdesk.orchestrator._app import default_db
+from frontdesk.cli._options import DbOption, JsonOption, app_option, db_url, model_option
+from frontdesk.orchestrator.app import DEFAULT_APP, load_app
 from frontdesk.threads.builder import build_thread
-from frontdesk.threads.handoffs import HandoffRecord, HandoffStore
+from frontdesk.threads.handoff import HandoffRecord
 from frontdesk.threads.store import ConversationStore, MessageRecord
 
 app = typer.Typer(help="thread commands", no_args_is_help=True)
 
-DbOption = Annotated[
-    str | None,
-    typer.Option("--db", help="Database URL (default: $FRONTDESK_DB or sqlite:///frontdesk.db)."),
-]
 PREVIEW = 70
 """Characters of each message shown."""
 
@@ -131,7 +128,7 @@ async def _show(
         leaf = await store.active_leaf(conversation_id)
         path = await store.path(leaf.id) if leaf else []
         replaced = (await build_thread(store, leaf.id)).replaced if leaf else 0
-        handoffs = await HandoffStore(store.engine).history(conversation_id)
+        handoffs = await store.handoffs.history(conversation_id)
     finally:
         await store.aclose()
     # What the experts no longer see verbatim: the path prefix the newest summary covers.
@@ -186,11 +183,11 @@ def show(
         bool, typer.Option("--all-branches", help="Show every branch, not only the active one.")
     ] = False,
     db: DbOption = None,
-    as_json: Annotated[bool, typer.Option("--json", help="One JSON document on stdout.")] = False,
+    as_json: JsonOption = False,
 ) -> None:
     """Show a conversation's messages as a tree, the active path marked."""
     console = Console()
-    tree = asyncio.run(_show(db or default_db(), conversation, all_branches, as_json))
+    tree = asyncio.run(_show(db_url(db), conversation, all_branches, as_json))
     if tree is None:
         Console(stderr=True).print(
             f"error: no conversation {conversation!r} in this database"
@@ -203,18 +200,12 @@ def show(
     console.print(tree)
 
 
-AppOption = Annotated[
-    str, typer.Option("--app", help="module:attr naming an Orchestrator (its summariser model).")
-]
-ModelOption = Annotated[
-    str | None, typer.Option("--model", help="Model spec for the summariser, e.g. offline.")
-]
+AppOption = Annotated[str, app_option("module:attr naming an Orchestrator (its summariser model).")]
+ModelOption = Annotated[str | None, model_option("Model spec for the summariser, e.g. offline.")]
 
 
 async def _compact(app_spec: str, model: str | None, url: str, conversation_id: str) -> int:
     """Force a compaction of the active path; returns the exit code."""
-    from frontdesk.orchestrator._app import load_app
-
     console = Console()
     orch = load_app(app_spec, model=model, db=url)
     try:
@@ -246,10 +237,10 @@ async def _compact(app_spec: str, model: str | None, url: str, conversation_id: 
 def compact(
     conversation: Annotated[str, typer.Argument(help="The conversation id.")],
     db: DbOption = None,
-    app_spec: AppOption = "frontdesk.examples.potato_shop:build",
+    app_spec: AppOption = DEFAULT_APP,
     model: ModelOption = None,
 ) -> None:
     """Summarise the active path's older exchanges now (the transcript keeps them all)."""
-    code = asyncio.run(_compact(app_spec, model, db or default_db(), conversation))
+    code = asyncio.run(_compact(app_spec, model, db_url(db), conversation))
     if code:
         raise typer.Exit(code)

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
+from frontdesk.cli import app
 from frontdesk.examples.potato_shop import build
-from frontdesk.orchestrator.cli import app
 
 runner = CliRunner()
 

@@ -19,28 +19,14 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-import sqlalchemy as sa
-from sqlalchemy import Connection
-from sqlalchemy.ext.asyncio import AsyncEngine
-
 from frontdesk._sqlite.scrub import secure_delete, sqlite_path, vacuum
 from frontdesk.audit import crypto
+from frontdesk.audit import erasure as audit_erasure
 from frontdesk.audit.chains import user_chain_id
-from frontdesk.audit.crypto import ERASED
 from frontdesk.audit.events import AuditEvent
 from frontdesk.audit.store import AuditLog
-from frontdesk.audit.tables import audit_event
-from frontdesk.db import run_write
-from frontdesk.threads._handler_store import delete_user_state, erase_conversation_state
-from frontdesk.threads.memory import delete_user_memories
-from frontdesk.threads.models import Conversation, HandoffRow, Message, TurnOutcomeRow
-from frontdesk.threads.summaries import Summary
-
-_conv = Conversation.__table__  # type: ignore[attr-defined]
-_msg = Message.__table__  # type: ignore[attr-defined]
-_outcome = TurnOutcomeRow.__table__  # type: ignore[attr-defined]
-_handoff = HandoffRow.__table__  # type: ignore[attr-defined]
-_summary = Summary.__table__  # type: ignore[attr-defined]
+from frontdesk.db import AsyncEngine, Connection, run_write
+from frontdesk.threads import erasure as store_erasure
 
 ERASED_OWNER_PREFIX = "erased:"
 RETENTION_CHAIN = "retention"
@@ -115,83 +101,20 @@ class Step:
     work: StepWork
 
 
-def _messages(conn: Connection, ids: Sequence[str], _user_id: str) -> int:
-    where = sa.and_(_msg.c.conversation_id.in_(ids), _msg.c.content != ERASED)
-    return _rows(conn.execute(sa.update(_msg).where(where).values(content=ERASED)))
-
-
-def _summaries(conn: Connection, ids: Sequence[str], _user_id: str) -> int:
-    where = sa.and_(_summary.c.conversation_id.in_(ids), _summary.c.content != ERASED)
-    return _rows(conn.execute(sa.update(_summary).where(where).values(content=ERASED)))
-
-
-_OUTCOME_ERASED: dict[str, Any] = {
-    "request": None,
-    "need_more_info": None,
-    "instruction": ERASED,
-    "data": {"erased": ERASED},
-}
-
-
-def _outcomes(conn: Connection, ids: Sequence[str], _user_id: str) -> int:
-    where = sa.and_(_outcome.c.conversation_id.in_(ids), _outcome.c.instruction != ERASED)
-    return _rows(conn.execute(sa.update(_outcome).where(where).values(**_OUTCOME_ERASED)))
-
-
-def _handler_state(conn: Connection, ids: Sequence[str], user_id: str) -> int:
-    """The user's own scope is deleted; their conversations' scope keeps its keys (an
-    idempotency record still stops a repeat) with the erased marker as every value."""
-    return delete_user_state(conn, user_id) + erase_conversation_state(conn, ids)
-
-
-def _memories(conn: Connection, _ids: Sequence[str], user_id: str) -> int:
-    """Every fact about the user, superseded ones too (their text leaves the index)."""
-    return len(delete_user_memories(conn, user_id)[1])
-
-
-def _handoffs(conn: Connection, ids: Sequence[str], _user_id: str) -> int:
-    """A hand-off's reason is the triage's or an operator's words about the user."""
-    where = sa.and_(_handoff.c.conversation_id.in_(ids), _handoff.c.reason != ERASED)
-    return _rows(conn.execute(sa.update(_handoff).where(where).values(reason=ERASED)))
-
-
 STORE_STEPS: list[Step] = [
-    Step("messages", _messages),
-    Step("summaries", _summaries),
-    Step("outcomes", _outcomes),
-    Step("memories", _memories),
-    Step("handler_state", _handler_state),
-    Step("handoffs", _handoffs),
+    Step("messages", store_erasure.erase_messages),
+    Step("summaries", store_erasure.erase_summaries),
+    Step("outcomes", store_erasure.erase_outcomes),
+    Step("memories", store_erasure.erase_memories),
+    Step("handler_state", store_erasure.erase_handler_state),
+    Step("handoffs", store_erasure.erase_handoffs),
 ]
 """The erasure steps on the conversation database, in order; the conversations' own rows
-are taken last (`_conversations`), so a re-run after a crash still finds them."""
-
-
-def _rows(result: Any) -> int:
-    return int(result.rowcount or 0)
-
-
-def _conversation_ids(conn: Connection, user_id: str) -> list[str]:
-    owners = [user_id, erased_owner(user_id)]
-    query = sa.select(_conv.c.id).where(_conv.c.user_id.in_(owners)).order_by(_conv.c.id)
-    return list(conn.execute(query).scalars())
-
-
-def _conversations(conn: Connection, user_id: str) -> int:
-    query = sa.update(_conv).where(_conv.c.user_id == user_id)
-    return _rows(conn.execute(query.values(user_id=erased_owner(user_id), metadata={})))
+are taken last (`threads.erasure.disown_conversations`), so a re-run after a crash still
+finds them. The SQL of each is in the layer that owns the table (`threads.erasure`)."""
 
 
 _secure = secure_delete
-
-
-def _clear_rows(conn: Connection, ids: Sequence[str]) -> int:
-    if not ids:
-        return 0
-    query = sa.select(sa.func.count()).where(
-        audit_event.c.conversation_id.in_(ids), ~audit_event.c.payload_json.startswith('{"clear":')
-    )
-    return int(conn.execute(query).scalar_one())
 
 
 async def erase_user(
@@ -212,7 +135,8 @@ async def erase_user(
         after_step: Called with each step's name once it is committed (tests kill there).
     """
     counts: dict[str, int] = {}
-    ids = await _read(engine, lambda c: _conversation_ids(c, user_id))
+    owners = [user_id, erased_owner(user_id)]
+    ids = await _read(engine, lambda c: store_erasure.conversation_ids(c, owners))
     for step in STORE_STEPS:
 
         def work(conn: Connection, step: Step = step) -> int:
@@ -222,21 +146,22 @@ async def erase_user(
         counts[step.field] = await run_write(engine, work)
         _tick(after_step, step.field)
     if audit is not None:
-        counts["audit_rows_in_clear"] = await _read(audit.engine, lambda c: _clear_rows(c, ids))
-        ref = crypto.user_ref(user_id)
+        counts["audit_rows_in_clear"] = await _read(
+            audit.engine, lambda c: audit_erasure.rows_in_clear(c, ids)
+        )
 
         def destroy(conn: Connection) -> int:
             _secure(conn)
-            return crypto.destroy(conn, ref=ref)
+            return audit_erasure.shred_user(conn, user_id)
 
         counts["audit_keys"] = await run_write(audit.engine, destroy)
         if audit.keys is not None:
-            audit.keys.forget(ref)
+            audit.keys.forget(crypto.user_ref(user_id))
         _tick(after_step, "audit_keys")
 
     def own(conn: Connection) -> int:
         _secure(conn)
-        return _conversations(conn, user_id)
+        return store_erasure.disown_conversations(conn, user_id, erased_owner(user_id))
 
     counts["conversations"] = await run_write(engine, own)
     _tick(after_step, "conversations")
@@ -308,10 +233,9 @@ async def apply_retention(
     before = cutoff.strftime("%Y-%m")
 
     def audit_work(conn: Connection) -> int:
-        if dry_run:
-            return crypto.count_live(conn, before_period=before)
-        _secure(conn)
-        return crypto.destroy(conn, before_period=before)
+        if not dry_run:
+            _secure(conn)
+        return audit_erasure.shred_before(conn, before, dry_run=dry_run)
 
     keys = await (
         _read(audit.engine, audit_work) if dry_run else run_write(audit.engine, audit_work)
@@ -320,30 +244,10 @@ async def apply_retention(
         audit.keys.forget()
     counts = {"messages": 0, "summaries": 0, "outcomes": 0}
     if transcripts and engine is not None:
-        tables = {"messages": (_msg, "content"), "summaries": (_summary, "content")}
 
         def store_work(conn: Connection) -> dict[str, int]:
             _secure(conn)
-            out = {}
-            for name, (table, column) in tables.items():
-                where = sa.and_(table.c.created_at < cutoff, table.c[column] != ERASED)
-                stmt = sa.select(sa.func.count()).where(where)
-                if dry_run:
-                    out[name] = int(conn.execute(stmt).scalar_one())
-                else:
-                    out[name] = _rows(
-                        conn.execute(sa.update(table).where(where).values({column: ERASED}))
-                    )
-            where = sa.and_(_outcome.c.created_at < cutoff, _outcome.c.instruction != ERASED)
-            if dry_run:
-                out["outcomes"] = int(
-                    conn.execute(sa.select(sa.func.count()).where(where)).scalar_one()
-                )
-            else:
-                out["outcomes"] = _rows(
-                    conn.execute(sa.update(_outcome).where(where).values(**_OUTCOME_ERASED))
-                )
-            return out
+            return store_erasure.age_out(conn, cutoff, dry_run=dry_run)
 
         counts = await (_read(engine, store_work) if dry_run else run_write(engine, store_work))
     report = RetentionReport(cutoff, before, keys, dry_run=dry_run, **counts)

@@ -24,7 +24,7 @@ from frontdesk.errors import ConfigError
 from frontdesk.experts import NeedMoreInfo
 from frontdesk.experts.category import HUMAN, OTHER
 from frontdesk.experts.providers import FunctionModel, Message, ModelRequest
-from frontdesk.orchestrator import _outcomes
+from frontdesk.orchestrator import fallbacks
 from frontdesk.orchestrator._orchestrator import Orchestrator
 from frontdesk.orchestrator._recorder import jsonable
 from frontdesk.orchestrator.turn import CONTENT_ERRORS
@@ -137,11 +137,11 @@ class ReplayRunner:
     ) -> tuple[str | None, str | None]:
         """The response expert's instruction, without calling any handler."""
         if category == HUMAN or (not builtin and request is None and missing is None):
-            return _outcomes.handoff("replay").instruction, None
+            return fallbacks.handoff("replay").instruction, None
         if category == OTHER:
-            return _outcomes.small_talk(self.orchestrator.categories.values()).instruction, None
+            return fallbacks.small_talk(self.orchestrator.categories.values()).instruction, None
         if missing is not None:
-            return _outcomes.ask_for(NeedMoreInfo.model_validate(missing)).instruction, None
+            return fallbacks.ask_for(NeedMoreInfo.model_validate(missing)).instruction, None
         view = turn.view
         if category == view.category and request == view.request and view.instruction:
             return view.instruction, None

@@ -1,4 +1,8 @@
-"""Loading an application (`--app mod:attr`) and the CLI's defaults (database, model)."""
+"""Loading an application (`--app mod:attr`) and the default database and models.
+
+Public because two packages above the orchestrator use it alike: the CLI (`frontdesk.cli`)
+and the HTTP service's worker factory (`frontdesk.service`).
+"""
 
 from __future__ import annotations
 

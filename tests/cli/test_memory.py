@@ -8,8 +8,8 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
+from frontdesk.cli import app
 from frontdesk.examples.potato_shop import build
-from frontdesk.orchestrator.cli import app
 
 runner = CliRunner()
 

@@ -11,7 +11,7 @@ from sqlalchemy import text
 from typer.testing import CliRunner
 
 from frontdesk.audit.store import AuditLog
-from frontdesk.orchestrator.cli import app
+from frontdesk.cli import app
 from tests.audit.conftest import turn_events
 
 runner = CliRunner()

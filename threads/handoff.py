@@ -1,4 +1,5 @@
-"""The SQL of hand-off to a person (revision `0011_handoff`), run inside a caller's transaction.
+"""Hand-off to a person, as the store keeps it (revision `0011_handoff`): `HandoffStore`,
+which conversations a person has and the messages written while they do, and its SQL.
 
 While a conversation has an open `handoff` row, a user message gets no model call: it is
 stored with a *waiting marker* under it, an assistant message of kind `handoff` whose text
@@ -9,26 +10,48 @@ leaf is already an assistant message (the bot's "a person will take over", an ea
 operator reply) the reply is stored after it, and the thread builder joins consecutive
 assistant messages into one assistant turn. A hand-back closes the row; a timed-out one
 also leaves the configured timeout message, placed the same way as an operator's reply.
+
+Every write locks the conversation row, so a hand-off, an operator's reply, a hand-back
+and a turn's first transaction (which reads the open hand-off, see
+`ConversationStore.start_turn`) never interleave. Each `HandoffStore` write takes an
+optional `also`, run in the same transaction with what was written (the orchestrator
+writes the audit events there when the audit log shares the database). The module's
+functions run inside a caller's transaction.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy import Connection
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from frontdesk._sqlite import Statement
-from frontdesk.threads import _turn
-from frontdesk.threads._records import BOT, MessageRecord, new_id
+from frontdesk.threads import _writes
+from frontdesk.threads._lease import TurnLease
+from frontdesk.threads._records import BOT, MessageRecord, check_id, check_text, new_id
+from frontdesk.threads._tx import run_sync_tx
 from frontdesk.threads.errors import NotHandedOff
 from frontdesk.threads.models import Conversation, HandoffRow, Message, utcnow
 
 _conv = Conversation.__table__  # type: ignore[attr-defined]
 _msg = Message.__table__  # type: ignore[attr-defined]
 _handoff = HandoffRow.__table__  # type: ignore[attr-defined]
+
+__all__ = [
+    "DEFAULT_TIMEOUT_MESSAGE",
+    "DEFAULT_WAITING_MESSAGE",
+    "HandedBack",
+    "HandoffPolicy",
+    "HandoffRecord",
+    "HandoffStore",
+    "Opened",
+    "Placed",
+]
 
 DEFAULT_WAITING_MESSAGE = (
     "Thanks, your message is with our team; a person will answer you here shortly."
@@ -166,21 +189,21 @@ def history(conn: Connection, conversation_id: str) -> list[HandoffRecord]:
 
 def lock_existing(conn: Connection, conversation_id: str) -> None:
     """Lock the conversation row; raise `ConversationNotFound` when there is none."""
-    exists, _ = _turn.owner_of(conn, conversation_id)
+    exists, _ = _writes.owner_of(conn, conversation_id)
     if not exists:
-        raise _turn.not_found(conversation_id)
-    _turn.lock_conversation(conn, conversation_id, None)
+        raise _writes.not_found(conversation_id)
+    _writes.lock_conversation(conn, conversation_id, None)
 
 
 def turn_at_leaf(conn: Connection, conversation_id: str) -> str:
     """The audit turn id of the conversation's active leaf: a user message's own id; an
     assistant message's question (its parent) when it answers one, else its own id."""
-    leaf_id, _, _ = _turn.lock_conversation(conn, conversation_id, None)
+    leaf_id, _, _ = _writes.lock_conversation(conn, conversation_id, None)
     assert leaf_id is not None, "a conversation exists from its first message"
-    leaf = _turn.get(conn, leaf_id)
+    leaf = _writes.get(conn, leaf_id)
     if leaf.role == "user" or leaf.parent_id is None:
         return leaf.id
-    parent = _turn.get(conn, leaf.parent_id)
+    parent = _writes.get(conn, leaf.parent_id)
     return parent.id if parent.role == "user" else leaf.id
 
 
@@ -233,7 +256,7 @@ def held(
         kind="handoff",
         author=BOT,
     )
-    _turn.write(conn, marker)
+    _writes.write(conn, marker)
     if handoff.waiting_since is None:
         conn.execute(
             sa.update(_handoff)
@@ -250,9 +273,9 @@ def place(conn: Connection, conversation_id: str, text: str, author: str) -> Pla
     message. An unanswered user message is answered. After an assistant message the new
     one follows it.
     """
-    leaf_id, _, _ = _turn.lock_conversation(conn, conversation_id, None)
+    leaf_id, _, _ = _writes.lock_conversation(conn, conversation_id, None)
     assert leaf_id is not None, "a conversation exists from its first message"
-    leaf = _turn.get(conn, leaf_id)
+    leaf = _writes.get(conn, leaf_id)
     parent: str = leaf.id
     superseded: str | None = None
     answers = leaf.role == "user"
@@ -260,7 +283,7 @@ def place(conn: Connection, conversation_id: str, text: str, author: str) -> Pla
         assert leaf.parent_id is not None, "a waiting marker is under a user message"
         parent, superseded, answers = leaf.parent_id, leaf.id, True
         conn.execute(sa.delete(_msg).where(_msg.c.id == leaf.id))
-    message = _turn.insert(
+    message = _writes.insert(
         conn,
         conversation_id=conversation_id,
         parent_id=parent,
@@ -349,3 +372,140 @@ def _require_open(conn: Connection, conversation_id: str) -> HandoffRecord:
             conversation_id=conversation_id,
         )
     return found
+
+
+R = TypeVar("R")
+Also = Callable[[Connection, R], None]
+"""Run in the write's transaction with its result (an audit batch)."""
+
+
+class HandoffStore:
+    """The hand-offs of one conversation database."""
+
+    def __init__(self, engine: AsyncEngine) -> None:
+        """Wrap the conversation store's engine."""
+        self.engine = engine
+
+    async def open(
+        self, conversation_id: str, reason: str, *, also: Also[Opened] | None = None
+    ) -> Opened:
+        """Hand the conversation to a person, or find the hand-off already open
+        (`Opened.created` says which).
+
+        Raises:
+            ConversationNotFound: no such conversation.
+        """
+        check_id(conversation_id, "conversation_id")
+        check_text(reason, "reason")
+
+        def work(conn: Connection) -> Opened:
+            opened = open_handoff(conn, conversation_id, reason)
+            if also is not None:
+                also(conn, opened)
+            return opened
+
+        return await run_sync_tx(self.engine, work)
+
+    async def current(self, conversation_id: str) -> HandoffRecord | None:
+        """The conversation's open hand-off, if any."""
+        return await run_sync_tx(
+            self.engine, lambda conn: current(conn, conversation_id), readonly=True
+        )
+
+    async def open_ones(self) -> list[HandoffRecord]:
+        """Every open hand-off, the longest-waiting user first."""
+        return await run_sync_tx(self.engine, open_ones, readonly=True)
+
+    async def history(self, conversation_id: str) -> list[HandoffRecord]:
+        """Every hand-off of the conversation, open or closed, oldest first."""
+        return await run_sync_tx(
+            self.engine, lambda conn: history(conn, conversation_id), readonly=True
+        )
+
+    async def operator_reply(
+        self,
+        conversation_id: str,
+        text: str,
+        *,
+        operator_id: str,
+        lease: TurnLease,
+        also: Also[tuple[HandoffRecord, Placed]] | None = None,
+    ) -> tuple[HandoffRecord, Placed]:
+        """Store an operator's reply as the conversation's next assistant message.
+
+        Waits for `lease` (a turn in flight finishes first), takes it with the write and
+        leaves it held: the caller `aclose()`s it.
+
+        Raises:
+            ConversationNotFound: no such conversation.
+            NotHandedOff: no person has the conversation.
+            ConversationBusy: a turn held the conversation past the lease's wait.
+        """
+        check_id(conversation_id, "conversation_id")
+        check_text(text, "text")
+        check_id(operator_id, "operator_id")
+
+        def work(conn: Connection) -> tuple[HandoffRecord, Placed]:
+            result = operator_reply(conn, conversation_id, text, operator_id)
+            if also is not None:
+                also(conn, result)
+            return result
+
+        result = await lease.take(work)
+        assert result is not None, "take returns what the write returned"
+        return result
+
+    async def close(
+        self,
+        conversation_id: str,
+        *,
+        by: str,
+        message: str | None = None,
+        lease: TurnLease,
+        also: Also[HandedBack] | None = None,
+    ) -> HandedBack:
+        """Hand the conversation back to the bot (`by`: `operator` or `timeout`), leaving
+        `message` as an assistant message when given. Takes `lease` as `operator_reply`.
+
+        Raises:
+            ConversationNotFound: no such conversation.
+            NotHandedOff: no person has the conversation.
+            ConversationBusy: a turn held the conversation past the lease's wait.
+        """
+        check_id(conversation_id, "conversation_id")
+
+        def work(conn: Connection) -> HandedBack:
+            result = close(conn, conversation_id, by=by, message=message)
+            if also is not None:
+                also(conn, result)
+            return result
+
+        result = await lease.take(work)
+        assert result is not None, "take returns what the write returned"
+        return result
+
+    async def expire(
+        self,
+        conversation_id: str,
+        policy: HandoffPolicy,
+        *,
+        lease: TurnLease,
+        also: Also[HandedBack | None] | None = None,
+    ) -> HandedBack | None:
+        """Hand the conversation back, leaving the policy's timeout message, if its user
+        has waited past the timeout (checked under the lock); `None` when nothing was due.
+        Takes `lease` as `operator_reply`.
+
+        Raises:
+            ConversationBusy: a turn held the conversation past the lease's wait.
+        """
+
+        def work(conn: Connection) -> tuple[HandedBack | None]:
+            result = expire_due(conn, conversation_id, policy)
+            if also is not None:
+                also(conn, result)
+            return (result,)
+
+        taken = await lease.take(work)
+        assert taken is not None, "take returns what the write returned"
+        return taken[0]

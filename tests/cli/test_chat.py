@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from frontdesk.orchestrator.cli import app
+from frontdesk.cli import app
 
 
 @pytest.fixture

@@ -1,6 +1,6 @@
 """The real `frontdesk` command in a subprocess: every failure is one `error:` line, exit 2.
 
-One error handler (orchestrator/_cli_errors.py) serves every command; these tests run the
+One error handler (cli/_errors.py) serves every command; these tests run the
 console entry point as a user would, so a traceback anywhere on the way would show here.
 """
 
@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 DEAD_PG = "postgresql://nobody@127.0.0.1:1/x"
-ENTRY = "from frontdesk.orchestrator.cli import main; main()"
+ENTRY = "from frontdesk.cli import main; main()"
 
 
 def frontdesk(

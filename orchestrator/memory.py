@@ -24,12 +24,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import structlog
-from sqlalchemy import Connection
 
 from frontdesk.audit.chains import user_chain_id
 from frontdesk.audit.events import AuditEvent
 from frontdesk.audit.store import AuditLog
-from frontdesk.experts._call import MemoryBlock
+from frontdesk.db import Connection
+from frontdesk.experts import MemoryBlock
 from frontdesk.experts.memory import MemoryExpert
 from frontdesk.labels import neutralise
 from frontdesk.memory import Memory, MemorySource

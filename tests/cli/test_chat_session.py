@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from frontdesk.orchestrator.cli import app
+from frontdesk.cli import app
 from frontdesk.threads.store import ConversationStore, MessageRecord
-from tests.test_cli_errors import ENTRY, frontdesk
+from tests.cli.test_errors import ENTRY, frontdesk
 
 runner = CliRunner()
 

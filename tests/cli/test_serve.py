@@ -10,8 +10,8 @@ import httpx
 import pytest
 from typer.testing import CliRunner
 
+from frontdesk.cli import app as cli
 from frontdesk.errors import ConfigError
-from frontdesk.orchestrator.cli import app as cli
 from frontdesk.service import RedisTokenBucket, ServiceSettings, TokenBucket
 from tests.service._server import serve_process
 from tests.service.conftest import SECRET

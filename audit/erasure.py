@@ -1,0 +1,44 @@
+"""Erasure and retention steps on the audit tables (crypto-shredding).
+
+The rows and the chain stay (the log is append-only); what goes is the data keys their
+payloads are encrypted under, so those payloads are unreadable for good. Each function
+runs in its caller's transaction and is idempotent: a destroyed key is not counted again.
+The order of the steps is the orchestrator's (`orchestrator/erasure.py`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import sqlalchemy as sa
+from sqlalchemy import Connection
+
+from frontdesk.audit import crypto
+from frontdesk.audit.tables import audit_event
+
+__all__ = ["rows_in_clear", "shred_before", "shred_user"]
+
+
+def rows_in_clear(conn: Connection, conversation_ids: Sequence[str]) -> int:
+    """How many audit rows of these conversations were written without a master key: they
+    stay readable, since the chain forbids changing them (see docs/privacy.md)."""
+    if not conversation_ids:
+        return 0
+    query = sa.select(sa.func.count()).where(
+        audit_event.c.conversation_id.in_(conversation_ids),
+        ~audit_event.c.payload_json.startswith('{"clear":'),
+    )
+    return int(conn.execute(query).scalar_one())
+
+
+def shred_user(conn: Connection, user_id: str) -> int:
+    """Destroy every live data key of `user_id`; how many were destroyed."""
+    return crypto.destroy(conn, ref=crypto.user_ref(user_id))
+
+
+def shred_before(conn: Connection, period: str, *, dry_run: bool = False) -> int:
+    """Destroy the live data keys of every month before `period` ("YYYY-MM"); with
+    `dry_run`, only count them."""
+    if dry_run:
+        return crypto.count_live(conn, before_period=period)
+    return crypto.destroy(conn, before_period=period)

@@ -1,0 +1,80 @@
+"""The options every command group shares (`--db`, `--app`, `--json`), declared once here,
+and the helpers that read them.
+
+A command whose default differs says so in its own help text (`demo --db`, each `--app`),
+so each option is a function of its help; the flag's name and type are written only here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from sqlalchemy.engine import make_url
+
+from frontdesk.errors import UserError
+from frontdesk.orchestrator.app import default_db
+
+DB_HELP = "Database URL (default: $FRONTDESK_DB or sqlite:///frontdesk.db)."
+JSON_HELP = "One JSON document on stdout."
+MODEL_HELP = "Model spec, e.g. offline, anthropic:claude-sonnet-4-5."
+
+
+def db_option(help: str = DB_HELP) -> Any:
+    """`--db URL`: the database (None means `default_db()`, unless the command says else)."""
+    return typer.Option("--db", help=help)
+
+
+def app_option(help: str) -> Any:
+    """`--app module:attr`: the Orchestrator (or a function returning one) to load."""
+    return typer.Option("--app", help=help)
+
+
+def json_option(help: str = JSON_HELP) -> Any:
+    """`--json`: print one JSON document on stdout instead of tables."""
+    return typer.Option("--json", help=help)
+
+
+def model_option(help: str = MODEL_HELP) -> Any:
+    """`--model SPEC`: the model every expert uses (None: the app's, or the environment's)."""
+    return typer.Option("--model", help=help)
+
+
+DbOption = Annotated[str | None, db_option()]
+JsonOption = Annotated[bool, json_option()]
+ModelOption = Annotated[str | None, model_option()]
+
+
+def db_url(db: str | None) -> str:
+    """The database URL `--db` names, or the default one."""
+    return db or default_db()
+
+
+def existing_db(db: str | None) -> str:
+    """The database URL; a SQLite file that does not exist is an error, not a new database.
+
+    Raises:
+        UserError: the SQLite file is missing.
+    """
+    url = db_url(db)
+    parsed = make_url(url)
+    if parsed.drivername.startswith("sqlite") and parsed.database:
+        if not Path(parsed.database).exists():
+            raise UserError(f"no database at {parsed.database}; pass --db URL or set FRONTDESK_DB")
+    return url
+
+
+def emit_json(value: Any) -> None:
+    """Print `value` as JSON on stdout (dataclasses as objects, sets as sorted lists)."""
+
+    def default(o: Any) -> Any:
+        if dataclasses.is_dataclass(o) and not isinstance(o, type):
+            return {f.name: getattr(o, f.name) for f in dataclasses.fields(o)}
+        if isinstance(o, set | frozenset):
+            return sorted(o)
+        return str(o)
+
+    typer.echo(json.dumps(value, default=default, ensure_ascii=False, indent=2))

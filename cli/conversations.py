@@ -1,0 +1,73 @@
+"""`frontdesk conversations`: list the conversations of a database (newest first)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from dataclasses import asdict
+from datetime import UTC, datetime
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from frontdesk.cli._options import DbOption, JsonOption, db_url
+from frontdesk.errors import UserError
+from frontdesk.threads.listing import ConversationRow, list_conversations
+from frontdesk.threads.store import ConversationStore
+
+
+def _since(value: str | None) -> datetime | None:
+    if value is None:
+        return None
+    try:
+        parsed = datetime.fromisoformat(value)
+    except ValueError as e:
+        raise UserError(
+            f"--since {value!r}: expected an ISO date or time, e.g. 2026-03-01 or"
+            " 2026-03-01T09:30+00:00"
+        ) from e
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+
+
+async def _rows(
+    url: str, *, user: str | None, since: datetime | None, limit: int
+) -> list[ConversationRow]:
+    store = await ConversationStore.open(url)
+    try:
+        return await list_conversations(store.engine, user=user, since=since, limit=limit)
+    finally:
+        await store.aclose()
+
+
+def conversations(
+    user: Annotated[str | None, typer.Option("--user", help="Only this user's.")] = None,
+    since: Annotated[
+        str | None, typer.Option("--since", help="Only those active since (ISO date or time).")
+    ] = None,
+    limit: Annotated[int, typer.Option("--limit", min=1, help="At most this many.")] = 100,
+    as_json: JsonOption = False,
+    db: DbOption = None,
+) -> None:
+    """List conversations, the most recently active first."""
+    rows = asyncio.run(_rows(db_url(db), user=user, since=_since(since), limit=limit))
+    if as_json:
+        typer.echo(json.dumps([asdict(r) for r in rows], ensure_ascii=False, indent=2))
+        return
+    if not rows:
+        typer.echo("no conversations in this database")
+        return
+    table = Table()
+    for name in ("conversation", "user", "last message", "messages", "user turns"):
+        table.add_column(name, justify="right" if name in ("messages", "user turns") else "left")
+    for r in rows:
+        table.add_row(
+            escape(r.conversation_id),
+            escape(r.user_id or "-"),
+            (r.last_message_at or r.created_at)[:19].replace("T", " "),
+            str(r.messages),
+            str(r.user_turns),
+        )
+    Console().print(table)

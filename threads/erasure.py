@@ -1,0 +1,126 @@
+"""Erasure and retention steps on the conversation database's tables.
+
+Each function runs in its caller's write transaction (a sync `Connection`) and is
+idempotent: what carries the erased marker already is not changed or counted again, so a
+re-run after a crash finishes the work and reports 0s. The order of the steps, and the
+audit side, are the orchestrator's (`orchestrator/erasure.py`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy import Connection
+
+from frontdesk.threads.handler_state import (
+    ERASED_MARKER,
+    delete_user_state,
+    erase_conversation_state,
+)
+from frontdesk.threads.memory import delete_user_memories
+from frontdesk.threads.models import Conversation, HandoffRow, Message, TurnOutcomeRow
+from frontdesk.threads.summaries import Summary
+
+__all__ = [
+    "ERASED",
+    "age_out",
+    "conversation_ids",
+    "disown_conversations",
+    "erase_handler_state",
+    "erase_handoffs",
+    "erase_memories",
+    "erase_messages",
+    "erase_outcomes",
+    "erase_summaries",
+]
+
+_conv = Conversation.__table__  # type: ignore[attr-defined]
+_msg = Message.__table__  # type: ignore[attr-defined]
+_outcome = TurnOutcomeRow.__table__  # type: ignore[attr-defined]
+_handoff = HandoffRow.__table__  # type: ignore[attr-defined]
+_summary = Summary.__table__  # type: ignore[attr-defined]
+
+ERASED = ERASED_MARKER
+"""What erased text becomes (the audit log's shredded payloads read the same)."""
+
+_OUTCOME_ERASED: dict[str, Any] = {
+    "request": None,
+    "need_more_info": None,
+    "instruction": ERASED,
+    "data": {"erased": ERASED},
+}
+
+
+def _rows(result: Any) -> int:
+    return int(result.rowcount or 0)
+
+
+def conversation_ids(conn: Connection, owners: Sequence[str]) -> list[str]:
+    """The ids of every conversation any of `owners` has (a user id, its erased digest)."""
+    query = sa.select(_conv.c.id).where(_conv.c.user_id.in_(owners)).order_by(_conv.c.id)
+    return list(conn.execute(query).scalars())
+
+
+def erase_messages(conn: Connection, ids: Sequence[str], _user_id: str) -> int:
+    """The conversations' messages keep their place in the tree; their text is erased."""
+    where = sa.and_(_msg.c.conversation_id.in_(ids), _msg.c.content != ERASED)
+    return _rows(conn.execute(sa.update(_msg).where(where).values(content=ERASED)))
+
+
+def erase_summaries(conn: Connection, ids: Sequence[str], _user_id: str) -> int:
+    """A summary retells the messages, so its text goes with theirs."""
+    where = sa.and_(_summary.c.conversation_id.in_(ids), _summary.c.content != ERASED)
+    return _rows(conn.execute(sa.update(_summary).where(where).values(content=ERASED)))
+
+
+def erase_outcomes(conn: Connection, ids: Sequence[str], _user_id: str) -> int:
+    """Stored turn outcomes hold the extracted request and the handler's data."""
+    where = sa.and_(_outcome.c.conversation_id.in_(ids), _outcome.c.instruction != ERASED)
+    return _rows(conn.execute(sa.update(_outcome).where(where).values(**_OUTCOME_ERASED)))
+
+
+def erase_memories(conn: Connection, _ids: Sequence[str], user_id: str) -> int:
+    """Every fact about the user, superseded ones too (their text leaves the index)."""
+    return len(delete_user_memories(conn, user_id)[1])
+
+
+def erase_handler_state(conn: Connection, ids: Sequence[str], user_id: str) -> int:
+    """The user's own scope is deleted; their conversations' scope keeps its keys (an
+    idempotency record still stops a repeat) with the erased marker as every value."""
+    return delete_user_state(conn, user_id) + erase_conversation_state(conn, ids)
+
+
+def erase_handoffs(conn: Connection, ids: Sequence[str], _user_id: str) -> int:
+    """A hand-off's reason is the triage's or an operator's words about the user."""
+    where = sa.and_(_handoff.c.conversation_id.in_(ids), _handoff.c.reason != ERASED)
+    return _rows(conn.execute(sa.update(_handoff).where(where).values(reason=ERASED)))
+
+
+def disown_conversations(conn: Connection, user_id: str, owner: str) -> int:
+    """The user's conversations now belong to `owner` (a digest), their metadata emptied.
+    Taken last, so a re-run after a crash still finds the conversations by the user id."""
+    query = sa.update(_conv).where(_conv.c.user_id == user_id)
+    return _rows(conn.execute(query.values(user_id=owner, metadata={})))
+
+
+def age_out(conn: Connection, cutoff: datetime, *, dry_run: bool = False) -> dict[str, int]:
+    """Retention: the erased marker on every message, summary and outcome created before
+    `cutoff`; with `dry_run`, only how many would get it. Counts by kind."""
+    out: dict[str, int] = {}
+    for name, table, column in (("messages", _msg, "content"), ("summaries", _summary, "content")):
+        where = sa.and_(table.c.created_at < cutoff, table.c[column] != ERASED)
+        if dry_run:
+            out[name] = int(conn.execute(sa.select(sa.func.count()).where(where)).scalar_one())
+        else:
+            out[name] = _rows(conn.execute(sa.update(table).where(where).values({column: ERASED})))
+    where = sa.and_(_outcome.c.created_at < cutoff, _outcome.c.instruction != ERASED)
+    if dry_run:
+        out["outcomes"] = int(conn.execute(sa.select(sa.func.count()).where(where)).scalar_one())
+    else:
+        out["outcomes"] = _rows(
+            conn.execute(sa.update(_outcome).where(where).values(**_OUTCOME_ERASED))
+        )
+    return out
