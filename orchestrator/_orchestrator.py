@@ -31,7 +31,7 @@ from frontdesk.orchestrator.handoff import Handoff
 from frontdesk.orchestrator.memory import Memories
 from frontdesk.orchestrator.reply import Reply
 from frontdesk.orchestrator.stream import TurnEvent, stream_turn
-from frontdesk.orchestrator.turn import Pipeline
+from frontdesk.orchestrator.turn import Pipeline, app_record
 from frontdesk.redaction import RedactionPolicy, Redactor, redactor_of
 from frontdesk.threads.budget import Budget
 from frontdesk.threads.builder import UserThread, build_thread
@@ -135,6 +135,9 @@ class Orchestrator:
         memory: bool = True,
     ) -> None:
         self.categories = check_registry(list(categories))
+        self.app_spec: str | None = None
+        """The `module:attr` this orchestrator was loaded from (`load_app`), recorded with
+        each turn so that `frontdesk audit replay` can load the same app again."""
         self.models = resolve_models(model)
         # Models built here from spec strings hold HTTP clients this orchestrator must close;
         # Model instances passed in belong to the caller.
@@ -265,6 +268,7 @@ class Orchestrator:
                 audit=self._audit,
             )
             self._pipeline = Pipeline(
+                app=app_record(self.app_spec, triage, requests, response),
                 memory=self._memories if self._memory_on else None,
                 store=store,
                 audit=self._audit,

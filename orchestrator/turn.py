@@ -106,7 +106,7 @@ async def run_turn(p: Pipeline, conversation_id: str, start: Start) -> Reply:
             return reply_from_records(
                 p, s.question, s.stored.reply, s.stored.outcome, replayed=not s.answered_now
             )
-        t = _turn(s, lease, await _recall(p, s))
+        t = _turn(s, lease, await _recall(p, s), p.app)
         try:
             # The experts, under the turn deadline; a stored outcome skips to the reply.
             with observing(t.recorder):  # Model attempts -> audit events.
@@ -318,7 +318,9 @@ async def _recall(p: Pipeline, s: Started) -> list[Document]:
     return _memory.ranked(await p.memory.recall(s.user_id, s.question.content))
 
 
-def _turn(s: Started, lease: TurnLease, memory: Sequence[Document]) -> Turn:
+def _turn(
+    s: Started, lease: TurnLease, memory: Sequence[Document], app: Mapping[str, object]
+) -> Turn:
     recorder = TurnRecorder(turn_id=s.question.id)
     recorder.note(
         "turn_started",
@@ -327,6 +329,7 @@ def _turn(s: Started, lease: TurnLease, memory: Sequence[Document]) -> Turn:
         parent_id=s.question.parent_id,
         text=s.question.content,
         user_id=s.user_id,
+        app=app,
     )
     return Turn(
         conversation_id=s.question.conversation_id,
@@ -762,6 +765,8 @@ class Pipeline:
     (`_Speculation`); off, the two run one after the other."""
     memory: _memory.Memories | None = None
     """The users' long-term memory (`None`: none is read or written)."""
+    app: Mapping[str, object] = dataclasses.field(default_factory=dict)
+    """What the audit records of the app with each turn (`app_record`)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -942,6 +947,25 @@ def _turns(view: ExpertView) -> list[Message]:
         Message(role="assistant" if m["role"] == "assistant" else "user", content=m["content"])
         for m in view.messages
     ]
+
+
+def app_record(
+    spec: str | None,
+    triage: TriageExpert,
+    requests: Mapping[str, RequestExpert],
+    response: ResponseExpert,
+) -> dict[str, object]:
+    """The app as each turn's audit records it: its `--app` spec when it was loaded from
+    one, its categories with their request prompts' versions, and the triage and response
+    prompts' versions (a replay loads the spec, or checks the categories)."""
+    return {
+        "spec": spec,
+        "categories": {
+            name: f"{e.call.prompt.name}@{e.call.prompt.version}" for name, e in requests.items()
+        },
+        "triage": f"{triage.call.prompt.name}@{triage.call.prompt.version}",
+        "response": f"{response.call.prompt.name}@{response.call.prompt.version}",
+    }
 
 
 def _prompt_versions(p: Pipeline, category: str) -> dict[str, str]:
