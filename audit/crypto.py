@@ -157,7 +157,7 @@ class MasterKey:
 
     @classmethod
     def generate(cls) -> MasterKey:
-        """A new random key (tests and `frontdesk audit rotate-key --generate`)."""
+        """A new random key (tests, and a new key for `frontdesk audit rotate-key`)."""
         return cls(os.urandom(32))
 
     @property

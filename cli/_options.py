@@ -103,7 +103,5 @@ def print_table(table: Table, console: Console | None = None) -> None:
     if not console.is_terminal:
         wide = Console(width=100_000, file=console.file, color_system=None)
         needed = Measurement.get(wide, wide.options, table).maximum
-        console = Console(
-            width=max(console.width, needed), file=console.file, color_system=None
-        )
+        console = Console(width=max(console.width, needed), file=console.file, color_system=None)
     console.print(table)

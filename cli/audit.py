@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import hashlib
 import json
 import os
+import urllib.parse
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar
@@ -25,7 +27,7 @@ from rich.text import Text
 from frontdesk.audit.chain import Head
 from frontdesk.audit.cost import CostLine, CostReport, cost_report
 from frontdesk.audit.errors import UnknownConversation
-from frontdesk.audit.export import render_html, write_jsonl
+from frontdesk.audit.export import IndexEntry, render_html, render_index, write_jsonl
 from frontdesk.audit.redaction import recorded_rules, redact_rows, ruled_values
 from frontdesk.audit.replay import (
     ReplayReport,
@@ -309,7 +311,15 @@ def show(
 
 @app.command("export")
 def export(
-    out: Annotated[Path, typer.Option("-o", "--output", help="File to write.")],
+    out: Annotated[
+        Path,
+        typer.Option(
+            "-o",
+            "--output",
+            help="File to write; with --all --format html, a folder (a page per conversation"
+            " and index.html) unless it ends in .html (one page).",
+        ),
+    ],
     conversation: ConvArg = None,
     every: AllOption = False,
     fmt: Annotated[
@@ -329,6 +339,8 @@ def export(
 
     async def work(log: AuditLog) -> int:
         ids = await _targets(log, conversation, every)
+        if fmt == "html" and every and out.suffix.lower() != ".html":
+            return await export_folder(log, ids, out, redactor)
         if fmt == "html":
             transcripts = await _transcripts(log, ids, redactor)
             title = f"frontdesk audit: {ids[0]}" if len(ids) == 1 else "frontdesk audit"
@@ -343,7 +355,50 @@ def export(
 
     n = _run(work, db)
     unit = "turns" if fmt == "html" else "events"
-    Console().print(f"wrote {n} {unit} to {out}")
+    where = out / "index.html" if out.is_dir() and fmt == "html" else out
+    Console(soft_wrap=True).print(f"wrote {n} {unit} to {where}")
+
+
+def page_name(conversation_id: str) -> str:
+    """A conversation's file name in an exported folder: its id, percent-encoded (so any id
+    is a safe name), shortened with a hash when long."""
+    name = urllib.parse.quote(conversation_id, safe="-_.")
+    if len(name) > 120:
+        name = name[:100] + "-" + hashlib.sha256(conversation_id.encode()).hexdigest()[:16]
+    return name + ".html"
+
+
+async def export_folder(
+    log: AuditLog, ids: list[str], folder: Path, redactor: Redactor | None
+) -> int:
+    """A page per conversation and `index.html` linking them all, each with its turn count,
+    cost and whether its chain verifies; returns the turns written."""
+    folder.mkdir(parents=True, exist_ok=True)
+    entries, turns = [], 0
+    for cid in ids:
+        [transcript] = await _transcripts(log, [cid], redactor)
+        name = page_name(cid)
+        page = render_html(
+            [transcript], title=f"frontdesk audit: {cid}", redacted=redactor is not None
+        )
+        (folder / name).write_text(page, encoding="utf-8")
+        [verdict] = (await log.verify(cid)).conversations
+        problem = None if verdict.problem is None else verdict.problem.detail
+        entries.append(
+            IndexEntry(
+                cid,
+                urllib.parse.quote(name),
+                len(transcript.turns),
+                transcript.cost.usd,
+                transcript.cost.known,
+                verdict.ok,
+                problem,
+            )
+        )
+        turns += len(transcript.turns)
+    index = render_index(entries, redacted=redactor is not None)
+    (folder / "index.html").write_text(index, encoding="utf-8")
+    return turns
 
 
 # -- verify and anchor --------------------------------------------------------------------
@@ -701,8 +756,10 @@ def replay(
     print_table(summary_table(report), console)
     unknown = [d for d in report.diffs if d.unknown_category]
     replayed = len(report.diffs) - len(unknown)
-    verdict = "changes found" if any(d.gating for d in report.diffs) else (
-        "no category or request changed"
+    verdict = (
+        "changes found"
+        if any(d.gating for d in report.diffs)
+        else ("no category or request changed")
     )
     console.print(f"{replayed} turn(s) replayed: {verdict}")
     if unknown:

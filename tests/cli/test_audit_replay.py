@@ -260,10 +260,20 @@ def bank(model: Any = None) -> Orchestrator:
 
     return Orchestrator(
         [
-            Category(name="BALANCE", description="Account balance", request=Balance,
-                     handler=_ok, examples=["What is my balance?"]),
-            Category(name="FREEZE_CARD", description="Freeze a card", request=Freeze,
-                     handler=_ok, examples=["Freeze my card"]),
+            Category(
+                name="BALANCE",
+                description="Account balance",
+                request=Balance,
+                handler=_ok,
+                examples=["What is my balance?"],
+            ),
+            Category(
+                name="FREEZE_CARD",
+                description="Freeze a card",
+                request=Freeze,
+                handler=_ok,
+                examples=["Freeze my card"],
+            ),
         ],  # fmt: skip
         model=FunctionModel(answer) if model is None else model,
         audit=False,
