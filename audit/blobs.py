@@ -280,7 +280,14 @@ _INSERT = Statement(
     postgresql=pg_insert(audit_blob).on_conflict_do_nothing(),
     columns=["ref", "kid", "body"],
 )
-_STORED = select(audit_blob.c.ref).where(audit_blob.c.ref.in_(bindparam("refs", expanding=True)))
+_PROBE = 32
+"""Refs asked about per statement: a fixed number (the list padded), so the statement is
+built once and runs on the SQLite writer's driver directly (`Statement`)."""
+_STORED = Statement(
+    select(audit_blob.c.ref).where(
+        audit_blob.c.ref.in_([bindparam(f"r{i}") for i in range(_PROBE)])
+    )
+)
 
 
 def seal(text: str, ref: str, aead: AESGCM) -> str:
@@ -315,9 +322,10 @@ class Stored:
         self.pending.clear()
         if len(self.known) >= _CACHE_LIMIT:
             self.known.clear()
-        for start in range(0, len(refs), 500):
-            chunk = refs[start : start + 500]
-            self.known.update(conn.execute(_STORED, {"refs": chunk}).scalars())
+        for start in range(0, len(refs), _PROBE):
+            chunk = refs[start : start + _PROBE]
+            params = {f"r{i}": chunk[i] if i < len(chunk) else chunk[0] for i in range(_PROBE)}
+            self.known.update(row["ref"] for row in _STORED.rows(conn, params))
 
     def forget(self) -> None:
         """Trust nothing cached (after a failed write, an erasure or a migration)."""

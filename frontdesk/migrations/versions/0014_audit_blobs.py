@@ -63,10 +63,16 @@ def upgrade() -> None:
             "CREATE TRIGGER audit_blob_no_truncate BEFORE TRUNCATE ON audit_blob"
             " FOR EACH STATEMENT EXECUTE FUNCTION audit_no_truncate()"
         )
+        # Rows are small now (references, not threads): let PostgreSQL compress a row from
+        # 256 bytes on, not only from 2 kB (the default), or clear payloads grow back.
+        for table in ("audit_event", "audit_blob"):
+            op.execute(f"ALTER TABLE {table} SET (toast_tuple_target = 256)")
     _rewrite("pack")
 
 
 def downgrade() -> None:
     """Put the blobs' values back into the rows, then drop `audit_blob`."""
     _rewrite("unpack")
+    if op.get_bind().dialect.name == "postgresql":
+        op.execute("ALTER TABLE audit_event RESET (toast_tuple_target)")
     op.drop_table("audit_blob")
