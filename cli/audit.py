@@ -336,10 +336,13 @@ def export(
     `"redacted": true` (their payload is not the one the stored hash covers).
     """
     redactor = redactor_for(reveal, redaction)
+    to_folder = fmt == "html" and every and out.suffix.lower() != ".html"
+    if to_folder:
+        out.mkdir(parents=True, exist_ok=True)
 
     async def work(log: AuditLog) -> int:
         ids = await _targets(log, conversation, every)
-        if fmt == "html" and every and out.suffix.lower() != ".html":
+        if to_folder:
             return await export_folder(log, ids, out, redactor)
         if fmt == "html":
             transcripts = await _transcripts(log, ids, redactor)
@@ -372,8 +375,7 @@ async def export_folder(
     log: AuditLog, ids: list[str], folder: Path, redactor: Redactor | None
 ) -> int:
     """A page per conversation and `index.html` linking them all, each with its turn count,
-    cost and whether its chain verifies; returns the turns written."""
-    folder.mkdir(parents=True, exist_ok=True)
+    cost and whether its chain verifies; returns the turns written (`folder` exists)."""
     entries, turns = [], 0
     for cid in ids:
         [transcript] = await _transcripts(log, [cid], redactor)

@@ -48,7 +48,7 @@ def _frontdesk(*args: str, columns: int = 80) -> subprocess.CompletedProcess[str
     )
 
 
-def _priced(request: ModelRequest) -> object:
+def _priced(request: ModelRequest) -> Any:
     if request.expert == "triage":
         return {"category": "ORDERS", "reason": "buying"}
     if request.expert == "request":
