@@ -172,6 +172,12 @@ class ExpertCall:
         """The parsed output of the last attempt."""
         return self.attempts[-1].output
 
+    @property
+    def speculation(self) -> str | None:
+        """`kept` or `discarded` for the request expert's speculative call (started beside
+        triage), else `None`; a discarded call's answer, or error, was never used."""
+        return self.attempts[-1].speculation
+
 
 @dataclass
 class TurnView:
@@ -188,10 +194,14 @@ class TurnView:
     reason: str | None = None
     request: dict[str, Any] | None = None
     need_more_info: dict[str, Any] | None = None
+    request_from_memory: list[str] = field(default_factory=list)
+    """The request's fields the request expert filled from a remembered fact."""
     request_error: str | None = None
     instruction: str | None = None
     outcome_data: dict[str, Any] | None = None
     handler_error: str | None = None
+    handler_traceback: str | None = None
+    """The failed handler's traceback (rows written before it was recorded have none)."""
     reply_text: str | None = None
     assistant_message_id: str | None = None
     failure: dict[str, Any] | None = None
@@ -320,12 +330,22 @@ def _apply(turn: TurnView, row: AuditRow) -> None:
         turn.category, turn.reason = p.get("category"), p.get("reason")
     elif kind == "request":
         turn.request, turn.need_more_info = p.get("request"), p.get("need_more_info")
+        turn.request_from_memory = list(p.get("from_memory") or [])
+    elif kind == "request_failed" and p.get("speculation") == "discarded":
+        # The speculative extraction's failure: its answer was never used by the turn.
+        turn.events.append(f"speculative request (discarded): {p.get('error') or ''}".rstrip(": "))
     elif kind == "request_failed":
         turn.request_error = p.get("error")
+    elif kind == "speculation":
+        used = "kept" if p.get("kept") else "discarded"
+        turn.events.append(
+            f"speculation: request for {p.get('category')} {used}"
+            + ("" if p.get("kept") else f" (triage chose {p.get('triage_category') or '-'})")
+        )
     elif kind == "outcome":
         turn.instruction, turn.outcome_data = p.get("instruction"), p.get("data")
     elif kind == "handler_error":
-        turn.handler_error = p.get("error")
+        turn.handler_error, turn.handler_traceback = p.get("error"), p.get("traceback")
     elif kind == "reply":
         turn.reply_text, turn.assistant_message_id = p.get("text"), p.get("assistant_message_id")
     elif kind == "turn_failed":

@@ -12,7 +12,7 @@ from typing import Annotated
 
 import typer
 
-from frontdesk.cli import audit, chat, conversations, db, memory, privacy, serve, thread
+from frontdesk.cli import audit, chat, conversations, db, memory, privacy, serve, test, thread
 from frontdesk.cli._errors import (
     TRACEBACK_KEY,
     FrontdeskGroup,
@@ -52,6 +52,7 @@ app.command("demo")(chat.demo)
 app.command("chat")(chat.chat)
 app.command("conversations")(conversations.conversations)
 app.command("serve")(serve.serve)
+app.command("test")(test.run_tests)
 app.command("erase")(privacy.erase)
 audit.app.command("retention")(privacy.retention)
 audit.app.command("rotate-key")(privacy.rotate_key)

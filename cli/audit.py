@@ -165,8 +165,14 @@ def _call_line(call: ExpertCall) -> str:
     t = call.tokens
     status = "ok" if call.ok else f"[red]{escape(str(call.attempts[-1].error))}[/red]"
     unknown = "" if call.cost.known else " [yellow](price unknown)[/yellow]"
+    speculative = ""
+    if call.speculation == "discarded":  # Its answer, or its error, was never used.
+        speculative = " [dim](speculative, discarded: answer not used)[/dim]"
+    elif call.speculation == "kept":
+        speculative = " [dim](speculative, kept)[/dim]"
     return (
-        f"[bold]{call.expert}[/bold] {escape(call.model)}{unknown} · {len(call.attempts)}"
+        f"[bold]{call.expert}[/bold]{speculative} {escape(call.model)}{unknown}"
+        f" · {len(call.attempts)}"
         f" attempt(s) · {t.input} in / {t.output} out / {t.cache_read} cache read /"
         f" {t.cache_write} cache write · ${call.cost.usd:.6f} · {call.latency_ms:.0f} ms · {status}"
     )
@@ -208,6 +214,16 @@ def _full_call(call: ExpertCall) -> list[Any]:
     return parts
 
 
+def _developer_rows(table: Table, turn: TurnView) -> None:
+    """What a category's developer looks for: the handler's traceback, and the speculative
+    guess the turn threw away (its answer, or error, was never used)."""
+    if turn.handler_traceback:
+        table.add_row("traceback", Text(turn.handler_traceback.rstrip(), style="red"))
+    for line in turn.events:
+        if line.startswith("speculat"):
+            table.add_row("speculation", Text(line.removeprefix("speculation: "), style="dim"))
+
+
 def turn_panel(number: int, turn: TurnView, *, full: bool) -> Panel:
     """One turn: what the user said, the decisions, each expert call, the reply."""
     table = Table(show_header=False, box=None, padding=(0, 1))
@@ -220,7 +236,9 @@ def turn_panel(number: int, turn: TurnView, *, full: bool) -> Panel:
     elif turn.started or turn.calls:
         table.add_row("category", Text(f"{turn.category or '-'}  ({turn.reason or ''})"))
     if turn.request is not None:
-        table.add_row("request", Text(json.dumps(turn.request, ensure_ascii=False)))
+        remembered = turn.request_from_memory
+        note = f"  (from memory: {', '.join(remembered)})" if remembered else ""
+        table.add_row("request", Text(json.dumps(turn.request, ensure_ascii=False) + note))
     if turn.need_more_info:
         table.add_row("need more", Text(json.dumps(turn.need_more_info, ensure_ascii=False)))
     for label, value in (
@@ -230,6 +248,7 @@ def turn_panel(number: int, turn: TurnView, *, full: bool) -> Panel:
     ):
         if value:
             table.add_row(label, Text(value))
+    _developer_rows(table, turn)
     if turn.waiting_text is not None:
         table.add_row("waiting", Text(turn.waiting_text, style="dim"))
     label = "reply" if turn.author == "bot" else turn.author

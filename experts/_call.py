@@ -18,6 +18,7 @@ from frontdesk.experts.providers.base import (
     ModelSettings,
     OnDelta,
     PromptRef,
+    Speculation,
     request_streaming,
 )
 from frontdesk.prompts import RenderedPrompt
@@ -67,9 +68,11 @@ class ExpertCall:
         cache_prefix_messages: int = 0,
         metadata: Mapping[str, str] | None = None,
         memory: MemoryBlock | None = None,
+        speculation: Speculation | None = None,
     ) -> ModelRequest:
         """The exact request this expert sends: its own system prompt, what is remembered
-        about the user (if anything) and the thread."""
+        about the user (if anything) and the thread (`speculation`: a call whose answer may
+        be thrown away)."""
         return ModelRequest(
             expert=self.expert,
             system=self.prompt.text,
@@ -83,6 +86,7 @@ class ExpertCall:
             metadata=dict(metadata or {}),
             memory=memory.text if memory is not None else "",
             memory_ids=memory.ids if memory is not None else (),
+            speculation=speculation,
         )
 
     async def send(

@@ -7,14 +7,21 @@ thread) with a handler ("TradCode": plain async Python that acts on it and retur
 
 from __future__ import annotations
 
+import dataclasses
+import datetime as dt
+import enum
+import math
 import re
+import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
+from decimal import Decimal
 from typing import Any, Protocol
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_validator
+from pydantic_core import to_jsonable_python
 
-from frontdesk.errors import ConfigError, UserError
+from frontdesk.errors import ConfigError, InvalidOutcome, UserError
 from frontdesk.memory import Memory
 
 _NAME = re.compile(r"^[A-Z][A-Z0-9_]{0,63}$")
@@ -33,7 +40,62 @@ class Outcome(BaseModel):
     instruction: str
     """What the reply must do, e.g. "Ask the user to confirm buying one bag of purple potatoes"."""
     data: dict[str, Any] = Field(default_factory=dict)
-    """Anything the embedding bot acts on (an order id, a hand-off flag); never sent to a model."""
+    """Anything the embedding bot acts on (an order id, a hand-off flag); never sent to a model.
+
+    Checked here, at construction, because it is stored with the turn: JSON values, and what
+    pydantic writes as JSON (`Decimal`, `datetime`, `UUID`, enums, pydantic models), which
+    are kept in their JSON form (`Decimal("1.50")` becomes `"1.50"`); anything else (a set,
+    bytes, NaN, an object) raises `InvalidOutcome` naming the key."""
+
+    @field_validator("data", mode="after")
+    @classmethod
+    def _json_data(cls, data: dict[str, Any]) -> dict[str, Any]:
+        return {key: _json_value(value, f"data[{key!r}]") for key, value in data.items()}
+
+
+_AS_TEXT = (Decimal, dt.datetime, dt.date, dt.time, dt.timedelta, uuid.UUID)
+"""Types pydantic writes as JSON strings; kept in that form (the stored form)."""
+
+
+def _json_value(value: Any, where: str) -> Any:
+    """`value` in its JSON form, or `InvalidOutcome` naming `where` it is.
+
+    Stricter than pydantic's own JSON mode on purpose: that writes a set as a list in an
+    arbitrary order, and bytes as text in whatever encoding, so what a test or a replay
+    compares would not be what the handler meant."""
+    if value is None or isinstance(value, bool | int | str):
+        return value
+    if isinstance(value, float):
+        if math.isfinite(value):
+            return value
+        raise InvalidOutcome(f"Outcome {where} is {value}, which JSON cannot hold", key=where)
+    if isinstance(value, enum.Enum):
+        return _json_value(value.value, where)
+    if isinstance(value, BaseModel):
+        return value.model_dump(mode="json")
+    if isinstance(value, _AS_TEXT):
+        return to_jsonable_python(value)
+    if isinstance(value, list | tuple):
+        return [_json_value(v, f"{where}[{i}]") for i, v in enumerate(value)]
+    if isinstance(value, dict):
+        out: dict[str, Any] = {}
+        for k, v in value.items():
+            if not isinstance(k, str):
+                raise InvalidOutcome(
+                    f"Outcome {where} has the key {k!r}; JSON object keys are strings",
+                    key=where,
+                )
+            out[k] = _json_value(v, f"{where}[{k!r}]")
+        return out
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return _json_value(dataclasses.asdict(value), where)
+    hint = " (use a sorted list)" if isinstance(value, set | frozenset) else ""
+    raise InvalidOutcome(
+        f"Outcome {where} is a {type(value).__name__}, which cannot be stored as JSON{hint};"
+        " use JSON values (str, int, float, bool, None, list, dict), Decimal, datetime, UUID,"
+        " an enum or a pydantic model",
+        key=where,
+    )
 
 
 class HandlerStore(Protocol):
@@ -86,11 +148,16 @@ class HandlerState(Protocol):
 
 
 class MemoryWriter(Protocol):
-    """`HandlerContext.memory`: what a handler remembers about the turn's user."""
+    """`HandlerContext.memory`: the turn's user's long-term memory, for a handler."""
 
     async def remember(self, text: str, *, key: str | None = None) -> Memory:
         """Remember `text` about the turn's user; facts with the same `key` supersede one
         another (the newest wins)."""
+        ...
+
+    async def recall(self) -> list[Memory]:
+        """The turn's user's current facts (superseded and forgotten ones left out), newest
+        first: what a handler may act on ("use the income they told us last month")."""
         ...
 
 
@@ -101,6 +168,9 @@ class _NoUser:
         raise UserError(
             "this turn has no user_id, and memories belong to a user; pass user_id= to handle()"
         )
+
+    async def recall(self) -> list[Memory]:
+        return []  # No user, nothing remembered: a handler need not check first.
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -127,7 +197,8 @@ class HandlerContext:
     extras: Mapping[str, Any] = field(default_factory=dict)
     """Whatever the embedding application passed to `Orchestrator(context=...)`."""
     memory: MemoryWriter = field(default_factory=_NoUser)
-    """Long-term memory of the turn's user: `await context.memory.remember(text, key=...)`."""
+    """Long-term memory of the turn's user: `await context.memory.remember(text, key=...)`,
+    `await context.memory.recall()` (their current facts; `[]` without a user)."""
 
 
 Handler = Callable[[Any, HandlerContext], Awaitable[Outcome]]

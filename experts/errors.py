@@ -2,6 +2,7 @@
 
 from frontdesk.errors import (
     EmptySummary,
+    InvalidOutcome,
     MissingAPIKey,
     ModelAPIError,
     ModelConnectionError,
@@ -22,6 +23,7 @@ from frontdesk.errors import (
 
 __all__ = [
     "EmptySummary",
+    "InvalidOutcome",
     "MissingAPIKey",
     "ModelAPIError",
     "ModelConnectionError",

@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, create_model, model_validator
 
 from frontdesk.experts._call import CallObserver, ExpertCall, MemoryBlock
 from frontdesk.experts.category import Category, NeedMoreInfo
-from frontdesk.experts.providers.base import Message, ModelResponse
+from frontdesk.experts.providers.base import Message, ModelResponse, Speculation
 
 
 class Extraction(BaseModel):
@@ -27,6 +27,11 @@ class Extraction(BaseModel):
     request_model: ClassVar[type[BaseModel]]
     request: Any = None
     need_more_info: NeedMoreInfo | None = None
+    from_memory: list[str] = Field(
+        default_factory=list,
+        description="The names of the request fields filled from a remembered fact about the"
+        " customer (the remembered block) rather than from this conversation; empty when none.",
+    )
 
     @model_validator(mode="after")
     def _exactly_one(self) -> Extraction:
@@ -104,6 +109,9 @@ class RequestResult:
     request: BaseModel | None
     need_more_info: NeedMoreInfo | None
     response: ModelResponse
+    from_memory: tuple[str, ...] = ()
+    """The request's fields the expert says it filled from a remembered fact (only names
+    of fields the request has, and only when a request was extracted)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -121,8 +129,10 @@ class RequestExpert:
         cache_prefix: int = 0,
         observer: CallObserver | None = None,
         memory: MemoryBlock | None = None,
+        speculation: Speculation | None = None,
     ) -> RequestResult:
-        """Extract the current request from `messages` (the whole user thread)."""
+        """Extract the current request from `messages` (the whole user thread);
+        `speculation` marks a call started beside triage, whose answer may be discarded."""
         assert self.category.request is not None
         output_type = extraction_type(self.category.request)
         request = self.call.build(
@@ -131,12 +141,22 @@ class RequestExpert:
             cache_prefix_messages=cache_prefix,
             metadata=metadata,
             memory=memory,
+            speculation=speculation,
         )
         response = await self.call.send(request, observer)
         extraction = output_type.model_validate(response.output)
         extracted = extraction.request
         if extracted is not None and not isinstance(extracted, self.category.request):
             extracted = self.category.request.model_validate(extracted)
+        fields = self.category.request.model_fields
+        from_memory = tuple(
+            dict.fromkeys(
+                f for f in extraction.from_memory if extracted is not None and f in fields
+            )
+        )
         return RequestResult(
-            request=extracted, need_more_info=extraction.need_more_info, response=response
+            request=extracted,
+            need_more_info=extraction.need_more_info,
+            response=response,
+            from_memory=from_memory,
         )

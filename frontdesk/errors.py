@@ -19,6 +19,8 @@
     │   ├── InvalidToken                a bearer token the service refuses (HTTP 401)
     │   ├── UserStateUnavailable        a handler used the user scope in a conversation with
     │   │                               no user id (single-user mode)
+    │   ├── InvalidOutcome              an `Outcome` whose data cannot be stored as JSON
+    │   ├── InvalidConversationFile     a `frontdesk test` YAML file not in the format
     │   ├── IdempotencyConflict         a client message id reused with different text (409)
     │   ├── ConversationNotFound        no such conversation for this user (404)
     │   ├── NotHandedOff                an operator call on a conversation no person has (409)
@@ -33,8 +35,11 @@
     │   ├── UnexpectedModelCall         a ScriptedModel was called after its script ran out
     │   └── UnconsumedSteps             a ScriptedModel still holds steps at assert_complete()
     ├── TurnFailed                      a turn could not be answered; the user message is
-    │                                   stored, `safe_reply` is what to show, and a retry with
-    │                                   the same client_message_id finishes the turn
+    │   │                               stored, `safe_reply` is what to show, and a retry with
+    │   │                               the same client_message_id finishes the turn
+    │   └── HandlerFailed               a category handler raised, with
+    │                                   `Orchestrator(handler_errors="raise")` (`__cause__`
+    │                                   is the handler's exception)
     ├── ModelError                      a model call failed (provider errors translated here)
     │   ├── ModelAPIError               a non-retryable provider error
     │   │   └── ModelHTTPError          ... with an HTTP status (status_code, body, headers)
@@ -81,9 +86,12 @@ __all__ = [
     "EmptySummary",
     "ForbiddenCharacters",
     "FrontdeskError",
+    "HandlerFailed",
     "IdempotencyConflict",
     "InputTooLarge",
+    "InvalidConversationFile",
     "InvalidInput",
+    "InvalidOutcome",
     "InvalidToken",
     "InvalidUserText",
     "LeaseLost",
@@ -285,6 +293,25 @@ class UserStateUnavailable(UserError):
     """
 
 
+class InvalidOutcome(UserError, TypeError):
+    """A handler built an `Outcome` whose `data` cannot be stored as JSON (a set, a socket,
+    NaN, a non-string key); raised at construction, naming the key.
+
+    Values pydantic writes as JSON (`Decimal`, `datetime`, `UUID`, enums, pydantic models)
+    are accepted and kept in their JSON form. A `TypeError` too, as `json.dumps` raises.
+    """
+
+    def __init__(self, message: str, *, key: str) -> None:
+        super().__init__(message)
+        self.key = key
+        """Where in `data` the value is, e.g. `data['s']` or `data['items'][2]`."""
+
+
+class InvalidConversationFile(UserError):
+    """A conversation test file (`frontdesk test`) that cannot be read, is not YAML, or is
+    not in the format of docs/testing.md; the message names the file and the place."""
+
+
 class IdempotencyConflict(UserError):
     """The client message id was already used in this conversation for a different text.
 
@@ -455,6 +482,24 @@ class TurnFailed(FrontdeskError):
         self.user_message_id = user_message_id
         self.stage = stage
         self.safe_reply = safe_reply
+
+
+class HandlerFailed(TurnFailed):
+    """A category handler raised (or returned something other than an `Outcome`) in a turn
+    of an `Orchestrator(handler_errors="raise")`: the development and test setting.
+
+    `__cause__` is the handler's own exception. As for any failed turn, the user message
+    stays stored (with the safe reply as a `failed` marker under it) and no reply is
+    stored; nothing of the handler's outcome is kept, so a retry runs the handler again.
+    """
+
+    def __init__(
+        self, message: str, *, user_message_id: str, category: str, safe_reply: str = SAFE_REPLY
+    ) -> None:
+        super().__init__(
+            message, user_message_id=user_message_id, stage="handler", safe_reply=safe_reply
+        )
+        self.category = category
 
 
 # --- Budgets (threads) ---

@@ -64,14 +64,21 @@ class Orchestrator:
         categories: The registered categories (`experts.Category`).
         model: A spec (`"anthropic:claude-sonnet-4-5"`, `"openai:gpt-4.1-mini"`,
             `"openai:NAME@BASE_URL"`, `"offline"`), a `Model`, or a map from expert name
-            (`triage`, `request`, `response`, `summariser`, `default`) to either. `None`
-            picks a provider whose API key is set, else the offline stand-in.
+            (`triage`, `request`, `response`, `summariser`, `memory`, `default`) to either.
+            `None` picks a provider whose API key is set, else the offline stand-in. The
+            memory expert runs after each reply of a turn with a user; a test double for
+            it answers `{"facts": []}` (docs/memory.md).
         store: A database URL or a `ConversationStore`.
         audit: `True` (the conversation database), a URL, an `AuditLog`, or `False`.
         audit_on_failure: `"raise"` fails the turn with a typed error when the audit log
             cannot be written; `"spool"` keeps the events in a local file for later.
         max_message_chars: Longest accepted user message.
-        shop_name: How the response expert names the business.
+        business_name: How the response expert names the business ("Sample Bank").
+        shop_name: The old name of `business_name`, still accepted.
+        handler_errors: What a handler's exception does: `"reply"` (the default) answers
+            the apology and logs `handler.failed` with the traceback; `"raise"` (for
+            development and tests) fails the turn with `HandlerFailed`, whose `__cause__`
+            is the handler's exception (no reply stored; the user message stays).
         prompts_dir: A folder whose `<name>.md` files replace the built-in prompts.
         settings: Per-expert model settings.
         context: Extra data handed to every handler in `HandlerContext.extras`.
@@ -115,7 +122,9 @@ class Orchestrator:
         audit: bool | str | AuditLog = True,
         audit_on_failure: Literal["raise", "spool"] = "raise",
         max_message_chars: int = DEFAULT_MAX_MESSAGE_CHARS,
-        shop_name: str = "the shop",
+        business_name: str | None = None,
+        shop_name: str | None = None,
+        handler_errors: Literal["reply", "raise"] = "reply",
         prompts_dir: Path | str | None = None,
         settings: ExpertSettings | None = None,
         context: Mapping[str, Any] | None = None,
@@ -146,7 +155,13 @@ class Orchestrator:
         }.values()
         self.prompts_dir = Path(prompts_dir) if prompts_dir is not None else None
         self.settings = settings or ExpertSettings()
-        self.shop_name = shop_name
+        if business_name is not None and shop_name is not None and business_name != shop_name:
+            raise ConfigError("pass business_name= (shop_name is its old name), not both")
+        self.business_name = business_name or shop_name or "the business"
+        if handler_errors not in ("reply", "raise"):
+            raise ConfigError(f"handler_errors must be 'reply' or 'raise', not {handler_errors!r}")
+        self.handler_errors: Literal["reply", "raise"] = handler_errors
+        """Read when the orchestrator opens (set it before the first turn)."""
         self.max_message_chars = max_message_chars
         self.lock_timeout = lock_timeout
         self.lock_ttl = lock_ttl
@@ -183,7 +198,7 @@ class Orchestrator:
             models=self.models,
             settings=self.settings,
             prompts_dir=self.prompts_dir,
-            shop_name=shop_name,
+            business_name=self.business_name,
             counter=self.token_counter,
         )
         self._experts = wiring.build()
@@ -274,6 +289,7 @@ class Orchestrator:
                 audit=self._audit,
                 deadline=self.turn_deadline,
                 speculate=self.speculate,
+                handler_errors=self.handler_errors,
                 categories=self.categories,
                 triage=triage,
                 requests=requests,

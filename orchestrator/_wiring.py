@@ -37,7 +37,7 @@ class Wiring:
     models: Mapping[str, Model]
     settings: ExpertSettings
     prompts_dir: Path | None
-    shop_name: str
+    business_name: str
     counter: TokenCounter
 
     def prompt(self, name: str) -> Prompt:
@@ -82,7 +82,14 @@ class Wiring:
                 category=category, call=self.call("request", rendered)
             )
         response = ResponseExpert(
-            call=self.call("response", self.prompt("response").render(shop_name=self.shop_name))
+            call=self.call(
+                "response",
+                self.prompt("response").render(
+                    # `shop_name` too: a prompts_dir file written before the rename still renders.
+                    business_name=self.business_name,
+                    shop_name=self.business_name,
+                ),
+            )
         )
         return triage, requests, response
 

@@ -4,6 +4,7 @@ from frontdesk.errors import (
     SAFE_REPLY,
     EmptyMessage,
     ForbiddenCharacters,
+    HandlerFailed,
     InputTooLarge,
     InvalidUserText,
     TurnFailed,
@@ -12,6 +13,7 @@ from frontdesk.errors import (
 __all__ = [
     "EmptyMessage",
     "ForbiddenCharacters",
+    "HandlerFailed",
     "InputTooLarge",
     "InvalidUserText",
     "SAFE_REPLY",

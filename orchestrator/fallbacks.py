@@ -32,13 +32,18 @@ def _topic(description: str) -> str:
 
 def small_talk(categories: Iterable[Category]) -> Outcome:
     """`OTHER`: a polite reply that says, in a few words, what the bot can help with (not
-    the triage descriptions themselves, which are written for a model, not a customer)."""
+    the triage descriptions themselves, which are written for a model, not a customer).
+
+    The topics follow a colon, as a list: a description may be a noun phrase ("money back
+    on an order") or a verb phrase ("freeze a lost or stolen card"), and both read as items
+    of a list where "help with freeze a card" would not."""
     topics = [_topic(c.description) for c in categories]
     listed = ", ".join(topics[:-1]) + f" and {topics[-1]}" if len(topics) > 1 else "".join(topics)
     return Outcome(
         instruction=(
-            f"Tell the user we are here to help with {listed}. Answer small talk politely"
-            " and briefly, in kind; say plainly when something is outside what we handle."
+            f"Tell the user these are the things we can help with: {listed}."
+            " Answer small talk politely and briefly, in kind; say plainly when something is"
+            " outside what we handle."
         )
     )
 

@@ -176,7 +176,7 @@ def build_runner(
         audit=False,
         prompts_dir=prompts_dir or app.prompts_dir,
         settings=app.settings,
-        shop_name=app.shop_name,
+        business_name=app.business_name,
         max_message_chars=app.max_message_chars,
     )
     return ReplayRunner(replay, recorded)

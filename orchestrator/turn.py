@@ -47,12 +47,12 @@ from frontdesk.experts.errors import (
     Refusal,
     TruncatedOutput,
 )
-from frontdesk.experts.providers import Message, ModelResponse, Usage
+from frontdesk.experts.providers import Message, ModelResponse, Speculation, Usage
 from frontdesk.experts.request import RequestExpert
 from frontdesk.experts.response import ResponseExpert, ResponseResult
 from frontdesk.experts.triage import TriageExpert
 from frontdesk.memory import Memory
-from frontdesk.orchestrator import _listen, fallbacks, handoff
+from frontdesk.orchestrator import _listen, fallbacks, handler_errors, handoff
 from frontdesk.orchestrator import memory as _memory
 from frontdesk.orchestrator._compaction import BackgroundCompaction
 from frontdesk.orchestrator._recorder import (
@@ -378,7 +378,7 @@ async def _decide_once(p: Pipeline, t: Turn, earlier: TurnOutcome | None) -> Dec
     finally:
         if guess is not None:  # The turn failed or was cut off: the call must not outlive it.
             await guess.discard(t, triage=None)
-    request, missing = kept
+    request, missing, from_memory = kept
     if category in p.requests:
         _listen.extracted(request, missing)
     t.recorder.note(
@@ -386,6 +386,7 @@ async def _decide_once(p: Pipeline, t: Turn, earlier: TurnOutcome | None) -> Dec
         category=category,
         request=jsonable(request),
         need_more_info=jsonable(missing),
+        **({"from_memory": list(from_memory)} if from_memory else {}),
         **field_rules_of(request),  # What `audit show` and the exports redact of it.
     )
     outcome, handler_ran = await _decide(p, t, category, request, missing, reason)
@@ -440,11 +441,13 @@ async def _extract(
     view: ExpertView,
     meta: dict[str, str],
     answered: dict[str, ModelResponse],
-) -> tuple[BaseModel | None, NeedMoreInfo | None]:
+    *,
+    speculation: Speculation | None = None,
+) -> Extracted:
     """The category's request, or what is missing; nothing for the built-ins."""
     expert = p.requests.get(category)
     if expert is None:
-        return None, None
+        return None, None, ()
     try:
         result = await _stage(
             "request",
@@ -455,14 +458,15 @@ async def _extract(
                 cache_prefix=view.cache_prefix_messages,
                 observer=t.recorder,
                 memory=_memory.block(view),
+                speculation=speculation,
             ),
             fallback=True,
         )
     except CONTENT_ERRORS as e:
         t.recorder.note("request_failed", category=category, error=f"{type(e).__name__}: {e}")
-        return None, None
+        return None, None, ()
     answered["request"] = result.response
-    return result.request, result.need_more_info
+    return result.request, result.need_more_info, result.from_memory
 
 
 async def _decide(
@@ -497,12 +501,17 @@ async def _decide(
         **_memory.for_handler(p.memory, t.user_id, t.user_message, t.recorder),
     )
     try:
-        outcome = await handler(request, context)
-        if not isinstance(outcome, Outcome):
-            raise TypeError(f"handler returned {type(outcome).__name__}, not experts.Outcome")
-    except Exception as e:  # A handler is the developer's code: any failure is contained.
-        t.recorder.note("handler_error", category=category, error=f"{type(e).__name__}: {e}")
-        return fallbacks.handler_failed(), True
+        outcome = handler_errors.checked(await handler(request, context))
+    except Exception as e:  # The developer's code: seen (log, audit), then contained or raised.
+        fallback = handler_errors.failed(
+            e,
+            mode=p.handler_errors,
+            category=category,
+            conversation_id=t.conversation_id,
+            turn_id=t.user_message.id,
+            recorder=t.recorder,
+        )
+        return fallback, True
     return outcome, True
 
 
@@ -538,7 +547,8 @@ async def _stage(stage: str, t: Turn, call: Awaitable[T], *, fallback: bool = Fa
         raise TurnFailed(str(e), user_message_id=t.user_message.id, stage=stage) from e
 
 
-Extracted = tuple[BaseModel | None, NeedMoreInfo | None]
+Extracted = tuple[BaseModel | None, NeedMoreInfo | None, tuple[str, ...]]
+"""The request, or what is missing; and the fields filled from a remembered fact."""
 
 
 @dataclass(kw_only=True)
@@ -555,6 +565,9 @@ class _Speculation:
 
     recorder: TurnRecorder
     answered: dict[str, ModelResponse] = dataclasses.field(default_factory=dict)
+    ticket: Speculation = dataclasses.field(default_factory=Speculation)
+    """On the call's `ModelRequest`: tells the model whether its answer was used (a
+    `ScriptedModel` gives a discarded call's step back)."""
     task: asyncio.Task[Extracted | None] = dataclasses.field(init=False)
     category: str | None = None
     """The guessed category, once read (`None` before, or on a first turn)."""
@@ -591,7 +604,9 @@ class _Speculation:
             self.known.set()
         with observing(self.recorder):
             spec_turn = dataclasses.replace(t, recorder=self.recorder)
-            return await _extract(p, spec_turn, category, view, meta, self.answered)
+            return await _extract(
+                p, spec_turn, category, view, meta, self.answered, speculation=self.ticket
+            )
 
     async def settle(
         self, t: Turn, category: str, answered: dict[str, ModelResponse]
@@ -625,13 +640,19 @@ class _Speculation:
 
     def _close(self, t: Turn, *, kept: bool, triage: str | None) -> None:
         self.closed = True
+        if kept:
+            self.ticket.keep()
+        else:
+            self.ticket.discard()
         t.recorder.events.extend(self.recorder.events)
         if self.category is None:  # No call was made (no category to guess).
             return
         usage: dict[str, int] = {}
         for event in self.recorder.events:
-            if event.kind == "model_attempt":  # A replay skips a discarded answer.
-                event.payload["speculation"] = "kept" if kept else "discarded"
+            # Every row of the call says so: a replay skips a discarded answer, and the
+            # views show its answer (or error) as one the turn did not use.
+            event.payload["speculation"] = "kept" if kept else "discarded"
+            if event.kind == "model_attempt":
                 for key, value in event.payload.get("usage", {}).items():
                     usage[key] = usage.get(key, 0) + value
         t.recorder.note(
@@ -767,6 +788,8 @@ class Pipeline:
     """The users' long-term memory (`None`: none is read or written)."""
     app: Mapping[str, object] = dataclasses.field(default_factory=dict)
     """What the audit records of the app with each turn (`app_record`)."""
+    handler_errors: handler_errors.HandlerErrors = "reply"
+    """A handler's failure: the apology (`reply`) or `HandlerFailed` (`raise`)."""
 
 
 @dataclass(frozen=True, kw_only=True)

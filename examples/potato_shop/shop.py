@@ -241,4 +241,6 @@ def build(
     *, model: ModelChoice = None, store: str = "sqlite:///frontdesk.db", **kwargs: Any
 ) -> Orchestrator:
     """An Orchestrator for the potato shop (`--app frontdesk.examples.potato_shop:build`)."""
-    return Orchestrator(categories(), model=model, store=store, shop_name="Spud & Co.", **kwargs)
+    return Orchestrator(
+        categories(), model=model, store=store, business_name="Spud & Co.", **kwargs
+    )

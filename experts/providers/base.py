@@ -57,6 +57,43 @@ class PromptRef:
     """The hash of the rendered system text that was sent."""
 
 
+class Speculation:
+    """Rides on a speculative call's `ModelRequest`: the request expert's call started beside
+    triage, whose answer is used only if triage agrees (`keep`) and otherwise thrown away
+    (`discard`).
+
+    A model keeping state per call registers `on_discard` to give back what a thrown-away
+    call took: a `ScriptedModel` puts the step back, so the extraction made after triage
+    gets the answer the script meant for it.
+    """
+
+    def __init__(self) -> None:
+        self.state: Literal["pending", "kept", "discarded"] = "pending"
+        self._undo: list[Callable[[], None]] = []
+
+    def on_discard(self, undo: Callable[[], None]) -> None:
+        """Call `undo` if the call is discarded (at once, if it was already)."""
+        if self.state == "discarded":
+            undo()
+        elif self.state == "pending":
+            self._undo.append(undo)
+
+    def keep(self) -> None:
+        """The answer is used: nothing is undone."""
+        if self.state == "pending":
+            self.state = "kept"
+            self._undo.clear()
+
+    def discard(self) -> None:
+        """The answer is not used: undo what the call took, newest first."""
+        if self.state != "pending":
+            return
+        self.state = "discarded"
+        undo, self._undo = self._undo, []
+        for fn in reversed(undo):
+            fn()
+
+
 @dataclass(frozen=True, kw_only=True)
 class ModelRequest:
     """Everything one expert call sends to a model."""
@@ -85,6 +122,9 @@ class ModelRequest:
     when nothing is. See docs/memory.md."""
     memory_ids: tuple[str, ...] = ()
     """The ids of the facts in `memory`, recorded by the audit log."""
+    speculation: Speculation | None = field(default=None, compare=False)
+    """Set on a speculative call (the request expert's, started beside triage, whose
+    answer may be thrown away); never sent to a provider."""
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -4,6 +4,10 @@ Each step is an answer (`ModelResponse`, `str`, `dict`, pydantic object), an exc
 raise, or a function of the request. The model records every request it receives, fails
 loudly on a call past the end of the script (`UnexpectedModelCall`), and `assert_complete()`
 fails when steps are left (`UnconsumedSteps`).
+
+A speculative call (the request expert's, started beside triage) that the turn throws away
+gives its step back: the extraction made after triage plays it. So a map of one
+`ScriptedModel` per expert scripts a conversation the same with speculation on or off.
 """
 
 from __future__ import annotations
@@ -44,9 +48,13 @@ class ScriptedModel:
         chunk_chars: int = DEFAULT_CHUNK_CHARS,
     ) -> None:
         self._steps: list[Step] = list(steps)
+        """The steps not yet played, the next first."""
         self._name = name
         self.chunk_chars = chunk_chars
         self.calls: list[ModelRequest] = []
+        """Every request whose answer was used or is pending (discarded ones are not)."""
+        self.discarded: list[ModelRequest] = []
+        """Speculative requests whose answer the turn threw away (their step given back)."""
 
     @property
     def name(self) -> str:
@@ -63,7 +71,7 @@ class ScriptedModel:
     @property
     def remaining(self) -> list[Step]:
         """Steps not yet played."""
-        return self._steps[len(self.calls) :]
+        return list(self._steps)
 
     def assert_complete(self) -> None:
         """Fail unless every step was played.
@@ -100,11 +108,24 @@ class ScriptedModel:
         return stream_answer(request, self._name, lambda: _play(step, request), self.chunk_chars)
 
     def _take(self, request: ModelRequest) -> Step:
-        index = len(self.calls)
-        if index >= len(self._steps):
-            raise UnexpectedModelCall(request, index)
+        if not self._steps:
+            if request.speculation is not None:  # Fine if discarded: it was only a guess.
+                request.speculation.on_discard(lambda: self.discarded.append(request))
+            raise UnexpectedModelCall(request, len(self.calls))
+        step = self._steps.pop(0)
         self.calls.append(request)
-        return self._steps[index]
+        if request.speculation is not None:
+            request.speculation.on_discard(lambda: self._give_back(request, step))
+        return step
+
+    def _give_back(self, request: ModelRequest, step: Step) -> None:
+        """A discarded speculative call's step is the next one played again."""
+        for i, call in enumerate(self.calls):
+            if call is request:
+                del self.calls[i]
+                break
+        self.discarded.append(request)
+        self._steps.insert(0, step)
 
 
 async def _play(step: Step, request: ModelRequest) -> Any:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 from sqlalchemy import text
@@ -211,3 +212,49 @@ def test_export_all_html_to_a_folder_writes_an_index_of_every_conversation(
     assert rows == [("conv-a", "yes"), ("conv-b", "no")]
     assert re.search(r'conv-a</a></td>\s*<td class="num">2</td>', index)  # Its turns.
     assert "does not verify" in index and "1 do(es) not verify" in index
+
+
+async def _bank_turns(url: str) -> None:
+    """A freeze, a broken handler (turn 2 speculates CARD_FREEZE: discarded), a balance
+    filled from a remembered fact."""
+    from frontdesk import Orchestrator
+    from frontdesk.testing import FunctionModel, ModelRequest
+    from tests.orchestrator._bank import CATEGORIES
+
+    routes = iter(["CARD_FREEZE", "BROKEN", "BALANCE"])
+
+    def model(request: ModelRequest) -> Any:
+        if request.expert == "triage":
+            return {"category": next(routes), "reason": "scripted"}
+        if request.expert == "request":
+            wanted = getattr(request.output_type, "request_model", None)
+            name = getattr(wanted, "__name__", "")
+            if name == "FreezeCard":
+                return {"request": {"last_four": "4242"}}
+            if name == "Broken":
+                return {"request": {"what": "x"}}
+            return {"request": {"account": "savings"}, "from_memory": ["account"]}
+        if request.expert == "memory":
+            return {"facts": []}
+        return "ok"
+
+    orch = Orchestrator(CATEGORIES, model=FunctionModel(model), store=url)
+    await orch.remember("bob", "Saves in the savings account", key="account")
+    for text_ in ("freeze 4242", "break it", "my balance"):
+        await orch.handle("bank", text_, user_id="bob")
+    await orch.aclose()
+
+
+def test_show_marks_a_discarded_speculation_a_handler_traceback_and_memory(
+    tmp_path: Path,
+) -> None:
+    url = f"sqlite:///{tmp_path / 'bank.db'}"
+    asyncio.run(_bank_turns(url))
+    result = runner.invoke(app, ["audit", "show", "bank", "--db", url], env={"COLUMNS": "250"})
+    assert result.exit_code == 0, result.output
+    out = " ".join(result.stdout.split())
+    assert "request (speculative, discarded: answer not used)" in out
+    assert "speculation request for CARD_FREEZE discarded (triage chose BROKEN)" in out
+    assert "handler err KeyError: 'missing'" in out
+    assert "Traceback (most recent call last)" in out and 'settings["missing"]' in out
+    assert '{"account": "savings"} (from memory: account)' in out

@@ -447,3 +447,76 @@ async def test_memory_off_reads_and_writes_none_in_turns(any_url: str) -> None:
     assert [m.text for m in memories] == ["Allergic to peanuts"]  # Only what was remembered.
     assert team.of("memory") == []
     assert all(r.memory == "" and r.memory_ids == () for r in team.calls)
+
+
+async def test_a_handler_recalls_the_facts_and_the_request_may_fill_a_field_from_one(
+    db_url: str,
+) -> None:
+    """`context.memory.recall()` in a real turn; the request expert is told it may use a
+    remembered fact, and the audit (and its transcript view) shows which field it did."""
+    from frontdesk.audit.transcript import build_transcript
+    from tests.orchestrator._bank import CATEGORIES
+
+    sent: list[ModelRequest] = []
+
+    def model(request: ModelRequest) -> Any:
+        if request.expert == "triage":
+            return {"category": "BALANCE", "reason": "balance"}
+        if request.expert == "request":
+            sent.append(request)
+            return {"request": {"account": "savings"}, "from_memory": ["account", "nope"]}
+        if request.expert == "memory":
+            return {"facts": []}
+        return "Your savings balance is 1,234.50 pounds."
+
+    orch = Orchestrator(
+        CATEGORIES, model=FunctionModel(model), store=db_url, handler_errors="raise"
+    )
+    await orch.remember("bob", "Keeps his money in the savings account", key="account")
+    reply = await orch.handle("c-1", "What's my balance?", user_id="bob")
+    assert reply.outcome is not None
+    assert reply.outcome.data == {
+        "amount": "1234.50",
+        "facts": ["Keeps his money in the savings account"],
+    }
+    (request,) = sent
+    assert "Keeps his money in the savings account" in request.memory
+    assert "from_memory" in request.system and "remembered" in request.system
+    log = orch.audit_log
+    assert log is not None
+    rows = await log.events("c-1")
+    await orch.aclose()
+    (noted,) = [r.payload for r in rows if r.kind == "request"]
+    assert noted["from_memory"] == ["account"]  # Only fields the request model has.
+    (turn,) = build_transcript("c-1", rows).turns
+    assert turn.request_from_memory == ["account"]
+
+
+async def test_recall_without_a_user_is_empty_and_remember_says_why(db_url: str) -> None:
+    from frontdesk.errors import UserError
+
+    seen: list[Any] = []
+
+    class Nothing(BaseModel):
+        pass
+
+    async def handler(request: Nothing, context: HandlerContext) -> Outcome:
+        seen.append(await context.memory.recall())
+        try:
+            await context.memory.remember("x")
+        except UserError as e:
+            seen.append(str(e))
+        return Outcome(instruction="ok")
+
+    def model(request: ModelRequest) -> Any:
+        if request.expert == "triage":
+            return {"category": "NOTHING", "reason": "x"}
+        if request.expert == "request":
+            return {"request": {}}
+        return "ok"
+
+    category = Category(name="NOTHING", description="Nothing", request=Nothing, handler=handler)
+    orch = Orchestrator([category], model=FunctionModel(model), store=db_url)
+    await orch.handle("c-1", "hi")
+    await orch.aclose()
+    assert seen[0] == [] and "user_id" in seen[1]

@@ -184,3 +184,56 @@ async def test_the_request_expert_gets_the_same_request_either_way(tmp_path: Any
     # Only the turn id (a fresh message id per run) differs: the rest is the same request.
     assert dataclasses.replace(one, metadata={}) == dataclasses.replace(other, metadata={})
     assert one.cache_prefix_messages == other.cache_prefix_messages > 0
+
+
+async def test_a_scripted_model_per_expert_runs_a_conversation_with_speculation_on(
+    db_url: str,
+) -> None:
+    """Turn 2 changes category: its speculative extraction (for ORDERS) is discarded and
+    gives its step back, so the extraction after triage plays it; turn 3 keeps its guess;
+    turn 4 (small talk) speculates past the end of the request script, harmlessly."""
+    from frontdesk.audit.export import render_html
+    from frontdesk.experts.providers import ScriptedModel
+
+    def route(category: str) -> dict[str, str]:
+        return {"category": category, "reason": "scripted"}
+
+    triage = ScriptedModel(
+        [route("ORDERS"), route("ORDER_STATUS"), route("ORDER_STATUS"), route("OTHER")]
+    )
+    request = ScriptedModel([ORDER, STATUS, STATUS])
+    response = ScriptedModel(["one", "two", "three", "four"])
+    orch = Orchestrator(
+        potato_categories(),
+        model={
+            "triage": triage,
+            "request": request,
+            "response": response,
+            "memory": FunctionModel(lambda r: {"facts": []}),
+            "default": "offline",
+        },
+        store=db_url,
+    )
+    texts = ["a bag of purple please", "where is order 77120", "77120 again?", "thanks"]
+    replies = [await orch.handle("c", text, user_id="u") for text in texts]
+    assert [r.text for r in replies] == ["one", "two", "three", "four"]
+    assert [r.category for r in replies] == ["ORDERS", "ORDER_STATUS", "ORDER_STATUS", "OTHER"]
+    assert replies[1].request is not None and replies[1].request.model_dump() == {
+        "order_number": "77120"
+    }
+    for model in (triage, request, response):
+        model.assert_complete()
+    assert len(request.calls) == 3 and len(request.discarded) == 2
+    notes = await speculation_notes(orch)
+    assert [n["kept"] for n in notes] == [False, True, False]
+    log = orch.audit_log
+    assert log is not None
+    view = build_transcript("c", await log.events("c"))
+    await orch.aclose()
+    second = view.turns[1]
+    assert second.request_error is None  # The discarded call's failure is not the turn's.
+    assert any(line.startswith("speculative request (discarded)") for line in second.events)
+    assert [c.speculation for c in second.calls if c.expert == "request"] == ["discarded", None]
+    html = render_html([view])
+    assert html.count('data-speculation="discarded"') == 1  # Turn 4's call never reached it.
+    assert "speculative, discarded: answer not used" in html
