@@ -70,7 +70,8 @@ def serving(db: str, workers: int, secret: str) -> Iterator[str]:
     }
     frontdesk = Path(sys.executable).parent / "frontdesk"
     args = [str(frontdesk), "serve", "--app", APP, "--db", db, "--workers", str(workers)]
-    args += ["--port", str(port), "--log-level", "warning"]
+    # In clear, as the direct `handle` it is compared with.
+    args += ["--port", str(port), "--log-level", "warning", "--allow-clear-audit"]
     process = subprocess.Popen(
         args, cwd=ROOT, env=env, stdin=subprocess.DEVNULL, start_new_session=True
     )

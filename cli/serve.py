@@ -45,16 +45,33 @@ def serve(
         ),
     ] = False,
     log_level: Annotated[str, typer.Option("--log-level", help="uvicorn's log level.")] = "info",
+    allow_clear_audit: Annotated[
+        bool,
+        typer.Option(
+            "--allow-clear-audit",
+            help="Start without FRONTDESK_MASTER_KEY: audit payloads (customers' messages)"
+            " stored in clear. Implied by --demo-tokens.",
+        ),
+    ] = False,
+    metrics_port: Annotated[
+        int | None,
+        typer.Option(
+            "--metrics-port",
+            help="Serve GET /metrics (Prometheus) on this port only, not on the API port.",
+        ),
+    ] = None,
 ) -> None:
     """Serve the HTTP API, the customer chat page (/) and the operator console (/operator).
 
     Every /v1 route needs `Authorization: Bearer <JWT>`: set FRONTDESK_JWT_SECRET (HS256)
-    or FRONTDESK_JWT_PUBLIC_KEY (RS256). See docs/service.md.
+    or FRONTDESK_JWT_PUBLIC_KEY (RS256). It refuses to start without FRONTDESK_MASTER_KEY
+    (unless --allow-clear-audit) or on the offline stand-in unless named (--model offline).
+    See docs/service.md and docs/operations.md.
     """
     _check_extra()
     from frontdesk.service import prepare_serve, run_serve
 
-    urls = prepare_serve(
+    prepared = prepare_serve(
         app=app,
         db=db,
         model=model,
@@ -62,9 +79,11 @@ def serve(
         port=port,
         workers=workers,
         demo_tokens=demo_tokens,
+        allow_clear_audit=allow_clear_audit,
+        metrics_port=metrics_port,
     )
-    if urls is not None:
-        customer, operator = urls
+    if prepared.demo_urls is not None:
+        customer, operator = prepared.demo_urls
         typer.secho(
             "DEV ONLY --demo-tokens: anyone with these URLs is that user until the tokens "
             "expire (12 h). Never use it in production.",
@@ -73,4 +92,13 @@ def serve(
         )
         typer.echo(f"  customer chat:    {customer}")
         typer.echo(f"  operator console: {operator}")
-    run_serve(host=host, port=port, workers=workers, log_level=log_level)
+    for line in prepared.lines:  # What runs: models, store, audit, jobs, workers.
+        typer.echo(line, err=True)
+    run_serve(
+        prepared,
+        host=host,
+        port=port,
+        workers=workers,
+        log_level=log_level,
+        metrics_port=metrics_port,
+    )

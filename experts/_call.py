@@ -1,4 +1,8 @@
-"""What every expert shares: build a `ModelRequest` from a rendered prompt and call the model."""
+"""What every expert shares: build a `ModelRequest` from a rendered prompt and call the model.
+
+Each call is one `chat {model}` span and one count of the GenAI metrics
+(`frontdesk.telemetry.expert_call`), whichever expert makes it.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +14,7 @@ from typing import Protocol
 
 from pydantic import BaseModel
 
+from frontdesk import telemetry
 from frontdesk.experts.providers.base import (
     Message,
     Model,
@@ -101,15 +106,28 @@ class ExpertCall:
         With `on_delta` the answer's text is streamed to it as it arrives (a model that
         cannot stream hands its whole text over as one piece).
         """
-        if observer is None:
-            return await self._answer(request, on_delta)
-        with observer.expert_call(request):
-            try:
+        with telemetry.expert_call(self.expert, self.model.name) as span:
+            if observer is None:
                 response = await self._answer(request, on_delta)
-            except asyncio.CancelledError:
-                observer.cut_off(self.model.name)
-                raise
-            observer.parsed(response)
+            else:
+                with observer.expert_call(request):
+                    try:
+                        response = await self._answer(request, on_delta)
+                    except asyncio.CancelledError:
+                        observer.cut_off(self.model.name)
+                        raise
+                    observer.parsed(response)
+            usage = response.usage
+            span.answered(
+                model=response.model,
+                stop_reason=response.stop_reason,
+                input_tokens=usage.input_tokens,
+                output_tokens=usage.output_tokens,
+                cache_read_tokens=usage.cache_read_tokens,
+                cache_write_tokens=usage.cache_write_tokens,
+                attempts=response.attempts,
+            )
+            span.content(request.system, request.messages, response.output)
         return response
 
     async def _answer(self, request: ModelRequest, on_delta: OnDelta | None) -> ModelResponse:

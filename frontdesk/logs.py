@@ -12,6 +12,10 @@ chain as it is when frontdesk is imported, just before the renderer; an applicat
 configures its own chain afterwards adds `RedactingProcessor()` to it.
 
 Set `FRONTDESK_LOG_PAYLOADS=1` to see all of it while debugging on your own machine.
+
+While an OpenTelemetry span is in progress (`frontdesk.telemetry`), every line also carries
+its `trace_id` and `span_id` (`TraceIdsProcessor`, put in the chain the same way), so a log
+line leads to its trace.
 """
 
 from __future__ import annotations
@@ -24,9 +28,16 @@ from typing import Any
 import structlog
 from pydantic import BaseModel
 
+from frontdesk import telemetry
 from frontdesk.redaction import Redactor, field_rules
 
-__all__ = ["PAYLOAD_LOGGERS", "UNREDACTED_KEYS", "RedactingProcessor", "protect_logs"]
+__all__ = [
+    "PAYLOAD_LOGGERS",
+    "UNREDACTED_KEYS",
+    "RedactingProcessor",
+    "TraceIdsProcessor",
+    "protect_logs",
+]
 
 PAYLOAD_LOGGERS = ("anthropic._base_client", "openai._base_client", "aiosqlite")
 """Loggers whose DEBUG records hold request bodies or statement parameters."""
@@ -40,7 +51,7 @@ class _DropPayloadRecords(logging.Filter):
 
 
 EventDict = MutableMapping[str, Any]
-UNREDACTED_KEYS = frozenset({"timestamp", "level", "logger", "logger_name"})
+UNREDACTED_KEYS = frozenset({"timestamp", "level", "logger", "logger_name", "trace_id", "span_id"})
 """Keys the processors before it fill in, never with user text (a time stamp is left alone
 rather than searched for card numbers on every line)."""
 _PLAIN = (str, int, float, bool, type(None), dict, list, tuple)
@@ -81,23 +92,39 @@ class RedactingProcessor:
         return value if shown == text else shown
 
 
-def _install_processor() -> None:
-    """Put a `RedactingProcessor` before the renderer of structlog's current chain."""
+class TraceIdsProcessor:
+    """A structlog processor that adds `trace_id` and `span_id` while a span is in progress
+    (hex, as OpenTelemetry shows them); a line outside any span is left as it is."""
+
+    def __call__(self, logger: Any, method_name: str, event_dict: EventDict) -> EventDict:
+        """Add the ids of the current span to `event_dict`, if there is one."""
+        ids = telemetry.current_ids()
+        if ids is not None:
+            event_dict.setdefault("trace_id", ids[0])
+            event_dict.setdefault("span_id", ids[1])
+        return event_dict
+
+
+def _install_processor(kind: type[RedactingProcessor] | type[TraceIdsProcessor]) -> None:
+    """Put a `kind` processor before the renderer of structlog's current chain."""
     processors = structlog.get_config()["processors"]
-    if any(isinstance(p, RedactingProcessor) for p in processors):
+    if any(isinstance(p, kind) for p in processors):
         return
     # The chain is changed in place rather than through `structlog.configure`, which would
     # mark structlog configured and make an application's `configure_once` a no-op.
     if isinstance(processors, list):
-        processors.insert(max(0, len(processors) - 1), RedactingProcessor())
+        processors.insert(max(0, len(processors) - 1), kind())
 
 
 def protect_logs() -> None:
-    """Install the filter on the payload loggers and the redacting processor (idempotent)."""
+    """Install the filter on the payload loggers, the redacting processor and the trace
+    ids processor (idempotent)."""
+    if telemetry.available():
+        _install_processor(TraceIdsProcessor)
     if os.environ.get("FRONTDESK_LOG_PAYLOADS") == "1":
         return
     for name in PAYLOAD_LOGGERS:
         logger = logging.getLogger(name)
         if not any(isinstance(f, _DropPayloadRecords) for f in logger.filters):
             logger.addFilter(_DropPayloadRecords())
-    _install_processor()
+    _install_processor(RedactingProcessor)

@@ -19,6 +19,7 @@ from typing import Literal
 
 import structlog
 
+from frontdesk import telemetry
 from frontdesk.audit.store import AuditLog
 from frontdesk.experts import ExpertCall
 from frontdesk.experts.providers.base import Message, Model, ModelSettings
@@ -184,10 +185,14 @@ class BackgroundCompaction:
         if conversation_id in self._running:
             return
         self._running.add(conversation_id)
+        turn = telemetry.link_to_current()  # The compaction's span links to this turn.
 
         async def background() -> None:
             try:
-                await self.compactor.compact(conversation_id, leaf_id)
+                with telemetry.background(
+                    "frontdesk.compaction", turn, conversation_id=conversation_id
+                ):
+                    await self.compactor.compact(conversation_id, leaf_id)
             except Exception:  # A background task has no caller to raise to.
                 log.exception("compaction.crashed", conversation_id=conversation_id)
             finally:

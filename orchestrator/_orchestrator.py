@@ -16,7 +16,7 @@ from typing import Any, Literal, Self
 
 import structlog
 
-from frontdesk.audit.crypto import KeyProvider
+from frontdesk.audit.crypto import KeyProvider, master_key_from_env
 from frontdesk.audit.store import AuditLog
 from frontdesk.db import normalise_url
 from frontdesk.errors import ConfigError, MessageNotFound, MessageNotInConversation, UserError
@@ -26,7 +26,14 @@ from frontdesk.memory import Memory, MemorySource
 from frontdesk.orchestrator import _wiring, erasure, handoff, turn
 from frontdesk.orchestrator._compaction import BackgroundCompaction, Compactor, summariser_expert
 from frontdesk.orchestrator._input import DEFAULT_MAX_MESSAGE_CHARS, check_user_text
-from frontdesk.orchestrator.config import EXPERTS, ExpertSettings, ModelChoice, resolve_models
+from frontdesk.orchestrator.config import (
+    EXPERTS,
+    ExpertSettings,
+    ModelChoice,
+    offline_by_default,
+    resolve_models,
+    warn_offline_once,
+)
 from frontdesk.orchestrator.handoff import Handoff
 from frontdesk.orchestrator.memory import Memories
 from frontdesk.orchestrator.reply import Reply
@@ -147,6 +154,9 @@ class Orchestrator:
         self.app_spec: str | None = None
         """The `module:attr` this orchestrator was loaded from (`load_app`), recorded with
         each turn so that `frontdesk audit replay` can load the same app again."""
+        self.offline_by_default = offline_by_default(model)
+        """No model was named and no provider key is set: every expert is the offline
+        stand-in (`frontdesk serve` refuses that unless told `--model offline`)."""
         self.models = resolve_models(model)
         # Models built here from spec strings hold HTTP clients this orchestrator must close;
         # Model instances passed in belong to the caller.
@@ -217,6 +227,22 @@ class Orchestrator:
 
     # -- wiring -------------------------------------------------------------------------
 
+    @property
+    def audit_enabled(self) -> bool:
+        """Whether this orchestrator keeps an audit log (`audit=False`: none)."""
+        return self._audit_spec is not False
+
+    @property
+    def audit_encrypted(self) -> bool:
+        """Whether audit payloads will be encrypted: a master key was given (`audit_key=`,
+        or the `AuditLog` passed in has one) or `FRONTDESK_MASTER_KEY` is set."""
+        spec = self._audit_spec
+        if spec is False:
+            return False
+        if isinstance(spec, AuditLog):
+            return spec.keys is not None
+        return self._audit_key is not None or master_key_from_env() is not None
+
     def counter_for(self, expert: str) -> TokenCounter:
         """The token counter for one expert's model (calibrated per model when it can be)."""
         return _wiring.counter_for(self.token_counter, self.models[expert].name)
@@ -251,6 +277,8 @@ class Orchestrator:
         async with self._open_lock:
             if self._pipeline is not None:
                 return self._pipeline
+            if self.offline_by_default:  # No model named, no key: say so, once.
+                warn_offline_once()
             store = self._store_spec
             if isinstance(store, str):
                 store = await ConversationStore.open(store)

@@ -8,6 +8,10 @@ progress, so the row holds the system prompt reference, the exact messages sent 
 model's settings. An attempt cut off by the turn deadline reports nothing itself (the
 task is cancelled under it), so the expert call records that attempt as it unwinds
 (`cut_off`).
+
+Each attempt is also an event on the expert call's span, with the id of its audit row
+(the reference to its content), and its estimated cost is counted by expert
+(`frontdesk_cost_usd_total`).
 """
 
 from __future__ import annotations
@@ -21,7 +25,9 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from frontdesk import metrics, telemetry
 from frontdesk.audit.events import AuditEvent, EventKind
+from frontdesk.audit.pricing import cost_of
 from frontdesk.audit.redaction import RULES_KEY
 from frontdesk.experts.providers import (
     AttemptEvent,
@@ -156,10 +162,30 @@ class TurnRecorder:
             if request.memory:  # Exactly which facts were sent, and the block as sent.
                 payload["memory"] = {"ids": list(request.memory_ids), "text": request.memory}
         self._attempts.append(payload)
-        self.events.append(
-            AuditEvent(
-                kind="model_attempt", turn_id=self.turn_id, payload=payload, system_prompt=system
-            )
+        event = AuditEvent(
+            kind="model_attempt", turn_id=self.turn_id, payload=payload, system_prompt=system
+        )
+        self.events.append(event)
+        telemetry.attempt(
+            number=attempt.attempt,
+            audit_event_id=event.event_id,
+            latency_ms=payload["latency_ms"],
+            status_code=attempt.status_code,
+            error=attempt.error,
+            will_retry=attempt.will_retry,
+            provider_request_id=attempt.provider_request_id,
+        )
+        usage = attempt.usage
+        metrics.cost(
+            expert=attempt.expert,
+            model=telemetry.request_model_of(attempt.model),
+            usd=cost_of(
+                attempt.model,
+                input_tokens=usage.input_tokens,
+                output_tokens=usage.output_tokens,
+                cache_read_tokens=usage.cache_read_tokens,
+                cache_write_tokens=usage.cache_write_tokens,
+            ).usd,
         )
 
     def cut_off(self, model: str) -> None:

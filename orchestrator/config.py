@@ -6,11 +6,15 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+import structlog
+
 from frontdesk.errors import ConfigError
 from frontdesk.experts.providers import Model, ModelSettings
 
 EXPERTS = ("triage", "request", "response", "summariser")
 """The experts a model map must cover (by name or `default`)."""
+log = structlog.get_logger("frontdesk.orchestrator")
+
 MEMORY = "memory"
 """The memory expert: a model map may name it; else `default`, else the summariser's model."""
 
@@ -68,6 +72,29 @@ def resolve_models(choice: ModelChoice) -> dict[str, Model]:
         key = hash(spec) if isinstance(spec, str) else id(spec)
         models[MEMORY] = cache[key] if key in cache else _model(spec)
     return models
+
+
+_warned: list[bool] = []
+
+
+def warn_offline_once() -> None:
+    """Say (once per process) that customers get the offline stand-in's canned answers:
+    called when an orchestrator left to `offline_by_default` opens (building one, e.g.
+    for `frontdesk serve`'s checks, says nothing)."""
+    if not _warned:
+        _warned.append(True)
+        log.warning(
+            "models.offline_fallback",
+            detail="no model given and no ANTHROPIC_API_KEY or OPENAI_API_KEY set: every expert"
+            " uses the offline stand-in (deterministic, not a language model); set a key or"
+            " pass model='offline' to choose it",
+        )
+
+
+def offline_by_default(choice: ModelChoice) -> bool:
+    """Whether `choice` leaves the models to the defaults and the defaults are the offline
+    stand-in (no key set): what `frontdesk serve` refuses unless told `--model offline`."""
+    return choice is None and default_model_choice() == {"default": "offline"}
 
 
 def _model(spec: ModelSpec) -> Model:

@@ -22,9 +22,11 @@ import contextlib
 import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import structlog
 
+from frontdesk import telemetry
 from frontdesk.audit.chains import user_chain_id
 from frontdesk.audit.events import AuditEvent
 from frontdesk.audit.store import AuditLog
@@ -184,8 +186,9 @@ class Memories:
         """Learn from one user message in the background (nothing without a user)."""
         if user_id is None:
             return
+        turn = telemetry.link_to_current()  # The learning's span links to this turn.
         task = asyncio.get_running_loop().create_task(
-            self._learn_in_order(user_id, conversation_id, message_id, text)
+            self._learn_in_order(user_id, conversation_id, message_id, text, turn)
         )
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
@@ -217,12 +220,15 @@ class Memories:
             await asyncio.wait(pending, timeout=SETTLE_WAIT)
 
     async def _learn_in_order(
-        self, user_id: str, conversation_id: str, message_id: str, text: str
+        self, user_id: str, conversation_id: str, message_id: str, text: str, turn: Any = None
     ) -> None:
         lock = self._locks.setdefault(user_id, asyncio.Lock())
         try:
             async with lock, asyncio.timeout(LEARN_TIMEOUT):
-                await self._learn(user_id, conversation_id, message_id, text)
+                with telemetry.background(
+                    "frontdesk.memory.learn", turn, conversation_id=conversation_id
+                ):
+                    await self._learn(user_id, conversation_id, message_id, text)
         except Exception as e:  # A background task has no caller to raise to.
             log.warning("memory.crashed", conversation_id=conversation_id, error=type(e).__name__)
         finally:

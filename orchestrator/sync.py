@@ -47,6 +47,16 @@ class SyncOrchestrator:
         return self.orchestrator.experts
 
     @property
+    def audit_enabled(self) -> bool:
+        """`Orchestrator.audit_enabled`."""
+        return self.orchestrator.audit_enabled
+
+    @property
+    def audit_encrypted(self) -> bool:
+        """`Orchestrator.audit_encrypted`."""
+        return self.orchestrator.audit_encrypted
+
+    @property
     def store(self) -> ConversationStore:
         """`Orchestrator.store` (an async store: run its calls on your own loop)."""
         return self.orchestrator.store

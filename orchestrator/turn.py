@@ -28,6 +28,7 @@ from typing import Any, TypeVar
 import structlog
 from pydantic import BaseModel, ValidationError
 
+from frontdesk import metrics, telemetry
 from frontdesk.audit.store import AuditLog
 from frontdesk.errors import (
     SAFE_REPLY,
@@ -48,6 +49,7 @@ from frontdesk.experts.errors import (
     TruncatedOutput,
 )
 from frontdesk.experts.providers import Message, ModelResponse, Speculation, Usage
+from frontdesk.experts.providers.base import OnDelta
 from frontdesk.experts.request import RequestExpert
 from frontdesk.experts.response import ResponseExpert, ResponseResult
 from frontdesk.experts.triage import TriageExpert
@@ -97,30 +99,49 @@ CONTENT_ERRORS = (OutputValidationError, TruncatedOutput, Refusal, ValidationErr
 
 async def run_turn(p: Pipeline, conversation_id: str, start: Start) -> Reply:
     """Answer one user message: start, experts, finish, under the conversation's lease
-    (given back in any case); then what follows an answer."""
-    lease = p.lease(conversation_id)
-    try:
-        # Start: the lease, the user message and its path, in one transaction.
-        s = await start(lease)
-        if s.stored.reply is not None:  # Answered before, or kept for a person: from the records.
-            return reply_from_records(
-                p, s.question, s.stored.reply, s.stored.outcome, replayed=not s.answered_now
-            )
-        t = _turn(s, lease, await _recall(p, s), p.app)
+    (given back in any case); then what follows an answer. All of it is one
+    `frontdesk.turn` span (the expert calls' spans are its children)."""
+    with telemetry.turn(conversation_id) as span:
+        lease = p.lease(conversation_id)
         try:
-            # The experts, under the turn deadline; a stored outcome skips to the reply.
-            with observing(t.recorder):  # Model attempts -> audit events.
-                decided, answer = await _within_deadline(
-                    p, t, _experts(p, t, s.stored.outcome), since=lease.started
+            # Start: the lease, the user message and its path, in one transaction.
+            s = await start(lease)
+            if s.stored.reply is not None:  # Answered before, or kept for a person.
+                reply = reply_from_records(
+                    p, s.question, s.stored.reply, s.stored.outcome, replayed=not s.answered_now
                 )
-            # Finish: the reply, the outcome's usage, the audit batch, the lease release.
-            reply = await _finish(p, lease, t, decided, answer)
-        except Exception as e:
-            await _fail(p, t, e)  # The safe reply as a `failed` marker: the thread alternates.
-            raise
-    finally:
-        await lease.aclose()
-    await _after(p, conversation_id, s, reply)  # A person, the memory expert, compaction.
+                return _traced(span, reply, held=s.answered_now)
+            t = _turn(s, lease, await _recall(p, s), p.app)
+            span.audit_event(t.recorder.events[0].event_id)  # `turn_started`: the question.
+            try:
+                # The experts, under the turn deadline; a stored outcome skips to the reply.
+                with observing(t.recorder):  # Model attempts -> audit events.
+                    decided, answer = await _within_deadline(
+                        p, t, _experts(p, t, s.stored.outcome), since=lease.started
+                    )
+                # Finish: the reply, the outcome's usage, the audit batch, the lease release.
+                reply = await _finish(p, lease, t, decided, answer)
+            except Exception as e:
+                await _fail(p, t, e)  # The safe reply as a `failed` marker: the thread alternates.
+                raise
+        finally:
+            await lease.aclose()
+        await _after(p, conversation_id, s, reply)  # A person, the memory expert, compaction.
+        return _traced(span, reply, held=False)
+
+
+def _traced(span: telemetry.TurnSpan, reply: Reply, *, held: bool) -> Reply:
+    """Tell the turn's span (and the turn metrics) how it ended."""
+    span.turn_id, span.category = reply.user_message_id, reply.category or ""
+    span.replayed, span.held = reply.replayed, held
+    if held:
+        span.outcome = "held"
+    elif reply.replayed:
+        span.outcome = "replayed"
+    elif reply.handoff:
+        span.outcome = "handoff"
+    elif reply.need_more_info is not None:
+        span.outcome = "need_more_info"
     return reply
 
 
@@ -523,11 +544,27 @@ async def _respond(p: Pipeline, t: Turn, decided: Decided) -> ResponseResult:
         decided.outcome.instruction,
         metadata=_meta(t),
         cache_prefix=view.cache_prefix_messages,
-        on_delta=_listen.delta_sink(),
+        on_delta=_first_token_timed(_listen.delta_sink(), since=t.lease.started),
         observer=t.recorder,
         memory=_memory.block(view),
     )
     return await _stage("response", t, call)
+
+
+def _first_token_timed(sink: OnDelta | None, *, since: float) -> OnDelta | None:
+    """`sink`, counting the time from the turn's start (`since`, monotonic) to its first
+    text delta (`frontdesk_turn_time_to_first_token_seconds`); `None` stays `None`."""
+    if sink is None:
+        return None
+    first = [True]
+
+    async def delta(text: str) -> None:
+        if first[0]:
+            first[0] = False
+            metrics.first_token(time.monotonic() - since)
+        await sink(text)
+
+    return delta
 
 
 async def _stage(stage: str, t: Turn, call: Awaitable[T], *, fallback: bool = False) -> T:

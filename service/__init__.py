@@ -12,6 +12,7 @@ a customer chat page (`/`) and an operator console (`/operator`). Needs the `ser
 from frontdesk.service._app import WORKER_HEADER, create_app
 from frontdesk.service._auth import OPERATOR_ROLE, Principal, TokenVerifier, mint_token
 from frontdesk.service._factory import (
+    Prepared,
     ServiceSettings,
     app_from_env,
     prepare_serve,
@@ -22,6 +23,7 @@ from frontdesk.service._limits import RateLimit, RateLimiter, RedisTokenBucket, 
 __all__ = [
     "OPERATOR_ROLE",
     "WORKER_HEADER",
+    "Prepared",
     "Principal",
     "RateLimit",
     "RateLimiter",

@@ -13,9 +13,10 @@ from fastapi import FastAPI
 from fastapi.responses import HTMLResponse, JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from frontdesk import metrics
 from frontdesk.orchestrator import Orchestrator
 from frontdesk.schema import current_revisions, head_revisions
-from frontdesk.service import _api, _errors, _memories, _operator
+from frontdesk.service import _api, _errors, _memories, _operator, _telemetry
 from frontdesk.service._auth import TokenVerifier
 from frontdesk.service._deps import Service
 from frontdesk.service._limits import DEFAULT_MAX_BODY_BYTES, RateLimiter
@@ -105,6 +106,7 @@ def create_app(
     limiter: RateLimiter | None = None,
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     owns_orchestrator: bool = False,
+    metrics_route: bool = True,
 ) -> FastAPI:
     """The HTTP service over `orchestrator`.
 
@@ -117,6 +119,8 @@ def create_app(
         limiter: A per-user rate limit (`TokenBucket`, `RedisTokenBucket`), or none.
         max_body_bytes: Larger request bodies are answered 413.
         owns_orchestrator: Close the orchestrator (and the limiter) on shutdown.
+        metrics_route: Serve `GET /metrics` (when `prometheus_client` is installed);
+            `False` when the metrics are served on a port of their own.
     """
     parts = Service(
         orchestrator=orchestrator,
@@ -151,9 +155,12 @@ def create_app(
     app.include_router(_api.router)
     app.include_router(_memories.router)
     app.include_router(_operator.router)
+    if metrics_route and metrics.available():
+        app.include_router(_telemetry.router)
 
     app.add_middleware(BodyLimit, max_bytes=max_body_bytes)
     app.add_middleware(NameTheWorker, worker=worker)
+    _telemetry.instrument(app)  # Server spans, when the `otel` extra is installed.
 
     @app.get("/healthz", response_model=HealthOut, tags=["health"])
     async def healthz() -> HealthOut:

@@ -8,6 +8,7 @@ from typing import Annotated
 from fastapi import Depends, HTTPException, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
+from frontdesk import metrics
 from frontdesk.errors import InvalidToken
 from frontdesk.orchestrator import Orchestrator
 from frontdesk.service._auth import Principal, TokenVerifier
@@ -54,6 +55,7 @@ async def caller(
     if parts.limiter is not None:
         wait = await parts.limiter.acquire(principal.user_id)
         if wait > 0:
+            metrics.rate_limited()
             raise HTTPException(
                 status_code=429,
                 detail="too many requests; retry after the number of seconds in Retry-After",

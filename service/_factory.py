@@ -15,17 +15,27 @@ command line says reaches them as environment variables:
     FRONTDESK_RATE_LIMIT     per user, e.g. 240/minute (default), or off
     FRONTDESK_REDIS_URL      keep the rate limit in Redis (shared by every worker)
     FRONTDESK_MAX_BODY_BYTES request body limit (default 262144)
+    FRONTDESK_SERVE_METRICS_PORT  --metrics-port: `/metrics` is served there, not by the workers
+
+Before the workers start, `prepare_serve` fails closed (`service/_startup.py`: no master key
+without `--allow-clear-audit`, no offline stand-in unless named) and says what will run.
+With several workers, `run_serve` puts `prometheus_client` in multiprocess mode
+(`PROMETHEUS_MULTIPROC_DIR`, a fresh folder removed at exit) so that a scrape of any worker
+counts them all.
 """
 
 from __future__ import annotations
 
 import os
 import secrets
+import shutil
+import tempfile
 from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass
 
 from fastapi import FastAPI
 
+from frontdesk import metrics
 from frontdesk.errors import ConfigError
 from frontdesk.orchestrator import Orchestrator
 from frontdesk.orchestrator.app import DEFAULT_APP, default_db, load_app
@@ -39,10 +49,13 @@ from frontdesk.service._limits import (
     RedisTokenBucket,
     TokenBucket,
 )
+from frontdesk.service._startup import Startup, describe, refuse_unsafe
+from frontdesk.service._telemetry import serve_metrics
 
 FACTORY = "frontdesk.service._factory:app_from_env"
 """The import string uvicorn's workers build the app from."""
 
+METRICS_PORT_ENV = "FRONTDESK_SERVE_METRICS_PORT"
 DEMO_TOKEN_TTL = 12 * 3600.0
 WORKER_HEALTHCHECK_SECONDS = 60
 
@@ -58,6 +71,8 @@ class ServiceSettings:
     rate_limit: RateLimit | None
     redis_url: str | None
     max_body_bytes: int
+    metrics_apart: bool = False
+    """`/metrics` is served on a port of its own (`--metrics-port`), not by the workers."""
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> ServiceSettings:
@@ -80,6 +95,7 @@ class ServiceSettings:
             rate_limit=RateLimit.parse(env.get("FRONTDESK_RATE_LIMIT", DEFAULT_RATE_LIMIT)),
             redis_url=env.get("FRONTDESK_REDIS_URL") or None,
             max_body_bytes=int(raw_body),
+            metrics_apart=bool(env.get(METRICS_PORT_ENV)),
         )
 
     def limiter(self) -> RateLimiter | None:
@@ -107,6 +123,7 @@ def app_from_env() -> FastAPI:
         limiter=settings.limiter(),
         max_body_bytes=settings.max_body_bytes,
         owns_orchestrator=True,
+        metrics_route=not settings.metrics_apart,
     )
 
 
@@ -139,6 +156,18 @@ def demo_urls(host: str, port: int, *, environ: MutableMapping[str, str]) -> tup
     return f"{base}/#token={customer}", f"{base}/operator#token={operator}"
 
 
+@dataclass(frozen=True, kw_only=True)
+class Prepared:
+    """What `prepare_serve` checked: for the CLI to print and `run_serve` to run."""
+
+    demo_urls: tuple[str, str] | None
+    """The customer and operator page URLs (`--demo-tokens`), else `None`."""
+    lines: list[str]
+    """One line each: models per expert, store, audit encryption, job mode, workers."""
+    orchestrator: Orchestrator
+    """The app as the checks built it (unopened); it serves `--metrics-port`'s scrapes."""
+
+
 def prepare_serve(
     *,
     app: str,
@@ -148,42 +177,73 @@ def prepare_serve(
     port: int,
     workers: int,
     demo_tokens: bool,
-) -> tuple[str, str] | None:
+    allow_clear_audit: bool = False,
+    metrics_port: int | None = None,
+) -> Prepared:
     """Check `frontdesk serve`'s settings and hand them to the workers (the environment),
     before any worker starts; with `demo_tokens`, mint the demo page URLs (DEV ONLY).
 
-    Returns the customer and operator page URLs when `demo_tokens`, else None.
-
     Raises:
-        ConfigError: a setting the workers could not start with (said before any starts).
+        ConfigError: a setting the workers could not start with (said before any starts):
+            first of all no master key without `allow_clear_audit` (which `demo_tokens`
+            implies), and the offline stand-in by default.
     """
     if workers < 1:
         raise ConfigError(f"--workers {workers}: at least 1")
+    store = db or default_db()
     os.environ["FRONTDESK_SERVE_APP"] = app
-    os.environ["FRONTDESK_SERVE_DB"] = db or default_db()
+    os.environ["FRONTDESK_SERVE_DB"] = store
     if model:
         os.environ["FRONTDESK_SERVE_MODEL"] = model
+    if metrics_port is not None:
+        if metrics_port == port or not 0 < metrics_port < 65536:
+            raise ConfigError(f"--metrics-port {metrics_port}: a free port other than --port")
+        os.environ[METRICS_PORT_ENV] = str(metrics_port)
+    # The app loads (a bad --app or --db is said here, once), and fails closed.
+    orch = load_app(app, model=model, db=store)
+    orch.use_store(store)
+    startup = Startup(db=store, workers=workers, allow_clear_audit=allow_clear_audit or demo_tokens)
+    refuse_unsafe(orch, startup)
     urls = demo_urls(host, port, environ=os.environ) if demo_tokens else None
-    settings = ServiceSettings.from_env()
-    settings.orchestrator()  # The app loads (a bad --app or --db is said here, once).
-    return urls
+    ServiceSettings.from_env()  # Every other setting: the token keys, the limits.
+    return Prepared(demo_urls=urls, lines=describe(orch, startup), orchestrator=orch)
 
 
-def run_serve(*, host: str, port: int, workers: int, log_level: str) -> None:
+def run_serve(
+    prepared: Prepared,
+    *,
+    host: str,
+    port: int,
+    workers: int,
+    log_level: str,
+    metrics_port: int | None = None,
+) -> None:
     """Run uvicorn with `workers` processes, each building the app from the environment
-    `prepare_serve` filled (`FACTORY`)."""
+    `prepare_serve` filled (`FACTORY`); and `/metrics` on `metrics_port` if given."""
     import uvicorn
 
-    uvicorn.run(
-        FACTORY,
-        factory=True,
-        host=host,
-        port=port,
-        workers=workers,
-        log_level=log_level,
-        lifespan="on",
-        timeout_graceful_shutdown=10,
-        # A worker imports the whole stack before it answers its first health check: on a
-        # busy small machine that is more than uvicorn's 5 s, and it would be killed.
-        timeout_worker_healthcheck=WORKER_HEALTHCHECK_SECONDS,
-    )
+    folder = None
+    if workers > 1 and not os.environ.get(metrics.MULTIPROCESS_ENV):
+        # Set before the workers start (they import prometheus_client with it).
+        folder = os.environ[metrics.MULTIPROCESS_ENV] = tempfile.mkdtemp(
+            prefix="frontdesk-metrics-"
+        )
+    try:
+        if metrics_port is not None:
+            serve_metrics(prepared.orchestrator, host=host, port=metrics_port)
+        uvicorn.run(
+            FACTORY,
+            factory=True,
+            host=host,
+            port=port,
+            workers=workers,
+            log_level=log_level,
+            lifespan="on",
+            timeout_graceful_shutdown=10,
+            # A worker imports the whole stack before it answers its first health check: on a
+            # busy small machine that is more than uvicorn's 5 s, and it would be killed.
+            timeout_worker_healthcheck=WORKER_HEALTHCHECK_SECONDS,
+        )
+    finally:
+        if folder is not None:
+            shutil.rmtree(folder, ignore_errors=True)

@@ -3,7 +3,11 @@
 
 from __future__ import annotations
 
+import base64
+import os
 import re
+import subprocess
+import time
 from pathlib import Path
 
 import httpx
@@ -12,19 +16,21 @@ from typer.testing import CliRunner
 
 from frontdesk.cli import app as cli
 from frontdesk.errors import ConfigError
-from frontdesk.service import RedisTokenBucket, ServiceSettings, TokenBucket
-from tests.service._server import serve_process
+from frontdesk.service import RedisTokenBucket, ServiceSettings, TokenBucket, mint_token
+from tests.service._server import FRONTDESK, ROOT, free_port, serve_process
 from tests.service.conftest import SECRET
 
 pytestmark = pytest.mark.anyio
 
 KEYS = ("FRONTDESK_JWT_SECRET", "FRONTDESK_JWT_PUBLIC_KEY")
+MASTER_KEY = base64.b64encode(b"k" * 32).decode()
 
 
 def test_serve_without_a_key_says_which_to_set(monkeypatch: pytest.MonkeyPatch) -> None:
     for key in KEYS:
         monkeypatch.delenv(key, raising=False)
-    result = CliRunner().invoke(cli, ["serve", "--db", "sqlite:///x.db"])
+    monkeypatch.setenv("FRONTDESK_MASTER_KEY", MASTER_KEY)
+    result = CliRunner().invoke(cli, ["serve", "--db", "sqlite:///x.db", "--model", "offline"])
     assert result.exit_code == 2
     assert "FRONTDESK_JWT_SECRET" in result.output and "FRONTDESK_JWT_PUBLIC_KEY" in result.output
 
@@ -38,7 +44,7 @@ def test_a_bad_app_is_said_before_any_worker_starts(monkeypatch: pytest.MonkeyPa
 def test_demo_tokens_need_an_hs256_secret(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("FRONTDESK_JWT_SECRET", raising=False)
     monkeypatch.setenv("FRONTDESK_JWT_PUBLIC_KEY", "-----BEGIN PUBLIC KEY-----")
-    result = CliRunner().invoke(cli, ["serve", "--demo-tokens"])
+    result = CliRunner().invoke(cli, ["serve", "--demo-tokens", "--model", "offline"])
     assert result.exit_code == 2 and "--demo-tokens mints HS256 tokens" in result.output
 
 
@@ -99,3 +105,70 @@ def test_the_redis_url_selects_the_shared_bucket() -> None:
     assert isinstance(ServiceSettings.from_env(base).limiter(), RedisTokenBucket)
     del base["FRONTDESK_REDIS_URL"]
     assert isinstance(ServiceSettings.from_env(base).limiter(), TokenBucket)
+
+
+@pytest.mark.parametrize("jwt_secret", [SECRET, ""])
+def test_serve_without_a_master_key_exits_at_once_in_one_line_naming_it(
+    tmp_path: Path, jwt_secret: str
+) -> None:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "FRONTDESK_JWT_SECRET": jwt_secret}
+    env.pop("FRONTDESK_MASTER_KEY", None)
+    args = ["serve", "--app", "tests.service._shop:build", "--db", f"sqlite:///{tmp_path}/k.db"]
+    started = time.monotonic()
+    done = subprocess.run(
+        [str(FRONTDESK), *args, "--port", str(free_port())],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=10,
+    )
+    assert time.monotonic() - started < 10
+    assert done.returncode != 0
+    lines = [line for line in (done.stdout + done.stderr).splitlines() if line.strip()]
+    assert len(lines) == 1, lines
+    assert "FRONTDESK_MASTER_KEY" in lines[0] and "--allow-clear-audit" in lines[0]
+
+
+def test_serve_refuses_the_offline_stand_in_unless_it_is_named(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("FRONTDESK_JWT_SECRET", SECRET)
+    monkeypatch.setenv("FRONTDESK_MASTER_KEY", MASTER_KEY)
+    result = CliRunner().invoke(cli, ["serve", "--db", f"sqlite:///{tmp_path}/o.db"])
+    assert result.exit_code == 2 and "--model offline" in result.output
+
+
+def test_serve_says_what_it_runs_one_line_each(tmp_path: Path) -> None:
+    db = f"sqlite:///{tmp_path / 'lines.db'}"
+    env = {"FRONTDESK_JWT_SECRET": SECRET, "FRONTDESK_MASTER_KEY": MASTER_KEY}
+    with serve_process(["--model", "offline", "--db", db], env) as (url, process):
+        assert process.stdout is not None
+        lines = [process.stdout.readline().strip() for _ in range(5)]
+        assert httpx.get(f"{url}/metrics").status_code == 200
+    assert lines[0].startswith("models: triage=offline, request=offline, response=offline")
+    assert lines[1] == f"store: {db}"
+    assert lines[2] == "audit: payloads encrypted per user (master key set)"
+    assert lines[3].startswith("jobs: ")
+    assert lines[4] == "workers: 1"
+
+
+def test_metrics_port_serves_the_scrape_apart_from_the_api(tmp_path: Path) -> None:
+    port = free_port()
+    db = f"sqlite:///{tmp_path / 'apart.db'}"
+    args = ["--app", "tests.service._shop:build", "--db", db, "--metrics-port", str(port)]
+    with serve_process(args, {"FRONTDESK_JWT_SECRET": SECRET}) as (url, _process):
+        r = httpx.post(
+            f"{url}/v1/conversations/m-1/messages",
+            json={"text": "count me"},
+            headers={"Authorization": f"Bearer {mint_token(SECRET, 'u1')}"},
+            timeout=30,
+        )
+        assert r.status_code == 200, r.text
+        assert httpx.get(f"{url}/metrics").status_code == 404  # not on the API port
+        scrape = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=10)
+    assert scrape.status_code == 200 and scrape.headers["content-type"].startswith("text/plain")
+    assert 'frontdesk_turns_total{frontdesk_category="COUNT",frontdesk_outcome="answered"} 1.0' in (
+        scrape.text
+    )
+    assert "gen_ai_client_token_usage_bucket" in scrape.text

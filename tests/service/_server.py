@@ -21,6 +21,8 @@ from frontdesk.service import WORKER_HEADER
 
 ROOT = Path(__file__).resolve().parents[2]
 FRONTDESK = Path(sys.executable).parent / "frontdesk"
+MASTER_KEY = "dGVzdC1tYXN0ZXIta2V5LW9mLTMyLWJ5dGVzLS0tLS0="
+"""A master key for the served app (base64 of 32 bytes): `serve` refuses to start without one."""
 
 
 def free_port() -> int:
@@ -63,7 +65,12 @@ def serve_process(
     """`frontdesk serve ARGS --port P`; yields its URL once `/readyz` answers 200 and
     `workers` workers have answered."""
     port = free_port()
-    full_env = {**os.environ, "PYTHONPATH": str(ROOT), **env}
+    full_env = {
+        **os.environ,
+        "PYTHONPATH": str(ROOT),
+        "FRONTDESK_MASTER_KEY": MASTER_KEY,
+        **env,
+    }
     process = subprocess.Popen(
         [
             str(FRONTDESK),

@@ -142,3 +142,36 @@ async def test_two_workers_lose_nothing_and_replay_retries(fresh_pg_url: str, ru
                 if len(streamed_by) == 2:
                     break
             assert len(streamed_by) == 2
+
+
+def _turns_counted(scrape: str) -> float:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    return sum(
+        s.value
+        for family in text_string_to_metric_families(scrape)
+        for s in family.samples
+        if s.name == "frontdesk_turns_total" and s.labels.get("frontdesk_category") == "COUNT"
+    )
+
+
+async def test_a_scrape_of_either_worker_counts_every_workers_turns(fresh_pg_url: str) -> None:
+    """`--workers 2` puts prometheus_client in multiprocess mode: no worker's count is lost."""
+    env = {"FRONTDESK_JWT_SECRET": SECRET, "FRONTDESK_RATE_LIMIT": "off"}
+    args = ["--workers", "2", "--db", fresh_pg_url, "--app", "tests.service._shop:build"]
+    with serve_process(args, env, workers=2) as (url, _process):
+        async with fresh_client(url) as client:
+            answered = await asyncio.gather(
+                *(post(client, f"m{i}-" + uuid.uuid4().hex[:6], "count", f"k{i}") for i in range(8))
+            )
+            assert [r.status_code for r in answered] == [200] * 8
+            scraped_by: set[str] = set()
+            for _ in range(100):  # until both workers have answered a scrape
+                scrape = await client.get("/metrics")
+                assert scrape.status_code == 200
+                assert _turns_counted(scrape.text) == 8
+                scraped_by.add(scrape.headers[WORKER_HEADER])
+                if len(scraped_by) == 2:
+                    break
+    # Both workers answered 8: each counts the other's turns too (whichever took them).
+    assert len(scraped_by) == 2

@@ -1,0 +1,424 @@
+"""OpenTelemetry traces of the turns and expert calls (and their metrics, `frontdesk.metrics`).
+
+The OpenTelemetry API is optional (`pip install 'frontdesk[otel]'`): this is the one module
+that imports it, guarded, and without it every span here is a no-op object. With the API
+but no tracer provider set (the SDK is the application's choice) the API's own no-op
+tracer answers, so nothing is recorded or sent either.
+
+What is traced:
+- `frontdesk.turn`, one span per turn: `gen_ai.conversation.id`, `frontdesk.category`,
+  `frontdesk.turn.replayed`, `frontdesk.turn.held` (kept for a person, no model call),
+  `frontdesk.turn.outcome`, and `frontdesk.audit.event_id` (the turn's `turn_started` row);
+- `chat {model}`, a child span per expert call, after the OpenTelemetry GenAI semantic
+  conventions (`gen_ai.operation.name`, `gen_ai.provider.name`, `gen_ai.request.model`,
+  `gen_ai.response.model`, `gen_ai.usage.*`, `gen_ai.response.finish_reasons`), plus
+  `frontdesk.expert`; each HTTP attempt is an event (`frontdesk.attempt`) carrying its
+  audit row's id, and a failed call sets the span's error status and `error.type`;
+- background work (compaction, learning memory, jobs) as spans of their own trace, linked
+  to the turn that caused them (`link_to_current`).
+
+No message text is put on a span: the audit event id is the reference to what was sent
+and answered. Content capture is an explicit opt-in (`configure(capture_content=True)`
+or `OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true`, the variable OpenTelemetry's
+own GenAI instrumentations read), and what it captures goes through a `Redactor` first.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from frontdesk import metrics
+from frontdesk.redaction import Redactor
+
+try:
+    from opentelemetry import context as _context
+    from opentelemetry import trace as _trace
+except ImportError:  # pragma: no cover - exercised in a venv without it (tests/test_telemetry)
+    _trace = None  # type: ignore[assignment]
+    _context = None  # type: ignore[assignment]
+
+__all__ = [
+    "CAPTURE_CONTENT_ENV",
+    "TRACER_NAME",
+    "ExpertSpan",
+    "TurnSpan",
+    "attempt",
+    "available",
+    "background",
+    "configure",
+    "current_ids",
+    "expert_call",
+    "link_to_current",
+    "provider_of",
+    "request_model_of",
+    "turn",
+]
+
+TRACER_NAME = "frontdesk"
+"""The instrumentation scope of every frontdesk span."""
+CAPTURE_CONTENT_ENV = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
+"""`true` puts the (redacted) messages and answers on the expert spans."""
+
+Attributes = dict[str, str | bool | int | float | Sequence[str]]
+
+_tracer: Any = _trace.get_tracer(TRACER_NAME) if _trace is not None else None
+
+
+@dataclass
+class _Settings:
+    capture_content: bool | None = None
+    """`None`: read `CAPTURE_CONTENT_ENV`."""
+    redactor: Redactor | None = None
+
+
+_settings = _Settings()
+
+
+def available() -> bool:
+    """Whether the OpenTelemetry API is installed (else no span is ever made)."""
+    return _trace is not None
+
+
+def configure(*, capture_content: bool | None = None, redactor: Redactor | None = None) -> None:
+    """Opt in (or out) of putting message content on the expert spans.
+
+    Args:
+        capture_content: `True` adds `gen_ai.input.messages` and `gen_ai.output.messages`,
+            redacted; `None` goes back to reading `CAPTURE_CONTENT_ENV`.
+        redactor: What captured content goes through (default: every built-in detector).
+    """
+    _settings.capture_content = capture_content
+    _settings.redactor = redactor
+
+
+def _capturing() -> bool:
+    if _settings.capture_content is not None:
+        return _settings.capture_content
+    return os.environ.get(CAPTURE_CONTENT_ENV, "").strip().lower() in ("true", "1")
+
+
+def provider_of(model: str) -> str:
+    """`gen_ai.provider.name` of a model spec: `anthropic`, `openai`, else the spec's own
+    prefix (`offline` for the stand-in, `function` for a test double)."""
+    prefix = model.partition(":")[0].strip().lower()
+    return prefix or "unknown"
+
+
+def request_model_of(model: str) -> str:
+    """The model name a spec sends (`anthropic:claude-haiku-4-5` -> `claude-haiku-4-5`;
+    the base URL of `openai:NAME@URL` is left out: it names a host, not a model)."""
+    _, sep, rest = model.partition(":")
+    name = rest if sep else model
+    return name.partition("@")[0] or model
+
+
+class TurnSpan:
+    """What a turn tells its span (and the turn metrics) as it goes."""
+
+    __slots__ = ("category", "held", "outcome", "replayed", "span", "started", "turn_id")
+
+    def __init__(self, span: Any) -> None:
+        self.span = span
+        self.started = time.perf_counter()
+        self.turn_id = ""
+        """The user message's id (the turn's id in the audit log)."""
+        self.category = ""
+        self.outcome = "answered"
+        self.replayed = False
+        self.held = False
+
+    def audit_event(self, event_id: str) -> None:
+        """The audit row that holds the turn's user message (`turn_started`)."""
+        if self.span is not None and self.span.is_recording():
+            self.span.set_attribute("frontdesk.audit.event_id", event_id)
+
+
+def _span_error(span: Any, error: BaseException) -> None:
+    if span is None or not span.is_recording():
+        return
+    span.set_attribute("error.type", type(error).__name__)
+    span.set_status(_trace.Status(_trace.StatusCode.ERROR, type(error).__name__))
+
+
+@contextlib.contextmanager
+def turn(conversation_id: str) -> Iterator[TurnSpan]:
+    """The `frontdesk.turn` span around one turn; counts the turn when it ends.
+
+    The caller sets `turn_id`, `category`, `outcome`, `replayed` and `held` on the yielded
+    object; an exception out of the block makes the outcome `failed` (and the span's status
+    an error).
+    """
+    if _tracer is None:
+        handle = TurnSpan(None)
+        try:
+            yield handle
+        except BaseException:
+            handle.outcome = "failed"
+            raise
+        finally:
+            _count_turn(handle)
+        return
+    with _tracer.start_as_current_span(
+        "frontdesk.turn", record_exception=False, set_status_on_exception=False
+    ) as span:
+        handle = TurnSpan(span)
+        try:
+            yield handle
+        except BaseException as e:
+            handle.outcome = "failed"
+            _span_error(span, e)
+            raise
+        finally:
+            _count_turn(handle)
+            if span.is_recording():
+                attributes: Attributes = {
+                    "gen_ai.conversation.id": conversation_id,
+                    "frontdesk.turn.outcome": handle.outcome,
+                    "frontdesk.turn.replayed": handle.replayed,
+                    "frontdesk.turn.held": handle.held,
+                }
+                if handle.turn_id:
+                    attributes["frontdesk.turn_id"] = handle.turn_id
+                if handle.category:
+                    attributes["frontdesk.category"] = handle.category
+                span.set_attributes(attributes)
+
+
+def _count_turn(handle: TurnSpan) -> None:
+    metrics.turn(
+        category=handle.category or "none",
+        outcome=handle.outcome,
+        seconds=time.perf_counter() - handle.started,
+    )
+
+
+class ExpertSpan:
+    """What an expert call tells its `chat {model}` span (and the GenAI metrics)."""
+
+    __slots__ = ("expert", "input_tokens", "model", "output_tokens", "span")
+
+    def __init__(self, span: Any, expert: str, model: str) -> None:
+        self.span = span
+        self.expert = expert
+        self.model = model
+        self.input_tokens: int | None = None
+        self.output_tokens: int | None = None
+
+    def answered(
+        self,
+        *,
+        model: str,
+        stop_reason: str | None,
+        input_tokens: int,
+        output_tokens: int,
+        cache_read_tokens: int,
+        cache_write_tokens: int,
+        attempts: int,
+    ) -> None:
+        """The call's answer: who answered, why it stopped, the tokens it took.
+
+        Args:
+            input_tokens: Uncached input tokens (cache reads and writes are added to
+                `gen_ai.usage.input_tokens`, as the conventions ask).
+        """
+        self.input_tokens = input_tokens + cache_read_tokens + cache_write_tokens
+        self.output_tokens = output_tokens
+        span = self.span
+        if span is None or not span.is_recording():
+            return
+        attributes: Attributes = {
+            "gen_ai.response.model": request_model_of(model) if model else self.model,
+            "gen_ai.usage.input_tokens": self.input_tokens,
+            "gen_ai.usage.output_tokens": output_tokens,
+            "gen_ai.usage.cache_read.input_tokens": cache_read_tokens,
+            "gen_ai.usage.cache_creation.input_tokens": cache_write_tokens,
+            "frontdesk.attempts": attempts,
+        }
+        if stop_reason:
+            attributes["gen_ai.response.finish_reasons"] = (stop_reason,)
+        span.set_attributes(attributes)
+
+    def content(self, system: str, messages: Sequence[Mapping[str, Any]], output: Any) -> None:
+        """The call's messages and answer, redacted, when content capture is on."""
+        span = self.span
+        if span is None or not span.is_recording() or not _capturing():
+            return
+        redactor = _settings.redactor or Redactor()
+        sent = [
+            {"role": m["role"], "parts": [{"type": "text", "content": redactor.text(m["content"])}]}
+            for m in messages
+        ]
+        shown = output if isinstance(output, str) else _jsonable(output)
+        span.set_attributes(
+            {
+                "gen_ai.system_instructions": json.dumps(
+                    [{"type": "text", "content": redactor.text(system)}]
+                ),
+                "gen_ai.input.messages": json.dumps(sent),
+                "gen_ai.output.messages": json.dumps(
+                    [
+                        {
+                            "role": "assistant",
+                            "parts": [{"type": "text", "content": redactor.text(shown)}],
+                        }
+                    ]
+                ),
+            }
+        )
+
+
+def _jsonable(value: Any) -> str:
+    dump = getattr(value, "model_dump_json", None)
+    return str(dump()) if callable(dump) else json.dumps(value, default=str)
+
+
+@contextlib.contextmanager
+def expert_call(expert: str, model: str) -> Iterator[ExpertSpan]:
+    """The `chat {model}` span around one expert call (a child of the turn's span); counts
+    its duration and tokens when it ends.
+
+    Args:
+        expert: `triage`, `request`, `response`, `summariser` or `memory`.
+        model: The spec of the model asked (`anthropic:claude-haiku-4-5`).
+    """
+    provider, request_model = provider_of(model), request_model_of(model)
+    started = time.perf_counter()
+    error = ""
+    if _tracer is None:
+        handle = ExpertSpan(None, expert, request_model)
+        try:
+            yield handle
+        except BaseException as e:
+            error = type(e).__name__
+            raise
+        finally:
+            _count_call(handle, provider, started, error)
+        return
+    attributes: Attributes = {
+        "gen_ai.operation.name": "chat",
+        "gen_ai.provider.name": provider,
+        "gen_ai.request.model": request_model,
+        "frontdesk.expert": expert,
+    }
+    with _tracer.start_as_current_span(
+        f"chat {request_model}",
+        kind=_trace.SpanKind.CLIENT,
+        attributes=attributes,
+        record_exception=False,
+        set_status_on_exception=False,
+    ) as span:
+        handle = ExpertSpan(span, expert, request_model)
+        try:
+            yield handle
+        except BaseException as e:
+            error = type(e).__name__
+            if error == "CancelledError":  # Cut off (the deadline, a discarded guess).
+                if span.is_recording():
+                    span.set_attribute("frontdesk.cancelled", True)
+            else:
+                _span_error(span, e)
+            raise
+        finally:
+            _count_call(handle, provider, started, error)
+
+
+def _count_call(handle: ExpertSpan, provider: str, started: float, error: str) -> None:
+    metrics.expert_call(
+        expert=handle.expert,
+        provider=provider,
+        request_model=handle.model,
+        seconds=time.perf_counter() - started,
+        input_tokens=handle.input_tokens,
+        output_tokens=handle.output_tokens,
+        error_type=error,
+    )
+
+
+def attempt(
+    *,
+    number: int,
+    audit_event_id: str,
+    latency_ms: float,
+    status_code: int | None,
+    error: str | None,
+    will_retry: bool,
+    provider_request_id: str | None,
+) -> None:
+    """One HTTP attempt of the expert call in progress, as an event on its span.
+
+    Args:
+        error: `ErrorClass: message`; only the class is put on the span (a provider's
+            message may quote what it was sent).
+    """
+    if _trace is None:
+        return
+    span = _trace.get_current_span()
+    if not span.is_recording():
+        return
+    attributes: Attributes = {
+        "frontdesk.attempt": number,
+        "frontdesk.audit.event_id": audit_event_id,
+        "frontdesk.latency_ms": latency_ms,
+        "frontdesk.will_retry": will_retry,
+    }
+    if status_code is not None:
+        attributes["http.response.status_code"] = status_code
+    if error:
+        attributes["error.type"] = error.partition(":")[0]
+    if provider_request_id:
+        attributes["gen_ai.response.id"] = provider_request_id
+    span.add_event("frontdesk.attempt", attributes)
+    span.set_attribute("frontdesk.audit.event_id", audit_event_id)
+
+
+def link_to_current() -> Any:
+    """The span in progress as something `background` can link to (`None`: no span)."""
+    if _trace is None:
+        return None
+    context = _trace.get_current_span().get_span_context()
+    return context if context.is_valid else None
+
+
+@contextlib.contextmanager
+def background(name: str, link: Any = None, *, conversation_id: str | None = None) -> Iterator[Any]:
+    """A span for work done after a turn (compaction, memory, a job), in a trace of its own
+    linked to the turn that caused it (`link`, from `link_to_current` in the turn).
+
+    Yields the span (or `None` without the API), for more attributes.
+    """
+    if _tracer is None:
+        yield None
+        return
+    links = [_trace.Link(link)] if link is not None else None
+    attributes: Attributes = {}
+    if conversation_id is not None:
+        attributes["gen_ai.conversation.id"] = conversation_id
+    with _tracer.start_as_current_span(
+        name,
+        context=_context.Context(),  # A root: the turn has ended, or soon will.
+        links=links,
+        attributes=attributes,
+        record_exception=False,
+        set_status_on_exception=False,
+    ) as span:
+        try:
+            yield span
+        except BaseException as e:
+            _span_error(span, e)
+            raise
+
+
+def current_ids() -> tuple[str, str] | None:
+    """The trace and span ids of the span in progress (hex, as log lines carry them)."""
+    if _trace is None:
+        return None
+    context = _trace.get_current_span().get_span_context()
+    if not context.is_valid:
+        return None
+    return format(context.trace_id, "032x"), format(context.span_id, "016x")
