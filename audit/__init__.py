@@ -17,7 +17,7 @@ from frontdesk.audit.errors import (
     UnknownConversation,
 )
 from frontdesk.audit.events import AuditEvent, EventKind
-from frontdesk.audit.export import render_html, write_jsonl
+from frontdesk.audit.export import IndexEntry, render_html, render_index, write_jsonl
 from frontdesk.audit.pricing import PRICES, Cost, Price, cost_of, price_of
 from frontdesk.audit.redaction import recorded_rules, redact_rows, ruled_values
 from frontdesk.audit.replay import (
@@ -47,6 +47,7 @@ __all__ = [
     "EventKind",
     "ExpertCall",
     "Head",
+    "IndexEntry",
     "Price",
     "RecordedTurn",
     "ReplayError",
@@ -66,6 +67,7 @@ __all__ = [
     "recorded_rules",
     "redact_rows",
     "render_html",
+    "render_index",
     "replay_transcript",
     "ruled_values",
     "write_jsonl",

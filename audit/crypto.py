@@ -27,7 +27,7 @@ import json
 import os
 import secrets
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Protocol, runtime_checkable
@@ -49,6 +49,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
+from frontdesk.audit import blobs
 from frontdesk.audit.chain import canonical_json
 from frontdesk.errors import AuditKeyError
 
@@ -156,7 +157,7 @@ class MasterKey:
 
     @classmethod
     def generate(cls) -> MasterKey:
-        """A new random key (tests and `frontdesk audit rotate-key --generate`)."""
+        """A new random key (tests, and a new key for `frontdesk audit rotate-key`)."""
         return cls(os.urandom(32))
 
     @property
@@ -222,6 +223,11 @@ def is_envelope(payload: Any) -> bool:
     return isinstance(payload, dict) and payload.get("enc") == ENCRYPTION and "ct" in payload
 
 
+def is_envelope_text(payload_json: str) -> bool:
+    """Whether a stored payload text is an encrypted envelope (without parsing it)."""
+    return payload_json.startswith('{"clear":') and f'"enc":"{ENCRYPTION}"' in payload_json
+
+
 def _b64(data: bytes) -> str:
     return base64.b64encode(data).decode("ascii")
 
@@ -261,12 +267,19 @@ class Split:
     fields: dict[str, str]
 
 
-def split(payload: Mapping[str, Any]) -> Split:
-    """Split a payload (raises `AuditPayloadError` for what is not JSON, before any write)."""
+def split(payload: Mapping[str, Any], pack: Callable[[Any], Any] | None = None) -> Split:
+    """Split a payload (raises `AuditPayloadError` for what is not JSON, before any write).
+
+    `pack` (`audit.blobs.Packer.pack`) replaces each content field's large parts by
+    references before it is encrypted; the type tags are the unpacked values' own.
+    """
     secret = {k: v for k, v in payload.items() if k not in CLEAR_FIELDS}
     clear = {k: v for k, v in payload.items() if k in CLEAR_FIELDS}
     canonical_json(clear)
-    return Split(clear, canonical_json(secret), {k: _type_tag(v) for k, v in secret.items()})
+    fields = {k: _type_tag(v) for k, v in secret.items()}
+    if pack is not None:
+        secret = {k: pack(v) for k, v in secret.items()}
+    return Split(clear, canonical_json(secret), fields)
 
 
 def seal(parts: Split, *, kid: str, aead: AESGCM, associated: bytes) -> dict[str, Any]:
@@ -310,6 +323,8 @@ class Cached:
     confirmed: bool
     """Seen committed in the table (else re-inserted, idempotently, with each batch)."""
     loaded: float
+    mac: bytes = b""
+    """The key of the blob addresses of this data key (`audit.blobs.address_key`)."""
 
 
 ENCRYPTED = "[encrypted]"
@@ -367,6 +382,28 @@ class PayloadOpener:
         out.update(json.loads(plain.decode("utf-8", "surrogatepass")))
         return out
 
+    def open_blob(self, kid: str, ref: str, body: str) -> str | None:
+        """A sealed blob's JSON text; `None` once its key is destroyed.
+
+        Raises:
+            AuditKeyError: the blob does not decrypt under its ref (edited or swapped).
+        """
+        row = self._rows.get(kid)
+        if row is None or row.destroyed or self._keys is None:
+            return None
+        text = blobs.unseal(body, ref, self._keys.unwrapped(row))
+        if text is None:
+            raise AuditKeyError(f"audit blob {ref} does not decrypt under key {kid} (edited)")
+        return text
+
+    def address_key(self, kid: str) -> bytes | None:
+        """The blob address key of a live data key the rows were read with (`None` else)."""
+        row = self._rows.get(kid)
+        if row is None or row.destroyed or self._keys is None:
+            return None
+        self._keys.unwrapped(row)
+        return self._keys.mac_of(kid)
+
 
 def _insert(conn: Connection) -> Any:
     dialect_insert = pg_insert if conn.dialect.name == "postgresql" else sqlite_insert
@@ -387,6 +424,8 @@ class DataKeys:
         self._ttl = ttl
         self._writing: dict[tuple[str, str], Cached] = {}
         self._unwrapped: dict[tuple[str, str], AESGCM] = {}
+        self._ciphers: dict[str, AESGCM] = {}
+        self._macs: dict[str, bytes] = {}
 
     # Writing.
 
@@ -428,7 +467,8 @@ class DataKeys:
         if found is None:
             return None
         row = _row(found)
-        return Cached(row.kid, self.unwrapped(row), dict(found), True, time.monotonic())
+        aead = self.unwrapped(row)
+        return Cached(row.kid, aead, dict(found), True, time.monotonic(), self._macs[row.kid])
 
     def _create(self, ref: str, period: str) -> Cached:
         kid, data_key = secrets.token_hex(16), AESGCM.generate_key(bit_length=256)
@@ -443,7 +483,9 @@ class DataKeys:
             "created_at": now_text(),
             "destroyed_at": None,
         }
-        return Cached(kid, AESGCM(data_key), row, False, time.monotonic())
+        aead = self._ciphers[kid] = AESGCM(data_key)
+        mac = self._macs[kid] = blobs.address_key(data_key)
+        return Cached(kid, aead, row, False, time.monotonic(), mac)
 
     # Reading.
 
@@ -460,14 +502,33 @@ class DataKeys:
                 )
             context = _wrap_context(row.kid, row.user_ref, row.period)
             data = self.provider.unwrap(_unb64(row.wrapped_key), context)
-            aead = self._unwrapped[key] = AESGCM(data)
+            aead = self._unwrapped[key] = self._ciphers[row.kid] = AESGCM(data)
+            self._macs[row.kid] = blobs.address_key(data)
         return aead
+
+    def mac_of(self, kid: str) -> bytes:
+        """The blob address key of a data key this process made or unwrapped."""
+        return self._macs[kid]
+
+    def cipher_of(self, kid: str) -> AESGCM:
+        """The cipher of a data key this process made or unwrapped."""
+        return self._ciphers[kid]
+
+    def cached(self, ref: str, period: str) -> str | None:
+        """The kid a batch of user `ref` in `period` will most likely be sealed with (the
+        cached key, still fresh), so its payloads can be packed before the transaction."""
+        entry = self._writing.get((ref, period))
+        if entry is None or time.monotonic() - entry.loaded > self._ttl:
+            return None
+        return entry.kid
 
     def forget(self, ref: str | None = None) -> None:
         """Drop cached keys (of one user, or all): after an erasure or a retention run."""
         self._writing = {k: v for k, v in self._writing.items() if ref is not None and k[0] != ref}
         if ref is None:
             self._unwrapped.clear()
+            self._ciphers.clear()
+            self._macs.clear()
 
 
 def load_rows(conn: Connection, kids: Iterable[str]) -> dict[str, _KeyRow]:

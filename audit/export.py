@@ -65,9 +65,12 @@ def write_jsonl(
     return n
 
 
-CHART_WIDTH, CHART_HEIGHT = 640, 170
-PLOT_LEFT, PLOT_BOTTOM, PLOT_TOP = 56, 30, 14
-"""Room for the y-axis labels on the left, the turn numbers and x-axis title below."""
+CHART_WIDTH, CHART_HEIGHT = 640, 178
+PLOT_LEFT, PLOT_BOTTOM, PLOT_TOP = 28, 30, 22
+"""Room for the rotated unit and the 0 on the left, the axis maximum above the plot (it
+starts at the axis and runs right, so however long it is it stays in the picture), the
+turn numbers and the x-axis title below."""
+WAIT_COLOUR = "#8a8f9c"
 EXPERT_COLOURS = {
     "triage": "#5b7bd5",
     "request": "#e0913a",
@@ -137,11 +140,16 @@ def charts(turns: Sequence[TurnView]) -> list[Chart]:
     for name, title, unit in (
         ("tokens", "Tokens per turn, by expert", "tokens"),
         ("cost", "Cost per turn, by expert", "USD"),
-        ("latency", "Latency per turn: model time by expert; the line is wall-clock", "ms"),
+        (
+            "latency",
+            "Latency per turn: model time by expert; the line is the system's wall-clock"
+            " time (a person's wait in a hand-off is not in it: see the chart below)",
+            "ms",
+        ),
     ):
         totals = [sum(_metric(c, name) for c in t.calls) for t in turns]
         if name == "latency":
-            totals = [max(total, t.wall_ms) for total, t in zip(totals, turns, strict=True)]
+            totals = [max(total, t.working_ms) for total, t in zip(totals, turns, strict=True)]
         top = max(totals) or 1.0
         scale = plot_height / top
         base_y = CHART_HEIGHT - PLOT_BOTTOM
@@ -160,13 +168,48 @@ def charts(turns: Sequence[TurnView]) -> list[Chart]:
                         f"turn {i + 1} {call.expert}: {_format(value, unit)}",
                     )
                 )  # fmt: skip
-            ticks.append((x + width / 2, f"#{i + 1}"))
+            if i % _tick_step(len(turns)) == 0 or i == len(turns) - 1:
+                ticks.append((x + width / 2, f"#{i + 1}"))
             if name == "latency":
-                wall_y = base_y - turn.wall_ms * scale
-                title_text = f"turn {i + 1} wall-clock (with retry waits): {turn.wall_ms:,.0f} ms"
+                wall_y = base_y - turn.working_ms * scale
+                title_text = (
+                    f"turn {i + 1} wall-clock (with retry waits, without a person's wait):"
+                    f" {turn.working_ms:,.0f} ms"
+                )
                 marks.append((x - 2, x + width + 2, wall_y, title_text))
         out.append(Chart(title, unit, top, segments, ticks, marks, legend))
+    if any(t.waited_ms > 0 for t in turns):
+        out.append(_waits(turns, slot, plot_height))
     return out
+
+
+def _tick_step(turns: int) -> int:
+    """Label every n-th turn so that at most about 20 labels share the axis."""
+    return max(1, -(-turns // 20))
+
+
+def _waits(turns: Sequence[TurnView], slot: float, plot_height: float) -> Chart:
+    """The time users waited for a person (hand-offs), a series of its own: it is minutes
+    where model time is milliseconds, and nobody's latency to tune."""
+    top = max(t.waited_ms for t in turns) or 1.0
+    scale, base_y = plot_height / top, CHART_HEIGHT - PLOT_BOTTOM
+    segments, ticks = [], []
+    for i, turn in enumerate(turns):
+        x, width = PLOT_LEFT + i * slot + slot * 0.15, slot * 0.7
+        height = turn.waited_ms * scale
+        title = f"turn {i + 1} waiting for a person: {turn.waited_ms:,.0f} ms"
+        segments.append(Segment(x, base_y - height, width, height, WAIT_COLOUR, title))
+        if i % _tick_step(len(turns)) == 0 or i == len(turns) - 1:
+            ticks.append((x + width / 2, f"#{i + 1}"))
+    return Chart(
+        "A person's waiting time per turn (hand-off): the user waited, no model ran",
+        "ms",
+        top,
+        segments,
+        ticks,
+        [],
+        [("waiting for a person", WAIT_COLOUR)],
+    )
 
 
 def _pretty(value: Any) -> str:
@@ -209,4 +252,35 @@ def render_html(
         plot_left=PLOT_LEFT,
         plot_bottom=PLOT_BOTTOM,
         plot_top=PLOT_TOP,
+    )
+
+
+@dataclass(frozen=True)
+class IndexEntry:
+    """One conversation's line on the index page of an `export --all --format html`."""
+
+    conversation_id: str
+    href: str
+    """Its page, relative to the index."""
+    turns: int
+    cost_usd: float
+    cost_known: bool
+    """False when a model's price is unknown (counted as $0)."""
+    verified: bool
+    problem: str | None = None
+    """Why its chain does not verify."""
+
+
+def render_index(
+    entries: Sequence[IndexEntry], *, title: str = "frontdesk audit", redacted: bool = False
+) -> str:
+    """The index page linking every exported conversation's page, with its turn count,
+    its cost and whether its chain verifies."""
+    template = _environment().get_template("index.html.j2")
+    return template.render(
+        title=title,
+        entries=entries,
+        redacted=redacted,
+        failing=sum(1 for e in entries if not e.verified),
+        total_usd=sum(e.cost_usd for e in entries),
     )

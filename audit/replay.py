@@ -11,7 +11,7 @@ request makes the exit code 1.
 from __future__ import annotations
 
 import difflib
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -101,6 +101,10 @@ class TurnDiff:
     error: str | None = None
     request_changes: list[FieldChange] = field(default_factory=list)
     reply_diff: list[str] = field(default_factory=list)
+
+    unknown_category: bool = False
+    """The recorded category is not one of the replaying app's: the turn was not re-run
+    (the app is not the one that produced it), which is no change of the turn."""
 
     @property
     def category_changed(self) -> bool:
@@ -203,8 +207,17 @@ class ReplayReport:
 
     @property
     def exit_code(self) -> int:
-        """0 when no category or request changed (and every turn re-ran), else 1."""
+        """2 when turns were recorded with categories the app lacks (the wrong app: nothing
+        can be said about them), else 1 when a category or request changed (or a turn
+        failed to re-run), else 0."""
+        if self.unknown_categories:
+            return 2
         return 1 if any(d.gating for d in self.diffs) else 0
+
+    @property
+    def unknown_categories(self) -> list[str]:
+        """The recorded categories the replaying app lacks, sorted."""
+        return sorted({str(d.before.category) for d in self.diffs if d.unknown_category})
 
     def summary(self) -> list[tuple[str, int, int, int, int, int, int]]:
         """Per conversation: turns, category, request, NeedMoreInfo, reply changes, errors."""
@@ -212,7 +225,7 @@ class ReplayReport:
         for d in self.diffs:
             r = rows.setdefault(d.turn.conversation_id, [0, 0, 0, 0, 0, 0])
             flags = (
-                True,
+                not d.unknown_category,
                 d.category_changed,
                 bool(d.request_changes),
                 d.need_more_info_changed,
@@ -224,13 +237,26 @@ class ReplayReport:
         return [(cid, *r) for cid, r in rows.items()]  # type: ignore[misc]
 
 
-async def replay_transcript(transcript: Transcript, runner: TurnRunner) -> list[TurnDiff]:
+async def replay_transcript(
+    transcript: Transcript, runner: TurnRunner, *, categories: Collection[str] | None = None
+) -> list[TurnDiff]:
     """Re-run each recorded turn of one conversation with `runner` and compare.
 
     A runner failure is reported on its turn (and gates CI); it never stops the replay.
+
+    Args:
+        transcript: The conversation.
+        runner: Re-runs one turn.
+        categories: The replaying app's category names: a turn recorded with another
+            category is reported as `unknown_category`, not re-run (never as a change).
     """
     diffs = []
     for turn in recorded_turns(transcript):
+        recorded = turn.view.category
+        if categories is not None and recorded is not None and recorded not in categories:
+            before = ReplayResult.recorded(turn)
+            diffs.append(TurnDiff(turn, before, None, unknown_category=True))
+            continue
         try:
             after = await runner(turn)
         except Exception as e:  # Any runner failure is a finding about that turn.
@@ -238,6 +264,33 @@ async def replay_transcript(transcript: Transcript, runner: TurnRunner) -> list[
             continue
         diffs.append(compare(turn, after))
     return diffs
+
+
+def recorded_app(transcripts: Sequence[Transcript]) -> dict[str, Any] | None:
+    """The app record of the newest turn that has one (`TurnView.app`), or `None` for a
+    log written before turns recorded their app."""
+    for transcript in reversed(transcripts):
+        for turn in reversed(transcript.turns):
+            if turn.app is not None:
+                return turn.app
+    return None
+
+
+def recorded_categories(transcripts: Sequence[Transcript]) -> list[str]:
+    """The categories the replayable turns were routed to, sorted."""
+    return sorted(
+        {str(t.view.category) for tr in transcripts for t in recorded_turns(tr) if t.view.category}
+    )
+
+
+def missing_categories(transcripts: Sequence[Transcript], known: Collection[str]) -> list[str]:
+    """The recorded categories (routed to, or listed in the app record) not in `known`."""
+    app = recorded_app(transcripts) or {}
+    listed = app.get("categories")
+    names = set(recorded_categories(transcripts))
+    if isinstance(listed, dict | list):
+        names |= {str(n) for n in listed}
+    return sorted(names - set(known))
 
 
 def replay_all(transcripts: Sequence[Transcript]) -> list[RecordedTurn]:

@@ -35,10 +35,13 @@ from tenacity import (
 )
 
 from frontdesk._sqlite import Statement
-from frontdesk.audit import crypto
+from frontdesk.audit import blobs, crypto
 from frontdesk.audit.chain import (
     GENESIS_HASH,
+    ChainProblem,
+    ConversationVerdict,
     Head,
+    ProblemKind,
     VerifyReport,
     canonical_json,
     check_answers,
@@ -82,14 +85,29 @@ class StoredAuditEvent:
     """The system prompt text (stored once by hash), for `model_attempt` rows."""
     opener: PayloadOpener | None = field(default=None, compare=False, repr=False)
     """Decrypts an encrypted payload (set by `AuditLog.events`)."""
+    blobs: dict[str, Any] | None = field(default=None, compare=False, repr=False)
+    """The stored values of the blobs the payload refers to (set by `AuditLog.events`)."""
+    blob_problem: str | None = field(default=None, compare=False, repr=False)
+    """Why a blob the row refers to could not be read back (`audit verify` reports it)."""
 
     @cached_property
     def payload(self) -> dict[str, Any]:
-        """The decoded payload, decrypted (markers in place of content once shredded).
+        """The decoded payload, decrypted and expanded (markers once shredded).
 
         Raises:
             AuditKeyError: the payload is encrypted and no (or the wrong) master key is set.
         """
+        value = self.packed_payload
+        if self.blobs is None:
+            return value
+        return {
+            k: v if k in crypto.CLEAR_FIELDS else blobs.expand(v, self.blobs)
+            for k, v in value.items()
+        }
+
+    @cached_property
+    def packed_payload(self) -> dict[str, Any]:
+        """The decoded, decrypted payload with its blob references as stored."""
         value: dict[str, Any] = json.loads(self.payload_json)
         if not crypto.is_envelope(value):
             return value
@@ -109,6 +127,112 @@ class StoredAuditEvent:
     def timestamp(self) -> datetime:
         """`created_at` as an aware datetime."""
         return datetime.fromisoformat(self.created_at)
+
+
+def _packed_refs(event: StoredAuditEvent) -> set[str]:
+    """The refs a row's payload holds (none when it is encrypted and cannot be read)."""
+    if crypto.is_envelope_text(event.payload_json):
+        if event.opener is None:
+            return set()
+        try:
+            payload = event.packed_payload
+        except AuditKeyError:
+            return set()  # Read without the key: `payload` raises for the caller.
+    elif blobs.BLOB not in event.payload_json and blobs.LIST not in event.payload_json:
+        return set()
+    else:
+        payload = event.packed_payload
+    return blobs.references({k: v for k, v in payload.items() if k not in crypto.CLEAR_FIELDS})
+
+
+def _expand_all(
+    conn: Connection, events: Sequence[StoredAuditEvent], opener: PayloadOpener | None
+) -> None:
+    """Load the blobs the rows refer to (level by level) and give each row its values."""
+    wanted = {e.event_id: _packed_refs(e) for e in events}
+    values: dict[str, Any] = {}
+    problems: dict[str, str] = {}
+    todo = set().union(*wanted.values()) if wanted else set()
+    while todo:
+        found = blobs.load(conn, todo)
+        later: set[str] = set()
+        for ref in todo:
+            if ref not in found:
+                problems[ref] = f"blob {ref} is missing"
+                continue
+            kid, body = found[ref]
+            text = _blob_text(ref, kid, body, opener, problems)
+            if text is None:
+                values[ref] = crypto.ERASED
+                continue
+            values[ref] = json.loads(text)
+            later |= blobs.references(values[ref])
+        todo = later - values.keys() - problems.keys()
+    for event in events:
+        refs = wanted[event.event_id]
+        if not refs:
+            continue
+        object.__setattr__(event, "blobs", values)
+        bad = sorted(problems[r] for r in refs if r in problems)
+        if not bad:
+            bad = sorted({problems[r] for r in _closure(refs, values) if r in problems})
+        if bad:
+            object.__setattr__(event, "blob_problem", bad[0])
+
+
+def _closure(refs: set[str], values: Mapping[str, Any]) -> set[str]:
+    """Every ref reachable from `refs` through the loaded values."""
+    seen, todo = set(), set(refs)
+    while todo:
+        ref = todo.pop()
+        seen.add(ref)
+        if ref in values:
+            todo |= blobs.references(values[ref]) - seen
+    return seen
+
+
+def _blob_text(
+    ref: str,
+    kid: str | None,
+    body: str,
+    opener: PayloadOpener | None,
+    problems: dict[str, str],
+) -> str | None:
+    """A blob's JSON text, checked against its ref (`None`: shredded or unreadable)."""
+    if kid is None:
+        if blobs.address(body, None) != ref:
+            problems[ref] = f"blob {ref} was edited (its text does not match its address)"
+        return body
+    if opener is None:
+        return None
+    try:
+        text = opener.open_blob(kid, ref, body)
+    except AuditKeyError as e:
+        problems[ref] = str(e)
+        return None
+    if text is not None:
+        key = opener.address_key(kid)
+        if key is not None and blobs.address(text, key) != ref:
+            problems[ref] = f"blob {ref} is not the value its address names (swapped)"
+    return text
+
+
+def _check_blobs(
+    verdict: ConversationVerdict, rows: Sequence[StoredAuditEvent]
+) -> ConversationVerdict:
+    """`verdict`, or a failing one when a blob a row refers to is missing or edited.
+
+    The chain covers the refs; this checks that what they name is stored as named (clear
+    blobs by their hash, sealed ones by decrypting them, so only with the key).
+    """
+    if not verdict.ok:
+        return verdict
+    for row in rows:
+        if row.blob_problem is not None:
+            kind: ProblemKind = "missing" if row.blob_problem.endswith("missing") else "edited"
+            problem = ChainProblem(row.seq, kind, f"row seq {row.seq}: {row.blob_problem}")
+            return ConversationVerdict(verdict.conversation_id, verdict.rows, problem)
+    return verdict
 
 
 def _utc_text(moment: datetime) -> str:
@@ -136,6 +260,10 @@ class _Prepared:
     """Empty when the payload is to be sealed (`split` holds it then)."""
     prompt_sha256: str | None
     split: crypto.Split | None = None
+    kid: str | None = None
+    """The data key the split was packed for (`None`: packed in clear, or not packed)."""
+    blobs: dict[str, tuple[str | None, str]] = field(default_factory=dict)
+    """The blobs the payload refers to: ref -> (kid, JSON text)."""
 
 
 def spliced_row_hash(
@@ -246,6 +374,8 @@ class AuditLog:
         self._stored_prompts: set[str] = set()
         """Prompt digests whose text a committed batch wrote (prompts are never deleted),
         so the same few system prompts are inserted once per process, not once per turn."""
+        self._address_cache: dict[str | None, blobs.Addresses] = {}
+        self._stored = blobs.Stored()
 
     @classmethod
     async def open(
@@ -381,7 +511,7 @@ class AuditLog:
             return
         if not in_clear:
             self.check_writable()
-        prepared = [self._prepare(e, in_clear) for e in events]
+        prepared = [self._prepare(e, in_clear, user_id) for e in events]
         if connection is not None:
             if not self.joinable(connection.engine):
                 raise AuditConfigError(
@@ -438,7 +568,8 @@ class AuditLog:
                 "append_sync needs a connection of the audit log's own engine and an empty"
                 " spool; call append without a connection"
             )
-        self._write_in(conn, conversation_id, [self._prepare(e) for e in events], False, user_id)
+        batch = [self._prepare(e, False, user_id) for e in events]
+        self._write_in(conn, conversation_id, batch, False, user_id)
 
     def committed(self, events: Sequence[AuditEvent]) -> None:
         """Say that a batch written with `append_sync` was committed: its system prompts
@@ -518,17 +649,49 @@ class AuditLog:
             spool=str(self._spool.path),
         )
 
-    def _prepare(self, event: AuditEvent, in_clear: bool = False) -> _Prepared:
+    def _prepare(
+        self, event: AuditEvent, in_clear: bool = False, user_id: str | None = None
+    ) -> _Prepared:
+        """JSON, prompt hash and packing done before the transaction (packing needs the
+        data key's address key: when the owner's key is not cached it waits for `_sealed`)."""
         prompt = None if event.system_prompt is None else sha256_text(event.system_prompt)
         created = _utc_text(event.created_at)
         if self._keys is not None and not in_clear:
-            return _Prepared(event, created, "", prompt, crypto.split(event.payload))
-        return _Prepared(event, created, canonical_json(event.payload), prompt)
+            ref, period = crypto.user_ref(user_id), crypto.period_of(created)
+            kid = self._keys.cached(ref, period)
+            if kid is None:
+                return _Prepared(event, created, "", prompt, crypto.split(event.payload))
+            return self._packed_split(event, created, prompt, kid)
+        packer = blobs.Packer(self._addresses(None))
+        payload = {
+            k: v if k in crypto.CLEAR_FIELDS else packer.pack(v) for k, v in event.payload.items()
+        }
+        made: dict[str, tuple[str | None, str]] = {r: (None, t) for r, t in packer.made.items()}
+        return _Prepared(event, created, canonical_json(payload), prompt, blobs=made)
+
+    def _packed_split(
+        self, event: AuditEvent, created: str, prompt: str | None, kid: str
+    ) -> _Prepared:
+        assert self._keys is not None
+        packer = blobs.Packer(self._addresses(kid))
+        parts = crypto.split(event.payload, packer.pack)
+        made: dict[str, tuple[str | None, str]] = {r: (kid, t) for r, t in packer.made.items()}
+        return _Prepared(event, created, "", prompt, parts, kid=kid, blobs=made)
+
+    def _addresses(self, kid: str | None) -> blobs.Addresses:
+        """The cached addresses of one data key (`None`: the log's clear blobs)."""
+        found = self._address_cache.get(kid)
+        if found is None:
+            if len(self._address_cache) >= 256:
+                self._address_cache.clear()
+            key = None if kid is None or self._keys is None else self._keys.mac_of(kid)
+            found = self._address_cache[kid] = blobs.Addresses(key)
+        return found
 
     async def _write_idempotent(
         self, conversation_id: str, events: Sequence[AuditEvent], user_id: str | None
     ) -> None:
-        batch = [self._prepare(e) for e in events]
+        batch = [self._prepare(e, False, user_id) for e in events]
         await self._write(conversation_id, batch, idempotent=True, user_id=user_id)
 
     async def _write(
@@ -599,6 +762,15 @@ class AuditLog:
         moved = {"conversation": conversation_id, "seq": seq, "hash": prev}
         if prompts:
             _PROMPT.run_many(conn, prompts)
+        made = {ref: blob for item in batch for ref, blob in item.blobs.items()}
+        if made:
+            keys = self._keys
+            blobs.write(
+                conn,
+                made,
+                self._stored,
+                lambda kid: None if kid is None or keys is None else keys.cipher_of(kid),
+            )
         _INSERT_EVENT.run_many(conn, rows)
         if conn.dialect.name != "postgresql":  # There the link trigger has moved it.
             _MOVE_HEAD.run(conn, moved)
@@ -619,11 +791,15 @@ class AuditLog:
             if item.split is None:
                 out.append(item)
                 continue
-            e, parts = item.event, item.split
+            e = item.event
             kid, aead = self._keys.for_writing(conn, ref, crypto.period_of(item.created_at), memo)
+            if item.kid != kid:  # Packed for another key, or not yet: pack for this one.
+                item = self._packed_split(e, item.created_at, item.prompt_sha256, kid)
+            assert item.split is not None
             associated = crypto.aad(conversation_id, e.event_id, e.kind)
-            envelope = crypto.seal(parts, kid=kid, aead=aead, associated=associated)
-            out.append(_Prepared(e, item.created_at, canonical_json(envelope), item.prompt_sha256))
+            envelope = crypto.seal(item.split, kid=kid, aead=aead, associated=associated)
+            sealed = canonical_json(envelope)
+            out.append(_Prepared(e, item.created_at, sealed, item.prompt_sha256, blobs=item.blobs))
         return out
 
     @staticmethod
@@ -702,7 +878,7 @@ class AuditLog:
             if kids:
                 key_rows = await conn.run_sync(crypto.load_rows, kids)
                 opener = PayloadOpener(self._keys, key_rows, decrypt=decrypt)
-            return [
+            stored = [
                 StoredAuditEvent(
                     conversation_id=r.conversation_id,
                     seq=r.seq,
@@ -719,6 +895,8 @@ class AuditLog:
                 )
                 for r in result
             ]
+            await conn.run_sync(_expand_all, stored, opener)
+            return stored
 
     async def heads(self) -> dict[str, Head]:
         """Each conversation's head (last seq and hash): keep a copy elsewhere as an anchor."""
@@ -759,6 +937,7 @@ class AuditLog:
             head = await self._head(cid)
             anchor = (anchors or {}).get(cid)
             verdict = verify_chain(cid, rows, head=head, prompts=prompts, anchor=anchor)
+            verdict = _check_blobs(verdict, rows)
             if answered is not None:
                 verdict = check_answers(verdict, rows, answered.get(cid, 0))
             verdicts.append(verdict)

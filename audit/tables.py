@@ -1,4 +1,4 @@
-"""The audit tables: events (the chain), heads (where each chain ends) and prompt texts.
+"""The audit tables: events (the chain), heads (where each chain ends), prompt texts, blobs.
 
 The Alembic revision `0002_audit` creates them (with the trigger that makes
 `audit_event` append-only); these definitions are what the queries are built from.
@@ -41,3 +41,14 @@ audit_prompt = Table(
     Column("sha256", String(64), primary_key=True),
     Column("text_json", Text, nullable=False),
 )
+
+audit_blob = Table(
+    "audit_blob",
+    metadata,
+    Column("ref", String(32), primary_key=True),
+    Column("kid", String(32), nullable=True),
+    Column("body", Text, nullable=False),
+)
+"""The large, repeated parts of payloads, stored once by content address (`audit.blobs`;
+migration `0014_audit_blobs`): `body` is the value's JSON, or its AES-GCM sealing under
+data key `kid`."""

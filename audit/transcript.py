@@ -224,6 +224,19 @@ class TurnView:
     """The waiting message the user was shown before an operator's reply superseded it."""
     handoff_events: list[str] = field(default_factory=list)
     """The turn's hand-off events in order (`hand_off: reason`, `hand_back: by`, ...)."""
+    app: dict[str, Any] | None = None
+    """The application that answered (`turn_started`'s `app`: its `spec` when known, and
+    its categories with their prompt versions), for a replay to load or check."""
+    waited_ms: float = 0.0
+    """How long the user waited for a person (from the hand-off to the operator's reply or
+    the timeout): part of `wall_ms`, but no model's or frontdesk's time."""
+    wait_from: str = ""
+    """When the hand-off the turn waits on began (while it is still open)."""
+
+    @property
+    def working_ms(self) -> float:
+        """`wall_ms` without the wait for a person: what the system itself took."""
+        return max(self.wall_ms - self.waited_ms, self.latency_ms)
 
     @property
     def wall_ms(self) -> float:
@@ -297,6 +310,11 @@ class Transcript:
 
 def _apply(turn: TurnView, row: AuditRow) -> None:
     """Fold one row into its turn."""
+    if row.kind in ("hand_off", "handoff_held") and not turn.wait_from:
+        turn.wait_from = row.created_at
+    elif row.kind in ("operator_reply", "handoff_timeout"):
+        turn.waited_ms += _ms_between(turn.wait_from or turn.ended_at, row.created_at)
+        turn.wait_from = ""
     turn.ended_at = row.created_at
     p = row.payload
     kind = row.kind
@@ -307,6 +325,8 @@ def _apply(turn: TurnView, row: AuditRow) -> None:
         turn.parent_id = p.get("parent_id")
         turn.parent_known = "parent_id" in p
         turn.user_id = p.get("user_id")
+        app = p.get("app")
+        turn.app = app if isinstance(app, dict) else None
     elif kind == "model_attempt":
         turn.add_attempt(Attempt.of(row), str(p.get("expert") or "?"))
     elif kind == "triage":
@@ -338,6 +358,15 @@ def _apply(turn: TurnView, row: AuditRow) -> None:
     else:
         detail = p.get("error") or p.get("summary_id") or ""
         turn.events.append(f"{kind}: {detail}".rstrip(": "))
+
+
+def _ms_between(start: str, end: str) -> float:
+    """Milliseconds from one canonical timestamp to another (0 when either is unknown)."""
+    try:
+        delta = datetime.fromisoformat(end) - datetime.fromisoformat(start)
+    except ValueError:
+        return 0.0
+    return max(delta.total_seconds() * 1000, 0.0)
 
 
 HANDOFF_KINDS = frozenset(

@@ -7,8 +7,14 @@ Two measurements on a SQLite file (and PostgreSQL with `--pg URL`):
    `AuditLog.append`, 300 turns over 30 conversations; median and p95 ms per batch.
 2. `turn`: full `Orchestrator.handle` turns with instant `FunctionModel` experts, auditing
    on vs off (`audit=False`), 150 turns each; the median difference is the overhead.
+3. `size`: the audit tables' bytes per 1,000 turns on the turn benchmark's workload (its
+   instant models and category, a user id, one conversation of `--size-turns` turns,
+   scaled to 1,000), payloads in clear and encrypted; SQLite by `dbstat` (every page of
+   each table and its indexes), PostgreSQL by `pg_total_relation_size` (table, indexes,
+   TOAST).
 
-    python -m benchmarks.audit [--turns 300] [--pg postgresql+asyncpg://...]
+    python -m benchmarks.audit [--turns 300] [--size-turns 300] [--pg postgresql+asyncpg://...]
+    python -m benchmarks.audit --size-only [--pg URL]
 """
 
 from __future__ import annotations
@@ -25,6 +31,8 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from benchmarks.turns import BILLING, _model, _user_message, pg_database
+from frontdesk.audit.crypto import MasterKey
 from frontdesk.audit.events import AuditEvent
 from frontdesk.audit.store import AuditLog
 from frontdesk.db import create_engine
@@ -144,8 +152,101 @@ async def bench_turns(folder: Path, audit: bool, turns: int) -> list[float]:
     return times
 
 
-async def run(turns: int, pg: str | None) -> None:
+AUDIT_TABLES = ("audit_event", "audit_head", "audit_prompt", "audit_key", "audit_blob")
+"""The tables the audit log owns (`audit_blob` from migration `0014_audit_blobs` on)."""
+
+
+async def _sqlite_table_bytes(engine: AsyncEngine) -> dict[str, int]:
+    """Bytes of each audit table with its indexes (`dbstat`: every page it owns)."""
+    async with engine.connect() as conn:
+        indexes = (
+            await conn.execute(text("SELECT name, tbl_name FROM sqlite_master WHERE type='index'"))
+        ).all()
+        owner: dict[str, str] = {str(name): str(table) for name, table in indexes}
+        pages = (
+            await conn.execute(text("SELECT name, SUM(pgsize) FROM dbstat GROUP BY name"))
+        ).all()
+    out: dict[str, int] = {}
+    for name, size in pages:
+        table = owner.get(name, name)
+        if table in AUDIT_TABLES:
+            out[table] = out.get(table, 0) + int(size)
+    return out
+
+
+async def _pg_table_bytes(engine: AsyncEngine) -> dict[str, int]:
+    """Bytes of each audit table (`pg_total_relation_size`: table, indexes and TOAST)."""
+    out: dict[str, int] = {}
+    async with engine.connect() as conn:
+        for table in AUDIT_TABLES:
+            size = (
+                await conn.execute(
+                    text("SELECT pg_total_relation_size(to_regclass(:t))"), {"t": table}
+                )
+            ).scalar()
+            if size is not None:
+                out[table] = int(size)
+    return out
+
+
+async def audit_size(store: str, turns: int, *, encrypted: bool) -> dict[str, Any]:
+    """The audit tables' size after `turns` turns of one conversation, per 1,000 turns."""
+    key = MasterKey.generate() if encrypted else None
+    orch = Orchestrator([BILLING], model=FunctionModel(_model), store=store, audit_key=key)
+    try:
+        for i in range(1, turns + 1):
+            await orch.handle(
+                "conv-size", _user_message(i), user_id="u-size", client_message_id=f"m-{i}"
+            )
+    finally:
+        await orch.aclose()  # Waits for the background memory and compaction work.
+    engine = create_engine(store)
+    try:
+        if engine.dialect.name == "postgresql":
+            tables = await _pg_table_bytes(engine)
+        else:
+            tables = await _sqlite_table_bytes(engine)
+    finally:
+        await engine.dispose()
+    scale = 1000 / turns / 2**20
+    return {
+        "turns": turns,
+        "encrypted": encrypted,
+        "tables_mb_per_1000": {t: round(b * scale, 3) for t, b in sorted(tables.items())},
+        "audit_mb_per_1000": round(sum(tables.values()) * scale, 2),
+    }
+
+
+async def run_size(turns: int, pg: str | None) -> list[str]:
+    """The size lines: SQLite (and PostgreSQL), clear and encrypted."""
+    lines = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for encrypted in (False, True):
+            db = f"sqlite:///{Path(tmp) / f'size-{encrypted}.db'}"
+            lines.append(_size_line("SQLite", await audit_size(db, turns, encrypted=encrypted)))
+    if pg:
+        for encrypted in (False, True):
+            async with pg_database(pg) as db:
+                figures = await audit_size(db, turns, encrypted=encrypted)
+            lines.append(_size_line("PostgreSQL", figures))
+    return lines
+
+
+def _size_line(backend: str, figures: dict[str, Any]) -> str:
+    mode = "encrypted" if figures["encrypted"] else "in clear"
+    parts = ", ".join(f"{t} {mb:.2f}" for t, mb in figures["tables_mb_per_1000"].items())
+    return (
+        f"audit tables per 1,000 turns, {backend}, {mode}: {figures['audit_mb_per_1000']:.2f} MB"
+        f" ({parts}; {figures['turns']} turns scaled)"
+    )
+
+
+async def run(turns: int, pg: str | None, size_turns: int = 300, size_only: bool = False) -> None:
     """Print the measurements."""
+    for line in await run_size(size_turns, pg):
+        print(line)
+    if size_only:
+        return
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         sqlite_append = await bench_append(f"sqlite:///{folder / 'audit.db'}", turns)
@@ -162,12 +263,14 @@ async def run(turns: int, pg: str | None) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """`python -m benchmarks.audit [--turns N] [--pg URL]`."""
+    """`python -m benchmarks.audit [--turns N] [--size-turns N] [--size-only] [--pg URL]`."""
     parser = argparse.ArgumentParser(prog="python -m benchmarks.audit")
     parser.add_argument("--turns", type=int, default=300)
-    parser.add_argument("--pg", default=None, help="Also measure appends on this PostgreSQL URL.")
+    parser.add_argument("--pg", default=None, help="Also measure on this PostgreSQL URL.")
+    parser.add_argument("--size-turns", type=int, default=300)
+    parser.add_argument("--size-only", action="store_true", help="Only the size measurement.")
     args, _ = parser.parse_known_args(argv)
-    asyncio.run(run(args.turns, args.pg))
+    asyncio.run(run(args.turns, args.pg, args.size_turns, args.size_only))
 
 
 if __name__ == "__main__":

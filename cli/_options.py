@@ -1,5 +1,5 @@
 """The options every command group shares (`--db`, `--app`, `--json`), declared once here,
-and the helpers that read them.
+the helpers that read them, and the tables every command prints.
 
 A command whose default differs says so in its own help text (`demo --db`, each `--app`),
 so each option is a function of its help; the flag's name and type are written only here.
@@ -9,10 +9,14 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from rich.console import Console
+from rich.measure import Measurement
+from rich.table import Table
 from sqlalchemy.engine import make_url
 
 from frontdesk.errors import UserError
@@ -78,3 +82,26 @@ def emit_json(value: Any) -> None:
         return str(o)
 
     typer.echo(json.dumps(value, default=default, ensure_ascii=False, indent=2))
+
+
+def id_column(table: Table, name: str, values: Iterable[str]) -> None:
+    """Add a column of ids (memory ids, conversation and user ids) that is never cut: it is
+    as wide as its longest value, the other columns give way, and on a terminal too narrow
+    even for that an id folds onto the next line instead of ending in an ellipsis."""
+    longest = max((len(v) for v in values), default=len(name))
+    table.add_column(name, no_wrap=True, overflow="fold", min_width=max(longest, len(name)))
+
+
+def print_table(table: Table, console: Console | None = None) -> None:
+    """Print a table; piped into a file or another program, every value in full.
+
+    On a terminal rich fits the table to its width (wrapping text columns); when stdout is
+    not a terminal there is no width to fit, so the table is printed as wide as its values
+    need, for the next command (`memory forget ID`) or a script to read.
+    """
+    console = console or Console()
+    if not console.is_terminal:
+        wide = Console(width=100_000, file=console.file, color_system=None)
+        needed = Measurement.get(wide, wide.options, table).maximum
+        console = Console(width=max(console.width, needed), file=console.file, color_system=None)
+    console.print(table)

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import hashlib
 import json
 import os
+import urllib.parse
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar
@@ -25,13 +27,29 @@ from rich.text import Text
 from frontdesk.audit.chain import Head
 from frontdesk.audit.cost import CostLine, CostReport, cost_report
 from frontdesk.audit.errors import UnknownConversation
-from frontdesk.audit.export import render_html, write_jsonl
+from frontdesk.audit.export import IndexEntry, render_html, render_index, write_jsonl
 from frontdesk.audit.redaction import recorded_rules, redact_rows, ruled_values
-from frontdesk.audit.replay import ReplayReport, TurnDiff, handoff_turns, replay_transcript
+from frontdesk.audit.replay import (
+    ReplayReport,
+    TurnDiff,
+    handoff_turns,
+    missing_categories,
+    recorded_app,
+    replay_transcript,
+)
 from frontdesk.audit.store import AuditLog
 from frontdesk.audit.transcript import ExpertCall, Transcript, TurnView, build_transcript
-from frontdesk.cli._options import DbOption, JsonOption, app_option, emit_json, existing_db
-from frontdesk.errors import UserError
+from frontdesk.cli._options import (
+    DbOption,
+    JsonOption,
+    app_option,
+    emit_json,
+    existing_db,
+    id_column,
+    print_table,
+)
+from frontdesk.errors import ConfigError, ReplayAppMismatch, UserError
+from frontdesk.orchestrator import Orchestrator
 from frontdesk.orchestrator.app import DEFAULT_APP, load_app
 from frontdesk.orchestrator.replay import build_runner, parse_models
 from frontdesk.redaction import RedactionPolicy, Redactor, Rule
@@ -86,7 +104,7 @@ async def _known(log: AuditLog, conversation: str) -> None:
     if conversation not in known:
         raise UnknownConversation(
             f"no audit rows for conversation {conversation!r} ({len(known)} conversations in"
-            " this log; `frontdesk audit cost --all` lists them)"
+            " this log; `frontdesk conversations` lists them)"
         )
 
 
@@ -103,7 +121,7 @@ async def _transcripts(
             known = len(await log.conversations())
             raise UnknownConversation(
                 f"no audit rows for conversation {cid!r} ({known} conversations in this log;"
-                " `frontdesk audit cost --all` lists them)"
+                " `frontdesk conversations` lists them)"
             )
         out.append(build_transcript(cid, rows))
     return out
@@ -326,7 +344,15 @@ def show(
 
 @app.command("export")
 def export(
-    out: Annotated[Path, typer.Option("-o", "--output", help="File to write.")],
+    out: Annotated[
+        Path,
+        typer.Option(
+            "-o",
+            "--output",
+            help="File to write; with --all --format html, a folder (a page per conversation"
+            " and index.html) unless it ends in .html (one page).",
+        ),
+    ],
     conversation: ConvArg = None,
     every: AllOption = False,
     fmt: Annotated[
@@ -343,9 +369,14 @@ def export(
     `"redacted": true` (their payload is not the one the stored hash covers).
     """
     redactor = redactor_for(reveal, redaction)
+    to_folder = fmt == "html" and every and out.suffix.lower() != ".html"
+    if to_folder:
+        out.mkdir(parents=True, exist_ok=True)
 
     async def work(log: AuditLog) -> int:
         ids = await _targets(log, conversation, every)
+        if to_folder:
+            return await export_folder(log, ids, out, redactor)
         if fmt == "html":
             transcripts = await _transcripts(log, ids, redactor)
             title = f"frontdesk audit: {ids[0]}" if len(ids) == 1 else "frontdesk audit"
@@ -360,7 +391,49 @@ def export(
 
     n = _run(work, db)
     unit = "turns" if fmt == "html" else "events"
-    Console().print(f"wrote {n} {unit} to {out}")
+    where = out / "index.html" if out.is_dir() and fmt == "html" else out
+    Console(soft_wrap=True).print(f"wrote {n} {unit} to {where}")
+
+
+def page_name(conversation_id: str) -> str:
+    """A conversation's file name in an exported folder: its id, percent-encoded (so any id
+    is a safe name), shortened with a hash when long."""
+    name = urllib.parse.quote(conversation_id, safe="-_.")
+    if len(name) > 120:
+        name = name[:100] + "-" + hashlib.sha256(conversation_id.encode()).hexdigest()[:16]
+    return name + ".html"
+
+
+async def export_folder(
+    log: AuditLog, ids: list[str], folder: Path, redactor: Redactor | None
+) -> int:
+    """A page per conversation and `index.html` linking them all, each with its turn count,
+    cost and whether its chain verifies; returns the turns written (`folder` exists)."""
+    entries, turns = [], 0
+    for cid in ids:
+        [transcript] = await _transcripts(log, [cid], redactor)
+        name = page_name(cid)
+        page = render_html(
+            [transcript], title=f"frontdesk audit: {cid}", redacted=redactor is not None
+        )
+        (folder / name).write_text(page, encoding="utf-8")
+        [verdict] = (await log.verify(cid)).conversations
+        problem = None if verdict.problem is None else verdict.problem.detail
+        entries.append(
+            IndexEntry(
+                cid,
+                urllib.parse.quote(name),
+                len(transcript.turns),
+                transcript.cost.usd,
+                transcript.cost.known,
+                verdict.ok,
+                problem,
+            )
+        )
+        turns += len(transcript.turns)
+    index = render_index(entries, redacted=redactor is not None)
+    (folder / "index.html").write_text(index, encoding="utf-8")
+    return turns
 
 
 # -- verify and anchor --------------------------------------------------------------------
@@ -469,9 +542,9 @@ def anchor(
 def cost_table(title: str, lines: list[CostLine]) -> Table:
     """A rich table of cost lines."""
     table = Table(title=title, title_justify="left")
-    table.add_column("")
+    id_column(table, "", [line.label for line in lines])
     for name in ("calls", "attempts", "input", "output", "cache read", "cache write", "USD"):
-        table.add_column(name, justify="right")
+        table.add_column(name, justify="right", no_wrap=True)
     for line in lines:
         flag = " ?" if line.unknown_models else ""
         t = line.tokens
@@ -490,9 +563,9 @@ def cost_table(title: str, lines: list[CostLine]) -> Table:
 
 def print_cost(report: CostReport, console: Console) -> None:
     """Per expert, per turn and total, then the models priced 0 for want of a price."""
-    console.print(cost_table("by expert", list(report.by_expert.values())))
-    console.print(cost_table("by turn", report.by_turn))
-    console.print(cost_table("total", [report.total]))
+    print_table(cost_table("by expert", list(report.by_expert.values())), console)
+    print_table(cost_table("by turn", report.by_turn), console)
+    print_table(cost_table("total", [report.total]), console)
     if report.unknown_models:
         console.print(
             "[yellow]? priced $0: not in audit.pricing.PRICES:[/yellow] "
@@ -564,6 +637,14 @@ def diff_panel(diff: TurnDiff, shown_as: Shown | None = None) -> Panel | None:
         return _short(data.get(name, "[dropped]"))
 
     lines: list[Text] = []
+    if diff.unknown_category:
+        lines.append(
+            Text(
+                f"recorded category {diff.before.category} is unknown to the replaying app:"
+                " not replayed (no change)",
+                style="yellow",
+            )
+        )
     if diff.error is not None:
         lines.append(Text(shown(f"replay failed: {diff.error}"), style="red"))
     after = diff.after
@@ -598,11 +679,42 @@ def diff_panel(diff: TurnDiff, shown_as: Shown | None = None) -> Panel | None:
     return Panel(Group(*lines), title=title, title_align="left")
 
 
+def replay_app(
+    spec: str | None, transcripts: list[Transcript], console: Console
+) -> tuple[str, Orchestrator]:
+    """The app a replay runs: `--app`, else the one the turns recorded (when it imports),
+    else the default app, provided it has every recorded category.
+
+    Raises:
+        ReplayAppMismatch: no `--app`, and the app loaded lacks recorded categories.
+    """
+    if spec is not None:
+        return spec, load_app(spec)
+    recorded = (recorded_app(transcripts) or {}).get("spec")
+    if isinstance(recorded, str) and recorded:
+        try:
+            orch = load_app(recorded)
+        except ConfigError as e:
+            console.print(f"[yellow]the recorded app cannot be loaded ({escape(str(e))})[/yellow]")
+        else:
+            console.print(f"replaying with the recorded app {escape(recorded)}")
+            return recorded, orch
+    orch = load_app(DEFAULT_APP)
+    missing = missing_categories(transcripts, set(orch.categories))
+    if missing:
+        module = DEFAULT_APP.partition(":")[0]
+        raise ReplayAppMismatch(
+            f"recorded categories {', '.join(missing)} are not in {module}: pass --app"
+            " (module:attr of the app that recorded these turns)"
+        )
+    return DEFAULT_APP, orch
+
+
 def summary_table(report: ReplayReport) -> Table:
     """Per conversation: turns replayed and how many changed, by kind."""
     table = Table(title="replay summary", title_justify="left")
+    id_column(table, "conversation", [row[0] for row in report.summary()])
     for name in (
-        "conversation",
         "turns",
         "category",
         "request",
@@ -610,7 +722,7 @@ def summary_table(report: ReplayReport) -> Table:
         "reply",
         "errors",
     ):
-        table.add_column(name, justify="left" if name == "conversation" else "right")
+        table.add_column(name, justify="right")
     for row in report.summary():
         table.add_row(escape(row[0]), *(str(v) for v in row[1:]))
     return table
@@ -621,9 +733,13 @@ def replay(
     conversation: ConvArg = None,
     every: AllOption = False,
     app_spec: Annotated[
-        str,
-        app_option("module:attr naming the Orchestrator (its categories, settings and models)."),
-    ] = DEFAULT_APP,
+        str | None,
+        app_option(
+            "module:attr naming the Orchestrator (its categories, settings and models);"
+            " default: the app the turns recorded, when it can be imported, else"
+            f" {DEFAULT_APP}."
+        ),
+    ] = None,
     prompts: Annotated[
         Path | None, typer.Option("--prompts", help="A folder of prompt files to replay with.")
     ] = None,
@@ -649,11 +765,11 @@ def replay(
 
     shown: dict[str, Shown] = {}
 
-    async def work(log: AuditLog) -> ReplayReport:
+    async def work(log: AuditLog) -> tuple[ReplayReport, str]:
         ids = await _targets(log, conversation, every)
-        runner = build_runner(
-            load_app(app_spec), prompts_dir=prompts, models=parse_models(list(model or []))
-        )
+        spec, orch = replay_app(app_spec, await _transcripts(log, ids), console)
+        runner = build_runner(orch, prompts_dir=prompts, models=parse_models(list(model or [])))
+        names = set(orch.categories)
         report = ReplayReport()
         with Progress(console=console, transient=True, disable=len(ids) < 2) as progress:
             task = progress.add_task("replaying", total=len(ids))
@@ -662,19 +778,31 @@ def replay(
                 if redactor is not None:
                     rows = await log.events(cid)
                     shown[cid] = Shown(redactor, recorded_rules(rows), ruled_values(rows, redactor))
-                report.diffs.extend(await replay_transcript(transcript, runner))
+                report.diffs.extend(await replay_transcript(transcript, runner, categories=names))
                 report.skipped += len(handoff_turns(transcript))
                 progress.advance(task)
-        return report
+        return report, spec
 
-    report = _run(work, db)
+    report, spec = _run(work, db)
     panels = (diff_panel(d, shown.get(d.turn.conversation_id)) for d in report.diffs)
     changed = [p for p in panels if p is not None]
     for panel in changed:
         console.print(panel)
-    console.print(summary_table(report))
-    verdict = "no category or request changed" if report.exit_code == 0 else "changes found"
-    console.print(f"{len(report.diffs)} turn(s) replayed: {verdict}")
+    print_table(summary_table(report), console)
+    unknown = [d for d in report.diffs if d.unknown_category]
+    replayed = len(report.diffs) - len(unknown)
+    verdict = (
+        "changes found"
+        if any(d.gating for d in report.diffs)
+        else ("no category or request changed")
+    )
+    console.print(f"{replayed} turn(s) replayed: {verdict}")
+    if unknown:
+        Console(stderr=True, soft_wrap=True).print(
+            f"[red]error:[/red] {len(unknown)} turn(s) not replayed: recorded categories"
+            f" {', '.join(report.unknown_categories)} are not in {escape(spec)}"
+            " (the app that recorded them is another: pass its --app)"
+        )
     if report.skipped:
         console.print(
             f"{report.skipped} hand-off turn(s) (kept for a person, operator replies) skipped:"

@@ -9,13 +9,12 @@ from datetime import UTC, datetime
 from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from frontdesk.cli._options import DbOption, JsonOption, db_url
+from frontdesk.cli._options import DbOption, JsonOption, db_url, id_column, print_table
 from frontdesk.errors import UserError
-from frontdesk.threads.listing import ConversationRow, list_conversations
+from frontdesk.threads.listing import ConversationRow, count_conversations, list_conversations
 from frontdesk.threads.store import ConversationStore
 
 
@@ -34,12 +33,24 @@ def _since(value: str | None) -> datetime | None:
 
 async def _rows(
     url: str, *, user: str | None, since: datetime | None, limit: int
-) -> list[ConversationRow]:
+) -> tuple[list[ConversationRow], int]:
+    """The rows asked for, and how many conversations the database holds in all."""
     store = await ConversationStore.open(url)
     try:
-        return await list_conversations(store.engine, user=user, since=since, limit=limit)
+        rows = await list_conversations(store.engine, user=user, since=since, limit=limit)
+        total = await count_conversations(store.engine) if not rows else len(rows)
+        return rows, total
     finally:
         await store.aclose()
+
+
+def nothing_found(user: str | None, since: str | None, total: int) -> str:
+    """What an empty listing says: whether a filter left the database's conversations out."""
+    if user is None and since is None:
+        return "no conversations in this database"
+    of = "" if user is None else f" of user {user}"
+    when = "" if since is None else f" active since {since}"
+    return f"no conversations{of}{when} ({total} in this database)"
 
 
 def conversations(
@@ -52,16 +63,19 @@ def conversations(
     db: DbOption = None,
 ) -> None:
     """List conversations, the most recently active first."""
-    rows = asyncio.run(_rows(db_url(db), user=user, since=_since(since), limit=limit))
+    rows, total = asyncio.run(_rows(db_url(db), user=user, since=_since(since), limit=limit))
     if as_json:
         typer.echo(json.dumps([asdict(r) for r in rows], ensure_ascii=False, indent=2))
         return
     if not rows:
-        typer.echo("no conversations in this database")
+        typer.echo(nothing_found(user, since, total))
         return
     table = Table()
-    for name in ("conversation", "user", "last message", "messages", "user turns"):
-        table.add_column(name, justify="right" if name in ("messages", "user turns") else "left")
+    id_column(table, "conversation", [r.conversation_id for r in rows])
+    id_column(table, "user", [r.user_id or "-" for r in rows])
+    table.add_column("last message", no_wrap=True)
+    for name in ("messages", "user turns"):
+        table.add_column(name, justify="right")
     for r in rows:
         table.add_row(
             escape(r.conversation_id),
@@ -70,4 +84,4 @@ def conversations(
             str(r.messages),
             str(r.user_turns),
         )
-    Console().print(table)
+    print_table(table)

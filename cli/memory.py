@@ -11,7 +11,14 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from frontdesk.cli._options import DbOption, app_option, db_url, json_option
+from frontdesk.cli._options import (
+    DbOption,
+    app_option,
+    db_url,
+    id_column,
+    json_option,
+    print_table,
+)
 from frontdesk.errors import UserError
 from frontdesk.memory import Memory
 from frontdesk.orchestrator import Orchestrator
@@ -65,7 +72,10 @@ def show(
     if not memories:
         console.print(f"nothing is remembered about {escape(user)!s}")
         return
-    table = Table("id", "fact", "key", "source", "updated")
+    table = Table()
+    id_column(table, "id", [m.id for m in memories])
+    for name in ("fact", "key", "source", "updated"):
+        table.add_column(name, no_wrap=name == "updated")
     for m in memories:
         table.add_row(
             m.id,
@@ -74,7 +84,7 @@ def show(
             m.source,
             m.updated_at.isoformat("T", "seconds"),
         )
-    console.print(table)
+    print_table(table, console)
 
 
 async def _forget(app_spec: str, db: str | None, user_id: str, memory_id: str | None) -> int:

@@ -61,6 +61,7 @@
     └── AuditError                      the audit log failed at run time
         ├── AuditWriteError             a batch could not be written (and was not spooled)
         └── ReplayError                 a recorded turn could not be replayed
+            └── ReplayAppMismatch       the log was recorded by another app (pass --app)
 
 No `anthropic.*` or `openai.*` exception ever crosses the adapter boundary. The packages'
 own `errors` modules re-export their part of this tree.
@@ -114,6 +115,7 @@ __all__ = [
     "QuestionOverBudget",
     "RateLimited",
     "Refusal",
+    "ReplayAppMismatch",
     "ReplayError",
     "SchemaAhead",
     "SchemaOutdated",
@@ -455,6 +457,11 @@ class AuditKeyError(AuditConfigError):
 
 class ReplayError(AuditError):
     """A recorded turn could not be replayed (e.g. no recorded response for an expert)."""
+
+
+class ReplayAppMismatch(ReplayError):
+    """The recorded turns were routed to categories the replaying app does not have: it is
+    not the app that produced them, so a replay would report changes that are not there."""
 
 
 # --- Turns (orchestrator) ---

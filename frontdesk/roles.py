@@ -25,10 +25,10 @@ __all__ = ["AUDIT_TABLES", "DEFAULT_ROLE", "apply_role", "role_statements"]
 DEFAULT_ROLE = "frontdesk_app"
 """The role `frontdesk db roles` makes when none is named."""
 
-AUDIT_TABLES = ("audit_event", "audit_head", "audit_prompt")
+AUDIT_TABLES = ("audit_event", "audit_head", "audit_prompt", "audit_blob")
 """Tables the application may read and (except heads) append to, never rewrite."""
 
-_APPEND_ONLY = ("audit_event", "audit_prompt")
+_APPEND_ONLY = ("audit_event", "audit_prompt", "audit_blob")
 _ROLE_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 
 

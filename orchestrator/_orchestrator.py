@@ -52,7 +52,7 @@ from frontdesk.orchestrator.memory import CLOSE_TIMEOUT, Memories
 from frontdesk.orchestrator.past_conversations import IDLE_AFTER, PastConversations
 from frontdesk.orchestrator.reply import Reply
 from frontdesk.orchestrator.stream import TurnEvent, stream_turn
-from frontdesk.orchestrator.turn import Pipeline
+from frontdesk.orchestrator.turn import Pipeline, app_record
 from frontdesk.redaction import RedactionPolicy, Redactor, redactor_of
 from frontdesk.threads.budget import Budget
 from frontdesk.threads.builder import UserThread, build_thread
@@ -188,6 +188,9 @@ class Orchestrator:
             raise ConfigError(f"job_concurrency must be >= 1, got {job_concurrency}")
         self.job_concurrency = job_concurrency
         self.categories = check_registry(list(categories))
+        self.app_spec: str | None = None
+        """The `module:attr` this orchestrator was loaded from (`load_app`), recorded with
+        each turn so that `frontdesk audit replay` can load the same app again."""
         self.offline_by_default = offline_by_default(model)
         """No model was named and no provider key is set: every expert is the offline
         stand-in (`frontdesk serve` refuses that unless told `--model offline`)."""
@@ -369,6 +372,7 @@ class Orchestrator:
                 audit=self._audit,
             )
             pipeline = Pipeline(
+                app=app_record(self.app_spec, triage, requests, response),
                 memory=self._memories if self._memory_on else None,
                 store=store,
                 audit=self._audit,

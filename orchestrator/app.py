@@ -61,6 +61,7 @@ def load_app(spec: str, *, model: ModelChoice = None, db: str | None = None) -> 
     except AttributeError as e:
         raise ConfigError(f"--app {spec!r}: {module_name} has no attribute {attr!r}") from e
     if isinstance(target, Orchestrator):
+        target.app_spec = spec
         return target
     if not callable(target):
         raise ConfigError(f"--app {spec!r} is neither an Orchestrator nor a function")
@@ -73,4 +74,5 @@ def load_app(spec: str, *, model: ModelChoice = None, db: str | None = None) -> 
     app = target(**kwargs)
     if not isinstance(app, Orchestrator):
         raise ConfigError(f"--app {spec!r} returned {type(app).__name__}, not an Orchestrator")
+    app.app_spec = spec  # Recorded with each turn, so `audit replay` can load it again.
     return app

@@ -119,7 +119,7 @@ async def run_turn(p: Pipeline, conversation_id: str, start: Start) -> Reply:
                     p, s.question, s.stored.reply, s.stored.outcome, replayed=not s.answered_now
                 )
                 return _traced(span, reply, held=s.answered_now)
-            t = _turn(s, lease, await _recall(p, s), await _lookup(p, s))
+            t = _turn(s, lease, await _recall(p, s), await _lookup(p, s), p.app)
             span.audit_event(t.recorder.events[0].event_id)  # `turn_started`: the question.
             try:
                 # The experts, under the turn deadline; a stored outcome skips to the reply.
@@ -373,7 +373,11 @@ async def _lookup(p: Pipeline, s: Started) -> Sequence[Passage]:
 
 
 def _turn(
-    s: Started, lease: TurnLease, memory: Sequence[Document], passages: Sequence[Passage]
+    s: Started,
+    lease: TurnLease,
+    memory: Sequence[Document],
+    passages: Sequence[Passage],
+    app: Mapping[str, object],
 ) -> Turn:
     recorder = TurnRecorder(turn_id=s.question.id)
     recorder.note(
@@ -383,6 +387,7 @@ def _turn(
         parent_id=s.question.parent_id,
         text=s.question.content,
         user_id=s.user_id,
+        app=app,
     )
     return Turn(
         conversation_id=s.question.conversation_id,
@@ -900,6 +905,8 @@ class Pipeline:
     """Keeps a handed-back conversation's summary as a memory of its user."""
     jobs: Jobs | None = None
     """The background jobs: a reply records its own in its transaction (docs/jobs.md)."""
+    app: Mapping[str, object] = dataclasses.field(default_factory=dict)
+    """What the audit records of the app with each turn (`app_record`)."""
     handler_errors: handler_errors.HandlerErrors = "reply"
     """A handler's failure: the apology (`reply`) or `HandlerFailed` (`raise`)."""
 
@@ -1111,6 +1118,25 @@ def _turns(view: ExpertView) -> list[Message]:
         Message(role="assistant" if m["role"] == "assistant" else "user", content=m["content"])
         for m in view.messages
     ]
+
+
+def app_record(
+    spec: str | None,
+    triage: TriageExpert,
+    requests: Mapping[str, RequestExpert],
+    response: ResponseExpert,
+) -> dict[str, object]:
+    """The app as each turn's audit records it: its `--app` spec when it was loaded from
+    one, its categories with their request prompts' versions, and the triage and response
+    prompts' versions (a replay loads the spec, or checks the categories)."""
+    return {
+        "spec": spec,
+        "categories": {
+            name: f"{e.call.prompt.name}@{e.call.prompt.version}" for name, e in requests.items()
+        },
+        "triage": f"{triage.call.prompt.name}@{triage.call.prompt.version}",
+        "response": f"{response.call.prompt.name}@{response.call.prompt.version}",
+    }
 
 
 def _prompt_versions(p: Pipeline, category: str) -> dict[str, str]:

@@ -626,3 +626,102 @@ def test_0012_jobs_sets_up_the_job_engine_and_takes_it_back(empty_url: str) -> N
         assert asyncio.run(functions()) == 0
     asyncio.run(up())  # And up again, from the state it left.
     assert ours <= asyncio.run(_tables(empty_url))
+
+
+def _refers(row: Any) -> bool:
+    """Whether a stored row's content fields hold blob references."""
+    from frontdesk.audit import blobs, crypto
+
+    packed = row.packed_payload
+    return bool(blobs.references({k: v for k, v in packed.items() if k not in crypto.CLEAR_FIELDS}))
+
+
+@pytest.mark.parametrize("encrypted", [False, True], ids=["clear", "encrypted"])
+def test_0014_packs_a_stored_log_into_blobs_and_verify_passes_before_and_after(
+    empty_url: str, encrypted: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import base64
+    import os
+
+    from frontdesk.audit import blobs, crypto
+    from frontdesk.audit.store import AuditLog
+    from tests.audit.test_audit_blobs import conversation
+
+    raw = os.urandom(32)
+    key = crypto.MasterKey(raw) if encrypted else None
+    if encrypted:  # The migration converts encrypted rows with the master key at hand.
+        monkeypatch.setenv("FRONTDESK_MASTER_KEY", base64.b64encode(raw).decode())
+
+    async def read() -> tuple[dict[str, bool], list[Any], dict[str, list[str]], list[bool]]:
+        async with await AuditLog.open(empty_url, master_key=key) as log:
+            verdicts = {c.conversation_id: c.ok for c in (await log.verify()).conversations}
+            rows = {c: await log.events(c) for c in ("conv-1", "conv-2")}
+        stored = {c: [r.payload_json for r in rs] for c, rs in rows.items()}
+        refers = [_refers(r) for r in rows["conv-1"]]
+        return verdicts, [r.payload for r in rows["conv-1"]], stored, refers
+
+    async def write_old_format() -> None:
+        with monkeypatch.context() as old:  # What the code before 0014 stored: no references.
+            for name in ("MIN_TEXT", "MIN_DICT", "MIN_LIST"):
+                old.setattr(blobs, name, 10**9)
+            async with await AuditLog.open(empty_url, master_key=key) as log:
+                for batch in conversation(6):
+                    await log.append("conv-1", batch, user_id="alice")
+                for batch in conversation(2, prefix="tampered "):
+                    await log.append("conv-2", batch, user_id="alice")
+        engine = create_engine(empty_url)
+        try:
+            async with engine.begin() as conn:  # A broken chain is never "healed" by 0014.
+                if conn.dialect.name == "postgresql":
+                    await conn.execute(
+                        sa.text("ALTER TABLE audit_event DISABLE TRIGGER audit_event_append_only")
+                    )
+                else:
+                    await conn.execute(sa.text("DROP TRIGGER audit_event_no_update"))
+                await conn.execute(
+                    sa.text(
+                        "UPDATE audit_event SET turn_id = 'moved'"
+                        " WHERE conversation_id = 'conv-2' AND seq = 1"
+                    )
+                )
+        finally:
+            await engine.dispose()
+
+    def migrate(revision: str) -> None:
+        if revision == "head":
+            engine = create_engine(empty_url)
+            try:
+                asyncio.run(upgrade_schema(engine, "head"))
+            finally:
+                asyncio.run(engine.dispose())
+        else:
+            asyncio.run(_downgrade_to(empty_url, revision))
+
+    asyncio.run(write_old_format())
+    verdicts, before, stored_before, refers = asyncio.run(read())
+    assert verdicts == {"conv-1": True, "conv-2": False} and not any(refers)
+    migrate(_before("0014_audit_blobs"))  # Nothing to put back: the rows stay as they are.
+    assert "audit_blob" not in asyncio.run(_tables(empty_url))
+    migrate("head")
+    verdicts, after, stored, refers = asyncio.run(read())
+    assert verdicts == {"conv-1": True, "conv-2": False} and after == before
+    assert all(refers[1::3])  # Every model attempt refers to its messages.
+    assert sum(map(len, stored["conv-1"])) < 0.6 * sum(map(len, stored_before["conv-1"]))
+    assert stored["conv-2"] == stored_before["conv-2"]  # The tampered chain is left alone.
+    migrate(_before("0014_audit_blobs"))
+    assert "audit_blob" not in asyncio.run(_tables(empty_url))
+    if not encrypted:  # The very rows (and hashes) written before, back from the blobs.
+        engine = create_engine(empty_url)
+        try:
+
+            async def raw_rows() -> list[str]:
+                async with engine.connect() as conn:
+                    query = "SELECT payload_json FROM audit_event WHERE conversation_id = 'conv-1'"
+                    return list((await conn.execute(sa.text(query + " ORDER BY seq"))).scalars())
+
+            assert asyncio.run(raw_rows()) == stored_before["conv-1"]
+        finally:
+            asyncio.run(engine.dispose())
+    migrate("head")
+    verdicts, again, _, _ = asyncio.run(read())
+    assert verdicts == {"conv-1": True, "conv-2": False} and again == before

@@ -69,3 +69,10 @@ async def list_conversations(
         )
         for r in rows
     ]
+
+
+async def count_conversations(engine: AsyncEngine) -> int:
+    """How many conversations the database holds (to say what a filter left out)."""
+    conv = Conversation.__table__  # type: ignore[attr-defined]
+    async with engine.connect() as conn:
+        return int((await conn.execute(sa.select(sa.func.count()).select_from(conv))).scalar_one())

@@ -426,7 +426,8 @@ def delete_user_memories(conn: Connection, user_id: str) -> tuple[int, list[str]
 
 def _not_found(memory_id: str) -> MemoryNotFound:
     return MemoryNotFound(
-        f"no memory {memory_id!r} for this user; list them with memories(user_id)",
+        f"no memory {memory_id!r} for this user; list them with `frontdesk memory show USER`"
+        " (in Python: `await orch.memories(user_id)`)",
         memory_id=memory_id,
     )
 

@@ -159,6 +159,61 @@ def test_cost_per_expert_turn_and_total(db: str) -> None:
     assert everything.exit_code == 0 and "conv-b #1" in everything.output
 
 
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def any_db(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """The recorded log on each backend."""
+    if request.param == "sqlite":
+        url = f"sqlite:///{tmp_path / 'frontdesk.db'}"
+    else:
+        url = str(request.getfixturevalue("fresh_pg_url"))
+    asyncio.run(_record(url))
+    return url
+
+
+def test_export_all_html_to_a_folder_writes_an_index_of_every_conversation(
+    any_db: str, tmp_path: Path
+) -> None:
+    import os
+    import re
+    import subprocess
+    import sys
+
+    async def tamper() -> None:
+        async with await AuditLog.open(any_db) as log, log.engine.begin() as conn:
+            if conn.dialect.name == "postgresql":
+                await conn.execute(
+                    text("ALTER TABLE audit_event DISABLE TRIGGER audit_event_append_only")
+                )
+            else:
+                await conn.execute(text("DROP TRIGGER IF EXISTS audit_event_no_update"))
+            await conn.execute(
+                text("UPDATE audit_event SET turn_id = 'x' WHERE conversation_id = 'conv-b'")
+            )
+
+    asyncio.run(tamper())
+    out = tmp_path / "report"
+    env = {**os.environ, "COLUMNS": "80"}
+    done = subprocess.run(
+        [str(Path(sys.executable).parent / "frontdesk"), "audit", "export", "--all",
+         "--format", "html", "-o", str(out), "--db", any_db],
+        capture_output=True, text=True, env=env, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert f"to {out / 'index.html'}" in " ".join(done.stdout.split())
+    index = (out / "index.html").read_text(encoding="utf-8")
+    links = re.findall(r'<a href="([^"]+)">([^<]+)</a>', index)
+    assert links == [("conv-a.html", "conv-a"), ("conv-b.html", "conv-b")]
+    for href, cid in links:
+        page = (out / href).read_text(encoding="utf-8")
+        assert f"Conversation {cid}" in page
+    rows = re.findall(
+        r'<tr class="conversation" data-conversation="([^"]+)" data-verified="(\w+)"', index
+    )
+    assert rows == [("conv-a", "yes"), ("conv-b", "no")]
+    assert re.search(r'conv-a</a></td>\s*<td class="num">2</td>', index)  # Its turns.
+    assert "does not verify" in index and "1 do(es) not verify" in index
+
+
 async def _bank_turns(url: str) -> None:
     """A freeze, a broken handler (turn 2 speculates CARD_FREEZE: discarded), a balance
     filled from a remembered fact."""

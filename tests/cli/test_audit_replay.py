@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+from pydantic import BaseModel
 from typer.testing import CliRunner
 
+from frontdesk import Category, HandlerContext, Outcome
 from frontdesk.cli import app
 from frontdesk.examples.potato_shop import categories
 from frontdesk.experts.providers import FunctionModel, Model, ModelRequest
@@ -221,3 +226,122 @@ def test_a_turns_wall_clock_includes_the_waits_between_attempts() -> None:
         ended_at="2026-01-01T00:00:02.500000+00:00",
     )
     assert turn.latency_ms == 0 and turn.wall_ms == 2500
+
+
+# -- the recorded app: replay loads it, or refuses an app without the recorded categories --
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+class Balance(BaseModel):
+    account: str
+
+
+class Freeze(BaseModel):
+    card_last4: str
+
+
+async def _ok(request: BaseModel, context: HandlerContext) -> Outcome:
+    return Outcome(instruction="Tell the user it is done.")
+
+
+def bank(model: Any = None) -> Orchestrator:
+    """A bank's app: categories the potato shop does not have (for `--app`)."""
+
+    def answer(request: ModelRequest) -> Any:
+        text = str(request.messages[-1]["content"]) if request.messages else ""
+        freeze = "freeze" in text.lower()
+        if request.expert == "triage":
+            return {"category": "FREEZE_CARD" if freeze else "BALANCE", "reason": "bank"}
+        if request.expert == "request":
+            req = {"card_last4": "4242"} if freeze else {"account": "current"}
+            return {"request": req, "need_more_info": None}
+        return "Done."
+
+    return Orchestrator(
+        [
+            Category(
+                name="BALANCE",
+                description="Account balance",
+                request=Balance,
+                handler=_ok,
+                examples=["What is my balance?"],
+            ),
+            Category(
+                name="FREEZE_CARD",
+                description="Freeze a card",
+                request=Freeze,
+                handler=_ok,
+                examples=["Freeze my card"],
+            ),
+        ],  # fmt: skip
+        model=FunctionModel(answer) if model is None else model,
+        audit=False,
+        memory=False,
+    )
+
+
+async def _record_bank(url: str, spec: str | None) -> None:
+    orch = bank()
+    orch = Orchestrator(
+        list(orch.categories.values()), model=orch.models["triage"], store=url, memory=False
+    )
+    orch.app_spec = spec  # As `load_app(spec)` sets it (None: built in code).
+    try:
+        await orch.handle("bank-1", "What is my balance?", user_id="alice")
+        await orch.handle("bank-1", "Please freeze my card", user_id="alice")
+    finally:
+        await orch.aclose()
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def bank_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'bank.db'}"
+    return str(request.getfixturevalue("fresh_pg_url"))
+
+
+def _frontdesk(*args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "COLUMNS": "120", "PYTHONPATH": str(REPO)}
+    env.pop("FRONTDESK_DB", None)
+    return subprocess.run(
+        [str(Path(sys.executable).parent / "frontdesk"), *args],
+        capture_output=True, text=True, env=env, cwd=REPO, timeout=120,
+    )  # fmt: skip
+
+
+def test_replay_without_app_refuses_an_app_lacking_the_recorded_categories(
+    bank_url: str,
+) -> None:
+    asyncio.run(_record_bank(bank_url, None))  # Built in code: no spec recorded.
+    wrong = _frontdesk("audit", "replay", "bank-1", "--db", bank_url)
+    assert wrong.returncode == 2, wrong.stdout + wrong.stderr
+    assert (
+        "recorded categories BALANCE, FREEZE_CARD are not in frontdesk.examples.potato_shop:"
+        " pass --app" in " ".join(wrong.stderr.split())
+    )
+    assert "BALANCE -> " not in wrong.stdout  # Never reported as a change.
+    right = _frontdesk(
+        "audit", "replay", "bank-1", "--app", f"{__name__}:bank", "--model", "recorded",
+        "--db", bank_url,
+    )  # fmt: skip
+    assert right.returncode == 0, right.stdout + right.stderr
+    assert "2 turn(s) replayed: no category or request changed" in right.stdout
+
+
+def test_replay_loads_the_recorded_app_and_reports_unknown_categories_as_such(
+    bank_url: str,
+) -> None:
+    asyncio.run(_record_bank(bank_url, f"{__name__}:bank"))
+    recorded = _frontdesk("audit", "replay", "bank-1", "--model", "recorded", "--db", bank_url)
+    assert recorded.returncode == 0, recorded.stdout + recorded.stderr
+    assert f"replaying with the recorded app {__name__}:bank" in recorded.stdout
+    other = _frontdesk(
+        "audit", "replay", "bank-1", "--app", "frontdesk.examples.potato_shop:build",
+        "--db", bank_url,
+    )  # fmt: skip
+    assert other.returncode == 2, other.stdout + other.stderr
+    assert "recorded category BALANCE is unknown to the replaying app" in other.stdout
+    assert "category: BALANCE ->" not in other.stdout and "changes found" not in other.stdout
+    assert "0 turn(s) replayed" in other.stdout
+    assert "recorded categories BALANCE, FREEZE_CARD are not in" in " ".join(other.stderr.split())

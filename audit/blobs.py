@@ -1,0 +1,374 @@
+"""Audit blobs: the large, repeated parts of payloads stored once, by content address.
+
+Every expert call's row used to repeat the thread it was sent, so each message was stored
+again on every later turn. Now the content fields of a payload (everything but
+`crypto.CLEAR_FIELDS`) are *packed* before they are stored: a text of `MIN_TEXT`
+characters or more becomes `{"$b": ref}`, a dict whose packed JSON is `MIN_DICT` bytes or
+more becomes one too, and a long list becomes `{"$l": [ref, ...]}`, its items cut into
+chunks at content-defined places (an item ends a chunk when its address says so), so two
+threads that share a run of messages share the chunks inside it, as backup tools
+deduplicate files. The row keeps the refs in order, so the hash chain covers them.
+
+`ref` is 128 bits of a keyed hash, base64url: HMAC-SHA256 under a key derived from the
+row's data key (the owner's key for the month, see `crypto`) when payloads are encrypted,
+so one user's equal texts share a blob while nobody without the key can test a guess;
+plain SHA-256 when the log is in clear (the texts are readable there anyway). An encrypted
+blob is AES-256-GCM under that same data key, with its ref as associated data, so it
+cannot be moved or swapped. Destroying the data key (erasure, retention) makes the blobs
+unreadable and their addresses unguessable, as it does the payloads.
+
+The rows of `audit_blob` (migration `0014_audit_blobs`) are written by `AuditLog.append`
+in the batch's transaction; `expand` puts the values back for every reader, so
+`audit show`, the exports, replay and verify see the payloads exactly as they were.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import math
+import os
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+from sqlalchemy import Connection, bindparam, select
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+
+from frontdesk._sqlite import Statement
+from frontdesk.audit.chain import canonical_json
+from frontdesk.audit.tables import audit_blob
+
+BLOB = "$b"
+"""The key of a reference to one stored value: `{"$b": ref}`."""
+LIST = "$l"
+"""The key of a list stored as chunks: `{"$l": [ref, ...]}` (each chunk a list blob)."""
+ESCAPE = "$e"
+"""Wraps a payload's own dict that looks like a reference: `{"$e": {...}}`."""
+_MARKS = frozenset({BLOB, LIST, ESCAPE})
+
+MIN_TEXT = 48
+"""Texts this long or longer are stored as blobs (shorter ones cost less inline)."""
+MIN_DICT = 96
+"""Dicts whose packed JSON is this long or longer are stored as blobs."""
+MIN_LIST = 192
+"""Lists whose packed JSON is this long or longer are stored as chunks."""
+CHUNK_END = frozenset("ABCDEFGH")
+"""An item ends a chunk when the address of it and the item before it starts with one of
+these 8 of 64 letters (8 items on average), so a chunk's bounds depend only on its items,
+not on where the list starts."""
+
+_CACHE_LIMIT = 50_000
+_SCALARS: dict[Any, str] = {None: "null", True: "true", False: "false"}
+_KEYS: dict[str, str] = {}
+"""Payload keys' JSON texts (a few dozen names)."""
+_BLOB_AAD = b"frontdesk-audit-blob\x00"
+_ADDRESS_INFO = b"frontdesk audit blob address"
+
+
+def address_key(data_key: bytes) -> bytes:
+    """The HMAC key of a data key's blob addresses (a key of its own, derived one way)."""
+    return hmac.digest(data_key, _ADDRESS_INFO, "sha256")
+
+
+def address(text: str, key: bytes | None) -> str:
+    """A value's ref: 128 bits of HMAC-SHA256 under `key` (plain SHA-256 without), base64url."""
+    data = text.encode("utf-8", "surrogatepass")
+    digest = hashlib.sha256(data).digest() if key is None else hmac.digest(key, data, "sha256")
+    return base64.urlsafe_b64encode(digest[:16]).decode("ascii").rstrip("=")
+
+
+def is_reference(value: Any) -> bool:
+    """Whether a packed value is a reference (`{"$b": ref}` or `{"$l": [...]}`)."""
+    return isinstance(value, dict) and len(value) == 1 and (BLOB in value or LIST in value)
+
+
+@dataclass
+class Addresses:
+    """The refs one key has given, cached, and the refs known to be stored (per process).
+
+    A ref is known to be stored once a later batch saw it committed (`confirm`); until then
+    each batch that needs it inserts it again, idempotently, so a rolled-back batch never
+    leaves a row pointing at nothing.
+    """
+
+    key: bytes | None
+    refs: dict[str, str] = field(default_factory=dict)
+    packed: dict[Any, tuple[Any, str, tuple[tuple[str, str], ...]]] = field(default_factory=dict)
+    """Packed texts and small flat dicts (the thread's messages), with their JSON and the
+    blobs (ref, text) they refer to."""
+
+    def of(self, text: str) -> str:
+        """The ref of a JSON text (cached)."""
+        ref = self.refs.get(text)
+        if ref is None:
+            if len(self.refs) >= _CACHE_LIMIT:
+                self.clear()
+            ref = self.refs[text] = address(text, self.key)
+        return ref
+
+    def clear(self) -> None:
+        """Forget every cached ref and packing."""
+        self.refs.clear()
+        self.packed.clear()
+
+
+@dataclass
+class Packer:
+    """Packs the content fields of one batch's payloads under one key's addresses."""
+
+    addresses: Addresses
+    made: dict[str, str] = field(default_factory=dict)
+    """The blobs this packer referenced: ref -> JSON text."""
+
+    def pack(self, value: Any) -> Any:
+        """`value` with its large parts replaced by references (see the module docstring)."""
+        return self._value(value)[0]
+
+    def _value(self, value: Any) -> tuple[Any, str]:
+        """The packed value and its JSON text."""
+        if isinstance(value, str):
+            return self._memo(value, value)
+        if isinstance(value, dict):
+            if len(value) <= 3:  # A message of the thread, most often: seen before.
+                try:
+                    key: Any = tuple(value.items())
+                    found = self.addresses.packed.get(key)
+                except TypeError:  # A list or dict inside: not a flat dict.
+                    key, found = None, None
+                if found is not None:
+                    self.made.update(found[2])
+                    return found[0], found[1]
+                if key is not None and all(type(v) is str for v in value.values()):
+                    return self._memo(key, value)
+            return self._dict(value)
+        if isinstance(value, list | tuple):
+            return self._list(value)
+        if value is None or value is True or value is False:
+            return value, _SCALARS[value]
+        if type(value) is int:
+            return value, str(value)
+        if type(value) is float and math.isfinite(value):
+            return value, repr(value)  # What `json` writes for a finite float.
+        return value, canonical_json(value)  # Raises for what is not JSON.
+
+    def _memo(self, key: Any, value: Any) -> tuple[Any, str]:
+        """A text's or a flat dict's packing, from the cache (the thread repeats them)."""
+        cache = self.addresses.packed
+        found = cache.get(key)
+        if found is None:
+            if len(cache) >= _CACHE_LIMIT:
+                self.addresses.clear()
+            made, self.made = self.made, {}
+            if isinstance(value, str):
+                text = canonical_json(value)
+                packed = self._blob(text) if len(value) >= MIN_TEXT else (value, text)
+            else:
+                packed = self._dict(value)
+            found = cache[key] = (packed[0], packed[1], tuple(self.made.items()))
+            made.update(self.made)
+            self.made = made
+        else:
+            self.made.update(found[2])  # The blobs it refers to may be new to this batch.
+        return found[0], found[1]
+
+    def _blob(self, text: str) -> tuple[dict[str, str], str]:
+        ref = self.addresses.of(text)
+        self.made[ref] = text
+        return {BLOB: ref}, f'{{"{BLOB}":"{ref}"}}'
+
+    def _dict(self, value: Mapping[str, Any]) -> tuple[Any, str]:
+        packed, parts = {}, []
+        for key in sorted(value):
+            item, text = self._value(value[key])
+            packed[key] = item
+            key_text = _KEYS.get(key)
+            if key_text is None:
+                key_text = canonical_json(key)
+                if len(_KEYS) < _CACHE_LIMIT:
+                    _KEYS[key] = key_text
+            parts.append(f"{key_text}:{text}")
+        text = "{" + ",".join(parts) + "}"
+        if len(packed) == 1 and next(iter(packed)) in _MARKS:  # Not to be read as a ref.
+            packed, text = {ESCAPE: packed}, f'{{"{ESCAPE}":{text}}}'
+        if len(text) >= MIN_DICT:
+            return self._blob(text)
+        return packed, text
+
+    def _list(self, value: Iterable[Any]) -> tuple[Any, str]:
+        items = [self._value(item) for item in value]
+        text = "[" + ",".join(t for _, t in items) + "]"
+        if len(text) < MIN_LIST:
+            return [i for i, _ in items], text
+        refs, chunk, before = [], [], ""
+        for _, item_text in items:
+            chunk.append(item_text)
+            # The item with the one before it decides, so a value that recurs (the same
+            # answer on every turn) does not cut the list at each of its places.
+            if self.addresses.of(before + "," + item_text)[0] in CHUNK_END:
+                refs.append(self._blob("[" + ",".join(chunk) + "]")[0][BLOB])
+                chunk = []
+            before = item_text
+        if chunk:
+            refs.append(self._blob("[" + ",".join(chunk) + "]")[0][BLOB])
+        packed = {LIST: refs}
+        text = canonical_json(packed)
+        if len(text) >= MIN_DICT:  # The same list often goes out twice (messages, wire body).
+            return self._blob(text)
+        return packed, text
+
+
+def references(value: Any) -> set[str]:
+    """Every ref a packed value (or a blob's decoded value) holds directly."""
+    found: set[str] = set()
+    _collect(value, found)
+    return found
+
+
+def _collect(value: Any, found: set[str]) -> None:
+    if isinstance(value, dict):
+        if len(value) == 1:
+            if BLOB in value and isinstance(value[BLOB], str):
+                found.add(value[BLOB])
+                return
+            if LIST in value and isinstance(value[LIST], list):
+                found.update(r for r in value[LIST] if isinstance(r, str))
+                return
+            if ESCAPE in value and isinstance(value[ESCAPE], dict):
+                value = value[ESCAPE]  # Its own keys are data, never marks.
+        for item in value.values():
+            _collect(item, found)
+    elif isinstance(value, list):
+        for item in value:
+            _collect(item, found)
+
+
+MISSING = "[missing]"
+"""What a blob reads as when it is not stored (`audit verify` reports the row)."""
+
+
+def expand(value: Any, blobs: Mapping[str, Any]) -> Any:
+    """A packed value with every reference replaced by the value stored for it."""
+    if isinstance(value, dict):
+        if len(value) == 1:
+            if BLOB in value and isinstance(value[BLOB], str):
+                if value[BLOB] not in blobs:
+                    return MISSING
+                return expand(blobs[value[BLOB]], blobs)
+            if LIST in value and isinstance(value[LIST], list):
+                out: list[Any] = []
+                for ref in value[LIST]:
+                    chunk = expand({BLOB: ref}, blobs)
+                    out.extend(chunk if isinstance(chunk, list) else [chunk])
+                return out
+            if ESCAPE in value and isinstance(value[ESCAPE], dict):
+                return {k: expand(v, blobs) for k, v in value[ESCAPE].items()}
+        return {k: expand(v, blobs) for k, v in value.items()}
+    if isinstance(value, list):
+        return [expand(item, blobs) for item in value]
+    return value
+
+
+# Storage.
+
+_INSERT = Statement(
+    sqlite_insert(audit_blob).on_conflict_do_nothing(),
+    postgresql=pg_insert(audit_blob).on_conflict_do_nothing(),
+    columns=["ref", "kid", "body"],
+)
+_PROBE = 32
+"""Refs asked about per statement: a fixed number (the list padded), so the statement is
+built once and runs on the SQLite writer's driver directly (`Statement`)."""
+_STORED = Statement(
+    select(audit_blob.c.ref).where(
+        audit_blob.c.ref.in_([bindparam(f"r{i}") for i in range(_PROBE)])
+    )
+)
+
+
+def seal(text: str, ref: str, aead: AESGCM) -> str:
+    """An encrypted blob body: base64 of nonce and AES-GCM ciphertext, bound to its ref."""
+    nonce = os.urandom(12)
+    sealed = aead.encrypt(nonce, text.encode("utf-8", "surrogatepass"), _BLOB_AAD + ref.encode())
+    return base64.b64encode(nonce + sealed).decode("ascii")
+
+
+def unseal(body: str, ref: str, aead: AESGCM) -> str | None:
+    """A sealed body's text, or `None` when it does not decrypt under this ref (edited)."""
+    try:
+        raw = base64.b64decode(body)
+        plain = aead.decrypt(raw[:12], raw[12:], _BLOB_AAD + ref.encode())
+    except (InvalidTag, ValueError):
+        return None
+    return plain.decode("utf-8", "surrogatepass")
+
+
+@dataclass
+class Stored:
+    """The refs this process knows are committed, and those written but not yet seen so."""
+
+    known: set[str] = field(default_factory=set)
+    pending: set[str] = field(default_factory=set)
+
+    def confirm(self, conn: Connection) -> None:
+        """Move the pending refs that are committed now to `known` (one query)."""
+        if not self.pending:
+            return
+        refs = sorted(self.pending)
+        self.pending.clear()
+        if len(self.known) >= _CACHE_LIMIT:
+            self.known.clear()
+        for start in range(0, len(refs), _PROBE):
+            chunk = refs[start : start + _PROBE]
+            params = {f"r{i}": chunk[i] if i < len(chunk) else chunk[0] for i in range(_PROBE)}
+            self.known.update(row["ref"] for row in _STORED.rows(conn, params))
+
+    def forget(self) -> None:
+        """Trust nothing cached (after a failed write, an erasure or a migration)."""
+        self.known.clear()
+        self.pending.clear()
+
+
+def write(
+    conn: Connection,
+    made: Mapping[str, tuple[str | None, str]],
+    stored: Stored,
+    seal_with: Callable[[str | None], AESGCM | None],
+) -> None:
+    """Insert the blobs of a batch that are not known to be stored (idempotently).
+
+    Args:
+        conn: The batch's connection, inside its write transaction.
+        made: ref -> (kid, JSON text); kid `None` for a blob in clear.
+        stored: The process's record of stored refs (updated: written refs are pending).
+        seal_with: The cipher of a kid (`None` for clear blobs).
+    """
+    stored.confirm(conn)
+    rows = []
+    for ref, (kid, text) in made.items():
+        if ref in stored.known:
+            continue
+        aead = seal_with(kid)
+        body = text if aead is None else seal(text, ref, aead)
+        rows.append({"ref": ref, "kid": kid, "body": body})
+        stored.pending.add(ref)
+    if rows:
+        _INSERT.run_many(conn, rows)
+
+
+def load(conn: Connection, refs: Iterable[str]) -> dict[str, tuple[str | None, str]]:
+    """The stored blobs of `refs`: ref -> (kid, body as stored)."""
+    wanted = sorted(set(refs))
+    out: dict[str, tuple[str | None, str]] = {}
+    for start in range(0, len(wanted), 500):
+        chunk = wanted[start : start + 500]
+        query = select(audit_blob.c.ref, audit_blob.c.kid, audit_blob.c.body).where(
+            audit_blob.c.ref.in_(chunk)
+        )
+        for ref, kid, body in conn.execute(query):
+            out[ref] = (kid, body)
+    return out

@@ -1,0 +1,238 @@
+"""Converting a stored log to blob references and back (migration `0014_audit_blobs`).
+
+A log written before `audit.blobs` repeats every message in every row. `repack_log` packs
+each row's content fields as `AuditLog.append` now does and links the chain again from the
+first row that changed (the row hashes cover the packed form), one conversation at a time.
+`unpack_log` does the reverse for a downgrade. A conversation whose chain does not verify
+first is left exactly as it is (repacking must never make a tampered log verify), and so
+are encrypted rows whose key is not at hand (no master key set, or the key destroyed):
+they stay readable and verifiable as they are. The heads move, so anchors kept outside
+the database (`AuditLog.heads`) must be taken again after the migration.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy import Connection, select, update
+
+from frontdesk.audit import blobs, crypto
+from frontdesk.audit.chain import GENESIS_HASH, Head, canonical_json, verify_chain
+from frontdesk.audit.crypto import DataKeys, KeyProvider, PayloadOpener
+from frontdesk.audit.store import spliced_row_hash
+from frontdesk.audit.tables import audit_event, audit_head, audit_prompt
+from frontdesk.errors import AuditKeyError
+
+
+@dataclass
+class RepackReport:
+    """What a conversion did."""
+
+    rows: int = 0
+    """Rows rewritten (their payload, or only their link)."""
+    conversations: int = 0
+    """Conversations whose chain was linked again."""
+    skipped: list[str] = field(default_factory=list)
+    """Conversations left as they were because their chain did not verify."""
+    locked_rows: int = 0
+    """Encrypted rows left as they were (no master key, or their key destroyed)."""
+
+
+def repack_log(conn: Connection, provider: KeyProvider | None) -> RepackReport:
+    """Pack every row's content fields into blobs and link the chains again."""
+    return _convert(conn, provider, pack=True)
+
+
+def unpack_log(conn: Connection, provider: KeyProvider | None) -> RepackReport:
+    """Put every blob's value back into its rows and link the chains again."""
+    return _convert(conn, provider, pack=False)
+
+
+def _convert(conn: Connection, provider: KeyProvider | None, *, pack: bool) -> RepackReport:
+    keys = None if provider is None else DataKeys(provider)
+    report = RepackReport()
+    ids = list(conn.execute(select(audit_event.c.conversation_id).distinct()).scalars())
+    for cid in sorted(ids):
+        _conversation(conn, cid, keys, report, pack=pack)
+    return report
+
+
+def _conversation(
+    conn: Connection, cid: str, keys: DataKeys | None, report: RepackReport, *, pack: bool
+) -> None:
+    rows = list(
+        conn.execute(
+            select(audit_event)
+            .where(audit_event.c.conversation_id == cid)
+            .order_by(audit_event.c.seq, audit_event.c.id)
+        )
+    )
+    head_row = conn.execute(
+        select(audit_head.c.seq, audit_head.c.hash).where(audit_head.c.conversation_id == cid)
+    ).first()
+    head = None if head_row is None else Head(head_row.seq, head_row.hash)
+    shas = {r.prompt_sha256 for r in rows if r.prompt_sha256}
+    prompts = {
+        sha: json.loads(text)
+        for sha, text in conn.execute(
+            select(audit_prompt.c.sha256, audit_prompt.c.text_json).where(
+                audit_prompt.c.sha256.in_(sorted(shas))
+            )
+        )
+    }
+    if not verify_chain(cid, rows, head=head, prompts=prompts).ok:
+        report.skipped.append(cid)
+        return
+    kids = [
+        str(json.loads(r.payload_json).get("kid"))
+        for r in rows
+        if crypto.is_envelope_text(r.payload_json)
+    ]
+    opener = PayloadOpener(keys, crypto.load_rows(conn, kids) if kids else {})
+    convert = _Converter(conn, keys, opener, report)
+    prev, changed = GENESIS_HASH, False
+    for r in rows:
+        payload_json = convert.pack(r) if pack else convert.unpack(r)
+        if payload_json == r.payload_json and prev == r.prev_hash:
+            prev = r.hash
+            continue
+        digest = spliced_row_hash(
+            conversation_id=cid,
+            seq=r.seq,
+            event_id=r.event_id,
+            kind=r.kind,
+            turn_id=r.turn_id,
+            created_at=r.created_at,
+            payload_json=payload_json,
+            prompt_sha256=r.prompt_sha256,
+            prev_hash=prev,
+        )
+        conn.execute(
+            update(audit_event)
+            .where(audit_event.c.id == r.id)
+            .values(payload_json=payload_json, prev_hash=prev, hash=digest)
+        )
+        prev, changed = digest, True
+        report.rows += 1
+    if changed:
+        conn.execute(
+            update(audit_head).where(audit_head.c.conversation_id == cid).values(hash=prev)
+        )
+        report.conversations += 1
+    convert.flush()
+
+
+@dataclass
+class _Converter:
+    conn: Connection
+    keys: DataKeys | None
+    opener: PayloadOpener
+    report: RepackReport
+    made: dict[str, tuple[str | None, str]] = field(default_factory=dict)
+    _addresses: dict[str | None, blobs.Addresses] = field(default_factory=dict)
+
+    def addresses(self, kid: str | None) -> blobs.Addresses:
+        if kid not in self._addresses:
+            key = None if kid is None else self.opener.address_key(kid)
+            self._addresses[kid] = blobs.Addresses(key)
+        return self._addresses[kid]
+
+    def pack(self, row: Any) -> str:
+        stored = json.loads(row.payload_json)
+        if not crypto.is_envelope(stored):
+            if _has_refs(stored):
+                return str(row.payload_json)
+            packer = blobs.Packer(self.addresses(None))
+            packed = {
+                k: v if k in crypto.CLEAR_FIELDS else packer.pack(v) for k, v in stored.items()
+            }
+            self.made.update({ref: (None, text) for ref, text in packer.made.items()})
+            return canonical_json(packed)
+        opened = self._open(row, stored)
+        if opened is None or _has_refs(opened):
+            return str(row.payload_json)
+        kid = str(stored["kid"])
+        packer = blobs.Packer(self.addresses(kid))
+        parts = crypto.split(opened, packer.pack)
+        self.made.update({ref: (kid, text) for ref, text in packer.made.items()})
+        return self._seal(row, parts, kid)
+
+    def unpack(self, row: Any) -> str:
+        stored = json.loads(row.payload_json)
+        if not crypto.is_envelope(stored):
+            if not _has_refs(stored):
+                return str(row.payload_json)
+            return canonical_json(self._expanded(stored))
+        opened = self._open(row, stored)
+        if opened is None or not _has_refs(opened):
+            return str(row.payload_json)
+        return self._seal(row, crypto.split(self._expanded(opened)), str(stored["kid"]))
+
+    def flush(self) -> None:
+        """Insert the blobs the packed rows refer to."""
+        if self.made:
+            keys = self.keys
+            blobs.write(
+                self.conn,
+                self.made,
+                blobs.Stored(),
+                lambda kid: None if kid is None or keys is None else keys.cipher_of(kid),
+            )
+            self.made = {}
+
+    def _open(self, row: Any, envelope: dict[str, Any]) -> dict[str, Any] | None:
+        """The decrypted payload, or `None` when its key is not at hand."""
+        live = self.opener.address_key(str(envelope.get("kid")))
+        if live is None:
+            self.report.locked_rows += 1
+            return None
+        associated = crypto.aad(row.conversation_id, row.event_id, row.kind)
+        return self.opener.open(envelope, associated)
+
+    def _seal(self, row: Any, parts: crypto.Split, kid: str) -> str:
+        assert self.keys is not None
+        associated = crypto.aad(row.conversation_id, row.event_id, row.kind)
+        aead = self.keys.cipher_of(kid)
+        return canonical_json(crypto.seal(parts, kid=kid, aead=aead, associated=associated))
+
+    def _expanded(self, payload: dict[str, Any]) -> dict[str, Any]:
+        values = _load_values(self.conn, _content_refs(payload), self.opener.open_blob)
+        return {
+            k: v if k in crypto.CLEAR_FIELDS else blobs.expand(v, values)
+            for k, v in payload.items()
+        }
+
+
+def _content_refs(payload: dict[str, Any]) -> set[str]:
+    return blobs.references({k: v for k, v in payload.items() if k not in crypto.CLEAR_FIELDS})
+
+
+def _has_refs(payload: dict[str, Any]) -> bool:
+    return bool(_content_refs(payload))
+
+
+def _load_values(
+    conn: Connection, refs: set[str], open_blob: Callable[[str, str, str], str | None]
+) -> dict[str, Any]:
+    """The values of `refs` and of every ref inside them.
+
+    Raises:
+        AuditKeyError: a blob is missing or does not decrypt (nothing is written then).
+    """
+    values: dict[str, Any] = {}
+    todo = set(refs)
+    while todo:
+        found = blobs.load(conn, todo)
+        missing: Sequence[str] = sorted(todo - found.keys())
+        if missing:
+            raise AuditKeyError(f"audit blob {missing[0]} is missing; the log cannot be unpacked")
+        later: set[str] = set()
+        for ref, (kid, body) in found.items():
+            text = body if kid is None else open_blob(kid, ref, body)
+            values[ref] = crypto.ERASED if text is None else json.loads(text)
+            later |= blobs.references(values[ref])
+        todo = later - values.keys()
+    return values

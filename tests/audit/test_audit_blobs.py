@@ -1,0 +1,201 @@
+"""Audit blobs: a thread sent on every turn is stored once, read back whole, shredded with
+its key, and a missing or edited blob fails `verify` (SQLite and PostgreSQL)."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+
+from frontdesk.audit import blobs, crypto
+from frontdesk.audit.crypto import MasterKey
+from frontdesk.audit.events import AuditEvent
+from frontdesk.audit.store import AuditLog
+from frontdesk.db import create_engine
+
+pytestmark = pytest.mark.anyio
+
+T0 = datetime(2026, 3, 1, tzinfo=UTC)
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """An empty database of each kind."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'audit.db'}"
+        return
+    yield str(request.getfixturevalue("fresh_pg_url"))
+
+
+def user_text(i: int) -> str:
+    return f"Turn {i}: I was charged twice for order A-{10000 + i}, please check it for me."
+
+
+def conversation(turns: int, *, prefix: str = "") -> list[list[AuditEvent]]:
+    """Each turn's batch: its user text, and attempts that send the whole thread so far."""
+    batches, thread = [], []
+    for i in range(1, turns + 1):
+        text = prefix + user_text(i)
+        thread.append({"role": "user", "content": text})
+        at = T0 + timedelta(minutes=i)
+        messages = [dict(m) for m in thread]
+        attempt = {
+            "expert": "response",
+            "model": "anthropic:claude-sonnet-4-5",
+            "attempt": 1,
+            "latency_ms": 12.5,
+            "messages": messages,
+            "request_body": {"model": "claude", "messages": messages, "max_tokens": 512},
+            "response_body": {"content": [{"type": "text", "text": f"Reply {i}, all checked."}]},
+            "output": f"Reply {i}, all checked.",
+            "usage": {"input_tokens": 100 * i, "output_tokens": 9},
+            "stage": {"$b": "a payload's own dict that looks like a reference"},
+            "note": {"$l": ["nor is this one a reference"]},
+        }
+        batches.append(
+            [
+                AuditEvent(
+                    kind="turn_started", turn_id=f"t{i}", payload={"text": text}, created_at=at
+                ),
+                AuditEvent(
+                    kind="model_attempt",
+                    turn_id=f"t{i}",
+                    payload=attempt,
+                    system_prompt="You answer.",
+                    created_at=at + timedelta(seconds=1),
+                ),
+                AuditEvent(
+                    kind="reply",
+                    turn_id=f"t{i}",
+                    created_at=at + timedelta(seconds=2),
+                    payload={"text": f"Reply {i}, all checked.", "assistant_message_id": "a"},
+                ),
+            ]
+        )
+        thread.append({"role": "assistant", "content": f"Reply {i}, all checked."})
+    return batches
+
+
+async def _stored_texts(url: str) -> list[str]:
+    """Every payload and blob body as stored."""
+    engine = create_engine(url)
+    try:
+        async with engine.connect() as conn:
+            rows = list(
+                (await conn.execute(sa.text("SELECT payload_json FROM audit_event"))).scalars()
+            )
+            bodies = list((await conn.execute(sa.text("SELECT body FROM audit_blob"))).scalars())
+    finally:
+        await engine.dispose()
+    return rows + bodies
+
+
+async def _execute(url: str, sql: str, **params: Any) -> None:
+    engine = create_engine(url)
+    try:
+        async with engine.begin() as conn:
+            await conn.execute(sa.text(sql), params)
+    finally:
+        await engine.dispose()
+
+
+async def test_a_thread_sent_on_every_turn_is_stored_once_and_read_back_whole(
+    db_url: str,
+) -> None:
+    batches = conversation(12)
+    async with await AuditLog.open(db_url) as log:
+        for batch in batches:
+            await log.append("conv-1", batch, user_id="u-1")
+        rows = await log.events("conv-1")
+        assert (await log.verify("conv-1")).ok
+    sent = [e.payload for batch in batches for e in batch]
+    assert [r.payload for r in rows] == sent  # Exactly as written, the look-alike dict too.
+    stored = "\n".join(await _stored_texts(db_url))
+    for i in range(1, 13):  # Sent 2 x (13 - i) times, stored once.
+        assert stored.count(user_text(i)) == 1, i
+    attempt = json.loads(rows[-2].payload_json)
+    assert blobs.is_reference(attempt["messages"])  # The row keeps references, in order.
+
+
+async def _blobs_per_key(url: str) -> dict[str | None, int]:
+    engine = create_engine(url)
+    try:
+        async with engine.connect() as conn:
+            found = await conn.execute(sa.text("SELECT kid, count(*) FROM audit_blob GROUP BY kid"))
+            return {str(kid) if kid else None: int(n) for kid, n in found}
+    finally:
+        await engine.dispose()
+
+
+async def test_encrypted_blobs_are_sealed_and_addressed_by_a_keyed_hash(db_url: str) -> None:
+    key = MasterKey.generate()
+    async with await AuditLog.open(db_url, master_key=key) as log:
+        for batch in conversation(3):
+            await log.append("conv-a", batch, user_id="alice")
+        hers = await _blobs_per_key(db_url)
+        for batch in conversation(3):  # The same texts, another conversation of hers.
+            await log.append("conv-a2", batch, user_id="alice")
+        assert await _blobs_per_key(db_url) == hers  # Nothing new stored.
+        for batch in conversation(3):  # The same texts from another user.
+            await log.append("conv-b", batch, user_id="bob")
+        a, a2, b = [await log.events(c) for c in ("conv-a", "conv-a2", "conv-b")]
+        assert [r.payload for r in a] == [r.payload for r in b] == [r.payload for r in a2]
+        assert (await log.verify()).ok
+    both = await _blobs_per_key(db_url)
+    assert len(hers) == 1 and len(both) == 2 and None not in both  # Bob's under his key.
+    stored = "\n".join(await _stored_texts(db_url))
+    assert "charged twice" not in stored  # Sealed, in rows and blobs alike.
+    text_json = json.dumps(user_text(1))
+    plain = base64.urlsafe_b64encode(hashlib.sha256(text_json.encode()).digest()[:16])
+    assert blobs.address(text_json, None) == plain.decode().rstrip("=")
+    assert plain.decode().rstrip("=") not in stored  # Nobody can test a guess by hashing.
+
+
+async def test_erasing_the_key_shreds_the_blobs_and_the_chain_still_verifies(
+    db_url: str,
+) -> None:
+    key = MasterKey.generate()
+    async with await AuditLog.open(db_url, master_key=key) as log:
+        for batch in conversation(3):
+            await log.append("conv-1", batch, user_id="alice")
+        engine = log.engine
+        async with engine.begin() as conn:
+            destroyed = await conn.run_sync(
+                lambda c: crypto.destroy(c, ref=crypto.user_ref("alice"))
+            )
+        assert destroyed == 1
+    async with await AuditLog.open(db_url, master_key=key) as log:
+        rows = await log.events("conv-1")
+        assert (await log.verify("conv-1")).ok
+    attempt = rows[1].payload
+    assert attempt["messages"] == [] and attempt["output"] == crypto.ERASED
+    assert attempt["usage"] == {"input_tokens": 100, "output_tokens": 9}  # Clear fields stay.
+    assert "charged twice" not in json.dumps([r.payload for r in rows])
+
+
+async def test_verify_reports_a_missing_and_an_edited_blob(db_url: str) -> None:
+    async with await AuditLog.open(db_url) as log:
+        for batch in conversation(2):
+            await log.append("conv-1", batch)
+        assert (await log.verify("conv-1")).ok
+        packed = json.loads((await log.events("conv-1"))[0].payload_json)
+    ref = packed["text"][blobs.BLOB]
+    await _execute(db_url, "UPDATE audit_blob SET body = :b WHERE ref = :r", b='"edited"', r=ref)
+    async with await AuditLog.open(db_url) as log:
+        report = await log.verify("conv-1")
+    assert not report.ok and report.failures[0].problem is not None
+    problem = report.failures[0].problem
+    assert problem.kind == "edited" and problem.seq == 1 and ref in problem.detail
+    await _execute(db_url, "DELETE FROM audit_blob WHERE ref = :r", r=ref)
+    async with await AuditLog.open(db_url) as log:
+        report = await log.verify("conv-1")
+        shown = (await log.events("conv-1"))[0].payload
+    assert report.failures[0].problem is not None
+    assert report.failures[0].problem.kind == "missing" and shown["text"] == blobs.MISSING
