@@ -26,6 +26,7 @@ from pydantic import BaseModel
 from frontdesk.experts import Category, HandlerContext, Outcome
 from frontdesk.experts.providers import FunctionModel, ModelRequest
 from frontdesk.orchestrator import Orchestrator
+from frontdesk.threads.store import FinishedTurn
 
 CONVERSATION = "kill"
 TEXT = "send 10 to bob"
@@ -94,7 +95,7 @@ async def _main(url: str, point: str, folder: Path) -> None:
         if point == "after_outcome":
             die()
 
-    async def die_then_finish(*args: Any, **kwargs: Any) -> list[int]:
+    async def die_then_finish(*args: Any, **kwargs: Any) -> FinishedTurn:
         if point == "before_finish":
             die()
         return await finish(*args, **kwargs)
