@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -92,13 +93,17 @@ def base_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
         verifier=TokenVerifier(secret=SECRET),
         owns_orchestrator=True,
         event_timing=FAST,
+        allow_client_conversation_ids=True,  # The tests name their conversations.
     )
     with serve_thread(app) as url:
         yield url
 
 
 def post(url: str, path: str, user: str, body: dict[str, Any] | None = None, **kw: Any) -> Any:
-    r = httpx.post(url + path, json=body, headers=auth(user, **kw), timeout=30.0)
+    headers = auth(user, **kw)
+    if path.endswith("/messages"):  # One key per message, as every client must send.
+        headers["Idempotency-Key"] = uuid.uuid4().hex
+    r = httpx.post(url + path, json=body, headers=headers, timeout=30.0)
     assert r.status_code == 200, r.text
     return r.json()
 
