@@ -166,7 +166,15 @@ def _turns_counted(scrape: str) -> float:
 async def test_a_scrape_of_either_worker_counts_every_workers_turns(fresh_pg_url: str) -> None:
     """`--workers 2` puts prometheus_client in multiprocess mode: no worker's count is lost."""
     env = {"FRONTDESK_JWT_SECRET": SECRET, "FRONTDESK_RATE_LIMIT": "off"}
-    args = ["--workers", "2", "--db", fresh_pg_url, "--app", "tests.service._shop:build"]
+    args = [
+        "--workers",
+        "2",
+        "--db",
+        fresh_pg_url,
+        "--app",
+        "tests.service._shop:build",
+        "--allow-client-conversation-ids",  # The test names its conversations.
+    ]
     with serve_process(args, env, workers=2) as (url, _process):
         async with fresh_client(url) as client:
             answered = await asyncio.gather(
