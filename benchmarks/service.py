@@ -72,6 +72,7 @@ def serving(db: str, workers: int, secret: str) -> Iterator[str]:
     args = [str(frontdesk), "serve", "--app", APP, "--db", db, "--workers", str(workers)]
     # In clear, as the direct `handle` it is compared with.
     args += ["--port", str(port), "--log-level", "warning", "--allow-clear-audit"]
+    args += ["--allow-client-conversation-ids"]  # Its clients name their conversations.
     process = subprocess.Popen(
         args, cwd=ROOT, env=env, stdin=subprocess.DEVNULL, start_new_session=True
     )
