@@ -58,7 +58,7 @@ async def complaint(request: Complaint, context: HandlerContext) -> Outcome:
     """Every complaint goes to a person."""
     return Outcome(
         instruction="Tell the user a person will look into it today.",
-        data={"handoff": True, "reason": request.summary},
+        handoff=request.summary,
     )
 
 
