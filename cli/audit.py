@@ -49,6 +49,7 @@ from frontdesk.cli._options import (
     print_table,
 )
 from frontdesk.errors import ConfigError, ReplayAppMismatch, UserError
+from frontdesk.experts.category import HUMAN, OTHER
 from frontdesk.orchestrator import Orchestrator
 from frontdesk.orchestrator.app import DEFAULT_APP, load_app
 from frontdesk.orchestrator.replay import build_runner, parse_models
@@ -61,6 +62,9 @@ T = TypeVar("T")
 
 ConvArg = Annotated[str | None, typer.Argument(help="The conversation id.", show_default=False)]
 AllOption = Annotated[bool, typer.Option("--all", help="Every conversation in the log.")]
+
+BUILT_IN = {HUMAN, OTHER}
+"""The categories every app has (small talk, a person): never a sign of the wrong app."""
 
 
 def _run(work: Callable[[AuditLog], Awaitable[T]], db: str | None) -> T:
@@ -700,7 +704,7 @@ def replay_app(
             console.print(f"replaying with the recorded app {escape(recorded)}")
             return recorded, orch
     orch = load_app(DEFAULT_APP)
-    missing = missing_categories(transcripts, set(orch.categories))
+    missing = missing_categories(transcripts, set(orch.categories) | BUILT_IN)
     if missing:
         module = DEFAULT_APP.partition(":")[0]
         raise ReplayAppMismatch(
@@ -769,7 +773,7 @@ def replay(
         ids = await _targets(log, conversation, every)
         spec, orch = replay_app(app_spec, await _transcripts(log, ids), console)
         runner = build_runner(orch, prompts_dir=prompts, models=parse_models(list(model or [])))
-        names = set(orch.categories)
+        names = set(orch.categories) | BUILT_IN  # Every app routes to the built-in two.
         report = ReplayReport()
         with Progress(console=console, transient=True, disable=len(ids) < 2) as progress:
             task = progress.add_task("replaying", total=len(ids))
