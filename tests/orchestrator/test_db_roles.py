@@ -55,7 +55,10 @@ def test_roles_prints_the_grants_without_applying_them(app_role: tuple[str, str]
     url, role = app_role
     result = runner.invoke(app, ["db", "roles", "--role", role, "--db", url])
     assert result.exit_code == 0, result.output
-    grant = f'GRANT SELECT, INSERT ON "public"."audit_event", "public"."audit_prompt" TO "{role}";'
+    grant = (
+        f'GRANT SELECT, INSERT ON "public"."audit_event", "public"."audit_prompt",'
+        f' "public"."audit_blob" TO "{role}";'
+    )
     assert grant in result.output.splitlines()
     assert "TRUNCATE" not in result.output and "UPDATE" in result.output
     assert "audit_head" in result.output and "audit_lock_head" in result.output

@@ -407,9 +407,7 @@ async def test_the_audit_row_of_each_call_records_the_memory_ids_and_text_sent(
     events = await orch.audit_log.events("i1")  # type: ignore[union-attr]
     await orch.aclose()
 
-    import json
-
-    attempts = [json.loads(e.payload_json) for e in events if e.kind == "model_attempt"]
+    attempts = [e.payload for e in events if e.kind == "model_attempt"]  # Blobs expanded.
     sent = {a["expert"]: a.get("memory") for a in attempts}
     response = team.of("response")[0]
     assert sent["response"] == {"ids": [fact.id], "text": response.memory}
