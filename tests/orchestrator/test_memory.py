@@ -8,6 +8,7 @@ budgets, placement, audit, background running) is the real thing.
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -430,7 +431,7 @@ async def test_a_handler_turn_without_a_user_cannot_remember(db_url: str) -> Non
     events = await orch.audit_log.events("x1")  # type: ignore[union-attr]
     await orch.aclose()
 
-    errors = [e.payload_json for e in events if e.kind == "handler_error"]
+    errors = [json.dumps(e.payload) for e in events if e.kind == "handler_error"]
     assert len(errors) == 1 and "memories belong to a user" in errors[0]
 
 

@@ -166,7 +166,7 @@ def test_the_thread_and_the_audit_log_store_what_the_user_wrote(
         await orch.aclose()
         assert transcript[0].content == user_text()
         assert thread.messages[0].content == user_text()
-        stored = "".join(r.payload_json for r in rows)
+        stored = "".join(json.dumps(r.payload) for r in rows)  # Blobs expanded.
         assert stored.count(CARD) > 3  # as recorded: redaction is for the views
         [request_row] = [r for r in rows if r.kind == "request"]
         assert request_row.payload["redact"] == {
@@ -177,6 +177,7 @@ def test_the_thread_and_the_audit_log_store_what_the_user_wrote(
         shown = redact_rows(rows, orch.redactor)
         assert [r.hash for r in shown] == [r.hash for r in rows]
         assert clear_in("".join(r.payload_json for r in shown)) == []
+        assert clear_in("".join(json.dumps(r.payload) for r in shown)) == []
 
     asyncio.run(main())
 
