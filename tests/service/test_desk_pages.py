@@ -19,6 +19,7 @@ import httpx
 import pytest
 from playwright.sync_api import Browser, BrowserContext, Page, expect, sync_playwright
 
+from tests._pg import fresh_database
 from tests.service._server import serve_process
 from tests.service._shop import FLAKY_ENV, RUNS_ENV
 from tests.service.conftest import SECRET, auth, token
@@ -43,7 +44,7 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def server(session_pg_url: str, files: Path) -> Iterator[str]:
+def server(files: Path) -> Iterator[str]:
     env = {
         "FRONTDESK_JWT_SECRET": SECRET,
         RUNS_ENV: str(files / "runs.log"),
@@ -51,9 +52,12 @@ def server(session_pg_url: str, files: Path) -> Iterator[str]:
         "FRONTDESK_RATE_LIMIT": "off",
         "FRONTDESK_EVENT_STREAM_SECONDS": str(STREAM_SECONDS),
     }
-    args = ["--workers", "2", "--db", session_pg_url, "--app", "tests.service._shop:build"]
-    with serve_process(args, env, workers=2) as (url, _process):
-        yield url
+    # A database of its own: the served app holds a master key (its audit is encrypted),
+    # and the session's shared database is read by tests that run without one.
+    with fresh_database() as db:
+        args = ["--workers", "2", "--db", db, "--app", "tests.service._shop:build"]
+        with serve_process(args, env, workers=2) as (url, _process):
+            yield url
 
 
 @pytest.fixture(scope="module")
