@@ -17,7 +17,9 @@ blob is AES-256-GCM under that same data key, with its ref as associated data, s
 cannot be moved or swapped. Destroying the data key (erasure, retention) makes the blobs
 unreadable and their addresses unguessable, as it does the payloads.
 
-The rows of `audit_blob` (migration `0014_audit_blobs`) are written by `AuditLog.append`
+The rows of `audit_blob` (migration `0014_audit_blobs`) hold a clear blob's JSON deflated
+(`audit.compact`) and a sealed one's nonce and ciphertext as raw bytes (migration
+`0017_audit_compact`; base64 text before). They are written by `AuditLog.append`
 in the batch's transaction; `expand` puts the values back for every reader, so
 `audit show`, the exports, replay and verify see the payloads exactly as they were.
 """
@@ -33,6 +35,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import sqlalchemy as sa
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from sqlalchemy import Connection, bindparam, select
@@ -40,6 +43,7 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
 from frontdesk._sqlite import Statement
+from frontdesk.audit import compact
 from frontdesk.audit.chain import canonical_json
 from frontdesk.audit.tables import audit_blob
 
@@ -290,17 +294,25 @@ _STORED = Statement(
 )
 
 
-def seal(text: str, ref: str, aead: AESGCM) -> str:
-    """An encrypted blob body: base64 of nonce and AES-GCM ciphertext, bound to its ref."""
+def seal(text: str, ref: str, aead: AESGCM) -> bytes:
+    """An encrypted blob body: nonce and AES-GCM ciphertext (raw bytes), bound to its ref."""
     nonce = os.urandom(12)
     sealed = aead.encrypt(nonce, text.encode("utf-8", "surrogatepass"), _BLOB_AAD + ref.encode())
-    return base64.b64encode(nonce + sealed).decode("ascii")
+    return nonce + sealed
 
 
-def unseal(body: str, ref: str, aead: AESGCM) -> str | None:
-    """A sealed body's text, or `None` when it does not decrypt under this ref (edited)."""
+def seal_text(text: str, ref: str, aead: AESGCM) -> str:
+    """`seal` as base64 text: the form before migration `0017_audit_compact`."""
+    return base64.b64encode(seal(text, ref, aead)).decode("ascii")
+
+
+def unseal(body: bytes | str, ref: str, aead: AESGCM) -> str | None:
+    """A sealed body's text, or `None` when it does not decrypt under this ref (edited).
+
+    `body` is raw bytes, or base64 text as stored before migration `0017_audit_compact`.
+    """
     try:
-        raw = base64.b64decode(body)
+        raw = base64.b64decode(body) if isinstance(body, str) else bytes(body)
         plain = aead.decrypt(raw[:12], raw[12:], _BLOB_AAD + ref.encode())
     except (InvalidTag, ValueError):
         return None
@@ -353,17 +365,36 @@ def write(
         if ref in stored.known:
             continue
         aead = seal_with(kid)
-        body = text if aead is None else seal(text, ref, aead)
+        body = compact.deflate(text) if aead is None else seal(text, ref, aead)
         rows.append({"ref": ref, "kid": kid, "body": body})
         stored.pending.add(ref)
     if rows:
         _INSERT.run_many(conn, rows)
 
 
-def load(conn: Connection, refs: Iterable[str]) -> dict[str, tuple[str | None, str]]:
-    """The stored blobs of `refs`: ref -> (kid, body as stored)."""
+def write_text_form(
+    conn: Connection,
+    made: Mapping[str, tuple[str | None, str]],
+    seal_with: Callable[[str | None], AESGCM | None],
+) -> None:
+    """Insert blobs in the text form of `0014_audit_blobs` (JSON text, or base64 sealed):
+    what that migration writes, before `0017_audit_compact` turns the column to bytes."""
+    table = sa.table("audit_blob", sa.column("ref"), sa.column("kid"), sa.column("body"))
+    dialect_insert = pg_insert if conn.dialect.name == "postgresql" else sqlite_insert
+    rows = []
+    for ref, (kid, text) in made.items():
+        aead = seal_with(kid)
+        body = text if aead is None else seal_text(text, ref, aead)
+        rows.append({"ref": ref, "kid": kid, "body": body})
+    if rows:
+        conn.execute(dialect_insert(table).on_conflict_do_nothing(), rows)
+
+
+def load(conn: Connection, refs: Iterable[str]) -> dict[str, tuple[str | None, bytes | str]]:
+    """The stored blobs of `refs`: ref -> (kid, body as stored: bytes, or text in the form
+    before `0017_audit_compact`)."""
     wanted = sorted(set(refs))
-    out: dict[str, tuple[str | None, str]] = {}
+    out: dict[str, tuple[str | None, bytes | str]] = {}
     for start in range(0, len(wanted), 500):
         chunk = wanted[start : start + 500]
         query = select(audit_blob.c.ref, audit_blob.c.kid, audit_blob.c.body).where(

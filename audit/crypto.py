@@ -382,7 +382,7 @@ class PayloadOpener:
         out.update(json.loads(plain.decode("utf-8", "surrogatepass")))
         return out
 
-    def open_blob(self, kid: str, ref: str, body: str) -> str | None:
+    def open_blob(self, kid: str, ref: str, body: bytes | str) -> str | None:
         """A sealed blob's JSON text; `None` once its key is destroyed.
 
         Raises:

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from sqlalchemy import Connection
 
-from frontdesk.audit import crypto
+from frontdesk.audit import compact, crypto
 from frontdesk.audit.tables import audit_event
 
 __all__ = ["rows_in_clear", "shred_before", "shred_user"]
@@ -24,11 +24,19 @@ def rows_in_clear(conn: Connection, conversation_ids: Sequence[str]) -> int:
     stay readable, since the chain forbids changing them (see docs/privacy.md)."""
     if not conversation_ids:
         return 0
-    query = sa.select(sa.func.count()).where(
-        audit_event.c.conversation_id.in_(conversation_ids),
-        ~audit_event.c.payload_json.startswith('{"clear":'),
+    # The stored form is deflated (`audit.compact`), so the envelope is told in Python.
+    query = sa.select(audit_event.c.payload_json).where(
+        audit_event.c.conversation_id.in_(conversation_ids)
     )
-    return int(conn.execute(query).scalar_one())
+    return sum(1 for stored in conn.execute(query).scalars() if not _sealed(stored))
+
+
+def _sealed(stored: bytes | str) -> bool:
+    """Whether a stored payload is an envelope (an undecodable one counts as clear)."""
+    try:
+        return crypto.is_envelope_text(compact.inflate(stored))
+    except (ValueError, UnicodeDecodeError):
+        return False
 
 
 def shred_user(conn: Connection, user_id: str) -> int:

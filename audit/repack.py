@@ -12,19 +12,31 @@ the database (`AuditLog.heads`) must be taken again after the migration.
 
 from __future__ import annotations
 
+import base64
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import sqlalchemy as sa
 from sqlalchemy import Connection, select, update
 
-from frontdesk.audit import blobs, crypto
+from frontdesk.audit import blobs, compact, crypto
 from frontdesk.audit.chain import GENESIS_HASH, Head, canonical_json, verify_chain
 from frontdesk.audit.crypto import DataKeys, KeyProvider, PayloadOpener
 from frontdesk.audit.store import spliced_row_hash
 from frontdesk.audit.tables import audit_event, audit_head, audit_prompt
 from frontdesk.errors import AuditKeyError
+
+_event_text = sa.table(
+    "audit_event",
+    sa.column("id"),
+    sa.column("payload_json", sa.Text),
+    sa.column("prev_hash"),
+    sa.column("hash"),
+)
+"""`audit_event` as `0014_audit_blobs` sees it: the payload column is still text there
+(`0017_audit_compact` turns it to the deflated form afterwards)."""
 
 
 @dataclass
@@ -63,13 +75,14 @@ def _convert(conn: Connection, provider: KeyProvider | None, *, pack: bool) -> R
 def _conversation(
     conn: Connection, cid: str, keys: DataKeys | None, report: RepackReport, *, pack: bool
 ) -> None:
-    rows = list(
-        conn.execute(
+    rows = [
+        _Row(r._mapping, compact.inflate(r.payload_json))
+        for r in conn.execute(
             select(audit_event)
             .where(audit_event.c.conversation_id == cid)
             .order_by(audit_event.c.seq, audit_event.c.id)
         )
-    )
+    ]
     head_row = conn.execute(
         select(audit_head.c.seq, audit_head.c.hash).where(audit_head.c.conversation_id == cid)
     ).first()
@@ -111,8 +124,8 @@ def _conversation(
             prev_hash=prev,
         )
         conn.execute(
-            update(audit_event)
-            .where(audit_event.c.id == r.id)
+            update(_event_text)
+            .where(_event_text.c.id == r.id)
             .values(payload_json=payload_json, prev_hash=prev, hash=digest)
         )
         prev, changed = digest, True
@@ -172,13 +185,12 @@ class _Converter:
         return self._seal(row, crypto.split(self._expanded(opened)), str(stored["kid"]))
 
     def flush(self) -> None:
-        """Insert the blobs the packed rows refer to."""
+        """Insert the blobs the packed rows refer to (in the text form of 0014)."""
         if self.made:
             keys = self.keys
-            blobs.write(
+            blobs.write_text_form(
                 self.conn,
                 self.made,
-                blobs.Stored(),
                 lambda kid: None if kid is None or keys is None else keys.cipher_of(kid),
             )
             self.made = {}
@@ -206,6 +218,17 @@ class _Converter:
         }
 
 
+class _Row:
+    """A stored row with its payload as text (whatever form the column holds it in)."""
+
+    def __init__(self, mapping: Any, payload_json: str) -> None:
+        self.__dict__.update(mapping)
+        self.payload_json = payload_json
+
+    def __getattr__(self, name: str) -> Any:
+        raise AttributeError(name)
+
+
 def _content_refs(payload: dict[str, Any]) -> set[str]:
     return blobs.references({k: v for k, v in payload.items() if k not in crypto.CLEAR_FIELDS})
 
@@ -215,7 +238,7 @@ def _has_refs(payload: dict[str, Any]) -> bool:
 
 
 def _load_values(
-    conn: Connection, refs: set[str], open_blob: Callable[[str, str, str], str | None]
+    conn: Connection, refs: set[str], open_blob: Callable[[str, str, bytes | str], str | None]
 ) -> dict[str, Any]:
     """The values of `refs` and of every ref inside them.
 
@@ -231,8 +254,138 @@ def _load_values(
             raise AuditKeyError(f"audit blob {missing[0]} is missing; the log cannot be unpacked")
         later: set[str] = set()
         for ref, (kid, body) in found.items():
-            text = body if kid is None else open_blob(kid, ref, body)
+            text = compact.inflate(body) if kid is None else open_blob(kid, ref, body)
             values[ref] = crypto.ERASED if text is None else json.loads(text)
             later |= blobs.references(values[ref])
         todo = later - values.keys()
     return values
+
+
+# Migration `0017_audit_compact`: the stored form of the texts (hashes unchanged).
+
+# Untyped columns: the values are bytes or text as the migration's step needs them.
+_event_stored = sa.table("audit_event", sa.column("id"), sa.column("payload_json"))
+_blob_stored = sa.table("audit_blob", sa.column("ref"), sa.column("kid"), sa.column("body"))
+_BATCH = 500
+
+
+@dataclass
+class CompactReport:
+    """What a change of stored form did."""
+
+    rows: int = 0
+    """Event rows whose stored payload changed."""
+    blobs: int = 0
+    """Blob rows whose stored body changed."""
+
+
+def compact_log(conn: Connection) -> CompactReport:
+    """Store every payload and clear blob deflated, and sealed blobs as raw bytes.
+
+    The row hashes cover the JSON texts, which do not change: the chains verify as before,
+    the heads stay, and no key is needed (an envelope is deflated as it stands).
+    """
+    return _restore(conn, to_text=False)
+
+
+def expand_log(conn: Connection) -> CompactReport:
+    """The reverse of `compact_log` (a downgrade): texts as UTF-8, sealed blobs as base64."""
+    return _restore(conn, to_text=True)
+
+
+def _restore(conn: Connection, *, to_text: bool) -> CompactReport:
+    report = CompactReport()
+    # Text goes back as text on SQLite (its columns take either); PostgreSQL's bytea column
+    # takes the UTF-8 bytes, and the migration turns it to text afterwards.
+    as_str = to_text and conn.dialect.name != "postgresql"
+    last = -1
+    while True:  # Batches by id: a large log is never held in memory at once.
+        rows = list(
+            conn.execute(
+                select(_event_stored.c.id, _event_stored.c.payload_json)
+                .where(_event_stored.c.id > last)
+                .order_by(_event_stored.c.id)
+                .limit(_BATCH)
+            )
+        )
+        if not rows:
+            break
+        for row_id, stored in rows:
+            new = _stored_value(_payload_form(stored, to_text), stored, as_str)
+            if new is not None:
+                conn.execute(
+                    update(_event_stored)
+                    .where(_event_stored.c.id == row_id)
+                    .values(payload_json=new)
+                )
+                report.rows += 1
+        last = rows[-1][0]
+    ref = ""
+    while True:
+        found = list(
+            conn.execute(
+                select(_blob_stored.c.ref, _blob_stored.c.kid, _blob_stored.c.body)
+                .where(_blob_stored.c.ref > ref)
+                .order_by(_blob_stored.c.ref)
+                .limit(_BATCH)
+            )
+        )
+        if not found:
+            break
+        for blob_ref, kid, body in found:
+            new = _stored_value(_body_form(kid, body, to_text), body, as_str)
+            if new is not None:
+                conn.execute(
+                    update(_blob_stored).where(_blob_stored.c.ref == blob_ref).values(body=new)
+                )
+                report.blobs += 1
+        ref = found[-1][0]
+    return report
+
+
+def _stored_value(
+    new: bytes | None, old: bytes | memoryview | str, as_str: bool
+) -> bytes | str | None:
+    """What to write (`None`: nothing), as text when the column is to hold text."""
+    if not as_str:
+        return None if new is None or new == _as_bytes(old) else new
+    if isinstance(old, str) and (new is None or new == _as_bytes(old)):
+        return None
+    return (new if new is not None else _as_bytes(old)).decode("utf-8", "surrogatepass")
+
+
+def _as_bytes(value: bytes | memoryview | str) -> bytes:
+    return value.encode("utf-8", "surrogatepass") if isinstance(value, str) else bytes(value)
+
+
+def _payload_form(stored: bytes | memoryview | str, to_text: bool) -> bytes | None:
+    """A payload's stored value in the form asked for (UTF-8 bytes of the text, or
+    deflated); `None` for a value that does not inflate (edited: left as it is)."""
+    try:
+        text = compact.inflate(stored)
+    except (ValueError, UnicodeDecodeError):
+        return None
+    return text.encode("utf-8", "surrogatepass") if to_text else compact.deflate(text)
+
+
+def _body_form(kid: str | None, body: bytes | memoryview | str, to_text: bool) -> bytes | None:
+    """A blob body's stored value in the form asked for (a sealed one: base64 text's bytes,
+    or raw)."""
+    raw = _as_bytes(body)
+    if kid is None:
+        return _payload_form(body, to_text)
+    looks_base64 = isinstance(body, str) or _is_base64(raw)
+    if to_text:
+        return raw if looks_base64 else base64.b64encode(raw)
+    return base64.b64decode(raw) if looks_base64 else raw
+
+
+def _is_base64(raw: bytes) -> bool:
+    """Whether a sealed body is still the base64 text of 0014 (raw bytes are a 12-byte nonce
+    and a ciphertext: they decode as base64 text of the right length by chance only once
+    in a very long while, and a body of 28 bytes or less is no sealing at all)."""
+    try:
+        decoded = base64.b64decode(raw, validate=True)
+    except ValueError:
+        return False
+    return len(decoded) > 28 and base64.b64encode(decoded) == raw

@@ -35,7 +35,7 @@ from tenacity import (
 )
 
 from frontdesk._sqlite import Statement
-from frontdesk.audit import blobs, crypto
+from frontdesk.audit import blobs, compact, crypto
 from frontdesk.audit.chain import (
     GENESIS_HASH,
     ChainProblem,
@@ -194,15 +194,17 @@ def _closure(refs: set[str], values: Mapping[str, Any]) -> set[str]:
 def _blob_text(
     ref: str,
     kid: str | None,
-    body: str,
+    body: bytes | str,
     opener: PayloadOpener | None,
     problems: dict[str, str],
 ) -> str | None:
     """A blob's JSON text, checked against its ref (`None`: shredded or unreadable)."""
     if kid is None:
-        if blobs.address(body, None) != ref:
+        clear = _stored_text(body)
+        if clear == UNREADABLE or blobs.address(clear, None) != ref:
             problems[ref] = f"blob {ref} was edited (its text does not match its address)"
-        return body
+            return None if clear == UNREADABLE else clear
+        return clear
     if opener is None:
         return None
     try:
@@ -235,6 +237,19 @@ def _check_blobs(
     return verdict
 
 
+UNREADABLE = "[stored payload does not inflate]"
+"""What a row's payload text reads as when its stored bytes are not a stored form (edited):
+not JSON, so `audit verify` reports the row as edited."""
+
+
+def _stored_text(stored: bytes | str) -> str:
+    """A row's payload text from its stored form (`compact`), or `UNREADABLE`."""
+    try:
+        return compact.inflate(stored)
+    except (ValueError, UnicodeDecodeError):
+        return UNREADABLE
+
+
 def _utc_text(moment: datetime) -> str:
     """The canonical timestamp text (naive datetimes are taken as UTC)."""
     if moment.tzinfo is None:
@@ -264,6 +279,8 @@ class _Prepared:
     """The data key the split was packed for (`None`: packed in clear, or not packed)."""
     blobs: dict[str, tuple[str | None, str]] = field(default_factory=dict)
     """The blobs the payload refers to: ref -> (kid, JSON text)."""
+    stored: bytes = b""
+    """`payload_json` in its stored form (`compact.deflate`), made with it."""
 
 
 def spliced_row_hash(
@@ -667,7 +684,10 @@ class AuditLog:
             k: v if k in crypto.CLEAR_FIELDS else packer.pack(v) for k, v in event.payload.items()
         }
         made: dict[str, tuple[str | None, str]] = {r: (None, t) for r, t in packer.made.items()}
-        return _Prepared(event, created, canonical_json(payload), prompt, blobs=made)
+        payload_json = canonical_json(payload)
+        return _Prepared(
+            event, created, payload_json, prompt, blobs=made, stored=compact.deflate(payload_json)
+        )
 
     def _packed_split(
         self, event: AuditEvent, created: str, prompt: str | None, kid: str
@@ -799,7 +819,16 @@ class AuditLog:
             associated = crypto.aad(conversation_id, e.event_id, e.kind)
             envelope = crypto.seal(item.split, kid=kid, aead=aead, associated=associated)
             sealed = canonical_json(envelope)
-            out.append(_Prepared(e, item.created_at, sealed, item.prompt_sha256, blobs=item.blobs))
+            out.append(
+                _Prepared(
+                    e,
+                    item.created_at,
+                    sealed,
+                    item.prompt_sha256,
+                    blobs=item.blobs,
+                    stored=compact.deflate(sealed),
+                )
+            )
         return out
 
     @staticmethod
@@ -823,7 +852,7 @@ class AuditLog:
             "kind": event.kind,
             "turn_id": event.turn_id,
             "created_at": item.created_at,
-            "payload_json": item.payload_json,
+            "payload_json": item.stored or compact.deflate(item.payload_json),
             "prompt_sha256": item.prompt_sha256,
             "prev_hash": prev,
             "hash": digest,
@@ -869,11 +898,8 @@ class AuditLog:
         )
         async with self._read() as conn:
             result = list(await conn.execute(query))
-            kids = [
-                str(json.loads(r.payload_json).get("kid"))
-                for r in result
-                if r.payload_json.startswith('{"clear":')
-            ]
+            texts = [_stored_text(r.payload_json) for r in result]
+            kids = [str(json.loads(t).get("kid")) for t in texts if crypto.is_envelope_text(t)]
             opener = None
             if kids:
                 key_rows = await conn.run_sync(crypto.load_rows, kids)
@@ -886,14 +912,14 @@ class AuditLog:
                     kind=r.kind,
                     turn_id=r.turn_id,
                     created_at=r.created_at,
-                    payload_json=r.payload_json,
+                    payload_json=text,
                     prompt_sha256=r.prompt_sha256,
                     prev_hash=r.prev_hash,
                     hash=r.hash,
                     system_prompt=None if r.text_json is None else json.loads(r.text_json),
                     opener=opener,
                 )
-                for r in result
+                for r, text in zip(result, texts, strict=True)
             ]
             await conn.run_sync(_expand_all, stored, opener)
             return stored

@@ -2,11 +2,13 @@
 
 The Alembic revision `0002_audit` creates them (with the trigger that makes
 `audit_event` append-only); these definitions are what the queries are built from.
+`audit_event.payload_json` and `audit_blob.body` hold their texts in the stored form of
+`audit.compact` (deflated bytes; `bytea` on PostgreSQL since migration `0017_audit_compact`).
 """
 
 from __future__ import annotations
 
-from sqlalchemy import BigInteger, Column, Integer, MetaData, String, Table, Text
+from sqlalchemy import BigInteger, Column, Integer, LargeBinary, MetaData, String, Table, Text
 
 metadata = MetaData()
 """The audit tables' own metadata, never used to create tables (migrations do)."""
@@ -21,7 +23,8 @@ audit_event = Table(
     Column("kind", String(40), nullable=False),
     Column("turn_id", String(255), nullable=False),
     Column("created_at", String(40), nullable=False),
-    Column("payload_json", Text, nullable=False),
+    Column("payload_json", LargeBinary, nullable=False),
+    # The payload's canonical JSON (what the row hash covers) in `compact.deflate` form.
     Column("prompt_sha256", String(64), nullable=True),
     Column("prev_hash", String(64), nullable=False),
     Column("hash", String(64), nullable=False),
@@ -47,8 +50,8 @@ audit_blob = Table(
     metadata,
     Column("ref", String(32), primary_key=True),
     Column("kid", String(32), nullable=True),
-    Column("body", Text, nullable=False),
+    Column("body", LargeBinary, nullable=False),
 )
 """The large, repeated parts of payloads, stored once by content address (`audit.blobs`;
-migration `0014_audit_blobs`): `body` is the value's JSON, or its AES-GCM sealing under
-data key `kid`."""
+migration `0014_audit_blobs`): `body` is the value's JSON (`compact.deflate` form), or its
+AES-GCM sealing under data key `kid` (nonce and ciphertext, raw)."""

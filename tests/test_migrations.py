@@ -725,3 +725,133 @@ def test_0014_packs_a_stored_log_into_blobs_and_verify_passes_before_and_after(
     migrate("head")
     verdicts, again, _, _ = asyncio.run(read())
     assert verdicts == {"conv-1": True, "conv-2": False} and again == before
+
+
+async def _chains_in_text_form(url: str) -> dict[str, bool]:
+    """Each conversation's chain verdict, read with plain SQL (the schema is not at head)."""
+    from frontdesk.audit.chain import Head, verify_chain
+
+    engine = create_engine(url)
+    try:
+        async with engine.connect() as conn:
+            rows = list(await conn.execute(sa.text("SELECT * FROM audit_event ORDER BY seq, id")))
+            heads = {
+                r.conversation_id: Head(r.seq, r.hash)
+                for r in await conn.execute(sa.text("SELECT * FROM audit_head"))
+            }
+            prompts = {
+                r.sha256: json.loads(r.text_json)
+                for r in await conn.execute(sa.text("SELECT * FROM audit_prompt"))
+            }
+    finally:
+        await engine.dispose()
+    return {
+        cid: verify_chain(
+            cid, [r for r in rows if r.conversation_id == cid], head=head, prompts=prompts
+        ).ok
+        for cid, head in heads.items()
+    }
+
+
+async def _stored_audit(url: str) -> tuple[list[Any], list[Any], set[str]]:
+    """The audit rows and blobs exactly as stored (column values), and the audit indexes."""
+    engine = create_engine(url)
+    try:
+        async with engine.connect() as conn:
+            rows = list(
+                await conn.execute(
+                    sa.text(
+                        "SELECT conversation_id, seq, payload_json, prev_hash, hash"
+                        " FROM audit_event ORDER BY conversation_id, seq"
+                    )
+                )
+            )
+            bodies = list(await conn.execute(sa.text("SELECT ref, kid, body FROM audit_blob")))
+            indexes = await conn.run_sync(
+                lambda c: {str(i["name"]) for i in sa.inspect(c).get_indexes("audit_event")}
+            )
+    finally:
+        await engine.dispose()
+    return rows, bodies, indexes
+
+
+@pytest.mark.parametrize("encrypted", [False, True], ids=["clear", "encrypted"])
+def test_0017_stores_the_log_deflated_and_verify_passes_before_and_after(
+    empty_url: str, encrypted: bool
+) -> None:
+    import base64
+
+    from frontdesk.audit import compact, crypto
+    from frontdesk.audit.store import AuditLog
+    from tests.audit.test_audit_blobs import conversation
+
+    key = crypto.MasterKey.generate() if encrypted else None
+
+    async def write() -> None:
+        async with await AuditLog.open(empty_url, master_key=key) as log:
+            for batch in conversation(6):
+                await log.append("conv-1", batch, user_id="alice")
+            for batch in conversation(2, prefix="tampered "):
+                await log.append("conv-2", batch, user_id="alice")
+        engine = create_engine(empty_url)
+        try:
+            async with engine.begin() as conn:  # A broken chain stays broken either way.
+                if conn.dialect.name == "postgresql":
+                    await conn.execute(
+                        sa.text("ALTER TABLE audit_event DISABLE TRIGGER audit_event_append_only")
+                    )
+                else:
+                    await conn.execute(sa.text("DROP TRIGGER audit_event_no_update"))
+                await conn.execute(
+                    sa.text(
+                        "UPDATE audit_event SET turn_id = 'moved'"
+                        " WHERE conversation_id = 'conv-2' AND seq = 1"
+                    )
+                )
+        finally:
+            await engine.dispose()
+
+    async def read() -> tuple[dict[str, bool], list[Any], dict[str, Any]]:
+        async with await AuditLog.open(empty_url, master_key=key) as log:
+            verdicts = {c.conversation_id: c.ok for c in (await log.verify()).conversations}
+            rows = await log.events("conv-1")
+            heads = await log.heads()
+        return verdicts, [(r.payload, r.payload_json, r.hash) for r in rows], heads
+
+    def size(values: list[Any]) -> int:
+        return sum(len(v) for v in values)
+
+    asyncio.run(write())
+    verdicts, before, heads = asyncio.run(read())
+    assert verdicts == {"conv-1": True, "conv-2": False}
+    rows, bodies, indexes = asyncio.run(_stored_audit(empty_url))
+    assert all(compact.is_deflated(r.payload_json) for r in rows)
+    assert "ix_audit_event_turn" not in indexes
+    deflated = size([r.payload_json for r in rows]) + size([b.body for b in bodies])
+
+    asyncio.run(_downgrade_to(empty_url, _before("0017_audit_compact")))
+    rows, bodies, indexes = asyncio.run(_stored_audit(empty_url))
+    assert "ix_audit_event_turn" in indexes
+    texts = [r.payload_json for r in rows]  # Text again, as the code before 0017 wrote it.
+    assert all(isinstance(t, str) for t in texts) and all(t.startswith("{") for t in texts)
+    assert all(isinstance(b.body, str) for b in bodies)
+    for ref, kid, body in bodies:
+        if kid is None:
+            assert json.loads(body) is not None and not compact.is_deflated(body)
+        else:
+            assert len(base64.b64decode(body, validate=True)) > 28, ref  # Sealed, base64.
+    ratio = 0.75 if encrypted else 0.6  # Ciphertext does not deflate, only what is around it.
+    assert deflated < ratio * (size(texts) + size([b.body for b in bodies]))
+    assert texts[: len(before)] == [payload_json for _, payload_json, _ in before]
+    assert asyncio.run(_chains_in_text_form(empty_url)) == verdicts  # What 0014's code checks.
+
+    engine = create_engine(empty_url)
+    try:
+        asyncio.run(upgrade_schema(engine, "head"))
+    finally:
+        asyncio.run(engine.dispose())
+    rows, bodies, indexes = asyncio.run(_stored_audit(empty_url))
+    assert all(compact.is_deflated(r.payload_json) for r in rows)
+    assert size([r.payload_json for r in rows]) + size([b.body for b in bodies]) == deflated
+    assert "ix_audit_event_turn" not in indexes
+    assert asyncio.run(read()) == (verdicts, before, heads)

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from frontdesk.audit import blobs, crypto
+from frontdesk.audit import blobs, compact, crypto
 from frontdesk.audit.crypto import MasterKey
 from frontdesk.audit.events import AuditEvent
 from frontdesk.audit.store import AuditLog
@@ -83,18 +83,26 @@ def conversation(turns: int, *, prefix: str = "") -> list[list[AuditEvent]]:
     return batches
 
 
-async def _stored_texts(url: str) -> list[str]:
-    """Every payload and blob body as stored."""
+def readable(kid: str | None, stored: bytes | str) -> str:
+    """A stored payload or blob body as anyone with the database reads it: a deflated text
+    inflated (compression hides nothing), a sealed body as base64 (it is ciphertext)."""
+    if kid is not None:
+        return stored if isinstance(stored, str) else base64.b64encode(stored).decode()
+    return compact.inflate(stored)
+
+
+async def stored_texts(url: str) -> list[str]:
+    """Every payload and blob body as stored, readable (see `readable`)."""
     engine = create_engine(url)
     try:
         async with engine.connect() as conn:
-            rows = list(
-                (await conn.execute(sa.text("SELECT payload_json FROM audit_event"))).scalars()
-            )
-            bodies = list((await conn.execute(sa.text("SELECT body FROM audit_blob"))).scalars())
+            rows = (await conn.execute(sa.text("SELECT payload_json FROM audit_event"))).scalars()
+            texts = [readable(None, r) for r in rows]
+            bodies = await conn.execute(sa.text("SELECT kid, body FROM audit_blob"))
+            texts += [readable(kid, body) for kid, body in bodies]
     finally:
         await engine.dispose()
-    return rows + bodies
+    return texts
 
 
 async def _execute(url: str, sql: str, **params: Any) -> None:
@@ -117,7 +125,7 @@ async def test_a_thread_sent_on_every_turn_is_stored_once_and_read_back_whole(
         assert (await log.verify("conv-1")).ok
     sent = [e.payload for batch in batches for e in batch]
     assert [r.payload for r in rows] == sent  # Exactly as written, the look-alike dict too.
-    stored = "\n".join(await _stored_texts(db_url))
+    stored = "\n".join(await stored_texts(db_url))
     for i in range(1, 13):  # Sent 2 x (13 - i) times, stored once.
         assert stored.count(user_text(i)) == 1, i
     attempt = json.loads(rows[-2].payload_json)
@@ -150,7 +158,7 @@ async def test_encrypted_blobs_are_sealed_and_addressed_by_a_keyed_hash(db_url: 
         assert (await log.verify()).ok
     both = await _blobs_per_key(db_url)
     assert len(hers) == 1 and len(both) == 2 and None not in both  # Bob's under his key.
-    stored = "\n".join(await _stored_texts(db_url))
+    stored = "\n".join(await stored_texts(db_url))
     assert "charged twice" not in stored  # Sealed, in rows and blobs alike.
     text_json = json.dumps(user_text(1))
     plain = base64.urlsafe_b64encode(hashlib.sha256(text_json.encode()).digest()[:16])
@@ -187,7 +195,7 @@ async def test_verify_reports_a_missing_and_an_edited_blob(db_url: str) -> None:
         assert (await log.verify("conv-1")).ok
         packed = json.loads((await log.events("conv-1"))[0].payload_json)
     ref = packed["text"][blobs.BLOB]
-    await _execute(db_url, "UPDATE audit_blob SET body = :b WHERE ref = :r", b='"edited"', r=ref)
+    await _execute(db_url, "UPDATE audit_blob SET body = :b WHERE ref = :r", b=b'"edited"', r=ref)
     async with await AuditLog.open(db_url) as log:
         report = await log.verify("conv-1")
     assert not report.ok and report.failures[0].problem is not None

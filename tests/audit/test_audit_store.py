@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from sqlalchemy import text
 
+from frontdesk.audit import compact
 from frontdesk.audit.chain import GENESIS_HASH, Head, sha256_text
 from frontdesk.audit.errors import AuditPayloadError
 from frontdesk.audit.events import AuditEvent
@@ -96,7 +97,30 @@ async def test_flipped_byte_names_the_row(
     await _sql(
         audit_log,
         "UPDATE audit_event SET payload_json = :p WHERE conversation_id = :c AND seq = 5",
-        p=flipped,
+        p=flipped.encode(),  # Stored as plain text, the form rows had before 0017.
+        c=conv_id,
+    )
+    assert await _problem(audit_log, conv_id) == (5, "edited")
+
+
+@pytest.mark.parametrize("where", ["first", "middle", "cut"])
+async def test_an_edit_of_the_deflated_bytes_is_seen(
+    audit_log: AuditLog, conv_id: str, make_turn: MakeTurn, where: str
+) -> None:
+    await _two_turns(audit_log, conv_id, make_turn)
+    query = "SELECT payload_json FROM audit_event WHERE conversation_id = :c AND seq = 5"
+    async with audit_log.engine.connect() as conn:
+        stored = bytes((await conn.execute(text(query), {"c": conv_id})).scalar_one())
+    assert compact.is_deflated(stored)  # What the log writes now.
+    if where == "cut":
+        edited = stored[:-3]
+    else:
+        at = 1 if where == "first" else len(stored) // 2
+        edited = stored[:at] + bytes([stored[at] ^ 0x01]) + stored[at + 1 :]
+    await _sql(
+        audit_log,
+        "UPDATE audit_event SET payload_json = :p WHERE conversation_id = :c AND seq = 5",
+        p=edited,
         c=conv_id,
     )
     assert await _problem(audit_log, conv_id) == (5, "edited")
@@ -111,7 +135,7 @@ async def test_whitespace_edit_is_seen(
     await _sql(
         audit_log,
         "UPDATE audit_event SET payload_json = :p WHERE conversation_id = :c AND seq = 3",
-        p=spaced,
+        p=spaced.encode(),
         c=conv_id,
     )
     assert await _problem(audit_log, conv_id) == (3, "edited")

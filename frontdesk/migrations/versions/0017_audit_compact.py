@@ -1,0 +1,80 @@
+"""Audit texts in a compact stored form, and no index that no query uses.
+
+Each payload's canonical JSON and each clear blob's body are stored deflated under the
+preset dictionary of `frontdesk.audit.compact`, sealed blobs as raw nonce and ciphertext
+(base64 text before); `audit_event.payload_json` and `audit_blob.body` become `bytea` on
+PostgreSQL (SQLite's columns take bytes as they are). The row hashes cover the JSON
+texts, which do not change: chains, heads and anchors stay valid and no key is needed.
+`ix_audit_event_turn` is dropped: no query reads rows by turn (they are read per
+conversation in chain order, by the `(conversation_id, seq)` key). The freed pages are
+reused by later rows; `VACUUM` (SQLite) or `VACUUM FULL` (PostgreSQL) gives them back.
+
+Revision ID: 0017_audit_compact
+Revises: 0014_audit_blobs
+Create Date: 2026-12-02
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from alembic import op
+
+from frontdesk.audit.repack import compact_log, expand_log
+
+revision: str = "0017_audit_compact"
+down_revision: str | Sequence[str] | None = "0014_audit_blobs"
+branch_labels: str | Sequence[str] | None = None
+depends_on: str | Sequence[str] | None = None
+
+_SQLITE_GUARD = (
+    "CREATE TRIGGER audit_event_no_update BEFORE UPDATE ON audit_event "
+    "BEGIN SELECT RAISE(ABORT, 'audit_event is append-only'); END"
+)
+_COLUMNS = (("audit_event", "payload_json"), ("audit_blob", "body"))
+
+
+def _lift_guard(postgresql: bool) -> None:
+    if postgresql:
+        op.execute("ALTER TABLE audit_event DISABLE TRIGGER audit_event_append_only")
+    else:
+        op.execute("DROP TRIGGER IF EXISTS audit_event_no_update")
+
+
+def _restore_guard(postgresql: bool) -> None:
+    if postgresql:
+        op.execute("ALTER TABLE audit_event ENABLE TRIGGER audit_event_append_only")
+    else:
+        op.execute(_SQLITE_GUARD)
+
+
+def upgrade() -> None:
+    """Drop the unused index; store the texts deflated (bytes)."""
+    bind = op.get_bind()
+    postgresql = bind.dialect.name == "postgresql"
+    op.drop_index("ix_audit_event_turn", table_name="audit_event")
+    if postgresql:
+        for table, column in _COLUMNS:
+            op.execute(
+                f"ALTER TABLE {table} ALTER COLUMN {column} TYPE bytea"
+                f" USING convert_to({column}, 'UTF8')"
+            )
+    _lift_guard(postgresql)
+    compact_log(bind)
+    _restore_guard(postgresql)
+
+
+def downgrade() -> None:
+    """Texts back as text (sealed blobs as base64), and the index back."""
+    bind = op.get_bind()
+    postgresql = bind.dialect.name == "postgresql"
+    _lift_guard(postgresql)
+    expand_log(bind)
+    _restore_guard(postgresql)
+    if postgresql:
+        for table, column in _COLUMNS:
+            op.execute(
+                f"ALTER TABLE {table} ALTER COLUMN {column} TYPE text"
+                f" USING convert_from({column}, 'UTF8')"
+            )
+    op.create_index("ix_audit_event_turn", "audit_event", ["conversation_id", "turn_id"])
