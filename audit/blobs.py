@@ -295,28 +295,49 @@ _STORED = Statement(
 
 
 def seal(text: str, ref: str, aead: AESGCM) -> bytes:
-    """An encrypted blob body: nonce and AES-GCM ciphertext (raw bytes), bound to its ref."""
-    nonce = os.urandom(12)
-    sealed = aead.encrypt(nonce, text.encode("utf-8", "surrogatepass"), _BLOB_AAD + ref.encode())
-    return nonce + sealed
+    """An encrypted blob body: nonce and AES-GCM ciphertext (raw bytes), bound to its ref.
+
+    The text is deflated before it is sealed (`audit.compact`; a ciphertext cannot be
+    compressed after). The sealed length then follows how repetitive the text is, not only
+    how long: with the database, one sees that much more of a blob than its size; the blob
+    is one value (a message, a chunk of references), and its address and text stay secret.
+    """
+    return _encrypt(compact.deflate(text), ref, aead)
 
 
 def seal_text(text: str, ref: str, aead: AESGCM) -> str:
-    """`seal` as base64 text: the form before migration `0017_audit_compact`."""
-    return base64.b64encode(seal(text, ref, aead)).decode("ascii")
+    """`seal` in the form before migration `0017_audit_compact`: base64 text, plain inside."""
+    return base64.b64encode(_encrypt(text.encode("utf-8", "surrogatepass"), ref, aead)).decode()
+
+
+def _encrypt(data: bytes, ref: str, aead: AESGCM) -> bytes:
+    nonce = os.urandom(12)
+    return nonce + aead.encrypt(nonce, data, _BLOB_AAD + ref.encode())
+
+
+def decrypt(body: bytes | str, ref: str, aead: AESGCM) -> bytes | None:
+    """A sealed body's plaintext as sealed (deflated or not), `None` when it does not
+    decrypt under this ref; `body` is raw bytes, or base64 text (before `0017`)."""
+    try:
+        raw = base64.b64decode(body) if isinstance(body, str) else bytes(body)
+        return aead.decrypt(raw[:12], raw[12:], _BLOB_AAD + ref.encode())
+    except (InvalidTag, ValueError):
+        return None
 
 
 def unseal(body: bytes | str, ref: str, aead: AESGCM) -> str | None:
     """A sealed body's text, or `None` when it does not decrypt under this ref (edited).
 
-    `body` is raw bytes, or base64 text as stored before migration `0017_audit_compact`.
+    `body` is raw bytes, or base64 text as stored before migration `0017_audit_compact`;
+    the plaintext is deflated (`seal`), or the JSON text itself (sealed before `0017`).
     """
-    try:
-        raw = base64.b64decode(body) if isinstance(body, str) else bytes(body)
-        plain = aead.decrypt(raw[:12], raw[12:], _BLOB_AAD + ref.encode())
-    except (InvalidTag, ValueError):
+    plain = decrypt(body, ref, aead)
+    if plain is None:
         return None
-    return plain.decode("utf-8", "surrogatepass")
+    try:
+        return compact.inflate(plain)
+    except ValueError:
+        return None
 
 
 @dataclass

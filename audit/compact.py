@@ -101,8 +101,8 @@ def inflate_bytes(data: bytes) -> bytes:
         out = inflater.decompress(data[1:]) + inflater.flush()
     except zlib.error as e:
         raise ValueError(f"stored audit text does not inflate ({e})") from e
-    if not inflater.eof:
-        raise ValueError("stored audit text is cut short")
+    if not inflater.eof or inflater.unused_data:
+        raise ValueError("stored audit text is cut short, or has bytes after its end")
     return out
 
 

@@ -283,18 +283,27 @@ def compact_log(conn: Connection) -> CompactReport:
     """Store every payload and clear blob deflated, and sealed blobs as raw bytes.
 
     The row hashes cover the JSON texts, which do not change: the chains verify as before,
-    the heads stay, and no key is needed (an envelope is deflated as it stands).
+    the heads stay, and no key is needed (an envelope is deflated as it stands; a sealed
+    blob's base64 is decoded, its plaintext untouched).
     """
-    return _restore(conn, to_text=False)
+    return _restore(conn, to_text=False, keys=None)
 
 
-def expand_log(conn: Connection) -> CompactReport:
-    """The reverse of `compact_log` (a downgrade): texts as UTF-8, sealed blobs as base64."""
-    return _restore(conn, to_text=True)
+def expand_log(conn: Connection, provider: KeyProvider | None) -> CompactReport:
+    """The reverse of `compact_log` (a downgrade): texts as UTF-8, sealed blobs as base64.
+
+    A blob sealed since `0017` is deflated inside; the code before cannot read that, so it
+    is opened and sealed again plain, which needs the master key.
+
+    Raises:
+        AuditKeyError: such blobs exist under live data keys and no master key is given.
+    """
+    return _restore(conn, to_text=True, keys=None if provider is None else DataKeys(provider))
 
 
-def _restore(conn: Connection, *, to_text: bool) -> CompactReport:
+def _restore(conn: Connection, *, to_text: bool, keys: DataKeys | None) -> CompactReport:
     report = CompactReport()
+    resealer = _Resealer(conn, keys) if to_text else None
     # Text goes back as text on SQLite (its columns take either); PostgreSQL's bytea column
     # takes the UTF-8 bytes, and the migration turns it to text afterwards.
     as_str = to_text and conn.dialect.name != "postgresql"
@@ -333,7 +342,10 @@ def _restore(conn: Connection, *, to_text: bool) -> CompactReport:
         if not found:
             break
         for blob_ref, kid, body in found:
-            new = _stored_value(_body_form(kid, body, to_text), body, as_str)
+            plain = body
+            if resealer is not None and kid is not None:
+                plain = resealer.plain_inside(blob_ref, kid, body)
+            new = _stored_value(_body_form(kid, plain, to_text), body, as_str)
             if new is not None:
                 conn.execute(
                     update(_blob_stored).where(_blob_stored.c.ref == blob_ref).values(body=new)
@@ -341,6 +353,39 @@ def _restore(conn: Connection, *, to_text: bool) -> CompactReport:
                 report.blobs += 1
         ref = found[-1][0]
     return report
+
+
+@dataclass
+class _Resealer:
+    """Seals blobs again with plain plaintext (for the code before `0017`)."""
+
+    conn: Connection
+    keys: DataKeys | None
+    rows: dict[str, Any] = field(default_factory=dict)
+
+    def plain_inside(self, ref: str, kid: str, body: bytes | memoryview | str) -> bytes | str:
+        """`body`, sealed again if its plaintext is deflated (base64 text then)."""
+        raw = _as_bytes(body)
+        if isinstance(body, str) or _is_base64(raw):
+            return body  # Sealed before 0017: plain inside.
+        if kid not in self.rows:
+            self.rows.update(crypto.load_rows(self.conn, [kid]))
+        row = self.rows.get(kid)
+        if row is None or row.destroyed:
+            return body  # Shredded: nobody reads it, in any form.
+        if self.keys is None:
+            raise AuditKeyError(
+                f"audit blobs sealed since migration 0017 (such as {ref}) are deflated inside;"
+                f" to downgrade, set {crypto.MASTER_KEY_ENV} to the master key so that they"
+                " are sealed again in the older form"
+            )
+        aead = self.keys.unwrapped(row)
+        plain = blobs.decrypt(raw, ref, aead)
+        if plain is None:
+            return body  # Edited: left for `audit verify` to report.
+        if not compact.is_deflated(plain):
+            return body
+        return blobs.seal_text(compact.inflate(plain), ref, aead)
 
 
 def _stored_value(

@@ -753,6 +753,18 @@ async def _chains_in_text_form(url: str) -> dict[str, bool]:
     }
 
 
+async def _key_rows(url: str) -> dict[str, Any]:
+    from frontdesk.audit import crypto
+
+    engine = create_engine(url)
+    try:
+        async with engine.connect() as conn:
+            kids = (await conn.execute(sa.text("SELECT kid FROM audit_key"))).scalars()
+            return await conn.run_sync(crypto.load_rows, list(kids))
+    finally:
+        await engine.dispose()
+
+
 async def _stored_audit(url: str) -> tuple[list[Any], list[Any], set[str]]:
     """The audit rows and blobs exactly as stored (column values), and the audit indexes."""
     engine = create_engine(url)
@@ -777,15 +789,18 @@ async def _stored_audit(url: str) -> tuple[list[Any], list[Any], set[str]]:
 
 @pytest.mark.parametrize("encrypted", [False, True], ids=["clear", "encrypted"])
 def test_0017_stores_the_log_deflated_and_verify_passes_before_and_after(
-    empty_url: str, encrypted: bool
+    empty_url: str, encrypted: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import base64
+    import os
 
-    from frontdesk.audit import compact, crypto
+    from frontdesk.audit import blobs, compact, crypto
     from frontdesk.audit.store import AuditLog
+    from frontdesk.errors import AuditKeyError
     from tests.audit.test_audit_blobs import conversation
 
-    key = crypto.MasterKey.generate() if encrypted else None
+    raw = os.urandom(32)
+    key = crypto.MasterKey(raw) if encrypted else None
 
     async def write() -> None:
         async with await AuditLog.open(empty_url, master_key=key) as log:
@@ -829,19 +844,28 @@ def test_0017_stores_the_log_deflated_and_verify_passes_before_and_after(
     assert "ix_audit_event_turn" not in indexes
     deflated = size([r.payload_json for r in rows]) + size([b.body for b in bodies])
 
+    if encrypted:  # Blobs sealed deflated are sealed again plain: that needs the key.
+        with pytest.raises(AuditKeyError, match="FRONTDESK_MASTER_KEY"):
+            asyncio.run(_downgrade_to(empty_url, _before("0017_audit_compact")))
+        assert asyncio.run(_stored_audit(empty_url))[:2] == (rows, bodies)  # Rolled back.
+        monkeypatch.setenv("FRONTDESK_MASTER_KEY", base64.b64encode(raw).decode())
     asyncio.run(_downgrade_to(empty_url, _before("0017_audit_compact")))
     rows, bodies, indexes = asyncio.run(_stored_audit(empty_url))
     assert "ix_audit_event_turn" in indexes
+    key_rows = asyncio.run(_key_rows(empty_url))
     texts = [r.payload_json for r in rows]  # Text again, as the code before 0017 wrote it.
     assert all(isinstance(t, str) for t in texts) and all(t.startswith("{") for t in texts)
     assert all(isinstance(b.body, str) for b in bodies)
     for ref, kid, body in bodies:
         if kid is None:
             assert json.loads(body) is not None and not compact.is_deflated(body)
-        else:
-            assert len(base64.b64decode(body, validate=True)) > 28, ref  # Sealed, base64.
+        else:  # Sealed, base64, plain inside: what the code before 0017 opens.
+            assert key is not None
+            plain = blobs.decrypt(body, ref, crypto.DataKeys(key).unwrapped(key_rows[kid]))
+            assert plain is not None and json.loads(plain) is not None, ref
     ratio = 0.75 if encrypted else 0.6  # Ciphertext does not deflate, only what is around it.
-    assert deflated < ratio * (size(texts) + size([b.body for b in bodies]))
+    text_bodies = size([b.body for b in bodies])
+    assert deflated < ratio * (size(texts) + text_bodies)
     assert texts[: len(before)] == [payload_json for _, payload_json, _ in before]
     assert asyncio.run(_chains_in_text_form(empty_url)) == verdicts  # What 0014's code checks.
 
@@ -852,6 +876,8 @@ def test_0017_stores_the_log_deflated_and_verify_passes_before_and_after(
         asyncio.run(engine.dispose())
     rows, bodies, indexes = asyncio.run(_stored_audit(empty_url))
     assert all(compact.is_deflated(r.payload_json) for r in rows)
-    assert size([r.payload_json for r in rows]) + size([b.body for b in bodies]) == deflated
+    again = size([r.payload_json for r in rows]) + size([b.body for b in bodies])
+    # Sealed blobs come back up raw but plain inside (the upgrade needs no key to run).
+    assert again == deflated if not encrypted else deflated < again < size(texts) + text_bodies
     assert "ix_audit_event_turn" not in indexes
     assert asyncio.run(read()) == (verdicts, before, heads)

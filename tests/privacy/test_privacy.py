@@ -29,6 +29,7 @@ from frontdesk.experts.providers import FunctionModel
 from frontdesk.orchestrator import SyncOrchestrator
 from frontdesk.orchestrator.erasure import apply_retention
 from frontdesk.threads.answered import answered_turns
+from tests.audit.test_audit_blobs import readable
 from tests.privacy import _app
 from tests.privacy._app import ACCOUNT, BOB, BOB_TEXT, ZOE, ZOE_TEXT
 
@@ -59,8 +60,9 @@ def _forms(value: str) -> list[bytes]:
 ZOE_STRINGS = ["Zoë Ångström", "99887766", ZOE]
 
 
-def raw_copies(url: str, strings: list[str]) -> int:
-    """Copies of `strings` (both forms) in the SQLite file and WAL, or in a pg_dump."""
+async def raw_copies(url: str, strings: list[str]) -> int:
+    """Copies of `strings` (both forms) in the SQLite file and WAL, or in a pg_dump, and in
+    the audit's deflated texts inflated (compression is no protection: anyone inflates)."""
     parsed = make_url(url)
     if parsed.drivername.startswith("sqlite"):
         assert parsed.database is not None
@@ -72,20 +74,28 @@ def raw_copies(url: str, strings: list[str]) -> int:
     else:
         dsn = parsed.set(drivername="postgresql").render_as_string(hide_password=False)
         data = subprocess.run(["pg_dump", dsn], capture_output=True, check=True).stdout
-    return sum(data.count(form) for s in strings for form in _forms(s))
+    deflated = "\n".join(await _audit_texts(url)).encode()
+    return sum(data.count(form) + deflated.count(form) for s in strings for form in _forms(s))
 
 
-async def audit_copies(url: str, needle: str) -> int:
+async def _audit_texts(url: str) -> list[str]:
+    """The audit's stored texts as anyone with the database reads them (see `readable`)."""
     engine = create_engine(url)
     try:
         async with engine.connect() as conn:
-            rows = [r[0] for r in await conn.execute(text("SELECT payload_json FROM audit_event"))]
-            rows += [r[0] for r in await conn.execute(text("SELECT text_json FROM audit_prompt"))]
+            rows = await conn.execute(text("SELECT payload_json FROM audit_event"))
+            texts = [readable(None, r[0]) for r in rows]
+            texts += [r[0] for r in await conn.execute(text("SELECT text_json FROM audit_prompt"))]
             # Content stored once by reference (issue 27) is as much the audit's as the rows.
-            rows += [r[0] for r in await conn.execute(text("SELECT body FROM audit_blob"))]
+            blobs = await conn.execute(text("SELECT kid, body FROM audit_blob"))
+            texts += [readable(kid, body) for kid, body in blobs]
     finally:
         await dispose_engine(engine)
-    return sum(r.count(needle) for r in rows)
+    return texts
+
+
+async def audit_copies(url: str, needle: str) -> int:
+    return sum(r.count(needle) for r in await _audit_texts(url))
 
 
 async def verify_all(url: str) -> bool:
@@ -137,8 +147,8 @@ async def test_an_account_number_over_12_turns_leaves_no_clear_copy_in_the_audit
 async def test_erasure_leaves_no_copy_of_the_user_and_the_chain_verifies(url: str) -> None:
     key = new_key()
     await _app.record(url, key, turns=3, conversations=2)
-    assert raw_copies(url, ZOE_STRINGS) > 0  # The transcript store holds them in clear.
-    bob_before = raw_copies(url, ["Bob Marley"])
+    assert await raw_copies(url, ZOE_STRINGS) > 0  # The transcript store holds them in clear.
+    bob_before = await raw_copies(url, ["Bob Marley"])
 
     orch = _app.orchestrator(url, key)
     report = await orch.erase_user(ZOE)
@@ -150,8 +160,8 @@ async def test_erasure_leaves_no_copy_of_the_user_and_the_chain_verifies(url: st
     assert report.audit_keys >= 1 and report.audit_rows_in_clear == 0
     assert report.memories == 0 and report.handler_state == 0 and report.handoffs == 0
     assert set(again.counts().values()) == {0}  # Idempotent.
-    assert raw_copies(url, ZOE_STRINGS) == 0
-    assert raw_copies(url, ["Bob Marley"]) == bob_before > 0  # Other users untouched.
+    assert await raw_copies(url, ZOE_STRINGS) == 0
+    assert await raw_copies(url, ["Bob Marley"]) == bob_before > 0  # Other users untouched.
     assert await verify_all(url)
     code, out, _ = await cli(["audit", "verify", "--all"], url, None)  # No key needed.
     assert code == 0, out
@@ -188,12 +198,12 @@ async def test_a_kill_in_the_middle_of_an_erasure_is_finished_by_running_it_agai
             timeout=120,
         )
         assert run.returncode == -signal.SIGKILL, run.stderr.decode()[-2000:]
-    assert raw_copies(url, ZOE_STRINGS) > 0 if "sqlite" in url else True
+    assert await raw_copies(url, ZOE_STRINGS) > 0 if "sqlite" in url else True
     orch = _app.orchestrator(url, key)
     report = await orch.erase_user(ZOE)
     await orch.aclose()
     assert report.messages == 0 and report.conversations == 1  # Done before the kills.
-    assert raw_copies(url, ZOE_STRINGS) == 0
+    assert await raw_copies(url, ZOE_STRINGS) == 0
     assert await verify_all(url)
 
 
@@ -296,12 +306,12 @@ async def test_erase_cli_asks_to_confirm_unless_yes(url: str) -> None:
     env = {"FRONTDESK_MASTER_KEY": key}
     declined = await invoke(["erase", "--user", ZOE, "--db", url], input="n\n", env=env)
     assert declined.exit_code == 1
-    assert raw_copies(url, ["Zoë Ångström"]) > 0
+    assert await raw_copies(url, ["Zoë Ångström"]) > 0
     done = await invoke(["erase", "--user", ZOE, "--yes", "--db", url, "--json"], env=env)
     assert done.exit_code == 0, done.output
     assert '"messages": 2' in done.stdout
-    assert raw_copies(url, ZOE_STRINGS) == 0
-    assert raw_copies(url, [BOB_TEXT]) > 0 and BOB == "bob"
+    assert await raw_copies(url, ZOE_STRINGS) == 0
+    assert await raw_copies(url, [BOB_TEXT]) > 0 and BOB == "bob"
 
 
 class FakeKms:
@@ -433,7 +443,7 @@ async def test_erasure_takes_the_users_memories_handler_state_and_hand_off_reaso
     [handoff] = await orch.handoffs()
     assert "Zoë" not in handoff.reason
     await orch.aclose()
-    assert raw_copies(url, ZOE_STRINGS) == 0
+    assert await raw_copies(url, ZOE_STRINGS) == 0
     assert await verify_all(url)
 
 

@@ -5,6 +5,8 @@ preset dictionary of `frontdesk.audit.compact`, sealed blobs as raw nonce and ci
 (base64 text before); `audit_event.payload_json` and `audit_blob.body` become `bytea` on
 PostgreSQL (SQLite's columns take bytes as they are). The row hashes cover the JSON
 texts, which do not change: chains, heads and anchors stay valid and no key is needed.
+A blob sealed from now on is deflated before it is sealed, so going back down needs the
+master key (`FRONTDESK_MASTER_KEY`) when such blobs exist: they are sealed again plain.
 `ix_audit_event_turn` is dropped: no query reads rows by turn (they are read per
 conversation in chain order, by the `(conversation_id, seq)` key). The freed pages are
 reused by later rows; `VACUUM` (SQLite) or `VACUUM FULL` (PostgreSQL) gives them back.
@@ -20,6 +22,7 @@ from collections.abc import Sequence
 
 from alembic import op
 
+from frontdesk.audit import crypto
 from frontdesk.audit.repack import compact_log, expand_log
 
 revision: str = "0017_audit_compact"
@@ -69,7 +72,7 @@ def downgrade() -> None:
     bind = op.get_bind()
     postgresql = bind.dialect.name == "postgresql"
     _lift_guard(postgresql)
-    expand_log(bind)
+    expand_log(bind, crypto.master_key_from_env())
     _restore_guard(postgresql)
     if postgresql:
         for table, column in _COLUMNS:
