@@ -49,7 +49,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
-from frontdesk.audit import blobs
+from frontdesk.audit import blobs, compact
 from frontdesk.audit.chain import canonical_json
 from frontdesk.errors import AuditKeyError
 
@@ -282,18 +282,35 @@ def split(payload: Mapping[str, Any], pack: Callable[[Any], Any] | None = None) 
     return Split(clear, canonical_json(secret), fields)
 
 
-def seal(parts: Split, *, kid: str, aead: AESGCM, associated: bytes) -> dict[str, Any]:
-    """The envelope of a split payload (content encrypted, `CLEAR_FIELDS` in clear)."""
+DEFLATED = "deflate-1"
+"""The envelope's `zip` when its content was deflated (`audit.compact`) before it was
+sealed (from migration `0017_audit_compact` on); without `zip` it was sealed plain."""
+
+
+def seal(
+    parts: Split, *, kid: str, aead: AESGCM, associated: bytes, deflate: bool = True
+) -> dict[str, Any]:
+    """The envelope of a split payload (content encrypted, `CLEAR_FIELDS` in clear).
+
+    With `deflate` (the default) the content is deflated before it is sealed when that
+    makes it shorter (`zip` says so); the sealed length then follows how repetitive the
+    content is as well as how long, a little more than a plain sealing shows. `deflate=False`
+    seals it plain, the form of the code before `0017_audit_compact`.
+    """
     nonce = os.urandom(12)
     plain = parts.secret_json.encode("utf-8", "surrogatepass")
-    return {
+    packed = compact.deflate(parts.secret_json) if deflate else plain
+    envelope = {
         "enc": ENCRYPTION,
         "kid": kid,
         "nonce": _b64(nonce),
-        "ct": _b64(aead.encrypt(nonce, plain, associated)),
+        "ct": _b64(aead.encrypt(nonce, packed, associated)),
         "clear": parts.clear,
         "fields": parts.fields,
     }
+    if packed is not plain and compact.is_deflated(packed):
+        envelope["zip"] = DEFLATED
+    return envelope
 
 
 def shredded(envelope: Mapping[str, Any]) -> dict[str, Any]:
@@ -379,8 +396,14 @@ class PayloadOpener:
                 " row or edited (`frontdesk audit verify` tells which)"
             ) from None
         out = dict(envelope.get("clear") or {})
+        if envelope.get("zip") == DEFLATED:
+            plain = compact.inflate_bytes(plain)
         out.update(json.loads(plain.decode("utf-8", "surrogatepass")))
         return out
+
+    def key_row(self, kid: str) -> _KeyRow | None:
+        """The key row of `kid` the rows were read with (destroyed ones included)."""
+        return self._rows.get(kid)
 
     def open_blob(self, kid: str, ref: str, body: bytes | str) -> str | None:
         """A sealed blob's JSON text; `None` once its key is destroyed.

@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import sqlalchemy as sa
 from sqlalchemy import Connection, select, update
@@ -31,12 +32,12 @@ from frontdesk.errors import AuditKeyError
 _event_text = sa.table(
     "audit_event",
     sa.column("id"),
-    sa.column("payload_json", sa.Text),
+    sa.column("payload_json"),
     sa.column("prev_hash"),
     sa.column("hash"),
 )
-"""`audit_event` as `0014_audit_blobs` sees it: the payload column is still text there
-(`0017_audit_compact` turns it to the deflated form afterwards)."""
+"""`audit_event` with untyped columns: `0014_audit_blobs` writes text there (the column is
+text then), the downgrade of `0017_audit_compact` its deflated bytes."""
 
 
 @dataclass
@@ -53,27 +54,40 @@ class RepackReport:
     """Encrypted rows left as they were (no master key, or their key destroyed)."""
 
 
+Mode = Literal["pack", "unpack", "unzip"]
+
+
 def repack_log(conn: Connection, provider: KeyProvider | None) -> RepackReport:
     """Pack every row's content fields into blobs and link the chains again."""
-    return _convert(conn, provider, pack=True)
+    return _convert(conn, provider, "pack")
 
 
 def unpack_log(conn: Connection, provider: KeyProvider | None) -> RepackReport:
     """Put every blob's value back into its rows and link the chains again."""
-    return _convert(conn, provider, pack=False)
+    return _convert(conn, provider, "unpack")
 
 
-def _convert(conn: Connection, provider: KeyProvider | None, *, pack: bool) -> RepackReport:
+def unzip_log(conn: Connection, provider: KeyProvider | None) -> RepackReport:
+    """Seal again plain every envelope sealed deflated (`zip`, from `0017_audit_compact`
+    on) and link the chains again: the downgrade of `0017`, for the code before it.
+
+    Raises:
+        AuditKeyError: such envelopes exist under live data keys and no master key is given.
+    """
+    return _convert(conn, provider, "unzip")
+
+
+def _convert(conn: Connection, provider: KeyProvider | None, mode: Mode) -> RepackReport:
     keys = None if provider is None else DataKeys(provider)
     report = RepackReport()
     ids = list(conn.execute(select(audit_event.c.conversation_id).distinct()).scalars())
     for cid in sorted(ids):
-        _conversation(conn, cid, keys, report, pack=pack)
+        _conversation(conn, cid, keys, report, mode)
     return report
 
 
 def _conversation(
-    conn: Connection, cid: str, keys: DataKeys | None, report: RepackReport, *, pack: bool
+    conn: Connection, cid: str, keys: DataKeys | None, report: RepackReport, mode: Mode
 ) -> None:
     rows = [
         _Row(r._mapping, compact.inflate(r.payload_json))
@@ -108,7 +122,10 @@ def _conversation(
     convert = _Converter(conn, keys, opener, report)
     prev, changed = GENESIS_HASH, False
     for r in rows:
-        payload_json = convert.pack(r) if pack else convert.unpack(r)
+        if mode == "pack":
+            payload_json = convert.pack(r)
+        else:
+            payload_json = convert.unpack(r) if mode == "unpack" else convert.unzip(r)
         if payload_json == r.payload_json and prev == r.prev_hash:
             prev = r.hash
             continue
@@ -126,7 +143,12 @@ def _conversation(
         conn.execute(
             update(_event_text)
             .where(_event_text.c.id == r.id)
-            .values(payload_json=payload_json, prev_hash=prev, hash=digest)
+            .values(
+                # 0014 runs on text columns; the downgrade of 0017 on its deflated bytes.
+                payload_json=compact.deflate(payload_json) if mode == "unzip" else payload_json,
+                prev_hash=prev,
+                hash=digest,
+            )
         )
         prev, changed = digest, True
         report.rows += 1
@@ -173,6 +195,31 @@ class _Converter:
         self.made.update({ref: (kid, text) for ref, text in packer.made.items()})
         return self._seal(row, parts, kid)
 
+    def unzip(self, row: Any) -> str:
+        """The row's envelope sealed plain (exactly the same plaintext) if it was deflated."""
+        stored = json.loads(row.payload_json)
+        if not crypto.is_envelope(stored) or stored.get("zip") != crypto.DEFLATED:
+            return str(row.payload_json)
+        kid = str(stored["kid"])
+        key_row = self.opener.key_row(kid)
+        if key_row is None or key_row.destroyed:
+            return str(row.payload_json)  # Shredded: no form of it is readable.
+        if self.keys is None:
+            raise AuditKeyError(
+                f"audit payloads sealed since migration 0017 (conversation {row.conversation_id})"
+                f" are deflated inside; to downgrade, set {crypto.MASTER_KEY_ENV} to the master"
+                " key so that they are sealed again in the older form"
+            )
+        aead = self.keys.unwrapped(key_row)
+        associated = crypto.aad(row.conversation_id, row.event_id, row.kind)
+        nonce = base64.b64decode(stored["nonce"])
+        plain = aead.decrypt(nonce, base64.b64decode(stored["ct"]), associated)
+        envelope = {k: v for k, v in stored.items() if k != "zip"}
+        nonce = os.urandom(12)
+        ct = aead.encrypt(nonce, compact.inflate_bytes(plain), associated)
+        envelope.update(nonce=base64.b64encode(nonce).decode(), ct=base64.b64encode(ct).decode())
+        return canonical_json(envelope)
+
     def unpack(self, row: Any) -> str:
         stored = json.loads(row.payload_json)
         if not crypto.is_envelope(stored):
@@ -208,7 +255,8 @@ class _Converter:
         assert self.keys is not None
         associated = crypto.aad(row.conversation_id, row.event_id, row.kind)
         aead = self.keys.cipher_of(kid)
-        return canonical_json(crypto.seal(parts, kid=kid, aead=aead, associated=associated))
+        envelope = crypto.seal(parts, kid=kid, aead=aead, associated=associated, deflate=False)
+        return canonical_json(envelope)  # Plain inside: the form of 0014 (see 0017).
 
     def _expanded(self, payload: dict[str, Any]) -> dict[str, Any]:
         values = _load_values(self.conn, _content_refs(payload), self.opener.open_blob)

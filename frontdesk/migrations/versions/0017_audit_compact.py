@@ -5,8 +5,11 @@ preset dictionary of `frontdesk.audit.compact`, sealed blobs as raw nonce and ci
 (base64 text before); `audit_event.payload_json` and `audit_blob.body` become `bytea` on
 PostgreSQL (SQLite's columns take bytes as they are). The row hashes cover the JSON
 texts, which do not change: chains, heads and anchors stay valid and no key is needed.
-A blob sealed from now on is deflated before it is sealed, so going back down needs the
-master key (`FRONTDESK_MASTER_KEY`) when such blobs exist: they are sealed again plain.
+Payloads and blobs sealed from now on are deflated before they are sealed (an envelope
+says so with `zip`), so going back down needs the master key (`FRONTDESK_MASTER_KEY`)
+when such rows exist: they are sealed again plain, and those chains are linked again from
+the first row that changed (as `0014` does; take external anchors again after it). A
+conversation whose chain does not verify is left as it is.
 `ix_audit_event_turn` is dropped: no query reads rows by turn (they are read per
 conversation in chain order, by the `(conversation_id, seq)` key). The freed pages are
 reused by later rows; `VACUUM` (SQLite) or `VACUUM FULL` (PostgreSQL) gives them back.
@@ -23,7 +26,7 @@ from collections.abc import Sequence
 from alembic import op
 
 from frontdesk.audit import crypto
-from frontdesk.audit.repack import compact_log, expand_log
+from frontdesk.audit.repack import compact_log, expand_log, unzip_log
 
 revision: str = "0017_audit_compact"
 down_revision: str | Sequence[str] | None = "0014_audit_blobs"
@@ -71,8 +74,14 @@ def downgrade() -> None:
     """Texts back as text (sealed blobs as base64), and the index back."""
     bind = op.get_bind()
     postgresql = bind.dialect.name == "postgresql"
+    provider = crypto.master_key_from_env()
     _lift_guard(postgresql)
-    expand_log(bind, crypto.master_key_from_env())
+    if postgresql:
+        op.execute("ALTER TABLE audit_event DISABLE TRIGGER audit_event_link")
+    unzip_log(bind, provider)  # Envelopes sealed plain again: their rows are linked again.
+    expand_log(bind, provider)
+    if postgresql:
+        op.execute("ALTER TABLE audit_event ENABLE TRIGGER audit_event_link")
     _restore_guard(postgresql)
     if postgresql:
         for table, column in _COLUMNS:
