@@ -105,6 +105,8 @@ def redact_rows(
 
     Returns:
         New rows with the redacted payload; `prev_hash` and `hash` are the stored row's.
+        They hold no blob values and no opener: their payload is the expanded, redacted
+        one, so nothing unredacted is carried along with them.
     """
     redactor = redactor or Redactor()
     conversation = _Conversation(rows, redactor)
@@ -117,7 +119,11 @@ def redact_rows(
                 prompts[system] = redactor.text(system, user_id=conversation.user(row))
             system = prompts[system]
         payload_json = canonical_json(conversation.payload(row))
-        out.append(dataclasses.replace(row, payload_json=payload_json, system_prompt=system))
+        out.append(
+            dataclasses.replace(
+                row, payload_json=payload_json, system_prompt=system, blobs=None, opener=None
+            )
+        )
     return out
 
 

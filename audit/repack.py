@@ -71,8 +71,8 @@ def unzip_log(conn: Connection, provider: KeyProvider | None) -> RepackReport:
     """Seal again plain every envelope sealed deflated (`zip`, from `0017_audit_compact`
     on) and link the chains again: the downgrade of `0017`, for the code before it.
 
-    Raises:
-        AuditKeyError: such envelopes exist under live data keys and no master key is given.
+    Without the master key such envelopes stay as they are (`locked_rows` counts them):
+    still verifiable, but the code before `0017` cannot decrypt them into text.
     """
     return _convert(conn, provider, "unzip")
 
@@ -205,11 +205,8 @@ class _Converter:
         if key_row is None or key_row.destroyed:
             return str(row.payload_json)  # Shredded: no form of it is readable.
         if self.keys is None:
-            raise AuditKeyError(
-                f"audit payloads sealed since migration 0017 (conversation {row.conversation_id})"
-                f" are deflated inside; to downgrade, set {crypto.MASTER_KEY_ENV} to the master"
-                " key so that they are sealed again in the older form"
-            )
+            self.report.locked_rows += 1  # Left as it is: see `unzip_log`.
+            return str(row.payload_json)
         aead = self.keys.unwrapped(key_row)
         associated = crypto.aad(row.conversation_id, row.event_id, row.kind)
         nonce = base64.b64decode(stored["nonce"])
@@ -325,6 +322,8 @@ class CompactReport:
     """Event rows whose stored payload changed."""
     blobs: int = 0
     """Blob rows whose stored body changed."""
+    locked_blobs: int = 0
+    """Sealed blobs left deflated inside (no master key given to the downgrade)."""
 
 
 def compact_log(conn: Connection) -> CompactReport:
@@ -341,10 +340,8 @@ def expand_log(conn: Connection, provider: KeyProvider | None) -> CompactReport:
     """The reverse of `compact_log` (a downgrade): texts as UTF-8, sealed blobs as base64.
 
     A blob sealed since `0017` is deflated inside; the code before cannot read that, so it
-    is opened and sealed again plain, which needs the master key.
-
-    Raises:
-        AuditKeyError: such blobs exist under live data keys and no master key is given.
+    is opened and sealed again plain, which needs the master key: without it, such blobs
+    stay as they are (`locked_blobs` counts them).
     """
     return _restore(conn, to_text=True, keys=None if provider is None else DataKeys(provider))
 
@@ -400,6 +397,8 @@ def _restore(conn: Connection, *, to_text: bool, keys: DataKeys | None) -> Compa
                 )
                 report.blobs += 1
         ref = found[-1][0]
+    if resealer is not None:
+        report.locked_blobs = resealer.locked
     return report
 
 
@@ -410,6 +409,8 @@ class _Resealer:
     conn: Connection
     keys: DataKeys | None
     rows: dict[str, Any] = field(default_factory=dict)
+    locked: int = 0
+    """Blobs left deflated inside (no master key given)."""
 
     def plain_inside(self, ref: str, kid: str, body: bytes | memoryview | str) -> bytes | str:
         """`body`, sealed again if its plaintext is deflated (base64 text then)."""
@@ -422,11 +423,8 @@ class _Resealer:
         if row is None or row.destroyed:
             return body  # Shredded: nobody reads it, in any form.
         if self.keys is None:
-            raise AuditKeyError(
-                f"audit blobs sealed since migration 0017 (such as {ref}) are deflated inside;"
-                f" to downgrade, set {crypto.MASTER_KEY_ENV} to the master key so that they"
-                " are sealed again in the older form"
-            )
+            self.locked += 1  # Left as it is: see `expand_log`.
+            return body
         aead = self.keys.unwrapped(row)
         plain = blobs.decrypt(raw, ref, aead)
         if plain is None:

@@ -207,3 +207,22 @@ async def test_verify_reports_a_missing_and_an_edited_blob(db_url: str) -> None:
         shown = (await log.events("conv-1"))[0].payload
     assert report.failures[0].problem is not None
     assert report.failures[0].problem.kind == "missing" and shown["text"] == blobs.MISSING
+
+
+@pytest.mark.parametrize("encrypted", [False, True], ids=["clear", "encrypted"])
+async def test_a_redacted_row_carries_no_raw_blob_values(db_url: str, encrypted: bool) -> None:
+    from frontdesk.audit.redaction import redact_rows
+
+    card = "4111 1111 1111 1111"
+    batches = conversation(3, prefix=f"My card is {card}. ")
+    key = MasterKey.generate() if encrypted else None
+    async with await AuditLog.open(db_url, master_key=key) as log:
+        for batch in batches:
+            await log.append("conv-1", batch, user_id="u-1")
+        rows = await log.events("conv-1")
+    assert any(r.blobs for r in rows) and card in json.dumps([r.payload for r in rows])
+    shown = redact_rows(rows)
+    assert [r.hash for r in shown] == [r.hash for r in rows]
+    assert all(r.blobs is None and r.opener is None for r in shown)
+    assert card not in json.dumps([r.payload for r in shown])
+    assert card not in repr([vars(r) for r in shown])  # Nor anywhere else the row holds.

@@ -63,19 +63,23 @@ ZOE_STRINGS = ["Zoë Ångström", "99887766", ZOE]
 async def raw_copies(url: str, strings: list[str]) -> int:
     """Copies of `strings` (both forms) in the SQLite file and WAL, or in a pg_dump, and in
     the audit's deflated texts inflated (compression is no protection: anyone inflates)."""
+    data = await asyncio.to_thread(_stored_bytes, url)
+    deflated = "\n".join(await _audit_texts(url)).encode()
+    return sum(data.count(form) + deflated.count(form) for s in strings for form in _forms(s))
+
+
+def _stored_bytes(url: str) -> bytes:
+    """The SQLite file and WAL, or a pg_dump."""
     parsed = make_url(url)
     if parsed.drivername.startswith("sqlite"):
         assert parsed.database is not None
-        data = b"".join(
+        return b"".join(
             Path(p).read_bytes()
             for p in (parsed.database, parsed.database + "-wal")
             if Path(p).exists()
         )
-    else:
-        dsn = parsed.set(drivername="postgresql").render_as_string(hide_password=False)
-        data = subprocess.run(["pg_dump", dsn], capture_output=True, check=True).stdout
-    deflated = "\n".join(await _audit_texts(url)).encode()
-    return sum(data.count(form) + deflated.count(form) for s in strings for form in _forms(s))
+    dsn = parsed.set(drivername="postgresql").render_as_string(hide_password=False)
+    return subprocess.run(["pg_dump", dsn], capture_output=True, check=True).stdout
 
 
 async def _audit_texts(url: str) -> list[str]:

@@ -6,9 +6,10 @@ preset dictionary of `frontdesk.audit.compact`, sealed blobs as raw nonce and ci
 PostgreSQL (SQLite's columns take bytes as they are). The row hashes cover the JSON
 texts, which do not change: chains, heads and anchors stay valid and no key is needed.
 Payloads and blobs sealed from now on are deflated before they are sealed (an envelope
-says so with `zip`), so going back down needs the master key (`FRONTDESK_MASTER_KEY`)
-when such rows exist: they are sealed again plain, and those chains are linked again from
-the first row that changed (as `0014` does; take external anchors again after it). A
+says so with `zip`). Going back down seals them again plain when the master key is set
+(`FRONTDESK_MASTER_KEY`), and those chains are linked again from the first row that
+changed (as `0014` does; take external anchors again after it); without the key they stay
+as they are, verifiable but not readable by the older code (a warning counts them). A
 conversation whose chain does not verify is left as it is.
 `ix_audit_event_turn` is dropped: no query reads rows by turn (they are read per
 conversation in chain order, by the `(conversation_id, seq)` key). The freed pages are
@@ -23,10 +24,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import structlog
 from alembic import op
 
 from frontdesk.audit import crypto
 from frontdesk.audit.repack import compact_log, expand_log, unzip_log
+
+log = structlog.get_logger("migrations")
 
 revision: str = "0017_audit_compact"
 down_revision: str | Sequence[str] | None = "0014_audit_blobs"
@@ -65,6 +69,9 @@ def upgrade() -> None:
                 f"ALTER TABLE {table} ALTER COLUMN {column} TYPE bytea"
                 f" USING convert_to({column}, 'UTF8')"
             )
+            # The values come deflated: PostgreSQL's own compression (which 0014 asked for
+            # from 256 bytes) would only spend time on them.
+            op.execute(f"ALTER TABLE {table} RESET (toast_tuple_target)")
     _lift_guard(postgresql)
     compact_log(bind)
     _restore_guard(postgresql)
@@ -78,8 +85,16 @@ def downgrade() -> None:
     _lift_guard(postgresql)
     if postgresql:
         op.execute("ALTER TABLE audit_event DISABLE TRIGGER audit_event_link")
-    unzip_log(bind, provider)  # Envelopes sealed plain again: their rows are linked again.
-    expand_log(bind, provider)
+    unzipped = unzip_log(bind, provider)  # Sealed plain again, their rows linked again.
+    expanded = expand_log(bind, provider)
+    if unzipped.locked_rows or expanded.locked_blobs:
+        log.warning(
+            "audit_downgrade_left_deflated",
+            rows=unzipped.locked_rows,
+            blobs=expanded.locked_blobs,
+            hint=f"the code before 0017 cannot decrypt these into text; run the downgrade"
+            f" with {crypto.MASTER_KEY_ENV} set to convert them",
+        )
     if postgresql:
         op.execute("ALTER TABLE audit_event ENABLE TRIGGER audit_event_link")
     _restore_guard(postgresql)
@@ -89,4 +104,5 @@ def downgrade() -> None:
                 f"ALTER TABLE {table} ALTER COLUMN {column} TYPE text"
                 f" USING convert_from({column}, 'UTF8')"
             )
+            op.execute(f"ALTER TABLE {table} SET (toast_tuple_target = 256)")
     op.create_index("ix_audit_event_turn", "audit_event", ["conversation_id", "turn_id"])
