@@ -412,7 +412,9 @@ class _Resealer:
     locked: int = 0
     """Blobs left deflated inside (no master key given)."""
 
-    def plain_inside(self, ref: str, kid: str, body: bytes | memoryview | str) -> bytes | str:
+    def plain_inside(
+        self, ref: str, kid: str, body: bytes | memoryview | str
+    ) -> bytes | memoryview | str:
         """`body`, sealed again if its plaintext is deflated (base64 text then)."""
         raw = _as_bytes(body)
         if isinstance(body, str) or _is_base64(raw):
