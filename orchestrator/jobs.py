@@ -34,7 +34,7 @@ from typing import Any, Literal
 import structlog
 
 from frontdesk.errors import ConfigError
-from frontdesk.threads.jobs import PERIODIC_QUEUE, QUEUE, JobRow, JobSpec, JobStore
+from frontdesk.threads.jobs import PERIODIC_QUEUE, QUEUE, Deferred, JobRow, JobSpec, JobStore
 
 log = structlog.get_logger("frontdesk.jobs")
 
@@ -170,14 +170,14 @@ class Jobs:
 
     # -- recording ------------------------------------------------------------------------
 
-    def recorded(self, specs: Sequence[JobSpec], ids: Sequence[int]) -> None:
+    def recorded(self, jobs: Sequence[Deferred]) -> None:
         """Note jobs this process recorded (committed): `drain` waits for them, a turn's
         `settle` for its user's, and this process's idle runner looks at once."""
-        self._deferred.update(ids)
-        for spec, job_id in zip(specs, ids, strict=False):
-            if spec.lock is not None:
-                self._by_lock.setdefault(spec.lock, set()).add(job_id)
-                self._settled.setdefault(spec.lock, asyncio.Event())
+        for job in jobs:
+            self._deferred.add(job.id)
+            if job.lock is not None:
+                self._by_lock.setdefault(job.lock, set()).add(job.id)
+                self._settled.setdefault(job.lock, asyncio.Event())
         if self._runner is not None:
             self._runner.wake()
 
@@ -322,6 +322,9 @@ class _LocalRunner:
     async def _fetch_loop(self) -> None:
         while not self._stopping:
             await self._slots.acquire()
+            # Cleared before the look, never after: a job recorded while we look wakes
+            # the wait below at once (cleared after, it would wait a whole poll).
+            self._wake.clear()
             try:
                 job = await self._next()
             except Exception as e:  # The database is away: look again later.
@@ -329,7 +332,6 @@ class _LocalRunner:
                 job = None
             if job is None:
                 self._slots.release()
-                self._wake.clear()
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._wake.wait(), POLL)
                 continue
@@ -340,6 +342,7 @@ class _LocalRunner:
     def _done(self, task: asyncio.Task[None]) -> None:
         self._running.pop(task, None)
         self._slots.release()
+        self._wake.set()  # A job of its lock may wait behind it: look now, not next poll.
 
     async def _next(self) -> JobRow | None:
         if not await self.jobs.store.has_due():  # A read: an idle poll takes no write lock.

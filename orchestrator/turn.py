@@ -806,8 +806,8 @@ async def _finish(
         finished = await p.store.finish_turn(
             lease, reply, outcome=outcome, also=also, release=release, jobs=jobs
         )
-        if p.jobs is not None and finished.job_ids:
-            p.jobs.recorded(jobs, finished.job_ids)  # Committed: this runner looks at once.
+        if p.jobs is not None and finished.jobs:
+            p.jobs.recorded(finished.jobs)  # Committed: this runner looks at once.
         return finished.opened
 
     try:

@@ -19,7 +19,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 import sqlalchemy as sa
 from sqlalchemy import Connection
@@ -142,12 +142,17 @@ def _pg(conn: Connection) -> bool:
 
 
 _DEFER_PG = sa.text(
-    "SELECT procrastinate_defer_jobs_v1(ARRAY("
-    " SELECT ROW(e.j->>'queue', e.j->>'task', 0, e.j->>'lock', e.j->>'qlock', e.j->'args',"
-    " CAST(e.j->>'at' AS timestamptz))::procrastinate_job_to_defer_v1"
-    " FROM jsonb_array_elements(CAST(:jobs AS jsonb)) WITH ORDINALITY AS e(j, n) ORDER BY e.n))"
+    "INSERT INTO procrastinate_jobs"
+    " (queue_name, task_name, priority, lock, queueing_lock, args, scheduled_at)"
+    " SELECT e.j->>'queue', e.j->>'task', 0, e.j->>'lock', e.j->>'qlock', e.j->'args',"
+    " CAST(e.j->>'at' AS timestamptz)"
+    " FROM jsonb_array_elements(CAST(:jobs AS jsonb)) WITH ORDINALITY AS e(j, n) ORDER BY e.n"
+    " ON CONFLICT (queueing_lock) WHERE status = 'todo' DO NOTHING"
+    " RETURNING id, lock"
 )
-"""One statement: the jobs travel as one JSON parameter (no value is formatted into SQL)."""
+"""One statement: the jobs travel as one JSON parameter (no value is formatted into SQL).
+It is the body of Procrastinate's `procrastinate_defer_jobs_v1`, which raises on a taken
+queueing lock (aborting the caller's transaction, the reply's); this skips the job."""
 
 
 def _pg_jobs(specs: Sequence[JobSpec]) -> str:
@@ -167,17 +172,22 @@ def _pg_jobs(specs: Sequence[JobSpec]) -> str:
     )
 
 
-def defer(conn: Connection, specs: Sequence[JobSpec]) -> list[int]:
-    """Record `specs` in the caller's transaction (one statement); returns their ids.
+class Deferred(NamedTuple):
+    """A job `defer` recorded: its id and its lock."""
 
-    A spec whose `queueing_lock` already has a job waiting is not recorded (on PostgreSQL,
-    pass such specs in a transaction of their own: Procrastinate refuses them by a unique
-    violation, which aborts the transaction)."""
+    id: int
+    lock: str | None
+
+
+def defer(conn: Connection, specs: Sequence[JobSpec]) -> list[Deferred]:
+    """Record `specs` in the caller's transaction (one statement); returns the jobs
+    recorded, in order. A spec whose `queueing_lock` already has a job waiting is not
+    recorded (it has no entry): the waiting job does its work."""
     if not specs:
         return []
     if _pg(conn):
-        ids = conn.execute(_DEFER_PG, {"jobs": _pg_jobs(specs)}).scalar_one()
-        return [int(i) for i in ids or ()]
+        found = conn.execute(_DEFER_PG, {"jobs": _pg_jobs(specs)})
+        return [Deferred(int(r[0]), r[1]) for r in found]
     now = utcnow()
     rows = [
         {
@@ -193,8 +203,8 @@ def defer(conn: Connection, specs: Sequence[JobSpec]) -> list[int]:
         }
         for s in specs
     ]
-    stmt = sqlite.insert(_j).values(rows).on_conflict_do_nothing().returning(_j.c.id)
-    return [int(r[0]) for r in conn.execute(stmt)]
+    stmt = sqlite.insert(_j).values(rows).on_conflict_do_nothing().returning(_j.c.id, _j.c.lock)
+    return [Deferred(int(r[0]), r[1]) for r in conn.execute(stmt)]
 
 
 # -- idempotency ----------------------------------------------------------------------
@@ -442,7 +452,7 @@ class JobStore:
         runner's (SQLite)."""
         return self.engine.dialect.name == "postgresql"
 
-    async def defer(self, specs: Sequence[JobSpec]) -> list[int]:
+    async def defer(self, specs: Sequence[JobSpec]) -> list[Deferred]:
         """Record `specs` in a transaction of their own (jobs caused by no stored row)."""
         return await run_sync_tx(self.engine, lambda conn: defer(conn, specs))
 
