@@ -34,7 +34,7 @@ from typing import Any, Literal
 import structlog
 
 from frontdesk.errors import ConfigError
-from frontdesk.threads.jobs import PERIODIC_QUEUE, QUEUE, Deferred, JobRow, JobSpec, JobStore
+from frontdesk.threads.jobs import PERIODIC_QUEUE, QUEUE, Deferred, JobRow, JobStore
 
 log = structlog.get_logger("frontdesk.jobs")
 
