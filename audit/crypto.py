@@ -13,8 +13,9 @@ so `audit cost` needs no key; `fields` names the encrypted ones and their JSON t
 shredded payload reads back with a marker in each place. The chain hashes the envelope as
 stored: `audit verify` needs no key.
 
-Data keys live in `audit_key` (migration `0010_audit_keys`), wrapped by the master key;
-`DataKeys` creates, caches (unwrapped, in process), destroys and re-wraps them.
+Data keys live in `audit_key` (migration `0010_audit_keys`), wrapped by the master key and
+filed under the owner's keyed ref (`frontdesk.audit.refs`, never the id or a plain digest of
+it); `DataKeys` creates, caches (unwrapped, in process), destroys and re-wraps them.
 """
 
 from __future__ import annotations

@@ -441,7 +441,7 @@ class AuditLog:
                 await engine.dispose()
             raise AuditKeyError(
                 f"the audit master key ({provider.key_id}) is not the one that wrapped this"
-                f" database's data keys ({', '.join(sorted(wrapped_by))}); set"
+                f" database's keys ({', '.join(sorted(wrapped_by))}); set"
                 f" {crypto.MASTER_KEY_ENV} to that key (rotate with `frontdesk audit rotate-key`)"
             )
         spool = Spool(spool_dir or DEFAULT_SPOOL_DIR) if on_failure == "spool" else None

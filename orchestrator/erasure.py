@@ -46,7 +46,8 @@ class ErasureReport:
     """What `Orchestrator.erase_user` changed, per kind of record (a re-run counts 0s)."""
 
     conversations: int = 0
-    """Conversations of the user (their owner is now a digest, their metadata emptied)."""
+    """Conversations of the user (their owner is now their ref, `erased:<ref>`, their metadata
+    emptied; a re-run counts those an older version erased under a plain digest)."""
     messages: int = 0
     """Transcript messages whose content became the erased marker."""
     summaries: int = 0

@@ -80,9 +80,11 @@ async def table_hits(url: str, needles: list[str]) -> dict[str, int]:
             for name in list((await conn.execute(text(names))).scalars()):
                 quoted = '"' + name.replace('"', '""') + '"'
                 if engine.dialect.name == "postgresql":
-                    rows = [r[0] for r in await conn.execute(text(f"SELECT t::text FROM {quoted} t"))]
+                    result = await conn.execute(text(f"SELECT t::text FROM {quoted} t"))
+                    rows = [str(r[0]) for r in result]
                 else:
-                    rows = [repr(tuple(r)) for r in await conn.execute(text(f"SELECT * FROM {quoted}"))]
+                    result = await conn.execute(text(f"SELECT * FROM {quoted}"))
+                    rows = [repr(tuple(r)) for r in result]
                 count = sum(row.count(n) for row in rows for n in needles)
                 if count:
                     hits[name] = count
