@@ -18,10 +18,13 @@ from frontdesk.audit import store as audit_store
 from frontdesk.audit.chains import legacy_user_chain_id, user_chain_id
 from frontdesk.audit.refs import UNKEYED, UserRefs
 from frontdesk.audit.store import AuditLog
-from frontdesk.db import create_engine, dispose_engine
+from frontdesk.db import create_engine, dispose_engine, run_write
 from frontdesk.experts.providers import FunctionModel, ModelRequest
 from frontdesk.orchestrator import Orchestrator
 from frontdesk.orchestrator.erasure import apply_retention, erased_owner
+from frontdesk.orchestrator.memory import memory_lock
+from frontdesk.schema import ensure_schema
+from frontdesk.threads.jobs import JobSpec, defer, list_jobs, rename_lock
 from tests.privacy import _app
 from tests.privacy.test_privacy import new_key, verify_all
 
@@ -226,3 +229,24 @@ async def test_an_erasure_after_the_upgrade_finds_and_refiles_what_plain_digests
     assert after == ["erased", "erased"]
     assert rows and all(r.payload.get("erased") for r in rows if r.encrypted)
     assert await verify_all(url)
+
+
+async def test_a_users_waiting_memory_jobs_are_renamed_to_the_keyed_lock(url: str) -> None:
+    """On PostgreSQL a succeeded job's row is deleted; one waiting or failed keeps its lock,
+    so erasure renames it (`threads.jobs.rename_lock`) on either backend."""
+    refs = UserRefs(b"r" * 32)
+    old, new = memory_lock(ALICE), memory_lock(ALICE, refs)
+    assert old == "memory:" + plain(ALICE)[:24] and new != old
+    engine = create_engine(url)
+    try:
+        await ensure_schema(engine)
+        spec = JobSpec(kind="memory.learn", args={"message_id": "m-1"}, lock=old)
+        other = JobSpec(kind="memory.learn", args={"message_id": "m-2"}, lock="memory:else")
+        await run_write(engine, lambda c: defer(c, [spec, other]))
+        assert await run_write(engine, lambda c: rename_lock(c, old, new)) == 1
+        assert await run_write(engine, lambda c: rename_lock(c, old, new)) == 0
+        async with engine.connect() as conn:
+            jobs = await conn.run_sync(lambda c: list_jobs(c))
+    finally:
+        await dispose_engine(engine)
+    assert sorted(str(j.lock) for j in jobs) == sorted([new, "memory:else"])
