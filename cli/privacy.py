@@ -13,9 +13,10 @@ from typing import Annotated
 import typer
 
 from frontdesk.audit import crypto
+from frontdesk.audit.refs import rewrap_ref_key
 from frontdesk.audit.store import AuditLog
 from frontdesk.cli._options import DbOption, JsonOption, emit_json, existing_db
-from frontdesk.db import create_engine, dispose_engine, run_write
+from frontdesk.db import Connection, create_engine, dispose_engine, run_write
 from frontdesk.errors import AuditKeyError, UserError
 from frontdesk.orchestrator.erasure import apply_retention, erase_user, parse_age
 from frontdesk.schema import ensure_schema
@@ -106,6 +107,14 @@ def retention(
     typer.echo(f"{verb} (before {out['periods_before']}, cutoff {out['cutoff']}): {counts}")
 
 
+def _rewrap_all(conn: Connection, old: crypto.KeyProvider, new: crypto.KeyProvider) -> int:
+    """The data keys and the ref key (the refs stay the same), in one transaction; how many
+    data keys were re-wrapped."""
+    done = crypto.rewrap(conn, old, new)
+    rewrap_ref_key(conn, old, new)
+    return done
+
+
 def rotate_key(db: DbOption = None) -> None:
     """Re-wrap every data key from FRONTDESK_MASTER_KEY to FRONTDESK_NEW_MASTER_KEY."""
     old = crypto.master_key_from_env()
@@ -122,7 +131,7 @@ def rotate_key(db: DbOption = None) -> None:
         engine = create_engine(url)
         try:
             await ensure_schema(engine)
-            return await run_write(engine, lambda conn: crypto.rewrap(conn, old, new))
+            return await run_write(engine, lambda conn: _rewrap_all(conn, old, new))
         finally:
             await dispose_engine(engine)
 

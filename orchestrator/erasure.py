@@ -7,6 +7,11 @@ append an `erased` event in the user's chain `audit.chains.user_chain_id(user_id
 on SQLite rewrite the files (`VACUUM`, WAL checkpoint) so no old page keeps a copy.
 A crash anywhere is finished by running it again: each step skips what is done already.
 
+What outlives the user names them by a ref (`frontdesk.audit.refs`): the conversations'
+owner `erased:<ref>`, their chain, their data keys' and memory jobs' names. With a master
+key the ref is keyed (nobody can test a guessed id against it); records older versions
+filed under the plain digest are found by it too and re-filed under the ref.
+
 To erase another kind of record, append a `Step` to `STORE_STEPS` (its name is a field of
 `ErasureReport`).
 """
@@ -24,9 +29,12 @@ from frontdesk.audit import crypto
 from frontdesk.audit import erasure as audit_erasure
 from frontdesk.audit.chains import user_chain_id
 from frontdesk.audit.events import AuditEvent
+from frontdesk.audit.refs import UNKEYED, UserRefs, legacy
 from frontdesk.audit.store import AuditLog
 from frontdesk.db import AsyncEngine, Connection, run_write
+from frontdesk.orchestrator.memory import memory_lock
 from frontdesk.threads import erasure as store_erasure
+from frontdesk.threads.jobs import rename_lock
 
 ERASED_OWNER_PREFIX = "erased:"
 RETENTION_CHAIN = "retention"
@@ -38,7 +46,8 @@ class ErasureReport:
     """What `Orchestrator.erase_user` changed, per kind of record (a re-run counts 0s)."""
 
     conversations: int = 0
-    """Conversations of the user (their owner is now a digest, their metadata emptied)."""
+    """Conversations of the user (their owner is now their ref, `erased:<ref>`, their metadata
+    emptied; a re-run counts those an older version erased under a plain digest)."""
     messages: int = 0
     """Transcript messages whose content became the erased marker."""
     summaries: int = 0
@@ -83,9 +92,16 @@ class RetentionReport:
         }
 
 
-def erased_owner(user_id: str) -> str:
-    """What an erased conversation's `user_id` becomes (a digest: no id in clear)."""
-    return ERASED_OWNER_PREFIX + crypto.user_ref(user_id)
+def erased_owner(user_id: str, refs: UserRefs = UNKEYED) -> str:
+    """What an erased conversation's `user_id` becomes: the user's ref, keyed when `refs`
+    are (`AuditLog.refs` with a master key), so no id in clear and none to guess."""
+    return ERASED_OWNER_PREFIX + refs.ref("erased_owner", user_id)
+
+
+def legacy_erased_owner(user_id: str) -> str:
+    """The erased owner versions before revision 0018 wrote (a plain digest): an erasure
+    still finds conversations disowned so, and gives them the keyed owner."""
+    return ERASED_OWNER_PREFIX + legacy(user_id)
 
 
 StepWork = Callable[[Connection, Sequence[str], str], int]
@@ -135,7 +151,9 @@ async def erase_user(
         after_step: Called with each step's name once it is committed (tests kill there).
     """
     counts: dict[str, int] = {}
-    owners = [user_id, erased_owner(user_id)]
+    refs = UNKEYED if audit is None else audit.refs
+    owner, old_owner = erased_owner(user_id, refs), legacy_erased_owner(user_id)
+    owners = list(dict.fromkeys([user_id, owner, old_owner]))
     ids = await _read(engine, lambda c: store_erasure.conversation_ids(c, owners))
     for step in STORE_STEPS:
 
@@ -152,16 +170,19 @@ async def erase_user(
 
         def destroy(conn: Connection) -> int:
             _secure(conn)
-            return audit_erasure.shred_user(conn, user_id)
+            return audit_erasure.shred_user(conn, user_id, refs)
 
         counts["audit_keys"] = await run_write(audit.engine, destroy)
         if audit.keys is not None:
-            audit.keys.forget(crypto.user_ref(user_id))
+            audit.keys.forget(refs.ref("data_key", user_id))
         _tick(after_step, "audit_keys")
 
     def own(conn: Connection) -> int:
         _secure(conn)
-        return store_erasure.disown_conversations(conn, user_id, erased_owner(user_id))
+        lock, old_lock = memory_lock(user_id, refs), memory_lock(user_id)
+        if lock != old_lock:  # Job rows outlive the user: no plain digest left in them.
+            rename_lock(conn, old_lock, lock)
+        return store_erasure.disown_conversations(conn, user_id, owner, also=[old_owner])
 
     counts["conversations"] = await run_write(engine, own)
     _tick(after_step, "conversations")
@@ -174,7 +195,7 @@ async def erase_user(
             "counts": report.counts(),
         }
         event = AuditEvent(kind="erased", turn_id="erasure", payload=payload)
-        await audit.append(user_chain_id(user_id), [event], in_clear=True)
+        await audit.append(user_chain_id(user_id, refs), [event], in_clear=True)
         _tick(after_step, "erased_event")
     await scrub_files(engine, None if audit is None else audit.engine)
     return report

@@ -861,7 +861,7 @@ def _jobs_after(p: Pipeline, t: Turn, reply: MessageRecord) -> list[JobSpec]:
         and t.user_id is not None
         and _memory.may_state_a_fact(question.content)
     ):
-        jobs.append(_memory.learn_spec(t.user_id, question.id))
+        jobs.append(_memory.learn_spec(t.user_id, question.id, p.memory.refs))
     after = [*t.thread.messages, ThreadMessage(role="assistant", content=reply.content)]
     if p.compaction_policy.plan(after, p.counter) is not None:
         jobs.append(compaction_spec(t.conversation_id, reply.id))

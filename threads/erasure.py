@@ -99,10 +99,14 @@ def erase_handoffs(conn: Connection, ids: Sequence[str], _user_id: str) -> int:
     return _rows(conn.execute(sa.update(_handoff).where(where).values(reason=ERASED)))
 
 
-def disown_conversations(conn: Connection, user_id: str, owner: str) -> int:
+def disown_conversations(
+    conn: Connection, user_id: str, owner: str, *, also: Sequence[str] = ()
+) -> int:
     """The user's conversations now belong to `owner` (a digest), their metadata emptied.
-    Taken last, so a re-run after a crash still finds the conversations by the user id."""
-    query = sa.update(_conv).where(_conv.c.user_id == user_id)
+    Taken last, so a re-run after a crash still finds the conversations by the user id.
+    Conversations owned by any of `also` (an older form of the erased owner) get `owner` too."""
+    owners = [user_id, *(o for o in also if o != owner)]
+    query = sa.update(_conv).where(_conv.c.user_id.in_(owners))
     return _rows(conn.execute(query.values(user_id=owner, metadata={})))
 
 

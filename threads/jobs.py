@@ -46,6 +46,7 @@ __all__ = [
     "mark_done",
     "outstanding",
     "record_error",
+    "rename_lock",
     "renew",
     "retry",
     "statuses",
@@ -221,6 +222,17 @@ def mark_done(conn: Connection, key: str) -> None:
     conn.execute(
         insert(_d).values(key=key, done_at=utcnow()).on_conflict_do_nothing(index_elements=["key"])
     )
+
+
+def rename_lock(conn: Connection, old: str, new: str) -> int:
+    """Give the jobs of lock `old` the lock `new` (an erasure renames a user's memory jobs
+    from the plain digest older versions locked them by); one running now keeps its lock.
+    How many were renamed."""
+    if _pg(conn):
+        sql = "UPDATE procrastinate_jobs SET lock = :new WHERE lock = :old AND status <> 'doing'"
+        return int(conn.execute(sa.text(sql), {"old": old, "new": new}).rowcount or 0)
+    query = sa.update(_j).where(_j.c.lock == old, _j.c.status != "doing").values(lock=new)
+    return int(conn.execute(query).rowcount or 0)
 
 
 # -- listing and mending (both backends) -----------------------------------------------
