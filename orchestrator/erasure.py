@@ -413,6 +413,11 @@ class RetentionPolicy:
             raise ConfigError(
                 f"retention older_than must be a positive timedelta, got {self.older_than!r}"
             )
+        PeriodicJob(name=RETENTION, every=self.every, run=_nothing)  # Checks `every`.
+
+
+async def _nothing() -> None:
+    return None
 
 
 def retention_policy(

@@ -109,6 +109,9 @@ class PeriodicJob:
     """A `frontdesk.job` span per run (a sweep every second would be a span a second:
     such runs are counted, not traced)."""
 
+    def __post_init__(self) -> None:
+        _check_periodic(self)
+
     def cron(self) -> str:
         """The schedule as Procrastinate's cron (6 fields: seconds last)."""
         if self.every < 60:
