@@ -56,6 +56,10 @@ over after this); a running job renews it every third of it."""
 POLL = 0.25
 """Seconds an idle runner waits between looks for due jobs (woken early by its own
 process's new jobs, and on PostgreSQL by Procrastinate's LISTEN/NOTIFY)."""
+IDLE_POLL = 5.0
+"""Seconds an idle inline runner on SQLite backs off to between looks (its own process's
+jobs and retries wake it at once; the looks find what dead processes left, whose leases
+ran out). A `frontdesk worker` keeps looking every `POLL`."""
 SHUTDOWN_GRACE = 10.0
 """Seconds a stopping runner lets its running jobs finish before giving them back."""
 STALLED_AFTER = 5.0
@@ -290,6 +294,7 @@ class Jobs:
                 left = await self.store.outstanding(list(self._deferred)) if self._deferred else 0
             if left == 0:
                 self._deferred.clear()
+                self._kinds.clear()
                 return
             if deadline is not None and time.monotonic() >= deadline:
                 raise DrainTimeout(left)
@@ -310,6 +315,8 @@ class Jobs:
             left = await self.store.outstanding(ids) if ids else 0
             if left == 0:
                 self._deferred.difference_update(ids)
+                for i in ids:
+                    self._kinds.pop(i, None)
                 return 0
             now = time.monotonic()
             if self._runner is None and now - checked >= 1.0:
@@ -407,8 +414,14 @@ class _LocalRunner:
                 await asyncio.gather(*late, return_exceptions=True)
 
     async def _fetch_loop(self) -> None:
+        idle = POLL
+        # A `frontdesk worker` runs what other processes record: it looks every `POLL`. An
+        # inline runner is woken by its own process's jobs (and their retries), so while
+        # idle it backs off to `IDLE_POLL`, looking only for what dead processes left.
+        longest = POLL if self.announce else IDLE_POLL
         while not self._stopping:
             await self._slots.acquire()
+            self._wake.clear()  # Before the look: a job recorded meanwhile still wakes it.
             try:
                 job = await self._next()
             except Exception as e:  # The database is away: look again later.
@@ -416,10 +429,13 @@ class _LocalRunner:
                 job = None
             if job is None:
                 self._slots.release()
-                self._wake.clear()
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._wake.wait(), POLL)
+                try:
+                    await asyncio.wait_for(self._wake.wait(), idle)
+                    idle = POLL
+                except TimeoutError:
+                    idle = min(idle * 2, longest)
                 continue
+            idle = POLL
             task = asyncio.get_running_loop().create_task(self._run(job))
             self._running[task] = job
             task.add_done_callback(self._done)
@@ -460,6 +476,8 @@ class _LocalRunner:
                 status: Literal["todo", "failed"] = "failed" if delay is None else "todo"
                 span.failed(e, outcome=status_outcome(status))
                 await store.finish(job.id, status, error=error_text(e), retry_in=delay)
+                if delay is not None:  # Look again when the retry is due.
+                    asyncio.get_running_loop().call_later(delay, self.wake)
             else:
                 renewing.cancel()
                 await store.finish(job.id, "succeeded")
