@@ -189,6 +189,14 @@ async def test_a_worker_killed_mid_job_leaves_it_to_another(url: str, tmp_path: 
     await orch.aclose()
 
 
+def privacy_worker(url: str, key: str) -> subprocess.Popen[bytes]:
+    """A `frontdesk worker` process of the privacy tests' app (with its master key)."""
+    env = {**os.environ, "FRONTDESK_MASTER_KEY": key}
+    frontdesk = str(Path(sys.executable).parent / "frontdesk")
+    command = [frontdesk, "worker", "--app", "tests.privacy._app:worker_app", "--db", url]
+    return subprocess.Popen(command, cwd=REPO, env=env, stderr=subprocess.PIPE)
+
+
 @pytest.mark.parametrize("runner", ["inline", "worker"])
 async def test_an_erasure_killed_midway_is_finished_by_the_job_runner(
     url: str, runner: str, tmp_path: Path
@@ -216,10 +224,7 @@ async def test_an_erasure_killed_midway_is_finished_by_the_job_runner(
     if runner == "inline":
         await jobs.drain(timeout=ERASE_LEASE + 20)
     else:
-        env = {**os.environ, "FRONTDESK_MASTER_KEY": key}
-        frontdesk = str(Path(sys.executable).parent / "frontdesk")
-        command = [frontdesk, "worker", "--app", "tests.privacy._app:worker_app", "--db", url]
-        process = subprocess.Popen(command, cwd=REPO, env=env, stderr=subprocess.PIPE)
+        process = privacy_worker(url, key)
         try:
 
             async def finished() -> bool:

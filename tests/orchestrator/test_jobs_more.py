@@ -161,7 +161,9 @@ async def test_erase_user_records_its_request_and_leaves_no_job_behind(url: str)
     assert time.monotonic() - began < 2.0
     assert report.messages == 4 and report.conversations == 1  # As before: the counts.
     assert await orch.jobs.list() == []
-    (request,) = await sql(url, "SELECT user_id, requested_by, done_at, counts FROM erasure_request")
+    (request,) = await sql(
+        url, "SELECT user_id, requested_by, done_at, counts FROM erasure_request"
+    )
     assert request[0] is None and request[1] == "ticket-7" and request[2] is not None
     counts = request[3] if isinstance(request[3], dict) else json.loads(request[3])
     assert counts == report.counts()
@@ -195,7 +197,7 @@ async def test_an_erasure_whose_caller_failed_is_finished_by_the_job_runner(url:
     assert took < erasure.ERASE_LEASE + 10
     assert await orch.jobs.list() == []
     assert orch.audit_log is not None
-    erased = [r for r in await orch.audit_log.events(user_chain_id(_app.ZOE))]
+    erased = list(await orch.audit_log.events(user_chain_id(_app.ZOE)))
     assert [r.kind for r in erased] == ["erased"]
     assert erased[0].payload["counts"]["audit_keys"] >= 1
     (request,) = await sql(url, "SELECT user_id, done_at FROM erasure_request")
