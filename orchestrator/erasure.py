@@ -251,6 +251,16 @@ async def request_erasure(
 
     request_id, job_id = await run_write(engine, record)
     keeping = asyncio.get_running_loop().create_task(_keep_postponed(engine, job_id))
+
+    async def stop_keeping() -> None:
+        keeping.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await keeping
+
+    async def finish(report: ErasureReport) -> None:
+        await stop_keeping()  # Done: the job is completed, and the rewrite runs alone.
+        await _finish(engine, request_id, report, job_id)
+
     try:
         return await erase_user(
             engine,
@@ -258,12 +268,10 @@ async def request_erasure(
             user_id,
             requested_by=requested_by,
             after_step=after_step,
-            before_scrub=lambda report: _finish(engine, request_id, report, job_id),
+            before_scrub=finish,
         )
     finally:
-        keeping.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await keeping
+        await stop_keeping()
 
 
 async def _keep_postponed(engine: AsyncEngine, job_id: int) -> None:
