@@ -148,6 +148,21 @@ def test_serve_and_worker_take_a_retention_age(tmp_path: Path) -> None:
     assert "retention: payloads older than 84 days shredded every 3600 s" in lines[4]
 
 
+def test_worker_and_serve_refuse_a_bad_retention_age(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from typer.testing import CliRunner
+
+    from frontdesk.cli import app as cli
+
+    for name in ("APP", "DB", "JOBS", "RETENTION", "RETENTION_TRANSCRIPTS"):
+        monkeypatch.delenv(f"FRONTDESK_SERVE_{name}", raising=False)  # Restored after.
+    db = f"sqlite:///{tmp_path / 'w.db'}"
+    for command in (["worker"], ["serve", "--model", "offline", "--allow-clear-audit"]):
+        result = CliRunner().invoke(cli, [*command, "--db", db, "--retention", "soon"])
+        assert result.exit_code == 2 and "90d" in result.output, result.output
+
+
 # -- erasure as a job -------------------------------------------------------------------
 
 
