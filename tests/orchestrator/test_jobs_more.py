@@ -365,3 +365,23 @@ async def test_a_request_row_forgets_its_user_when_done(url: str) -> None:
         assert read is not None and read.done and read.user_id is None and read.counts == {"x": 1}
     finally:
         await store.aclose()
+
+
+async def test_a_periodic_tick_is_claimed_once_and_runners_are_seen_alive(tmp_path: Path) -> None:
+    store = await ConversationStore.open(f"sqlite:///{tmp_path / 't.db'}")
+    jobs = JobStore(store.engine)
+    try:
+        assert await jobs.claim_tick("p", 10) and not await jobs.claim_tick("p", 10)
+        assert not await jobs.claim_tick("p", 9)  # An older tick, from a late runner.
+        assert await jobs.claim_tick("p", 11) and await jobs.claim_tick("q", 10)
+        assert await jobs.runners_alive(within=5.0) == 0
+        runner = await jobs.register_runner()
+        assert await jobs.runners_alive(within=5.0) == 1
+        await asyncio.sleep(0.3)
+        assert await jobs.runners_alive(within=0.2) == 0  # Its heartbeat is too old now...
+        await jobs.beat(runner)
+        assert await jobs.runners_alive(within=0.2) == 1  # ... and fresh again.
+        await jobs.unregister_runner(runner, stale_after=3600.0)
+        assert await jobs.runners_alive(within=5.0) == 0
+    finally:
+        await store.aclose()
