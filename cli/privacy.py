@@ -18,7 +18,7 @@ from frontdesk.audit.store import AuditLog
 from frontdesk.cli._options import DbOption, JsonOption, emit_json, existing_db
 from frontdesk.db import Connection, create_engine, dispose_engine, run_write
 from frontdesk.errors import AuditKeyError, UserError
-from frontdesk.orchestrator.erasure import apply_retention, erase_user, parse_age
+from frontdesk.orchestrator.erasure import apply_retention, parse_age, request_erasure
 from frontdesk.schema import ensure_schema
 from frontdesk.threads.store import ConversationStore
 
@@ -34,7 +34,8 @@ def erase(
     db: DbOption = None,
     as_json: JsonOption = False,
 ) -> None:
-    """Erase a user: transcripts, summaries, outcomes, audit data keys (docs/privacy.md)."""
+    """Erase a user: transcripts, summaries, outcomes, audit data keys (docs/privacy.md).
+    The request is recorded first: if this command dies, a job runner finishes it."""
     url = existing_db(db)
     if not yes and not typer.confirm(
         f"Erase every stored message and audit payload of user {user!r}? This cannot be undone"
@@ -46,7 +47,8 @@ def erase(
         store = await ConversationStore.open(url)
         try:
             log = await AuditLog.open(store.engine)
-            report = await erase_user(store.engine, log, user, requested_by=requested_by)
+            # Recorded first, with its job: if this command dies, a job runner finishes it.
+            report = await request_erasure(store.engine, log, user, requested_by=requested_by)
             return report.counts()
         finally:
             await store.aclose()

@@ -37,7 +37,7 @@ from frontdesk.experts.memory import MemoryExpert
 from frontdesk.labels import neutralise
 from frontdesk.memory import Memory, MemorySource
 from frontdesk.orchestrator._recorder import TurnRecorder, observing
-from frontdesk.orchestrator.jobs import JobKind, Jobs
+from frontdesk.orchestrator.jobs import DrainTimeout, JobKind, Jobs
 from frontdesk.threads import ERASED_MARKER, ConversationRecord
 from frontdesk.threads.budget import Document
 from frontdesk.threads.builder import ExpertView
@@ -263,11 +263,23 @@ class Memories:
 
         return JobKind(name=LEARN, run=run, timeout=LEARN_TIMEOUT)
 
-    async def wait(self, within: float = CLOSE_TIMEOUT) -> None:
-        """Wait, at most `within` seconds, for the background jobs (`Orchestrator.drain`)."""
-        if self.jobs is not None:
-            with contextlib.suppress(TimeoutError):
-                await self.jobs.drain(within)
+    async def wait(self, within: float = CLOSE_TIMEOUT) -> int:
+        """Wait, at most `within` seconds, for the learning recorded so far; how many
+        jobs are left (0: every fact said so far is learnt).
+
+        With `jobs="inline"` this drains the background jobs (`Orchestrator.drain`). With
+        `jobs="worker"` the workers learn: this looks at the job rows of the learning this
+        process recorded and returns as soon as they are done, or at once when no worker
+        is alive (logging `jobs.no_runner`: nobody would learn them while it waited)."""
+        if self.jobs is None:
+            return 0
+        if self.jobs.mode == "worker":
+            return await self.jobs.wait([LEARN], within)
+        try:
+            await self.jobs.drain(within)
+        except DrainTimeout as e:
+            return e.left
+        return 0
 
     async def _settle(self, user_id: str) -> None:
         if self.jobs is not None:  # Bounded: the wait ends, the memory job goes on.

@@ -239,7 +239,7 @@ async def test_operator_calls_name_what_is_wrong(url: str) -> None:
 
 async def test_a_timeout_hands_back_with_the_configured_message(url: str) -> None:
     # Long enough that a turn on a loaded machine (PostgreSQL, 2 cores) stays within it.
-    TIMEOUT = 1.5  # noqa: N806
+    TIMEOUT = 1.5
     team = Team()
     orch = build(url, team, handoff_timeout=TIMEOUT, handoff_timeout_message="Back to the bot.")
     await orch.handle("c", "I want a person", user_id="u")
