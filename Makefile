@@ -48,14 +48,19 @@ prerequisites: $(AXE)
 
 # The whole suite, the multi-process tests (marker `processes`) and the package check
 # (marker `package`: sdist + wheel in a fresh venv beside a host app) included.
+# TEST_WORKERS pytest-xdist processes (2: this project's CI machines have 2 cores; 0 runs
+# the suite in this process). The multi-process and package tests share one of them
+# (tests/conftest.py), so two of those never compete for the cores at once.
+TEST_WORKERS ?= 2
+
 test: prerequisites $(STAMP)
 	@$(BIN)/python -m tests._pg
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup
 
 # The edit loop: everything but the slow multi-process tests and the package check.
 test-quick: prerequisites $(STAMP)
 	@$(BIN)/python -m tests._pg
-	$(BIN)/python -m pytest -q -m "not processes and not package"
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup -m "not processes and not package"
 
 package-check: $(STAMP)
 	$(BIN)/python -m pytest -q -m package

@@ -13,8 +13,9 @@ so `audit cost` needs no key; `fields` names the encrypted ones and their JSON t
 shredded payload reads back with a marker in each place. The chain hashes the envelope as
 stored: `audit verify` needs no key.
 
-Data keys live in `audit_key` (migration `0010_audit_keys`), wrapped by the master key;
-`DataKeys` creates, caches (unwrapped, in process), destroys and re-wraps them.
+Data keys live in `audit_key` (migration `0010_audit_keys`), wrapped by the master key and
+filed under the owner's keyed ref (`frontdesk.audit.refs`, never the id or a plain digest of
+it); `DataKeys` creates, caches (unwrapped, in process), destroys and re-wraps them.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ import json
 import os
 import secrets
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Protocol, runtime_checkable
@@ -204,7 +205,9 @@ def as_provider(key: bytes | str | KeyProvider | None) -> KeyProvider | None:
 
 
 def user_ref(user_id: str | None) -> str:
-    """The digest a user's keys are filed under (`None`, single-user mode, is user "")."""
+    """The plain digest of a user id (`None`, single-user mode, is user ""): what keys were
+    filed under before revision 0018; they are filed under `AuditLog.refs` now (keyed with
+    a master key, see `frontdesk.audit.refs`), and this is looked for only to find old ones."""
     return hashlib.sha256((user_id or "").encode("utf-8", "surrogatepass")).hexdigest()[:32]
 
 
@@ -583,17 +586,35 @@ def live_master_ids(conn: Connection) -> set[str]:
     return set(conn.execute(query).scalars())
 
 
-def destroy(conn: Connection, *, ref: str | None = None, before_period: str | None = None) -> int:
-    """Destroy live data keys of user `ref`, or of every period before `before_period`."""
+def destroy(
+    conn: Connection,
+    *,
+    ref: str | None = None,
+    before_period: str | None = None,
+    refs: Collection[str] | None = None,
+) -> int:
+    """Destroy live data keys of user `ref` (or of any of `refs`: the keyed ref and the plain
+    digest older versions filed under), or of every period before `before_period`."""
     where: list[ColumnElement[bool]] = [audit_key.c.destroyed_at.is_(None)]
     if ref is not None:
         where.append(audit_key.c.user_ref == ref)
+    if refs is not None:
+        where.append(audit_key.c.user_ref.in_(sorted(refs)))
     if before_period is not None:
         where.append(audit_key.c.period < before_period)
     result = conn.execute(
         update(audit_key).where(*where).values(wrapped_key="", destroyed_at=now_text())
     )
     return int(result.rowcount or 0)
+
+
+def refile_destroyed(conn: Connection, old: str, new: str) -> int:
+    """File the destroyed keys of ref `old` under `new` (their `user_ref` is all that is left
+    of them): an erasure takes the plain digest of older versions out of the table."""
+    query = update(audit_key).where(
+        audit_key.c.user_ref == old, audit_key.c.destroyed_at.is_not(None)
+    )
+    return int(conn.execute(query.values(user_ref=new)).rowcount or 0)
 
 
 def count_live(conn: Connection, *, before_period: str) -> int:

@@ -14,6 +14,7 @@ import sqlalchemy as sa
 from sqlalchemy import Connection
 
 from frontdesk.audit import compact, crypto
+from frontdesk.audit.refs import UserRefs, legacy
 from frontdesk.audit.tables import audit_event
 
 __all__ = ["rows_in_clear", "shred_before", "shred_user"]
@@ -39,9 +40,18 @@ def _sealed(stored: bytes | str) -> bool:
         return False
 
 
-def shred_user(conn: Connection, user_id: str) -> int:
-    """Destroy every live data key of `user_id`; how many were destroyed."""
-    return crypto.destroy(conn, ref=crypto.user_ref(user_id))
+def shred_user(conn: Connection, user_id: str, refs: UserRefs) -> int:
+    """Destroy every live data key of `user_id`; how many were destroyed.
+
+    Keys are looked for under the user's ref (`refs`, the log's) and under the plain digest
+    older versions filed them under; destroyed keys left under that digest (by this run or
+    an erasure before the upgrade) are filed under the ref, so the digest leaves the table.
+    """
+    ref = refs.ref("data_key", user_id)
+    done = crypto.destroy(conn, refs=refs.all("data_key", user_id))
+    if legacy(user_id) != ref:
+        crypto.refile_destroyed(conn, legacy(user_id), ref)
+    return done
 
 
 def shred_before(conn: Connection, period: str, *, dry_run: bool = False) -> int:

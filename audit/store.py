@@ -52,6 +52,7 @@ from frontdesk.audit.chain import (
 from frontdesk.audit.crypto import DataKeys, KeyProvider, PayloadOpener
 from frontdesk.audit.errors import AuditConfigError, AuditKeyError, AuditWriteError
 from frontdesk.audit.events import AuditEvent
+from frontdesk.audit.refs import UNKEYED, UserRefs, load_refs, master_of, read_refs
 from frontdesk.audit.spool import Spool
 from frontdesk.audit.tables import audit_event, audit_head, audit_prompt
 from frontdesk.db import create_engine, dispose_engine, run_write, writes_to
@@ -369,6 +370,16 @@ _MOVE_HEAD = Statement(
 )
 
 
+async def _ref_key(engine: AsyncEngine, provider: KeyProvider) -> UserRefs:
+    """The database's keyed refs: read, or made once (one short write) on a first open."""
+    async with engine.connect() as conn:
+        found = await conn.run_sync(lambda c: read_refs(c, provider))
+    if found is not None:
+        return found
+    result: UserRefs = await run_write(engine, lambda c: load_refs(c, provider))
+    return result
+
+
 class AuditLog:
     """The audit log of every expert call and turn decision; open it with `AuditLog.open`."""
 
@@ -381,8 +392,10 @@ class AuditLog:
         spool: Spool | None,
         keys: DataKeys | None = None,
         needs_key: bool = False,
+        user_refs: UserRefs = UNKEYED,
     ) -> None:
         self._engine = engine
+        self._refs = user_refs
         self._owns_engine = owns_engine
         self._on_failure = on_failure
         self._spool = spool
@@ -419,7 +432,7 @@ class AuditLog:
         Raises:
             ConfigError: for an unknown URL form or `on_failure` value.
             AuditKeyError: the master key is malformed, or is not the one that wrapped the
-                database's data keys.
+                database's data keys (or its ref key, `frontdesk.audit.refs`).
             SchemaOutdated: the database's schema is older than this code.
         """
         if on_failure not in ("raise", "spool"):
@@ -434,20 +447,28 @@ class AuditLog:
             await ensure_schema(engine)
             async with engine.connect() as conn:
                 masters = await conn.run_sync(crypto.live_master_ids)
+                ref_master = await conn.run_sync(master_of)
         except BaseException:
             if owns:
                 await engine.dispose()
             raise
-        if provider is not None and masters - {provider.key_id}:
+        wrapped_by = masters | ({ref_master} if ref_master else set())
+        if provider is not None and wrapped_by - {provider.key_id}:
             if owns:
                 await engine.dispose()
             raise AuditKeyError(
                 f"the audit master key ({provider.key_id}) is not the one that wrapped this"
-                f" database's data keys ({', '.join(sorted(masters))}); set"
+                f" database's keys ({', '.join(sorted(wrapped_by))}); set"
                 f" {crypto.MASTER_KEY_ENV} to that key (rotate with `frontdesk audit rotate-key`)"
             )
         spool = Spool(spool_dir or DEFAULT_SPOOL_DIR) if on_failure == "spool" else None
         keys = None if provider is None else DataKeys(provider)
+        try:
+            user_refs = UNKEYED if provider is None else await _ref_key(engine, provider)
+        except BaseException:
+            if owns:
+                await engine.dispose()
+            raise
         return cls(
             engine,
             owns_engine=owns,
@@ -455,12 +476,19 @@ class AuditLog:
             spool=spool,
             keys=keys,
             needs_key=bool(masters),
+            user_refs=user_refs,
         )
 
     @property
     def keys(self) -> DataKeys | None:
         """The data keys (when a master key is configured): payloads are then encrypted."""
         return self._keys
+
+    @property
+    def refs(self) -> UserRefs:
+        """The digests users are filed under: keyed with a master key, plain without one
+        (`frontdesk.audit.refs`); erasure and the user's own chain name users by them."""
+        return self._refs
 
     @property
     def needs_key(self) -> bool:
@@ -606,7 +634,7 @@ class AuditLog:
             return
         keys, ref, period = (
             self._keys,
-            crypto.user_ref(user_id),
+            self._refs.ref("data_key", user_id),
             crypto.period_of(_utc_text(datetime.now(UTC))),
         )
         if keys.ready(ref, period):
@@ -674,7 +702,7 @@ class AuditLog:
         prompt = None if event.system_prompt is None else sha256_text(event.system_prompt)
         created = _utc_text(event.created_at)
         if self._keys is not None and not in_clear:
-            ref, period = crypto.user_ref(user_id), crypto.period_of(created)
+            ref, period = self._refs.ref("data_key", user_id), crypto.period_of(created)
             kid = self._keys.cached(ref, period)
             if kid is None:
                 return _Prepared(event, created, "", prompt, crypto.split(event.payload))
@@ -805,7 +833,7 @@ class AuditLog:
     ) -> list[_Prepared]:
         """The batch with each payload encrypted under its owner's key for its month."""
         assert self._keys is not None
-        ref = crypto.user_ref(user_id)
+        ref = self._refs.ref("data_key", user_id)
         out = []
         for item in batch:
             if item.split is None:

@@ -47,6 +47,20 @@ def model_option(help: str = MODEL_HELP) -> Any:
     return typer.Option("--model", help=help)
 
 
+RetentionOption = Annotated[
+    str | None,
+    typer.Option(
+        "--retention",
+        help="Shred audit payloads older than this age (90d, 12w, 6m) as an hourly periodic"
+        " job, instead of cron (docs/privacy.md).",
+    ),
+]
+RetentionTranscriptsOption = Annotated[
+    bool,
+    typer.Option(
+        "--retention-transcripts", help="With --retention: erase old transcript messages too."
+    ),
+]
 DbOption = Annotated[str | None, db_option()]
 JsonOption = Annotated[bool, json_option()]
 ModelOption = Annotated[str | None, model_option()]

@@ -13,9 +13,18 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from frontdesk.cli._options import DbOption, JsonOption, app_option, db_url, existing_db
+from frontdesk.cli._options import (
+    DbOption,
+    JsonOption,
+    RetentionOption,
+    RetentionTranscriptsOption,
+    app_option,
+    db_url,
+    existing_db,
+)
 from frontdesk.errors import ConfigError
 from frontdesk.orchestrator.app import DEFAULT_APP, load_app
+from frontdesk.orchestrator.erasure import retention_policy
 from frontdesk.orchestrator.jobs import DEFAULT_CONCURRENCY, SHUTDOWN_GRACE
 from frontdesk.threads.jobs import JobRow, JobStore
 from frontdesk.threads.store import ConversationStore
@@ -35,11 +44,13 @@ def worker(
         float,
         typer.Option("--grace", help="Seconds running jobs may finish after SIGTERM."),
     ] = SHUTDOWN_GRACE,
+    retention: RetentionOption = None,
+    retention_transcripts: RetentionTranscriptsOption = False,
 ) -> None:
-    """Run the background jobs (memory learning, compaction, hand-off timeouts) until
-    SIGTERM or Ctrl-C, then stop gracefully: running jobs get --grace seconds to finish,
-    the rest are given back to be retried. Run several, on several hosts (PostgreSQL), with
-    `frontdesk serve --jobs worker`."""
+    """Run the background jobs (memory learning, compaction, hand-off timeouts, erasures,
+    retention with --retention) until SIGTERM or Ctrl-C, then stop gracefully: running
+    jobs get --grace seconds to finish, the rest are given back to be retried. Run several,
+    on several hosts (PostgreSQL), with `frontdesk serve --jobs worker`."""
     if concurrency < 1:
         raise ConfigError(f"--concurrency {concurrency}: at least 1")
     if grace < 0:
@@ -48,6 +59,8 @@ def worker(
     orch = load_app(app_spec, db=url)
     orch.use_store(url)
     orch.use_jobs("worker")  # This process runs them in the foreground, below.
+    if retention is not None:
+        orch.use_retention(retention_policy(retention, transcripts=retention_transcripts))
     orch.job_concurrency = concurrency
 
     async def run() -> None:

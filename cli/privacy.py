@@ -13,11 +13,12 @@ from typing import Annotated
 import typer
 
 from frontdesk.audit import crypto
+from frontdesk.audit.refs import rewrap_ref_key
 from frontdesk.audit.store import AuditLog
 from frontdesk.cli._options import DbOption, JsonOption, emit_json, existing_db
-from frontdesk.db import create_engine, dispose_engine, run_write
+from frontdesk.db import Connection, create_engine, dispose_engine, run_write
 from frontdesk.errors import AuditKeyError, UserError
-from frontdesk.orchestrator.erasure import apply_retention, erase_user, parse_age
+from frontdesk.orchestrator.erasure import apply_retention, parse_age, request_erasure
 from frontdesk.schema import ensure_schema
 from frontdesk.threads.store import ConversationStore
 
@@ -33,7 +34,8 @@ def erase(
     db: DbOption = None,
     as_json: JsonOption = False,
 ) -> None:
-    """Erase a user: transcripts, summaries, outcomes, audit data keys (docs/privacy.md)."""
+    """Erase a user: transcripts, summaries, outcomes, audit data keys (docs/privacy.md).
+    The request is recorded first: if this command dies, a job runner finishes it."""
     url = existing_db(db)
     if not yes and not typer.confirm(
         f"Erase every stored message and audit payload of user {user!r}? This cannot be undone"
@@ -45,7 +47,8 @@ def erase(
         store = await ConversationStore.open(url)
         try:
             log = await AuditLog.open(store.engine)
-            report = await erase_user(store.engine, log, user, requested_by=requested_by)
+            # Recorded first, with its job: if this command dies, a job runner finishes it.
+            report = await request_erasure(store.engine, log, user, requested_by=requested_by)
             return report.counts()
         finally:
             await store.aclose()
@@ -106,6 +109,14 @@ def retention(
     typer.echo(f"{verb} (before {out['periods_before']}, cutoff {out['cutoff']}): {counts}")
 
 
+def _rewrap_all(conn: Connection, old: crypto.KeyProvider, new: crypto.KeyProvider) -> int:
+    """The data keys and the ref key (the refs stay the same), in one transaction; how many
+    data keys were re-wrapped."""
+    done = crypto.rewrap(conn, old, new)
+    rewrap_ref_key(conn, old, new)
+    return done
+
+
 def rotate_key(db: DbOption = None) -> None:
     """Re-wrap every data key from FRONTDESK_MASTER_KEY to FRONTDESK_NEW_MASTER_KEY."""
     old = crypto.master_key_from_env()
@@ -122,7 +133,7 @@ def rotate_key(db: DbOption = None) -> None:
         engine = create_engine(url)
         try:
             await ensure_schema(engine)
-            return await run_write(engine, lambda conn: crypto.rewrap(conn, old, new))
+            return await run_write(engine, lambda conn: _rewrap_all(conn, old, new))
         finally:
             await dispose_engine(engine)
 

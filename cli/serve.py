@@ -12,7 +12,13 @@ from typing import Annotated
 
 import typer
 
-from frontdesk.cli._options import DbOption, ModelOption, app_option
+from frontdesk.cli._options import (
+    DbOption,
+    ModelOption,
+    RetentionOption,
+    RetentionTranscriptsOption,
+    app_option,
+)
 from frontdesk.errors import ConfigError
 from frontdesk.orchestrator.app import DEFAULT_APP
 
@@ -100,6 +106,8 @@ def serve(
             " `frontdesk worker` processes (worker).",
         ),
     ] = "inline",
+    retention: RetentionOption = None,
+    retention_transcripts: RetentionTranscriptsOption = False,
 ) -> None:
     """Serve the HTTP API, the customer chat page (/) and the operator console (/operator).
 
@@ -128,6 +136,8 @@ def serve(
         allow_clear_audit=allow_clear_audit,
         metrics_port=metrics_port,
         jobs=jobs,
+        retention=retention,
+        retention_transcripts=retention_transcripts,
     )
     if prepared.demo_urls is not None:
         customer, operator = prepared.demo_urls

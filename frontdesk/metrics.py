@@ -43,6 +43,7 @@ __all__ = [
     "expert_call",
     "exposition",
     "first_token",
+    "job",
     "rate_limited",
     "turn",
 ]
@@ -100,6 +101,18 @@ class _Instruments:
             "Estimated USD spent on model calls (list prices, audit/pricing.py), by expert.",
             ["frontdesk_expert", "gen_ai_request_model"],
         )
+        self.job_runs = _prom.Counter(
+            "frontdesk_job_runs",
+            "Runs of background jobs by kind and outcome (succeeded, retried, failed,"
+            " given_back); periodic jobs count too.",
+            ["frontdesk_job_kind", "frontdesk_job_outcome"],
+        )
+        self.job_duration = _prom.Histogram(
+            "frontdesk_job_duration_seconds",
+            "Seconds per run of a background job, by kind and outcome.",
+            ["frontdesk_job_kind", "frontdesk_job_outcome"],
+            buckets=DURATION_BUCKETS,
+        )
         self.rate_limited = _prom.Counter(
             "frontdesk_rate_limited_requests",
             "Requests refused with 429 by the per-user rate limit.",
@@ -146,6 +159,15 @@ def turn(*, category: str, outcome: str, seconds: float) -> None:
         return
     m.turns.labels(category, outcome).inc()
     m.turn_duration.labels(outcome).observe(seconds)
+
+
+def job(*, kind: str, outcome: str, seconds: float) -> None:
+    """Count one run of a background job and its duration."""
+    m = _instruments
+    if m is None:
+        return
+    m.job_runs.labels(kind, outcome).inc()
+    m.job_duration.labels(kind, outcome).observe(seconds)
 
 
 def first_token(seconds: float) -> None:

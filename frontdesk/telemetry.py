@@ -15,7 +15,12 @@ What is traced:
   `frontdesk.expert`; each HTTP attempt is an event (`frontdesk.attempt`) carrying its
   audit row's id, and a failed call sets the span's error status and `error.type`;
 - background work (compaction, learning memory, jobs) as spans of their own trace, linked
-  to the turn that caused them (`link_to_current`).
+  to the turn that caused them (`link_to_current`);
+- `frontdesk.job {kind}`, one root span per run of a durable job (`job`):
+  `frontdesk.job.kind`, `frontdesk.job.id`, `frontdesk.job.key` (its lock: a digest, never
+  a user id), `frontdesk.job.attempt` and `frontdesk.job.outcome` (`succeeded`, `retried`,
+  `failed`, `given_back`); the expert calls a job makes are its children. Each run also
+  counts in `frontdesk_job_runs` and `frontdesk_job_duration_seconds` (`frontdesk.metrics`).
 
 No message text is put on a span: the audit event id is the reference to what was sent
 and answered. Content capture is an explicit opt-in (`configure(capture_content=True)`
@@ -47,6 +52,7 @@ __all__ = [
     "CAPTURE_CONTENT_ENV",
     "TRACER_NAME",
     "ExpertSpan",
+    "JobSpan",
     "TurnSpan",
     "attempt",
     "available",
@@ -54,6 +60,7 @@ __all__ = [
     "configure",
     "current_ids",
     "expert_call",
+    "job",
     "link_to_current",
     "provider_of",
     "request_model_of",
@@ -412,6 +419,77 @@ def background(name: str, link: Any = None, *, conversation_id: str | None = Non
         except BaseException as e:
             _span_error(span, e)
             raise
+
+
+class JobSpan:
+    """What a job's run tells its span (and the job metrics): its outcome."""
+
+    __slots__ = ("outcome", "span")
+
+    def __init__(self, span: Any) -> None:
+        self.span = span
+        self.outcome = "succeeded"
+        """`succeeded`, `retried` (failed, runs again), `failed` (for good), `given_back`
+        (cut by a runner's shutdown, to run again)."""
+
+    def failed(self, error: BaseException, *, outcome: str) -> None:
+        """The run failed with `error` (the job is `retried` or `failed` for good)."""
+        self.outcome = outcome
+        _span_error(self.span, error)
+
+
+@contextlib.contextmanager
+def job(
+    kind: str, *, job_id: int | None, key: str | None, attempt: int, traced: bool = True
+) -> Iterator[JobSpan]:
+    """The `frontdesk.job {kind}` span around one run of a job (a root: the turn that
+    recorded it may be long gone, in another process); counts the run when it ends.
+
+    Args:
+        kind: The job kind (or periodic job) name, e.g. `memory.learn`.
+        job_id: The job row's id (`None` for a periodic run).
+        key: The job's lock (a digest), if any.
+        attempt: Which run this is (1 for the first).
+        traced: `False` counts the run without a span (a sweep every second).
+
+    The caller sets the outcome on the yielded object (`failed(error, outcome=...)`, or
+    `outcome = "given_back"`); an exception out of the block that set none is `failed`.
+    """
+    started = time.perf_counter()
+    if _tracer is None or not traced:
+        handle = JobSpan(None)
+        try:
+            yield handle
+        except BaseException:
+            if handle.outcome == "succeeded":
+                handle.outcome = "failed"
+            raise
+        finally:
+            metrics.job(kind=kind, outcome=handle.outcome, seconds=time.perf_counter() - started)
+        return
+    attributes: Attributes = {"frontdesk.job.kind": kind, "frontdesk.job.attempt": attempt}
+    if job_id is not None:
+        attributes["frontdesk.job.id"] = job_id
+    if key is not None:
+        attributes["frontdesk.job.key"] = key
+    with _tracer.start_as_current_span(
+        f"frontdesk.job {kind}",
+        context=_context.Context(),
+        attributes=attributes,
+        record_exception=False,
+        set_status_on_exception=False,
+    ) as span:
+        handle = JobSpan(span)
+        try:
+            yield handle
+        except BaseException as e:
+            if handle.outcome == "succeeded":
+                handle.failed(e, outcome="failed")
+            raise
+        finally:
+            metrics.job(kind=kind, outcome=handle.outcome, seconds=time.perf_counter() - started)
+            if span.is_recording():
+                span.set_attribute("frontdesk.job.outcome", handle.outcome)
 
 
 def current_ids() -> tuple[str, str] | None:

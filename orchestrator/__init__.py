@@ -2,7 +2,7 @@
 
 from frontdesk.orchestrator._orchestrator import Orchestrator
 from frontdesk.orchestrator.config import ExpertSettings
-from frontdesk.orchestrator.erasure import ErasureReport
+from frontdesk.orchestrator.erasure import ErasureReport, RetentionPolicy
 from frontdesk.orchestrator.errors import (
     EmptyMessage,
     ForbiddenCharacters,
@@ -26,6 +26,7 @@ __all__ = [
     "InvalidUserText",
     "Orchestrator",
     "Reply",
+    "RetentionPolicy",
     "SyncOrchestrator",
     "TurnEvent",
     "TurnFailed",

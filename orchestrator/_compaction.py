@@ -48,11 +48,16 @@ COMPACT = "compaction.compact"
 
 
 def compaction_spec(conversation_id: str, leaf_id: str) -> JobSpec:
-    """The job compacting the path ending at `leaf_id` (one conversation's never overlap)."""
+    """The job compacting the path ending at `leaf_id`. One conversation's never overlap
+    (`lock`), and while one waits no other is recorded (`queueing_lock`): every turn past
+    the threshold asks, and one job answers them all (it compacts up to its own leaf; a
+    turn still past the threshold after it asks again)."""
+    key = lock_key("compaction", conversation_id)
     return JobSpec(
         kind=COMPACT,
         args={"conversation_id": conversation_id, "leaf_id": leaf_id},
-        lock=lock_key("compaction", conversation_id),
+        lock=key,
+        queueing_lock=key,
     )
 
 

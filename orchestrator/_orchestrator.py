@@ -145,6 +145,10 @@ class Orchestrator:
             `inline` in this process (the default), `worker` in `frontdesk worker`
             processes. Either way they are recorded with the reply (docs/jobs.md).
         job_concurrency: Jobs this process runs at once (`inline`).
+        retention: Shred audit payloads older than an age as a periodic job, instead of
+            cron (docs/privacy.md): a `RetentionPolicy`, or an age (`timedelta`, `"90d"`).
+            It runs once per period (hourly by default) across every runner, wherever the
+            jobs run (`jobs=`). `None` (the default): no periodic retention.
     """
 
     def __init__(
@@ -181,9 +185,12 @@ class Orchestrator:
         summarise_idle_after: timedelta = IDLE_AFTER,
         jobs: JobsMode = "inline",
         job_concurrency: int = DEFAULT_CONCURRENCY,
+        retention: erasure.RetentionPolicy | timedelta | str | None = None,
     ) -> None:
         self._pipeline: Pipeline | None = None
         self.use_jobs(jobs)
+        self._audit_spec = audit
+        self.use_retention(retention)
         if job_concurrency < 1:
             raise ConfigError(f"job_concurrency must be >= 1, got {job_concurrency}")
         self.job_concurrency = job_concurrency
@@ -235,7 +242,6 @@ class Orchestrator:
         if isinstance(store, str):
             normalise_url(store)  # A bad URL is a ConfigError now, not on the first turn.
         self._store_spec = store
-        self._audit_spec = audit
         self._audit_on_failure = audit_on_failure
         self._audit_key = audit_key
         self.budgets: Mapping[str, Budget] = dict(budgets or {})
@@ -423,6 +429,9 @@ class Orchestrator:
         periodic = []
         if self.handoff_policy.timeout is not None:
             periodic.append(handoff.timeouts_job(p, p.handoff, p.lease))
+        kinds.append(erasure.erase_job_kind(p.store.engine, self._audit))
+        if self.retention is not None and self._audit is not None:
+            periodic.append(erasure.retention_job(p.store.engine, self._audit, self.retention))
         if p.past is not None:  # Idle conversations' summaries kept as memories (issue 24).
             past = p.past
 
@@ -514,6 +523,25 @@ class Orchestrator:
         if mode not in JOBS_MODES:
             raise ConfigError(f"jobs must be 'inline' or 'worker', got {mode!r}")
         self.jobs_mode: JobsMode = mode
+
+    def use_retention(self, retention: erasure.RetentionPolicy | timedelta | str | None) -> None:
+        """Run retention as a periodic job (`retention=` of the constructor); what
+        `frontdesk serve --retention 90d` and `frontdesk worker --retention 90d` do.
+
+        Raises:
+            UserError: the orchestrator is open already.
+            ConfigError: not an age, or the audit log is off (`audit=False`: there is
+                nothing for retention to shred).
+        """
+        if self._pipeline is not None:
+            raise UserError("use_retention must be called before the orchestrator opens")
+        policy = erasure.retention_policy(retention)
+        if policy is not None and self._audit_spec is False:
+            raise ConfigError(
+                "retention shreds audit payloads, and audit=False keeps none; give an audit"
+                " log or leave retention=None"
+            )
+        self.retention: erasure.RetentionPolicy | None = policy
 
     @property
     def jobs(self) -> Jobs:
@@ -768,9 +796,12 @@ class Orchestrator:
         """Erase everything stored about `user_id` (docs/privacy.md): transcript, summaries
         and outcomes get the erased marker, the user's audit data keys are destroyed, an
         `erased` event is audited. Idempotent: run it again after a crash to finish it.
+
+        The request is recorded first, with a `privacy.erase` job, then erased here; if
+        this process dies meanwhile, the job runner finishes it (docs/jobs.md).
         """
         p = await self._open()
-        return await erasure.erase_user(
+        return await erasure.request_erasure(
             p.store.engine, self._audit, user_id, requested_by=requested_by
         )
 

@@ -7,30 +7,66 @@ append an `erased` event in the user's chain `audit.chains.user_chain_id(user_id
 on SQLite rewrite the files (`VACUUM`, WAL checkpoint) so no old page keeps a copy.
 A crash anywhere is finished by running it again: each step skips what is done already.
 
+What outlives the user names them by a ref (`frontdesk.audit.refs`): the conversations'
+owner `erased:<ref>`, their chain, their data keys' and memory jobs' names. With a master
+key the ref is keyed (nobody can test a guessed id against it); records older versions
+filed under the plain digest are found by it too and re-filed under the ref.
+
+`request_erasure` (what `Orchestrator.erase_user` and `frontdesk erase` call) first records
+the request and its `privacy.erase` job in one transaction, then erases in the caller,
+keeping the job from coming due meanwhile; a caller that dies leaves the job due, and the
+job runner (inline or `frontdesk worker`) finishes the erasure (docs/jobs.md).
+
+Retention (`apply_retention`) runs from cron, or as the periodic job `privacy.retention`
+when the orchestrator is given a `RetentionPolicy` (`Orchestrator(retention=...)`).
+
 To erase another kind of record, append a `Step` to `STORE_STEPS` (its name is a field of
 `ErasureReport`).
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import dataclasses
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from functools import partial
 from typing import Any
+
+import structlog
 
 from frontdesk._sqlite.scrub import secure_delete, sqlite_path, vacuum
 from frontdesk.audit import crypto
 from frontdesk.audit import erasure as audit_erasure
 from frontdesk.audit.chains import user_chain_id
 from frontdesk.audit.events import AuditEvent
+from frontdesk.audit.refs import UNKEYED, UserRefs, legacy
 from frontdesk.audit.store import AuditLog
 from frontdesk.db import AsyncEngine, Connection, run_write
+from frontdesk.errors import ConfigError
+from frontdesk.orchestrator.jobs import JobKind, PeriodicJob, lock_key
+from frontdesk.orchestrator.memory import memory_lock
 from frontdesk.threads import erasure as store_erasure
+from frontdesk.threads import jobs as job_rows
+from frontdesk.threads.jobs import JobSpec, rename_lock
+from frontdesk.threads.models import utcnow
+
+log = structlog.get_logger("frontdesk.erasure")
 
 ERASED_OWNER_PREFIX = "erased:"
 RETENTION_CHAIN = "retention"
 """The audit chain of retention runs (no conversation, no user)."""
+ERASE = "privacy.erase"
+"""The job kind that finishes a recorded erasure request."""
+ERASE_LEASE = 6.0
+"""Seconds an erasure's job waits while its caller erases (pushed back every third of it):
+a caller that died leaves it due this long after, to the job runner."""
+RETENTION = "privacy.retention"
+"""The periodic job that applies a `RetentionPolicy`."""
+RETENTION_EVERY = 3600
+"""Seconds between retention runs by default (its shredding is by month: hourly is ample)."""
 
 
 @dataclass(frozen=True)
@@ -38,7 +74,8 @@ class ErasureReport:
     """What `Orchestrator.erase_user` changed, per kind of record (a re-run counts 0s)."""
 
     conversations: int = 0
-    """Conversations of the user (their owner is now a digest, their metadata emptied)."""
+    """Conversations of the user (their owner is now their ref, `erased:<ref>`, their metadata
+    emptied; a re-run counts those an older version erased under a plain digest)."""
     messages: int = 0
     """Transcript messages whose content became the erased marker."""
     summaries: int = 0
@@ -83,9 +120,16 @@ class RetentionReport:
         }
 
 
-def erased_owner(user_id: str) -> str:
-    """What an erased conversation's `user_id` becomes (a digest: no id in clear)."""
-    return ERASED_OWNER_PREFIX + crypto.user_ref(user_id)
+def erased_owner(user_id: str, refs: UserRefs = UNKEYED) -> str:
+    """What an erased conversation's `user_id` becomes: the user's ref, keyed when `refs`
+    are (`AuditLog.refs` with a master key), so no id in clear and none to guess."""
+    return ERASED_OWNER_PREFIX + refs.ref("erased_owner", user_id)
+
+
+def legacy_erased_owner(user_id: str) -> str:
+    """The erased owner versions before revision 0018 wrote (a plain digest): an erasure
+    still finds conversations disowned so, and gives them the keyed owner."""
+    return ERASED_OWNER_PREFIX + legacy(user_id)
 
 
 StepWork = Callable[[Connection, Sequence[str], str], int]
@@ -124,6 +168,7 @@ async def erase_user(
     *,
     requested_by: str | None = None,
     after_step: Callable[[str], None] | None = None,
+    before_scrub: Callable[[ErasureReport], Awaitable[None]] | None = None,
 ) -> ErasureReport:
     """Erase everything stored about `user_id` (see the module docstring for the steps).
 
@@ -133,9 +178,13 @@ async def erase_user(
         user_id: The user to erase.
         requested_by: Who asked (recorded in the `erased` event; no personal data, please).
         after_step: Called with each step's name once it is committed (tests kill there).
+        before_scrub: Awaited with the report before the files are rewritten (the request
+            row forgets the user id there, so no old page keeps it).
     """
     counts: dict[str, int] = {}
-    owners = [user_id, erased_owner(user_id)]
+    refs = UNKEYED if audit is None else audit.refs
+    owner, old_owner = erased_owner(user_id, refs), legacy_erased_owner(user_id)
+    owners = list(dict.fromkeys([user_id, owner, old_owner]))
     ids = await _read(engine, lambda c: store_erasure.conversation_ids(c, owners))
     for step in STORE_STEPS:
 
@@ -152,16 +201,19 @@ async def erase_user(
 
         def destroy(conn: Connection) -> int:
             _secure(conn)
-            return audit_erasure.shred_user(conn, user_id)
+            return audit_erasure.shred_user(conn, user_id, refs)
 
         counts["audit_keys"] = await run_write(audit.engine, destroy)
         if audit.keys is not None:
-            audit.keys.forget(crypto.user_ref(user_id))
+            audit.keys.forget(refs.ref("data_key", user_id))
         _tick(after_step, "audit_keys")
 
     def own(conn: Connection) -> int:
         _secure(conn)
-        return store_erasure.disown_conversations(conn, user_id, erased_owner(user_id))
+        lock, old_lock = memory_lock(user_id, refs), memory_lock(user_id)
+        if lock != old_lock:  # Job rows outlive the user: no plain digest left in them.
+            rename_lock(conn, old_lock, lock)
+        return store_erasure.disown_conversations(conn, user_id, owner, also=[old_owner])
 
     counts["conversations"] = await run_write(engine, own)
     _tick(after_step, "conversations")
@@ -174,10 +226,115 @@ async def erase_user(
             "counts": report.counts(),
         }
         event = AuditEvent(kind="erased", turn_id="erasure", payload=payload)
-        await audit.append(user_chain_id(user_id), [event], in_clear=True)
+        await audit.append(user_chain_id(user_id, refs), [event], in_clear=True)
         _tick(after_step, "erased_event")
+    if before_scrub is not None:
+        await before_scrub(report)
     await scrub_files(engine, None if audit is None else audit.engine)
     return report
+
+
+# -- erasure as a job ---------------------------------------------------------------------
+
+
+def erase_spec(request_id: int, user_id: str, not_before: datetime) -> JobSpec:
+    """The job finishing request `request_id` if its caller does not (ids only)."""
+    return JobSpec(
+        kind=ERASE,
+        args={"request_id": request_id},
+        lock=lock_key("erasure", user_id),
+        scheduled_at=not_before,
+    )
+
+
+async def request_erasure(
+    engine: AsyncEngine,
+    audit: AuditLog | None,
+    user_id: str,
+    *,
+    requested_by: str | None = None,
+    after_step: Callable[[str], None] | None = None,
+) -> ErasureReport:
+    """Record a request to erase `user_id` with its job (one transaction), then erase here.
+
+    While this runs, the job's time is pushed back every third of `ERASE_LEASE`; when the
+    erasure is done, the request keeps the counts (its user id emptied) and the job is
+    completed, in one transaction. If this process dies, the job comes due and the job
+    runner finishes the erasure (every step is idempotent). Returns what this run changed.
+    """
+    first = utcnow() + timedelta(seconds=ERASE_LEASE)
+
+    def record(conn: Connection) -> tuple[int, int]:
+        request_id = store_erasure.record_request(conn, user_id, requested_by)
+        (job,) = job_rows.defer(conn, [erase_spec(request_id, user_id, first)])
+        return request_id, job.id
+
+    request_id, job_id = await run_write(engine, record)
+    keeping = asyncio.get_running_loop().create_task(_keep_postponed(engine, job_id))
+
+    async def stop_keeping() -> None:
+        keeping.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await keeping
+
+    async def finish(report: ErasureReport) -> None:
+        await stop_keeping()  # Done: the job is completed, and the rewrite runs alone.
+        await _finish(engine, request_id, report, job_id)
+
+    try:
+        return await erase_user(
+            engine,
+            audit,
+            user_id,
+            requested_by=requested_by,
+            after_step=after_step,
+            before_scrub=finish,
+        )
+    finally:
+        await stop_keeping()
+
+
+async def _keep_postponed(engine: AsyncEngine, job_id: int) -> None:
+    """Keep the erasure's job from coming due while this process erases."""
+    while True:
+        await asyncio.sleep(ERASE_LEASE / 3)
+        until = utcnow() + timedelta(seconds=ERASE_LEASE)
+        try:
+            await run_write(engine, partial(job_rows.postpone, job_id=job_id, until=until))
+        except Exception as e:  # The job then comes due: the runner finishes it, harmlessly.
+            log.warning("erasure.postpone_failed", error=type(e).__name__)
+
+
+async def _finish(
+    engine: AsyncEngine, request_id: int, report: ErasureReport, job_id: int | None
+) -> None:
+    def work(conn: Connection) -> None:
+        _secure(conn)  # The user id's old bytes are zeroed, not left on a free page.
+        store_erasure.finish_request(conn, request_id, report.counts())
+        if job_id is not None:
+            job_rows.complete(conn, job_id)
+
+    await run_write(engine, work)
+
+
+def erase_job_kind(engine: AsyncEngine, audit: AuditLog | None) -> JobKind:
+    """The `privacy.erase` job kind: finish a request whose caller died (or failed)."""
+
+    async def run(args: Mapping[str, Any]) -> None:
+        request_id = int(args["request_id"])
+        request = await _read(engine, lambda c: store_erasure.read_request(c, request_id))
+        if request is None or request.done or request.user_id is None:
+            return  # Finished by its caller (or another runner): nothing to do.
+        log.info("erasure.resumed", request_id=request_id)
+        await erase_user(
+            engine,
+            audit,
+            request.user_id,
+            requested_by=request.requested_by,
+            before_scrub=lambda report: _finish(engine, request_id, report, None),
+        )
+
+    return JobKind(name=ERASE, run=run, attempts=5, backoff=5.0, timeout=3600.0)
 
 
 def _tick(after_step: Callable[[str], None] | None, name: str) -> None:
@@ -263,3 +420,64 @@ async def apply_retention(
         await audit.append(RETENTION_CHAIN, [event], in_clear=True)
         await scrub_files(engine, audit.engine)
     return report
+
+
+# -- retention as a periodic job ----------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class RetentionPolicy:
+    """Retention run as a periodic job (`Orchestrator(retention=...)`), instead of cron."""
+
+    older_than: timedelta
+    """Audit payloads (and with `transcripts`, messages) older than this are shredded."""
+    transcripts: bool = False
+    """Also give messages, summaries and outcomes past the age the erased marker."""
+    every: int = RETENTION_EVERY
+    """Seconds between runs (once per period across every runner and process)."""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.older_than, timedelta) or self.older_than <= timedelta(0):
+            raise ConfigError(
+                f"retention older_than must be a positive timedelta, got {self.older_than!r}"
+            )
+        PeriodicJob(name=RETENTION, every=self.every, run=_nothing)  # Checks `every`.
+
+
+async def _nothing() -> None:
+    return None
+
+
+def retention_policy(
+    value: RetentionPolicy | timedelta | str | None, *, transcripts: bool = False
+) -> RetentionPolicy | None:
+    """`Orchestrator(retention=...)` as a policy: a `RetentionPolicy`, an age (`timedelta`,
+    or text like `90d`, `12w`, `6m`; `transcripts` then says whether messages go too), or
+    `None` (no periodic retention).
+
+    Raises:
+        ConfigError: an age that is not one.
+    """
+    if value is None or isinstance(value, RetentionPolicy):
+        return value
+    if isinstance(value, str):
+        try:
+            value = parse_age(value)
+        except ValueError as e:
+            raise ConfigError(f"retention: {e}") from None
+    return RetentionPolicy(older_than=value, transcripts=transcripts)
+
+
+def retention_job(engine: AsyncEngine, audit: AuditLog, policy: RetentionPolicy) -> PeriodicJob:
+    """`apply_retention` as the periodic job `privacy.retention`: idempotent (what is
+    shredded is not counted again), run once per period across runners, audited as a run
+    from cron is (a `retention` event when it changed something)."""
+
+    async def run() -> None:
+        report = await apply_retention(
+            engine, audit, policy.older_than, transcripts=policy.transcripts
+        )
+        if any(report.counts().values()):
+            log.info("retention.applied", periods_before=report.periods_before, **report.counts())
+
+    return PeriodicJob(name=RETENTION, every=policy.every, run=run, exclusive=True, traced=True)

@@ -18,6 +18,9 @@ Two engines behind one `Jobs` object:
 A kind is a `JobKind` (name, async handler of its JSON args, attempts, backoff); a
 periodic job is a `PeriodicJob` (name, every N seconds, async handler). Both are listed
 once, where the orchestrator builds its `Jobs` (docs/jobs.md, "Adding a job kind").
+
+Each run of a job is a `frontdesk.job {kind}` span and counts in `frontdesk_job_runs`
+(`frontdesk.telemetry.job`): kind, key, attempt and outcome.
 """
 
 from __future__ import annotations
@@ -33,8 +36,9 @@ from typing import Any, Literal
 
 import structlog
 
+from frontdesk import telemetry
 from frontdesk.errors import ConfigError
-from frontdesk.threads.jobs import PERIODIC_QUEUE, QUEUE, JobRow, JobSpec, JobStore
+from frontdesk.threads.jobs import PERIODIC_QUEUE, QUEUE, Deferred, JobRow, JobStore
 
 log = structlog.get_logger("frontdesk.jobs")
 
@@ -52,6 +56,10 @@ over after this); a running job renews it every third of it."""
 POLL = 0.25
 """Seconds an idle runner waits between looks for due jobs (woken early by its own
 process's new jobs, and on PostgreSQL by Procrastinate's LISTEN/NOTIFY)."""
+IDLE_POLL = 5.0
+"""Seconds an idle inline runner on SQLite backs off to between looks (its own process's
+jobs and retries wake it at once; the looks find what dead processes left, whose leases
+ran out). A `frontdesk worker` keeps looking every `POLL`."""
 SHUTDOWN_GRACE = 10.0
 """Seconds a stopping runner lets its running jobs finish before giving them back."""
 STALLED_AFTER = 5.0
@@ -59,6 +67,11 @@ STALLED_AFTER = 5.0
 running jobs are retried (by the periodic `jobs.recover_stalled`)."""
 SETTLE_WAIT = 0.1
 """Seconds a turn waits, at most, for its user's memory jobs started in this process."""
+RUNNER_ALIVE = STALLED_AFTER
+"""Seconds since its last heartbeat within which a runner counts as alive (a wait for work
+another process owns gives up at once when no runner is)."""
+HEARTBEAT = LEASE / 3
+"""Seconds between a `frontdesk worker`'s heartbeats on SQLite (`job_worker`)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -88,24 +101,42 @@ class PeriodicJob:
 
     name: str
     every: int
-    """Seconds between runs: a divisor of 60 below 60, or a multiple of 60 up to 3600."""
+    """Seconds between runs: a divisor of 60 below 60, whole minutes that divide an hour,
+    or whole hours that divide a day (3600, 7200, ..., 86400)."""
     run: Callable[[], Awaitable[None]]
+    exclusive: bool = False
+    """Run once per period across every runner and process (PostgreSQL: Procrastinate's
+    periodic defers always are; SQLite: the runner that claims the period's tick in
+    `job_periodic`). Without it, each SQLite runner runs its own ticks (a sweep that is
+    cheap and safe to run twice, like the hand-off timeouts)."""
+    traced: bool = False
+    """A `frontdesk.job` span per run (a sweep every second would be a span a second:
+    such runs are counted, not traced)."""
+
+    def __post_init__(self) -> None:
+        _check_periodic(self)
 
     def cron(self) -> str:
         """The schedule as Procrastinate's cron (6 fields: seconds last)."""
         if self.every < 60:
             return f"* * * * * */{self.every}"
-        return f"*/{self.every // 60} * * * *"
+        if self.every < 3600:
+            return f"*/{self.every // 60} * * * *"
+        return f"0 */{self.every // 3600} * * *" if self.every < 86400 else "0 0 * * *"
 
 
 def _check_periodic(job: PeriodicJob) -> None:
-    ok = (0 < job.every < 60 and 60 % job.every == 0) or (
-        60 <= job.every <= 3600 and job.every % 60 == 0 and 60 % (job.every // 60) == 0
+    every = job.every
+    ok = (
+        (0 < every < 60 and 60 % every == 0)
+        or (60 <= every <= 3600 and every % 60 == 0 and 60 % (every // 60) == 0)
+        or (3600 <= every <= 86400 and every % 3600 == 0 and 24 % (every // 3600) == 0)
     )
     if not ok:
         raise ConfigError(
-            f"periodic job {job.name!r}: every={job.every} s; use a divisor of 60 below 60"
-            " (1, 2, 5, 10, ...) or whole minutes that divide an hour (60, 300, 600, ...)"
+            f"periodic job {job.name!r}: every={every} s; use a divisor of 60 below 60"
+            " (1, 2, 5, 10, ...), whole minutes that divide an hour (60, 300, 600, ...) or"
+            " whole hours that divide a day (3600, 21600, 86400)"
         )
 
 
@@ -152,6 +183,7 @@ class Jobs:
     grace: float = SHUTDOWN_GRACE
     _runner: _LocalRunner | _ProcrastinateRunner | None = None
     _deferred: set[int] = field(default_factory=set)
+    _kinds: dict[int, str] = field(default_factory=dict)
     _by_lock: dict[str, set[int]] = field(default_factory=dict)
     _settled: dict[str, asyncio.Event] = field(default_factory=dict)
 
@@ -170,19 +202,21 @@ class Jobs:
 
     # -- recording ------------------------------------------------------------------------
 
-    def recorded(self, specs: Sequence[JobSpec], ids: Sequence[int]) -> None:
+    def recorded(self, jobs: Sequence[Deferred]) -> None:
         """Note jobs this process recorded (committed): `drain` waits for them, a turn's
         `settle` for its user's, and this process's idle runner looks at once."""
-        self._deferred.update(ids)
-        for spec, job_id in zip(specs, ids, strict=False):
-            if spec.lock is not None:
-                self._by_lock.setdefault(spec.lock, set()).add(job_id)
-                self._settled.setdefault(spec.lock, asyncio.Event())
+        for job in jobs:
+            self._deferred.add(job.id)
+            self._kinds[job.id] = job.kind
+            if job.lock is not None:
+                self._by_lock.setdefault(job.lock, set()).add(job.id)
+                self._settled.setdefault(job.lock, asyncio.Event())
         if self._runner is not None:
             self._runner.wake()
 
     def _ended(self, job_id: int, lock: str | None) -> None:
         self._deferred.discard(job_id)
+        self._kinds.pop(job_id, None)
         if lock is not None and (pending := self._by_lock.get(lock)) is not None:
             pending.discard(job_id)
             if not pending:
@@ -217,6 +251,8 @@ class Jobs:
         fetching, let running jobs finish for `grace` seconds, give back the rest."""
         runner = self._make_runner()
         self._runner = runner
+        if isinstance(runner, _LocalRunner):
+            runner.announce = True  # Others' waits see a worker alive (`runners_alive`).
         await runner.start()
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
@@ -247,6 +283,8 @@ class Jobs:
         """
         deadline = None if timeout is None else time.monotonic() + timeout
         periodic = [p.name for p in self.periodic]
+        if (self.mode == "worker" or mine) and self._deferred and self._runner is None:
+            await self._warn_without_runner()
         while True:
             if self.mode == "inline" and not mine:
                 left = await self.store.outstanding(exclude=periodic)
@@ -256,10 +294,49 @@ class Jobs:
                 left = await self.store.outstanding(list(self._deferred)) if self._deferred else 0
             if left == 0:
                 self._deferred.clear()
+                self._kinds.clear()
                 return
             if deadline is not None and time.monotonic() >= deadline:
                 raise DrainTimeout(left)
             await asyncio.sleep(0.02)
+
+    async def wait(self, kinds: Sequence[str], within: float) -> int:
+        """Wait, at most `within` seconds, for the jobs of `kinds` this process recorded;
+        how many are left (0: all done). They are looked up in the job rows, so work that
+        another process runs (`jobs="worker"`) is seen done as soon as it is. When this
+        process runs no jobs and no runner is alive (no `frontdesk worker`, or on
+        PostgreSQL no Procrastinate worker, sent a heartbeat lately), it returns at once,
+        logging `jobs.no_runner`: nobody would run them while it waited.
+        """
+        deadline = time.monotonic() + within
+        checked = 0.0
+        while True:
+            ids = [i for i, kind in self._kinds.items() if kind in kinds and i in self._deferred]
+            left = await self.store.outstanding(ids) if ids else 0
+            if left == 0:
+                self._deferred.difference_update(ids)
+                for i in ids:
+                    self._kinds.pop(i, None)
+                return 0
+            now = time.monotonic()
+            if self._runner is None and now - checked >= 1.0:
+                checked = now
+                if not await self._warn_without_runner():
+                    return left
+            if now >= deadline:
+                return left
+            await asyncio.sleep(0.05)
+
+    async def _warn_without_runner(self) -> bool:
+        """Whether some runner is alive; when none is, say so (`jobs.no_runner`)."""
+        alive = await self.store.runners_alive(within=RUNNER_ALIVE)
+        if not alive:
+            log.warning(
+                "jobs.no_runner",
+                jobs=len(self._deferred),
+                hint="start `frontdesk worker`, or use jobs='inline'",
+            )
+        return alive > 0
 
     async def aclose(self) -> None:
         """Stop this process's runner (a running job gets `grace` seconds)."""
@@ -291,6 +368,9 @@ class _LocalRunner:
         self._slots = asyncio.Semaphore(jobs.concurrency)
         self._running: dict[asyncio.Task[None], JobRow] = {}
         self._loops: list[asyncio.Task[None]] = []
+        self.announce = False
+        """Register in `job_worker` and send heartbeats (a `frontdesk worker` process)."""
+        self._runner_id: int | None = None
 
     def wake(self) -> None:
         self._wake.set()
@@ -305,6 +385,16 @@ class _LocalRunner:
             loop.create_task(self._periodic_loop(p), name=f"frontdesk periodic {p.name}")
             for p in self.jobs.periodic
         ]
+        if self.announce:
+            self._runner_id = await self.jobs.store.register_runner()
+            self._loops.append(loop.create_task(self._heartbeat(), name="frontdesk heartbeat"))
+
+    async def _heartbeat(self) -> None:
+        assert self._runner_id is not None
+        while True:
+            await asyncio.sleep(HEARTBEAT)
+            with contextlib.suppress(Exception):
+                await self.jobs.store.beat(self._runner_id)
 
     async def stop(self) -> None:
         self._stopping = True
@@ -312,6 +402,10 @@ class _LocalRunner:
         for task in self._loops:
             task.cancel()
         await asyncio.gather(*self._loops, return_exceptions=True)
+        if self._runner_id is not None:
+            with contextlib.suppress(Exception):
+                await self.jobs.store.unregister_runner(self._runner_id, stale_after=3600.0)
+            self._runner_id = None
         if self._running:
             _done, late = await asyncio.wait(list(self._running), timeout=self.jobs.grace)
             for task in late:  # Given back (`todo`) by `_run` as it is cancelled.
@@ -320,8 +414,14 @@ class _LocalRunner:
                 await asyncio.gather(*late, return_exceptions=True)
 
     async def _fetch_loop(self) -> None:
+        idle = POLL
+        # A `frontdesk worker` runs what other processes record: it looks every `POLL`. An
+        # inline runner is woken by its own process's jobs (and their retries), so while
+        # idle it backs off to `IDLE_POLL`, looking only for what dead processes left.
+        longest = POLL if self.announce else IDLE_POLL
         while not self._stopping:
             await self._slots.acquire()
+            self._wake.clear()  # Before the look: a job recorded meanwhile still wakes it.
             try:
                 job = await self._next()
             except Exception as e:  # The database is away: look again later.
@@ -329,10 +429,13 @@ class _LocalRunner:
                 job = None
             if job is None:
                 self._slots.release()
-                self._wake.clear()
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._wake.wait(), POLL)
+                try:
+                    await asyncio.wait_for(self._wake.wait(), idle)
+                    idle = POLL
+                except TimeoutError:
+                    idle = min(idle * 2, longest)
                 continue
+            idle = POLL
             task = asyncio.get_running_loop().create_task(self._run(job))
             self._running[task] = job
             task.add_done_callback(self._done)
@@ -340,6 +443,7 @@ class _LocalRunner:
     def _done(self, task: asyncio.Task[None]) -> None:
         self._running.pop(task, None)
         self._slots.release()
+        self._wake.set()  # A job of its lock may wait behind it: look now, not next poll.
 
     async def _next(self) -> JobRow | None:
         if not await self.jobs.store.has_due():  # A read: an idle poll takes no write lock.
@@ -349,28 +453,37 @@ class _LocalRunner:
     async def _run(self, job: JobRow) -> None:
         store, kind = self.jobs.store, self.jobs.kind(job.kind)
         renewing = asyncio.get_running_loop().create_task(self._renew(job.id))
-        try:
-            if kind is None:
-                raise LookupError(f"no job kind {job.kind!r} is registered in this process")
-            await asyncio.wait_for(kind.run(job.args), kind.timeout)
-        except asyncio.CancelledError:  # Shutdown: give the job back, at once, unharmed.
-            renewing.cancel()
-            with contextlib.suppress(Exception):
-                await asyncio.shield(store.finish(job.id, "todo", retry_in=0.0))
-            raise
-        except Exception as e:
-            renewing.cancel()
-            delay = None if kind is None else kind.retry_in(job.attempts)
-            log.warning(
-                "jobs.failed", kind=job.kind, job_id=job.id, attempt=job.attempts, retry_in=delay
-            )
-            status: Literal["todo", "failed"] = "failed" if delay is None else "todo"
-            await store.finish(job.id, status, error=error_text(e), retry_in=delay)
-        else:
-            renewing.cancel()
-            await store.finish(job.id, "succeeded")
-        finally:
-            self.jobs._ended(job.id, job.lock)
+        with telemetry.job(job.kind, job_id=job.id, key=job.lock, attempt=job.attempts) as span:
+            try:
+                if kind is None:
+                    raise LookupError(f"no job kind {job.kind!r} is registered in this process")
+                await asyncio.wait_for(kind.run(job.args), kind.timeout)
+            except asyncio.CancelledError:  # Shutdown: give the job back, at once, unharmed.
+                renewing.cancel()
+                span.outcome = "given_back"
+                with contextlib.suppress(Exception):
+                    await asyncio.shield(store.finish(job.id, "todo", retry_in=0.0))
+                raise
+            except Exception as e:
+                renewing.cancel()
+                delay = None if kind is None else kind.retry_in(job.attempts)
+                log.warning(
+                    "jobs.failed",
+                    kind=job.kind,
+                    job_id=job.id,
+                    attempt=job.attempts,
+                    retry_in=delay,
+                )
+                status: Literal["todo", "failed"] = "failed" if delay is None else "todo"
+                span.failed(e, outcome=status_outcome(status))
+                await store.finish(job.id, status, error=error_text(e), retry_in=delay)
+                if delay is not None:  # Look again when the retry is due.
+                    asyncio.get_running_loop().call_later(delay, self.wake)
+            else:
+                renewing.cancel()
+                await store.finish(job.id, "succeeded")
+            finally:
+                self.jobs._ended(job.id, job.lock)
 
     async def _renew(self, job_id: int) -> None:
         while True:
@@ -380,11 +493,35 @@ class _LocalRunner:
 
     async def _periodic_loop(self, job: PeriodicJob) -> None:
         while not self._stopping:
+            if not job.exclusive:
+                await run_periodic(job)
+                await asyncio.sleep(job.every)
+                continue
+            tick = int(time.time() // job.every)  # One runner per period, in any process.
             try:
-                await job.run()
-            except Exception as e:  # Derived from rows: the next tick tries again.
+                mine = await self.jobs.store.claim_tick(job.name, tick)
+            except Exception as e:  # The database is away: the next tick tries again.
                 log.warning("jobs.periodic_failed", job=job.name, error=type(e).__name__)
-            await asyncio.sleep(job.every)
+                mine = False
+            if mine:
+                await run_periodic(job)
+            await asyncio.sleep(max(0.05, (tick + 1) * job.every - time.time()))
+
+
+async def run_periodic(job: PeriodicJob) -> None:
+    """One run of a periodic job: counted (and traced when `job.traced`); a failure is
+    logged, and the next tick tries again (the work is derived from rows)."""
+    with telemetry.job(job.name, job_id=None, key=None, attempt=1, traced=job.traced) as span:
+        try:
+            await job.run()
+        except Exception as e:
+            log.warning("jobs.periodic_failed", job=job.name, error=type(e).__name__)
+            span.failed(e, outcome="failed")
+
+
+def status_outcome(status: Literal["todo", "failed"]) -> str:
+    """A failed run's outcome: `retried` (it runs again later) or `failed` (for good)."""
+    return "retried" if status == "todo" else "failed"
 
 
 # -- PostgreSQL: Procrastinate ---------------------------------------------------------
@@ -434,28 +571,31 @@ class _ProcrastinateRunner:
     def _task_of(self, kind: JobKind) -> Callable[..., Awaitable[None]]:
         async def run(context: Any, **args: Any) -> None:
             job = context.job
+            runs = int(job.attempts) + 1
             self._running += 1
-            try:
-                await asyncio.wait_for(kind.run(args), kind.timeout)
-            except Exception as e:
-                runs = int(job.attempts) + 1
-                log.warning("jobs.failed", kind=kind.name, job_id=job.id, attempt=runs)
-                with contextlib.suppress(Exception):
-                    await self.jobs.store.record_error(int(job.id), error_text(e))
-                raise
-            finally:
-                self._running -= 1
-                self.jobs._ended(int(job.id), job.lock)
+            with telemetry.job(kind.name, job_id=int(job.id), key=job.lock, attempt=runs) as span:
+                try:
+                    await asyncio.wait_for(kind.run(args), kind.timeout)
+                except asyncio.CancelledError:  # Shutdown: the retry strategy gives it back.
+                    span.outcome = "given_back"
+                    raise
+                except Exception as e:
+                    log.warning("jobs.failed", kind=kind.name, job_id=job.id, attempt=runs)
+                    again = kind.retry_in(runs) is not None
+                    span.failed(e, outcome="retried" if again else "failed")
+                    with contextlib.suppress(Exception):
+                        await self.jobs.store.record_error(int(job.id), error_text(e))
+                    raise
+                finally:
+                    self._running -= 1
+                    self.jobs._ended(int(job.id), job.lock)
 
         run.__name__ = kind.name.replace(".", "_")
         return run
 
     def _periodic_of(self, job: PeriodicJob) -> Callable[..., Awaitable[None]]:
         async def run(timestamp: int) -> None:
-            try:
-                await job.run()
-            except Exception as e:  # Derived from rows: the next tick tries again.
-                log.warning("jobs.periodic_failed", job=job.name, error=type(e).__name__)
+            await run_periodic(job)  # Derived from rows: a failed tick is the next one's.
 
         run.__name__ = job.name.replace(".", "_")
         return run

@@ -29,6 +29,7 @@ import structlog
 
 from frontdesk.audit.chains import user_chain_id
 from frontdesk.audit.events import AuditEvent
+from frontdesk.audit.refs import UNKEYED, UserRefs
 from frontdesk.audit.store import AuditLog
 from frontdesk.db import Connection
 from frontdesk.experts import MemoryBlock
@@ -36,7 +37,7 @@ from frontdesk.experts.memory import MemoryExpert
 from frontdesk.labels import neutralise
 from frontdesk.memory import Memory, MemorySource
 from frontdesk.orchestrator._recorder import TurnRecorder, observing
-from frontdesk.orchestrator.jobs import JobKind, Jobs, lock_key
+from frontdesk.orchestrator.jobs import DrainTimeout, JobKind, Jobs
 from frontdesk.threads import ERASED_MARKER, ConversationRecord
 from frontdesk.threads.budget import Document
 from frontdesk.threads.builder import ExpertView
@@ -63,10 +64,17 @@ LEARN = "memory.learn"
 """The job kind that runs the memory expert on one user message."""
 
 
-def learn_spec(user_id: str, message_id: str) -> JobSpec:
+def memory_lock(user_id: str, refs: UserRefs = UNKEYED) -> str:
+    """The lock of a user's memory jobs (one at a time, in order), naming the user by their
+    ref: a job row outlives an erasure, so a plain digest would name them to anyone who
+    tries ids (the default, `UNKEYED`, is what a log without a master key uses)."""
+    return "memory:" + refs.ref("memory_lock", user_id)[:24]
+
+
+def learn_spec(user_id: str, message_id: str, refs: UserRefs = UNKEYED) -> JobSpec:
     """The job learning from the user message `message_id` (ids only: the job reads the
     message when it runs, so an erasure leaves nothing readable in the job row)."""
-    return JobSpec(kind=LEARN, args={"message_id": message_id}, lock=lock_key("memory", user_id))
+    return JobSpec(kind=LEARN, args={"message_id": message_id}, lock=memory_lock(user_id, refs))
 
 
 # A statement about the speaker ("I live in Pune", "my son is vegan", "we moved") ...
@@ -148,6 +156,11 @@ class Memories:
     jobs: Jobs | None = None
     """The orchestrator's jobs (`recall` settles the user's, `wait` drains them)."""
 
+    @property
+    def refs(self) -> UserRefs:
+        """How users are named in job locks and their own audit chain (the log's refs)."""
+        return UNKEYED if self.audit is None else self.audit.refs
+
     async def recall(self, user_id: str | None, text: str) -> list[Memory]:
         """The user's facts for a turn about `text`, best first (none without a user).
 
@@ -219,9 +232,10 @@ class Memories:
         """Append one event to the user's own audit chain (no conversation stands behind it)."""
         if self.audit is None:
             return
-        event = AuditEvent(kind=kind, turn_id=user_chain_id(user_id), payload=payload)  # type: ignore[arg-type]
+        chain = user_chain_id(user_id, self.audit.refs)
+        event = AuditEvent(kind=kind, turn_id=chain, payload=payload)  # type: ignore[arg-type]
         # No fact text, only ids and keys: in clear, so it outlives an erasure readable.
-        await self.audit.append(user_chain_id(user_id), [event], in_clear=True)
+        await self.audit.append(chain, [event], in_clear=True)
 
     def job_kind(
         self,
@@ -249,15 +263,27 @@ class Memories:
 
         return JobKind(name=LEARN, run=run, timeout=LEARN_TIMEOUT)
 
-    async def wait(self, within: float = CLOSE_TIMEOUT) -> None:
-        """Wait, at most `within` seconds, for the background jobs (`Orchestrator.drain`)."""
-        if self.jobs is not None:
-            with contextlib.suppress(TimeoutError):
-                await self.jobs.drain(within)
+    async def wait(self, within: float = CLOSE_TIMEOUT) -> int:
+        """Wait, at most `within` seconds, for the learning recorded so far; how many
+        jobs are left (0: every fact said so far is learnt).
+
+        With `jobs="inline"` this drains the background jobs (`Orchestrator.drain`). With
+        `jobs="worker"` the workers learn: this looks at the job rows of the learning this
+        process recorded and returns as soon as they are done, or at once when no worker
+        is alive (logging `jobs.no_runner`: nobody would learn them while it waited)."""
+        if self.jobs is None:
+            return 0
+        if self.jobs.mode == "worker":
+            return await self.jobs.wait([LEARN], within)
+        try:
+            await self.jobs.drain(within)
+        except DrainTimeout as e:
+            return e.left
+        return 0
 
     async def _settle(self, user_id: str) -> None:
         if self.jobs is not None:  # Bounded: the wait ends, the memory job goes on.
-            await self.jobs.settle(lock_key("memory", user_id), SETTLE_WAIT)
+            await self.jobs.settle(memory_lock(user_id, self.refs), SETTLE_WAIT)
 
     async def learn(
         self, user_id: str, conversation_id: str, message_id: str, text: str, *, done_key: str

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncGenerator, Iterator
+from datetime import timedelta
 from functools import partial
 from typing import Any, Self
 
@@ -13,7 +14,7 @@ from frontdesk.memory import Memory, MemorySource
 from frontdesk.orchestrator import _wiring
 from frontdesk.orchestrator._compaction import BackgroundCompaction
 from frontdesk.orchestrator._orchestrator import Orchestrator
-from frontdesk.orchestrator.erasure import ErasureReport
+from frontdesk.orchestrator.erasure import ErasureReport, RetentionPolicy
 from frontdesk.orchestrator.handoff import Claim, Handoff
 from frontdesk.orchestrator.jobs import Jobs, JobsMode
 from frontdesk.orchestrator.knowledge import Knowledge
@@ -96,6 +97,10 @@ class SyncOrchestrator:
     def use_jobs(self, mode: JobsMode) -> None:
         """`Orchestrator.use_jobs`."""
         self.orchestrator.use_jobs(mode)
+
+    def use_retention(self, retention: RetentionPolicy | timedelta | str | None) -> None:
+        """`Orchestrator.use_retention`."""
+        self.orchestrator.use_retention(retention)
 
     @property
     def jobs(self) -> Jobs:

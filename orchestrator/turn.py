@@ -806,8 +806,8 @@ async def _finish(
         finished = await p.store.finish_turn(
             lease, reply, outcome=outcome, also=also, release=release, jobs=jobs
         )
-        if p.jobs is not None and finished.job_ids:
-            p.jobs.recorded(jobs, finished.job_ids)  # Committed: this runner looks at once.
+        if p.jobs is not None and finished.jobs:
+            p.jobs.recorded(finished.jobs)  # Committed: this runner looks at once.
         return finished.opened
 
     try:
@@ -861,7 +861,7 @@ def _jobs_after(p: Pipeline, t: Turn, reply: MessageRecord) -> list[JobSpec]:
         and t.user_id is not None
         and _memory.may_state_a_fact(question.content)
     ):
-        jobs.append(_memory.learn_spec(t.user_id, question.id))
+        jobs.append(_memory.learn_spec(t.user_id, question.id, p.memory.refs))
     after = [*t.thread.messages, ThreadMessage(role="assistant", content=reply.content)]
     if p.compaction_policy.plan(after, p.counter) is not None:
         jobs.append(compaction_spec(t.conversation_id, reply.id))

@@ -11,6 +11,8 @@ command line says reaches them as environment variables:
     FRONTDESK_SERVE_DB       --db URL, given to the app as its store
     FRONTDESK_SERVE_MODEL    --model SPEC
     FRONTDESK_SERVE_JOBS     --jobs inline|worker (where the background jobs run)
+    FRONTDESK_SERVE_RETENTION  --retention AGE (retention as a periodic job), and
+    FRONTDESK_SERVE_RETENTION_TRANSCRIPTS  --retention-transcripts (1)
     FRONTDESK_JWT_SECRET     HS256 key            FRONTDESK_JWT_PUBLIC_KEY  RS256 key (PEM/path)
     FRONTDESK_JWT_AUDIENCE   required `aud`       FRONTDESK_JWT_ISSUER      required `iss`
     FRONTDESK_RATE_LIMIT     per user, e.g. 240/minute (default), or off
@@ -47,6 +49,7 @@ from frontdesk import metrics
 from frontdesk.errors import ConfigError
 from frontdesk.orchestrator import Orchestrator
 from frontdesk.orchestrator.app import DEFAULT_APP, default_db, load_app
+from frontdesk.orchestrator.erasure import retention_policy
 from frontdesk.orchestrator.jobs import JOBS_MODES
 from frontdesk.service._app import create_app
 from frontdesk.service._auth import OPERATOR_ROLE, TokenVerifier, mint_token
@@ -91,6 +94,9 @@ class ServiceSettings:
     allow_client_conversation_ids: bool = False
     metrics_apart: bool = False
     """`/metrics` is served on a port of its own (`--metrics-port`), not by the workers."""
+    retention: str | None = None
+    """`--retention AGE`: retention as a periodic job (`None`: none)."""
+    retention_transcripts: bool = False
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> ServiceSettings:
@@ -127,6 +133,8 @@ class ServiceSettings:
             allow_missing_idempotency_key=_flag(env, "FRONTDESK_ALLOW_MISSING_IDEMPOTENCY_KEY"),
             allow_client_conversation_ids=_flag(env, "FRONTDESK_ALLOW_CLIENT_CONVERSATION_IDS"),
             metrics_apart=bool(env.get(METRICS_PORT_ENV)),
+            retention=env.get("FRONTDESK_SERVE_RETENTION") or None,
+            retention_transcripts=_flag(env, "FRONTDESK_SERVE_RETENTION_TRANSCRIPTS"),
         )
 
     def limiter(self) -> RateLimiter | None:
@@ -145,7 +153,14 @@ class ServiceSettings:
         if self.jobs not in JOBS_MODES:
             raise ConfigError(f"--jobs {self.jobs!r}: 'inline' or 'worker'")
         orch.use_jobs(self.jobs)
+        _use_retention(orch, self.retention, self.retention_transcripts)
         return orch
+
+
+def _use_retention(orch: Orchestrator, age: str | None, transcripts: bool) -> None:
+    """`--retention AGE` on whatever `--app` built (it keeps its own when not given)."""
+    if age:
+        orch.use_retention(retention_policy(age, transcripts=transcripts))
 
 
 def _flag(env: Mapping[str, str], name: str) -> bool:
@@ -227,6 +242,8 @@ def prepare_serve(
     allow_clear_audit: bool = False,
     metrics_port: int | None = None,
     jobs: str = "inline",
+    retention: str | None = None,
+    retention_transcripts: bool = False,
 ) -> Prepared:
     """Check `frontdesk serve`'s settings and hand them to the workers (the environment),
     before any worker starts; with `demo_tokens`, mint the demo page URLs (DEV ONLY).
@@ -259,6 +276,12 @@ def prepare_serve(
                 raise ConfigError(f"{name}={value}: must be more than 0")
             os.environ[name] = str(value)
     os.environ["FRONTDESK_SERVE_JOBS"] = jobs
+    os.environ.pop("FRONTDESK_SERVE_RETENTION", None)
+    os.environ.pop("FRONTDESK_SERVE_RETENTION_TRANSCRIPTS", None)
+    if retention:
+        os.environ["FRONTDESK_SERVE_RETENTION"] = retention
+        if retention_transcripts:
+            os.environ["FRONTDESK_SERVE_RETENTION_TRANSCRIPTS"] = "1"
     if metrics_port is not None:
         if metrics_port == port or not 0 < metrics_port < 65536:
             raise ConfigError(f"--metrics-port {metrics_port}: a free port other than --port")
@@ -269,6 +292,7 @@ def prepare_serve(
     if jobs not in JOBS_MODES:
         raise ConfigError(f"--jobs {jobs!r}: 'inline' or 'worker'")
     orch.use_jobs(jobs)
+    _use_retention(orch, retention, retention_transcripts)
     startup = Startup(db=store, workers=workers, allow_clear_audit=allow_clear_audit or demo_tokens)
     refuse_unsafe(orch, startup)
     urls = demo_urls(host, port, environ=os.environ) if demo_tokens else None

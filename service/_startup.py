@@ -65,11 +65,22 @@ def describe(orch: Orchestrator, startup: Startup) -> list[str]:
         audit = f"audit: payloads IN CLEAR ({MASTER_KEY_ENV} not set; --allow-clear-audit)"
     else:
         audit = "audit: off (this app keeps no audit log)"
+    retention, worker = orch.retention, orch.jobs_mode == "worker"
     return [
         f"models: {models}",
         f"store: {mask_url(startup.db)}",
         audit,
         f"jobs: {startup.job_mode}",
+        *(
+            []
+            if retention is None
+            else [
+                f"retention: payloads older than {retention.older_than.days} days shredded"
+                f" every {retention.every} s (job privacy.retention"
+                f"{', transcripts too' if retention.transcripts else ''}"
+                f"{'; run by the workers: give frontdesk worker --retention' if worker else ''})"
+            ]
+        ),
         f"workers: {startup.workers} (pid {os.getpid()} supervises)"
         if startup.workers > 1
         else "workers: 1",

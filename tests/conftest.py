@@ -23,6 +23,16 @@ for _var in ("ANTHROPIC_API_KEY", "OPENAI_API_KEY", "ANTHROPIC_BASE_URL", "OPENA
 providers_base.ALLOW_MODEL_REQUESTS = False
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Under `make test` (pytest-xdist, `--dist loadgroup`) the tests that start processes
+    or build the package run one after another on one worker: two at once on a 2-core
+    machine would starve each other's deadlines."""
+    heavy = pytest.mark.xdist_group("processes")
+    for item in items:
+        if item.get_closest_marker("processes") or item.get_closest_marker("package"):
+            item.add_marker(heavy)
+
+
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"

@@ -19,7 +19,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from frontdesk._sqlite import Statement
 from frontdesk.errors import SAFE_REPLY
 from frontdesk.threads import _writes, handoff
-from frontdesk.threads._records import MessageRecord, new_id
+from frontdesk.threads._records import MessageRecord
 from frontdesk.threads.handoff import Opened
 from frontdesk.threads.models import Conversation, Message, TurnOutcomeRow, utcnow
 
@@ -243,21 +243,7 @@ def mark_failed(conn: Connection, question: MessageRecord, safe_reply: str) -> M
     ).first()
     if existing is not None:
         return None
-    marker = MessageRecord(
-        id=new_id(),
-        created_at=utcnow(),
-        conversation_id=question.conversation_id,
-        parent_id=question.id,
-        role="assistant",
-        content=safe_reply,
-        token_count=0,
-        client_message_id=None,
-        model=None,
-        prompt_versions=None,
-        kind="failed",
-    )
-    _writes.write(conn, marker)
-    return marker
+    return _writes.write_marker(conn, question, safe_reply, "failed")
 
 
 # The conversation's active leaf, if it is a user message (one primary-key join).

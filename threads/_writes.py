@@ -16,7 +16,7 @@ from sqlalchemy import Connection
 from sqlalchemy.dialects import postgresql, sqlite
 
 from frontdesk._sqlite import Statement
-from frontdesk.threads._records import MessageRecord, new_id
+from frontdesk.threads._records import Kind, MessageRecord, new_id
 from frontdesk.threads.errors import (
     ConversationNotFound,
     IdempotencyConflict,
@@ -258,6 +258,26 @@ def write(conn: Connection, record: MessageRecord) -> None:
     """Insert `record` and make it its conversation's active leaf."""
     _INSERT_MESSAGE.run(conn, _as_row(record))
     _SET_LEAF.run(conn, {"conversation": record.conversation_id, "leaf": record.id})
+
+
+def write_marker(conn: Connection, question: MessageRecord, text: str, kind: Kind) -> MessageRecord:
+    """Write an assistant message of `kind` (`failed`, `handoff`) under `question`, the
+    bot's, counting no tokens (a marker is not a model's answer), and return it."""
+    marker = MessageRecord(
+        id=new_id(),
+        created_at=utcnow(),
+        conversation_id=question.conversation_id,
+        parent_id=question.id,
+        role="assistant",
+        content=text,
+        token_count=0,
+        client_message_id=None,
+        model=None,
+        prompt_versions=None,
+        kind=kind,
+    )
+    write(conn, marker)
+    return marker
 
 
 def set_leaf(conn: Connection, conversation_id: str, message_id: str) -> str:

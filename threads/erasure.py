@@ -4,11 +4,16 @@ Each function runs in its caller's write transaction (a sync `Connection`) and i
 idempotent: what carries the erased marker already is not changed or counted again, so a
 re-run after a crash finishes the work and reports 0s. The order of the steps, and the
 audit side, are the orchestrator's (`orchestrator/erasure.py`).
+
+`erasure_request` (revision `0019_jobs_more`) records each request, with its job in the
+same transaction (`record_request`), so the job runner finishes an erasure whose process
+died; `finish_request` empties its user id and keeps the counts.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -21,11 +26,19 @@ from frontdesk.threads.handler_state import (
     erase_conversation_state,
 )
 from frontdesk.threads.memory import delete_user_memories
-from frontdesk.threads.models import Conversation, HandoffRow, Message, TurnOutcomeRow
+from frontdesk.threads.models import (
+    Conversation,
+    HandoffRow,
+    Message,
+    TurnOutcomeRow,
+    UTCDateTime,
+    utcnow,
+)
 from frontdesk.threads.summaries import Summary
 
 __all__ = [
     "ERASED",
+    "ErasureRequest",
     "age_out",
     "conversation_ids",
     "disown_conversations",
@@ -35,6 +48,9 @@ __all__ = [
     "erase_messages",
     "erase_outcomes",
     "erase_summaries",
+    "finish_request",
+    "read_request",
+    "record_request",
 ]
 
 _conv = Conversation.__table__  # type: ignore[attr-defined]
@@ -42,6 +58,17 @@ _msg = Message.__table__  # type: ignore[attr-defined]
 _outcome = TurnOutcomeRow.__table__  # type: ignore[attr-defined]
 _handoff = HandoffRow.__table__  # type: ignore[attr-defined]
 _summary = Summary.__table__  # type: ignore[attr-defined]
+
+_requests = sa.Table(
+    "erasure_request",
+    sa.MetaData(),
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("user_id", sa.Text),
+    sa.Column("requested_by", sa.Text),
+    sa.Column("requested_at", UTCDateTime, nullable=False),
+    sa.Column("done_at", UTCDateTime),
+    sa.Column("counts", sa.JSON),
+)
 
 ERASED = ERASED_MARKER
 """What erased text becomes (the audit log's shredded payloads read the same)."""
@@ -99,10 +126,14 @@ def erase_handoffs(conn: Connection, ids: Sequence[str], _user_id: str) -> int:
     return _rows(conn.execute(sa.update(_handoff).where(where).values(reason=ERASED)))
 
 
-def disown_conversations(conn: Connection, user_id: str, owner: str) -> int:
+def disown_conversations(
+    conn: Connection, user_id: str, owner: str, *, also: Sequence[str] = ()
+) -> int:
     """The user's conversations now belong to `owner` (a digest), their metadata emptied.
-    Taken last, so a re-run after a crash still finds the conversations by the user id."""
-    query = sa.update(_conv).where(_conv.c.user_id == user_id)
+    Taken last, so a re-run after a crash still finds the conversations by the user id.
+    Conversations owned by any of `also` (an older form of the erased owner) get `owner` too."""
+    owners = [user_id, *(o for o in also if o != owner)]
+    query = sa.update(_conv).where(_conv.c.user_id.in_(owners))
     return _rows(conn.execute(query.values(user_id=owner, metadata={})))
 
 
@@ -124,3 +155,47 @@ def age_out(conn: Connection, cutoff: datetime, *, dry_run: bool = False) -> dic
             conn.execute(sa.update(_outcome).where(where).values(**_OUTCOME_ERASED))
         )
     return out
+
+
+@dataclass(frozen=True, kw_only=True)
+class ErasureRequest:
+    """A recorded request to erase a user (`user_id` is `None` once it is done)."""
+
+    id: int
+    user_id: str | None
+    requested_by: str | None
+    done: bool
+    counts: dict[str, int]
+
+
+def record_request(conn: Connection, user_id: str, requested_by: str | None) -> int:
+    """Record a request to erase `user_id` (in the transaction that records its job)."""
+    stmt = sa.insert(_requests).values(
+        user_id=user_id, requested_by=requested_by, requested_at=utcnow()
+    )
+    return int(conn.execute(stmt.returning(_requests.c.id)).scalar_one())
+
+
+def read_request(conn: Connection, request_id: int) -> ErasureRequest | None:
+    """The request `request_id`, if it exists."""
+    row = conn.execute(sa.select(_requests).where(_requests.c.id == request_id)).mappings().first()
+    if row is None:
+        return None
+    return ErasureRequest(
+        id=int(row["id"]),
+        user_id=row["user_id"],
+        requested_by=row["requested_by"],
+        done=row["done_at"] is not None,
+        counts=dict(row["counts"] or {}),
+    )
+
+
+def finish_request(conn: Connection, request_id: int, counts: dict[str, int]) -> bool:
+    """Mark the request done with its counts, its user id emptied (nothing of the user is
+    left in it); `False` when it was done already (another runner finished it)."""
+    stmt = (
+        sa.update(_requests)
+        .where(_requests.c.id == request_id, _requests.c.done_at.is_(None))
+        .values(user_id=None, done_at=utcnow(), counts=counts)
+    )
+    return bool(conn.execute(stmt).rowcount)

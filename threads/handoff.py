@@ -272,21 +272,7 @@ def held(
 
     Returns the marker. The user starts waiting now unless they already were.
     """
-    marker = MessageRecord(
-        id=new_id(),
-        created_at=utcnow(),
-        conversation_id=question.conversation_id,
-        parent_id=question.id,
-        role="assistant",
-        content=text,
-        token_count=0,
-        client_message_id=None,
-        model=None,
-        prompt_versions=None,
-        kind="handoff",
-        author=BOT,
-    )
-    _writes.write(conn, marker)
+    marker = _writes.write_marker(conn, question, text, "handoff")
     if handoff.waiting_since is None:
         conn.execute(
             sa.update(_handoff)

@@ -10,6 +10,11 @@ runner's claims: the oldest due job whose lock no earlier job holds, as Procrast
 
 `job_done` holds the idempotency key of each job whose effect is stored, written in the
 effect's own transaction (`mark_done`), so a job run twice changes nothing the second time.
+
+Also here (revision `0019_jobs_more`): a job postponed while its caller runs its work itself
+(`postpone`, `complete`: the erasure's), the ticks an exclusive periodic job claims on
+SQLite (`claim_tick`, one runner per period), and which runners are alive (`runners_alive`:
+Procrastinate's `procrastinate_workers` on PostgreSQL, `job_worker` heartbeats on SQLite).
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 import sqlalchemy as sa
 from sqlalchemy import Connection
@@ -36,8 +41,11 @@ __all__ = [
     "JobSpec",
     "JobStatus",
     "JobStore",
+    "beat",
     "cancel",
     "claim",
+    "claim_tick",
+    "complete",
     "defer",
     "due",
     "finish",
@@ -45,10 +53,15 @@ __all__ = [
     "list_jobs",
     "mark_done",
     "outstanding",
+    "postpone",
     "record_error",
+    "register_runner",
+    "rename_lock",
     "renew",
     "retry",
+    "runners_alive",
     "statuses",
+    "unregister_runner",
 ]
 
 QUEUE = "frontdesk"
@@ -88,7 +101,22 @@ job_done_table = sa.Table(
     sa.Column("key", sa.String(300), primary_key=True),
     sa.Column("done_at", UTCDateTime, nullable=False),
 )
+job_periodic_table = sa.Table(
+    "job_periodic",
+    _meta,
+    sa.Column("name", sa.String(128), primary_key=True),
+    sa.Column("tick", sa.BigInteger, nullable=False),
+    sa.Column("at", UTCDateTime, nullable=False),
+)
+job_worker_table = sa.Table(
+    "job_worker",
+    _meta,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("heartbeat", sa.Float, nullable=False),
+    sa.Column("started_at", UTCDateTime, nullable=False),
+)
 _j, _e, _d = job_table, job_error_table, job_done_table
+_p, _w = job_periodic_table, job_worker_table
 
 MAX_ERROR_CHARS = 2000
 """Longest last error kept (the rest is cut)."""
@@ -142,12 +170,17 @@ def _pg(conn: Connection) -> bool:
 
 
 _DEFER_PG = sa.text(
-    "SELECT procrastinate_defer_jobs_v1(ARRAY("
-    " SELECT ROW(e.j->>'queue', e.j->>'task', 0, e.j->>'lock', e.j->>'qlock', e.j->'args',"
-    " CAST(e.j->>'at' AS timestamptz))::procrastinate_job_to_defer_v1"
-    " FROM jsonb_array_elements(CAST(:jobs AS jsonb)) WITH ORDINALITY AS e(j, n) ORDER BY e.n))"
+    "INSERT INTO procrastinate_jobs"
+    " (queue_name, task_name, priority, lock, queueing_lock, args, scheduled_at)"
+    " SELECT e.j->>'queue', e.j->>'task', 0, e.j->>'lock', e.j->>'qlock', e.j->'args',"
+    " CAST(e.j->>'at' AS timestamptz)"
+    " FROM jsonb_array_elements(CAST(:jobs AS jsonb)) WITH ORDINALITY AS e(j, n) ORDER BY e.n"
+    " ON CONFLICT (queueing_lock) WHERE status = 'todo' DO NOTHING"
+    " RETURNING id, task_name, lock"
 )
-"""One statement: the jobs travel as one JSON parameter (no value is formatted into SQL)."""
+"""One statement: the jobs travel as one JSON parameter (no value is formatted into SQL).
+It is the body of Procrastinate's `procrastinate_defer_jobs_v1`, which raises on a taken
+queueing lock (aborting the caller's transaction, the reply's); this skips the job."""
 
 
 def _pg_jobs(specs: Sequence[JobSpec]) -> str:
@@ -167,17 +200,23 @@ def _pg_jobs(specs: Sequence[JobSpec]) -> str:
     )
 
 
-def defer(conn: Connection, specs: Sequence[JobSpec]) -> list[int]:
-    """Record `specs` in the caller's transaction (one statement); returns their ids.
+class Deferred(NamedTuple):
+    """A job `defer` recorded: its id, kind and lock."""
 
-    A spec whose `queueing_lock` already has a job waiting is not recorded (on PostgreSQL,
-    pass such specs in a transaction of their own: Procrastinate refuses them by a unique
-    violation, which aborts the transaction)."""
+    id: int
+    kind: str
+    lock: str | None
+
+
+def defer(conn: Connection, specs: Sequence[JobSpec]) -> list[Deferred]:
+    """Record `specs` in the caller's transaction (one statement); returns the jobs
+    recorded, in order. A spec whose `queueing_lock` already has a job waiting is not
+    recorded (it has no entry): the waiting job does its work."""
     if not specs:
         return []
     if _pg(conn):
-        ids = conn.execute(_DEFER_PG, {"jobs": _pg_jobs(specs)}).scalar_one()
-        return [int(i) for i in ids or ()]
+        found = conn.execute(_DEFER_PG, {"jobs": _pg_jobs(specs)})
+        return [Deferred(int(r[0]), r[1], r[2]) for r in found]
     now = utcnow()
     rows = [
         {
@@ -193,8 +232,13 @@ def defer(conn: Connection, specs: Sequence[JobSpec]) -> list[int]:
         }
         for s in specs
     ]
-    stmt = sqlite.insert(_j).values(rows).on_conflict_do_nothing().returning(_j.c.id)
-    return [int(r[0]) for r in conn.execute(stmt)]
+    stmt = (
+        sqlite.insert(_j)
+        .values(rows)
+        .on_conflict_do_nothing()
+        .returning(_j.c.id, _j.c.task_name, _j.c.lock)
+    )
+    return [Deferred(int(r[0]), r[1], r[2]) for r in conn.execute(stmt)]
 
 
 # -- idempotency ----------------------------------------------------------------------
@@ -211,6 +255,17 @@ def mark_done(conn: Connection, key: str) -> None:
     conn.execute(
         insert(_d).values(key=key, done_at=utcnow()).on_conflict_do_nothing(index_elements=["key"])
     )
+
+
+def rename_lock(conn: Connection, old: str, new: str) -> int:
+    """Give the jobs of lock `old` the lock `new` (an erasure renames a user's memory jobs
+    from the plain digest older versions locked them by); one running now keeps its lock.
+    How many were renamed."""
+    if _pg(conn):
+        sql = "UPDATE procrastinate_jobs SET lock = :new WHERE lock = :old AND status <> 'doing'"
+        return int(conn.execute(sa.text(sql), {"old": old, "new": new}).rowcount or 0)
+    query = sa.update(_j).where(_j.c.lock == old, _j.c.status != "doing").values(lock=new)
+    return int(conn.execute(query).rowcount or 0)
 
 
 # -- listing and mending (both backends) -----------------------------------------------
@@ -426,6 +481,87 @@ def finish(
     conn.execute(sa.update(_j).where(_j.c.id == job_id, _j.c.status == "doing").values(**values))
 
 
+# -- a job its caller runs itself (the erasure's) ---------------------------------------
+
+
+def postpone(conn: Connection, job_id: int, until: datetime) -> bool:
+    """Push a waiting job's time to `until` (a caller running the job's work itself keeps
+    it from coming due meanwhile); `False` when it is no longer waiting."""
+    if _pg(conn):
+        done = conn.execute(
+            sa.text(
+                "UPDATE procrastinate_jobs SET scheduled_at = :at"
+                " WHERE id = :id AND status = 'todo'"
+            ),
+            {"id": job_id, "at": until},
+        )
+    else:
+        done = conn.execute(
+            sa.update(_j).where(_j.c.id == job_id, _j.c.status == "todo").values(scheduled_at=until)
+        )
+    return bool(done.rowcount)
+
+
+def complete(conn: Connection, job_id: int) -> None:
+    """A waiting job whose work its caller did: deleted (PostgreSQL: as Procrastinate's
+    workers delete a succeeded job) or `succeeded` (SQLite)."""
+    if _pg(conn):
+        conn.execute(
+            sa.text("SELECT procrastinate_cancel_job_v1(:id, false, true)"), {"id": job_id}
+        )
+        return
+    conn.execute(
+        sa.update(_j).where(_j.c.id == job_id, _j.c.status == "todo").values(status="succeeded")
+    )
+
+
+# -- exclusive periodic jobs and live runners (SQLite; PostgreSQL: Procrastinate's) ------
+
+
+def claim_tick(conn: Connection, name: str, tick: int) -> bool:
+    """Whether this runner takes tick `tick` of the periodic job `name` (SQLite): the
+    first claimer of a tick wins, every later one (another process) is told no."""
+    insert = sqlite.insert(_p).values(name=name, tick=tick, at=utcnow())
+    stmt = insert.on_conflict_do_update(
+        index_elements=["name"],
+        set_={"tick": insert.excluded.tick, "at": insert.excluded.at},
+        where=_p.c.tick < insert.excluded.tick,
+    ).returning(_p.c.name)
+    return conn.execute(stmt).first() is not None
+
+
+def register_runner(conn: Connection) -> int:
+    """Note a `frontdesk worker` process running jobs (SQLite); returns its id."""
+    stmt = sa.insert(_w).values(heartbeat=time.time(), started_at=utcnow()).returning(_w.c.id)
+    return int(conn.execute(stmt).scalar_one())
+
+
+def beat(conn: Connection, runner_id: int) -> None:
+    """A live runner's heartbeat (SQLite)."""
+    conn.execute(sa.update(_w).where(_w.c.id == runner_id).values(heartbeat=time.time()))
+
+
+def unregister_runner(conn: Connection, runner_id: int, *, stale_after: float) -> None:
+    """A runner stopped (SQLite): its row goes, with those of runners dead for long."""
+    old = time.time() - stale_after
+    conn.execute(sa.delete(_w).where(sa.or_(_w.c.id == runner_id, _w.c.heartbeat < old)))
+
+
+def runners_alive(conn: Connection, *, within: float) -> int:
+    """How many job runners sent a heartbeat in the last `within` seconds: every
+    Procrastinate worker on PostgreSQL (inline ones too), `frontdesk worker` processes on
+    SQLite."""
+    if _pg(conn):
+        sql = (
+            "SELECT count(*) FROM procrastinate_workers"
+            " WHERE last_heartbeat > now() - make_interval(secs => :within)"
+        )
+        return int(conn.execute(sa.text(sql), {"within": within}).scalar_one())
+    since = time.time() - within
+    stmt = sa.select(sa.func.count()).select_from(_w).where(_w.c.heartbeat > since)
+    return int(conn.execute(stmt).scalar_one())
+
+
 class JobStore:
     """The job rows of the conversation database, for the runners and `frontdesk jobs`.
 
@@ -442,7 +578,7 @@ class JobStore:
         runner's (SQLite)."""
         return self.engine.dialect.name == "postgresql"
 
-    async def defer(self, specs: Sequence[JobSpec]) -> list[int]:
+    async def defer(self, specs: Sequence[JobSpec]) -> list[Deferred]:
         """Record `specs` in a transaction of their own (jobs caused by no stored row)."""
         return await run_sync_tx(self.engine, lambda conn: defer(conn, specs))
 
@@ -481,6 +617,34 @@ class JobStore:
         """Record that the job `key` took effect (when its effect has no transaction to
         share: prefer `mark_done(conn, key)` inside the effect's own)."""
         await run_sync_tx(self.engine, lambda conn: mark_done(conn, key))
+
+    async def postpone(self, job_id: int, until: datetime) -> bool:
+        """Push a waiting job's time to `until` (see `postpone`)."""
+        return await run_sync_tx(self.engine, lambda conn: postpone(conn, job_id, until))
+
+    async def claim_tick(self, name: str, tick: int) -> bool:
+        """Whether this runner takes tick `tick` of the periodic job `name` (SQLite)."""
+        return await run_sync_tx(self.engine, lambda conn: claim_tick(conn, name, tick))
+
+    async def register_runner(self) -> int:
+        """Note this process as a job runner (SQLite); its id, for `beat`."""
+        return await run_sync_tx(self.engine, register_runner)
+
+    async def beat(self, runner_id: int) -> None:
+        """This runner is alive (SQLite)."""
+        await run_sync_tx(self.engine, lambda conn: beat(conn, runner_id))
+
+    async def unregister_runner(self, runner_id: int, *, stale_after: float) -> None:
+        """This runner stopped (SQLite)."""
+        await run_sync_tx(
+            self.engine, lambda conn: unregister_runner(conn, runner_id, stale_after=stale_after)
+        )
+
+    async def runners_alive(self, *, within: float) -> int:
+        """How many job runners sent a heartbeat in the last `within` seconds."""
+        return await run_sync_tx(
+            self.engine, lambda conn: runners_alive(conn, within=within), readonly=True
+        )
 
     async def has_due(self) -> bool:
         """Whether a job may be claimed now (SQLite; a read, so an idle runner polls it

@@ -85,8 +85,9 @@ class FinishedTurn:
 
     opened: Opened | None = None
     """The hand-off the stored outcome opened (`Outcome(handoff=...)`, the HUMAN route)."""
-    job_ids: list[int] = field(default_factory=list)
-    """The ids of the jobs recorded with the reply (`threads.jobs`)."""
+    jobs: list[_jobs.Deferred] = field(default_factory=list)
+    """The jobs recorded with the reply (`threads.jobs`; one whose queueing lock has a
+    job waiting is not among them)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -465,7 +466,7 @@ class ConversationStore:
         """
 
         opened: list[Opened | None] = [None]
-        ids: list[int] = []
+        ids: list[_jobs.Deferred] = []
 
         def work(conn: Connection) -> None:
             if not release:
@@ -482,7 +483,7 @@ class ConversationStore:
             await lease.release(work)
         else:
             await run_sync_tx(self.engine, work)
-        return FinishedTurn(opened=opened[0], job_ids=ids)
+        return FinishedTurn(opened=opened[0], jobs=ids)
 
     async def mark_failed(
         self, question: MessageRecord, safe_reply: str, *, lease: TurnLease | None = None

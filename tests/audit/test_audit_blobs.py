@@ -173,11 +173,9 @@ async def test_erasing_the_key_shreds_the_blobs_and_the_chain_still_verifies(
     async with await AuditLog.open(db_url, master_key=key) as log:
         for batch in conversation(3):
             await log.append("conv-1", batch, user_id="alice")
-        engine = log.engine
+        engine, ref = log.engine, log.refs.ref("data_key", "alice")
         async with engine.begin() as conn:
-            destroyed = await conn.run_sync(
-                lambda c: crypto.destroy(c, ref=crypto.user_ref("alice"))
-            )
+            destroyed = await conn.run_sync(lambda c: crypto.destroy(c, ref=ref))
         assert destroyed == 1
     async with await AuditLog.open(db_url, master_key=key) as log:
         rows = await log.events("conv-1")

@@ -48,8 +48,8 @@ async def test_a_users_keys_are_shredded_once(keyed_log: AuditLog) -> None:
     assert await run_write(engine, lambda c: erasure.rows_in_clear(c, [conv])) == 0
     assert await run_write(engine, lambda c: erasure.rows_in_clear(c, [clear_conv])) == 1
     assert await run_write(engine, lambda c: erasure.rows_in_clear(c, [conv, clear_conv])) == 1
-    assert await run_write(engine, lambda c: erasure.shred_user(c, user)) == 1
-    assert await run_write(engine, lambda c: erasure.shred_user(c, user)) == 0
+    assert await run_write(engine, lambda c: erasure.shred_user(c, user, keyed_log.refs)) == 1
+    assert await run_write(engine, lambda c: erasure.shred_user(c, user, keyed_log.refs)) == 0
     if keyed_log.keys is not None:
         keyed_log.keys.forget()
     [stored] = await keyed_log.events(conv)

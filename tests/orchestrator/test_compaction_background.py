@@ -190,3 +190,25 @@ async def test_two_processes_compacting_at_once_one_compacts(team: Any, shared_u
     assert again.status in {"compacted", "not_needed"}
     await first.aclose()
     await second.aclose()
+
+
+@pytest.mark.parametrize(
+    "backend", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
+)
+async def test_turns_past_the_threshold_leave_one_compaction_job_waiting(
+    team: Any, db_url: str, backend: str, request: pytest.FixtureRequest
+) -> None:
+    """Every turn past the threshold asks for a compaction, but while one job waits no
+    other is recorded (its queueing lock): a backlog of jobs that find nothing to do was
+    most of a long conversation's turn cost. `jobs="worker"`: nobody here runs them."""
+    url = db_url if backend == "sqlite" else str(request.getfixturevalue("fresh_pg_url"))
+    orch = Orchestrator(potato_categories(), model=team.model(), store=url, jobs="worker")
+    orch.compaction_policy = CompactionPolicy(threshold=100, keep_exchanges=2)
+    try:
+        for i in range(8):
+            await orch.handle("c1", f"message number {i}, about my late order 88213")
+        waiting = [j for j in await orch.jobs.list() if j.kind == "compaction.compact"]
+    finally:
+        await orch.aclose()
+    assert len(waiting) == 1 and waiting[0].status == "todo"
+    assert waiting[0].args["conversation_id"] == "c1"

@@ -238,12 +238,14 @@ async def test_operator_calls_name_what_is_wrong(url: str) -> None:
 
 
 async def test_a_timeout_hands_back_with_the_configured_message(url: str) -> None:
+    # Long enough that a turn on a loaded machine (PostgreSQL, 2 cores) stays within it.
+    TIMEOUT = 1.5
     team = Team()
-    orch = build(url, team, handoff_timeout=0.2, handoff_timeout_message="Back to the bot.")
+    orch = build(url, team, handoff_timeout=TIMEOUT, handoff_timeout_message="Back to the bot.")
     await orch.handle("c", "I want a person", user_id="u")
     await orch.handle("c", "hello?", user_id="u")  # Within the timeout: kept.
     assert len(await orch.handoffs()) == 1
-    await asyncio.sleep(0.3)
+    await asyncio.sleep(TIMEOUT + 0.1)
     reply = await orch.handle("c", "still there?", user_id="u")  # The next message checks.
     assert not reply.handoff and reply.text == "bot reply 2"
     transcript = await orch.transcript("c", user_id="u")
@@ -256,7 +258,7 @@ async def test_a_timeout_hands_back_with_the_configured_message(url: str) -> Non
     assert await orch.handoffs() == []
     # `handoffs()` checks too, with nobody writing.
     await orch.handle("d", "I want a person", user_id="u")
-    await asyncio.sleep(0.3)
+    await asyncio.sleep(TIMEOUT + 0.1)
     assert await orch.handoffs() == []
     last = (await orch.transcript("d", user_id="u"))[-1]
     assert (last.author, last.content) == ("bot", "Back to the bot.")

@@ -5,6 +5,9 @@
 - Two `frontdesk worker` processes never learn one user's facts out of order.
 - A worker SIGTERMed mid-job stops gracefully and gives the job back; another learns it.
 - A worker SIGKILLed mid-job: its job is taken over by another worker.
+- An erasure SIGKILLed after its first step: the job runner (inline, or a worker) finishes it.
+- Waiting for learning a worker does returns when it is done, and gives up soon after the
+  worker dies (not after a minute).
 Processes: tests/orchestrator/_jobs_worker.py.
 """
 
@@ -183,4 +186,90 @@ async def test_a_worker_killed_mid_job_leaves_it_to_another(url: str, tmp_path: 
         fast.send_signal(signal.SIGTERM)
         fast.wait(timeout=30)
     assert [m.text for m in await orch.memories("u-kill")] == ["Lives in Mumbai"]
+    await orch.aclose()
+
+
+def privacy_worker(url: str, key: str) -> subprocess.Popen[bytes]:
+    """A `frontdesk worker` process of the privacy tests' app (with its master key)."""
+    env = {**os.environ, "FRONTDESK_MASTER_KEY": key}
+    frontdesk = str(Path(sys.executable).parent / "frontdesk")
+    command = [frontdesk, "worker", "--app", "tests.privacy._app:worker_app", "--db", url]
+    return subprocess.Popen(command, cwd=REPO, env=env, stderr=subprocess.PIPE)
+
+
+@pytest.mark.parametrize("runner", ["inline", "worker"])
+async def test_an_erasure_killed_midway_is_finished_by_the_job_runner(
+    url: str, runner: str, tmp_path: Path
+) -> None:
+    from frontdesk.orchestrator.erasure import ERASE_LEASE
+    from tests.privacy import _app as privacy
+    from tests.privacy.test_privacy import ZOE_STRINGS, new_key, raw_copies, verify_all
+
+    key = new_key()
+    await privacy.record(url, key, turns=2)
+    script = str(Path(privacy.__file__))
+    run = await asyncio.to_thread(
+        subprocess.run,
+        [sys.executable, script, url, key, "messages", "request"],
+        cwd=REPO,
+        capture_output=True,
+        timeout=120,
+    )
+    assert run.returncode == -signal.SIGKILL, run.stderr.decode()[-2000:]
+    jobs = privacy.orchestrator(url, key, jobs=runner)
+    await jobs.open()
+    (left,) = await jobs.jobs.list()
+    assert left.kind == "privacy.erase" and left.status == "todo"  # Recorded, not lost.
+    began = time.monotonic()
+    if runner == "inline":
+        await jobs.drain(timeout=ERASE_LEASE + 20)
+    else:
+        process = privacy_worker(url, key)
+        try:
+
+            async def finished() -> bool:
+                return not await jobs.jobs.list()
+
+            await until(finished, ERASE_LEASE + 30)
+        finally:
+            process.send_signal(signal.SIGTERM)
+            process.wait(timeout=30)
+    took = time.monotonic() - began
+    await jobs.aclose()
+    print(f"erasure killed after its first step, finished by the {runner} runner in {took:.1f} s")
+    assert raw_copies(url, ZOE_STRINGS) == 0
+    assert await verify_all(url)
+
+
+async def test_waiting_for_learning_follows_a_worker_and_stops_when_it_dies(
+    url: str, tmp_path: Path
+) -> None:
+    from frontdesk.orchestrator.jobs import RUNNER_ALIVE
+
+    log = tmp_path / "learning"
+    orch = shop.app(store=url, jobs="worker")
+    await orch.open()
+    w = worker(url, log)
+    try:
+
+        async def alive() -> bool:
+            return await orch.jobs.store.runners_alive(within=RUNNER_ALIVE) > 0
+
+        await until(alive, 30)
+        await orch.handle("conv-a", shop.FACT_TEXT, user_id="u-follow")
+        began = time.monotonic()
+        assert await orch.memory.wait() == 0
+        took = time.monotonic() - began
+        assert [m.text for m in await orch.memories("u-follow")] == ["Lives in Mumbai"]
+    finally:
+        w.kill()
+        w.wait(timeout=30)
+    print(f"learning done by a worker, seen by the waiting process after {took:.2f} s")
+    assert took < 5.0
+    await orch.handle("conv-a", "I live in Pune", user_id="u-follow")  # Nobody runs it now.
+    began = time.monotonic()
+    assert await orch.memory.wait() == 1
+    gave_up = time.monotonic() - began
+    print(f"worker killed: the wait gave up after {gave_up:.2f} s (not 60)")
+    assert gave_up < RUNNER_ALIVE + 3
     await orch.aclose()

@@ -55,9 +55,9 @@ def engine_of(store: ConversationStore, **kwargs: Any) -> Jobs:
 
 
 async def record(store: ConversationStore, jobs: Jobs, *specs: JobSpec) -> list[int]:
-    ids = await run_write(store.engine, lambda conn: rows.defer(conn, specs))
-    jobs.recorded(specs, ids)
-    return ids
+    recorded = await run_write(store.engine, lambda conn: rows.defer(conn, specs))
+    jobs.recorded(recorded)
+    return [job.id for job in recorded]
 
 
 async def test_one_locks_jobs_run_in_order_even_across_two_runners(
@@ -200,3 +200,51 @@ async def _noop(args: Mapping[str, Any]) -> None:
 
 async def _tick() -> None:
     return None
+
+
+async def test_a_taken_queueing_lock_skips_the_job_and_keeps_the_transaction(
+    store: ConversationStore,
+) -> None:
+    """The reply's transaction records its jobs: a queueing lock already waiting must skip
+    that job, not abort the transaction (Procrastinate's own defer raises there)."""
+    jobs = engine_of(store, mode="worker", kinds=[JobKind(name="test.noop", run=_noop)])
+    waiting = JobSpec(kind="test.noop", args={"n": 1}, lock="c", queueing_lock="c")
+
+    def twice(conn: Any) -> tuple[list[rows.Deferred], list[rows.Deferred]]:
+        first = rows.defer(conn, [waiting])
+        again = rows.defer(conn, [JobSpec(kind="test.noop", args={"n": 2}), waiting])
+        return first, again
+
+    first, again = await run_write(store.engine, twice)
+    assert [j.lock for j in first] == ["c"]
+    assert len(again) == 1 and again[0].lock is None  # The unlocked one only.
+    listed = await jobs.list()
+    assert sorted(j.id for j in listed) == sorted([first[0].id, again[0].id])
+
+
+async def test_a_job_behind_its_lock_runs_as_the_one_ahead_ends(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The in-process runner (SQLite) looks again when a job ends, not a poll later: with
+    the poll made an hour long, drain still returns. (Procrastinate's workers are woken
+    by LISTEN/NOTIFY, not by this runner.)"""
+    from frontdesk.orchestrator import jobs as engine
+
+    monkeypatch.setattr(engine, "POLL", 3600.0)
+    order: list[int] = []
+
+    async def step(args: Mapping[str, Any]) -> None:
+        await asyncio.sleep(0.05)
+        order.append(int(args["n"]))
+
+    store = await ConversationStore.open(f"sqlite:///{tmp_path / 'frontdesk.db'}")
+    jobs = engine_of(store, kinds=[JobKind(name="test.step", run=step)], concurrency=2)
+    await jobs.start()
+    try:
+        specs = [JobSpec(kind="test.step", args={"n": n}, lock="k") for n in (1, 2, 3)]
+        await record(store, jobs, *specs)
+        await jobs.drain(timeout=20)
+    finally:
+        await jobs.aclose()
+        await store.aclose()
+    assert order == [1, 2, 3]

@@ -1,7 +1,9 @@
 """The privacy tests' app: a telecom desk whose request expert extracts an account number.
 
 Also a worker: `python _app.py URL KEY POINT` erases user ZOE and SIGKILLs itself once the
-erasure step POINT has committed (the parent then runs the erasure again).
+erasure step POINT has committed (the parent then runs the erasure again); with a fifth
+argument `request`, the erasure is first recorded with its job (`request_erasure`, as
+`Orchestrator.erase_user` does), so a job runner finishes it.
 """
 
 from __future__ import annotations
@@ -67,6 +69,11 @@ def orchestrator(url: str, key: str | None = None, **kwargs: Any) -> Orchestrato
     )
 
 
+def worker_app() -> Orchestrator:
+    """For `frontdesk worker --app` (the master key from `FRONTDESK_MASTER_KEY`)."""
+    return Orchestrator(categories(), model=FunctionModel(_answer))
+
+
 def replay_app() -> Orchestrator:
     """For `frontdesk audit replay --app`."""
     return Orchestrator(categories(), model=FunctionModel(_answer), audit=False)
@@ -83,7 +90,7 @@ async def record(url: str, key: str | None, *, turns: int = 12, conversations: i
         await orch.aclose()
 
 
-async def _erase_and_die(url: str, key: str, point: str) -> None:
+async def _erase_and_die(url: str, key: str, point: str, how: str = "steps") -> None:
     orch = orchestrator(url, key)
     p = await orch.open()
     assert orch.audit_log is not None
@@ -92,8 +99,9 @@ async def _erase_and_die(url: str, key: str, point: str) -> None:
         if step == point:
             os.kill(os.getpid(), signal.SIGKILL)
 
-    await erasure.erase_user(p.store.engine, orch.audit_log, ZOE, after_step=after)
+    run = erasure.request_erasure if how == "request" else erasure.erase_user
+    await run(p.store.engine, orch.audit_log, ZOE, after_step=after)
 
 
 if __name__ == "__main__":
-    asyncio.run(_erase_and_die(sys.argv[1], sys.argv[2], sys.argv[3]))
+    asyncio.run(_erase_and_die(*sys.argv[1:5]))

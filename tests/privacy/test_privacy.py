@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import concurrent.futures
 import os
 import signal
 import subprocess
@@ -60,11 +61,16 @@ def _forms(value: str) -> list[bytes]:
 ZOE_STRINGS = ["Zoë Ångström", "99887766", ZOE]
 
 
-async def raw_copies(url: str, strings: list[str]) -> int:
+def raw_copies(url: str, strings: list[str]) -> int:
     """Copies of `strings` (both forms) in the SQLite file and WAL, or in a pg_dump, and in
-    the audit's deflated texts inflated (compression is no protection: anyone inflates)."""
-    data = await asyncio.to_thread(_stored_bytes, url)
-    deflated = "\n".join(await _audit_texts(url)).encode()
+    the audit's deflated texts inflated (compression is no protection: anyone inflates).
+
+    Synchronous, so it can be called from sync and async tests alike: the audit texts are
+    read on an event loop of their own, in a thread."""
+    data = _stored_bytes(url)
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        texts = pool.submit(asyncio.run, _audit_texts(url)).result()
+    deflated = "\n".join(texts).encode()
     return sum(data.count(form) + deflated.count(form) for s in strings for form in _forms(s))
 
 
@@ -151,8 +157,8 @@ async def test_an_account_number_over_12_turns_leaves_no_clear_copy_in_the_audit
 async def test_erasure_leaves_no_copy_of_the_user_and_the_chain_verifies(url: str) -> None:
     key = new_key()
     await _app.record(url, key, turns=3, conversations=2)
-    assert await raw_copies(url, ZOE_STRINGS) > 0  # The transcript store holds them in clear.
-    bob_before = await raw_copies(url, ["Bob Marley"])
+    assert raw_copies(url, ZOE_STRINGS) > 0  # The transcript store holds them in clear.
+    bob_before = raw_copies(url, ["Bob Marley"])
 
     orch = _app.orchestrator(url, key)
     report = await orch.erase_user(ZOE)
@@ -164,8 +170,8 @@ async def test_erasure_leaves_no_copy_of_the_user_and_the_chain_verifies(url: st
     assert report.audit_keys >= 1 and report.audit_rows_in_clear == 0
     assert report.memories == 0 and report.handler_state == 0 and report.handoffs == 0
     assert set(again.counts().values()) == {0}  # Idempotent.
-    assert await raw_copies(url, ZOE_STRINGS) == 0
-    assert await raw_copies(url, ["Bob Marley"]) == bob_before > 0  # Other users untouched.
+    assert raw_copies(url, ZOE_STRINGS) == 0
+    assert raw_copies(url, ["Bob Marley"]) == bob_before > 0  # Other users untouched.
     assert await verify_all(url)
     code, out, _ = await cli(["audit", "verify", "--all"], url, None)  # No key needed.
     assert code == 0, out
@@ -202,12 +208,12 @@ async def test_a_kill_in_the_middle_of_an_erasure_is_finished_by_running_it_agai
             timeout=120,
         )
         assert run.returncode == -signal.SIGKILL, run.stderr.decode()[-2000:]
-    assert await raw_copies(url, ZOE_STRINGS) > 0 if "sqlite" in url else True
+    assert raw_copies(url, ZOE_STRINGS) > 0 if "sqlite" in url else True
     orch = _app.orchestrator(url, key)
     report = await orch.erase_user(ZOE)
     await orch.aclose()
     assert report.messages == 0 and report.conversations == 1  # Done before the kills.
-    assert await raw_copies(url, ZOE_STRINGS) == 0
+    assert raw_copies(url, ZOE_STRINGS) == 0
     assert await verify_all(url)
 
 
@@ -310,12 +316,12 @@ async def test_erase_cli_asks_to_confirm_unless_yes(url: str) -> None:
     env = {"FRONTDESK_MASTER_KEY": key}
     declined = await invoke(["erase", "--user", ZOE, "--db", url], input="n\n", env=env)
     assert declined.exit_code == 1
-    assert await raw_copies(url, ["Zoë Ångström"]) > 0
+    assert raw_copies(url, ["Zoë Ångström"]) > 0
     done = await invoke(["erase", "--user", ZOE, "--yes", "--db", url, "--json"], env=env)
     assert done.exit_code == 0, done.output
     assert '"messages": 2' in done.stdout
-    assert await raw_copies(url, ZOE_STRINGS) == 0
-    assert await raw_copies(url, [BOB_TEXT]) > 0 and BOB == "bob"
+    assert raw_copies(url, ZOE_STRINGS) == 0
+    assert raw_copies(url, [BOB_TEXT]) > 0 and BOB == "bob"
 
 
 class FakeKms:
@@ -348,7 +354,9 @@ def test_a_key_provider_wraps_the_data_keys_and_keys_are_cached(tmp_path: Path) 
     for i in range(5):
         orch.handle("zoe-0", f"{ZOE_TEXT} {i}", user_id=ZOE)
     orch.handle("bob-0", BOB_TEXT, user_id=BOB)
-    assert kms.wraps == 2  # One data key per user and month, made once.
+    # One data key per user and month, made once, and the database's ref key (the users'
+    # keyed digests are HMACs under it: a KMS needs nothing but wrap and unwrap).
+    assert kms.wraps == 3
     report = orch.erase_user(ZOE)
     orch.close()
     assert report.audit_keys == 1 and report.messages == 10
@@ -360,7 +368,7 @@ def test_a_key_provider_wraps_the_data_keys_and_keys_are_cached(tmp_path: Path) 
     zoe, bob = asyncio.run(read())
     assert all(r.payload.get("erased") for r in zoe)
     assert any(r.payload.get("text") == BOB_TEXT for r in bob)
-    assert kms.unwraps == 1  # Bob's key, unwrapped once for all his rows.
+    assert kms.unwraps == 2  # The ref key at open; Bob's key, once for all his rows.
 
 
 async def test_turns_after_a_users_first_do_no_key_statement(url: str) -> None:
@@ -447,7 +455,7 @@ async def test_erasure_takes_the_users_memories_handler_state_and_hand_off_reaso
     [handoff] = await orch.handoffs()
     assert "Zoë" not in handoff.reason
     await orch.aclose()
-    assert await raw_copies(url, ZOE_STRINGS) == 0
+    assert raw_copies(url, ZOE_STRINGS) == 0
     assert await verify_all(url)
 
 

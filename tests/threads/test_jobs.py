@@ -32,7 +32,8 @@ async def fresh(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator
 
 
 async def _defer(store: ConversationStore, *specs: JobSpec) -> list[int]:
-    return await run_write(store.engine, lambda conn: jobs.defer(conn, specs))
+    recorded = await run_write(store.engine, lambda conn: jobs.defer(conn, specs))
+    return [job.id for job in recorded]
 
 
 async def _list(store: ConversationStore, *status: str) -> list[jobs.JobRow]:

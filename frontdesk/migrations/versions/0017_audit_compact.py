@@ -16,7 +16,7 @@ conversation in chain order, by the `(conversation_id, seq)` key). The freed pag
 reused by later rows; `VACUUM` (SQLite) or `VACUUM FULL` (PostgreSQL) gives them back.
 
 Revision ID: 0017_audit_compact
-Revises: 0014_audit_blobs
+Revises: 0019_jobs_more
 Create Date: 2026-12-02
 """
 
@@ -33,7 +33,7 @@ from frontdesk.audit.repack import compact_log, expand_log, unzip_log
 log = structlog.get_logger("migrations")
 
 revision: str = "0017_audit_compact"
-down_revision: str | Sequence[str] | None = "0014_audit_blobs"
+down_revision: str | Sequence[str] | None = "0019_jobs_more"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
