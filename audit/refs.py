@@ -47,9 +47,16 @@ __all__ = [
     "rewrap_ref_key",
 ]
 
-RefPurpose = Literal["data_key", "user_chain", "erased_owner", "memory_lock"]
-"""What a ref names: a user's data keys, audit chain, erased conversations, memory jobs."""
-PURPOSES: tuple[RefPurpose, ...] = ("data_key", "user_chain", "erased_owner", "memory_lock")
+RefPurpose = Literal["data_key", "user_chain", "erased_owner", "memory_lock", "erasure_lock"]
+"""What a ref names: a user's data keys, audit chain, erased conversations, memory jobs,
+erasure jobs."""
+PURPOSES: tuple[RefPurpose, ...] = (
+    "data_key",
+    "user_chain",
+    "erased_owner",
+    "memory_lock",
+    "erasure_lock",
+)
 
 REF_KEY_NAME = "user_refs"
 """The one row of `audit_ref_key` (a name, so a later key for another use has its own)."""

@@ -46,7 +46,7 @@ from frontdesk.audit.refs import UNKEYED, UserRefs, legacy
 from frontdesk.audit.store import AuditLog
 from frontdesk.db import AsyncEngine, Connection, run_write
 from frontdesk.errors import ConfigError
-from frontdesk.orchestrator.jobs import JobKind, PeriodicJob, lock_key
+from frontdesk.orchestrator.jobs import JobKind, PeriodicJob
 from frontdesk.orchestrator.memory import memory_lock
 from frontdesk.threads import erasure as store_erasure
 from frontdesk.threads import jobs as job_rows
@@ -210,9 +210,10 @@ async def erase_user(
 
     def own(conn: Connection) -> int:
         _secure(conn)
-        lock, old_lock = memory_lock(user_id, refs), memory_lock(user_id)
-        if lock != old_lock:  # Job rows outlive the user: no plain digest left in them.
-            rename_lock(conn, old_lock, lock)
+        for name in (memory_lock, erasure_lock):
+            lock, old_lock = name(user_id, refs), name(user_id)
+            if lock != old_lock:  # Job rows outlive the user: no plain digest left in them.
+                rename_lock(conn, old_lock, lock)
         return store_erasure.disown_conversations(conn, user_id, owner, also=[old_owner])
 
     counts["conversations"] = await run_write(engine, own)
@@ -237,12 +238,21 @@ async def erase_user(
 # -- erasure as a job ---------------------------------------------------------------------
 
 
-def erase_spec(request_id: int, user_id: str, not_before: datetime) -> JobSpec:
-    """The job finishing request `request_id` if its caller does not (ids only)."""
+def erasure_lock(user_id: str, refs: UserRefs = UNKEYED) -> str:
+    """The lock of a user's erasure jobs, naming the user by their ref (the row outlives
+    the erasure; `UNKEYED`, a log without a master key, is the plain digest)."""
+    return "erasure:" + refs.ref("erasure_lock", user_id)[:24]
+
+
+def erase_spec(
+    request_id: int, user_id: str, not_before: datetime, refs: UserRefs = UNKEYED
+) -> JobSpec:
+    """The job finishing request `request_id` if its caller does not (ids only; its lock
+    names the user by their ref, as a memory job's does: the row outlives the erasure)."""
     return JobSpec(
         kind=ERASE,
         args={"request_id": request_id},
-        lock=lock_key("erasure", user_id),
+        lock=erasure_lock(user_id, refs),
         scheduled_at=not_before,
     )
 
@@ -263,10 +273,11 @@ async def request_erasure(
     runner finishes the erasure (every step is idempotent). Returns what this run changed.
     """
     first = utcnow() + timedelta(seconds=ERASE_LEASE)
+    refs = UNKEYED if audit is None else audit.refs
 
     def record(conn: Connection) -> tuple[int, int]:
         request_id = store_erasure.record_request(conn, user_id, requested_by)
-        (job,) = job_rows.defer(conn, [erase_spec(request_id, user_id, first)])
+        (job,) = job_rows.defer(conn, [erase_spec(request_id, user_id, first, refs)])
         return request_id, job.id
 
     request_id, job_id = await run_write(engine, record)

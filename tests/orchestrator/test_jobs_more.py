@@ -212,7 +212,7 @@ async def test_an_erasure_whose_caller_failed_is_finished_by_the_job_runner(url:
     assert took < erasure.ERASE_LEASE + 10
     assert await orch.jobs.list() == []
     assert orch.audit_log is not None
-    erased = list(await orch.audit_log.events(user_chain_id(_app.ZOE)))
+    erased = list(await orch.audit_log.events(user_chain_id(_app.ZOE, orch.audit_log.refs)))
     assert [r.kind for r in erased] == ["erased"]
     assert erased[0].payload["counts"]["audit_keys"] >= 1
     (request,) = await sql(url, "SELECT user_id, done_at FROM erasure_request")
@@ -230,7 +230,7 @@ async def test_a_job_for_a_finished_request_changes_nothing(url: str) -> None:
     await job.run({"request_id": request_id})  # Done already: returns at once.
     await job.run({"request_id": 999})  # No such request.
     assert orch.audit_log is not None
-    events = await orch.audit_log.events(user_chain_id("nobody"))
+    events = await orch.audit_log.events(user_chain_id("nobody", orch.audit_log.refs))
     assert [e.kind for e in events] == ["erased"]
     await orch.aclose()
 

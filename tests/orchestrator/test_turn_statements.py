@@ -192,7 +192,11 @@ async def test_a_warm_turn_makes_the_pinned_statements_and_transactions(
     seen: dict[str, tuple[int, int, int]] = {}
     listed: dict[str, list[str]] = {}
     with traced() as trace:
-        orch = Orchestrator([BILLING], model=FunctionModel(model), store=url, memory=False)
+        # `jobs="worker"` throughout: no runner here, so its idle polls never land in a
+        # counted window (they did, under load); the turn records its jobs just the same.
+        orch = Orchestrator(
+            [BILLING], model=FunctionModel(model), store=url, memory=False, jobs="worker"
+        )
         try:
             await warm(orch, "c")
             with trace.counting():
