@@ -14,6 +14,7 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.engine import make_url
 
+from frontdesk.audit import compact
 from frontdesk.audit import store as audit_store
 from frontdesk.audit.chains import legacy_user_chain_id, user_chain_id
 from frontdesk.audit.refs import UNKEYED, UserRefs
@@ -69,6 +70,18 @@ def stored_bytes(url: str) -> bytes:
     return subprocess.run(["pg_dump", dsn], capture_output=True, check=True).stdout
 
 
+def _as_text(value: object) -> str:
+    """A column's value as text; the audit's deflated texts (audit.compact) inflated, so a
+    digest inside a compressed payload is found too."""
+    if isinstance(value, bytes | bytearray | memoryview):
+        data = bytes(value)
+        try:
+            return compact.inflate_bytes(data).decode("utf-8", "replace")
+        except ValueError:
+            return data.decode("latin-1")
+    return str(value)
+
+
 async def table_hits(url: str, needles: list[str]) -> dict[str, int]:
     """Per table (every table of the database, Procrastinate's too), how many times its rows
     as text hold any of `needles`; tables with none are left out."""
@@ -82,12 +95,8 @@ async def table_hits(url: str, needles: list[str]) -> dict[str, int]:
                 names = "SELECT name FROM sqlite_master WHERE type = 'table'"
             for name in list((await conn.execute(text(names))).scalars()):
                 quoted = '"' + name.replace('"', '""') + '"'
-                if engine.dialect.name == "postgresql":
-                    result = await conn.execute(text(f"SELECT t::text FROM {quoted} t"))
-                    rows = [str(r[0]) for r in result]
-                else:
-                    result = await conn.execute(text(f"SELECT * FROM {quoted}"))
-                    rows = [repr(tuple(r)) for r in result]
+                result = await conn.execute(text(f"SELECT * FROM {quoted}"))
+                rows = [" ".join(_as_text(v) for v in r) for r in result]
                 count = sum(row.count(n) for row in rows for n in needles)
                 if count:
                     hits[name] = count
