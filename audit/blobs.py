@@ -57,7 +57,7 @@ _MARKS = frozenset({BLOB, LIST, ESCAPE})
 
 MIN_TEXT = 48
 """Texts this long or longer are stored as blobs (shorter ones cost less inline)."""
-MIN_DICT = 96
+MIN_DICT = 256
 """Dicts whose packed JSON is this long or longer are stored as blobs."""
 MIN_LIST = 192
 """Lists whose packed JSON is this long or longer are stored as chunks."""
