@@ -38,6 +38,7 @@ from frontdesk.errors import AuditKeyError
 __all__ = [
     "PURPOSES",
     "UNKEYED",
+    "JobLockPurpose",
     "RefPurpose",
     "UserRefs",
     "legacy",
@@ -57,6 +58,9 @@ PURPOSES: tuple[RefPurpose, ...] = (
     "memory_lock",
     "erasure_lock",
 )
+
+JobLockPurpose = Literal["memory_lock", "erasure_lock"]
+"""The purposes whose refs name a user in a job's lock (`UserRefs.job_lock`)."""
 
 REF_KEY_NAME = "user_refs"
 """The one row of `audit_ref_key` (a name, so a later key for another use has its own)."""
@@ -106,6 +110,12 @@ class UserRefs:
             return legacy(user_id)
         data = (user_id or "").encode("utf-8", "surrogatepass")
         return hmac.new(self._subkeys[purpose], data, hashlib.sha256).hexdigest()[:32]
+
+    def job_lock(self, purpose: JobLockPurpose, user_id: str) -> str:
+        """The lock of a user's jobs of one kind (one at a time, in order), naming the user by
+        their ref: a job row outlives an erasure, so a plain digest in it would name them to
+        anyone who tries ids (`UNKEYED`, a log without a master key, gives the plain one)."""
+        return purpose.removesuffix("_lock") + ":" + self.ref(purpose, user_id)[:24]
 
     def all(self, purpose: RefPurpose, user_id: str | None) -> list[str]:
         """The ref, then the legacy digest when it differs: what to look for."""

@@ -42,12 +42,11 @@ from frontdesk.audit import crypto
 from frontdesk.audit import erasure as audit_erasure
 from frontdesk.audit.chains import user_chain_id
 from frontdesk.audit.events import AuditEvent
-from frontdesk.audit.refs import UNKEYED, UserRefs, legacy
+from frontdesk.audit.refs import UNKEYED, JobLockPurpose, UserRefs, legacy
 from frontdesk.audit.store import AuditLog
 from frontdesk.db import AsyncEngine, Connection, run_write
 from frontdesk.errors import ConfigError
 from frontdesk.orchestrator.jobs import JobKind, PeriodicJob
-from frontdesk.orchestrator.memory import memory_lock
 from frontdesk.threads import erasure as store_erasure
 from frontdesk.threads import jobs as job_rows
 from frontdesk.threads.jobs import JobSpec, rename_lock
@@ -210,8 +209,9 @@ async def erase_user(
 
     def own(conn: Connection) -> int:
         _secure(conn)
-        for name in (memory_lock, erasure_lock):
-            lock, old_lock = name(user_id, refs), name(user_id)
+        purposes: tuple[JobLockPurpose, ...] = ("memory_lock", "erasure_lock")
+        for purpose in purposes:
+            lock, old_lock = refs.job_lock(purpose, user_id), UNKEYED.job_lock(purpose, user_id)
             if lock != old_lock:  # Job rows outlive the user: no plain digest left in them.
                 rename_lock(conn, old_lock, lock)
         return store_erasure.disown_conversations(conn, user_id, owner, also=[old_owner])
@@ -238,12 +238,6 @@ async def erase_user(
 # -- erasure as a job ---------------------------------------------------------------------
 
 
-def erasure_lock(user_id: str, refs: UserRefs = UNKEYED) -> str:
-    """The lock of a user's erasure jobs, naming the user by their ref (the row outlives
-    the erasure; `UNKEYED`, a log without a master key, is the plain digest)."""
-    return "erasure:" + refs.ref("erasure_lock", user_id)[:24]
-
-
 def erase_spec(
     request_id: int, user_id: str, not_before: datetime, refs: UserRefs = UNKEYED
 ) -> JobSpec:
@@ -252,7 +246,7 @@ def erase_spec(
     return JobSpec(
         kind=ERASE,
         args={"request_id": request_id},
-        lock=erasure_lock(user_id, refs),
+        lock=refs.job_lock("erasure_lock", user_id),
         scheduled_at=not_before,
     )
 

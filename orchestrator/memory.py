@@ -64,17 +64,12 @@ LEARN = "memory.learn"
 """The job kind that runs the memory expert on one user message."""
 
 
-def memory_lock(user_id: str, refs: UserRefs = UNKEYED) -> str:
-    """The lock of a user's memory jobs (one at a time, in order), naming the user by their
-    ref: a job row outlives an erasure, so a plain digest would name them to anyone who
-    tries ids (the default, `UNKEYED`, is what a log without a master key uses)."""
-    return "memory:" + refs.ref("memory_lock", user_id)[:24]
-
-
 def learn_spec(user_id: str, message_id: str, refs: UserRefs = UNKEYED) -> JobSpec:
     """The job learning from the user message `message_id` (ids only: the job reads the
     message when it runs, so an erasure leaves nothing readable in the job row)."""
-    return JobSpec(kind=LEARN, args={"message_id": message_id}, lock=memory_lock(user_id, refs))
+    return JobSpec(
+        kind=LEARN, args={"message_id": message_id}, lock=refs.job_lock("memory_lock", user_id)
+    )
 
 
 # A statement about the speaker ("I live in Pune", "my son is vegan", "we moved") ...
@@ -283,7 +278,7 @@ class Memories:
 
     async def _settle(self, user_id: str) -> None:
         if self.jobs is not None:  # Bounded: the wait ends, the memory job goes on.
-            await self.jobs.settle(memory_lock(user_id, self.refs), SETTLE_WAIT)
+            await self.jobs.settle(self.refs.job_lock("memory_lock", user_id), SETTLE_WAIT)
 
     async def learn(
         self, user_id: str, conversation_id: str, message_id: str, text: str, *, done_key: str

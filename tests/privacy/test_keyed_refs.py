@@ -23,7 +23,6 @@ from frontdesk.db import create_engine, dispose_engine, run_write
 from frontdesk.experts.providers import FunctionModel, ModelRequest
 from frontdesk.orchestrator import Orchestrator
 from frontdesk.orchestrator.erasure import apply_retention, erased_owner
-from frontdesk.orchestrator.memory import memory_lock
 from frontdesk.schema import ensure_schema
 from frontdesk.threads.jobs import JobSpec, defer, list_jobs, rename_lock
 from tests.privacy import _app
@@ -244,7 +243,7 @@ async def test_a_users_waiting_memory_jobs_are_renamed_to_the_keyed_lock(url: st
     """On PostgreSQL a succeeded job's row is deleted; one waiting or failed keeps its lock,
     so erasure renames it (`threads.jobs.rename_lock`) on either backend."""
     refs = UserRefs(b"r" * 32)
-    old, new = memory_lock(ALICE), memory_lock(ALICE, refs)
+    old, new = UNKEYED.job_lock("memory_lock", ALICE), refs.job_lock("memory_lock", ALICE)
     assert old == "memory:" + plain(ALICE)[:24] and new != old
     engine = create_engine(url)
     try:
