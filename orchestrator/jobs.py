@@ -67,6 +67,9 @@ STALLED_AFTER = 5.0
 running jobs are retried (by the periodic `jobs.recover_stalled`)."""
 SETTLE_WAIT = 0.1
 """Seconds a turn waits, at most, for its user's memory jobs started in this process."""
+SETTLE_LOOK = 0.02
+"""Seconds a settling turn waits for this process's runner before it reads the job rows
+(the jobs may have run in another process)."""
 RUNNER_ALIVE = STALLED_AFTER
 """Seconds since its last heartbeat within which a runner counts as alive (a wait for work
 another process owns gives up at once when no runner is)."""
@@ -214,6 +217,9 @@ class Jobs:
         if self._runner is not None:
             self._runner.wake()
 
+    def _lock_of(self, job_id: int) -> str | None:
+        return next((lock for lock, ids in self._by_lock.items() if job_id in ids), None)
+
     def _ended(self, job_id: int, lock: str | None) -> None:
         self._deferred.discard(job_id)
         self._kinds.pop(job_id, None)
@@ -225,12 +231,27 @@ class Jobs:
                     settled.set()
 
     async def settle(self, lock: str, within: float = SETTLE_WAIT) -> None:
-        """Wait, at most `within` seconds, for the jobs of `lock` this process recorded and
-        runs (so a fact said in one turn is usually known in the next)."""
+        """Wait, at most `within` seconds, for the jobs of `lock` this process recorded (so
+        a fact said in one turn is usually known in the next).
+
+        This process's runner ends the wait when it runs them; another process's runner
+        (several processes on one database) does not tell us, so after `SETTLE_LOOK` the
+        job rows are read: without that look, every later turn of the user would wait the
+        whole `within` for jobs that are long done."""
         settled = self._settled.get(lock) if self.mode == "inline" else None
-        if settled is not None:
+        deadline = time.monotonic() + within
+        while settled is not None and not settled.is_set():
+            left = deadline - time.monotonic()
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(settled.wait(), within)
+                await asyncio.wait_for(settled.wait(), min(SETTLE_LOOK, max(left, 0.0)))
+                return
+            pending = list(self._by_lock.get(lock, ()))
+            if not pending or await self.store.outstanding(pending) == 0:
+                for job_id in pending:  # Run elsewhere: forget them as this runner would.
+                    self._ended(job_id, lock)
+                return
+            if time.monotonic() >= deadline:
+                return
 
     # -- running --------------------------------------------------------------------------
 
@@ -314,9 +335,8 @@ class Jobs:
             ids = [i for i, kind in self._kinds.items() if kind in kinds and i in self._deferred]
             left = await self.store.outstanding(ids) if ids else 0
             if left == 0:
-                self._deferred.difference_update(ids)
                 for i in ids:
-                    self._kinds.pop(i, None)
+                    self._ended(i, self._lock_of(i))
                 return 0
             now = time.monotonic()
             if self._runner is None and now - checked >= 1.0:

@@ -97,6 +97,35 @@ async def test_one_locks_jobs_run_in_order_even_across_two_runners(
         assert [n for u, n in seen if u == user] == list(range(6))
 
 
+async def test_a_turn_settling_on_jobs_another_process_ran_does_not_wait_its_window(
+    store: ConversationStore,
+) -> None:
+    """Several processes share one database: a user's memory job recorded here may run in
+    another process, whose runner cannot tell this one. The settle reads the job rows, so
+    it ends once the job is done, and the next turns of the user do not wait at all (before,
+    every later turn of that user waited the whole window for a job long done)."""
+    ran = asyncio.Event()
+
+    async def learn(args: Mapping[str, Any]) -> None:
+        ran.set()
+
+    kinds = [JobKind(name="test.learn", run=learn)]
+    here = engine_of(store, kinds=kinds)  # Records the job; its runner is never started.
+    elsewhere = engine_of(store, kinds=kinds)
+    await record(store, here, JobSpec(kind="test.learn", args={}, lock="memory:alice"))
+    await elsewhere.start()
+    try:
+        await asyncio.wait_for(ran.wait(), 30)
+        await elsewhere.drain(timeout=30)
+        async with asyncio.timeout(20):  # The window: a settle that cannot see would use it.
+            await here.settle("memory:alice", within=60)
+        async with asyncio.timeout(1):
+            await here.settle("memory:alice", within=60)  # Nothing of alice's left to wait for.
+    finally:
+        await elsewhere.aclose()
+        await here.aclose()
+
+
 async def test_a_job_failing_three_times_ends_failed_and_is_listed(
     store: ConversationStore,
 ) -> None:
