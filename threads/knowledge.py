@@ -29,6 +29,7 @@ import sqlalchemy as sa
 from sqlalchemy import Connection, RowMapping
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from frontdesk._sqlite import Statement
 from frontdesk.knowledge import MAX_PASSAGE_CHARS, MAX_SOURCE_CHARS, Passage
 from frontdesk.threads._records import check_id, check_text, new_id
 from frontdesk.threads._tx import run_sync_tx
@@ -228,34 +229,36 @@ class FullTextPassageRetriever:
         words = query_words(query)
         if not words or limit <= 0:
             return []
-        statement, params = _ranking(conn.dialect.name, words, limit)
-        return [
-            _passage(row, score=float(row["score"]))
-            for row in conn.execute(statement, params).mappings()
-        ]
+        if conn.dialect.name == "postgresql":
+            query = " | ".join(words)
+        else:
+            query = " OR ".join('"' + w.replace('"', '""') + '"' for w in words)
+        rows = _MATCHES.rows(conn, {"query": query, "limit": limit})
+        return [_passage(row, score=float(row["score"])) for row in rows]
 
 
-def _ranking(
-    dialect: str, words: Sequence[str], limit: int
-) -> tuple[sa.TextClause, dict[str, Any]]:
-    """The best `limit` matches of any of `words`, best first, scored higher-is-better."""
+def _ranking(dialect: str) -> sa.TextClause:
+    """The best `:limit` matches of `:query` (any of its words), best first, scored
+    higher-is-better."""
     columns = ", ".join(f"p.{c.name}" for c in _COLUMNS)
     if dialect == "postgresql":
-        sql = (
+        return sa.text(
             f"SELECT {columns}, ts_rank(p.tsv, q) AS score"
             " FROM knowledge_passage p, to_tsquery('english', :query) q WHERE p.tsv @@ q"
             " ORDER BY score DESC, p.source, p.position LIMIT :limit"
         )
-        return sa.text(sql), {"query": " | ".join(words), "limit": limit}
     # bm25 is lower for a better match; the title (column 0) weighs twice the text.
-    sql = (
+    return sa.text(
         f"SELECT {columns}, -bm25(knowledge_fts, 2.0, 1.0) AS score FROM knowledge_fts"
         " JOIN knowledge_passage p ON p.seq = knowledge_fts.rowid"
         " WHERE knowledge_fts MATCH :query"
         " ORDER BY bm25(knowledge_fts, 2.0, 1.0), p.source, p.position LIMIT :limit"
     )
-    query = " OR ".join('"' + w.replace('"', '""') + '"' for w in words)
-    return sa.text(sql), {"query": query, "limit": limit}
+
+
+# Built once, and run on the SQLite writer's driver in a turn's first transaction (the
+# lookup is in every turn of an app with knowledge): see `frontdesk._sqlite.Statement`.
+_MATCHES = Statement(_ranking("sqlite"), postgresql=_ranking("postgresql"))
 
 
 def _passage(row: RowMapping | Mapping[str, Any], *, score: float = 0.0) -> Passage:

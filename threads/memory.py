@@ -25,6 +25,7 @@ import sqlalchemy as sa
 from sqlalchemy import Connection, RowMapping
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from frontdesk._sqlite import Statement
 from frontdesk.errors import MemoryNotFound
 from frontdesk.memory import MAX_FACT_CHARS, MAX_SUMMARY_CHARS, SOURCES, Memory, MemorySource
 from frontdesk.threads._records import check_id, check_text, new_id
@@ -189,29 +190,35 @@ class FullTextRetriever:
     ) -> list[Memory]:
         """`retrieve` inside a transaction of the caller's (a turn's first one)."""
         words = query_words(text)
-        rows = conn.execute(*_ranking(conn.dialect.name, user_id, words, limit)).mappings()
-        matched: list[RowMapping] = []
-        recent: list[RowMapping] = []
+        postgresql = conn.dialect.name == "postgresql"
+        params: dict[str, Any] = {"user_id": user_id, "limit": limit, "cap": MATCHES_SCORED}
+        if words and postgresql:
+            params["query"] = " | ".join(words)
+        elif words:
+            params["query"] = " OR ".join('"' + w.replace('"', '""') + '"' for w in words)
+        rows = (_RANKED if words else _RECENT).rows(conn, params)
+        matched: list[Mapping[str, Any]] = []
+        recent: list[Mapping[str, Any]] = []
         for row in rows:
             (matched if row["part"] == 0 else recent).append(row)
         # Best match first (SQLite's bm25 is lower for better, `ts_rank` higher), then
         # the newest; the statement's own order is not kept across its UNION.
-        sign = 1 if conn.dialect.name == "postgresql" else -1
+        sign = 1 if postgresql else -1
         matched.sort(key=lambda r: (sign * r["score"], r["updated_at"], r["seq"]), reverse=True)
         recent.sort(key=lambda r: (r["updated_at"], r["seq"]), reverse=True)
         found: dict[str, Memory] = {}
-        for row in [*matched, *recent]:
-            if row["id"] not in found:
-                found[row["id"]] = _memory(row)
-        return list(found.values())[:limit]
+        for ranked in [*matched, *recent]:
+            if len(found) == limit:
+                break
+            if ranked["id"] not in found:
+                found[ranked["id"]] = _memory(ranked)
+        return list(found.values())
 
 
-def _ranking(
-    dialect: str, user_id: str, words: Sequence[str], limit: int
-) -> tuple[sa.TextualSelect, dict[str, Any]]:
-    """The statement: part 0 the best `limit` matches, part 1 the newest `limit` facts."""
+def _ranking(dialect: str, *, words: bool) -> sa.TextualSelect:
+    """The lookup: part 0 the best `:limit` matches of `:query`, part 1 the newest `:limit`
+    facts (part 1 alone without `words`)."""
     columns = ", ".join(f"m.{c.name}" for c in [_m.c.seq, *_COLUMNS])
-    params: dict[str, Any] = {"user_id": user_id, "limit": limit, "cap": MATCHES_SCORED}
     current = "m.user_id = :user_id AND m.superseded_by IS NULL"
     recent = (
         f"SELECT {columns}, 1 AS part, 0.0 AS score FROM memory m WHERE {current}"
@@ -220,7 +227,6 @@ def _ranking(
     if not words:
         sql = recent
     elif dialect == "postgresql":
-        params["query"] = " | ".join(words)
         sql = (
             f"SELECT {columns}, 0 AS part, ts_rank(m.tsv, q) AS score"
             f" FROM memory m, to_tsquery('english', :query) q WHERE {current} AND m.tsv @@ q"
@@ -228,7 +234,6 @@ def _ranking(
         )
         sql = f"SELECT * FROM ({sql}) a UNION ALL SELECT * FROM ({recent}) b"
     else:
-        params["query"] = " OR ".join('"' + w.replace('"', '""') + '"' for w in words)
         sql = (
             f"SELECT {columns}, 0 AS part, bm25(memory_fts) AS score"
             " FROM memory_fts JOIN memory m ON m.seq = memory_fts.rowid"
@@ -239,7 +244,14 @@ def _ranking(
         sql = f"SELECT * FROM ({sql}) UNION ALL SELECT * FROM ({recent})"
     typed = [sa.column(c.name, c.type) for c in [_m.c.seq, *_COLUMNS]]
     typed += [sa.column("part", sa.Integer), sa.column("score", sa.Float)]
-    return sa.text(sql).columns(*typed), params
+    return sa.text(sql).columns(*typed)
+
+
+# Built once, and run on the SQLite writer's driver when the turn's first transaction is
+# there: the lookup is in every memory turn, and SQLAlchemy's execution and row decoding
+# of its 64 rows cost as much as SQLite's full-text ranking.
+_RANKED = Statement(_ranking("sqlite", words=True), postgresql=_ranking("postgresql", words=True))
+_RECENT = Statement(_ranking("sqlite", words=False), postgresql=_ranking("postgresql", words=False))
 
 
 class MemoryStore:
