@@ -29,6 +29,7 @@ import sqlalchemy as sa
 from sqlalchemy import Connection, RowMapping
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from frontdesk._sqlite import Statement
 from frontdesk.knowledge import MAX_PASSAGE_CHARS, MAX_SOURCE_CHARS, Passage
 from frontdesk.threads._records import check_id, check_text, new_id
 from frontdesk.threads._tx import run_sync_tx
@@ -229,33 +230,41 @@ class FullTextPassageRetriever:
         if not words or limit <= 0:
             return []
         statement, params = _ranking(conn.dialect.name, words, limit)
+        if statement is None:  # SQLite: the statement built once, run on the driver.
+            rows = _SQLITE_RANKING.rows(conn, params)
+            return [_passage(row, score=float(row["score"])) for row in rows]
         return [
             _passage(row, score=float(row["score"]))
             for row in conn.execute(statement, params).mappings()
         ]
 
 
-def _ranking(
-    dialect: str, words: Sequence[str], limit: int
-) -> tuple[sa.TextClause, dict[str, Any]]:
-    """The best `limit` matches of any of `words`, best first, scored higher-is-better."""
-    columns = ", ".join(f"p.{c.name}" for c in _COLUMNS)
-    if dialect == "postgresql":
-        sql = (
-            f"SELECT {columns}, ts_rank(p.tsv, q) AS score"
-            " FROM knowledge_passage p, to_tsquery('english', :query) q WHERE p.tsv @@ q"
-            " ORDER BY score DESC, p.source, p.position LIMIT :limit"
-        )
-        return sa.text(sql), {"query": " | ".join(words), "limit": limit}
-    # bm25 is lower for a better match; the title (column 0) weighs twice the text.
-    sql = (
-        f"SELECT {columns}, -bm25(knowledge_fts, 2.0, 1.0) AS score FROM knowledge_fts"
+_SELECTED = ", ".join(f"p.{c.name}" for c in _COLUMNS)
+# bm25 is lower for a better match; the title (column 0) weighs twice the text.
+_SQLITE_RANKING = Statement(
+    sa.text(
+        f"SELECT {_SELECTED}, -bm25(knowledge_fts, 2.0, 1.0) AS score FROM knowledge_fts"
         " JOIN knowledge_passage p ON p.seq = knowledge_fts.rowid"
         " WHERE knowledge_fts MATCH :query"
         " ORDER BY bm25(knowledge_fts, 2.0, 1.0), p.source, p.position LIMIT :limit"
     )
+)
+
+
+def _ranking(
+    dialect: str, words: Sequence[str], limit: int
+) -> tuple[sa.TextClause | None, dict[str, Any]]:
+    """The best `limit` matches of any of `words`, best first, scored higher-is-better:
+    the statement and its parameters (`None` on SQLite: `_SQLITE_RANKING`'s)."""
+    if dialect == "postgresql":
+        sql = (
+            f"SELECT {_SELECTED}, ts_rank(p.tsv, q) AS score"
+            " FROM knowledge_passage p, to_tsquery('english', :query) q WHERE p.tsv @@ q"
+            " ORDER BY score DESC, p.source, p.position LIMIT :limit"
+        )
+        return sa.text(sql), {"query": " | ".join(words), "limit": limit}
     query = " OR ".join('"' + w.replace('"', '""') + '"' for w in words)
-    return sa.text(sql), {"query": query, "limit": limit}
+    return None, {"query": query, "limit": limit}
 
 
 def _passage(row: RowMapping | Mapping[str, Any], *, score: float = 0.0) -> Passage:
