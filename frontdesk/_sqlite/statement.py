@@ -97,6 +97,13 @@ class Statement:
             (column.keyname, column.type.dialect_impl(_PYSQLITE).result_processor(_PYSQLITE, None))
             for column in compiled._result_columns
         ]
+        self._keys = [key for key, _ in self._columns]
+        last = {key: index for index, key in enumerate(self._keys)}  # A repeated key: the last.
+        self._processed = [
+            (index, key, process)
+            for index, (key, process) in enumerate(self._columns)
+            if process is not None and last[key] == index
+        ]
 
     def for_dialect(self, name: str) -> Executable:
         """The SQLAlchemy statement run on a database of dialect `name`."""
@@ -155,10 +162,10 @@ class Statement:
     def _decode(self, cursor: sqlite3.Cursor, row: Sequence[Any]) -> dict[str, Any]:
         if not self._columns:  # Textual SQL: no typed columns, the driver's names.
             return {column[0]: value for column, value in zip(cursor.description, row, strict=True)}
-        return {
-            key: value if process is None else process(value)
-            for (key, process), value in zip(self._columns, row, strict=True)
-        }
+        decoded = dict(zip(self._keys, row, strict=True))
+        for index, key, process in self._processed:  # Timestamps, JSON: the typed columns.
+            decoded[key] = process(row[index])
+        return decoded
 
     def _error(self, error: sqlite3.Error) -> StatementError:
         return DBAPIError.instance(self.sql, None, error, sqlite3.Error, hide_parameters=True)
