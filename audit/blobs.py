@@ -105,6 +105,14 @@ class Addresses:
     packed: dict[Any, tuple[Any, str, tuple[tuple[str, str], ...]]] = field(default_factory=dict)
     """Packed texts and small flat dicts (the thread's messages), with their JSON and the
     blobs (ref, text) they refer to."""
+    lists: dict[tuple[str, ...], tuple[Any, str, tuple[tuple[str, str], ...]]] = field(
+        default_factory=dict
+    )
+    """Packed long lists by their items' packed JSON texts: a thread sent again (the same
+    list in `messages` and the wire body, on the next attempt or turn) is one dict hit."""
+    cuts: dict[tuple[str, str], bool] = field(default_factory=dict)
+    """Whether an item ends a chunk, by (the item before's JSON, its own): a thread that
+    grew by a message is cut again without hashing its older pairs again."""
 
     def of(self, text: str) -> str:
         """The ref of a JSON text (cached)."""
@@ -115,10 +123,22 @@ class Addresses:
             ref = self.refs[text] = address(text, self.key)
         return ref
 
+    def ends_chunk(self, before: str, item: str) -> bool:
+        """Whether `item` (JSON) ends a chunk after `before` (see `CHUNK_END`; cached)."""
+        pair = (before, item)
+        cut = self.cuts.get(pair)
+        if cut is None:
+            if len(self.cuts) >= _CACHE_LIMIT:
+                self.clear()
+            cut = self.cuts[pair] = address(before + "," + item, self.key)[0] in CHUNK_END
+        return cut
+
     def clear(self) -> None:
         """Forget every cached ref and packing."""
         self.refs.clear()
         self.packed.clear()
+        self.lists.clear()
+        self.cuts.clear()
 
 
 @dataclass
@@ -204,26 +224,58 @@ class Packer:
         return packed, text
 
     def _list(self, value: Iterable[Any]) -> tuple[Any, str]:
+        value = value if isinstance(value, list | tuple) else list(value)
+        found = self._known_list(value)
+        if found is not None:  # The same thread again: its items and chunks are known.
+            self.made.update(found[2])
+            return found[0], found[1]
+        made, self.made = self.made, {}
         items = [self._value(item) for item in value]
-        text = "[" + ",".join(t for _, t in items) + "]"
+        texts = tuple(t for _, t in items)
+        text = "[" + ",".join(texts) + "]"
         if len(text) < MIN_LIST:
+            made.update(self.made)
+            self.made = made
             return [i for i, _ in items], text
         refs, chunk, before = [], [], ""
-        for _, item_text in items:
+        for item_text in texts:
             chunk.append(item_text)
             # The item with the one before it decides, so a value that recurs (the same
             # answer on every turn) does not cut the list at each of its places.
-            if self.addresses.of(before + "," + item_text)[0] in CHUNK_END:
+            if self.addresses.ends_chunk(before, item_text):
                 refs.append(self._blob("[" + ",".join(chunk) + "]")[0][BLOB])
                 chunk = []
             before = item_text
         if chunk:
             refs.append(self._blob("[" + ",".join(chunk) + "]")[0][BLOB])
-        packed = {LIST: refs}
+        packed: Any = {LIST: refs}
         text = canonical_json(packed)
         if len(text) >= MIN_DICT:  # The same list often goes out twice (messages, wire body).
-            return self._blob(text)
+            packed, text = self._blob(text)
+        if len(self.addresses.lists) >= _CACHE_LIMIT:
+            self.addresses.clear()
+        self.addresses.lists[texts] = (packed, text, tuple(self.made.items()))
+        made.update(self.made)
+        self.made = made
         return packed, text
+
+    def _known_list(
+        self, value: list[Any] | tuple[Any, ...]
+    ) -> tuple[Any, str, tuple[tuple[str, str], ...]] | None:
+        """The cached packing of a list whose items are all known flat dicts (a thread
+        packed before), with every blob it refers to; `None` when any item is not."""
+        packed, texts = self.addresses.packed, []
+        for item in value:
+            if not isinstance(item, dict) or len(item) > 3:
+                return None
+            try:
+                found = packed.get(tuple(item.items()))
+            except TypeError:  # A list or dict inside: not a flat dict.
+                return None
+            if found is None:
+                return None
+            texts.append(found[1])
+        return self.addresses.lists.get(tuple(texts))
 
 
 def references(value: Any) -> set[str]:

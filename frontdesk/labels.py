@@ -71,6 +71,13 @@ def neutralise(
     marked phrase no longer matches. The Anthropic adapter passes only
     `INSTRUCTION_LABEL`, since the thread it is given may start with a genuine summary.
     """
+    if text.isascii():
+        # Every message of the thread comes through here on every turn, and almost none
+        # holds a label: in ASCII text (no invisible characters, no Unicode case folding)
+        # a label matches only where its first word is there, lowercased, so the patterns
+        # of the others need not run.
+        lowered = text.lower()
+        labels = [label for label in labels if _LABEL_WORDS[label][0] in lowered]
     for pattern in (_PATTERNS[label] for label in labels):
         text = pattern.sub(rf"\1 {QUOTED_MARK}\2", text)
     return text

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import hashlib
 import time
 from collections.abc import Iterator
@@ -42,7 +43,19 @@ from frontdesk.redaction import field_rules
 
 def usage_dict(usage: Usage) -> dict[str, int]:
     """A `Usage` as the audit payload stores it."""
-    return dataclasses.asdict(usage)
+    return _flat(usage)
+
+
+_SCALAR = (int, float, str, bool, type(None))
+
+
+def _flat(value: Any) -> dict[str, Any]:
+    """`dataclasses.asdict` of a dataclass of scalars (usage, settings, prompt reference),
+    without its deep copy (the turn makes a dozen of these); anything else goes to it."""
+    out = {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
+    if all(type(v) in _SCALAR for v in out.values()):
+        return out
+    return dataclasses.asdict(value)
 
 
 def jsonable(value: Any) -> Any:
@@ -72,13 +85,7 @@ def without_system(body: Any, system: str) -> Any:
     """
     if not system:
         return body
-    if isinstance(body, str):
-        return _prompt_reference(system) if body == system else body
-    if isinstance(body, list):
-        return [without_system(item, system) for item in body]
-    if isinstance(body, dict):
-        return {key: without_system(value, system) for key, value in body.items()}
-    return body
+    return _without(body, system, _prompt_reference(system))
 
 
 MEMORY_REFERENCE = "[memory block: the attempt's `memory.text`]"
@@ -86,7 +93,20 @@ MEMORY_REFERENCE = "[memory block: the attempt's `memory.text`]"
 
 
 def _without(body: Any, text: str, reference: str) -> Any:
-    """`body` with every string equal to `text` replaced by `reference`."""
+    """`body` with every string equal to `text` replaced by `reference` (lists and dicts
+    copied, the rest as it is)."""
+    kind = type(body)
+    if kind is str:  # The most common value by far (a message's role and content).
+        return reference if body == text else body
+    if kind is dict:
+        return {
+            key: (reference if value == text else value)
+            if type(value) is str
+            else _without(value, text, reference)
+            for key, value in body.items()
+        }
+    if kind is list:
+        return [_without(item, text, reference) for item in body]
     if isinstance(body, str):
         return reference if body == text else body
     if isinstance(body, list):
@@ -107,6 +127,7 @@ def passage_ref(passage: Passage) -> dict[str, Any]:
     }
 
 
+@functools.lru_cache(maxsize=64)
 def _prompt_reference(system: str) -> str:
     digest = hashlib.sha256(system.encode("utf-8", "surrogatepass")).hexdigest()
     return f"[system prompt sha256:{digest}, stored once in the audit log]"
@@ -167,10 +188,10 @@ class TurnRecorder:
                     payload["request_body"], request.memory, MEMORY_REFERENCE
                 )
             payload["messages"] = [dict(m) for m in request.messages]
-            payload["settings"] = dataclasses.asdict(request.settings)
+            payload["settings"] = _flat(request.settings)
             payload["output_type"] = request.output_type.__name__ if request.output_type else None
             if request.prompt is not None:
-                payload["prompt"] = dataclasses.asdict(request.prompt)
+                payload["prompt"] = _flat(request.prompt)
             if request.memory:  # Exactly which facts were sent, and the block as sent.
                 payload["memory"] = {"ids": list(request.memory_ids), "text": request.memory}
             if request.passages:  # Which passages, at which version (their text: `messages`).

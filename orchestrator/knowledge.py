@@ -28,6 +28,7 @@ from typing import Any
 
 import structlog
 
+from frontdesk._sqlite import savepoint
 from frontdesk.db import Connection
 from frontdesk.errors import FrontdeskError, InvalidInput
 from frontdesk.experts.providers import Message
@@ -88,7 +89,7 @@ class Library:
 
         def read(conn: Connection) -> list[Passage]:
             try:
-                with conn.begin_nested():  # A failed lookup leaves the turn's writes intact.
+                with savepoint(conn):  # A failed lookup leaves the turn's writes intact.
                     return retriever.retrieve_sync(conn, question, limit=LOOKUP_LIMIT)
             except Exception as e:
                 log.warning("knowledge.lookup_failed", error=type(e).__name__)

@@ -27,6 +27,7 @@ from typing import Any
 
 import structlog
 
+from frontdesk._sqlite import savepoint
 from frontdesk.audit.chains import user_chain_id
 from frontdesk.audit.events import AuditEvent
 from frontdesk.audit.refs import UNKEYED, UserRefs
@@ -182,7 +183,7 @@ class Memories:
 
         def read(conn: Connection) -> list[Memory]:
             try:
-                with conn.begin_nested():  # A failed lookup leaves the turn's writes intact.
+                with savepoint(conn):  # A failed lookup leaves the turn's writes intact.
                     return retriever.retrieve_sync(conn, user_id, text, limit=RECALL_LIMIT)
             except Exception as e:
                 log.warning("memory.recall_failed", error=type(e).__name__)

@@ -247,7 +247,7 @@ def path_since_newest_sync(conn: Connection, leaf_id: str) -> PathSinceSummary:
         return PathSinceSummary(
             summary=None, messages=[MessageRecord.from_row(r) for r in rows], replaced=0
         )
-    summary = SummaryRecord.from_row({c.name: top[f"summary_{c.name}"] for c in _summary.c})
+    summary = SummaryRecord.from_row({name: top[label] for name, label in _SUMMARY_LABELS})
     replaced = summary.covered_messages
     if replaced is None:  # A summary written before the count was kept.
         replaced = _depth(conn, top["id"])
@@ -291,6 +291,7 @@ def _path_since_summary() -> sa.Select[Any]:
 
 # Built once: constructing (and cache-keying) the recursive query costs more than running it.
 _PATH_SINCE_SUMMARY = Statement(_path_since_summary())
+_SUMMARY_LABELS = [(c.name, f"summary_{c.name}") for c in _summary.c]
 
 
 def _depth(conn: Connection, message_id: str) -> int:

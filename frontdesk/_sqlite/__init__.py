@@ -14,6 +14,6 @@ What belongs here, and only here:
 Code outside this package never branches on the driver.
 """
 
-from frontdesk._sqlite.statement import Statement
+from frontdesk._sqlite.statement import Statement, savepoint
 
-__all__ = ["Statement"]
+__all__ = ["Statement", "savepoint"]

@@ -13,8 +13,9 @@ both paths.
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from sqlalchemy import Connection
@@ -22,7 +23,7 @@ from sqlalchemy.dialects.sqlite.pysqlite import SQLiteDialect_pysqlite
 from sqlalchemy.exc import DBAPIError, StatementError
 from sqlalchemy.sql.expression import Executable
 
-__all__ = ["Statement", "driver_connection"]
+__all__ = ["Statement", "driver_connection", "savepoint"]
 
 _PYSQLITE = SQLiteDialect_pysqlite()
 
@@ -33,6 +34,31 @@ def driver_connection(conn: Connection) -> sqlite3.Connection | None:
         return None
     raw = conn.connection.driver_connection
     return raw if isinstance(raw, sqlite3.Connection) else None
+
+
+@contextlib.contextmanager
+def savepoint(conn: Connection) -> Iterator[None]:
+    """A savepoint around a step that may fail alone (a turn's lookups in its first
+    transaction): rolled back to if the block raises, which then propagates.
+
+    On the SQLite writer's connection it is the driver's own `SAVEPOINT` (as the writer's
+    per-job ones are): SQLAlchemy's `begin_nested` costs more than the lookup it guards.
+    Elsewhere it is `begin_nested`.
+    """
+    raw = driver_connection(conn)
+    if raw is None:
+        with conn.begin_nested():
+            yield
+        return
+    raw.execute("SAVEPOINT frontdesk_step")
+    try:
+        yield
+    except BaseException:
+        if raw.in_transaction:  # Unless SQLite ended the whole transaction itself.
+            raw.execute("ROLLBACK TO frontdesk_step")
+            raw.execute("RELEASE frontdesk_step")
+        raise
+    raw.execute("RELEASE frontdesk_step")
 
 
 class Statement:
@@ -70,6 +96,13 @@ class Statement:
         self._columns = [
             (column.keyname, column.type.dialect_impl(_PYSQLITE).result_processor(_PYSQLITE, None))
             for column in compiled._result_columns
+        ]
+        self._keys = [key for key, _ in self._columns]
+        last = {key: index for index, key in enumerate(self._keys)}  # A repeated key: the last.
+        self._processed = [
+            (index, key, process)
+            for index, (key, process) in enumerate(self._columns)
+            if process is not None and last[key] == index
         ]
 
     def for_dialect(self, name: str) -> Executable:
@@ -129,10 +162,10 @@ class Statement:
     def _decode(self, cursor: sqlite3.Cursor, row: Sequence[Any]) -> dict[str, Any]:
         if not self._columns:  # Textual SQL: no typed columns, the driver's names.
             return {column[0]: value for column, value in zip(cursor.description, row, strict=True)}
-        return {
-            key: value if process is None else process(value)
-            for (key, process), value in zip(self._columns, row, strict=True)
-        }
+        decoded = dict(zip(self._keys, row, strict=True))
+        for index, key, process in self._processed:  # Timestamps, JSON: the typed columns.
+            decoded[key] = process(row[index])
+        return decoded
 
     def _error(self, error: sqlite3.Error) -> StatementError:
         return DBAPIError.instance(self.sql, None, error, sqlite3.Error, hide_parameters=True)

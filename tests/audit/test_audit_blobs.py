@@ -224,3 +224,18 @@ async def test_a_redacted_row_carries_no_raw_blob_values(db_url: str, encrypted:
     assert all(r.blobs is None and r.opener is None for r in shown)
     assert card not in json.dumps([r.payload for r in shown])
     assert card not in repr([vars(r) for r in shown])  # Nor anywhere else the row holds.
+
+
+@pytest.mark.parametrize("key", [None, b"k" * 32], ids=["clear", "keyed"])
+def test_a_warm_packer_packs_a_thread_as_a_cold_one_does(key: bytes | None) -> None:
+    """The packing caches (a thread's messages, its lists and their chunk cuts) change no
+    ref and lose no blob: every turn packs as it would in a fresh process."""
+    warm = blobs.Addresses(key)
+    for batch in conversation(30):
+        for event in batch:
+            cold = blobs.Packer(blobs.Addresses(key))
+            expected = {name: cold.pack(value) for name, value in event.payload.items()}
+            for _ in range(2):  # Packed before, then every part of it known already.
+                again = blobs.Packer(warm)
+                assert {n: again.pack(v) for n, v in event.payload.items()} == expected
+                assert again.made == cold.made

@@ -20,7 +20,8 @@ from sqlalchemy import Connection
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.exc import IntegrityError
 
-from frontdesk._sqlite import Statement
+from frontdesk._sqlite import Statement, savepoint
+from frontdesk._sqlite import statement as statement_module
 from frontdesk._sqlite.statement import driver_connection
 from frontdesk.audit.store import _HEAD, _head
 from frontdesk.db import run_write
@@ -139,6 +140,36 @@ async def test_a_statement_runs_through_sqlalchemy_off_the_writer(
     assert row is not None and row["id"] == conversation and row["active_leaf_id"] is not None
     assert missing is None
     assert dict(row) == dict(on_writer or {})
+
+
+def test_a_step_that_fails_in_a_savepoint_leaves_the_rest_of_the_transaction(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The turn's lookups run in its first transaction, each in a savepoint: one that fails
+    # is undone alone, before and after it the turn's writes stand (driver and SQLAlchemy).
+    engine = sync_sqlite(tmp_path / "savepoint.db")
+    insert = Statement(sa.text("INSERT INTO t (id) VALUES (:id)"))
+    with engine.begin() as conn:
+        conn.exec_driver_sql("CREATE TABLE t (id INTEGER PRIMARY KEY)")
+    for on_driver in (True, False):
+        with engine.connect() as conn, conn.begin():
+            if not on_driver:  # As off the writer: SQLAlchemy's `begin_nested`.
+                monkeypatch.setattr(statement_module, "driver_connection", lambda _: None)
+            insert.run(conn, {"id": 1})
+            with pytest.raises(ValueError), savepoint(conn):
+                insert.run(conn, {"id": 2})
+                raise ValueError("the lookup failed")
+            with savepoint(conn):
+                insert.run(conn, {"id": 3})
+            insert.run(conn, {"id": 4})
+        with engine.begin() as conn:
+            assert [r[0] for r in conn.exec_driver_sql("SELECT id FROM t ORDER BY id")] == [
+                1,
+                3,
+                4,
+            ]
+            conn.exec_driver_sql("DELETE FROM t")
+    engine.dispose()
 
 
 async def test_only_the_sqlite_writer_runs_statements_on_the_driver(
