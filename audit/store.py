@@ -6,7 +6,8 @@ One `append` writes one turn's batch in one transaction. The conversation's head
 writers queue instead of forking the chain, and the `(conversation_id, seq)` unique key
 refuses a fork even if the lock were bypassed. On PostgreSQL the head then moves only by
 the `audit_event_link` trigger, which also refuses a row that does not continue the chain
-(migration `0007_audit_guard`), so the application's role needs no UPDATE on any audit table.
+(seq = head + 1; migrations `0007_audit_guard`, `0020_audit_narrow`), so the application's
+role needs no UPDATE on any audit table.
 """
 
 from __future__ import annotations
@@ -81,6 +82,7 @@ class StoredAuditEvent:
     """The payload as canonical JSON, exactly as hashed."""
     prompt_sha256: str | None
     prev_hash: str
+    """The hash of the row before it as read (not stored: migration `0020_audit_narrow`)."""
     hash: str
     system_prompt: str | None = None
     """The system prompt text (stored once by hash), for `model_attempt` rows."""
@@ -251,6 +253,21 @@ def _stored_text(stored: bytes | str) -> str:
         return UNREADABLE
 
 
+def hash_bytes(digest: str) -> bytes:
+    """A hex row hash in its stored form, 32 raw bytes (half the size of its hex text)."""
+    return bytes.fromhex(digest)
+
+
+def hash_hex(stored: bytes | str) -> str:
+    """A stored hash as the hex text the chain and every reader use (text as it is: a
+    value stored otherwise, e.g. by hand, is shown and compared unchanged)."""
+    return stored if isinstance(stored, str) else bytes(stored).hex()
+
+
+GENESIS_BYTES = hash_bytes(GENESIS_HASH)
+"""A new head's stored hash (`GENESIS_HASH`, what the first row continues from)."""
+
+
 def _utc_text(moment: datetime) -> str:
     """The canonical timestamp text (naive datetimes are taken as UTC)."""
     if moment.tzinfo is None:
@@ -340,7 +357,7 @@ def _prompt_json(text: str) -> str:
 def _head(insert: Any) -> Any:
     """Create the head row if missing and return it (row-locked on PostgreSQL)."""
     upsert = insert(audit_head).values(
-        conversation_id=bindparam("conversation_id"), seq=0, hash=GENESIS_HASH
+        conversation_id=bindparam("conversation_id"), seq=0, hash=GENESIS_BYTES
     )
     return upsert.on_conflict_do_update(
         index_elements=[audit_head.c.conversation_id], set_={"seq": audit_head.c.seq}
@@ -787,9 +804,9 @@ class AuditLog:
         # PostgreSQL (an upsert that "updates" the row locks it like SELECT ... FOR UPDATE).
         head = _HEAD.first(conn, {"conversation_id": conversation_id})
         assert head is not None, "the upsert returns the head row"
-        seq, prev = head["seq"], head["hash"]
+        seq, prev = head["seq"], hash_hex(head["hash"])
         if idempotent:
-            batch = self._unwritten(conn, batch)
+            batch = self._unwritten(conn, conversation_id, batch)
             if not batch:
                 return
         prompts = [
@@ -804,10 +821,9 @@ class AuditLog:
         rows = []
         for item in batch:
             seq += 1
-            row = self._row(conversation_id, seq, prev, item)
-            prev = row["hash"]
+            row, prev = self._row(conversation_id, seq, prev, item)
             rows.append(row)
-        moved = {"conversation": conversation_id, "seq": seq, "hash": prev}
+        moved = {"conversation": conversation_id, "seq": seq, "hash": hash_bytes(prev)}
         if prompts:
             _PROMPT.run_many(conn, prompts)
         made = {ref: blob for item in batch for ref, blob in item.blobs.items()}
@@ -860,7 +876,10 @@ class AuditLog:
         return out
 
     @staticmethod
-    def _row(conversation_id: str, seq: int, prev: str, item: _Prepared) -> dict[str, Any]:
+    def _row(
+        conversation_id: str, seq: int, prev: str, item: _Prepared
+    ) -> tuple[dict[str, Any], str]:
+        """The row to insert (its `prev_hash` is not stored: see `events`) and its hash."""
         event = item.event
         digest = spliced_row_hash(
             conversation_id=conversation_id,
@@ -882,15 +901,26 @@ class AuditLog:
             "created_at": item.created_at,
             "payload_json": item.stored or compact.deflate(item.payload_json),
             "prompt_sha256": item.prompt_sha256,
-            "prev_hash": prev,
-            "hash": digest,
-        }
+            "hash": hash_bytes(digest),
+        }, digest
 
     @staticmethod
-    def _unwritten(conn: Connection, batch: Sequence[_Prepared]) -> list[_Prepared]:
-        """The events of a re-sent batch that are not stored yet."""
+    def _unwritten(
+        conn: Connection, conversation_id: str, batch: Sequence[_Prepared]
+    ) -> list[_Prepared]:
+        """The events of a re-sent batch that are not stored yet.
+
+        Looked for among the conversation's own rows (its `(conversation_id, seq)` key),
+        under the head lock: no index on `event_id` is kept for this rare path (a spooled
+        batch), which would cost every row an index entry.
+        """
         ids = [p.event.event_id for p in batch]
-        found = conn.execute(select(audit_event.c.event_id).where(audit_event.c.event_id.in_(ids)))
+        found = conn.execute(
+            select(audit_event.c.event_id).where(
+                audit_event.c.conversation_id == conversation_id,
+                audit_event.c.event_id.in_(ids),
+            )
+        )
         stored = set(found.scalars())
         return [p for p in batch if p.event.event_id not in stored]
 
@@ -932,6 +962,9 @@ class AuditLog:
             if kids:
                 key_rows = await conn.run_sync(crypto.load_rows, kids)
                 opener = PayloadOpener(self._keys, key_rows, decrypt=decrypt)
+            hashes = [hash_hex(r.hash) for r in result]
+            # A row's link is not stored: it is the hash of the row before it in this order.
+            links = [GENESIS_HASH, *hashes][: len(hashes)]
             stored = [
                 StoredAuditEvent(
                     conversation_id=r.conversation_id,
@@ -942,12 +975,12 @@ class AuditLog:
                     created_at=r.created_at,
                     payload_json=text,
                     prompt_sha256=r.prompt_sha256,
-                    prev_hash=r.prev_hash,
-                    hash=r.hash,
+                    prev_hash=prev,
+                    hash=digest,
                     system_prompt=None if r.text_json is None else json.loads(r.text_json),
                     opener=opener,
                 )
-                for r, text in zip(result, texts, strict=True)
+                for r, text, prev, digest in zip(result, texts, links, hashes, strict=True)
             ]
             await conn.run_sync(_expand_all, stored, opener)
             return stored
@@ -956,7 +989,7 @@ class AuditLog:
         """Each conversation's head (last seq and hash): keep a copy elsewhere as an anchor."""
         async with self._read() as conn:
             result = await conn.execute(select(audit_head))
-            return {r.conversation_id: Head(r.seq, r.hash) for r in result if r.seq > 0}
+            return {r.conversation_id: Head(r.seq, hash_hex(r.hash)) for r in result if r.seq > 0}
 
     async def verify(
         self,
@@ -1006,4 +1039,4 @@ class AuditLog:
                     )
                 )
             ).first()
-        return None if row is None else Head(row.seq, row.hash)
+        return None if row is None else Head(row.seq, hash_hex(row.hash))

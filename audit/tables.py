@@ -4,6 +4,9 @@ The Alembic revision `0002_audit` creates them (with the trigger that makes
 `audit_event` append-only); these definitions are what the queries are built from.
 `audit_event.payload_json` and `audit_blob.body` hold their texts in the stored form of
 `audit.compact` (deflated bytes; `bytea` on PostgreSQL since migration `0017_audit_compact`).
+Since `0020_audit_narrow` a row's `hash` (and a head's) is its 32 raw bytes, and a row does
+not store `prev_hash`: it is the hash of the row before it in `(conversation_id, seq)` order
+(`audit.chain.GENESIS_HASH` for the first). The hashes themselves are unchanged.
 """
 
 from __future__ import annotations
@@ -26,8 +29,8 @@ audit_event = Table(
     Column("payload_json", LargeBinary, nullable=False),
     # The payload's canonical JSON (what the row hash covers) in `compact.deflate` form.
     Column("prompt_sha256", String(64), nullable=True),
-    Column("prev_hash", String(64), nullable=False),
-    Column("hash", String(64), nullable=False),
+    Column("hash", LargeBinary, nullable=False),
+    # The row hash's 32 bytes (`bytes.fromhex` of `audit.chain.row_hash`).
 )
 
 audit_head = Table(
@@ -35,7 +38,7 @@ audit_head = Table(
     metadata,
     Column("conversation_id", String(255), primary_key=True),
     Column("seq", Integer, nullable=False),
-    Column("hash", String(64), nullable=False),
+    Column("hash", LargeBinary, nullable=False),
 )
 
 audit_prompt = Table(

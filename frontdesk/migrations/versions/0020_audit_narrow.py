@@ -1,0 +1,212 @@
+"""Narrower audit rows: hashes as raw bytes, no stored `prev_hash`, no index on `event_id`.
+
+- `audit_event.hash` and `audit_head.hash` hold the hash's 32 bytes, not its 64 hex
+  characters (`bytea` on PostgreSQL).
+- `audit_event.prev_hash` is dropped: it is always the hash of the row before in
+  `(conversation_id, seq)` order (the genesis hash for the first), so the reader takes it
+  from there. The row hash still covers it, computed exactly as before: every chain, head
+  and external anchor stays valid, and no key is needed.
+- The unique index on `event_id` is dropped: it kept a re-sent (spooled) batch from being
+  stored twice, which the writer now checks among the conversation's own rows under the
+  head lock, so no row pays an index entry for it.
+- PostgreSQL: `audit_event_link` no longer compares a stored `prev_hash` with the head's
+  hash (a row no longer says what it continues from: it continues the head by definition);
+  it still refuses a row whose seq is not the head's + 1, and moves the head.
+  `audit_lock_head` keeps its signature (the hash returned as hex), so the grants made by
+  `frontdesk db roles` stay.
+
+SQLite cannot drop a unique constraint in place: the table is copied into its new form
+(and its append-only triggers made again). The downgrade puts the hex hashes and
+`prev_hash` back (from the previous row, as the reader does) and the unique index with
+them; it fails if two rows now share an event id.
+
+Revision ID: 0020_audit_narrow
+Revises: 0017_audit_compact
+Create Date: 2026-12-02
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import sqlalchemy as sa
+from alembic import op
+
+revision: str = "0020_audit_narrow"
+down_revision: str | Sequence[str] | None = "0017_audit_compact"
+branch_labels: str | Sequence[str] | None = None
+depends_on: str | Sequence[str] | None = None
+
+_GENESIS = "0" * 64
+_SQLITE_TRIGGERS = (
+    "CREATE TRIGGER audit_event_no_update BEFORE UPDATE ON audit_event "
+    "BEGIN SELECT RAISE(ABORT, 'audit_event is append-only'); END",
+    "CREATE TRIGGER audit_event_no_delete BEFORE DELETE ON audit_event "
+    "BEGIN SELECT RAISE(ABORT, 'audit_event is append-only'); END",
+)
+_COMMON = (
+    "conversation_id VARCHAR(255) NOT NULL, seq INTEGER NOT NULL, event_id VARCHAR(64) NOT NULL,"
+    " kind VARCHAR(40) NOT NULL, turn_id VARCHAR(255) NOT NULL, created_at VARCHAR(40) NOT NULL,"
+    " payload_json BLOB NOT NULL, prompt_sha256 VARCHAR(64)"
+)
+_SEQ_KEY = "CONSTRAINT uq_audit_event_conversation_seq UNIQUE (conversation_id, seq)"
+_NARROW_SQLITE = (
+    f"CREATE TABLE audit_event_new (id INTEGER NOT NULL, {_COMMON}, hash BLOB NOT NULL,"
+    f" PRIMARY KEY (id), {_SEQ_KEY})"
+)
+_WIDE_SQLITE = (
+    f"CREATE TABLE audit_event_new (id INTEGER NOT NULL, {_COMMON},"
+    " prev_hash VARCHAR(64) NOT NULL, hash VARCHAR(64) NOT NULL, PRIMARY KEY (id),"
+    f" {_SEQ_KEY}, CONSTRAINT uq_audit_event_event_id UNIQUE (event_id))"
+)
+_COLUMNS = (
+    "id, conversation_id, seq, event_id, kind, turn_id, created_at, payload_json, prompt_sha256"
+)
+_BATCH = 2000
+
+
+def _path(schema: str) -> str:
+    # SECURITY DEFINER functions run as their owner: their search_path is pinned (see 0007).
+    return f'SET search_path = "{schema}", pg_temp'
+
+
+def _lock_head(schema: str, stored: str, genesis: str) -> str:
+    return (
+        "CREATE OR REPLACE FUNCTION audit_lock_head(conversation varchar)"
+        " RETURNS TABLE(head_seq integer, head_hash varchar)"
+        f" LANGUAGE plpgsql SECURITY DEFINER {_path(schema)} AS $$ BEGIN"
+        " INSERT INTO audit_head (conversation_id, seq, hash)"
+        f" VALUES (conversation, 0, {genesis}) ON CONFLICT (conversation_id) DO NOTHING;"
+        f" RETURN QUERY SELECT h.seq, {stored}::varchar FROM audit_head h"
+        " WHERE h.conversation_id = conversation FOR UPDATE;"
+        " END; $$"
+    )
+
+
+def _link(schema: str, *, narrow: bool) -> str:
+    declared = "bytea" if narrow else "varchar"
+    genesis = f"'\\x{_GENESIS}'::bytea" if narrow else f"'{_GENESIS}'"
+    continues = "" if narrow else " OR NEW.prev_hash <> last_hash"
+    return (
+        "CREATE OR REPLACE FUNCTION audit_event_link() RETURNS trigger"
+        f" LANGUAGE plpgsql SECURITY DEFINER {_path(schema)} AS $$"
+        f" DECLARE last_seq integer; last_hash {declared};"
+        " BEGIN"
+        " SELECT h.seq, h.hash INTO last_seq, last_hash FROM audit_head h"
+        " WHERE h.conversation_id = NEW.conversation_id FOR UPDATE;"
+        " IF NOT FOUND THEN"
+        f" last_seq := 0; last_hash := {genesis};"
+        " INSERT INTO audit_head (conversation_id, seq, hash)"
+        " VALUES (NEW.conversation_id, 0, last_hash);"
+        " END IF;"
+        f" IF NEW.seq <> last_seq + 1{continues} THEN"
+        " RAISE EXCEPTION 'audit_event seq % of conversation % does not continue its chain"
+        " (head at seq %)', NEW.seq, NEW.conversation_id, last_seq"
+        " USING ERRCODE = 'integrity_constraint_violation';"
+        " END IF;"
+        " UPDATE audit_head SET seq = NEW.seq, hash = NEW.hash"
+        " WHERE conversation_id = NEW.conversation_id;"
+        " RETURN NEW;"
+        " END; $$"
+    )
+
+
+def _hex_to_bytes(value: object) -> object:
+    """A stored hex hash as its bytes (anything else, e.g. edited by hand, as it is)."""
+    if isinstance(value, str):
+        try:
+            return bytes.fromhex(value)
+        except ValueError:
+            return value
+    return value
+
+
+def _copy_sqlite_narrow(bind: sa.Connection) -> None:
+    """Copy the rows into the narrow table, hashes as bytes (SQLite 3.40 has no unhex)."""
+    names = [*_COLUMNS.split(", "), "hash"]
+    insert = sa.text(
+        f"INSERT INTO audit_event_new ({', '.join(names)})"
+        f" VALUES ({', '.join(':' + n for n in names)})"
+    )
+    after = -1
+    while True:
+        rows = bind.execute(
+            sa.text(
+                f"SELECT {_COLUMNS}, hash FROM audit_event WHERE id > :after ORDER BY id LIMIT :n"
+            ),
+            {"after": after, "n": _BATCH},
+        ).all()
+        if not rows:
+            return
+        bind.execute(insert, [{**r._asdict(), "hash": _hex_to_bytes(r.hash)} for r in rows])
+        after = rows[-1].id
+
+
+def _swap_sqlite() -> None:
+    op.execute("DROP TABLE audit_event")  # Its triggers go with it.
+    op.execute("ALTER TABLE audit_event_new RENAME TO audit_event")
+    for sql in _SQLITE_TRIGGERS:
+        op.execute(sql)
+
+
+def upgrade() -> None:
+    """Hashes to bytes, `prev_hash` and the `event_id` index dropped, the link trigger anew."""
+    bind = op.get_bind()
+    if bind.dialect.name == "postgresql":
+        schema = bind.execute(sa.text("SELECT current_schema()")).scalar_one()
+        op.execute("ALTER TABLE audit_event DROP CONSTRAINT uq_audit_event_event_id")
+        op.execute("ALTER TABLE audit_event DROP COLUMN prev_hash")
+        # A type change rewrites the table, so the dropped column's bytes go too.
+        for table in ("audit_event", "audit_head"):
+            op.execute(
+                f"ALTER TABLE {table} ALTER COLUMN hash TYPE bytea USING decode(hash, 'hex')"
+            )
+        op.execute(_lock_head(schema, "encode(h.hash, 'hex')", f"'\\x{_GENESIS}'::bytea"))
+        op.execute(_link(schema, narrow=True))
+        return
+    op.execute(_NARROW_SQLITE)
+    _copy_sqlite_narrow(bind)
+    _swap_sqlite()
+    heads = bind.execute(sa.text("SELECT conversation_id, hash FROM audit_head")).all()
+    if heads:
+        bind.execute(
+            sa.text("UPDATE audit_head SET hash = :h WHERE conversation_id = :c"),
+            [{"c": c, "h": _hex_to_bytes(h)} for c, h in heads],
+        )
+
+
+def downgrade() -> None:
+    """Hex hashes, `prev_hash` (each row's previous row's hash) and the index back."""
+    bind = op.get_bind()
+    link = "lag(hash) OVER (PARTITION BY conversation_id ORDER BY seq, id)"
+    if bind.dialect.name == "postgresql":
+        schema = bind.execute(sa.text("SELECT current_schema()")).scalar_one()
+        op.execute("ALTER TABLE audit_event ADD COLUMN prev_hash varchar(64)")
+        op.execute("ALTER TABLE audit_event DISABLE TRIGGER audit_event_append_only")
+        op.execute(
+            "UPDATE audit_event e SET prev_hash = l.prev FROM (SELECT id,"
+            f" coalesce(encode({link}, 'hex'), '{_GENESIS}') AS prev FROM audit_event) l"
+            " WHERE e.id = l.id"
+        )
+        op.execute("ALTER TABLE audit_event ENABLE TRIGGER audit_event_append_only")
+        op.execute("ALTER TABLE audit_event ALTER COLUMN prev_hash SET NOT NULL")
+        for table in ("audit_event", "audit_head"):
+            op.execute(
+                f"ALTER TABLE {table} ALTER COLUMN hash TYPE varchar(64) USING encode(hash, 'hex')"
+            )
+        op.execute(
+            "ALTER TABLE audit_event ADD CONSTRAINT uq_audit_event_event_id UNIQUE (event_id)"
+        )
+        op.execute(_lock_head(schema, "h.hash", f"'{_GENESIS}'"))
+        op.execute(_link(schema, narrow=False))
+        return
+    # Hand-stored text (not bytes) is kept as it is, as the upgrade kept it.
+    as_hex = "CASE typeof({0}) WHEN 'blob' THEN lower(hex({0})) ELSE {0} END"
+    op.execute(_WIDE_SQLITE)
+    op.execute(
+        f"INSERT INTO audit_event_new ({_COLUMNS}, prev_hash, hash) SELECT {_COLUMNS},"
+        f" coalesce({as_hex.format(link)}, '{_GENESIS}'), {as_hex.format('hash')}"
+        " FROM audit_event"
+    )
+    _swap_sqlite()
+    op.execute(f"UPDATE audit_head SET hash = {as_hex.format('hash')}")
