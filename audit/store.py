@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
+import re
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -263,6 +264,33 @@ def hash_hex(stored: bytes | str) -> str:
     value stored otherwise, e.g. by hand, is shown and compared unchanged)."""
     return stored if isinstance(stored, str) else bytes(stored).hex()
 
+
+def id_bytes(value: str, size: int = 16) -> bytes:
+    """An id in its stored form: lowercase hex of `size` bytes (a uuid hex, a sha256) as
+    those bytes, any other text as its UTF-8 (a byte 0xff added when that is `size` bytes
+    too, so the two forms never meet: UTF-8 holds no 0xff). `id_text` reverses it exactly."""
+    if len(value) == 2 * size and _HEX.fullmatch(value):
+        return bytes.fromhex(value)
+    raw = value.encode("utf-8", "surrogatepass")
+    return raw + b"\xff" if len(raw) == size else raw
+
+
+def id_text(stored: bytes | str | None, size: int = 16) -> str | None:
+    """An id as `id_bytes(..., size)` stored it (text as it is: a value put there by hand)."""
+    if stored is None or isinstance(stored, str):
+        return stored
+    raw = bytes(stored)
+    if len(raw) == size:
+        return raw.hex()
+    if raw.endswith(b"\xff"):
+        raw = raw[:-1]
+    return raw.decode("utf-8", "surrogatepass")
+
+
+_HEX = re.compile("[0-9a-f]+")
+PROMPT_DIGEST = 32
+"""`prompt_sha256` is stored by `id_bytes` as a sha256 (32 bytes); event and turn ids as
+uuid hex (16)."""
 
 GENESIS_BYTES = hash_bytes(GENESIS_HASH)
 """A new head's stored hash (`GENESIS_HASH`, what the first row continues from)."""
@@ -895,12 +923,14 @@ class AuditLog:
         return {
             "conversation_id": conversation_id,
             "seq": seq,
-            "event_id": event.event_id,
+            "event_id": id_bytes(event.event_id),
             "kind": event.kind,
-            "turn_id": event.turn_id,
+            "turn_id": id_bytes(event.turn_id),
             "created_at": item.created_at,
             "payload_json": item.stored or compact.deflate(item.payload_json),
-            "prompt_sha256": item.prompt_sha256,
+            "prompt_sha256": (
+                None if item.prompt_sha256 is None else id_bytes(item.prompt_sha256, PROMPT_DIGEST)
+            ),
             "hash": hash_bytes(digest),
         }, digest
 
@@ -914,14 +944,14 @@ class AuditLog:
         under the head lock: no index on `event_id` is kept for this rare path (a spooled
         batch), which would cost every row an index entry.
         """
-        ids = [p.event.event_id for p in batch]
+        ids = [id_bytes(p.event.event_id) for p in batch]
         found = conn.execute(
             select(audit_event.c.event_id).where(
                 audit_event.c.conversation_id == conversation_id,
                 audit_event.c.event_id.in_(ids),
             )
         )
-        stored = set(found.scalars())
+        stored = {id_text(i) for i in found.scalars()}
         return [p for p in batch if p.event.event_id not in stored]
 
     # Reading.
@@ -949,13 +979,23 @@ class AuditLog:
         `decrypt=False` their content fields read as `[encrypted]` and no key is needed.
         """
         query = (
-            select(audit_event, audit_prompt.c.text_json)
-            .outerjoin(audit_prompt, audit_prompt.c.sha256 == audit_event.c.prompt_sha256)
+            select(audit_event)
             .where(audit_event.c.conversation_id == conversation_id)
             .order_by(audit_event.c.seq, audit_event.c.id)
         )
         async with self._read() as conn:
             result = list(await conn.execute(query))
+            # Digests are stored as bytes, prompts keyed by hex: joined here, not in SQL.
+            digests = [id_text(r.prompt_sha256, PROMPT_DIGEST) for r in result]
+            wanted = sorted({d for d in digests if d is not None})
+            prompts: dict[str, str] = {}
+            if wanted:
+                found = await conn.execute(
+                    select(audit_prompt.c.sha256, audit_prompt.c.text_json).where(
+                        audit_prompt.c.sha256.in_(wanted)
+                    )
+                )
+                prompts = {sha: json.loads(text_json) for sha, text_json in found}
             texts = [_stored_text(r.payload_json) for r in result]
             kids = [str(json.loads(t).get("kid")) for t in texts if crypto.is_envelope_text(t)]
             opener = None
@@ -969,18 +1009,20 @@ class AuditLog:
                 StoredAuditEvent(
                     conversation_id=r.conversation_id,
                     seq=r.seq,
-                    event_id=r.event_id,
+                    event_id=str(id_text(r.event_id)),
                     kind=r.kind,
-                    turn_id=r.turn_id,
+                    turn_id=str(id_text(r.turn_id)),
                     created_at=r.created_at,
                     payload_json=text,
-                    prompt_sha256=r.prompt_sha256,
+                    prompt_sha256=sha,
                     prev_hash=prev,
                     hash=digest,
-                    system_prompt=None if r.text_json is None else json.loads(r.text_json),
+                    system_prompt=None if sha is None else prompts.get(sha),
                     opener=opener,
                 )
-                for r, text, prev, digest in zip(result, texts, links, hashes, strict=True)
+                for r, text, prev, digest, sha in zip(
+                    result, texts, links, hashes, digests, strict=True
+                )
             ]
             await conn.run_sync(_expand_all, stored, opener)
             return stored

@@ -4,7 +4,8 @@ The Alembic revision `0002_audit` creates them (with the trigger that makes
 `audit_event` append-only); these definitions are what the queries are built from.
 `audit_event.payload_json` and `audit_blob.body` hold their texts in the stored form of
 `audit.compact` (deflated bytes; `bytea` on PostgreSQL since migration `0017_audit_compact`).
-Since `0020_audit_narrow` a row's `hash` (and a head's) is its 32 raw bytes, and a row does
+Since `0020_audit_narrow` a row's `hash` (and a head's) is its 32 raw bytes, its ids and
+prompt digest are stored as bytes when they are hex (`store.id_bytes`), and a row does
 not store `prev_hash`: it is the hash of the row before it in `(conversation_id, seq)` order
 (`audit.chain.GENESIS_HASH` for the first). The hashes themselves are unchanged.
 """
@@ -22,13 +23,14 @@ audit_event = Table(
     Column("id", BigInteger().with_variant(Integer, "sqlite"), primary_key=True),
     Column("conversation_id", String(255), nullable=False),
     Column("seq", Integer, nullable=False),
-    Column("event_id", String(64), nullable=False),
+    Column("event_id", LargeBinary, nullable=False),
     Column("kind", String(40), nullable=False),
-    Column("turn_id", String(255), nullable=False),
+    Column("turn_id", LargeBinary, nullable=False),
+    # Ids and `prompt_sha256` in `store.id_bytes` form: a uuid hex (a sha256) as its bytes.
     Column("created_at", String(40), nullable=False),
     Column("payload_json", LargeBinary, nullable=False),
     # The payload's canonical JSON (what the row hash covers) in `compact.deflate` form.
-    Column("prompt_sha256", String(64), nullable=True),
+    Column("prompt_sha256", LargeBinary, nullable=True),
     Column("hash", LargeBinary, nullable=False),
     # The row hash's 32 bytes (`bytes.fromhex` of `audit.chain.row_hash`).
 )

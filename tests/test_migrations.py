@@ -964,16 +964,28 @@ def test_0020_narrows_the_rows_and_verify_passes_before_and_after(
 
     from frontdesk.audit import crypto
     from frontdesk.audit.chain import GENESIS_HASH
+    from frontdesk.audit.events import AuditEvent
     from frontdesk.audit.export import write_jsonl
     from frontdesk.audit.store import AuditLog
     from tests.audit.test_audit_blobs import conversation
 
     key = crypto.MasterKey(os.urandom(32)) if encrypted else None
+    # Ids that are not uuid hex are stored as text and must read back exactly.
+    odd = [
+        AuditEvent(kind="reply", turn_id=turn, payload={"text": "x"}, event_id=event)
+        for turn, event in [
+            ("erasure", "e" * 16),
+            ("ABCDEF0123456789ABCDEF0123456789", "0123456789abcdef" * 2),
+            ("cafécafécafécaf", "g" * 32),
+            ("ff" * 16, "é" * 8),
+        ]
+    ]
 
     async def write() -> None:
         async with await AuditLog.open(empty_url, master_key=key) as log:
             for batch in conversation(6):
                 await log.append("conv-1", batch, user_id="alice")
+            await log.append("conv-1", odd, user_id="alice")
             for batch in conversation(2, prefix="tampered "):
                 await log.append("conv-2", batch, user_id="alice")
         engine = create_engine(empty_url)
@@ -987,7 +999,7 @@ def test_0020_narrows_the_rows_and_verify_passes_before_and_after(
                     await conn.execute(sa.text("DROP TRIGGER audit_event_no_update"))
                 await conn.execute(
                     sa.text(
-                        "UPDATE audit_event SET turn_id = 'moved'"
+                        "UPDATE audit_event SET kind = 'moved'"
                         " WHERE conversation_id = 'conv-2' AND seq = 3"
                     )
                 )
@@ -1027,6 +1039,9 @@ def test_0020_narrows_the_rows_and_verify_passes_before_and_after(
     assert "prev_hash" not in columns and "uq_audit_event_event_id" not in keys
     assert all(isinstance(r.hash, bytes) and len(r.hash) == 32 for r in rows)
     assert all(isinstance(h.hash, bytes) and len(h.hash) == 32 for h in heads)
+    assert sum(len(r.event_id) == 16 for r in rows) == len(rows) - 3  # But the odd ones.
+    assert all(len(r.prompt_sha256) == 32 for r in rows if r.prompt_sha256 is not None)
+    assert [r[1:3] for r in before[1][-4:]] == [(e.event_id, e.turn_id) for e in odd]
 
     # Down: the form the code before 0020 reads and checks (stored links included).
     asyncio.run(_downgrade_to(empty_url, _before("0020_audit_narrow")))

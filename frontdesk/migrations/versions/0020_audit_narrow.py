@@ -1,7 +1,9 @@
 """Narrower audit rows: hashes as raw bytes, no stored `prev_hash`, no index on `event_id`.
 
 - `audit_event.hash` and `audit_head.hash` hold the hash's 32 bytes, not its 64 hex
-  characters (`bytea` on PostgreSQL).
+  characters (`bytea` on PostgreSQL); `event_id` and `turn_id` (uuid hex) and
+  `prompt_sha256` are stored the same way when they are lowercase hex of their size, any
+  other text as its UTF-8 (`audit.store.id_bytes`, which reads back exactly).
 - `audit_event.prev_hash` is dropped: it is always the hash of the row before in
   `(conversation_id, seq)` order (the genesis hash for the first), so the reader takes it
   from there. The row hash still covers it, computed exactly as before: every chain, head
@@ -32,6 +34,8 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
+from frontdesk.audit.store import PROMPT_DIGEST, id_bytes
+
 revision: str = "0020_audit_narrow"
 down_revision: str | Sequence[str] | None = "0017_audit_compact"
 branch_labels: str | Sequence[str] | None = None
@@ -44,21 +48,23 @@ _SQLITE_TRIGGERS = (
     "CREATE TRIGGER audit_event_no_delete BEFORE DELETE ON audit_event "
     "BEGIN SELECT RAISE(ABORT, 'audit_event is append-only'); END",
 )
-_COMMON = (
-    "conversation_id VARCHAR(255) NOT NULL, seq INTEGER NOT NULL, event_id VARCHAR(64) NOT NULL,"
-    " kind VARCHAR(40) NOT NULL, turn_id VARCHAR(255) NOT NULL, created_at VARCHAR(40) NOT NULL,"
-    " payload_json BLOB NOT NULL, prompt_sha256 VARCHAR(64)"
-)
 _SEQ_KEY = "CONSTRAINT uq_audit_event_conversation_seq UNIQUE (conversation_id, seq)"
 _NARROW_SQLITE = (
-    f"CREATE TABLE audit_event_new (id INTEGER NOT NULL, {_COMMON}, hash BLOB NOT NULL,"
-    f" PRIMARY KEY (id), {_SEQ_KEY})"
+    "CREATE TABLE audit_event_new (id INTEGER NOT NULL, conversation_id VARCHAR(255) NOT NULL,"
+    " seq INTEGER NOT NULL, event_id BLOB NOT NULL, kind VARCHAR(40) NOT NULL,"
+    " turn_id BLOB NOT NULL, created_at VARCHAR(40) NOT NULL, payload_json BLOB NOT NULL,"
+    f" prompt_sha256 BLOB, hash BLOB NOT NULL, PRIMARY KEY (id), {_SEQ_KEY})"
 )
 _WIDE_SQLITE = (
-    f"CREATE TABLE audit_event_new (id INTEGER NOT NULL, {_COMMON},"
+    "CREATE TABLE audit_event_new (id INTEGER NOT NULL, conversation_id VARCHAR(255) NOT NULL,"
+    " seq INTEGER NOT NULL, event_id VARCHAR(64) NOT NULL, kind VARCHAR(40) NOT NULL,"
+    " turn_id VARCHAR(255) NOT NULL, created_at VARCHAR(40) NOT NULL,"
+    " payload_json BLOB NOT NULL, prompt_sha256 VARCHAR(64),"
     " prev_hash VARCHAR(64) NOT NULL, hash VARCHAR(64) NOT NULL, PRIMARY KEY (id),"
     f" {_SEQ_KEY}, CONSTRAINT uq_audit_event_event_id UNIQUE (event_id))"
 )
+_IDS = (("event_id", 16), ("turn_id", 16), ("prompt_sha256", PROMPT_DIGEST))
+"""The columns stored by `id_bytes`, with the size of their hex form's bytes."""
 _COLUMNS = (
     "id, conversation_id, seq, event_id, kind, turn_id, created_at, payload_json, prompt_sha256"
 )
@@ -121,6 +127,43 @@ def _hex_to_bytes(value: object) -> object:
     return value
 
 
+def _narrow_row(row: dict[str, object]) -> dict[str, object]:
+    out = {**row, "hash": _hex_to_bytes(row["hash"])}
+    for column, size in _IDS:
+        value = row[column]
+        out[column] = id_bytes(value, size) if isinstance(value, str) else value
+    return out
+
+
+def _pg_bytes(column: str, size: int) -> str:
+    """`id_bytes` in SQL (PostgreSQL text holds no lone surrogate, so UTF-8 is exact)."""
+    text = f"convert_to({column}, 'UTF8')"
+    return (
+        f"CASE WHEN {column} ~ '^[0-9a-f]{{{2 * size}}}$' THEN decode({column}, 'hex')"
+        f" WHEN octet_length({text}) = {size} THEN {text} || '\\xff'::bytea ELSE {text} END"
+    )
+
+
+def _pg_text(column: str, size: int) -> str:
+    """`id_text` in SQL."""
+    return (
+        f"CASE WHEN octet_length({column}) = {size} THEN encode({column}, 'hex')"
+        f" WHEN octet_length({column}) = {size + 1} AND get_byte({column}, {size}) = 255"
+        f" THEN convert_from(substring({column} from 1 for {size}), 'UTF8')"
+        f" ELSE convert_from({column}, 'UTF8') END"
+    )
+
+
+def _sqlite_text(column: str, size: int) -> str:
+    """`id_text` in SQL (text stored by hand is kept as it is)."""
+    return (
+        f"CASE WHEN typeof({column}) <> 'blob' THEN {column}"
+        f" WHEN length({column}) = {size} THEN lower(hex({column}))"
+        f" WHEN length({column}) = {size + 1} AND substr({column}, {size + 1}, 1) = x'ff'"
+        f" THEN CAST(substr({column}, 1, {size}) AS TEXT) ELSE CAST({column} AS TEXT) END"
+    )
+
+
 def _copy_sqlite_narrow(bind: sa.Connection) -> None:
     """Copy the rows into the narrow table, hashes as bytes (SQLite 3.40 has no unhex)."""
     names = [*_COLUMNS.split(", "), "hash"]
@@ -138,7 +181,7 @@ def _copy_sqlite_narrow(bind: sa.Connection) -> None:
         ).all()
         if not rows:
             return
-        bind.execute(insert, [{**r._asdict(), "hash": _hex_to_bytes(r.hash)} for r in rows])
+        bind.execute(insert, [_narrow_row(r._asdict()) for r in rows])
         after = rows[-1].id
 
 
@@ -156,11 +199,11 @@ def upgrade() -> None:
         schema = bind.execute(sa.text("SELECT current_schema()")).scalar_one()
         op.execute("ALTER TABLE audit_event DROP CONSTRAINT uq_audit_event_event_id")
         op.execute("ALTER TABLE audit_event DROP COLUMN prev_hash")
-        # A type change rewrites the table, so the dropped column's bytes go too.
-        for table in ("audit_event", "audit_head"):
-            op.execute(
-                f"ALTER TABLE {table} ALTER COLUMN hash TYPE bytea USING decode(hash, 'hex')"
-            )
+        # The type changes rewrite the table (once), so the dropped column's bytes go too.
+        hashes = "ALTER COLUMN hash TYPE bytea USING decode(hash, 'hex')"
+        ids = [f"ALTER COLUMN {c} TYPE bytea USING {_pg_bytes(c, n)}" for c, n in _IDS]
+        op.execute(f"ALTER TABLE audit_event {', '.join([hashes, *ids])}")
+        op.execute(f"ALTER TABLE audit_head {hashes}")
         op.execute(_lock_head(schema, "encode(h.hash, 'hex')", f"'\\x{_GENESIS}'::bytea"))
         op.execute(_link(schema, narrow=True))
         return
@@ -190,10 +233,13 @@ def downgrade() -> None:
         )
         op.execute("ALTER TABLE audit_event ENABLE TRIGGER audit_event_append_only")
         op.execute("ALTER TABLE audit_event ALTER COLUMN prev_hash SET NOT NULL")
-        for table in ("audit_event", "audit_head"):
-            op.execute(
-                f"ALTER TABLE {table} ALTER COLUMN hash TYPE varchar(64) USING encode(hash, 'hex')"
-            )
+        hashes = "ALTER COLUMN hash TYPE varchar(64) USING encode(hash, 'hex')"
+        ids = [
+            f"ALTER COLUMN {c} TYPE varchar({255 if c == 'turn_id' else 64}) USING {_pg_text(c, n)}"
+            for c, n in _IDS
+        ]
+        op.execute(f"ALTER TABLE audit_event {', '.join([hashes, *ids])}")
+        op.execute(f"ALTER TABLE audit_head {hashes}")
         op.execute(
             "ALTER TABLE audit_event ADD CONSTRAINT uq_audit_event_event_id UNIQUE (event_id)"
         )
@@ -203,8 +249,12 @@ def downgrade() -> None:
     # Hand-stored text (not bytes) is kept as it is, as the upgrade kept it.
     as_hex = "CASE typeof({0}) WHEN 'blob' THEN lower(hex({0})) ELSE {0} END"
     op.execute(_WIDE_SQLITE)
+    sizes = dict(_IDS)
+    columns = ", ".join(
+        f"{_sqlite_text(c, sizes[c])} AS {c}" if c in sizes else c for c in _COLUMNS.split(", ")
+    )
     op.execute(
-        f"INSERT INTO audit_event_new ({_COLUMNS}, prev_hash, hash) SELECT {_COLUMNS},"
+        f"INSERT INTO audit_event_new ({_COLUMNS}, prev_hash, hash) SELECT {columns},"
         f" coalesce({as_hex.format(link)}, '{_GENESIS}'), {as_hex.format('hash')}"
         " FROM audit_event"
     )
