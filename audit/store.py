@@ -406,7 +406,7 @@ _PROMPT = Statement(  # Store a prompt text unless it is stored already.
     postgresql=pg_insert(audit_prompt).on_conflict_do_nothing(),
     columns=["sha256", "text_json"],
 )
-_EVENT_COLUMNS = [c.name for c in audit_event.c if c.name != "id"]
+_EVENT_COLUMNS = [c.name for c in audit_event.c]
 _INSERT_EVENT = Statement(audit_event.insert(), columns=_EVENT_COLUMNS)
 _MOVE_HEAD = Statement(
     update(audit_head)
@@ -981,7 +981,7 @@ class AuditLog:
         query = (
             select(audit_event)
             .where(audit_event.c.conversation_id == conversation_id)
-            .order_by(audit_event.c.seq, audit_event.c.id)
+            .order_by(audit_event.c.seq)
         )
         async with self._read() as conn:
             result = list(await conn.execute(query))

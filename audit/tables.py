@@ -12,7 +12,7 @@ not store `prev_hash`: it is the hash of the row before it in `(conversation_id,
 
 from __future__ import annotations
 
-from sqlalchemy import BigInteger, Column, Integer, LargeBinary, MetaData, String, Table, Text
+from sqlalchemy import Column, Integer, LargeBinary, MetaData, String, Table, Text
 
 metadata = MetaData()
 """The audit tables' own metadata, never used to create tables (migrations do)."""
@@ -20,9 +20,9 @@ metadata = MetaData()
 audit_event = Table(
     "audit_event",
     metadata,
-    Column("id", BigInteger().with_variant(Integer, "sqlite"), primary_key=True),
-    Column("conversation_id", String(255), nullable=False),
-    Column("seq", Integer, nullable=False),
+    # Keyed by its place in the chain (no surrogate id since 0020: one index, not two).
+    Column("conversation_id", String(255), primary_key=True),
+    Column("seq", Integer, primary_key=True, autoincrement=False),
     Column("event_id", LargeBinary, nullable=False),
     Column("kind", String(40), nullable=False),
     Column("turn_id", LargeBinary, nullable=False),

@@ -8,6 +8,9 @@
   `(conversation_id, seq)` order (the genesis hash for the first), so the reader takes it
   from there. The row hash still covers it, computed exactly as before: every chain, head
   and external anchor stays valid, and no key is needed.
+- The surrogate `id` is dropped and `(conversation_id, seq)`, the row's place in its chain
+  and already unique, becomes the primary key: one index a row instead of two on
+  PostgreSQL (on SQLite the rowid stays, hidden, and keeps the old id's value).
 - The unique index on `event_id` is dropped: it kept a re-sent (spooled) batch from being
   stored twice, which the writer now checks among the conversation's own rows under the
   head lock, so no row pays an index entry for it.
@@ -50,10 +53,11 @@ _SQLITE_TRIGGERS = (
 )
 _SEQ_KEY = "CONSTRAINT uq_audit_event_conversation_seq UNIQUE (conversation_id, seq)"
 _NARROW_SQLITE = (
-    "CREATE TABLE audit_event_new (id INTEGER NOT NULL, conversation_id VARCHAR(255) NOT NULL,"
+    "CREATE TABLE audit_event_new (conversation_id VARCHAR(255) NOT NULL,"
     " seq INTEGER NOT NULL, event_id BLOB NOT NULL, kind VARCHAR(40) NOT NULL,"
     " turn_id BLOB NOT NULL, created_at VARCHAR(40) NOT NULL, payload_json BLOB NOT NULL,"
-    f" prompt_sha256 BLOB, hash BLOB NOT NULL, PRIMARY KEY (id), {_SEQ_KEY})"
+    " prompt_sha256 BLOB, hash BLOB NOT NULL,"
+    " CONSTRAINT audit_event_pkey PRIMARY KEY (conversation_id, seq))"
 )
 _WIDE_SQLITE = (
     "CREATE TABLE audit_event_new (id INTEGER NOT NULL, conversation_id VARCHAR(255) NOT NULL,"
@@ -65,9 +69,7 @@ _WIDE_SQLITE = (
 )
 _IDS = (("event_id", 16), ("turn_id", 16), ("prompt_sha256", PROMPT_DIGEST))
 """The columns stored by `id_bytes`, with the size of their hex form's bytes."""
-_COLUMNS = (
-    "id, conversation_id, seq, event_id, kind, turn_id, created_at, payload_json, prompt_sha256"
-)
+_COLUMNS = "conversation_id, seq, event_id, kind, turn_id, created_at, payload_json, prompt_sha256"
 _BATCH = 2000
 
 
@@ -165,8 +167,9 @@ def _sqlite_text(column: str, size: int) -> str:
 
 
 def _copy_sqlite_narrow(bind: sa.Connection) -> None:
-    """Copy the rows into the narrow table, hashes as bytes (SQLite 3.40 has no unhex)."""
-    names = [*_COLUMNS.split(", "), "hash"]
+    """Copy the rows into the narrow table, hashes as bytes (SQLite 3.40 has no unhex); the
+    old id becomes the (hidden) rowid, so the rows keep their order on disk."""
+    names = ["rowid", *_COLUMNS.split(", "), "hash"]
     insert = sa.text(
         f"INSERT INTO audit_event_new ({', '.join(names)})"
         f" VALUES ({', '.join(':' + n for n in names)})"
@@ -175,14 +178,15 @@ def _copy_sqlite_narrow(bind: sa.Connection) -> None:
     while True:
         rows = bind.execute(
             sa.text(
-                f"SELECT {_COLUMNS}, hash FROM audit_event WHERE id > :after ORDER BY id LIMIT :n"
+                f"SELECT id AS rowid, {_COLUMNS}, hash FROM audit_event"
+                " WHERE id > :after ORDER BY id LIMIT :n"
             ),
             {"after": after, "n": _BATCH},
         ).all()
         if not rows:
             return
         bind.execute(insert, [_narrow_row(r._asdict()) for r in rows])
-        after = rows[-1].id
+        after = rows[-1].rowid
 
 
 def _swap_sqlite() -> None:
@@ -197,13 +201,22 @@ def upgrade() -> None:
     bind = op.get_bind()
     if bind.dialect.name == "postgresql":
         schema = bind.execute(sa.text("SELECT current_schema()")).scalar_one()
-        op.execute("ALTER TABLE audit_event DROP CONSTRAINT uq_audit_event_event_id")
-        op.execute("ALTER TABLE audit_event DROP COLUMN prev_hash")
+        # The surrogate id goes (and its key and sequence with it): the chain's own place,
+        # (conversation_id, seq), is the primary key, so a row has one index entry, not two.
+        op.execute(
+            "ALTER TABLE audit_event DROP CONSTRAINT uq_audit_event_event_id,"
+            " DROP CONSTRAINT uq_audit_event_conversation_seq, DROP COLUMN prev_hash,"
+            " DROP COLUMN id"
+        )
         # The type changes rewrite the table (once), so the dropped column's bytes go too.
         hashes = "ALTER COLUMN hash TYPE bytea USING decode(hash, 'hex')"
         ids = [f"ALTER COLUMN {c} TYPE bytea USING {_pg_bytes(c, n)}" for c, n in _IDS]
         op.execute(f"ALTER TABLE audit_event {', '.join([hashes, *ids])}")
         op.execute(f"ALTER TABLE audit_head {hashes}")
+        op.execute(
+            "ALTER TABLE audit_event ADD CONSTRAINT audit_event_pkey"
+            " PRIMARY KEY (conversation_id, seq)"
+        )
         op.execute(_lock_head(schema, "encode(h.hash, 'hex')", f"'\\x{_GENESIS}'::bytea"))
         op.execute(_link(schema, narrow=True))
         return
@@ -221,15 +234,15 @@ def upgrade() -> None:
 def downgrade() -> None:
     """Hex hashes, `prev_hash` (each row's previous row's hash) and the index back."""
     bind = op.get_bind()
-    link = "lag(hash) OVER (PARTITION BY conversation_id ORDER BY seq, id)"
+    link = "lag(hash) OVER (PARTITION BY conversation_id ORDER BY seq)"
     if bind.dialect.name == "postgresql":
         schema = bind.execute(sa.text("SELECT current_schema()")).scalar_one()
         op.execute("ALTER TABLE audit_event ADD COLUMN prev_hash varchar(64)")
         op.execute("ALTER TABLE audit_event DISABLE TRIGGER audit_event_append_only")
         op.execute(
-            "UPDATE audit_event e SET prev_hash = l.prev FROM (SELECT id,"
+            "UPDATE audit_event e SET prev_hash = l.prev FROM (SELECT conversation_id, seq,"
             f" coalesce(encode({link}, 'hex'), '{_GENESIS}') AS prev FROM audit_event) l"
-            " WHERE e.id = l.id"
+            " WHERE e.conversation_id = l.conversation_id AND e.seq = l.seq"
         )
         op.execute("ALTER TABLE audit_event ENABLE TRIGGER audit_event_append_only")
         op.execute("ALTER TABLE audit_event ALTER COLUMN prev_hash SET NOT NULL")
@@ -241,8 +254,11 @@ def downgrade() -> None:
         op.execute(f"ALTER TABLE audit_event {', '.join([hashes, *ids])}")
         op.execute(f"ALTER TABLE audit_head {hashes}")
         op.execute(
-            "ALTER TABLE audit_event ADD CONSTRAINT uq_audit_event_event_id UNIQUE (event_id)"
+            "ALTER TABLE audit_event DROP CONSTRAINT audit_event_pkey,"
+            " ADD CONSTRAINT uq_audit_event_conversation_seq UNIQUE (conversation_id, seq),"
+            " ADD CONSTRAINT uq_audit_event_event_id UNIQUE (event_id)"
         )
+        op.execute("ALTER TABLE audit_event ADD COLUMN id bigserial PRIMARY KEY")
         op.execute(_lock_head(schema, "h.hash", f"'{_GENESIS}'"))
         op.execute(_link(schema, narrow=False))
         return
@@ -254,7 +270,7 @@ def downgrade() -> None:
         f"{_sqlite_text(c, sizes[c])} AS {c}" if c in sizes else c for c in _COLUMNS.split(", ")
     )
     op.execute(
-        f"INSERT INTO audit_event_new ({_COLUMNS}, prev_hash, hash) SELECT {columns},"
+        f"INSERT INTO audit_event_new (id, {_COLUMNS}, prev_hash, hash) SELECT rowid, {columns},"
         f" coalesce({as_hex.format(link)}, '{_GENESIS}'), {as_hex.format('hash')}"
         " FROM audit_event"
     )
