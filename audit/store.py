@@ -18,7 +18,7 @@ import json
 import re
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from functools import cached_property
 from pathlib import Path
 from typing import Any, Literal
@@ -271,8 +271,21 @@ def id_bytes(value: str, size: int = 16) -> bytes:
     too, so the two forms never meet: UTF-8 holds no 0xff). `id_text` reverses it exactly."""
     if len(value) == 2 * size and _HEX.fullmatch(value):
         return bytes.fromhex(value)
+    return _text_bytes(value, size)
+
+
+def _text_bytes(value: str, size: int) -> bytes:
+    """A text's UTF-8, with a byte 0xff added when it is `size` bytes (the other form's)."""
     raw = value.encode("utf-8", "surrogatepass")
     return raw + b"\xff" if len(raw) == size else raw
+
+
+def _text_of(raw: bytes) -> str:
+    raw = raw[:-1] if raw.endswith(b"\xff") else raw
+    try:
+        return raw.decode("utf-8", "surrogatepass")
+    except UnicodeDecodeError:  # Not written by `_text_bytes` (edited): reads as no id does.
+        return raw.decode("utf-8", "backslashreplace")
 
 
 def id_text(stored: bytes | str | None, size: int = 16) -> str | None:
@@ -280,11 +293,38 @@ def id_text(stored: bytes | str | None, size: int = 16) -> str | None:
     if stored is None or isinstance(stored, str):
         return stored
     raw = bytes(stored)
-    if len(raw) == size:
+    return raw.hex() if len(raw) == size else _text_of(raw)
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MICROSECOND = timedelta(microseconds=1)
+
+
+def time_bytes(text: str) -> bytes:
+    """`created_at` in its stored form: a canonical UTC timestamp (as `_utc_text` writes
+    it) as 8 bytes, big-endian microseconds since 1970; any other text as its UTF-8 (as
+    `id_bytes` does). `time_text` reverses it exactly."""
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        return _text_bytes(text, 8)
+    if moment.tzinfo is None or _utc_text(moment) != text:
+        return _text_bytes(text, 8)
+    return ((moment - _EPOCH) // _MICROSECOND).to_bytes(8, "big", signed=True)
+
+
+def time_text(stored: bytes | str) -> str:
+    """`created_at` as `time_bytes` stored it (text as it is: a value put there by hand)."""
+    if isinstance(stored, str):
+        return stored
+    raw = bytes(stored)
+    if len(raw) != 8:
+        return _text_of(raw)
+    try:
+        moment = _EPOCH + int.from_bytes(raw, "big", signed=True) * _MICROSECOND
+    except OverflowError:  # Not written by `time_bytes` (edited): reads as no time does.
         return raw.hex()
-    if raw.endswith(b"\xff"):
-        raw = raw[:-1]
-    return raw.decode("utf-8", "surrogatepass")
+    return moment.isoformat(timespec="microseconds")  # `_utc_text`: it is in UTC already.
 
 
 _HEX = re.compile("[0-9a-f]+")
@@ -926,7 +966,7 @@ class AuditLog:
             "event_id": id_bytes(event.event_id),
             "kind": event.kind,
             "turn_id": id_bytes(event.turn_id),
-            "created_at": item.created_at,
+            "created_at": time_bytes(item.created_at),
             "payload_json": item.stored or compact.deflate(item.payload_json),
             "prompt_sha256": (
                 None if item.prompt_sha256 is None else id_bytes(item.prompt_sha256, PROMPT_DIGEST)
@@ -1012,7 +1052,7 @@ class AuditLog:
                     event_id=str(id_text(r.event_id)),
                     kind=r.kind,
                     turn_id=str(id_text(r.turn_id)),
-                    created_at=r.created_at,
+                    created_at=time_text(r.created_at),
                     payload_json=text,
                     prompt_sha256=sha,
                     prev_hash=prev,

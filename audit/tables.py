@@ -5,7 +5,8 @@ The Alembic revision `0002_audit` creates them (with the trigger that makes
 `audit_event.payload_json` and `audit_blob.body` hold their texts in the stored form of
 `audit.compact` (deflated bytes; `bytea` on PostgreSQL since migration `0017_audit_compact`).
 Since `0020_audit_narrow` a row's `hash` (and a head's) is its 32 raw bytes, its ids and
-prompt digest are stored as bytes when they are hex (`store.id_bytes`), and a row does
+prompt digest are stored as bytes when they are hex (`store.id_bytes`), its timestamp as
+8 bytes (`store.time_bytes`), and a row does
 not store `prev_hash`: it is the hash of the row before it in `(conversation_id, seq)` order
 (`audit.chain.GENESIS_HASH` for the first). The hashes themselves are unchanged.
 """
@@ -27,7 +28,8 @@ audit_event = Table(
     Column("kind", String(40), nullable=False),
     Column("turn_id", LargeBinary, nullable=False),
     # Ids and `prompt_sha256` in `store.id_bytes` form: a uuid hex (a sha256) as its bytes.
-    Column("created_at", String(40), nullable=False),
+    Column("created_at", LargeBinary, nullable=False),
+    # Its ISO text as 8 bytes of microseconds when canonical (`store.time_bytes`).
     Column("payload_json", LargeBinary, nullable=False),
     # The payload's canonical JSON (what the row hash covers) in `compact.deflate` form.
     Column("prompt_sha256", LargeBinary, nullable=True),

@@ -999,7 +999,7 @@ def test_0020_narrows_the_rows_and_verify_passes_before_and_after(
                     await conn.execute(sa.text("DROP TRIGGER audit_event_no_update"))
                 await conn.execute(
                     sa.text(
-                        "UPDATE audit_event SET kind = 'moved'"
+                        "UPDATE audit_event SET kind = 'moved', created_at = '2026-01-01'"
                         " WHERE conversation_id = 'conv-2' AND seq = 3"
                     )
                 )
@@ -1041,6 +1041,7 @@ def test_0020_narrows_the_rows_and_verify_passes_before_and_after(
     assert all(isinstance(h.hash, bytes) and len(h.hash) == 32 for h in heads)
     assert sum(len(r.event_id) == 16 for r in rows) == len(rows) - 3  # But the odd ones.
     assert all(len(r.prompt_sha256) == 32 for r in rows if r.prompt_sha256 is not None)
+    assert sum(len(r.created_at) == 8 for r in rows) == len(rows) - 1  # But the hand-edited.
     assert [r[1:3] for r in before[1][-4:]] == [(e.event_id, e.turn_id) for e in odd]
 
     # Down: the form the code before 0020 reads and checks (stored links included).

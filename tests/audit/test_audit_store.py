@@ -14,7 +14,7 @@ from frontdesk.audit import compact
 from frontdesk.audit.chain import GENESIS_HASH, Head, sha256_text
 from frontdesk.audit.errors import AuditPayloadError
 from frontdesk.audit.events import AuditEvent
-from frontdesk.audit.store import AuditLog
+from frontdesk.audit.store import AuditLog, time_bytes
 from frontdesk.errors import ConfigError
 
 pytestmark = pytest.mark.anyio
@@ -171,7 +171,7 @@ async def test_inserted_row_in_the_middle(
         " payload_json, prompt_sha256, hash) VALUES (:c, 4, 'forged', 'triage',"
         " 't1', :t, '{\"category\":\"REFUNDS\"}', NULL, :h)",  # Its link is not stored.
         c=conv_id,
-        t=rows[3].created_at,
+        t=time_bytes(rows[3].created_at),  # The stored forms of a time and a hash.
         h=b"\xff" * 32,
     )
     assert await _problem(audit_log, conv_id) == (4, "edited")
@@ -203,7 +203,7 @@ async def test_row_appended_past_the_head(
         " 't2', :t, '{\"text\":\"refund!\"}', NULL, :h)",
         c=conv_id,
         s=n + 1,
-        t=last.created_at,
+        t=time_bytes(last.created_at),
         h=bytes.fromhex(forged),
     )
     assert await _problem(audit_log, conv_id) == (n + 1, "inserted")

@@ -3,7 +3,10 @@
 - `audit_event.hash` and `audit_head.hash` hold the hash's 32 bytes, not its 64 hex
   characters (`bytea` on PostgreSQL); `event_id` and `turn_id` (uuid hex) and
   `prompt_sha256` are stored the same way when they are lowercase hex of their size, any
-  other text as its UTF-8 (`audit.store.id_bytes`, which reads back exactly).
+  other text as its UTF-8 (`audit.store.id_bytes`, which reads back exactly);
+  `created_at`, when it is the canonical UTC text, as 8 bytes of microseconds
+  (`audit.store.time_bytes`; converted in Python on both backends, with the codec the
+  application reads with).
 - `audit_event.prev_hash` is dropped: it is always the hash of the row before in
   `(conversation_id, seq)` order (the genesis hash for the first), so the reader takes it
   from there. The row hash still covers it, computed exactly as before: every chain, head
@@ -32,12 +35,12 @@ Create Date: 2026-12-02
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import sqlalchemy as sa
 from alembic import op
 
-from frontdesk.audit.store import PROMPT_DIGEST, id_bytes
+from frontdesk.audit.store import PROMPT_DIGEST, id_bytes, time_bytes, time_text
 
 revision: str = "0020_audit_narrow"
 down_revision: str | Sequence[str] | None = "0017_audit_compact"
@@ -55,7 +58,7 @@ _SEQ_KEY = "CONSTRAINT uq_audit_event_conversation_seq UNIQUE (conversation_id, 
 _NARROW_SQLITE = (
     "CREATE TABLE audit_event_new (conversation_id VARCHAR(255) NOT NULL,"
     " seq INTEGER NOT NULL, event_id BLOB NOT NULL, kind VARCHAR(40) NOT NULL,"
-    " turn_id BLOB NOT NULL, created_at VARCHAR(40) NOT NULL, payload_json BLOB NOT NULL,"
+    " turn_id BLOB NOT NULL, created_at BLOB NOT NULL, payload_json BLOB NOT NULL,"
     " prompt_sha256 BLOB, hash BLOB NOT NULL,"
     " CONSTRAINT audit_event_pkey PRIMARY KEY (conversation_id, seq))"
 )
@@ -131,6 +134,8 @@ def _hex_to_bytes(value: object) -> object:
 
 def _narrow_row(row: dict[str, object]) -> dict[str, object]:
     out = {**row, "hash": _hex_to_bytes(row["hash"])}
+    if isinstance(row["created_at"], str):
+        out["created_at"] = time_bytes(row["created_at"])
     for column, size in _IDS:
         value = row[column]
         out[column] = id_bytes(value, size) if isinstance(value, str) else value
@@ -189,6 +194,37 @@ def _copy_sqlite_narrow(bind: sa.Connection) -> None:
         after = rows[-1].rowid
 
 
+def _convert_times(
+    bind: sa.Connection, table: str, key: str, convert: Callable[[bytes | str], object]
+) -> None:
+    """Rewrite every `created_at` of `table` with `convert`, in batches in `key` order."""
+    last: dict[str, object] | None = None
+    names = key.split(", ")
+    while True:
+        after = "" if last is None else f"WHERE ({key}) > ({', '.join(':' + n for n in names)})"
+        rows = bind.execute(
+            sa.text(f"SELECT {key}, created_at FROM {table} {after} ORDER BY {key} LIMIT :n"),
+            {**(last or {}), "n": _BATCH},
+        ).all()
+        if not rows:
+            return
+        match = " AND ".join(f"{n} = :{n}" for n in names)
+        bind.execute(
+            sa.text(f"UPDATE {table} SET created_at = :t WHERE {match}"),
+            [{**r._asdict(), "t": convert(r.created_at)} for r in rows],
+        )
+        last = {n: getattr(rows[-1], n) for n in names}
+
+
+def _stored_time(text_bytes: bytes | str) -> bytes:
+    text = text_bytes if isinstance(text_bytes, str) else bytes(text_bytes).decode("utf-8")
+    return time_bytes(text)
+
+
+def _text_time(stored: bytes | str) -> bytes:
+    return time_text(stored).encode("utf-8")
+
+
 def _swap_sqlite() -> None:
     op.execute("DROP TABLE audit_event")  # Its triggers go with it.
     op.execute("ALTER TABLE audit_event_new RENAME TO audit_event")
@@ -211,12 +247,16 @@ def upgrade() -> None:
         # The type changes rewrite the table (once), so the dropped column's bytes go too.
         hashes = "ALTER COLUMN hash TYPE bytea USING decode(hash, 'hex')"
         ids = [f"ALTER COLUMN {c} TYPE bytea USING {_pg_bytes(c, n)}" for c, n in _IDS]
-        op.execute(f"ALTER TABLE audit_event {', '.join([hashes, *ids])}")
+        times = "ALTER COLUMN created_at TYPE bytea USING convert_to(created_at, 'UTF8')"
+        op.execute(f"ALTER TABLE audit_event {', '.join([hashes, *ids, times])}")
         op.execute(f"ALTER TABLE audit_head {hashes}")
         op.execute(
             "ALTER TABLE audit_event ADD CONSTRAINT audit_event_pkey"
             " PRIMARY KEY (conversation_id, seq)"
         )
+        op.execute("ALTER TABLE audit_event DISABLE TRIGGER audit_event_append_only")
+        _convert_times(bind, "audit_event", "conversation_id, seq", _stored_time)
+        op.execute("ALTER TABLE audit_event ENABLE TRIGGER audit_event_append_only")
         op.execute(_lock_head(schema, "encode(h.hash, 'hex')", f"'\\x{_GENESIS}'::bytea"))
         op.execute(_link(schema, narrow=True))
         return
@@ -244,6 +284,7 @@ def downgrade() -> None:
             f" coalesce(encode({link}, 'hex'), '{_GENESIS}') AS prev FROM audit_event) l"
             " WHERE e.conversation_id = l.conversation_id AND e.seq = l.seq"
         )
+        _convert_times(bind, "audit_event", "conversation_id, seq", _text_time)
         op.execute("ALTER TABLE audit_event ENABLE TRIGGER audit_event_append_only")
         op.execute("ALTER TABLE audit_event ALTER COLUMN prev_hash SET NOT NULL")
         hashes = "ALTER COLUMN hash TYPE varchar(64) USING encode(hash, 'hex')"
@@ -251,7 +292,8 @@ def downgrade() -> None:
             f"ALTER COLUMN {c} TYPE varchar({255 if c == 'turn_id' else 64}) USING {_pg_text(c, n)}"
             for c, n in _IDS
         ]
-        op.execute(f"ALTER TABLE audit_event {', '.join([hashes, *ids])}")
+        times = "ALTER COLUMN created_at TYPE varchar(40) USING convert_from(created_at, 'UTF8')"
+        op.execute(f"ALTER TABLE audit_event {', '.join([hashes, *ids, times])}")
         op.execute(f"ALTER TABLE audit_head {hashes}")
         op.execute(
             "ALTER TABLE audit_event DROP CONSTRAINT audit_event_pkey,"
@@ -274,5 +316,6 @@ def downgrade() -> None:
         f" coalesce({as_hex.format(link)}, '{_GENESIS}'), {as_hex.format('hash')}"
         " FROM audit_event"
     )
+    _convert_times(bind, "audit_event_new", "id", time_text)
     _swap_sqlite()
     op.execute(f"UPDATE audit_head SET hash = {as_hex.format('hash')}")

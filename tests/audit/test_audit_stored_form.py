@@ -1,12 +1,13 @@
-"""The stored form of ids and digests (`store.id_bytes`): hex as bytes, text as itself."""
+"""The stored form of ids, digests and timestamps (`store.id_bytes`, `time_bytes`): exact."""
 
 from __future__ import annotations
 
 import uuid
+from datetime import UTC, datetime
 
 import pytest
 
-from frontdesk.audit.store import PROMPT_DIGEST, id_bytes, id_text
+from frontdesk.audit.store import PROMPT_DIGEST, _utc_text, id_bytes, id_text, time_bytes, time_text
 from frontdesk.threads._records import new_id
 
 CASES = [
@@ -44,3 +45,28 @@ def test_text_stored_by_hand_reads_as_it_is() -> None:
     assert id_text("moved") == "moved"
     assert id_text(b"moved") == "moved"
     assert id_text(None) is None
+
+
+TIMES = [
+    _utc_text(datetime.now(UTC)),
+    _utc_text(datetime(1, 1, 1, tzinfo=UTC)),
+    _utc_text(datetime(9999, 12, 31, 23, 59, 59, 999999, tzinfo=UTC)),
+    _utc_text(datetime(1969, 12, 31, 23, 59, 59, 1, tzinfo=UTC)),
+    "2026-01-01",  # Not the canonical form: kept as text.
+    "2026-01-01T00:00:00+00:00",
+    "2026-01-01T00:00:00.000000+01:00",
+    "2026-01-01T00:00:00.000000Z",
+    "abcdefgh",  # Eight bytes of text: marked so it never reads as a time.
+    "",
+    "lone\ud800",
+]
+
+
+@pytest.mark.parametrize("value", TIMES)
+def test_every_timestamp_reads_back_exactly(value: str) -> None:
+    assert time_text(time_bytes(value)) == value
+
+
+def test_a_canonical_timestamp_takes_eight_bytes() -> None:
+    assert len(time_bytes(_utc_text(datetime.now(UTC)))) == 8
+    assert time_text("2026-01-01") == "2026-01-01"  # Stored by hand as text.
