@@ -5,10 +5,10 @@ The Alembic revision `0002_audit` creates them (with the trigger that makes
 `audit_event.payload_json` and `audit_blob.body` hold their texts in the stored form of
 `audit.compact` (deflated bytes; `bytea` on PostgreSQL since migration `0017_audit_compact`).
 Since `0020_audit_narrow` a row's `hash` (and a head's) is its 32 raw bytes, its ids and
-prompt digest are stored as bytes when they are hex (`store.id_bytes`), its timestamp as
-8 bytes (`store.time_bytes`), and a row does
-not store `prev_hash`: it is the hash of the row before it in `(conversation_id, seq)` order
-(`audit.chain.GENESIS_HASH` for the first). The hashes themselves are unchanged.
+prompt digest are the bytes their hex spells (`store.id_bytes`), its timestamp 8 bytes
+(`store.time_bytes`), and it does not store `prev_hash`: that is the hash of the row before
+it in `(conversation_id, seq)` order (`audit.chain.GENESIS_HASH` for the first). The texts
+the hashes cover are unchanged; `AuditLog` converts at the boundary.
 """
 
 from __future__ import annotations

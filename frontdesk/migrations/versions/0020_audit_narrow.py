@@ -1,4 +1,4 @@
-"""Narrower audit rows: hashes as raw bytes, no stored `prev_hash`, no index on `event_id`.
+"""Narrower audit rows: hashes, ids and times as bytes, no stored link, one key a row.
 
 - `audit_event.hash` and `audit_head.hash` hold the hash's 32 bytes, not its 64 hex
   characters (`bytea` on PostgreSQL); `event_id` and `turn_id` (uuid hex) and
@@ -24,9 +24,11 @@
   `frontdesk db roles` stay.
 
 SQLite cannot drop a unique constraint in place: the table is copied into its new form
-(and its append-only triggers made again). The downgrade puts the hex hashes and
-`prev_hash` back (from the previous row, as the reader does) and the unique index with
-them; it fails if two rows now share an event id.
+(and its append-only triggers made again). On PostgreSQL the timestamps are rewritten row
+by row after the table's rewrite; `VACUUM FULL` gives the dead rows' space back (later rows
+reuse it anyway). The downgrade puts the text columns, `prev_hash` (from the previous row,
+as the reader does), the id and the unique index back; it fails if two rows came to share
+an event id in between.
 
 Revision ID: 0020_audit_narrow
 Revises: 0017_audit_compact
