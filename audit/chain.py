@@ -1,7 +1,8 @@
 """The hash chain: canonical JSON, row hashes, and the checks `verify` runs over stored rows.
 
-Each conversation's rows form one chain: row `seq` stores the hash of row `seq - 1`
-(`prev_hash`) and its own hash over its content and that link. Editing, deleting,
+Each conversation's rows form one chain: row `seq`'s hash covers its content and the hash
+of row `seq - 1` (`prev_hash`; not stored since migration `0020_audit_narrow`, the reader
+takes it from the row before). Editing, deleting,
 inserting or reordering a row breaks the chain at that row; a truncated tail is seen by
 comparing the chain's end with the conversation's head (seq and hash), kept in its own
 table and, for an attacker who can rewrite both, with an externally kept anchor.

@@ -26,8 +26,34 @@ from frontdesk.audit import blobs, compact, crypto
 from frontdesk.audit.chain import GENESIS_HASH, Head, canonical_json, verify_chain
 from frontdesk.audit.crypto import DataKeys, KeyProvider, PayloadOpener
 from frontdesk.audit.store import spliced_row_hash
-from frontdesk.audit.tables import audit_event, audit_head, audit_prompt
+from frontdesk.audit.tables import audit_prompt
 from frontdesk.errors import AuditKeyError
+
+_hex_columns = sa.MetaData()
+audit_event = sa.Table(
+    "audit_event",
+    _hex_columns,
+    sa.Column("id", sa.BigInteger().with_variant(sa.Integer, "sqlite"), primary_key=True),
+    sa.Column("conversation_id", sa.String(255)),
+    sa.Column("seq", sa.Integer),
+    sa.Column("event_id", sa.String(64)),
+    sa.Column("kind", sa.String(40)),
+    sa.Column("turn_id", sa.String(255)),
+    sa.Column("created_at", sa.String(40)),
+    sa.Column("payload_json", sa.LargeBinary),
+    sa.Column("prompt_sha256", sa.String(64)),
+    sa.Column("prev_hash", sa.String(64)),
+    sa.Column("hash", sa.String(64)),
+)
+"""`audit_event` as the migrations before `0020_audit_narrow` (which run this module) find
+it: hex hashes and a stored `prev_hash` (`audit.tables` has the form of today)."""
+audit_head = sa.Table(
+    "audit_head",
+    _hex_columns,
+    sa.Column("conversation_id", sa.String(255), primary_key=True),
+    sa.Column("seq", sa.Integer),
+    sa.Column("hash", sa.String(64)),
+)
 
 _event_text = sa.table(
     "audit_event",

@@ -6,7 +6,8 @@ One `append` writes one turn's batch in one transaction. The conversation's head
 writers queue instead of forking the chain, and the `(conversation_id, seq)` unique key
 refuses a fork even if the lock were bypassed. On PostgreSQL the head then moves only by
 the `audit_event_link` trigger, which also refuses a row that does not continue the chain
-(migration `0007_audit_guard`), so the application's role needs no UPDATE on any audit table.
+(seq = head + 1; migrations `0007_audit_guard`, `0020_audit_narrow`), so the application's
+role needs no UPDATE on any audit table.
 """
 
 from __future__ import annotations
@@ -14,9 +15,10 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
+import re
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from functools import cached_property
 from pathlib import Path
 from typing import Any, Literal
@@ -81,6 +83,7 @@ class StoredAuditEvent:
     """The payload as canonical JSON, exactly as hashed."""
     prompt_sha256: str | None
     prev_hash: str
+    """The hash of the row before it as read (not stored: migration `0020_audit_narrow`)."""
     hash: str
     system_prompt: str | None = None
     """The system prompt text (stored once by hash), for `model_attempt` rows."""
@@ -251,6 +254,88 @@ def _stored_text(stored: bytes | str) -> str:
         return UNREADABLE
 
 
+def hash_bytes(digest: str) -> bytes:
+    """A hex row hash in its stored form, 32 raw bytes (half the size of its hex text)."""
+    return bytes.fromhex(digest)
+
+
+def hash_hex(stored: bytes | str) -> str:
+    """A stored hash as the hex text the chain and every reader use (text as it is: a
+    value stored otherwise, e.g. by hand, is shown and compared unchanged)."""
+    return stored if isinstance(stored, str) else bytes(stored).hex()
+
+
+def id_bytes(value: str, size: int = 16) -> bytes:
+    """An id in its stored form: lowercase hex of `size` bytes (a uuid hex, a sha256) as
+    those bytes, any other text as its UTF-8 (a byte 0xff added when that is `size` bytes
+    too, so the two forms never meet: UTF-8 holds no 0xff). `id_text` reverses it exactly."""
+    if len(value) == 2 * size and _HEX.fullmatch(value):
+        return bytes.fromhex(value)
+    return _text_bytes(value, size)
+
+
+def _text_bytes(value: str, size: int) -> bytes:
+    """A text's UTF-8, with a byte 0xff added when it is `size` bytes (the other form's)."""
+    raw = value.encode("utf-8", "surrogatepass")
+    return raw + b"\xff" if len(raw) == size else raw
+
+
+def _text_of(raw: bytes) -> str:
+    raw = raw[:-1] if raw.endswith(b"\xff") else raw
+    try:
+        return raw.decode("utf-8", "surrogatepass")
+    except UnicodeDecodeError:  # Not written by `_text_bytes` (edited): reads as no id does.
+        return raw.decode("utf-8", "backslashreplace")
+
+
+def id_text(stored: bytes | str | None, size: int = 16) -> str | None:
+    """An id as `id_bytes(..., size)` stored it (text as it is: a value put there by hand)."""
+    if stored is None or isinstance(stored, str):
+        return stored
+    raw = bytes(stored)
+    return raw.hex() if len(raw) == size else _text_of(raw)
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MICROSECOND = timedelta(microseconds=1)
+
+
+def time_bytes(text: str) -> bytes:
+    """`created_at` in its stored form: a canonical UTC timestamp (as `_utc_text` writes
+    it) as 8 bytes, big-endian microseconds since 1970; any other text as its UTF-8 (as
+    `id_bytes` does). `time_text` reverses it exactly."""
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        return _text_bytes(text, 8)
+    if moment.tzinfo is None or _utc_text(moment) != text:
+        return _text_bytes(text, 8)
+    return ((moment - _EPOCH) // _MICROSECOND).to_bytes(8, "big", signed=True)
+
+
+def time_text(stored: bytes | str) -> str:
+    """`created_at` as `time_bytes` stored it (text as it is: a value put there by hand)."""
+    if isinstance(stored, str):
+        return stored
+    raw = bytes(stored)
+    if len(raw) != 8:
+        return _text_of(raw)
+    try:
+        moment = _EPOCH + int.from_bytes(raw, "big", signed=True) * _MICROSECOND
+    except OverflowError:  # Not written by `time_bytes` (edited): reads as no time does.
+        return raw.hex()
+    return moment.isoformat(timespec="microseconds")  # `_utc_text`: it is in UTC already.
+
+
+_HEX = re.compile("[0-9a-f]+")
+PROMPT_DIGEST = 32
+"""`prompt_sha256` is stored by `id_bytes` as a sha256 (32 bytes); event and turn ids as
+uuid hex (16)."""
+
+GENESIS_BYTES = hash_bytes(GENESIS_HASH)
+"""A new head's stored hash (`GENESIS_HASH`, what the first row continues from)."""
+
+
 def _utc_text(moment: datetime) -> str:
     """The canonical timestamp text (naive datetimes are taken as UTC)."""
     if moment.tzinfo is None:
@@ -340,7 +425,7 @@ def _prompt_json(text: str) -> str:
 def _head(insert: Any) -> Any:
     """Create the head row if missing and return it (row-locked on PostgreSQL)."""
     upsert = insert(audit_head).values(
-        conversation_id=bindparam("conversation_id"), seq=0, hash=GENESIS_HASH
+        conversation_id=bindparam("conversation_id"), seq=0, hash=GENESIS_BYTES
     )
     return upsert.on_conflict_do_update(
         index_elements=[audit_head.c.conversation_id], set_={"seq": audit_head.c.seq}
@@ -361,7 +446,7 @@ _PROMPT = Statement(  # Store a prompt text unless it is stored already.
     postgresql=pg_insert(audit_prompt).on_conflict_do_nothing(),
     columns=["sha256", "text_json"],
 )
-_EVENT_COLUMNS = [c.name for c in audit_event.c if c.name != "id"]
+_EVENT_COLUMNS = [c.name for c in audit_event.c]
 _INSERT_EVENT = Statement(audit_event.insert(), columns=_EVENT_COLUMNS)
 _MOVE_HEAD = Statement(
     update(audit_head)
@@ -787,9 +872,9 @@ class AuditLog:
         # PostgreSQL (an upsert that "updates" the row locks it like SELECT ... FOR UPDATE).
         head = _HEAD.first(conn, {"conversation_id": conversation_id})
         assert head is not None, "the upsert returns the head row"
-        seq, prev = head["seq"], head["hash"]
+        seq, prev = head["seq"], hash_hex(head["hash"])
         if idempotent:
-            batch = self._unwritten(conn, batch)
+            batch = self._unwritten(conn, conversation_id, batch)
             if not batch:
                 return
         prompts = [
@@ -804,10 +889,9 @@ class AuditLog:
         rows = []
         for item in batch:
             seq += 1
-            row = self._row(conversation_id, seq, prev, item)
-            prev = row["hash"]
+            row, prev = self._row(conversation_id, seq, prev, item)
             rows.append(row)
-        moved = {"conversation": conversation_id, "seq": seq, "hash": prev}
+        moved = {"conversation": conversation_id, "seq": seq, "hash": hash_bytes(prev)}
         if prompts:
             _PROMPT.run_many(conn, prompts)
         made = {ref: blob for item in batch for ref, blob in item.blobs.items()}
@@ -860,7 +944,10 @@ class AuditLog:
         return out
 
     @staticmethod
-    def _row(conversation_id: str, seq: int, prev: str, item: _Prepared) -> dict[str, Any]:
+    def _row(
+        conversation_id: str, seq: int, prev: str, item: _Prepared
+    ) -> tuple[dict[str, Any], str]:
+        """The row to insert (its `prev_hash` is not stored: see `events`) and its hash."""
         event = item.event
         digest = spliced_row_hash(
             conversation_id=conversation_id,
@@ -876,22 +963,35 @@ class AuditLog:
         return {
             "conversation_id": conversation_id,
             "seq": seq,
-            "event_id": event.event_id,
+            "event_id": id_bytes(event.event_id),
             "kind": event.kind,
-            "turn_id": event.turn_id,
-            "created_at": item.created_at,
+            "turn_id": id_bytes(event.turn_id),
+            "created_at": time_bytes(item.created_at),
             "payload_json": item.stored or compact.deflate(item.payload_json),
-            "prompt_sha256": item.prompt_sha256,
-            "prev_hash": prev,
-            "hash": digest,
-        }
+            "prompt_sha256": (
+                None if item.prompt_sha256 is None else id_bytes(item.prompt_sha256, PROMPT_DIGEST)
+            ),
+            "hash": hash_bytes(digest),
+        }, digest
 
     @staticmethod
-    def _unwritten(conn: Connection, batch: Sequence[_Prepared]) -> list[_Prepared]:
-        """The events of a re-sent batch that are not stored yet."""
-        ids = [p.event.event_id for p in batch]
-        found = conn.execute(select(audit_event.c.event_id).where(audit_event.c.event_id.in_(ids)))
-        stored = set(found.scalars())
+    def _unwritten(
+        conn: Connection, conversation_id: str, batch: Sequence[_Prepared]
+    ) -> list[_Prepared]:
+        """The events of a re-sent batch that are not stored yet.
+
+        Looked for among the conversation's own rows (its `(conversation_id, seq)` key),
+        under the head lock: no index on `event_id` is kept for this rare path (a spooled
+        batch), which would cost every row an index entry.
+        """
+        ids = [id_bytes(p.event.event_id) for p in batch]
+        found = conn.execute(
+            select(audit_event.c.event_id).where(
+                audit_event.c.conversation_id == conversation_id,
+                audit_event.c.event_id.in_(ids),
+            )
+        )
+        stored = {id_text(i) for i in found.scalars()}
         return [p for p in batch if p.event.event_id not in stored]
 
     # Reading.
@@ -919,35 +1019,50 @@ class AuditLog:
         `decrypt=False` their content fields read as `[encrypted]` and no key is needed.
         """
         query = (
-            select(audit_event, audit_prompt.c.text_json)
-            .outerjoin(audit_prompt, audit_prompt.c.sha256 == audit_event.c.prompt_sha256)
+            select(audit_event)
             .where(audit_event.c.conversation_id == conversation_id)
-            .order_by(audit_event.c.seq, audit_event.c.id)
+            .order_by(audit_event.c.seq)
         )
         async with self._read() as conn:
             result = list(await conn.execute(query))
+            # Digests are stored as bytes, prompts keyed by hex: joined here, not in SQL.
+            digests = [id_text(r.prompt_sha256, PROMPT_DIGEST) for r in result]
+            wanted = sorted({d for d in digests if d is not None})
+            prompts: dict[str, str] = {}
+            if wanted:
+                found = await conn.execute(
+                    select(audit_prompt.c.sha256, audit_prompt.c.text_json).where(
+                        audit_prompt.c.sha256.in_(wanted)
+                    )
+                )
+                prompts = {sha: json.loads(text_json) for sha, text_json in found}
             texts = [_stored_text(r.payload_json) for r in result]
             kids = [str(json.loads(t).get("kid")) for t in texts if crypto.is_envelope_text(t)]
             opener = None
             if kids:
                 key_rows = await conn.run_sync(crypto.load_rows, kids)
                 opener = PayloadOpener(self._keys, key_rows, decrypt=decrypt)
+            hashes = [hash_hex(r.hash) for r in result]
+            # A row's link is not stored: it is the hash of the row before it in this order.
+            links = [GENESIS_HASH, *hashes][: len(hashes)]
             stored = [
                 StoredAuditEvent(
                     conversation_id=r.conversation_id,
                     seq=r.seq,
-                    event_id=r.event_id,
+                    event_id=str(id_text(r.event_id)),
                     kind=r.kind,
-                    turn_id=r.turn_id,
-                    created_at=r.created_at,
+                    turn_id=str(id_text(r.turn_id)),
+                    created_at=time_text(r.created_at),
                     payload_json=text,
-                    prompt_sha256=r.prompt_sha256,
-                    prev_hash=r.prev_hash,
-                    hash=r.hash,
-                    system_prompt=None if r.text_json is None else json.loads(r.text_json),
+                    prompt_sha256=sha,
+                    prev_hash=prev,
+                    hash=digest,
+                    system_prompt=None if sha is None else prompts.get(sha),
                     opener=opener,
                 )
-                for r, text in zip(result, texts, strict=True)
+                for r, text, prev, digest, sha in zip(
+                    result, texts, links, hashes, digests, strict=True
+                )
             ]
             await conn.run_sync(_expand_all, stored, opener)
             return stored
@@ -956,7 +1071,7 @@ class AuditLog:
         """Each conversation's head (last seq and hash): keep a copy elsewhere as an anchor."""
         async with self._read() as conn:
             result = await conn.execute(select(audit_head))
-            return {r.conversation_id: Head(r.seq, r.hash) for r in result if r.seq > 0}
+            return {r.conversation_id: Head(r.seq, hash_hex(r.hash)) for r in result if r.seq > 0}
 
     async def verify(
         self,
@@ -1006,4 +1121,4 @@ class AuditLog:
                     )
                 )
             ).first()
-        return None if row is None else Head(row.seq, row.hash)
+        return None if row is None else Head(row.seq, hash_hex(row.hash))

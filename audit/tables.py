@@ -4,11 +4,16 @@ The Alembic revision `0002_audit` creates them (with the trigger that makes
 `audit_event` append-only); these definitions are what the queries are built from.
 `audit_event.payload_json` and `audit_blob.body` hold their texts in the stored form of
 `audit.compact` (deflated bytes; `bytea` on PostgreSQL since migration `0017_audit_compact`).
+Since `0020_audit_narrow` a row's `hash` (and a head's) is its 32 raw bytes, its ids and
+prompt digest are the bytes their hex spells (`store.id_bytes`), its timestamp 8 bytes
+(`store.time_bytes`), and it does not store `prev_hash`: that is the hash of the row before
+it in `(conversation_id, seq)` order (`audit.chain.GENESIS_HASH` for the first). The texts
+the hashes cover are unchanged; `AuditLog` converts at the boundary.
 """
 
 from __future__ import annotations
 
-from sqlalchemy import BigInteger, Column, Integer, LargeBinary, MetaData, String, Table, Text
+from sqlalchemy import Column, Integer, LargeBinary, MetaData, String, Table, Text
 
 metadata = MetaData()
 """The audit tables' own metadata, never used to create tables (migrations do)."""
@@ -16,18 +21,20 @@ metadata = MetaData()
 audit_event = Table(
     "audit_event",
     metadata,
-    Column("id", BigInteger().with_variant(Integer, "sqlite"), primary_key=True),
-    Column("conversation_id", String(255), nullable=False),
-    Column("seq", Integer, nullable=False),
-    Column("event_id", String(64), nullable=False),
+    # Keyed by its place in the chain (no surrogate id since 0020: one index, not two).
+    Column("conversation_id", String(255), primary_key=True),
+    Column("seq", Integer, primary_key=True, autoincrement=False),
+    Column("event_id", LargeBinary, nullable=False),
     Column("kind", String(40), nullable=False),
-    Column("turn_id", String(255), nullable=False),
-    Column("created_at", String(40), nullable=False),
+    Column("turn_id", LargeBinary, nullable=False),
+    # Ids and `prompt_sha256` in `store.id_bytes` form: a uuid hex (a sha256) as its bytes.
+    Column("created_at", LargeBinary, nullable=False),
+    # Its ISO text as 8 bytes of microseconds when canonical (`store.time_bytes`).
     Column("payload_json", LargeBinary, nullable=False),
     # The payload's canonical JSON (what the row hash covers) in `compact.deflate` form.
-    Column("prompt_sha256", String(64), nullable=True),
-    Column("prev_hash", String(64), nullable=False),
-    Column("hash", String(64), nullable=False),
+    Column("prompt_sha256", LargeBinary, nullable=True),
+    Column("hash", LargeBinary, nullable=False),
+    # The row hash's 32 bytes (`bytes.fromhex` of `audit.chain.row_hash`).
 )
 
 audit_head = Table(
@@ -35,7 +42,7 @@ audit_head = Table(
     metadata,
     Column("conversation_id", String(255), primary_key=True),
     Column("seq", Integer, nullable=False),
-    Column("hash", String(64), nullable=False),
+    Column("hash", LargeBinary, nullable=False),
 )
 
 audit_prompt = Table(

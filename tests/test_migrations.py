@@ -775,7 +775,7 @@ async def _stored_audit(url: str) -> tuple[list[Any], list[Any], set[str]]:
             rows = list(
                 await conn.execute(
                     sa.text(
-                        "SELECT conversation_id, seq, payload_json, prev_hash, hash"
+                        "SELECT conversation_id, seq, payload_json"
                         " FROM audit_event ORDER BY conversation_id, seq"
                     )
                 )
@@ -895,3 +895,169 @@ def test_0017_stores_the_log_deflated_and_verify_passes_before_and_after(
     verdicts_after, after, heads_after = asyncio.run(read())
     assert verdicts_after == verdicts and [p for p, _, _ in after] == [p for p, _, _ in before]
     assert (after, heads_after) == (before, heads) if not encrypted else heads_after != heads
+
+
+async def _narrow_form(url: str) -> tuple[set[str], list[Any], list[Any], set[str]]:
+    """`audit_event`'s columns, its rows and heads as stored, and its unique keys' names."""
+    engine = create_engine(url)
+    try:
+        async with engine.connect() as conn:
+
+            def schema(c: sa.Connection) -> tuple[set[str], set[str]]:
+                inspector = sa.inspect(c)
+                columns = {str(col["name"]) for col in inspector.get_columns("audit_event")}
+                keys = {str(u["name"]) for u in inspector.get_unique_constraints("audit_event")} | {
+                    str(i["name"]) for i in inspector.get_indexes("audit_event")
+                }
+                return columns, keys
+
+            columns, keys = await conn.run_sync(schema)
+            rows = list(
+                await conn.execute(
+                    sa.text("SELECT * FROM audit_event ORDER BY conversation_id, seq")
+                )
+            )
+            heads = list(await conn.execute(sa.text("SELECT * FROM audit_head")))
+    finally:
+        await engine.dispose()
+    return columns, rows, heads, keys
+
+
+async def _prompt_texts(url: str) -> dict[str, str]:
+    engine = create_engine(url)
+    try:
+        async with engine.connect() as conn:
+            found = await conn.execute(sa.text("SELECT sha256, text_json FROM audit_prompt"))
+            return {sha: json.loads(text) for sha, text in found}
+    finally:
+        await engine.dispose()
+
+
+def _old_verdicts(rows: list[Any], heads: list[Any], prompts: dict[str, str]) -> dict[str, bool]:
+    """Each chain's verdict as the code before 0020 checks it (its stored links too)."""
+    from types import SimpleNamespace
+
+    from frontdesk.audit import compact
+    from frontdesk.audit.chain import Head, verify_chain
+
+    texts = [
+        SimpleNamespace(**{**r._asdict(), "payload_json": compact.inflate(r.payload_json)})
+        for r in rows
+    ]
+    return {
+        h.conversation_id: verify_chain(
+            h.conversation_id,
+            [r for r in texts if r.conversation_id == h.conversation_id],
+            head=Head(h.seq, h.hash),
+            prompts=prompts,
+        ).ok
+        for h in heads
+    }
+
+
+@pytest.mark.parametrize("encrypted", [False, True], ids=["clear", "encrypted"])
+def test_0020_narrows_the_rows_and_verify_passes_before_and_after(
+    empty_url: str, encrypted: bool
+) -> None:
+    import io
+    import os
+
+    from frontdesk.audit import crypto
+    from frontdesk.audit.chain import GENESIS_HASH
+    from frontdesk.audit.events import AuditEvent
+    from frontdesk.audit.export import write_jsonl
+    from frontdesk.audit.store import AuditLog
+    from tests.audit.test_audit_blobs import conversation
+
+    key = crypto.MasterKey(os.urandom(32)) if encrypted else None
+    # Ids that are not uuid hex are stored as text and must read back exactly.
+    odd = [
+        AuditEvent(kind="reply", turn_id=turn, payload={"text": "x"}, event_id=event)
+        for turn, event in [
+            ("erasure", "e" * 16),
+            ("ABCDEF0123456789ABCDEF0123456789", "0123456789abcdef" * 2),
+            ("cafécafécafécaf", "g" * 32),
+            ("ff" * 16, "é" * 8),
+        ]
+    ]
+
+    async def write() -> None:
+        async with await AuditLog.open(empty_url, master_key=key) as log:
+            for batch in conversation(6):
+                await log.append("conv-1", batch, user_id="alice")
+            await log.append("conv-1", odd, user_id="alice")
+            for batch in conversation(2, prefix="tampered "):
+                await log.append("conv-2", batch, user_id="alice")
+        engine = create_engine(empty_url)
+        try:
+            async with engine.begin() as conn:  # A broken chain stays broken either way.
+                if conn.dialect.name == "postgresql":
+                    await conn.execute(
+                        sa.text("ALTER TABLE audit_event DISABLE TRIGGER audit_event_append_only")
+                    )
+                else:
+                    await conn.execute(sa.text("DROP TRIGGER audit_event_no_update"))
+                await conn.execute(
+                    sa.text(
+                        "UPDATE audit_event SET kind = 'moved', created_at = '2026-01-01'"
+                        " WHERE conversation_id = 'conv-2' AND seq = 3"
+                    )
+                )
+                if conn.dialect.name == "postgresql":
+                    await conn.execute(
+                        sa.text("ALTER TABLE audit_event ENABLE TRIGGER audit_event_append_only")
+                    )
+        finally:
+            await engine.dispose()
+
+    async def read() -> tuple[dict[str, Any], list[Any], Any, str]:
+        async with await AuditLog.open(empty_url, master_key=key) as log:
+            verdicts = {
+                c.conversation_id: (c.ok, c.problem) for c in (await log.verify()).conversations
+            }
+            rows = [
+                (r.seq, r.event_id, r.turn_id, r.payload, r.prev_hash, r.hash)
+                for r in await log.events("conv-1")
+            ]
+            out = io.StringIO()
+            write_jsonl(await log.events("conv-1"), out)
+            return verdicts, rows, await log.heads(), out.getvalue()
+
+    def upgrade() -> None:
+        engine = create_engine(empty_url)
+        try:
+            asyncio.run(upgrade_schema(engine, "head"))
+        finally:
+            asyncio.run(engine.dispose())
+
+    asyncio.run(write())
+    before = asyncio.run(read())
+    verdicts = before[0]
+    assert verdicts["conv-1"] == (True, None) and verdicts["conv-2"][0] is False
+    assert verdicts["conv-2"][1].seq == 3
+    columns, rows, heads, keys = asyncio.run(_narrow_form(empty_url))
+    assert not {"prev_hash", "id"} & columns and "uq_audit_event_event_id" not in keys
+    assert all(isinstance(r.hash, bytes) and len(r.hash) == 32 for r in rows)
+    assert all(isinstance(h.hash, bytes) and len(h.hash) == 32 for h in heads)
+    assert sum(len(r.event_id) == 16 for r in rows) == len(rows) - 3  # But the odd ones.
+    assert all(len(r.prompt_sha256) == 32 for r in rows if r.prompt_sha256 is not None)
+    assert sum(len(r.created_at) == 8 for r in rows) == len(rows) - 1  # But the hand-edited.
+    assert [r[1:3] for r in before[1][-4:]] == [(e.event_id, e.turn_id) for e in odd]
+
+    # Down: the form the code before 0020 reads and checks (stored links included).
+    asyncio.run(_downgrade_to(empty_url, _before("0020_audit_narrow")))
+    columns, rows, heads, keys = asyncio.run(_narrow_form(empty_url))
+    assert {"prev_hash", "id"} <= columns and "uq_audit_event_event_id" in keys
+    conv_1 = [r for r in rows if r.conversation_id == "conv-1"]
+    assert [r.hash for r in conv_1] == [h for *_, h in before[1]]
+    assert [r.prev_hash for r in conv_1] == [GENESIS_HASH] + [r.hash for r in conv_1[:-1]]
+    assert {h.conversation_id: h.hash for h in heads} == {c: h.hash for c, h in before[2].items()}
+    prompts = asyncio.run(_prompt_texts(empty_url))
+    assert _old_verdicts(rows, heads, prompts) == {"conv-1": True, "conv-2": False}
+
+    # Up again: the same rows, hashes, links, heads, verdicts and export.
+    upgrade()
+    assert asyncio.run(read()) == before
+    columns, rows, heads, keys = asyncio.run(_narrow_form(empty_url))
+    assert not {"prev_hash", "id"} & columns and "uq_audit_event_event_id" not in keys
+    assert all(isinstance(r.hash, bytes) and len(r.hash) == 32 for r in rows)

@@ -14,7 +14,7 @@ from frontdesk.audit import compact
 from frontdesk.audit.chain import GENESIS_HASH, Head, sha256_text
 from frontdesk.audit.errors import AuditPayloadError
 from frontdesk.audit.events import AuditEvent
-from frontdesk.audit.store import AuditLog
+from frontdesk.audit.store import AuditLog, time_bytes
 from frontdesk.errors import ConfigError
 
 pytestmark = pytest.mark.anyio
@@ -168,12 +168,11 @@ async def test_inserted_row_in_the_middle(
     await _sql(
         audit_log,
         "INSERT INTO audit_event (conversation_id, seq, event_id, kind, turn_id, created_at,"
-        " payload_json, prompt_sha256, prev_hash, hash) VALUES (:c, 4, 'forged', 'triage',"
-        " 't1', :t, '{\"category\":\"REFUNDS\"}', NULL, :p, :h)",
+        " payload_json, prompt_sha256, hash) VALUES (:c, 4, 'forged', 'triage',"
+        " 't1', :t, '{\"category\":\"REFUNDS\"}', NULL, :h)",  # Its link is not stored.
         c=conv_id,
-        t=rows[3].created_at,
-        p=rows[2].hash,
-        h="f" * 64,
+        t=time_bytes(rows[3].created_at),  # The stored forms of a time and a hash.
+        h=b"\xff" * 32,
     )
     assert await _problem(audit_log, conv_id) == (4, "edited")
 
@@ -200,13 +199,12 @@ async def test_row_appended_past_the_head(
     await _sql(
         audit_log,
         "INSERT INTO audit_event (conversation_id, seq, event_id, kind, turn_id, created_at,"
-        " payload_json, prompt_sha256, prev_hash, hash) VALUES (:c, :s, 'forged', 'reply',"
-        " 't2', :t, '{\"text\":\"refund!\"}', NULL, :p, :h)",
+        " payload_json, prompt_sha256, hash) VALUES (:c, :s, 'forged', 'reply',"
+        " 't2', :t, '{\"text\":\"refund!\"}', NULL, :h)",
         c=conv_id,
         s=n + 1,
-        t=last.created_at,
-        p=last.hash,
-        h=forged,
+        t=time_bytes(last.created_at),
+        h=bytes.fromhex(forged),
     )
     assert await _problem(audit_log, conv_id) == (n + 1, "inserted")
 
@@ -264,7 +262,7 @@ async def test_truncation_with_rewritten_head_is_seen_only_through_an_anchor(
         "UPDATE audit_head SET seq = :k, hash = :h WHERE conversation_id = :c",
         c=conv_id,
         k=n - 3,
-        h=rows[n - 4].hash,
+        h=bytes.fromhex(rows[n - 4].hash),  # The stored form of a hash.
     )
     assert (await audit_log.verify(conv_id)).ok  # the database alone cannot tell
     report = await audit_log.verify(conv_id, anchors=anchors)

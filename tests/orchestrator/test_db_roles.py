@@ -90,8 +90,8 @@ FORBIDDEN = [
     "DELETE FROM audit_prompt",
     # A row that does not continue its chain is refused by the link trigger.
     "INSERT INTO audit_event (conversation_id, seq, event_id, kind, turn_id, created_at,"
-    " payload_json, prompt_sha256, prev_hash, hash) VALUES ('c', 99, 'forged', 'reply', 't',"
-    " '2026-01-01', '{}', NULL, 'x', 'y')",
+    " payload_json, prompt_sha256, hash) VALUES ('c', 99, 'forged', 'reply', 't',"
+    " '2026-01-01', '{}', NULL, 'y')",
 ]
 
 

@@ -103,10 +103,11 @@ async def test_literal_values_of_the_statement_are_bound(tmp_path: Path) -> None
     with engine.begin() as conn:
         assert driver_connection(conn) is not None
         conn.exec_driver_sql(
-            "CREATE TABLE audit_head (conversation_id TEXT PRIMARY KEY, seq INT, hash TEXT)"
+            "CREATE TABLE audit_head (conversation_id TEXT PRIMARY KEY, seq INT, hash BLOB)"
         )
-        assert _HEAD.first(conn, {"conversation_id": "c-1"}) == {"seq": 0, "hash": "0" * 64}
-        assert _HEAD.rows(conn, {"conversation_id": "c-1"}) == [{"seq": 0, "hash": "0" * 64}]
+        genesis = bytes(32)  # The genesis hash's stored form (0020_audit_narrow).
+        assert _HEAD.first(conn, {"conversation_id": "c-1"}) == {"seq": 0, "hash": genesis}
+        assert _HEAD.rows(conn, {"conversation_id": "c-1"}) == [{"seq": 0, "hash": genesis}]
     engine.dispose()
 
 

@@ -1,0 +1,72 @@
+"""The stored form of ids, digests and timestamps (`store.id_bytes`, `time_bytes`): exact."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime
+
+import pytest
+
+from frontdesk.audit.store import PROMPT_DIGEST, _utc_text, id_bytes, id_text, time_bytes, time_text
+from frontdesk.threads._records import new_id
+
+CASES = [
+    uuid.uuid4().hex,
+    new_id(),
+    "ff" * 16,
+    "0" * 32,
+    "ABCDEF0123456789ABCDEF0123456789",  # Upper case: not the hex form, kept as text.
+    "0123456789abcdef0123456789abcde",  # 31 characters
+    "erasure",
+    "",
+    "e" * 16,  # Text of exactly 16 bytes: marked so it never reads as hex.
+    "é" * 8,
+    "e" * 17,
+    "lone\ud800surrogate",
+    "conv\x00nul",
+]
+
+
+@pytest.mark.parametrize("value", CASES)
+def test_every_id_reads_back_exactly(value: str) -> None:
+    assert id_text(id_bytes(value)) == value
+    assert id_text(id_bytes(value, PROMPT_DIGEST), PROMPT_DIGEST) == value
+
+
+def test_hex_ids_take_half_their_text_and_digests_their_size() -> None:
+    assert len(id_bytes(uuid.uuid4().hex)) == 16
+    digest = "ab" * 32
+    assert len(id_bytes(digest, PROMPT_DIGEST)) == 32
+    assert id_text(id_bytes(digest, PROMPT_DIGEST), PROMPT_DIGEST) == digest
+    assert id_text(id_bytes("x" * 32, PROMPT_DIGEST), PROMPT_DIGEST) == "x" * 32
+
+
+def test_text_stored_by_hand_reads_as_it_is() -> None:
+    assert id_text("moved") == "moved"
+    assert id_text(b"moved") == "moved"
+    assert id_text(None) is None
+
+
+TIMES = [
+    _utc_text(datetime.now(UTC)),
+    _utc_text(datetime(1, 1, 1, tzinfo=UTC)),
+    _utc_text(datetime(9999, 12, 31, 23, 59, 59, 999999, tzinfo=UTC)),
+    _utc_text(datetime(1969, 12, 31, 23, 59, 59, 1, tzinfo=UTC)),
+    "2026-01-01",  # Not the canonical form: kept as text.
+    "2026-01-01T00:00:00+00:00",
+    "2026-01-01T00:00:00.000000+01:00",
+    "2026-01-01T00:00:00.000000Z",
+    "abcdefgh",  # Eight bytes of text: marked so it never reads as a time.
+    "",
+    "lone\ud800",
+]
+
+
+@pytest.mark.parametrize("value", TIMES)
+def test_every_timestamp_reads_back_exactly(value: str) -> None:
+    assert time_text(time_bytes(value)) == value
+
+
+def test_a_canonical_timestamp_takes_eight_bytes() -> None:
+    assert len(time_bytes(_utc_text(datetime.now(UTC)))) == 8
+    assert time_text("2026-01-01") == "2026-01-01"  # Stored by hand as text.
