@@ -10,9 +10,10 @@ import pytest
 from frontdesk.audit.store import PROMPT_DIGEST, _utc_text, id_bytes, id_text, time_bytes, time_text
 from frontdesk.threads._records import new_id
 
+# Fixed values (not drawn at import): pytest-xdist's workers must collect the same ids.
 CASES = [
-    uuid.uuid4().hex,
-    new_id(),
+    "d5e91c5b3aa44157a3c66bcbe1974b68",  # A uuid4 hex (event ids).
+    "01a2363ee0e27fcaf6f898e09aa8eddb",  # A `new_id()` (turn ids).
     "ff" * 16,
     "0" * 32,
     "ABCDEF0123456789ABCDEF0123456789",  # Upper case: not the hex form, kept as text.
@@ -35,6 +36,7 @@ def test_every_id_reads_back_exactly(value: str) -> None:
 
 def test_hex_ids_take_half_their_text_and_digests_their_size() -> None:
     assert len(id_bytes(uuid.uuid4().hex)) == 16
+    assert id_text(id_bytes(fresh := new_id())) == fresh and len(id_bytes(fresh)) == 16
     digest = "ab" * 32
     assert len(id_bytes(digest, PROMPT_DIGEST)) == 32
     assert id_text(id_bytes(digest, PROMPT_DIGEST), PROMPT_DIGEST) == digest
@@ -48,7 +50,7 @@ def test_text_stored_by_hand_reads_as_it_is() -> None:
 
 
 TIMES = [
-    _utc_text(datetime.now(UTC)),
+    _utc_text(datetime(2026, 12, 2, 10, 13, 40, 194921, tzinfo=UTC)),
     _utc_text(datetime(1, 1, 1, tzinfo=UTC)),
     _utc_text(datetime(9999, 12, 31, 23, 59, 59, 999999, tzinfo=UTC)),
     _utc_text(datetime(1969, 12, 31, 23, 59, 59, 1, tzinfo=UTC)),
