@@ -34,7 +34,7 @@ from frontdesk.knowledge import MAX_PASSAGE_CHARS, MAX_SOURCE_CHARS, Passage
 from frontdesk.threads._records import check_id, check_text, new_id
 from frontdesk.threads._tx import run_sync_tx
 from frontdesk.threads.errors import InvalidInput
-from frontdesk.threads.memory import query_words
+from frontdesk.threads.memory import match_query, query_words
 from frontdesk.threads.models import UTCDateTime, utcnow
 
 __all__ = [
@@ -229,10 +229,7 @@ class FullTextPassageRetriever:
         words = query_words(query)
         if not words or limit <= 0:
             return []
-        if conn.dialect.name == "postgresql":
-            query = " | ".join(words)
-        else:
-            query = " OR ".join('"' + w.replace('"', '""') + '"' for w in words)
+        query = match_query(words, conn.dialect.name)
         rows = _MATCHES.rows(conn, {"query": query, "limit": limit})
         return [_passage(row, score=float(row["score"])) for row in rows]
 

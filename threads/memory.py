@@ -42,6 +42,7 @@ __all__ = [
     "delete_user_memories",
     "idle_conversations",
     "keep_summary_sync",
+    "match_query",
     "query_words",
     "summary_key",
 ]
@@ -102,6 +103,14 @@ def query_words(text: str) -> list[str]:
         if len(seen) >= MAX_QUERY_WORDS:
             break
     return list(seen)
+
+
+def match_query(words: Sequence[str], dialect: str) -> str:
+    """`words` as the full-text query that matches any of them: a `to_tsquery` text on
+    PostgreSQL, an FTS5 `MATCH` of quoted terms on SQLite (a quote in a word doubled)."""
+    if dialect == "postgresql":
+        return " | ".join(words)
+    return " OR ".join('"' + w.replace('"', '""') + '"' for w in words)
 
 
 def _memory(row: RowMapping | Mapping[str, Any]) -> Memory:
@@ -192,10 +201,8 @@ class FullTextRetriever:
         words = query_words(text)
         postgresql = conn.dialect.name == "postgresql"
         params: dict[str, Any] = {"user_id": user_id, "limit": limit, "cap": MATCHES_SCORED}
-        if words and postgresql:
-            params["query"] = " | ".join(words)
-        elif words:
-            params["query"] = " OR ".join('"' + w.replace('"', '""') + '"' for w in words)
+        if words:
+            params["query"] = match_query(words, conn.dialect.name)
         rows = (_RANKED if words else _RECENT).rows(conn, params)
         matched: list[Mapping[str, Any]] = []
         recent: list[Mapping[str, Any]] = []
