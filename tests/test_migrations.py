@@ -170,6 +170,29 @@ async def test_0006_gives_leases_a_fencing_token_and_keeps_held_ones(empty_url: 
         await store.aclose()
 
 
+async def _edit_audit_rows(url: str, update: str, *, guard_back: bool = False) -> None:
+    """Run `update` on `audit_event` past its append-only guard, as someone who owns the
+    table would tamper with it: on PostgreSQL the trigger is disabled (enabled again with
+    `guard_back`), on SQLite it is dropped (the migrations under test create it again)."""
+    engine = create_engine(url)
+    try:
+        async with engine.begin() as conn:
+            postgresql = conn.dialect.name == "postgresql"
+            if postgresql:
+                await conn.execute(
+                    sa.text("ALTER TABLE audit_event DISABLE TRIGGER audit_event_append_only")
+                )
+            else:
+                await conn.execute(sa.text("DROP TRIGGER audit_event_no_update"))
+            await conn.execute(sa.text(update))
+            if postgresql and guard_back:
+                await conn.execute(
+                    sa.text("ALTER TABLE audit_event ENABLE TRIGGER audit_event_append_only")
+                )
+    finally:
+        await engine.dispose()
+
+
 async def _downgrade_to(url: str, revision: str) -> None:
     from alembic import command
 
@@ -671,23 +694,11 @@ def test_0014_packs_a_stored_log_into_blobs_and_verify_passes_before_and_after(
                     await log.append("conv-1", batch, user_id="alice")
                 for batch in conversation(2, prefix="tampered "):
                     await log.append("conv-2", batch, user_id="alice")
-        engine = create_engine(empty_url)
-        try:
-            async with engine.begin() as conn:  # A broken chain is never "healed" by 0014.
-                if conn.dialect.name == "postgresql":
-                    await conn.execute(
-                        sa.text("ALTER TABLE audit_event DISABLE TRIGGER audit_event_append_only")
-                    )
-                else:
-                    await conn.execute(sa.text("DROP TRIGGER audit_event_no_update"))
-                await conn.execute(
-                    sa.text(
-                        "UPDATE audit_event SET turn_id = 'moved'"
-                        " WHERE conversation_id = 'conv-2' AND seq = 1"
-                    )
-                )
-        finally:
-            await engine.dispose()
+        # A broken chain is never "healed" by 0014.
+        await _edit_audit_rows(
+            empty_url,
+            "UPDATE audit_event SET turn_id = 'moved' WHERE conversation_id = 'conv-2' AND seq = 1",
+        )
 
     def migrate(revision: str) -> None:
         if revision == "head":
@@ -809,23 +820,11 @@ def test_0017_stores_the_log_deflated_and_verify_passes_before_and_after(
                 await log.append("conv-1", batch, user_id="alice")
             for batch in conversation(2, prefix="tampered "):
                 await log.append("conv-2", batch, user_id="alice")
-        engine = create_engine(empty_url)
-        try:
-            async with engine.begin() as conn:  # A broken chain stays broken either way.
-                if conn.dialect.name == "postgresql":
-                    await conn.execute(
-                        sa.text("ALTER TABLE audit_event DISABLE TRIGGER audit_event_append_only")
-                    )
-                else:
-                    await conn.execute(sa.text("DROP TRIGGER audit_event_no_update"))
-                await conn.execute(
-                    sa.text(
-                        "UPDATE audit_event SET turn_id = 'moved'"
-                        " WHERE conversation_id = 'conv-2' AND seq = 1"
-                    )
-                )
-        finally:
-            await engine.dispose()
+        # A broken chain stays broken either way.
+        await _edit_audit_rows(
+            empty_url,
+            "UPDATE audit_event SET turn_id = 'moved' WHERE conversation_id = 'conv-2' AND seq = 1",
+        )
 
     async def read() -> tuple[dict[str, bool], list[Any], dict[str, Any]]:
         async with await AuditLog.open(empty_url, master_key=key) as log:
@@ -988,27 +987,13 @@ def test_0020_narrows_the_rows_and_verify_passes_before_and_after(
             await log.append("conv-1", odd, user_id="alice")
             for batch in conversation(2, prefix="tampered "):
                 await log.append("conv-2", batch, user_id="alice")
-        engine = create_engine(empty_url)
-        try:
-            async with engine.begin() as conn:  # A broken chain stays broken either way.
-                if conn.dialect.name == "postgresql":
-                    await conn.execute(
-                        sa.text("ALTER TABLE audit_event DISABLE TRIGGER audit_event_append_only")
-                    )
-                else:
-                    await conn.execute(sa.text("DROP TRIGGER audit_event_no_update"))
-                await conn.execute(
-                    sa.text(
-                        "UPDATE audit_event SET kind = 'moved', created_at = '2026-01-01'"
-                        " WHERE conversation_id = 'conv-2' AND seq = 3"
-                    )
-                )
-                if conn.dialect.name == "postgresql":
-                    await conn.execute(
-                        sa.text("ALTER TABLE audit_event ENABLE TRIGGER audit_event_append_only")
-                    )
-        finally:
-            await engine.dispose()
+        # A broken chain stays broken either way.
+        await _edit_audit_rows(
+            empty_url,
+            "UPDATE audit_event SET kind = 'moved', created_at = '2026-01-01'"
+            " WHERE conversation_id = 'conv-2' AND seq = 3",
+            guard_back=True,
+        )
 
     async def read() -> tuple[dict[str, Any], list[Any], Any, str]:
         async with await AuditLog.open(empty_url, master_key=key) as log:
