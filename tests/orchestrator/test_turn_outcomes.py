@@ -155,7 +155,9 @@ async def test_a_finished_retry_replays_as_the_retry_answered(team: FakeTeam, db
 
 
 async def test_a_replay_reads_only_that_turns_records(team: FakeTeam, any_url: str) -> None:
-    orch = Orchestrator(potato_categories(), model=team.model(), store=any_url)
+    # `jobs="worker"`: no runner in this process, so a periodic job's statements (the idle
+    # conversations' summaries) never land among the replay's (they did, now and then).
+    orch = Orchestrator(potato_categories(), model=team.model(), store=any_url, jobs="worker")
     await orch.open()
     statements: list[str] = []
 
