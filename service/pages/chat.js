@@ -66,7 +66,11 @@ function draw(m) {
   }
   if (!div) div = bubble(m.role);
   delete div.dataset.streaming;
+  // A message whose answer failed here keeps its retry when its live copy comes in late
+  // (`fill` resets the classes; only an answer, below, or the retry itself clears it).
+  const failedHere = m.role === "user" && div.classList.contains("failed");
   fill(div, m);
+  if (failedHere) div.classList.add("failed");
   if (m.parent_id) div.dataset.parent = m.parent_id;
   if (m.role === "user" && div.dataset.key && !m.failed) {
     const retry = div.querySelector(".retry");
