@@ -209,46 +209,49 @@ class FullTextRetriever:
         for row in rows:
             (matched if row["part"] == 0 else recent).append(row)
         # Best match first (SQLite's bm25 is lower for better, `ts_rank` higher), then
-        # the newest; the statement's own order is not kept across its UNION.
+        # the newest; the statement's own order is not kept across its UNION. No fact is
+        # in both parts (the statement leaves the matches out of the newest).
         sign = 1 if postgresql else -1
         matched.sort(key=lambda r: (sign * r["score"], r["updated_at"], r["seq"]), reverse=True)
         recent.sort(key=lambda r: (r["updated_at"], r["seq"]), reverse=True)
-        found: dict[str, Memory] = {}
-        for ranked in [*matched, *recent]:
-            if len(found) == limit:
-                break
-            if ranked["id"] not in found:
-                found[ranked["id"]] = _memory(ranked)
-        return list(found.values())
+        return [_memory(row) for row in [*matched, *recent][:limit]]
 
 
 def _ranking(dialect: str, *, words: bool) -> sa.TextualSelect:
-    """The lookup: part 0 the best `:limit` matches of `:query`, part 1 the newest `:limit`
-    facts (part 1 alone without `words`)."""
+    """The lookup: part 0 the best `:limit` matches of `:query`, part 1 the newest facts
+    that are not among them, as many as fill `:limit` (part 1 alone without `words`).
+
+    Only what the turn keeps comes back: a lookup whose matches fill the limit reads no
+    recent fact, and no row is decoded to be dropped (each row's timestamps cost more to
+    decode than SQLite's ranking of it)."""
     columns = ", ".join(f"m.{c.name}" for c in [_m.c.seq, *_COLUMNS])
     current = "m.user_id = :user_id AND m.superseded_by IS NULL"
-    recent = (
-        f"SELECT {columns}, 1 AS part, 0.0 AS score FROM memory m WHERE {current}"
-        " ORDER BY m.updated_at DESC, m.seq DESC LIMIT :limit"
-    )
+    newest = " ORDER BY m.updated_at DESC, m.seq DESC"
     if not words:
-        sql = recent
-    elif dialect == "postgresql":
-        sql = (
-            f"SELECT {columns}, 0 AS part, ts_rank(m.tsv, q) AS score"
-            f" FROM memory m, to_tsquery('english', :query) q WHERE {current} AND m.tsv @@ q"
-            " ORDER BY score DESC, m.updated_at DESC LIMIT :limit"
-        )
-        sql = f"SELECT * FROM ({sql}) a UNION ALL SELECT * FROM ({recent}) b"
+        sql = f"SELECT {columns}, 1 AS part, 0.0 AS score FROM memory m WHERE {current}{newest}"
+        sql += " LIMIT :limit"
     else:
+        if dialect == "postgresql":
+            matches = (
+                f"SELECT {columns}, 0 AS part, ts_rank(m.tsv, q) AS score"
+                f" FROM memory m, to_tsquery('english', :query) q WHERE {current} AND m.tsv @@ q"
+                " ORDER BY score DESC, m.updated_at DESC LIMIT :limit"
+            )
+        else:  # bm25 is lower for better; the newest `:cap` matches are ranked.
+            matches = (
+                f"SELECT * FROM (SELECT {columns}, 0 AS part, bm25(memory_fts) AS score"
+                " FROM memory_fts JOIN memory m ON m.seq = memory_fts.rowid"
+                f" WHERE memory_fts MATCH :query AND {current}"
+                " ORDER BY memory_fts.rowid DESC LIMIT :cap) m"
+                " ORDER BY m.score, m.updated_at DESC LIMIT :limit"
+            )
         sql = (
-            f"SELECT {columns}, 0 AS part, bm25(memory_fts) AS score"
-            " FROM memory_fts JOIN memory m ON m.seq = memory_fts.rowid"
-            f" WHERE memory_fts MATCH :query AND {current}"
-            " ORDER BY memory_fts.rowid DESC LIMIT :cap"
+            f"WITH best AS MATERIALIZED ({matches})"
+            " SELECT * FROM best UNION ALL SELECT * FROM ("
+            f"SELECT {columns}, 1 AS part, 0.0 AS score FROM memory m"
+            f" WHERE {current} AND m.seq NOT IN (SELECT seq FROM best){newest}"
+            " LIMIT :limit - (SELECT count(*) FROM best)) recent"
         )
-        sql = f"SELECT * FROM ({sql}) m ORDER BY m.score, m.updated_at DESC LIMIT :limit"
-        sql = f"SELECT * FROM ({sql}) UNION ALL SELECT * FROM ({recent})"
     typed = [sa.column(c.name, c.type) for c in [_m.c.seq, *_COLUMNS]]
     typed += [sa.column("part", sa.Integer), sa.column("score", sa.Float)]
     return sa.text(sql).columns(*typed)
