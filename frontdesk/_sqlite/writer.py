@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 
 import sqlalchemy
 from sqlalchemy import Connection, Engine, event
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 __all__ = ["dispose", "install_hooks", "owns", "run", "write_slot"]
@@ -49,11 +50,20 @@ def install_hooks(engine: Engine) -> None:
 
     @event.listens_for(engine, "begin")
     def _on_begin(connection: Any) -> None:
-        if connection.get_execution_options().get("frontdesk_readonly"):
-            # A read-only transaction: a WAL snapshot, never blocked by writers.
-            connection.exec_driver_sql("BEGIN")
-        else:
-            connection.exec_driver_sql("BEGIN IMMEDIATE")
+        # A read-only transaction is a WAL snapshot, never blocked by writers.
+        readonly = connection.get_execution_options().get("frontdesk_readonly")
+        sql = "BEGIN" if readonly else "BEGIN IMMEDIATE"
+        driver = connection.connection.dbapi_connection
+        if not isinstance(driver, sqlite3.Connection):  # The async driver's adapter.
+            connection.exec_driver_sql(sql)
+            return
+        # The writer thread's own connection: straight on the driver, without SQLAlchemy's
+        # execution around it (a third of a small transaction's cost), its error wrapped
+        # as SQLAlchemy would (a busy database is retried as transient).
+        try:
+            driver.execute(sql)
+        except sqlite3.Error as e:
+            raise DBAPIError.instance(sql, None, e, sqlite3.Error) from e
 
 
 def _use_wal(cursor: Any) -> None:
@@ -147,6 +157,9 @@ class _FastWriter:
         self.loop: asyncio.AbstractEventLoop | None = None
         self.pending: list[_Job] = []
         self.drainer: asyncio.Task[None] | None = None
+        self.conn: Connection | None = None
+        """The thread's connection, kept from batch to batch (a checkout and a check-in
+        per batch cost as much as its BEGIN and COMMIT); dropped after a failed batch."""
 
     def submit(self, work: Callable[[Connection], Any]) -> _Job:
         """Queue `work`; the batch it joins runs once the thread is free."""
@@ -205,32 +218,50 @@ class _FastWriter:
     def _transaction(self, jobs: list[_Job]) -> list[_Job]:
         """Run `jobs` in one transaction; returns those left to run when SQLite ended the
         transaction on its own (after an I/O or busy error), which then all fail."""
-        with self.engine.connect() as conn:
-            raw = conn.connection.driver_connection
-            assert raw is not None, "a checked-out pysqlite connection"
-            try:
-                with conn.begin():
-                    for index, job in enumerate(jobs):
-                        raw.execute("SAVEPOINT frontdesk_job")
-                        try:
-                            job.value, job.ok = job.work(conn), True
-                        except Exception as e:
-                            job.value, job.ok = e, False
-                            if not raw.in_transaction:
-                                # SQLite rolled the whole transaction back: nothing of this
-                                # batch is written; the jobs not run yet get a fresh one.
-                                for done in jobs[:index]:
-                                    done.value, done.ok = e, False
-                                return jobs[index + 1 :]
-                            raw.execute("ROLLBACK TO frontdesk_job")
-                        raw.execute("RELEASE frontdesk_job")
-            except Exception as e:  # BEGIN or COMMIT failed: nothing of the batch is written.
-                if raw.in_transaction:  # A failed COMMIT leaves SQLite's transaction open.
-                    raw.rollback()
-                for job in jobs:
-                    if job.ok or job.value is None:  # Keep a job's own error.
+        if self.conn is None:
+            self.conn = self.engine.connect()
+        conn = self.conn
+        raw = conn.connection.driver_connection
+        assert raw is not None, "a checked-out pysqlite connection"
+        try:
+            with conn.begin():
+                for index, job in enumerate(jobs):
+                    raw.execute("SAVEPOINT frontdesk_job")
+                    try:
+                        job.value, job.ok = job.work(conn), True
+                    except Exception as e:
                         job.value, job.ok = e, False
+                        if not raw.in_transaction:
+                            # SQLite rolled the whole transaction back: nothing of this
+                            # batch is written; the jobs not run yet get a fresh one.
+                            for done in jobs[:index]:
+                                done.value, done.ok = e, False
+                            self._drop_connection()
+                            return jobs[index + 1 :]
+                        raw.execute("ROLLBACK TO frontdesk_job")
+                    raw.execute("RELEASE frontdesk_job")
+        except Exception as e:  # BEGIN or COMMIT failed: nothing of the batch is written.
+            if raw.in_transaction:  # A failed COMMIT leaves SQLite's transaction open.
+                raw.rollback()
+            for job in jobs:
+                if job.ok or job.value is None:  # Keep a job's own error.
+                    job.value, job.ok = e, False
+            self._drop_connection()
         return []
+
+    def _drop_connection(self) -> None:
+        """Close the kept connection (after a failure the next batch starts on a new one)."""
+        conn, self.conn = self.conn, None
+        if conn is not None:
+            try:
+                conn.close()
+            except Exception:  # A broken connection: the pool discards it either way.
+                conn.invalidate()
+
+    def shut(self) -> None:
+        """On the writer thread: close its connection, then the engine's pool."""
+        self._drop_connection()
+        self.engine.dispose()
 
     def close(self) -> None:
         """Close the pooled connection on its own thread, then let the thread end."""
@@ -238,7 +269,7 @@ class _FastWriter:
             return
         self.closed = True
         try:
-            self.executor.submit(self.engine.dispose)
+            self.executor.submit(self.shut)
         except RuntimeError:
             # The interpreter is exiting (an engine never disposed): the executor's thread
             # has already ended, and the committed file outlives the connection.
@@ -293,5 +324,5 @@ async def dispose(engine: AsyncEngine) -> None:
         await asyncio.wait([writer.drainer])  # The queued writes end first.
     if not writer.closed:
         writer.closed = True
-        await running.run_in_executor(writer.executor, writer.engine.dispose)
+        await running.run_in_executor(writer.executor, writer.shut)
         writer.executor.shutdown(wait=False)
