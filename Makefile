@@ -85,7 +85,8 @@ format: $(STAMP)
 
 # `make bench`: every benchmark. `make bench BASE=<ref>`: the turn benchmark at <ref> and at
 # the work tree, interleaved in one run (benchmarks/ab.py), now / then per figure; the
-# table goes into docs/benchmarks.md. ROUNDS=3 by default; AB_FLAGS=--pg adds PostgreSQL.
+# table goes into docs/benchmarks.md. ROUNDS=3 by default; AB_FLAGS=--pg adds PostgreSQL,
+# AB_FLAGS=--instructions the instructions per warm turn counted by valgrind (deterministic).
 ROUNDS ?= 3
 bench: $(STAMP)
 ifdef BASE

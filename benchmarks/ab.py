@@ -1,6 +1,6 @@
 """The turn benchmark at a base commit and at the work tree, interleaved: now / then.
 
-    python -m benchmarks.ab BASE [--rounds 3] [--pg] [--doc docs/benchmarks.md]
+    python -m benchmarks.ab BASE [--rounds 3] [--pg] [--instructions] [--doc docs/benchmarks.md]
     make bench BASE=<ref>
 
 A turn grew four times slower over a wave of features and no one noticed, because every
@@ -9,7 +9,9 @@ figure was compared with a table measured on another day, on another machine. Th
 `--rounds` times, in one run on one machine, and prints the median of each figure at
 both and here / BASE. With `--doc`, the table replaces the one between the
 `<!-- ab:begin -->` and `<!-- ab:end -->` marks of that file (docs/benchmarks.md keeps the
-last one).
+last one). With `--instructions`, each side's instructions per warm turn are counted too
+(`benchmarks.instructions`, valgrind): times move with the machine's load, counts do not, so
+a regression of a few percent shows there first.
 
 BASE is checked out with `git worktree` in a temporary folder and run with this
 virtualenv: a link tree maps its folders to the `frontdesk.<folder>` names the way the
@@ -29,6 +31,8 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
+from benchmarks.instructions import per_turn
+
 ROOT = Path(__file__).resolve().parents[1]
 BEGIN, END = "<!-- ab:begin -->", "<!-- ab:end -->"
 FIGURES = [
@@ -42,6 +46,7 @@ FIGURES = [
     ("PostgreSQL turn 100, ms", ("postgres", "long", "t100_median_ms"), False),
     ("PostgreSQL turn 1000, ms", ("postgres", "long", "t1000_median_ms"), False),
     ("PostgreSQL concurrent, turns/s", ("postgres", "concurrent", "turns_per_s"), True),
+    ("SQLite instructions per warm turn, millions", ("instructions", "per_turn_m"), False),
 ]
 
 
@@ -122,6 +127,9 @@ def compare(argv: list[str] | None = None) -> str:
     parser.add_argument("--convs", type=int, default=60)
     parser.add_argument("--per-conv", type=int, default=5)
     parser.add_argument("--pg", action="store_true", help="also on PostgreSQL (slower)")
+    parser.add_argument(
+        "--instructions", action="store_true", help="also count instructions (valgrind, slow)"
+    )
     parser.add_argument("--doc", type=Path, default=None, help="write the table into this file")
     args = parser.parse_args(argv)
     sha = subprocess.run(
@@ -143,6 +151,9 @@ def compare(argv: list[str] | None = None) -> str:
             for i in range(args.rounds):  # Interleaved: the machine's noise hits both alike.
                 then.append(run_turns(tree, work / f"base-{i}.json", args))
                 now.append(run_turns(ROOT, work / f"here-{i}.json", args))
+            if args.instructions:  # Deterministic: one count per side is the figure.
+                then[0]["instructions"] = {"per_turn_m": per_turn(tree) / 1e6}
+                now[0]["instructions"] = {"per_turn_m": per_turn(ROOT) / 1e6}
         finally:
             subprocess.run(
                 ["git", "worktree", "remove", "--force", str(checkout)], cwd=ROOT, check=False

@@ -45,3 +45,10 @@ def test_the_doc_keeps_only_the_last_table(tmp_path: Path) -> None:
 async def test_the_turn_benchmark_runs_with_a_user_and_memory(tmp_path: Path) -> None:
     figures = await run_long(tmp_path / "memory.db", 15, user_id="u-bench")
     assert figures["turns"] == 15 and figures["t10_median_ms"] > 0
+
+
+def test_the_instruction_count_has_its_own_row() -> None:
+    then = [{"long": {"t10_median_ms": 8.0}, "instructions": {"per_turn_m": 20.0}}]
+    now = [{"long": {"t10_median_ms": 8.0}, "instructions": {"per_turn_m": 19.0}}]
+    shown = table("abc1234", then, now).splitlines()
+    assert "| SQLite instructions per warm turn, millions | 20.00 | 19.00 | 0.95x |" in shown
