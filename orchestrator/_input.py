@@ -7,14 +7,18 @@ is a list of typed turns, never text parsed for structure.
 
 from __future__ import annotations
 
-import unicodedata
+import re
 
 from frontdesk.orchestrator.errors import EmptyMessage, ForbiddenCharacters, InputTooLarge
 
 DEFAULT_MAX_MESSAGE_CHARS = 16_000
 
-# Tab, newline and carriage return are ordinary text; every other C0/C1 control is refused.
-_ALLOWED_CONTROLS = frozenset("\t\n\r")
+# Tab, newline and carriage return are ordinary text; every other C0/C1 control (Unicode's
+# category Cc) is refused, and so is a lone surrogate (Cs). One regex scan, not a category
+# lookup per character: every user message is checked (a turn spent 1 % of its CPU here).
+_CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
+_SURROGATE = re.compile("[\ud800-\udfff]")
+_FORBIDDEN = re.compile(f"{_CONTROL.pattern}|{_SURROGATE.pattern}")
 
 
 def check_user_text(text: object, *, max_chars: int = DEFAULT_MAX_MESSAGE_CHARS) -> str:
@@ -34,18 +38,16 @@ def check_user_text(text: object, *, max_chars: int = DEFAULT_MAX_MESSAGE_CHARS)
             f"the message has {len(text):,} characters; the limit is {max_chars:,}"
             " (Orchestrator(max_message_chars=...) changes it)"
         )
-    for index, char in enumerate(text):
-        if char in _ALLOWED_CONTROLS:
-            continue
-        category = unicodedata.category(char)
-        if category == "Cc":
+    found = _FORBIDDEN.search(text)
+    if found is not None:
+        char, index = found.group(), found.start()
+        if _CONTROL.match(char):
             raise ForbiddenCharacters(
                 f"the message contains the control character U+{ord(char):04X} at position"
                 f" {index}; remove it"
             )
-        if category == "Cs":
-            raise ForbiddenCharacters(
-                f"the message contains an unpaired surrogate U+{ord(char):04X} at position"
-                f" {index}; it is not valid Unicode text"
-            )
+        raise ForbiddenCharacters(
+            f"the message contains an unpaired surrogate U+{ord(char):04X} at position"
+            f" {index}; it is not valid Unicode text"
+        )
     return text
