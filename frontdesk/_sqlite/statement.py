@@ -14,11 +14,12 @@ both paths.
 from __future__ import annotations
 
 import contextlib
+import functools
 import sqlite3
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import Connection
+from sqlalchemy import Connection, DateTime, TypeDecorator
 from sqlalchemy.dialects.sqlite.pysqlite import SQLiteDialect_pysqlite
 from sqlalchemy.exc import DBAPIError, StatementError
 from sqlalchemy.sql.expression import Executable
@@ -26,6 +27,20 @@ from sqlalchemy.sql.expression import Executable
 __all__ = ["Statement", "driver_connection", "savepoint"]
 
 _PYSQLITE = SQLiteDialect_pysqlite()
+
+TIMESTAMPS_REMEMBERED = 4096
+"""Per timestamp column of a statement: how many decoded values are kept by their text."""
+
+
+def _result_processor(kind: Any) -> Callable[[Any], Any] | None:
+    """SQLAlchemy's decoding of a result column of type `kind` on pysqlite; a timestamp's
+    is remembered by its text (a turn reads its thread's timestamps again every turn, and
+    parsing one costs 30 times the lookup; a `datetime` is immutable, so it can be shared)."""
+    process = kind.dialect_impl(_PYSQLITE).result_processor(_PYSQLITE, None)
+    impl = kind.impl_instance if isinstance(kind, TypeDecorator) else kind
+    if process is None or not isinstance(impl, DateTime):
+        return process  # type: ignore[no-any-return]
+    return functools.lru_cache(maxsize=TIMESTAMPS_REMEMBERED)(process)
 
 
 def driver_connection(conn: Connection) -> sqlite3.Connection | None:
@@ -94,8 +109,7 @@ class Statement:
         # Each result column's key and SQLAlchemy's decoding of it (timestamps, JSON), so a
         # row read on the driver equals the row read through SQLAlchemy.
         self._columns = [
-            (column.keyname, column.type.dialect_impl(_PYSQLITE).result_processor(_PYSQLITE, None))
-            for column in compiled._result_columns
+            (column.keyname, _result_processor(column.type)) for column in compiled._result_columns
         ]
         self._keys = [key for key, _ in self._columns]
         last = {key: index for index, key in enumerate(self._keys)}  # A repeated key: the last.
