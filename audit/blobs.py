@@ -412,6 +412,14 @@ class Stored:
             params = {f"r{i}": chunk[i] if i < len(chunk) else chunk[0] for i in range(_PROBE)}
             self.known.update(row["ref"] for row in _STORED.rows(conn, params))
 
+    def committed(self, refs: Iterable[str]) -> None:
+        """Refs whose batch the caller saw committed: known without a probe."""
+        refs = list(refs)
+        self.pending.difference_update(refs)
+        if len(self.known) >= _CACHE_LIMIT:
+            self.known.clear()
+        self.known.update(refs)
+
     def forget(self) -> None:
         """Trust nothing cached (after a failed write, an erasure or a migration)."""
         self.known.clear()
@@ -423,8 +431,11 @@ def write(
     made: Mapping[str, tuple[str | None, str]],
     stored: Stored,
     seal_with: Callable[[str | None], AESGCM | None],
-) -> None:
-    """Insert the blobs of a batch that are not known to be stored (idempotently).
+) -> list[str]:
+    """Insert the blobs of a batch that are not known to be stored (idempotently); returns
+    the refs inserted, for `Stored.committed` once the caller has seen the batch committed.
+    Refs never said committed (a batch whose transaction failed, say) stay pending, and the
+    next batch probes them.
 
     Args:
         conn: The batch's connection, inside its write transaction.
@@ -443,6 +454,7 @@ def write(
         stored.pending.add(ref)
     if rows:
         _INSERT.run_many(conn, rows)
+    return [row["ref"] for row in rows]
 
 
 def write_text_form(

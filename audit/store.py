@@ -675,9 +675,10 @@ class AuditLog:
         events: Sequence[AuditEvent],
         *,
         user_id: str | None = None,
-    ) -> None:
+    ) -> list[str]:
         """`append(..., connection=...)` for a sync connection: the batch in the caller's
-        transaction, e.g. a turn's last write run by `frontdesk.db.run_write`.
+        transaction, e.g. a turn's last write run by `frontdesk.db.run_write`. Returns the
+        refs of the blobs it inserted, for `committed` once the caller's COMMIT is done.
 
         Args:
             conn: A connection of this log's database (see `joinable`) inside a write
@@ -691,7 +692,7 @@ class AuditLog:
             AuditPayloadError: an event's payload is not JSON.
         """
         if not events:
-            return
+            return []
         self.check_writable()
         if not writes_to(conn, self._engine) or not self.joinable(self._engine):
             raise AuditConfigError(
@@ -699,14 +700,16 @@ class AuditLog:
                 " spool; call append without a connection"
             )
         batch = [self._prepare(e, False, user_id) for e in events]
-        self._write_in(conn, conversation_id, batch, False, user_id)
+        return self._write_in(conn, conversation_id, batch, False, user_id)
 
-    def committed(self, events: Sequence[AuditEvent]) -> None:
+    def committed(self, events: Sequence[AuditEvent], blobs_written: Sequence[str] = ()) -> None:
         """Say that a batch written with `append_sync` was committed: its system prompts
-        are stored, and later batches of this log do not insert them again."""
+        and the blobs it wrote (`blobs_written`, what `append_sync` returned) are stored,
+        and later batches of this log neither insert nor look for them again."""
         self._stored_prompts.update(
             sha256_text(e.system_prompt) for e in events if e.system_prompt is not None
         )
+        self._stored.committed(blobs_written)
 
     async def prepare_key(self, user_id: str | None) -> None:
         """Make (and commit) the user's data key for this month unless it is cached.
@@ -838,10 +841,11 @@ class AuditLog:
         """Write a batch, retrying transient database errors a few times."""
 
         memo: dict[tuple[str, str], crypto.Cached] = {}
+        written: list[str] = []
 
         def work(conn: Connection) -> None:
             memo.clear()
-            self._write_in(conn, conversation_id, batch, idempotent, user_id, memo)
+            written[:] = self._write_in(conn, conversation_id, batch, idempotent, user_id, memo)
 
         async for attempt in AsyncRetrying(
             retry=retry_if_exception(_retryable),
@@ -855,6 +859,7 @@ class AuditLog:
                 # BEGIN IMMEDIATE anyway); on PostgreSQL the head row is locked FOR UPDATE.
                 await run_write(self._engine, work)
         self._stored_prompts.update(p.prompt_sha256 for p in batch if p.prompt_sha256)
+        self._stored.committed(written)
         for entry in memo.values():  # Committed with the batch: no re-insert from now on.
             entry.confirmed = True
 
@@ -866,8 +871,9 @@ class AuditLog:
         idempotent: bool,
         user_id: str | None = None,
         memo: dict[tuple[str, str], crypto.Cached] | None = None,
-    ) -> None:
-        """The body of the append transaction: lock the head, chain the rows, move the head."""
+    ) -> list[str]:
+        """The body of the append transaction: lock the head, chain the rows, move the head.
+        Returns the refs of the blobs it inserted."""
         # One statement creates the head if missing and returns it, row-locked on
         # PostgreSQL (an upsert that "updates" the row locks it like SELECT ... FOR UPDATE).
         head = _HEAD.first(conn, {"conversation_id": conversation_id})
@@ -876,7 +882,7 @@ class AuditLog:
         if idempotent:
             batch = self._unwritten(conn, conversation_id, batch)
             if not batch:
-                return
+                return []
         prompts = [
             {"sha256": p.prompt_sha256, "text_json": _prompt_json(p.event.system_prompt or "")}
             for p in {p.prompt_sha256: p for p in batch if p.prompt_sha256}.values()
@@ -895,9 +901,10 @@ class AuditLog:
         if prompts:
             _PROMPT.run_many(conn, prompts)
         made = {ref: blob for item in batch for ref, blob in item.blobs.items()}
+        written: list[str] = []
         if made:
             keys = self._keys
-            blobs.write(
+            written = blobs.write(
                 conn,
                 made,
                 self._stored,
@@ -906,6 +913,7 @@ class AuditLog:
         _INSERT_EVENT.run_many(conn, rows)
         if conn.dialect.name != "postgresql":  # There the link trigger has moved it.
             _MOVE_HEAD.run(conn, moved)
+        return written
 
     def _sealed(
         self,

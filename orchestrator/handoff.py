@@ -124,13 +124,16 @@ async def audited(
     if audit is None:
         return await write(None)
     if audit.joinable(p.store.engine):
-        written: list[Sequence[AuditEvent]] = []
+        written: list[tuple[Sequence[AuditEvent], list[str]]] = []
 
         def also(conn: Connection, result: R) -> None:
             batch = events(result)
-            if batch:
+            blobs = (
                 audit.append_sync(conn, conversation_id, batch, user_id=owner(result))
-            written.append(batch)
+                if batch
+                else []
+            )
+            written.append((batch, blobs))
 
         try:
             result = await write(also)
@@ -142,7 +145,8 @@ async def audited(
             log.warning("turn.joint_write_failed", conversation_id=conversation_id, error=e)
         else:
             if written:
-                audit.committed(written[-1])  # Its prompts are stored: not inserted again.
+                # Its prompts and blobs are stored: neither inserted nor looked for again.
+                audit.committed(*written[-1])
                 return result
             batch = events(result)  # The write did not run `also`: audit it apart.
             if batch:

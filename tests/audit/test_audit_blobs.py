@@ -18,7 +18,7 @@ from frontdesk.audit import blobs, compact, crypto
 from frontdesk.audit.crypto import MasterKey
 from frontdesk.audit.events import AuditEvent
 from frontdesk.audit.store import AuditLog
-from frontdesk.db import create_engine
+from frontdesk.db import create_engine, run_write
 
 pytestmark = pytest.mark.anyio
 
@@ -130,6 +130,38 @@ async def test_a_thread_sent_on_every_turn_is_stored_once_and_read_back_whole(
         assert stored.count(user_text(i)) == 1, i
     attempt = json.loads(rows[-2].payload_json)
     assert blobs.is_reference(attempt["messages"])  # The row keeps references, in order.
+
+
+async def test_a_committed_batch_s_blobs_are_trusted_and_a_rolled_back_one_s_written_again(
+    db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A turn's joint batch says its blobs are stored once its COMMIT is done, so the next
+    batch does not look for them (one statement less per turn); blobs of a batch whose
+    transaction rolled back are looked for, not found, and written again."""
+    probes: list[dict[str, Any]] = []
+    probe = blobs._STORED.rows
+    monkeypatch.setattr(
+        blobs._STORED, "rows", lambda conn, params: probes.append(params) or probe(conn, params)
+    )
+    first, second, third = conversation(3)
+
+    def rolled_back(conn: sa.Connection) -> None:
+        log.append_sync(conn, "conv-1", first)
+        raise RuntimeError("the turn's own write failed")
+
+    async with await AuditLog.open(db_url) as log:
+        with pytest.raises(RuntimeError):
+            await run_write(log.engine, rolled_back)
+        # The next batch sends turn 1's thread again: its blobs are looked for, and written.
+        written = await run_write(log.engine, lambda conn: log.append_sync(conn, "conv-1", second))
+        assert len(probes) == 1 and written
+        log.committed(second, written)
+        again = await run_write(log.engine, lambda conn: log.append_sync(conn, "conv-1", third))
+        assert len(probes) == 1, "a committed batch's blobs are not looked for again"
+        assert not set(again) & set(written), "nor written again"
+        assert (await log.verify("conv-1")).ok  # No row points at a missing blob.
+        rows = await log.events("conv-1")
+    assert [r.payload for r in rows] == [e.payload for e in [*second, *third]]
 
 
 async def _blobs_per_key(url: str) -> dict[str | None, int]:

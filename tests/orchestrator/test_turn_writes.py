@@ -31,9 +31,9 @@ async def test_the_reply_and_its_audit_batch_are_one_transaction(
         joined.append(connection is not None)
         await append(conversation_id, events, connection=connection, **kw)
 
-    def sync_spy(connection: Any, conversation_id: str, events: Any, **kw: Any) -> None:
+    def sync_spy(connection: Any, conversation_id: str, events: Any, **kw: Any) -> list[str]:
         joined.append(connection is not None)
-        append_sync(connection, conversation_id, events, **kw)
+        return append_sync(connection, conversation_id, events, **kw)
 
     monkeypatch.setattr(orch.audit_log, "append", spy)
     monkeypatch.setattr(orch.audit_log, "append_sync", sync_spy)
