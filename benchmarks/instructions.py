@@ -11,7 +11,11 @@ run of `benchmarks.turn_cpu` (a conversation on SQLite, instant models) with `--
 and one with `--high` turns differ by exactly the turns between them: their counts'
 difference over `high - low` is the instructions of a warm turn, start-up, imports and
 migrations cancelled out. Hash randomisation is pinned (`PYTHONHASHSEED=0`), so two runs of
-the same tree agree to within a few hundredths of a percent.
+the same tree agree to within a few tenths of a percent (the job runner's timed polls and
+the writer's batching still follow the clock a little).
+
+What it does not count: the kernel's side of a system call (SQLite's writes of its WAL,
+`fsync`), and waiting. A change to how much the database writes is measured in time too.
 
 Valgrind slows the process about fifty times: the default pair of runs takes two minutes.
 """
