@@ -444,17 +444,18 @@ def write(
         seal_with: The cipher of a kid (`None` for clear blobs).
     """
     stored.confirm(conn)
-    rows = []
+    rows, written = [], []
     for ref, (kid, text) in made.items():
         if ref in stored.known:
             continue
         aead = seal_with(kid)
         body = compact.deflate(text) if aead is None else seal(text, ref, aead)
         rows.append({"ref": ref, "kid": kid, "body": body})
+        written.append(ref)
         stored.pending.add(ref)
     if rows:
         _INSERT.run_many(conn, rows)
-    return [row["ref"] for row in rows]
+    return written
 
 
 def write_text_form(

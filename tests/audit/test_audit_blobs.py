@@ -140,9 +140,12 @@ async def test_a_committed_batch_s_blobs_are_trusted_and_a_rolled_back_one_s_wri
     transaction rolled back are looked for, not found, and written again."""
     probes: list[dict[str, Any]] = []
     probe = blobs._STORED.rows
-    monkeypatch.setattr(
-        blobs._STORED, "rows", lambda conn, params: probes.append(params) or probe(conn, params)
-    )
+
+    def counted(conn: sa.Connection, params: dict[str, Any]) -> list[dict[str, Any]]:
+        probes.append(params)
+        return probe(conn, params)
+
+    monkeypatch.setattr(blobs._STORED, "rows", counted)
     first, second, third = conversation(3)
 
     def rolled_back(conn: sa.Connection) -> None:
