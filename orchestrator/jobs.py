@@ -215,7 +215,7 @@ class Jobs:
                 self._by_lock.setdefault(job.lock, set()).add(job.id)
                 self._settled.setdefault(job.lock, asyncio.Event())
         if self._runner is not None:
-            self._runner.wake()
+            self._runner.wake(recorded=True)
 
     def _lock_of(self, job_id: int) -> str | None:
         return next((lock for lock, ids in self._by_lock.items() if job_id in ids), None)
@@ -391,8 +391,14 @@ class _LocalRunner:
         self.announce = False
         """Register in `job_worker` and send heartbeats (a `frontdesk worker` process)."""
         self._runner_id: int | None = None
+        self._recorded = False
+        """This process committed a job since the last look: claim without reading first."""
 
-    def wake(self) -> None:
+    def wake(self, *, recorded: bool = False) -> None:
+        """Look now. `recorded`: this process has just committed a job, so the look is a
+        claim at once, without the read of whether anything is due (on SQLite that read
+        crosses to the async driver's thread: it cost a memory turn more than the claim)."""
+        self._recorded = self._recorded or recorded
         self._wake.set()
 
     def busy(self) -> int:
@@ -466,7 +472,9 @@ class _LocalRunner:
         self._wake.set()  # A job of its lock may wait behind it: look now, not next poll.
 
     async def _next(self) -> JobRow | None:
-        if not await self.jobs.store.has_due():  # A read: an idle poll takes no write lock.
+        recorded, self._recorded = self._recorded, False
+        # Otherwise a read first: an idle poll, or a look after a job ended, takes no write lock.
+        if not recorded and not await self.jobs.store.has_due():
             return None
         return await self.jobs.store.claim(lease=LEASE)
 
@@ -582,7 +590,7 @@ class _ProcrastinateRunner:
             )
             self.app.periodic(cron=job.cron(), periodic_id=job.name)(task)
 
-    def wake(self) -> None:
+    def wake(self, *, recorded: bool = False) -> None:
         """Procrastinate's LISTEN/NOTIFY wakes its worker on each new job."""
 
     def busy(self) -> int:
