@@ -405,18 +405,19 @@ class Stored:
             return
         refs = sorted(self.pending)
         self.pending.clear()
-        if len(self.known) >= _CACHE_LIMIT:
-            self.known.clear()
         for start in range(0, len(refs), _PROBE):
             chunk = refs[start : start + _PROBE]
             params = {f"r{i}": chunk[i] if i < len(chunk) else chunk[0] for i in range(_PROBE)}
-            self.known.update(row["ref"] for row in _STORED.rows(conn, params))
+            self._know([row["ref"] for row in _STORED.rows(conn, params)])
 
     def committed(self, refs: Iterable[str]) -> None:
         """Refs whose batch the caller saw committed: known without a probe."""
         refs = list(refs)
         self.pending.difference_update(refs)
-        if len(self.known) >= _CACHE_LIMIT:
+        self._know(refs)
+
+    def _know(self, refs: list[str]) -> None:
+        if len(self.known) >= _CACHE_LIMIT:  # Bounded: start afresh rather than grow.
             self.known.clear()
         self.known.update(refs)
 

@@ -222,14 +222,13 @@ def _ranking(dialect: str, *, words: bool) -> sa.TextualSelect:
     that are not among them, as many as fill `:limit` (part 1 alone without `words`).
 
     Only what the turn keeps comes back: a lookup whose matches fill the limit reads no
-    recent fact, and no row is decoded to be dropped (each row's timestamps cost more to
-    decode than SQLite's ranking of it)."""
+    recent fact, and no row is decoded only to be dropped."""
     columns = ", ".join(f"m.{c.name}" for c in [_m.c.seq, *_COLUMNS])
     current = "m.user_id = :user_id AND m.superseded_by IS NULL"
     newest = " ORDER BY m.updated_at DESC, m.seq DESC"
+    recent = f"SELECT {columns}, 1 AS part, 0.0 AS score FROM memory m WHERE {current}"
     if not words:
-        sql = f"SELECT {columns}, 1 AS part, 0.0 AS score FROM memory m WHERE {current}{newest}"
-        sql += " LIMIT :limit"
+        sql = f"{recent}{newest} LIMIT :limit"
     else:
         if dialect == "postgresql":
             matches = (
@@ -247,9 +246,8 @@ def _ranking(dialect: str, *, words: bool) -> sa.TextualSelect:
             )
         sql = (
             f"WITH best AS MATERIALIZED ({matches})"
-            " SELECT * FROM best UNION ALL SELECT * FROM ("
-            f"SELECT {columns}, 1 AS part, 0.0 AS score FROM memory m"
-            f" WHERE {current} AND m.seq NOT IN (SELECT seq FROM best){newest}"
+            f" SELECT * FROM best UNION ALL SELECT * FROM ({recent}"
+            f" AND m.seq NOT IN (SELECT seq FROM best){newest}"
             " LIMIT :limit - (SELECT count(*) FROM best)) recent"
         )
     typed = [sa.column(c.name, c.type) for c in [_m.c.seq, *_COLUMNS]]
@@ -259,7 +257,7 @@ def _ranking(dialect: str, *, words: bool) -> sa.TextualSelect:
 
 # Built once, and run on the SQLite writer's driver when the turn's first transaction is
 # there: the lookup is in every memory turn, and SQLAlchemy's execution and row decoding
-# of its 64 rows cost as much as SQLite's full-text ranking.
+# of its rows (up to 32) cost as much as SQLite's full-text ranking.
 _RANKED = Statement(_ranking("sqlite", words=True), postgresql=_ranking("postgresql", words=True))
 _RECENT = Statement(_ranking("sqlite", words=False), postgresql=_ranking("postgresql", words=False))
 
