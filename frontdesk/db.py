@@ -14,7 +14,7 @@ from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
-from frontdesk._sqlite import writer
+from frontdesk._sqlite import reader, writer
 from frontdesk._sqlite.writer import SQLITE_BUSY_TIMEOUT_MS, install_hooks, write_slot
 from frontdesk.errors import ConfigError
 from frontdesk.masking import scrub
@@ -28,6 +28,7 @@ __all__ = [
     "create_engine",
     "dispose_engine",
     "normalise_url",
+    "run_read",
     "run_write",
     "write_slot",
     "writes_to",
@@ -120,12 +121,28 @@ async def run_write(engine: AsyncEngine, work: Callable[[Connection], T]) -> T:
     return await writer.run(engine, work)
 
 
+async def run_read(engine: AsyncEngine, work: Callable[[Connection], T]) -> T:
+    """Run `work` (sync SQL on a sync `Connection`) in one read-only transaction of `engine`.
+
+    On SQLite it runs on a thread and connection of its own, in one hop (a WAL snapshot,
+    never queued behind the writer); on PostgreSQL in a read transaction of the async
+    engine (`AsyncConnection.run_sync`). Either runs beside a write of the same process.
+    """
+    if engine.dialect.name != "sqlite":
+        async with engine.connect() as conn:
+            await conn.execution_options(frontdesk_readonly=True)
+            async with conn.begin():
+                return await conn.run_sync(work)
+    return await reader.run(engine, work)
+
+
 def writes_to(conn: Connection, engine: AsyncEngine) -> bool:
     """Whether `conn` is a connection of `engine` (directly, or its SQLite fast writer)."""
     return conn.engine is engine.sync_engine or writer.owns(conn, engine)
 
 
 async def dispose_engine(engine: AsyncEngine) -> None:
-    """Close every pooled connection of `engine`, its SQLite fast writer's included."""
+    """Close every pooled connection of `engine`, its SQLite writer's and reader's included."""
     await writer.dispose(engine)
+    await reader.dispose(engine)
     await engine.dispose()

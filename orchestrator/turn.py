@@ -19,10 +19,11 @@ and calls `handle`, `edit` or `regenerate` here.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import hashlib
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -184,25 +185,27 @@ async def start_message(
 ) -> Started:
     """A new message, stored with its path; or, for a client message id seen before, that
     message: replayed when it was answered, its turn finished when it was not."""
-    begun = await begin(
-        p,
-        lease,
-        conversation_id,
-        text,
-        user_id=user_id,
-        client_message_id=client_message_id,
-        token_count=p.counter.count(text),
-        recall=await _first_read(p, user_id, text),
-    )
-    question, path = begun.message, begun.path
-    if begun.answer is not None:  # A person has the conversation: no expert runs.
-        return held(begun.message, begun.answer, user_id)
-    stored = TurnRecord(reply=None, outcome=None)
-    if path is None:  # A repeat: answered already, or a turn to finish.
-        stored = begun.stored or await p.store.turn_record(question.id)
-        if stored.reply is None:
-            log.info("turn.resume", conversation_id=conversation_id, turn=question.id)
-            path = await SummaryStore(p.store.engine).path_since_newest(question.id)
+    async with _recalling(p, user_id, text) as recalled:
+        begun = await begin(
+            p,
+            lease,
+            conversation_id,
+            text,
+            user_id=user_id,
+            client_message_id=client_message_id,
+            token_count=p.counter.count(text),
+            recall=_first_read(p, text),
+        )
+        question, path = begun.message, begun.path
+        if begun.answer is not None:  # A person has the conversation: no expert runs.
+            return held(begun.message, begun.answer, user_id)
+        stored = TurnRecord(reply=None, outcome=None)
+        if path is None:  # A repeat: answered already, or a turn to finish.
+            stored = begun.stored or await p.store.turn_record(question.id)
+            if stored.reply is None:
+                log.info("turn.resume", conversation_id=conversation_id, turn=question.id)
+                path = await SummaryStore(p.store.engine).path_since_newest(question.id)
+        memories = None if recalled is None or stored.reply is not None else await recalled
     thread = UserThread() if path is None else thread_since(path)  # None: replayed.
     read = begun.recalled or _knowledge.FirstRead()
     return Started(
@@ -210,7 +213,7 @@ async def start_message(
         user_id=user_id,
         thread=thread,
         stored=stored,
-        memories=read.memories,
+        memories=memories,
         passages=read.passages,
         previous_category=begun.previous_category,
         guessed=begun.path is not None,
@@ -233,18 +236,20 @@ async def start_edit(
     p: Pipeline, lease: TurnLease, original: MessageRecord, text: str, *, user_id: str | None
 ) -> Started:
     """The edited text, stored as a new message under the original's parent, with its path."""
-    begun = await begin(
-        p,
-        lease,
-        original.conversation_id,
-        text,
-        user_id=user_id,
-        parent_id=original.parent_id,
-        token_count=p.counter.count(text),
-        recall=await _first_read(p, user_id, text),
-    )
-    if begun.answer is not None:  # A person has the conversation: no expert runs.
-        return held(begun.message, begun.answer, user_id)
+    async with _recalling(p, user_id, text) as recalled:
+        begun = await begin(
+            p,
+            lease,
+            original.conversation_id,
+            text,
+            user_id=user_id,
+            parent_id=original.parent_id,
+            token_count=p.counter.count(text),
+            recall=_first_read(p, text),
+        )
+        if begun.answer is not None:  # A person has the conversation: no expert runs.
+            return held(begun.message, begun.answer, user_id)
+        memories = None if recalled is None else await recalled
     assert begun.path is not None, "an edit is a new message"
     read = begun.recalled or _knowledge.FirstRead()
     return Started(
@@ -252,20 +257,35 @@ async def start_edit(
         user_id=user_id,
         thread=thread_since(begun.path),
         stored=TurnRecord(reply=None, outcome=None),
-        memories=read.memories,
+        memories=memories,
         passages=read.passages,
         previous_category=begun.previous_category,
         guessed=True,
     )
 
 
-async def _first_read(
+def _first_read(p: Pipeline, text: str) -> Callable[[Connection], _knowledge.FirstRead] | None:
+    """The knowledge lookup, as a read of the start's own transaction (no extra round trip)."""
+    return _knowledge.first_read(None if p.knowledge is None else p.knowledge.reader(text))
+
+
+@contextlib.asynccontextmanager
+async def _recalling(
     p: Pipeline, user_id: str | None, text: str
-) -> Callable[[Connection], _knowledge.FirstRead] | None:
-    """The memory and knowledge lookups, as reads of the start's own transaction (no extra
-    round trip)."""
-    memory = None if p.memory is None else await p.memory.reader(user_id, text)
-    return _knowledge.first_read(memory, None if p.knowledge is None else p.knowledge.reader(text))
+) -> AsyncIterator[asyncio.Task[list[Memory]] | None]:
+    """The memory lookup, run beside the start's transaction while the block runs (`None`
+    without memory or a user): a read of its own, on SQLite the reader thread's, so that
+    its full-text ranking neither holds the one writer nor waits for it. A start that
+    needs no facts (a replay, a message kept for a person) leaves it unread; it is
+    cancelled when the block ends."""
+    if p.memory is None or user_id is None:
+        yield None
+        return
+    task = asyncio.ensure_future(p.memory.recall(user_id, text))
+    try:
+        yield task
+    finally:
+        task.cancel()
 
 
 async def regenerate(p: Pipeline, assistant_message_id: str, *, user_id: str | None) -> Reply:

@@ -23,7 +23,7 @@ from tenacity import (
     wait_exponential_jitter,
 )
 
-from frontdesk.db import run_write, write_slot
+from frontdesk.db import run_read, run_write, write_slot
 from frontdesk.threads.errors import StoreError, StoreUnavailable
 
 T = TypeVar("T")
@@ -133,16 +133,13 @@ async def run_sync_tx(
     readonly: bool = False,
     attempts: int = ATTEMPTS,
 ) -> T:
-    """`run_tx` for SQL written sync: a write runs in one hop (`frontdesk.db.run_write`).
+    """`run_tx` for SQL written sync: a write or a read runs in one hop
+    (`frontdesk.db.run_write`, `frontdesk.db.run_read`).
 
     Raises:
         StoreUnavailable: a transient failure outlived the retries.
         StoreError: any other database failure.
     """
     if readonly:
-
-        async def read(conn: AsyncConnection) -> T:
-            return await conn.run_sync(work)
-
-        return await run_tx(engine, read, readonly=True, attempts=attempts)
+        return await _attempts(lambda: run_read(engine, work), attempts)
     return await _attempts(lambda: run_write(engine, work), attempts)

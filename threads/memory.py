@@ -197,7 +197,7 @@ class FullTextRetriever:
     def retrieve_sync(
         self, conn: Connection, user_id: str, text: str, *, limit: int
     ) -> list[Memory]:
-        """`retrieve` inside a transaction of the caller's (a turn's first one)."""
+        """`retrieve` inside a transaction of the caller's."""
         words = query_words(text)
         postgresql = conn.dialect.name == "postgresql"
         params: dict[str, Any] = {"user_id": user_id, "limit": limit, "cap": MATCHES_SCORED}
@@ -255,9 +255,9 @@ def _ranking(dialect: str, *, words: bool) -> sa.TextualSelect:
     return sa.text(sql).columns(*typed)
 
 
-# Built once, and run on the SQLite writer's driver when the turn's first transaction is
-# there: the lookup is in every memory turn, and SQLAlchemy's execution and row decoding
-# of its rows (up to 32) cost as much as SQLite's full-text ranking.
+# Built once, and run on the SQLite reader's driver (`run_sync_tx(readonly=True)`): the
+# lookup is in every memory turn, and SQLAlchemy's execution and row decoding of its rows
+# (up to 32) cost as much as SQLite's full-text ranking.
 _RANKED = Statement(_ranking("sqlite", words=True), postgresql=_ranking("postgresql", words=True))
 _RECENT = Statement(_ranking("sqlite", words=False), postgresql=_ranking("postgresql", words=False))
 

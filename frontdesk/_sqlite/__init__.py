@@ -6,10 +6,14 @@ What belongs here, and only here:
   transaction of a process's SQLite database runs there, in one hop, and the writes queued
   meanwhile are group-committed (one `BEGIN IMMEDIATE`, a savepoint each, one `COMMIT`).
   Also the connection settings (WAL, busy timeout) and `write_slot`.
+- `reader`: the SQLite reader thread behind `frontdesk.db.run_read`: a read transaction
+  (a WAL snapshot) in one hop, on a connection of its own that refuses writes, so a read
+  never waits for the writer nor holds it.
 - `Statement`: a prebuilt statement the store and the audit log run on any sync
-  `Connection` without asking which driver is under it. On the writer's pysqlite
-  connection it runs straight on the driver (same SQL, binds and decoding as SQLAlchemy's,
-  same typed errors); everywhere else, PostgreSQL included, through `Connection.execute`.
+  `Connection` without asking which driver is under it. On the writer's and the reader's
+  pysqlite connections it runs straight on the driver (same SQL, binds and decoding as
+  SQLAlchemy's, same typed errors); everywhere else, PostgreSQL included, through
+  `Connection.execute`.
 
 Code outside this package never branches on the driver.
 """

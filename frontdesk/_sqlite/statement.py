@@ -1,8 +1,8 @@
 """`Statement`: a prebuilt statement that its callers run the same way on every database.
 
-On the SQLite writer thread's pysqlite connection it runs straight on the driver: for a
-turn's small statements SQLAlchemy's execution layer (execution context, events, result
-wrapping) costs more than SQLite's own work, and every SQLite write runs on that one
+On the SQLite writer's and reader's pysqlite connections it runs straight on the driver:
+for a turn's small statements SQLAlchemy's execution layer (execution context, events,
+result wrapping) costs more than SQLite's own work, and every SQLite write runs on that one
 thread, so that cost caps the throughput. Anywhere else (PostgreSQL, the async SQLite
 driver's reads) it goes through `Connection.execute`. The SQL, the parameter order, the
 literal values and the bind and result processing (UTC timestamps, JSON) are SQLAlchemy's

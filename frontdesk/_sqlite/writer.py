@@ -23,7 +23,7 @@ from sqlalchemy import Connection, Engine, event
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-__all__ = ["dispose", "install_hooks", "owns", "run", "write_slot"]
+__all__ = ["dispose", "install_hooks", "owns", "run", "sync_twin", "write_slot"]
 
 T = TypeVar("T")
 
@@ -80,6 +80,16 @@ def _use_wal(cursor: Any) -> None:
             if "locked" not in str(e) or time.monotonic() > deadline:
                 raise
             time.sleep(0.01)
+
+
+def sync_twin(engine: AsyncEngine, **options: Any) -> Engine:
+    """A sync pysqlite engine over `engine`'s file, with its settings and execution options
+    (and `options`): what the writer and the reader threads run their transactions on."""
+    url = engine.url.set(drivername="sqlite")
+    twin = sqlalchemy.create_engine(url, pool_reset_on_return=None, hide_parameters=True)
+    install_hooks(twin)
+    options = {**engine.get_execution_options(), **options}
+    return twin.execution_options(**options) if options else twin
 
 
 _write_locks: weakref.WeakKeyDictionary[Engine, tuple[asyncio.AbstractEventLoop, asyncio.Lock]] = (
@@ -145,12 +155,7 @@ class _FastWriter:
     """
 
     def __init__(self, engine: AsyncEngine) -> None:
-        url = engine.url.set(drivername="sqlite")
-        self.engine = sqlalchemy.create_engine(url, pool_reset_on_return=None, hide_parameters=True)
-        install_hooks(self.engine)
-        options = engine.get_execution_options()
-        if options:
-            self.engine = self.engine.execution_options(**options)
+        self.engine = sync_twin(engine)
         self.async_engine = weakref.ref(engine)
         self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="frontdesk-sqlite")
         self.closed = False

@@ -520,3 +520,33 @@ async def test_recall_without_a_user_is_empty_and_remember_says_why(db_url: str)
     await orch.handle("c-1", "hi")
     await orch.aclose()
     assert seen[0] == [] and "user_id" in seen[1]
+
+
+async def test_a_failing_lookup_costs_the_turn_its_facts_never_the_turn(
+    any_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The lookup runs beside the start's write, in a read of its own: when that read fails
+    the turn goes on without facts, and its user message and reply are stored."""
+    from sqlalchemy.exc import OperationalError
+
+    from frontdesk.threads.memory import FullTextRetriever
+
+    team = Team()
+    orch = orchestrator(team, any_url)
+    await orch.remember("kim", "Prefers replies in Hindi")
+
+    def broken(*_: Any, **__: Any) -> list[Memory]:
+        raise OperationalError("SELECT", {}, Exception("disk I/O error"))
+
+    monkeypatch.setattr(FullTextRetriever, "retrieve_sync", broken)
+    reply = await orch.handle("k1", "I'd like a recipe for tonight", user_id="kim")
+    monkeypatch.undo()
+    again = await orch.handle("k1", "and one for tomorrow", user_id="kim")
+    thread = (await orch.user_thread("k1", user_id="kim")).as_messages()
+    await orch.aclose()
+
+    assert reply.text and not reply.handoff
+    assert team.of("response")[0].memory == ""  # No facts, and no failure.
+    assert "Prefers replies in Hindi" in team.of("response")[1].memory
+    assert [m["role"] for m in thread] == ["user", "assistant", "user", "assistant"]
+    assert again.text

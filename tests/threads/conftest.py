@@ -30,3 +30,13 @@ async def store(store_url: str) -> AsyncIterator[ConversationStore]:
         yield opened
     finally:
         await opened.aclose()
+
+
+@pytest.fixture
+async def sqlite_store(tmp_path: Path) -> AsyncIterator[ConversationStore]:
+    """A store on a SQLite file (for what exists on SQLite only: its writer and reader)."""
+    opened = await ConversationStore.open(f"sqlite:///{tmp_path / 'frontdesk.db'}")
+    try:
+        yield opened
+    finally:
+        await opened.aclose()

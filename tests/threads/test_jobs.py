@@ -97,15 +97,6 @@ async def test_the_last_error_is_kept_and_listed(fresh: ConversationStore) -> No
     assert [j.last_error for j in await _list(fresh)] == ["RuntimeError: x"]
 
 
-@pytest.fixture
-async def sqlite_store(tmp_path: Path) -> AsyncIterator[ConversationStore]:
-    store = await ConversationStore.open(f"sqlite:///{tmp_path / 'frontdesk.db'}")
-    try:
-        yield store
-    finally:
-        await store.aclose()
-
-
 async def _claim(store: ConversationStore, now: float | None = None) -> jobs.JobRow | None:
     return await run_write(store.engine, lambda c: jobs.claim(c, lease=30.0, now=now))
 

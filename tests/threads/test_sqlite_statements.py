@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import sqlite3
 import uuid
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -29,16 +28,6 @@ from frontdesk.threads._writes import _INSERT_MESSAGE
 from frontdesk.threads.store import ConversationStore
 
 pytestmark = pytest.mark.anyio
-
-
-@pytest.fixture
-async def sqlite_store(tmp_path: Path) -> AsyncIterator[ConversationStore]:
-    """A store on a SQLite file (the driver path exists on SQLite only)."""
-    opened = await ConversationStore.open(f"sqlite:///{tmp_path / 'frontdesk.db'}")
-    try:
-        yield opened
-    finally:
-        await opened.aclose()
 
 
 def message_row(conversation_id: str, **values: Any) -> dict[str, Any]:

@@ -1,0 +1,86 @@
+"""`frontdesk.db.run_read`: one read transaction of sync SQL, in one hop, beside the writes.
+
+On SQLite it runs on a reader thread with a connection of its own (a WAL snapshot that
+refuses writes); on PostgreSQL in a read transaction of the async engine. A turn's memory
+lookup runs there, beside the start's write, so it must not wait for the writer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import uuid
+
+import pytest
+import sqlalchemy as sa
+from sqlalchemy import Connection
+from sqlalchemy.exc import OperationalError
+
+from frontdesk._sqlite.statement import driver_connection
+from frontdesk.db import run_read, run_write
+from frontdesk.threads.store import ConversationStore
+
+pytestmark = pytest.mark.anyio
+
+
+def _leaf(conn: Connection, conversation: str) -> tuple[str | None, str, bool]:
+    leaf = conn.execute(
+        sa.text("SELECT active_leaf_id FROM conversation WHERE id = :c"), {"c": conversation}
+    ).scalar()
+    return leaf, threading.current_thread().name, driver_connection(conn) is not None
+
+
+async def test_a_read_sees_what_was_committed_on_its_own_thread(store: ConversationStore) -> None:
+    conversation = f"read-{uuid.uuid4().hex[:12]}"
+    message, _ = await store.add_user_message(conversation, "hello")
+    leaf, thread, on_driver = await run_read(store.engine, lambda c: _leaf(c, conversation))
+    assert leaf == message.id
+    if store.engine.dialect.name == "sqlite":
+        # The reader's own thread, with the prebuilt statements straight on its driver.
+        assert thread.startswith("frontdesk-read") and on_driver
+    else:
+        assert thread == threading.current_thread().name and not on_driver
+
+
+async def test_a_read_runs_while_a_write_holds_the_sqlite_writer(
+    sqlite_store: ConversationStore,
+) -> None:
+    """The reader never queues behind the writer: a read ends while a write is still open."""
+    conversation = f"read-{uuid.uuid4().hex[:12]}"
+    message, _ = await sqlite_store.add_user_message(conversation, "hello")
+    writing, release = threading.Event(), threading.Event()
+
+    def slow_write(conn: Connection) -> None:
+        conn.execute(
+            sa.text("UPDATE conversation SET active_leaf_id = NULL WHERE id = :c"),
+            {"c": conversation},
+        )
+        writing.set()
+        assert release.wait(10), "the read never ended"
+
+    write = asyncio.ensure_future(run_write(sqlite_store.engine, slow_write))
+    assert await asyncio.to_thread(writing.wait, 10)
+    # The read's snapshot is the last commit: the open write's change is not in it.
+    leaf, _, _ = await asyncio.wait_for(
+        run_read(sqlite_store.engine, lambda c: _leaf(c, conversation)), 5
+    )
+    release.set()
+    await write
+    assert leaf == message.id
+    after, _, _ = await run_read(sqlite_store.engine, lambda c: _leaf(c, conversation))
+    assert after is None
+
+
+async def test_the_sqlite_reader_refuses_a_write_and_keeps_reading(
+    sqlite_store: ConversationStore,
+) -> None:
+    conversation = f"read-{uuid.uuid4().hex[:12]}"
+    message, _ = await sqlite_store.add_user_message(conversation, "hello")
+
+    def write(conn: Connection) -> None:
+        conn.execute(sa.text("DELETE FROM conversation WHERE id = :c"), {"c": conversation})
+
+    with pytest.raises(OperationalError, match="readonly"):
+        await run_read(sqlite_store.engine, write)
+    leaf, _, _ = await run_read(sqlite_store.engine, lambda c: _leaf(c, conversation))
+    assert leaf == message.id  # Nothing was deleted, and the next read works.
