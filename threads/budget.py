@@ -18,7 +18,7 @@ from frontdesk.errors import (
     ConfigError,
     QuestionOverBudget,
 )
-from frontdesk.threads.tokens import TokenCounter
+from frontdesk.threads.tokens import TokenCounter, count_each
 
 
 class Turn(Protocol):
@@ -235,7 +235,7 @@ def _fit_history(
 def _fit_ranked(
     counter: TokenCounter, items: Sequence[Document], allowance: int
 ) -> tuple[list[Document], int]:
-    sizes = [counter.count(item.text) for item in items]
+    sizes = count_each(counter, [item.text for item in items])
     used = sum(sizes)
     dropped: set[int] = set()
     # Stable sort: among equal ranks the later item goes first, so earlier ones are kept.

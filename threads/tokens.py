@@ -13,7 +13,7 @@ import functools
 import math
 import re
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
@@ -145,6 +145,12 @@ class CalibratedCounter:
         """Calibrated tokens in `text` for `model`."""
         return _ceil(self.base.count(text) * self.ratio(model))
 
+    def count_each(self, texts: Sequence[str], *, model: str = "") -> list[int]:
+        """`count` of each of `texts`, the ratio looked up once (a turn's ranked facts and
+        passages are counted for each expert)."""
+        ratio, base = self.ratio(model), self.base.count
+        return [_ceil(base(text) * ratio) for text in texts]
+
     def count_messages(self, messages: Iterable[Mapping[str, object]], *, model: str = "") -> int:
         """Calibrated tokens in `messages` for `model`."""
         return _ceil(self.base.count_messages(messages) * self.ratio(model))
@@ -167,5 +173,17 @@ class _BoundCounter:
     def count(self, text: str) -> int:
         return self.owner.count(text, model=self.model)
 
+    def count_each(self, texts: Sequence[str]) -> list[int]:
+        return self.owner.count_each(texts, model=self.model)
+
     def count_messages(self, messages: Iterable[Mapping[str, object]]) -> int:
         return self.owner.count_messages(messages, model=self.model)
+
+
+def count_each(counter: TokenCounter, texts: Sequence[str]) -> list[int]:
+    """`counter.count` of each of `texts`: in one call when the counter has `count_each`
+    (the calibrated counters do), one text at a time for any other `TokenCounter`."""
+    each = getattr(counter, "count_each", None)
+    if each is not None:
+        return list(each(texts))
+    return [counter.count(text) for text in texts]

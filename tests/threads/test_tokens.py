@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -12,6 +14,7 @@ from frontdesk.threads.tokens import (
     CalibratedCounter,
     EstimatingCounter,
     TokenCounter,
+    count_each,
 )
 
 
@@ -97,3 +100,25 @@ def test_for_model_binds_and_follows_later_calibration() -> None:
 def test_bad_settings_are_config_errors(margin: float, decay: float) -> None:
     with pytest.raises(ConfigError):
         CalibratedCounter(margin=margin, decay=decay)
+
+
+def test_count_each_equals_counting_each_text_alone() -> None:
+    """The budget counts a turn's ranked facts in one call; each figure must be the one
+    `count` gives, for a calibrated counter bound to a model and for any other counter."""
+    texts = ["Lives in Pune", "", "Allergic to peanuts 🥜", "x" * 400, "10 May 2026, 14:30"]
+    calibrated = CalibratedCounter()
+    calibrated.observe("m", estimated=100, exact=110)  # 100 * 1.1 * 1.05: float noise.
+    bound = calibrated.for_model("m")
+    assert count_each(bound, texts) == [bound.count(t) for t in texts]
+    assert calibrated.count_each(texts, model="m") == [
+        calibrated.count(t, model="m") for t in texts
+    ]
+
+    class Words:
+        def count(self, text: str) -> int:
+            return len(text.split())
+
+        def count_messages(self, messages: Any) -> int:
+            return sum(len(str(m["content"]).split()) for m in messages)
+
+    assert count_each(Words(), texts) == [3, 0, 4, 1, 4]
