@@ -28,6 +28,7 @@ __all__ = [
     "create_engine",
     "dispose_engine",
     "normalise_url",
+    "reads_beside_writes",
     "run_read",
     "run_write",
     "write_slot",
@@ -134,6 +135,18 @@ async def run_read(engine: AsyncEngine, work: Callable[[Connection], T]) -> T:
             async with conn.begin():
                 return await conn.run_sync(work)
     return await reader.run(engine, work)
+
+
+def reads_beside_writes(engine: AsyncEngine) -> bool:
+    """Whether a read that a write transaction could carry (a turn's memory lookup in its
+    first transaction) runs better beside it, as a read of its own (`run_read`).
+
+    PostgreSQL: yes, the server ranks on a second connection while the first one writes
+    (a memory turn went from 1.31x to 1.21x a bare turn, docs/benchmarks.md). SQLite: no,
+    the reader and the writer threads contend for one interpreter lock, and inside the
+    writer's transaction the read costs no hop of its own (concurrent memory turns lost
+    about 8 % beside it; alone they were level)."""
+    return engine.dialect.name != "sqlite"
 
 
 def writes_to(conn: Connection, engine: AsyncEngine) -> bool:

@@ -35,6 +35,7 @@ from frontdesk.experts.providers import Message
 from frontdesk.experts.providers.embeddings import Embedder
 from frontdesk.knowledge import Passage
 from frontdesk.labels import DOCUMENTS_LABEL, neutralise
+from frontdesk.memory import Memory
 from frontdesk.threads.budget import Document
 from frontdesk.threads.knowledge import (
     MAX_SEARCH_LIMIT,
@@ -215,19 +216,24 @@ def from_json(stored: Sequence[Mapping[str, Any]]) -> list[Passage]:
 class FirstRead:
     """What a turn's first transaction looked up besides its own writes."""
 
+    memories: list[Memory] | None = None
     passages: list[Passage] | None = None
 
 
 def first_read(
+    memory: Callable[[Connection], list[Memory]] | None,
     knowledge: Callable[[Connection], list[Passage]] | None,
 ) -> Callable[[Connection], FirstRead] | None:
-    """The knowledge lookup as a read of the turn's first transaction (`None` when there is
-    none: the start then reads nothing more)."""
-    if knowledge is None:
+    """The memory and knowledge lookups as one read of the turn's first transaction (`None`
+    when there is neither: the start then reads nothing more)."""
+    if memory is None and knowledge is None:
         return None
 
     def read(conn: Connection) -> FirstRead:
-        return FirstRead(passages=knowledge(conn))
+        return FirstRead(
+            memories=None if memory is None else memory(conn),
+            passages=None if knowledge is None else knowledge(conn),
+        )
 
     return read
 

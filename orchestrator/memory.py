@@ -27,10 +27,12 @@ from typing import Any
 
 import structlog
 
+from frontdesk._sqlite import savepoint
 from frontdesk.audit.chains import user_chain_id
 from frontdesk.audit.events import AuditEvent
 from frontdesk.audit.refs import UNKEYED, UserRefs
 from frontdesk.audit.store import AuditLog
+from frontdesk.db import Connection
 from frontdesk.experts import MemoryBlock
 from frontdesk.experts.memory import MemoryExpert
 from frontdesk.labels import neutralise
@@ -42,7 +44,7 @@ from frontdesk.threads.budget import Document
 from frontdesk.threads.builder import ExpertView
 from frontdesk.threads.errors import MessageNotFound
 from frontdesk.threads.jobs import JobSpec, mark_done
-from frontdesk.threads.memory import MemoryStore, Retriever
+from frontdesk.threads.memory import FullTextRetriever, MemoryStore, Retriever
 from frontdesk.threads.store import MessageRecord
 
 log = structlog.get_logger("frontdesk.memory")
@@ -167,6 +169,27 @@ class Memories:
         except Exception as e:
             log.warning("memory.recall_failed", error=type(e).__name__)
             return []
+
+    async def reader(
+        self, user_id: str | None, text: str
+    ) -> Callable[[Connection], list[Memory]] | None:
+        """The lookup as a read for the turn's first transaction (no extra round trip), once
+        this user's memory work still running here has settled; `None` without a user, or
+        for a retriever that is not the database's own (the turn then calls `recall`)."""
+        if user_id is None or not isinstance(self.retriever, FullTextRetriever):
+            return None
+        await self._settle(user_id)
+        retriever = self.retriever
+
+        def read(conn: Connection) -> list[Memory]:
+            try:
+                with savepoint(conn):  # A failed lookup leaves the turn's writes intact.
+                    return retriever.retrieve_sync(conn, user_id, text, limit=RECALL_LIMIT)
+            except Exception as e:
+                log.warning("memory.recall_failed", error=type(e).__name__)
+                return []
+
+        return read
 
     async def write(
         self,

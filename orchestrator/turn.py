@@ -32,7 +32,7 @@ from pydantic import BaseModel, ValidationError
 
 from frontdesk import metrics, telemetry
 from frontdesk.audit.store import AuditLog
-from frontdesk.db import Connection
+from frontdesk.db import Connection, reads_beside_writes
 from frontdesk.errors import (
     SAFE_REPLY,
     ConversationHandedOff,
@@ -185,7 +185,7 @@ async def start_message(
 ) -> Started:
     """A new message, stored with its path; or, for a client message id seen before, that
     message: replayed when it was answered, its turn finished when it was not."""
-    async with _recalling(p, user_id, text) as recalled:
+    async with _lookups(p, user_id, text) as lookups:
         begun = await begin(
             p,
             lease,
@@ -194,7 +194,7 @@ async def start_message(
             user_id=user_id,
             client_message_id=client_message_id,
             token_count=p.counter.count(text),
-            recall=_first_read(p, text),
+            recall=lookups.inside,
         )
         question, path = begun.message, begun.path
         if begun.answer is not None:  # A person has the conversation: no expert runs.
@@ -205,7 +205,7 @@ async def start_message(
             if stored.reply is None:
                 log.info("turn.resume", conversation_id=conversation_id, turn=question.id)
                 path = await SummaryStore(p.store.engine).path_since_newest(question.id)
-        memories = None if recalled is None or stored.reply is not None else await recalled
+        memories = None if stored.reply is not None else await lookups.memories(begun)
     thread = UserThread() if path is None else thread_since(path)  # None: replayed.
     read = begun.recalled or _knowledge.FirstRead()
     return Started(
@@ -236,7 +236,7 @@ async def start_edit(
     p: Pipeline, lease: TurnLease, original: MessageRecord, text: str, *, user_id: str | None
 ) -> Started:
     """The edited text, stored as a new message under the original's parent, with its path."""
-    async with _recalling(p, user_id, text) as recalled:
+    async with _lookups(p, user_id, text) as lookups:
         begun = await begin(
             p,
             lease,
@@ -245,11 +245,11 @@ async def start_edit(
             user_id=user_id,
             parent_id=original.parent_id,
             token_count=p.counter.count(text),
-            recall=_first_read(p, text),
+            recall=lookups.inside,
         )
         if begun.answer is not None:  # A person has the conversation: no expert runs.
             return held(begun.message, begun.answer, user_id)
-        memories = None if recalled is None else await recalled
+        memories = await lookups.memories(begun)
     assert begun.path is not None, "an edit is a new message"
     read = begun.recalled or _knowledge.FirstRead()
     return Started(
@@ -264,28 +264,39 @@ async def start_edit(
     )
 
 
-def _first_read(p: Pipeline, text: str) -> Callable[[Connection], _knowledge.FirstRead] | None:
-    """The knowledge lookup, as a read of the start's own transaction (no extra round trip)."""
-    return _knowledge.first_read(None if p.knowledge is None else p.knowledge.reader(text))
+@dataclass
+class _Lookups:
+    """A start's lookups: the reads that ride its own transaction (no extra round trip),
+    and the memory lookup when it runs beside that transaction instead."""
+
+    inside: Callable[[Connection], _knowledge.FirstRead] | None
+    beside: asyncio.Task[list[Memory]] | None
+
+    async def memories(self, begun: TurnStart) -> list[Memory] | None:
+        """The user's facts, from whichever read looked them up (`None`: neither did)."""
+        if self.beside is not None:
+            return await self.beside
+        return None if begun.recalled is None else begun.recalled.memories
 
 
 @contextlib.asynccontextmanager
-async def _recalling(
-    p: Pipeline, user_id: str | None, text: str
-) -> AsyncIterator[asyncio.Task[list[Memory]] | None]:
-    """The memory lookup, run beside the start's transaction while the block runs (`None`
-    without memory or a user): a read of its own, on SQLite the reader thread's, so that
-    its full-text ranking neither holds the one writer nor waits for it. A start that
-    needs no facts (a replay, a message kept for a person) leaves it unread; it is
-    cancelled when the block ends."""
-    if p.memory is None or user_id is None:
-        yield None
-        return
-    task = asyncio.ensure_future(p.memory.recall(user_id, text))
+async def _lookups(p: Pipeline, user_id: str | None, text: str) -> AsyncIterator[_Lookups]:
+    """The memory and knowledge lookups of a start. The memory lookup runs beside the
+    start's transaction where the database does better so (`db.reads_beside_writes`:
+    PostgreSQL ranks on a second connection while the start writes), else inside it, once
+    this user's memory work still running here has settled. A start that needs no facts
+    (a replay, a message kept for a person) leaves the beside read unread; it is cancelled
+    when the block ends."""
+    memory, task = p.memory, None
+    if memory is not None and user_id is not None and reads_beside_writes(p.store.engine):
+        task, memory = asyncio.ensure_future(memory.recall(user_id, text)), None
+    in_start = None if memory is None else await memory.reader(user_id, text)
+    knowledge = None if p.knowledge is None else p.knowledge.reader(text)
     try:
-        yield task
+        yield _Lookups(inside=_knowledge.first_read(in_start, knowledge), beside=task)
     finally:
-        task.cancel()
+        if task is not None:
+            task.cancel()
 
 
 async def regenerate(p: Pipeline, assistant_message_id: str, *, user_id: str | None) -> Reply:

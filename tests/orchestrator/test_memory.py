@@ -525,8 +525,8 @@ async def test_recall_without_a_user_is_empty_and_remember_says_why(db_url: str)
 async def test_a_failing_lookup_costs_the_turn_its_facts_never_the_turn(
     any_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The lookup runs beside the start's write, in a read of its own: when that read fails
-    the turn goes on without facts, and its user message and reply are stored."""
+    """The lookup (inside the start's transaction on SQLite, a read of its own beside it on
+    PostgreSQL) fails: the turn goes on without facts, and its messages are stored."""
     from sqlalchemy.exc import OperationalError
 
     from frontdesk.threads.memory import FullTextRetriever

@@ -59,12 +59,10 @@ PINNED: dict[str, dict[str, tuple[int, int, int]]] = {
         #   original's parent (a parent lookup instead of the leaf's) = 9; outcome = 2;
         #   finish = 18
         "edit": (31, 3, 2),
-        # the new message's 29 plus the memory lookup, plus the `memory.learn` job row
-        #   recorded in the reply's own transaction (issue 22; the memory expert then runs
-        #   as that job, off the turn) = 31. The lookup is a read transaction of its own,
-        #   run beside the start's write on the reader thread (issue 20: inside the start
-        #   it held the one writer for its full-text ranking): 1 read.
-        "memory and a user id": (31, 3, 1),
+        # the new message's 29 plus the memory lookup in the start transaction, plus the
+        #   `memory.learn` job row recorded in the reply's own transaction (issue 22; the
+        #   memory expert then runs as that job, off the turn) = 31
+        "memory and a user id": (31, 3, 0),
     },
     "postgresql": {
         # As on SQLite, but: the 9 audit rows are one executemany statement (8 fewer), the
@@ -73,10 +71,11 @@ PINNED: dict[str, dict[str, tuple[int, int, int]]] = {
         "new message": (19, 3, 0),
         "replay": (7, 2, 0),
         "edit": (21, 3, 2),
-        # The same: the new message's plus the memory lookup (a read of its own on a second
-        # connection, beside the start's write: the server ranks while the start writes)
-        # and the job row (recorded through Procrastinate's defer function in the reply's
-        # transaction).
+        # The same: the new message's plus the memory lookup and the job row (recorded
+        # through Procrastinate's defer function in the reply's transaction). Here the
+        # lookup is a read of its own on a second connection, run beside the start's write
+        # (`db.reads_beside_writes`: the server ranks while the start writes; issue 20):
+        # 1 read transaction.
         "memory and a user id": (21, 3, 1),
     },
 }
