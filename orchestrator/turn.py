@@ -287,13 +287,17 @@ async def _lookups(p: Pipeline, user_id: str | None, text: str) -> AsyncIterator
     this user's memory work still running here has settled. A start that needs no facts
     (a replay, a message kept for a person) leaves the beside read unread; it is cancelled
     when the block ends."""
-    memory, task = p.memory, None
-    if memory is not None and user_id is not None and reads_beside_writes(p.store.engine):
-        task, memory = asyncio.ensure_future(memory.recall(user_id, text)), None
-    in_start = None if memory is None else await memory.reader(user_id, text)
-    knowledge = None if p.knowledge is None else p.knowledge.reader(text)
+    memory = p.memory
+    beside = memory is not None and user_id is not None and reads_beside_writes(p.store.engine)
+    in_start = None if memory is None or beside else await memory.reader(user_id, text)
+    inside = _knowledge.first_read(
+        in_start, None if p.knowledge is None else p.knowledge.reader(text)
+    )
+    task = None
+    if beside and memory is not None:
+        task = asyncio.ensure_future(memory.recall(user_id, text))
     try:
-        yield _Lookups(inside=_knowledge.first_read(in_start, knowledge), beside=task)
+        yield _Lookups(inside=inside, beside=task)
     finally:
         if task is not None:
             task.cancel()
