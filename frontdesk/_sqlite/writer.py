@@ -23,7 +23,16 @@ from sqlalchemy import Connection, Engine, event
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-__all__ = ["dispose", "install_hooks", "owns", "run", "sync_twin", "write_slot"]
+__all__ = [
+    "ThreadOwned",
+    "dispose",
+    "install_hooks",
+    "one_per_engine",
+    "owns",
+    "run",
+    "sync_twin",
+    "write_slot",
+]
 
 T = TypeVar("T")
 
@@ -92,6 +101,73 @@ def sync_twin(engine: AsyncEngine, **options: Any) -> Engine:
     return twin.execution_options(**options) if options else twin
 
 
+class ThreadOwned:
+    """A sync twin engine (`sync_twin`), the one thread that uses it, and the connection
+    kept there from transaction to transaction (pysqlite's same-thread check: the thread
+    owns it). The writer and the reader are each one of these."""
+
+    def __init__(self, engine: AsyncEngine, thread_name: str, **options: Any) -> None:
+        self.engine = sync_twin(engine, **options)
+        self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=thread_name)
+        self.closed = False
+        self.conn: Connection | None = None
+        """The thread's connection, kept between transactions (a checkout and a check-in
+        each cost as much as a BEGIN and a COMMIT); dropped after a failure."""
+
+    def drop_connection(self) -> None:
+        """Close the kept connection (after a failure the next one starts on a new one)."""
+        conn, self.conn = self.conn, None
+        if conn is not None:
+            try:
+                conn.close()
+            except Exception:  # A broken connection: the pool discards it either way.
+                conn.invalidate()
+
+    def shut(self) -> None:
+        """On the thread: close its connection, then the engine's pool."""
+        self.drop_connection()
+        self.engine.dispose()
+
+    def close(self) -> None:
+        """Close the pooled connection on its own thread, then let the thread end."""
+        if self.closed:
+            return
+        self.closed = True
+        try:
+            self.executor.submit(self.shut)
+        except RuntimeError:
+            # The interpreter is exiting (an engine never disposed): the executor's thread
+            # has already ended, and the committed file outlives the connection.
+            pass
+        self.executor.shutdown(wait=False)
+
+    async def aclose(self) -> None:
+        """Close the connection on its thread, after the work queued there, and end it."""
+        if self.closed:
+            return
+        self.closed = True
+        await asyncio.get_running_loop().run_in_executor(self.executor, self.shut)
+        self.executor.shutdown(wait=False)
+
+
+Owned = TypeVar("Owned", bound=ThreadOwned)
+
+
+def one_per_engine(
+    registry: weakref.WeakKeyDictionary[Engine, Owned],
+    engine: AsyncEngine,
+    make: Callable[[], Owned],
+) -> Owned:
+    """`engine`'s entry of `registry`, made anew when missing or closed; an engine dropped
+    without `dispose_engine` still frees its thread and connection."""
+    owned = registry.get(engine.sync_engine)
+    if owned is None or owned.closed:
+        owned = make()
+        registry[engine.sync_engine] = owned
+        weakref.finalize(engine.sync_engine, owned.close)
+    return owned
+
+
 _write_locks: weakref.WeakKeyDictionary[Engine, tuple[asyncio.AbstractEventLoop, asyncio.Lock]] = (
     weakref.WeakKeyDictionary()
 )
@@ -139,7 +215,7 @@ class _Job:
             self.future.set_exception(self.value)
 
 
-class _FastWriter:
+class _FastWriter(ThreadOwned):
     """A sync SQLite engine over an async engine's file, driven from one thread.
 
     The async SQLite driver crosses to its thread three or four times per statement; this
@@ -155,16 +231,11 @@ class _FastWriter:
     """
 
     def __init__(self, engine: AsyncEngine) -> None:
-        self.engine = sync_twin(engine)
+        super().__init__(engine, "frontdesk-sqlite")
         self.async_engine = weakref.ref(engine)
-        self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="frontdesk-sqlite")
-        self.closed = False
         self.loop: asyncio.AbstractEventLoop | None = None
         self.pending: list[_Job] = []
         self.drainer: asyncio.Task[None] | None = None
-        self.conn: Connection | None = None
-        """The thread's connection, kept from batch to batch (a checkout and a check-in
-        per batch cost as much as its BEGIN and COMMIT); dropped after a failed batch."""
 
     def submit(self, work: Callable[[Connection], Any]) -> _Job:
         """Queue `work`; the batch it joins runs once the thread is free."""
@@ -241,7 +312,7 @@ class _FastWriter:
                             # batch is written; the jobs not run yet get a fresh one.
                             for done in jobs[:index]:
                                 done.value, done.ok = e, False
-                            self._drop_connection()
+                            self.drop_connection()
                             return jobs[index + 1 :]
                         raw.execute("ROLLBACK TO frontdesk_job")
                     raw.execute("RELEASE frontdesk_job")
@@ -251,48 +322,15 @@ class _FastWriter:
             for job in jobs:
                 if job.ok or job.value is None:  # Keep a job's own error.
                     job.value, job.ok = e, False
-            self._drop_connection()
+            self.drop_connection()
         return []
-
-    def _drop_connection(self) -> None:
-        """Close the kept connection (after a failure the next batch starts on a new one)."""
-        conn, self.conn = self.conn, None
-        if conn is not None:
-            try:
-                conn.close()
-            except Exception:  # A broken connection: the pool discards it either way.
-                conn.invalidate()
-
-    def shut(self) -> None:
-        """On the writer thread: close its connection, then the engine's pool."""
-        self._drop_connection()
-        self.engine.dispose()
-
-    def close(self) -> None:
-        """Close the pooled connection on its own thread, then let the thread end."""
-        if self.closed:
-            return
-        self.closed = True
-        try:
-            self.executor.submit(self.shut)
-        except RuntimeError:
-            # The interpreter is exiting (an engine never disposed): the executor's thread
-            # has already ended, and the committed file outlives the connection.
-            pass
-        self.executor.shutdown(wait=False)
 
 
 _writers: weakref.WeakKeyDictionary[Engine, _FastWriter] = weakref.WeakKeyDictionary()
 
 
 def _writer(engine: AsyncEngine) -> _FastWriter:
-    writer = _writers.get(engine.sync_engine)
-    if writer is None or writer.closed:
-        writer = _FastWriter(engine)
-        _writers[engine.sync_engine] = writer
-        # An engine dropped without `dispose_engine` still frees the thread and connection.
-        weakref.finalize(engine.sync_engine, writer.close)
-    return writer
+    return one_per_engine(_writers, engine, lambda: _FastWriter(engine))
 
 
 async def run(engine: AsyncEngine, work: Callable[[Connection], T]) -> T:
@@ -327,7 +365,4 @@ async def dispose(engine: AsyncEngine) -> None:
     running = asyncio.get_running_loop()
     if writer.drainer is not None and writer.loop is running:
         await asyncio.wait([writer.drainer])  # The queued writes end first.
-    if not writer.closed:
-        writer.closed = True
-        await running.run_in_executor(writer.executor, writer.shut)
-        writer.executor.shutdown(wait=False)
+    await writer.aclose()
