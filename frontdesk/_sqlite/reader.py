@@ -17,6 +17,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from sqlalchemy import Connection, Engine, event
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from frontdesk._sqlite.writer import ThreadOwned, one_per_engine
@@ -42,14 +43,16 @@ class _Reader(ThreadOwned):
         event.listen(self.engine, "connect", _query_only)
 
     def read(self, work: Callable[[Connection], T]) -> T:
-        """On the reader thread: `work` in one read transaction (a failure drops the
-        connection, so the next read starts on a fresh one)."""
+        """On the reader thread: `work` in one read transaction, rolled back when it
+        raises. A database error drops the connection (the next read starts on a fresh
+        one); `work`'s own error (a message not found) keeps it, as the writer keeps its
+        connection after a job's own error."""
         if self.conn is None:
             self.conn = self.engine.connect()
         try:
             with self.conn.begin():
                 return work(self.conn)
-        except BaseException:
+        except DBAPIError:
             self.drop_connection()
             raise
 

@@ -84,3 +84,26 @@ async def test_the_sqlite_reader_refuses_a_write_and_keeps_reading(
         await run_read(sqlite_store.engine, write)
     leaf, _, _ = await run_read(sqlite_store.engine, lambda c: _leaf(c, conversation))
     assert leaf == message.id  # Nothing was deleted, and the next read works.
+
+
+async def test_a_reads_own_error_keeps_the_sqlite_readers_connection(
+    sqlite_store: ConversationStore,
+) -> None:
+    """A read that raises its own error (a message not found) is rolled back and the
+    reader keeps its connection; after a database error it starts on a new one."""
+    from frontdesk.threads.errors import MessageNotFound
+
+    def connection(conn: Connection) -> Connection:
+        return conn  # Held by the test: its address is never reused.
+
+    first = await run_read(sqlite_store.engine, connection)
+    with pytest.raises(MessageNotFound):
+        await sqlite_store.get("no-such-message")
+    assert await run_read(sqlite_store.engine, connection) is first
+
+    def broken(conn: Connection) -> None:
+        conn.execute(sa.text("SELECT * FROM no_such_table"))
+
+    with pytest.raises(OperationalError):
+        await run_read(sqlite_store.engine, broken)
+    assert await run_read(sqlite_store.engine, connection) is not first
