@@ -6,13 +6,14 @@ drivers) and the SQLite settings that make several writers safe live here, once.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from typing import Any, TypeVar
 
 from sqlalchemy import Connection
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError
-from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
 from frontdesk._sqlite import reader, writer
 from frontdesk._sqlite.writer import SQLITE_BUSY_TIMEOUT_MS, install_hooks, write_slot
@@ -28,6 +29,7 @@ __all__ = [
     "create_engine",
     "dispose_engine",
     "normalise_url",
+    "read_transaction",
     "reads_beside_writes",
     "run_read",
     "run_write",
@@ -130,11 +132,19 @@ async def run_read(engine: AsyncEngine, work: Callable[[Connection], T]) -> T:
     engine (`AsyncConnection.run_sync`). Either runs beside a write of the same process.
     """
     if engine.dialect.name != "sqlite":
-        async with engine.connect() as conn:
-            await conn.execution_options(frontdesk_readonly=True)
-            async with conn.begin():
-                return await conn.run_sync(work)
+        async with read_transaction(engine) as conn:
+            return await conn.run_sync(work)
     return await reader.run(engine, work)
+
+
+@asynccontextmanager
+async def read_transaction(engine: AsyncEngine) -> AsyncIterator[AsyncConnection]:
+    """A read-only transaction of the async engine (on SQLite a snapshot, `BEGIN`, never
+    queued behind writers): what `run_read` and the store's async reads run in."""
+    async with engine.connect() as conn:
+        await conn.execution_options(frontdesk_readonly=True)
+        async with conn.begin():
+            yield conn
 
 
 def reads_beside_writes(engine: AsyncEngine) -> bool:

@@ -23,7 +23,7 @@ from tenacity import (
     wait_exponential_jitter,
 )
 
-from frontdesk.db import run_read, run_write, write_slot
+from frontdesk.db import read_transaction, run_read, run_write, write_slot
 from frontdesk.threads.errors import StoreError, StoreUnavailable
 
 T = TypeVar("T")
@@ -116,10 +116,8 @@ async def run_tx(
 
     async def once() -> T:
         if readonly:
-            async with engine.connect() as conn:
-                await conn.execution_options(frontdesk_readonly=True)
-                async with conn.begin():
-                    return await work(conn)
+            async with read_transaction(engine) as conn:
+                return await work(conn)
         async with write_slot(engine), engine.connect() as conn, conn.begin():
             return await work(conn)
 
