@@ -62,6 +62,21 @@ def drop_database(url: str) -> None:
     _run_admin(f'DROP DATABASE IF EXISTS "{make_url(url).database}" WITH (FORCE)')
 
 
+async def terminate_backends(url: str) -> int:
+    """End every server connection to the database of `url` (what a restart or a failover
+    does to a pool); returns how many were ended."""
+    conn = await asyncpg.connect(_admin_dsn())
+    try:
+        ended: int = await conn.fetchval(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
+            " WHERE datname = $1 AND pid <> pg_backend_pid()",
+            make_url(url).database,
+        )
+    finally:
+        await conn.close()
+    return ended
+
+
 @contextlib.contextmanager
 def fresh_database() -> Iterator[str]:
     """The URL of a fresh database for the duration of the block."""
