@@ -42,7 +42,7 @@ from sqlalchemy import Connection, bindparam, select
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
-from frontdesk._sqlite import Statement
+from frontdesk._driver import Statement
 from frontdesk.audit import compact
 from frontdesk.audit.chain import canonical_json
 from frontdesk.audit.tables import audit_blob

@@ -36,7 +36,7 @@ from tenacity import (
     wait_random_exponential,
 )
 
-from frontdesk._sqlite import Statement
+from frontdesk._driver import Statement
 from frontdesk.audit import blobs, compact, crypto
 from frontdesk.audit.chain import (
     GENESIS_HASH,

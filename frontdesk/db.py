@@ -10,14 +10,13 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any, TypeVar
 
-from sqlalchemy import Connection, event
+from sqlalchemy import Connection
 from sqlalchemy.engine import URL, make_url
-from sqlalchemy.exc import ArgumentError, DisconnectionError
+from sqlalchemy.exc import ArgumentError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
-from sqlalchemy.pool import ConnectionPoolEntry, PoolProxiedConnection
 
-from frontdesk._sqlite import reader, writer
-from frontdesk._sqlite.writer import SQLITE_BUSY_TIMEOUT_MS, install_hooks, write_slot
+from frontdesk._driver import postgres, reader, writer
+from frontdesk._driver.writer import SQLITE_BUSY_TIMEOUT_MS, install_hooks, write_slot
 from frontdesk.errors import ConfigError
 from frontdesk.masking import scrub
 
@@ -95,7 +94,7 @@ def create_engine(url: str, **kwargs: Any) -> AsyncEngine:
     "database is locked" (SQLITE_BUSY_SNAPSHOT) from reaching the caller.
 
     On PostgreSQL a pooled connection the server closed (a restart, a terminated backend)
-    is dropped at checkout by a check that costs no round trip (`_drop_closed_at_checkout`),
+    is dropped at checkout by a check that costs no round trip (`_driver.postgres`),
     not by SQLAlchemy's pre-ping: on asyncpg that ping is three round trips (BEGIN, `;`,
     ROLLBACK) per checkout, 9 of a turn's 37. A connection lost during a transaction fails
     it as invalidated, and the store's transactions run again from the start
@@ -110,18 +109,8 @@ def create_engine(url: str, **kwargs: Any) -> AsyncEngine:
         install_hooks(engine.sync_engine)
         return engine
     engine = create_async_engine(normalised, **{"hide_parameters": True, **kwargs})
-    event.listen(engine.sync_engine, "checkout", _drop_closed_at_checkout)
+    postgres.install_hooks(engine.sync_engine)
     return engine
-
-
-def _drop_closed_at_checkout(
-    dbapi_connection: Any, record: ConnectionPoolEntry, proxy: PoolProxiedConnection
-) -> None:
-    """Refuse a pooled connection the server has closed: asyncpg saw the socket close (a
-    restart, `pg_terminate_backend`), so asking costs nothing; the pool opens a new one."""
-    driver = record.driver_connection
-    if driver is not None and driver.is_closed():
-        raise DisconnectionError("the server closed this pooled connection")
 
 
 async def run_write(engine: AsyncEngine, work: Callable[[Connection], T]) -> T:
@@ -129,7 +118,7 @@ async def run_write(engine: AsyncEngine, work: Callable[[Connection], T]) -> T:
 
     The SQL is written once, sync, for both databases. On SQLite it runs on a sync engine
     over the same file, on a thread of its own, grouped with the other writes queued
-    meanwhile into one transaction (a savepoint each, see `frontdesk._sqlite`); on PostgreSQL
+    meanwhile into one transaction (a savepoint each, see `frontdesk._driver`); on PostgreSQL
     it runs in the async engine's transaction (`AsyncConnection.run_sync`). The write is
     committed when `work` returns (and the caller resumes only after the COMMIT), and
     rolled back when it raises.

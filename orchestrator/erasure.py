@@ -37,7 +37,7 @@ from typing import Any
 
 import structlog
 
-from frontdesk._sqlite.scrub import secure_delete, sqlite_path, vacuum
+from frontdesk._driver.scrub import secure_delete, sqlite_path, vacuum
 from frontdesk.audit import crypto
 from frontdesk.audit import erasure as audit_erasure
 from frontdesk.audit.chains import user_chain_id

@@ -28,7 +28,7 @@ from typing import Any
 
 import structlog
 
-from frontdesk._sqlite import savepoint
+from frontdesk._driver import savepoint
 from frontdesk.db import Connection
 from frontdesk.errors import FrontdeskError, InvalidInput
 from frontdesk.experts.providers import Message

@@ -27,7 +27,7 @@ from typing import Any
 
 import structlog
 
-from frontdesk._sqlite import savepoint
+from frontdesk._driver import savepoint
 from frontdesk.audit.chains import user_chain_id
 from frontdesk.audit.events import AuditEvent
 from frontdesk.audit.refs import UNKEYED, UserRefs

@@ -171,8 +171,9 @@ def test_every_public_error_is_in_the_one_tree() -> None:
             assert getattr(mod, name) is getattr(tree, name), f"{module}.errors.{name}"
 
 
-# Private modules other packages may import: the SQLite seam, documented in docs/architecture.md.
-PRIVATE_SEAMS = {"frontdesk._sqlite"}
+# Private modules other packages may import: the fast path's seam (`frontdesk._driver`),
+# documented in docs/architecture.md.
+PRIVATE_SEAMS = {"frontdesk._driver"}
 
 
 def _package_dirs() -> dict[str, Path]:
@@ -196,7 +197,7 @@ def _module_names() -> dict[str, Path]:
 
 def _top_package(module: str) -> str:
     """The folder a module belongs to: `frontdesk.threads` for `frontdesk.threads.x.y`,
-    `frontdesk` for the root folder's own modules (`frontdesk.db`, `frontdesk._sqlite`)."""
+    `frontdesk` for the root folder's own modules (`frontdesk.db`, `frontdesk._driver`)."""
     folders = {name for name in _package_dirs() if name != "frontdesk"}
     top = ".".join(module.split(".")[:2])
     return top if top in folders else "frontdesk"
@@ -250,7 +251,7 @@ def cross_package_private_imports(
 
 
 def test_no_package_imports_another_packages_private_module() -> None:
-    """Outside `frontdesk._sqlite`, a `frontdesk.X._name` module is X's own: a module of
+    """Outside `frontdesk._driver`, a `frontdesk.X._name` module is X's own: a module of
     another folder `frontdesk.Y` that needs it wants a public name instead."""
     assert cross_package_private_imports() == []
 
@@ -259,14 +260,14 @@ def test_the_private_import_check_sees_every_form(tmp_path: Path) -> None:
     """The check is not vacuous: `import a._m`, `from a import _m`, `from a._m import x` and
     relative forms are each caught; the seam and a folder's own private modules are not."""
     modules = _module_names()
-    assert "frontdesk.threads.store" in modules and "frontdesk._sqlite" in modules
+    assert "frontdesk.threads.store" in modules and "frontdesk._driver" in modules
     offender = tmp_path / "offender.py"
     offender.write_text(
         "import frontdesk.threads._tx\n"
         "from frontdesk.threads import _lease\n"
         "from frontdesk.threads._writes import get\n"
         "from ..audit import _keys\n"
-        "from frontdesk._sqlite import writer\n"
+        "from frontdesk._driver import writer\n"
         "from frontdesk.service import _api\n",
         encoding="utf-8",
     )

@@ -29,7 +29,7 @@ from sqlalchemy import Connection
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from frontdesk._sqlite import Statement
+from frontdesk._driver import Statement
 from frontdesk.threads._tx import run_sync_tx
 from frontdesk.threads.errors import ConversationBusy, LeaseLost
 from frontdesk.threads.models import Lease

@@ -16,7 +16,7 @@ import sqlalchemy as sa
 from sqlalchemy import Connection
 from sqlalchemy.dialects import postgresql, sqlite
 
-from frontdesk._sqlite import Statement
+from frontdesk._driver import Statement
 from frontdesk.errors import SAFE_REPLY
 from frontdesk.threads import _writes, handoff
 from frontdesk.threads._records import MessageRecord

@@ -15,7 +15,7 @@ import sqlalchemy as sa
 from sqlalchemy import Connection
 from sqlalchemy.dialects import postgresql, sqlite
 
-from frontdesk._sqlite import Statement
+from frontdesk._driver import Statement
 from frontdesk.threads._records import Kind, MessageRecord, new_id
 from frontdesk.threads.errors import (
     ConversationNotFound,

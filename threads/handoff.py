@@ -30,7 +30,7 @@ import sqlalchemy as sa
 from sqlalchemy import Connection
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from frontdesk._sqlite import Statement
+from frontdesk._driver import Statement
 from frontdesk.threads import _writes
 from frontdesk.threads._lease import TurnLease
 from frontdesk.threads._records import BOT, MessageRecord, check_id, check_text, new_id

@@ -29,7 +29,7 @@ import sqlalchemy as sa
 from sqlalchemy import Connection, RowMapping
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from frontdesk._sqlite import Statement
+from frontdesk._driver import Statement
 from frontdesk.knowledge import MAX_PASSAGE_CHARS, MAX_SOURCE_CHARS, Passage
 from frontdesk.threads._records import check_id, check_text, new_id
 from frontdesk.threads._tx import run_sync_tx
@@ -254,7 +254,7 @@ def _ranking(dialect: str) -> sa.TextClause:
 
 
 # Built once, and run on the SQLite writer's driver in a turn's first transaction (the
-# lookup is in every turn of an app with knowledge): see `frontdesk._sqlite.Statement`.
+# lookup is in every turn of an app with knowledge): see `frontdesk._driver.Statement`.
 _MATCHES = Statement(_ranking("sqlite"), postgresql=_ranking("postgresql"))
 
 

@@ -25,7 +25,7 @@ import sqlalchemy as sa
 from sqlalchemy import Connection, RowMapping
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from frontdesk._sqlite import Statement
+from frontdesk._driver import Statement
 from frontdesk.errors import MemoryNotFound
 from frontdesk.memory import MAX_FACT_CHARS, MAX_SUMMARY_CHARS, SOURCES, Memory, MemorySource
 from frontdesk.threads._records import check_id, check_text, new_id

@@ -21,7 +21,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlmodel import Field, SQLModel
 
-from frontdesk._sqlite import Statement
+from frontdesk._driver import Statement
 from frontdesk.threads._records import MessageRecord, new_id
 from frontdesk.threads._tx import run_tx
 from frontdesk.threads.errors import MessageNotFound, StoreError

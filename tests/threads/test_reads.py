@@ -16,7 +16,7 @@ import sqlalchemy as sa
 from sqlalchemy import Connection
 from sqlalchemy.exc import OperationalError
 
-from frontdesk._sqlite.statement import driver_connection
+from frontdesk._driver.statement import driver_connection
 from frontdesk.db import run_read, run_write
 from frontdesk.threads.store import ConversationStore
 

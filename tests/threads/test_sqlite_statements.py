@@ -1,4 +1,4 @@
-"""`frontdesk._sqlite.Statement`: prebuilt statements run straight on the pysqlite driver.
+"""`frontdesk._driver.Statement`: prebuilt statements run straight on the pysqlite driver.
 
 They must write exactly what `Connection.execute` writes (same SQL, defaults and bind
 processing: timestamps, JSON) and fail with the same typed SQLAlchemy errors, because the
@@ -19,9 +19,9 @@ from sqlalchemy import Connection
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.exc import IntegrityError
 
-from frontdesk._sqlite import Statement, savepoint
-from frontdesk._sqlite import statement as statement_module
-from frontdesk._sqlite.statement import driver_connection
+from frontdesk._driver import Statement, savepoint
+from frontdesk._driver import statement as statement_module
+from frontdesk._driver.statement import driver_connection
 from frontdesk.audit.store import _HEAD, _head
 from frontdesk.db import run_write
 from frontdesk.threads._writes import _INSERT_MESSAGE
@@ -216,7 +216,7 @@ def test_only_the_seam_knows_the_driver() -> None:
     """The fast path has one home: no other module branches on pysqlite."""
     root = Path(__file__).resolve().parents[2]
     folders = ("frontdesk", "experts", "orchestrator", "threads", "audit", "examples")
-    seam = root / "frontdesk" / "_sqlite"
+    seam = root / "frontdesk" / "_driver"
     offenders = [
         str(path.relative_to(root))
         for folder in folders

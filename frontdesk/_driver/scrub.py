@@ -14,7 +14,7 @@ import sqlite3
 from sqlalchemy import Connection
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from frontdesk._sqlite.writer import SQLITE_BUSY_TIMEOUT_MS
+from frontdesk._driver.writer import SQLITE_BUSY_TIMEOUT_MS
 
 __all__ = ["secure_delete", "sqlite_path", "vacuum"]
 

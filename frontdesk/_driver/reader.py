@@ -20,7 +20,7 @@ from sqlalchemy import Connection, Engine, event
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from frontdesk._sqlite.writer import ThreadOwned, one_per_engine
+from frontdesk._driver.writer import ThreadOwned, one_per_engine
 
 __all__ = ["dispose", "run"]
 

@@ -1,4 +1,4 @@
-"""SQLite's fast path, all of it: what runs differently on SQLite, so that callers need not.
+"""The fast path, all of it: what runs differently on one driver, so that callers need not.
 
 What belongs here, and only here:
 
@@ -9,6 +9,8 @@ What belongs here, and only here:
 - `reader`: the SQLite reader thread behind `frontdesk.db.run_read`: a read transaction
   (a WAL snapshot) in one hop, on a connection of its own that refuses writes, so a read
   never waits for the writer nor holds it.
+- `postgres`: the PostgreSQL pool's check at checkout, which costs no round trip (instead
+  of SQLAlchemy's pre-ping, three).
 - `Statement`: a prebuilt statement the store and the audit log run on any sync
   `Connection` without asking which driver is under it. On the writer's and the reader's
   pysqlite connections it runs straight on the driver (same SQL, binds and decoding as
@@ -18,6 +20,6 @@ What belongs here, and only here:
 Code outside this package never branches on the driver.
 """
 
-from frontdesk._sqlite.statement import Statement, savepoint
+from frontdesk._driver.statement import Statement, savepoint
 
 __all__ = ["Statement", "savepoint"]
