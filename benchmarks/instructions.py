@@ -1,6 +1,6 @@
 """Instructions per warm turn, counted by valgrind: a figure the machine's load cannot move.
 
-    python -m benchmarks.instructions [--low 20] [--high 80]
+    python -m benchmarks.instructions [--low 20] [--high 80] [--pg postgresql://USER@HOST/DB]
     make bench BASE=<ref> AB_FLAGS=--instructions
 
 On a shared 2-core machine the same code's turn time moves by a factor of two from one
@@ -70,12 +70,15 @@ def count(argv: list[str], cwd: Path) -> int:
     return collected(done.stderr)
 
 
-def per_turn(cwd: Path, *, low: int = 20, high: int = 80) -> float:
+def per_turn(cwd: Path, *, low: int = 20, high: int = 80, pg: str | None = None) -> float:
     """Instructions of one warm turn of the tree in `cwd` (`benchmarks.turn_cpu` run with
-    `low` and with `high` turns; the difference over `high - low`)."""
+    `low` and with `high` turns; the difference over `high - low`), on SQLite or, with
+    `pg`, on that PostgreSQL server (this process's instructions; the server's are not
+    counted)."""
     if not 0 < low < high:
         raise ConfigError(f"need 0 < low < high turns, got low={low}, high={high}")
-    turns = [sys.executable, "-m", "benchmarks.turn_cpu", "--turns"]
+    where = [] if pg is None else ["--pg", pg]
+    turns = [sys.executable, "-m", "benchmarks.turn_cpu", *where, "--turns"]
     return (count([*turns, str(high)], cwd) - count([*turns, str(low)], cwd)) / (high - low)
 
 
@@ -84,9 +87,10 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.instructions")
     parser.add_argument("--low", type=int, default=20)
     parser.add_argument("--high", type=int, default=80)
+    parser.add_argument("--pg", default=None, help="a PostgreSQL URL: count a turn there")
     args = parser.parse_args(argv)
     root = Path(__file__).resolve().parents[1]
-    value = per_turn(root, low=args.low, high=args.high)
+    value = per_turn(root, low=args.low, high=args.high, pg=args.pg)
     print(json.dumps({"low": args.low, "high": args.high, "per_turn": value}))
 
 

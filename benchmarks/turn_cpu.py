@@ -1,7 +1,11 @@
 """CPU per turn, every thread counted: one long conversation of `benchmarks.turns`'s
-workload (instant models, SQLite), timed with `time.process_time()` around each `handle`.
+workload (instant models, SQLite, or PostgreSQL with `--pg`), timed with
+`time.process_time()` around each `handle`.
 
-    python -m benchmarks.turn_cpu --turns 130
+    python -m benchmarks.turn_cpu --turns 130 [--pg postgresql://USER@HOST/DB]
+
+With `--pg` the conversation runs in a fresh database on that server, dropped afterwards;
+the figures are this process's CPU, not the server's.
 
 Wall time on a shared 2-core machine mostly measures the other processes; the process's
 CPU clock counts the SQLite writer thread and the event loop alike and is what the A/B of
@@ -18,23 +22,36 @@ import logging
 import statistics
 import tempfile
 import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
 import structlog
 
-from benchmarks.turns import BILLING, _model, _user_message
+from benchmarks.turns import BILLING, _model, _user_message, pg_database
 from frontdesk.experts.providers import FunctionModel
 from frontdesk.orchestrator import Orchestrator
 
 WINDOWS = {"cpu10_ms": (6, 15), "cpu100_ms": (76, 125), "cpu1000_ms": (951, 1000)}
 
 
-async def run(turns: int) -> dict[str, Any]:
-    """One conversation of `turns` turns; the CPU figures."""
-    cpu: list[float] = []
+@asynccontextmanager
+async def _store(pg: str | None) -> AsyncIterator[str]:
+    """A fresh store: a SQLite file in a temporary folder, or a database on `pg`'s server."""
+    if pg is not None:
+        async with pg_database(pg) as url:
+            yield url
+        return
     with tempfile.TemporaryDirectory(prefix="frontdesk-cpu-") as tmp:
-        store = f"sqlite:///{Path(tmp) / 'cpu.db'}"
+        yield f"sqlite:///{Path(tmp) / 'cpu.db'}"
+
+
+async def run(turns: int, pg: str | None = None) -> dict[str, Any]:
+    """One conversation of `turns` turns (on SQLite, or on the PostgreSQL server of `pg`);
+    the CPU figures."""
+    cpu: list[float] = []
+    async with _store(pg) as store:
         orch = Orchestrator([BILLING], model=FunctionModel(_model), store=store, memory=False)
         try:
             for i in range(1, turns + 1):
@@ -56,9 +73,10 @@ def main(argv: list[str] | None = None) -> None:
     """Run and print the figures."""
     parser = argparse.ArgumentParser(prog="python -m benchmarks.turn_cpu")
     parser.add_argument("--turns", type=int, default=130)
+    parser.add_argument("--pg", default=None, help="a PostgreSQL URL: run there, not SQLite")
     args = parser.parse_args(argv)
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
-    print(json.dumps(asyncio.run(run(args.turns))))
+    print(json.dumps(asyncio.run(run(args.turns, args.pg))))
 
 
 if __name__ == "__main__":

@@ -13,9 +13,9 @@ What belongs here, and only here:
   of SQLAlchemy's pre-ping, three).
 - `Statement`: a prebuilt statement the store and the audit log run on any sync
   `Connection` without asking which driver is under it. On the writer's and the reader's
-  pysqlite connections it runs straight on the driver (same SQL, binds and decoding as
-  SQLAlchemy's, same typed errors); everywhere else, PostgreSQL included, through
-  `Connection.execute`.
+  pysqlite connections, and on asyncpg's inside a transaction, it runs straight on the
+  DBAPI connection (same SQL, binds and decoding as SQLAlchemy's, same typed errors);
+  elsewhere through `Connection.execute`.
 
 Code outside this package never branches on the driver.
 """

@@ -1,14 +1,19 @@
 """`Statement`: a prebuilt statement that its callers run the same way on every database.
 
-On the SQLite writer's and reader's pysqlite connections it runs straight on the driver:
-for a turn's small statements SQLAlchemy's execution layer (execution context, events,
-result wrapping) costs more than SQLite's own work, and every SQLite write runs on that one
-thread, so that cost caps the throughput. Anywhere else (PostgreSQL, the async SQLite
-driver's reads) it goes through `Connection.execute`. The SQL, the parameter order, the
-literal values and the bind and result processing (UTC timestamps, JSON) are SQLAlchemy's
-own, taken from the compiled statement, and driver errors are raised as SQLAlchemy's typed
-errors (`IntegrityError`, `OperationalError`), so retries and checks see the same thing on
-both paths.
+It runs straight on the driver's DBAPI connection where that pays: on the SQLite writer's
+and reader's pysqlite connections, and on PostgreSQL's asyncpg connections inside a
+transaction. For a turn's small statements SQLAlchemy's execution layer (execution context,
+events, result wrapping) costs more than the database's own work: on SQLite every write
+runs on one thread, so that cost caps the throughput; on PostgreSQL it was half of a
+statement's CPU (docs/benchmarks.md). Anywhere else (the async SQLite driver's reads, a
+connection outside a transaction) it goes through `Connection.execute`, and so does a
+PostgreSQL statement while something listens to SQLAlchemy's cursor events (a tracer, a
+statement counter): it sees every statement. The SQL, the parameter order, the literal
+values and the bind and result processing (UTC timestamps, JSON) are SQLAlchemy's own,
+taken from the statement compiled for the connection's dialect, and driver errors are raised
+as SQLAlchemy's typed errors (`IntegrityError`, `OperationalError`; a lost PostgreSQL
+connection invalidated, as SQLAlchemy does), so retries and checks see the same thing on
+every path.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from typing import Any
 
 from sqlalchemy import Connection, DateTime, TypeDecorator
 from sqlalchemy.dialects.sqlite.pysqlite import SQLiteDialect_pysqlite
+from sqlalchemy.engine import Dialect
 from sqlalchemy.exc import DBAPIError, StatementError
 from sqlalchemy.sql.expression import Executable
 
@@ -32,13 +38,14 @@ TIMESTAMPS_REMEMBERED = 4096
 """Per timestamp column of a statement: how many decoded values are kept by their text."""
 
 
-def _result_processor(kind: Any) -> Callable[[Any], Any] | None:
-    """SQLAlchemy's decoding of a result column of type `kind` on pysqlite; a timestamp's
-    is remembered by its text (a turn reads its thread's timestamps again every turn, and
-    parsing one costs 30 times the lookup; a `datetime` is immutable, so it can be shared)."""
-    process = kind.dialect_impl(_PYSQLITE).result_processor(_PYSQLITE, None)
+def _result_processor(kind: Any, dialect: Dialect, driver_type: Any) -> Callable[[Any], Any] | None:
+    """SQLAlchemy's decoding of a result column of type `kind` on `dialect` (the driver
+    reports the column as `driver_type`); a timestamp parsed from text is remembered by its
+    text (a turn reads its thread's timestamps again every turn, and parsing one costs 30
+    times the lookup; a `datetime` is immutable, so it can be shared)."""
+    process = kind.dialect_impl(dialect).result_processor(dialect, driver_type)
     impl = kind.impl_instance if isinstance(kind, TypeDecorator) else kind
-    if process is None or not isinstance(impl, DateTime):
+    if process is None or not isinstance(impl, DateTime) or dialect.driver != "pysqlite":
         return process  # type: ignore[no-any-return]
     return functools.lru_cache(maxsize=TIMESTAMPS_REMEMBERED)(process)
 
@@ -51,20 +58,49 @@ def driver_connection(conn: Connection) -> sqlite3.Connection | None:
     return raw if isinstance(raw, sqlite3.Connection) else None
 
 
+def _dbapi_connection(conn: Connection) -> Any | None:
+    """The DBAPI connection a statement runs straight on, or `None`: then through
+    `Connection.execute` (see the module's docstring for where and why)."""
+    driver = conn.dialect.driver
+    if driver == "pysqlite":
+        return driver_connection(conn)
+    if driver != "asyncpg" or not conn.in_transaction():
+        return None  # Outside a transaction SQLAlchemy's autobegin must see the statement.
+    dispatch = conn.dispatch
+    if dispatch.before_cursor_execute or dispatch.after_cursor_execute:
+        return None
+    return conn.connection.dbapi_connection
+
+
 @contextlib.contextmanager
 def savepoint(conn: Connection) -> Iterator[None]:
     """A savepoint around a step that may fail alone (a turn's lookups in its first
     transaction): rolled back to if the block raises, which then propagates.
 
-    On the SQLite writer's connection it is the driver's own `SAVEPOINT` (as the writer's
-    per-job ones are): SQLAlchemy's `begin_nested` costs more than the lookup it guards.
-    Elsewhere it is `begin_nested`.
+    Where statements run straight on the driver (`_dbapi_connection`) it is the driver's own
+    `SAVEPOINT` (as the SQLite writer's per-job ones are): SQLAlchemy's `begin_nested`
+    costs more than the lookup it guards. Elsewhere it is `begin_nested`.
     """
-    raw = driver_connection(conn)
-    if raw is None:
+    dbapi = _dbapi_connection(conn)
+    if dbapi is None:
         with conn.begin_nested():
             yield
-        return
+    elif isinstance(dbapi, sqlite3.Connection):
+        with _sqlite_savepoint(dbapi):
+            yield
+    else:
+        _on_driver(conn, dbapi, "SAVEPOINT frontdesk_step", ())
+        try:
+            yield
+        except BaseException:
+            if not conn.invalidated:  # A lost connection has no transaction to go back in.
+                _on_driver(conn, dbapi, "ROLLBACK TO SAVEPOINT frontdesk_step", ())
+            raise
+        _on_driver(conn, dbapi, "RELEASE SAVEPOINT frontdesk_step", ())
+
+
+@contextlib.contextmanager
+def _sqlite_savepoint(raw: sqlite3.Connection) -> Iterator[None]:
     raw.execute("SAVEPOINT frontdesk_step")
     try:
         yield
@@ -76,11 +112,98 @@ def savepoint(conn: Connection) -> Iterator[None]:
     raw.execute("RELEASE frontdesk_step")
 
 
+def _on_driver(conn: Connection, dbapi: Any, sql: str, args: Any, *, many: bool = False) -> Any:
+    """Run `sql` on `conn`'s DBAPI connection `dbapi` (`many`: once per row of `args`); the
+    cursor, or the driver's error as SQLAlchemy raises it (`_error`)."""
+    cursor = dbapi.cursor()
+    try:
+        if many:
+            cursor.executemany(sql, args)
+        else:
+            cursor.execute(sql, args)
+    except conn.dialect.loaded_dbapi.Error as e:
+        raise _error(conn, dbapi, cursor, sql, e) from e
+    return cursor
+
+
+def _error(conn: Connection, dbapi: Any, cursor: Any, sql: str, error: Exception) -> StatementError:
+    """The driver's `error` as SQLAlchemy raises it; a PostgreSQL connection it found lost is
+    invalidated, as SQLAlchemy does, so the transaction runs again on a new one (the SQLite
+    writer keeps or replaces its own connection)."""
+    dialect = conn.dialect
+    lost = dialect.driver == "asyncpg" and dialect.is_disconnect(error, dbapi, cursor)  # type: ignore[arg-type]
+    if lost:
+        conn.invalidate(error)
+    return DBAPIError.instance(
+        sql,
+        None,
+        error,
+        dialect.loaded_dbapi.Error,
+        hide_parameters=True,
+        connection_invalidated=lost,
+        dialect=dialect,
+    )
+
+
+class _Plan:
+    """A statement compiled for one dialect: the SQL its driver runs, the bind values in
+    the driver's order (literal defaults filled in, bind processing applied) and the
+    decoding of its result rows."""
+
+    def __init__(self, statement: Executable, dialect: Dialect, keys: list[str] | None) -> None:
+        compiled = statement.compile(dialect=dialect, column_keys=keys)  # type: ignore[attr-defined]
+        self.dialect = dialect
+        self.sql: str = str(compiled)
+        self._slots = [
+            (
+                name,
+                None if bind.required else bind.effective_value,
+                bind.type.dialect_impl(dialect).bind_processor(dialect),
+            )
+            for name, bind in ((name, compiled.binds[name]) for name in compiled.positiontup or ())
+        ]
+        self._kinds = [(column.keyname, column.type) for column in compiled._result_columns]
+        self._keys = [key for key, _ in self._kinds]
+        # Each typed result column's index, key and decoding, from the first result's
+        # description (a driver's column type can choose the decoding: PostgreSQL's numerics).
+        self._processed: list[tuple[int, str, Callable[[Any], Any]]] | None = None
+
+    def bind(self, params: Mapping[str, Any]) -> tuple[Any, ...]:
+        values = []
+        for name, default, process in self._slots:
+            value = params.get(name, default)
+            values.append(value if process is None else process(value))
+        return tuple(values)
+
+    def decode(self, description: Sequence[Any], row: Sequence[Any]) -> dict[str, Any]:
+        if not self._kinds:  # Textual SQL: no typed columns, the driver's names.
+            return {column[0]: value for column, value in zip(description, row, strict=True)}
+        processed = self._processed
+        if processed is None:
+            processed = self._processed = self._processors(description)
+        decoded = dict(zip(self._keys, row, strict=True))
+        for index, key, process in processed:  # Timestamps, JSON: the typed columns.
+            decoded[key] = process(row[index])
+        return decoded
+
+    def _processors(
+        self, description: Sequence[Any]
+    ) -> list[tuple[int, str, Callable[[Any], Any]]]:
+        last = {key: index for index, key in enumerate(self._keys)}  # A repeated key: the last.
+        found = []
+        for index, (key, kind) in enumerate(self._kinds):
+            process = _result_processor(kind, self.dialect, description[index][1])
+            if process is not None and last[key] == index:
+                found.append((index, key, process))
+        return found
+
+
 class Statement:
     """One prebuilt statement (a PostgreSQL variant if its SQL differs there).
 
     Build it once, at import: building and cache-keying a statement costs more than
-    running it on SQLite.
+    running it on SQLite. It is compiled for SQLite at once and for PostgreSQL at its first
+    run there, with that connection's dialect.
     """
 
     def __init__(
@@ -94,30 +217,11 @@ class Statement:
         `columns`: an INSERT's columns, in the order the driver binds them."""
         self.statement = statement
         self._postgresql = statement if postgresql is None else postgresql
-        keys = None if columns is None else list(columns)
-        compiled = statement.compile(dialect=_PYSQLITE, column_keys=keys)  # type: ignore[attr-defined]
-        self.sql: str = str(compiled)
-        """The SQL run on the driver (SQLAlchemy's own compilation for pysqlite)."""
-        self._slots = [
-            (
-                name,
-                None if bind.required else bind.effective_value,
-                bind.type.dialect_impl(_PYSQLITE).bind_processor(_PYSQLITE),
-            )
-            for name, bind in ((name, compiled.binds[name]) for name in compiled.positiontup or ())
-        ]
-        # Each result column's key and SQLAlchemy's decoding of it (timestamps, JSON), so a
-        # row read on the driver equals the row read through SQLAlchemy.
-        self._columns = [
-            (column.keyname, _result_processor(column.type)) for column in compiled._result_columns
-        ]
-        self._keys = [key for key, _ in self._columns]
-        last = {key: index for index, key in enumerate(self._keys)}  # A repeated key: the last.
-        self._processed = [
-            (index, key, process)
-            for index, (key, process) in enumerate(self._columns)
-            if process is not None and last[key] == index
-        ]
+        self._keys = None if columns is None else list(columns)
+        self._sqlite = _Plan(statement, _PYSQLITE, self._keys)
+        self._plans: dict[type[Dialect], _Plan] = {SQLiteDialect_pysqlite: self._sqlite}
+        self.sql: str = self._sqlite.sql
+        """The SQL run on pysqlite (SQLAlchemy's own compilation for it)."""
 
     def for_dialect(self, name: str) -> Executable:
         """The SQLAlchemy statement run on a database of dialect `name`."""
@@ -125,61 +229,46 @@ class Statement:
 
     def run(self, conn: Connection, params: Mapping[str, Any]) -> int:
         """Run it once with named `params`, for its effect; returns the rows it changed."""
-        raw = driver_connection(conn)
-        if raw is None:
+        dbapi = _dbapi_connection(conn)
+        if dbapi is None:
             return int(conn.execute(self.for_dialect(conn.dialect.name), params).rowcount)
-        return int(self._on_driver(raw, params).rowcount)
+        plan = self._plan(conn.dialect)
+        return int(_on_driver(conn, dbapi, plan.sql, plan.bind(params)).rowcount)
 
     def run_many(self, conn: Connection, rows: Sequence[Mapping[str, Any]]) -> None:
         """Run it once per row of named parameters (`rows` not empty)."""
-        raw = driver_connection(conn)
-        if raw is None:
+        dbapi = _dbapi_connection(conn)
+        if dbapi is None:
             conn.execute(self.for_dialect(conn.dialect.name), list(rows))
             return
-        try:
-            raw.executemany(self.sql, [self._bind(row) for row in rows])
-        except sqlite3.Error as e:
-            raise self._error(e) from e
+        plan = self._plan(conn.dialect)
+        _on_driver(conn, dbapi, plan.sql, [plan.bind(row) for row in rows], many=True)
 
     def rows(self, conn: Connection, params: Mapping[str, Any]) -> list[dict[str, Any]]:
         """Run it and return every result row, keyed like SQLAlchemy's `.mappings()`."""
-        raw = driver_connection(conn)
-        if raw is None:
+        dbapi = _dbapi_connection(conn)
+        if dbapi is None:
             result = conn.execute(self.for_dialect(conn.dialect.name), params)
             return [dict(row) for row in result.mappings()]
-        cursor = self._on_driver(raw, params)
-        return [self._decode(cursor, row) for row in cursor.fetchall()]
+        plan = self._plan(conn.dialect)
+        cursor = _on_driver(conn, dbapi, plan.sql, plan.bind(params))
+        description = cursor.description
+        return [plan.decode(description, row) for row in cursor.fetchall()]
 
     def first(self, conn: Connection, params: Mapping[str, Any]) -> dict[str, Any] | None:
         """Run it and return its first result row (keyed as in `rows`), or `None`."""
-        raw = driver_connection(conn)
-        if raw is None:
+        dbapi = _dbapi_connection(conn)
+        if dbapi is None:
             found = conn.execute(self.for_dialect(conn.dialect.name), params).mappings().first()
             return None if found is None else dict(found)
-        cursor = self._on_driver(raw, params)
+        plan = self._plan(conn.dialect)
+        cursor = _on_driver(conn, dbapi, plan.sql, plan.bind(params))
         row = cursor.fetchone()
-        return None if row is None else self._decode(cursor, row)
+        return None if row is None else plan.decode(cursor.description, row)
 
-    def _on_driver(self, raw: sqlite3.Connection, params: Mapping[str, Any]) -> sqlite3.Cursor:
-        try:
-            return raw.execute(self.sql, self._bind(params))
-        except sqlite3.Error as e:
-            raise self._error(e) from e
-
-    def _bind(self, params: Mapping[str, Any]) -> tuple[Any, ...]:
-        values = []
-        for name, default, process in self._slots:
-            value = params.get(name, default)
-            values.append(value if process is None else process(value))
-        return tuple(values)
-
-    def _decode(self, cursor: sqlite3.Cursor, row: Sequence[Any]) -> dict[str, Any]:
-        if not self._columns:  # Textual SQL: no typed columns, the driver's names.
-            return {column[0]: value for column, value in zip(cursor.description, row, strict=True)}
-        decoded = dict(zip(self._keys, row, strict=True))
-        for index, key, process in self._processed:  # Timestamps, JSON: the typed columns.
-            decoded[key] = process(row[index])
-        return decoded
-
-    def _error(self, error: sqlite3.Error) -> StatementError:
-        return DBAPIError.instance(self.sql, None, error, sqlite3.Error, hide_parameters=True)
+    def _plan(self, dialect: Dialect) -> _Plan:
+        plan = self._plans.get(type(dialect))
+        if plan is None:
+            statement = self.for_dialect(dialect.name)
+            plan = self._plans[type(dialect)] = _Plan(statement, dialect, self._keys)
+        return plan
