@@ -1105,15 +1105,13 @@ class AuditLog:
             ids = sorted(set(ids) | extra)
         verdicts = []
         for cid in ids:
-            # The head first: rows appended after it only lengthen the chain past it, while a
-            # head read after the rows may count rows committed in between ("truncated").
-            head = await self._head(cid)
             rows = await self.events(cid)
             prompts = {
                 r.prompt_sha256: r.system_prompt or ""
                 for r in rows
                 if r.prompt_sha256 and r.system_prompt is not None
             }
+            head = await self._head(cid)
             anchor = (anchors or {}).get(cid)
             verdict = verify_chain(cid, rows, head=head, prompts=prompts, anchor=anchor)
             verdict = _check_blobs(verdict, rows)
