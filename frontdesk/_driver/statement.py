@@ -218,9 +218,9 @@ class Statement:
         self.statement = statement
         self._postgresql = statement if postgresql is None else postgresql
         self._keys = None if columns is None else list(columns)
-        self._sqlite = _Plan(statement, _PYSQLITE, self._keys)
-        self._plans: dict[type[Dialect], _Plan] = {SQLiteDialect_pysqlite: self._sqlite}
-        self.sql: str = self._sqlite.sql
+        sqlite = _Plan(statement, _PYSQLITE, self._keys)
+        self._plans: dict[type[Dialect], _Plan] = {SQLiteDialect_pysqlite: sqlite}
+        self.sql: str = sqlite.sql
         """The SQL run on pysqlite (SQLAlchemy's own compilation for it)."""
 
     def for_dialect(self, name: str) -> Executable:

@@ -18,16 +18,16 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
-from pydantic import BaseModel
 from sqlalchemy import Connection, event
 from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from frontdesk import Category, HandlerContext, Orchestrator, Outcome
+from frontdesk import Orchestrator
 from frontdesk._driver import Statement, savepoint
 from frontdesk.db import create_engine, dispose_engine
-from frontdesk.experts.providers import FunctionModel, ModelRequest
+from frontdesk.experts.providers import FunctionModel
 from frontdesk.threads._tx import run_sync_tx
+from tests.orchestrator.test_turn_statements import BILLING, model
 
 pytestmark = [pytest.mark.anyio, pytest.mark.postgres]
 
@@ -262,22 +262,3 @@ async def test_outside_a_transaction_sqlalchemy_begins_it_and_commit_keeps_the_w
     async with engine.begin() as conn:
         rows = await conn.run_sync(lambda c: _SELECT.rows(c, {"body": "autobegun"}))
     assert len(rows) == 1
-
-
-class Refund(BaseModel):
-    order_id: str
-
-
-async def refund(request: BaseModel, context: HandlerContext) -> Outcome:
-    return Outcome(instruction="Say the refund is on its way.")
-
-
-BILLING = Category(name="BILLING", description="Refunds", request=Refund, handler=refund)
-
-
-def model(request: ModelRequest) -> Any:
-    if request.expert == "triage":
-        return {"category": "BILLING", "reason": "test"}
-    if request.expert == "request":
-        return {"request": {"order_id": "A-1"}}
-    return "The refund is on its way."
