@@ -1026,54 +1026,60 @@ class AuditLog:
         Encrypted payloads are decrypted as they are read (`payload`); with
         `decrypt=False` their content fields read as `[encrypted]` and no key is needed.
         """
+        async with self._read() as conn:
+            return await self._events(conn, conversation_id, decrypt=decrypt)
+
+    async def _events(
+        self, conn: AsyncConnection, conversation_id: str, *, decrypt: bool = True
+    ) -> list[StoredAuditEvent]:
+        """`events`, read on `conn` (in its transaction, so beside the head of the same read)."""
         query = (
             select(audit_event)
             .where(audit_event.c.conversation_id == conversation_id)
             .order_by(audit_event.c.seq)
         )
-        async with self._read() as conn:
-            result = list(await conn.execute(query))
-            # Digests are stored as bytes, prompts keyed by hex: joined here, not in SQL.
-            digests = [id_text(r.prompt_sha256, PROMPT_DIGEST) for r in result]
-            wanted = sorted({d for d in digests if d is not None})
-            prompts: dict[str, str] = {}
-            if wanted:
-                found = await conn.execute(
-                    select(audit_prompt.c.sha256, audit_prompt.c.text_json).where(
-                        audit_prompt.c.sha256.in_(wanted)
-                    )
+        result = list(await conn.execute(query))
+        # Digests are stored as bytes, prompts keyed by hex: joined here, not in SQL.
+        digests = [id_text(r.prompt_sha256, PROMPT_DIGEST) for r in result]
+        wanted = sorted({d for d in digests if d is not None})
+        prompts: dict[str, str] = {}
+        if wanted:
+            found = await conn.execute(
+                select(audit_prompt.c.sha256, audit_prompt.c.text_json).where(
+                    audit_prompt.c.sha256.in_(wanted)
                 )
-                prompts = {sha: json.loads(text_json) for sha, text_json in found}
-            texts = [_stored_text(r.payload_json) for r in result]
-            kids = [str(json.loads(t).get("kid")) for t in texts if crypto.is_envelope_text(t)]
-            opener = None
-            if kids:
-                key_rows = await conn.run_sync(crypto.load_rows, kids)
-                opener = PayloadOpener(self._keys, key_rows, decrypt=decrypt)
-            hashes = [hash_hex(r.hash) for r in result]
-            # A row's link is not stored: it is the hash of the row before it in this order.
-            links = [GENESIS_HASH, *hashes][: len(hashes)]
-            stored = [
-                StoredAuditEvent(
-                    conversation_id=r.conversation_id,
-                    seq=r.seq,
-                    event_id=str(id_text(r.event_id)),
-                    kind=r.kind,
-                    turn_id=str(id_text(r.turn_id)),
-                    created_at=time_text(r.created_at),
-                    payload_json=text,
-                    prompt_sha256=sha,
-                    prev_hash=prev,
-                    hash=digest,
-                    system_prompt=None if sha is None else prompts.get(sha),
-                    opener=opener,
-                )
-                for r, text, prev, digest, sha in zip(
-                    result, texts, links, hashes, digests, strict=True
-                )
-            ]
-            await conn.run_sync(_expand_all, stored, opener)
-            return stored
+            )
+            prompts = {sha: json.loads(text_json) for sha, text_json in found}
+        texts = [_stored_text(r.payload_json) for r in result]
+        kids = [str(json.loads(t).get("kid")) for t in texts if crypto.is_envelope_text(t)]
+        opener = None
+        if kids:
+            key_rows = await conn.run_sync(crypto.load_rows, kids)
+            opener = PayloadOpener(self._keys, key_rows, decrypt=decrypt)
+        hashes = [hash_hex(r.hash) for r in result]
+        # A row's link is not stored: it is the hash of the row before it in this order.
+        links = [GENESIS_HASH, *hashes][: len(hashes)]
+        stored = [
+            StoredAuditEvent(
+                conversation_id=r.conversation_id,
+                seq=r.seq,
+                event_id=str(id_text(r.event_id)),
+                kind=r.kind,
+                turn_id=str(id_text(r.turn_id)),
+                created_at=time_text(r.created_at),
+                payload_json=text,
+                prompt_sha256=sha,
+                prev_hash=prev,
+                hash=digest,
+                system_prompt=None if sha is None else prompts.get(sha),
+                opener=opener,
+            )
+            for r, text, prev, digest, sha in zip(
+                result, texts, links, hashes, digests, strict=True
+            )
+        ]
+        await conn.run_sync(_expand_all, stored, opener)
+        return stored
 
     async def heads(self) -> dict[str, Head]:
         """Each conversation's head (last seq and hash): keep a copy elsewhere as an anchor."""
@@ -1105,13 +1111,12 @@ class AuditLog:
             ids = sorted(set(ids) | extra)
         verdicts = []
         for cid in ids:
-            rows = await self.events(cid)
+            head, rows = await self._head_and_rows(cid)
             prompts = {
                 r.prompt_sha256: r.system_prompt or ""
                 for r in rows
                 if r.prompt_sha256 and r.system_prompt is not None
             }
-            head = await self._head(cid)
             anchor = (anchors or {}).get(cid)
             verdict = verify_chain(cid, rows, head=head, prompts=prompts, anchor=anchor)
             verdict = _check_blobs(verdict, rows)
@@ -1120,13 +1125,27 @@ class AuditLog:
             verdicts.append(verdict)
         return VerifyReport(verdicts)
 
-    async def _head(self, conversation_id: str) -> Head | None:
+    async def _head_and_rows(
+        self, conversation_id: str
+    ) -> tuple[Head | None, list[StoredAuditEvent]]:
+        """A conversation's head and rows as of one moment.
+
+        Read in two statements of two snapshots, a live conversation (a background job
+        appending) would fail: rows committed between them read as a truncated tail (head
+        after the rows) or as rows inserted beyond the head (head before them). SQLite's
+        read transaction is one snapshot; PostgreSQL's needs `REPEATABLE READ` for that
+        (its default, `READ COMMITTED`, takes one per statement).
+        """
         async with self._read() as conn:
-            row = (
-                await conn.execute(
-                    select(audit_head.c.seq, audit_head.c.hash).where(
-                        audit_head.c.conversation_id == conversation_id
+            if conn.dialect.name != "sqlite":
+                await conn.execution_options(isolation_level="REPEATABLE READ")
+            async with conn.begin():
+                found = (
+                    await conn.execute(
+                        select(audit_head.c.seq, audit_head.c.hash).where(
+                            audit_head.c.conversation_id == conversation_id
+                        )
                     )
-                )
-            ).first()
-        return None if row is None else Head(row.seq, hash_hex(row.hash))
+                ).first()
+                head = None if found is None else Head(found.seq, hash_hex(found.hash))
+                return head, await self._events(conn, conversation_id)

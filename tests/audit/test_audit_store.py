@@ -80,6 +80,30 @@ async def test_odd_text_round_trips_and_verifies(audit_log: AuditLog, conv_id: s
     assert (await audit_log.verify(conv_id)).ok
 
 
+async def test_rows_appended_while_verify_reads_are_not_a_truncation(
+    audit_log: AuditLog, conv_id: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A live conversation (a background job appending) verifies: the head and the rows
+    are read in one snapshot, so rows committed between the two reads are in neither."""
+    first = AuditEvent(kind="turn_started", turn_id="t1", payload={"text": "one"})
+    await audit_log.append(conv_id, [first])
+    read_rows = audit_log._events
+    appended = []
+
+    async def append_then_read(conn: Any, cid: str, **kwargs: Any) -> Any:
+        later = AuditEvent(kind="turn_started", turn_id="t2", payload={"text": "two"})
+        await audit_log.append(cid, [later])  # Committed after the head was read.
+        appended.append(later)
+        return await read_rows(conn, cid, **kwargs)
+
+    monkeypatch.setattr(audit_log, "_events", append_then_read)
+    report = await audit_log.verify(conv_id)
+    assert appended and report.ok, report
+    assert report.conversations[0].rows == 1  # As of the head's moment, not the append's.
+    monkeypatch.undo()
+    assert (await audit_log.verify(conv_id)).ok and len(await audit_log.events(conv_id)) == 2
+
+
 async def test_nan_payload_is_a_typed_error(audit_log: AuditLog, conv_id: str) -> None:
     event = AuditEvent(kind="turn_started", turn_id="t1", payload={"x": math.nan})
     with pytest.raises(AuditPayloadError, match="NaN"):
