@@ -72,7 +72,7 @@ _GIVE_BACK = Statement(
 )
 # The fence: the lease is still this holder's (same owner, same token), row-locked until the
 # transaction ends, so no one can take it over between the check and the commit.
-_FENCE = Statement(
+_FENCED = (
     sa.update(_lease)
     .where(
         _lease.c.name == sa.bindparam("lease_name"),
@@ -82,6 +82,11 @@ _FENCE = Statement(
     )
     .values(expires_at=sa.bindparam("expires"))
 )
+_FENCE = Statement(_FENCED)
+FENCE_CTE = _FENCED.returning(_lease.c.token).cte("fence")
+"""The fence as the CTE of one PostgreSQL statement (a write that needs the lease selects
+`FROM` it): one row while the lease holds, row-locked until that statement's transaction
+ends; none when it was lost. Its parameters: `TurnLease.fence_params`."""
 _RENEW = (
     sa.update(_lease)
     .where(
@@ -132,21 +137,30 @@ def fence(
         LeaseLost: another owner took the lease over (it had expired), or it was given back;
             the caller's transaction must roll back.
     """
-    params = {
+    held = _FENCE.run(conn, _fence_params(name, owner, token, ttl, give_back=give_back)) == 1
+    if not held:
+        raise _lost(subject, token)
+
+
+def _fence_params(
+    name: str, owner: str, token: int, ttl: float, *, give_back: bool = False
+) -> dict[str, Any]:
+    return {
         "lease_name": name,
         "lease_owner": owner,
         "lease_token": token,
         "expires": 0.0 if give_back else time.time() + ttl,
     }
-    held = _FENCE.run(conn, params) == 1
-    if not held:
-        raise LeaseLost(
-            f"the turn on conversation {subject!r} lost its lease (fencing token {token}) to "
-            "another turn while it ran, so none of its writes were kept; retry with the same "
-            "client_message_id",
-            conversation_id=subject,
-            token=token,
-        )
+
+
+def _lost(subject: str, token: int | None) -> LeaseLost:
+    return LeaseLost(
+        f"the turn on conversation {subject!r} lost its lease (fencing token {token}) to "
+        "another turn while it ran, so none of its writes were kept; retry with the same "
+        "client_message_id",
+        conversation_id=subject,
+        token=token,
+    )
 
 
 async def try_lease(engine: AsyncEngine, name: str, owner: str, ttl: float) -> bool:
@@ -257,13 +271,29 @@ class TurnLease:
         Raises:
             LeaseLost: another owner took the lease over; roll the transaction back.
         """
+        token = self._taken()
+        fence(conn, self.name, self.owner, token, self.ttl, self.subject, give_back=give_back)
+
+    def fence_params(self) -> dict[str, Any]:
+        """The parameters of `FENCE_CTE` for this claim (renewing it).
+
+        Raises:
+            LeaseLost: the lease was never taken.
+        """
+        return _fence_params(self.name, self.owner, self._taken(), self.ttl)
+
+    def _taken(self) -> int:
         if self.token is None:
             raise LeaseLost(
                 f"the lease on conversation {self.subject!r} was never taken; take it first",
                 conversation_id=self.subject,
                 token=None,
             )
-        fence(conn, self.name, self.owner, self.token, self.ttl, self.subject, give_back=give_back)
+        return self.token
+
+    def lost(self) -> LeaseLost:
+        """The error of a fenced write that found the lease taken over (`FENCE_CTE` empty)."""
+        return _lost(self.subject, self.token)
 
     async def release(self, last: Callable[[Connection], T]) -> T:
         """Check the fence, run `last` (sync SQL) and give the lease back, in one transaction.

@@ -19,6 +19,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from frontdesk._driver import Statement
 from frontdesk.errors import SAFE_REPLY
 from frontdesk.threads import _writes, handoff
+from frontdesk.threads._lease import FENCE_CTE
 from frontdesk.threads._records import MessageRecord
 from frontdesk.threads.handoff import Opened
 from frontdesk.threads.models import Conversation, Message, TurnOutcomeRow, utcnow
@@ -114,28 +115,56 @@ def save(conn: Connection, outcome: TurnOutcome) -> Opened | None:
         outcome.handoff is not None
         and _EXISTS.first(conn, {"user_message_id": outcome.user_message_id}) is None
     )
-    _SAVE.run(
-        conn,
-        {
-            "user_message_id": outcome.user_message_id,
-            "conversation_id": outcome.conversation_id,
-            "category": outcome.category,
-            "request": outcome.request,
-            "need_more_info": outcome.need_more_info,
-            "instruction": outcome.instruction,
-            "data": outcome.data,
-            "handler_ran": outcome.handler_ran,
-            "handoff": outcome.handoff,
-            "handler_failed": outcome.handler_failed,
-            "usage": outcome.usage,
-            "models": outcome.models,
-            "sources": outcome.sources or None,
-            "created_at": utcnow(),
-        },
-    )
+    _SAVE.run(conn, _params(outcome))
     if first and outcome.handoff is not None:
         return handoff.open_in(conn, outcome.conversation_id, outcome.handoff)
     return None
+
+
+def _params(outcome: TurnOutcome) -> dict[str, Any]:
+    return {
+        "user_message_id": outcome.user_message_id,
+        "conversation_id": outcome.conversation_id,
+        "category": outcome.category,
+        "request": outcome.request,
+        "need_more_info": outcome.need_more_info,
+        "instruction": outcome.instruction,
+        "data": outcome.data,
+        "handler_ran": outcome.handler_ran,
+        "handoff": outcome.handoff,
+        "handler_failed": outcome.handler_failed,
+        "usage": outcome.usage,
+        "models": outcome.models,
+        "sources": outcome.sources or None,
+        "created_at": utcnow(),
+    }
+
+
+def _fenced_upsert() -> Any:
+    """`_upsert` on PostgreSQL, behind the lease's fence, in one statement: the row is
+    selected `FROM` the fence's CTE, so it is written only while the lease holds."""
+    row = sa.select(*(sa.bindparam(c.name, type_=c.type) for c in _out.c)).select_from(FENCE_CTE)
+    stmt = postgresql.insert(_out).from_select(_OUTCOME_COLUMNS, row)
+    return stmt.on_conflict_do_update(
+        index_elements=[_out.c.user_message_id],
+        set_={
+            "usage": stmt.excluded.usage,
+            "models": stmt.excluded.models,
+            "sources": stmt.excluded.sources,
+        },
+    ).returning(_out.c.user_message_id)
+
+
+_SAVE_FENCED = Statement(_fenced_upsert(), sqlite=False)
+
+
+def save_fenced(conn: Connection, outcome: TurnOutcome, fence: dict[str, Any]) -> bool:
+    """PostgreSQL: store `outcome` (as `save`, without a hand-off) behind the lease fence
+    of `fence` (`TurnLease.fence_params`) in one statement, which can run alone (its own
+    transaction: no BEGIN or COMMIT of its own to wait for). Returns whether the lease
+    held; when it did not, nothing was written."""
+    assert outcome.handoff is None, "a hand-off opens in a transaction: use `save`"
+    return _SAVE_FENCED.first(conn, {**_params(outcome), **fence}) is not None
 
 
 # Whether a turn's outcome is stored already (read only for an outcome that hands off).

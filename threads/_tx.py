@@ -23,7 +23,7 @@ from tenacity import (
     wait_exponential_jitter,
 )
 
-from frontdesk.db import read_transaction, run_read, run_write, write_slot
+from frontdesk.db import read_transaction, run_alone, run_read, run_write, write_slot
 from frontdesk.threads.errors import StoreError, StoreUnavailable
 
 T = TypeVar("T")
@@ -129,10 +129,12 @@ async def run_sync_tx(
     work: Callable[[Connection], T],
     *,
     readonly: bool = False,
+    alone: bool = False,
     attempts: int = ATTEMPTS,
 ) -> T:
     """`run_tx` for SQL written sync: a write or a read runs in one hop
-    (`frontdesk.db.run_write`, `frontdesk.db.run_read`).
+    (`frontdesk.db.run_write`, `frontdesk.db.run_read`); with `alone`, `work` is one
+    statement, its own transaction (`frontdesk.db.run_alone`).
 
     Raises:
         StoreUnavailable: a transient failure outlived the retries.
@@ -140,4 +142,6 @@ async def run_sync_tx(
     """
     if readonly:
         return await _attempts(lambda: run_read(engine, work), attempts)
+    if alone:
+        return await _attempts(lambda: run_alone(engine, work), attempts)
     return await _attempts(lambda: run_write(engine, work), attempts)

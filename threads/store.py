@@ -421,6 +421,17 @@ class ConversationStore:
             LeaseLost: `lease` was taken over meanwhile; nothing was written.
         """
 
+        if lease is not None and outcome.handoff is None and self.engine.dialect.name != "sqlite":
+            fenced = lease
+
+            def alone(conn: Connection) -> None:
+                if not _outcomes.save_fenced(conn, outcome, fenced.fence_params()):
+                    raise fenced.lost()
+
+            # One statement, fence and write: its own transaction, no BEGIN or COMMIT.
+            await run_sync_tx(self.engine, alone, alone=True)
+            return None
+
         def work(conn: Connection) -> Opened | None:
             if lease is not None:
                 lease.fence(conn)

@@ -212,16 +212,21 @@ class Statement:
         *,
         postgresql: Executable | None = None,
         columns: Sequence[str] | None = None,
+        sqlite: bool = True,
     ) -> None:
         """`statement` for SQLite (and every database unless `postgresql` is given);
-        `columns`: an INSERT's columns, in the order the driver binds them."""
+        `columns`: an INSERT's columns, in the order the driver binds them; `sqlite=False`:
+        a statement only PostgreSQL runs (a write inside a CTE), never compiled for SQLite."""
         self.statement = statement
         self._postgresql = statement if postgresql is None else postgresql
         self._keys = None if columns is None else list(columns)
-        sqlite = _Plan(statement, _PYSQLITE, self._keys)
-        self._plans: dict[type[Dialect], _Plan] = {SQLiteDialect_pysqlite: sqlite}
-        self.sql: str = sqlite.sql
+        self._plans: dict[type[Dialect], _Plan] = {}
+        self.sql: str = ""
         """The SQL run on pysqlite (SQLAlchemy's own compilation for it)."""
+        if sqlite:
+            plan = self._plans[SQLiteDialect_pysqlite] = _Plan(statement, _PYSQLITE, self._keys)
+            self.sql = plan.sql
+        self._sqlite = sqlite
 
     def for_dialect(self, name: str) -> Executable:
         """The SQLAlchemy statement run on a database of dialect `name`."""
@@ -269,6 +274,8 @@ class Statement:
     def _plan(self, dialect: Dialect) -> _Plan:
         plan = self._plans.get(type(dialect))
         if plan is None:
+            if dialect.name == "sqlite" and not self._sqlite:
+                raise TypeError("this statement runs on PostgreSQL only (SQLite has no CTE writes)")
             statement = self.for_dialect(dialect.name)
             plan = self._plans[type(dialect)] = _Plan(statement, dialect, self._keys)
         return plan

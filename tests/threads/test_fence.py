@@ -3,6 +3,7 @@ whose lease was taken over writes nothing in its last transaction."""
 
 from __future__ import annotations
 
+import dataclasses
 import time
 import uuid
 
@@ -14,7 +15,7 @@ from sqlalchemy import Connection
 from frontdesk.errors import SAFE_REPLY
 from frontdesk.threads.errors import ConversationNotFound, LeaseLost
 from frontdesk.threads.models import Lease
-from frontdesk.threads.store import ConversationStore
+from frontdesk.threads.store import ConversationStore, TurnOutcome
 
 pytestmark = pytest.mark.anyio
 
@@ -133,3 +134,42 @@ async def test_a_slow_turn_keeps_its_lease_by_its_heartbeat(store: ConversationS
     await nxt.take()  # Given back at once.
     assert time.monotonic() - waited < 0.5
     await nxt.aclose()
+
+
+async def test_an_outcome_is_stored_only_while_its_lease_holds(store: ConversationStore) -> None:
+    """The outcome (what a handler decided, stored before the reply) is fenced like the
+    reply: on PostgreSQL fence and write are one statement run alone, on SQLite two in a
+    transaction; either way a taken-over turn stores nothing, and a held one renews."""
+    c = conv()
+    held = store.turn_lease(c, ttl=30)
+    start = await store.start_turn(c, "transfer 100", lease=held, client_message_id="m-1")
+    question = start.message.id
+    outcome = TurnOutcome(
+        user_message_id=question,
+        conversation_id=c,
+        category="TRANSFER",
+        request={"amount": 100},
+        instruction="Say it was sent.",
+        data={"reference": "T-1"},
+        handler_ran=True,
+        usage={"triage": {"input_tokens": 3}},
+    )
+    await _expire(store, held.name)  # Stalled, but no one took over: the fence renews it.
+    assert await store.save_outcome(outcome, lease=held) is None
+    assert not await store.try_lease(held.name, "intruder", ttl=1)
+    again = dataclasses.replace(outcome, data={"reference": "T-2"}, usage={"triage": {"n": 9}})
+    await store.save_outcome(again, lease=held)  # A retry: only the usage changes.
+    stored = (await store.turn_record(question)).outcome
+    assert stored is not None and stored.data == {"reference": "T-1"}
+    assert stored.usage == {"triage": {"n": 9}} and stored.handler_ran
+
+    later = (await store.start_turn(c, "and 50 more", lease=held)).message.id
+    await _expire(store, held.name)
+    other = store.turn_lease(c, timeout=1)
+    await other.take()  # Took over.
+    lost = dataclasses.replace(outcome, user_message_id=later)
+    with pytest.raises(LeaseLost) as caught:
+        await store.save_outcome(lost, lease=held)
+    assert caught.value.retryable and caught.value.token == held.token
+    assert (await store.turn_record(later)).outcome is None
+    await other.aclose()
