@@ -254,8 +254,27 @@ _SET_LEAF = Statement(
 )
 
 
+def _insert_as_leaf() -> Any:
+    """PostgreSQL: the message inserted and made its conversation's leaf in one statement
+    (the UPDATE reads the id from the INSERT, a CTE): a round trip fewer, twice a turn."""
+    names = MessageRecord.__slots__
+    # Binds named `new_<column>`: an UPDATE reserves its own table's column names (`id`).
+    row = sa.select(*(sa.bindparam(f"new_{name}", type_=_msg.c[name].type) for name in names))
+    added = postgresql.insert(_msg).from_select(names, row)
+    new = added.returning(_msg.c.id, _msg.c.conversation_id).cte("new_message")
+    return (
+        sa.update(_conv).where(_conv.c.id == new.c.conversation_id).values(active_leaf_id=new.c.id)
+    )
+
+
+_INSERT_AS_LEAF = Statement(_insert_as_leaf(), sqlite=False)
+
+
 def write(conn: Connection, record: MessageRecord) -> None:
     """Insert `record` and make it its conversation's active leaf."""
+    if conn.dialect.name == "postgresql":
+        _INSERT_AS_LEAF.run(conn, {f"new_{k}": v for k, v in _as_row(record).items()})
+        return
     _INSERT_MESSAGE.run(conn, _as_row(record))
     _SET_LEAF.run(conn, {"conversation": record.conversation_id, "leaf": record.id})
 
