@@ -84,7 +84,11 @@ class TurnRecord:
 def _upsert(insert: Any) -> Any:
     """Insert an outcome; when one is stored already, change only its usage, models and
     sources."""
-    stmt = insert(_out)
+    return _on_conflict(insert(_out))
+
+
+def _on_conflict(stmt: Any) -> Any:
+    """`stmt`, an outcome's INSERT, as `_upsert`'s upsert."""
     return stmt.on_conflict_do_update(
         index_elements=[_out.c.user_message_id],
         set_={
@@ -145,14 +149,7 @@ def _fenced_upsert() -> Any:
     selected `FROM` the fence's CTE, so it is written only while the lease holds."""
     row = sa.select(*(sa.bindparam(c.name, type_=c.type) for c in _out.c)).select_from(FENCE_CTE)
     stmt = postgresql.insert(_out).from_select(_OUTCOME_COLUMNS, row)
-    return stmt.on_conflict_do_update(
-        index_elements=[_out.c.user_message_id],
-        set_={
-            "usage": stmt.excluded.usage,
-            "models": stmt.excluded.models,
-            "sources": stmt.excluded.sources,
-        },
-    ).returning(_out.c.user_message_id)
+    return _on_conflict(stmt).returning(_out.c.user_message_id)
 
 
 _SAVE_FENCED = Statement(_fenced_upsert(), sqlite=False)

@@ -226,7 +226,6 @@ class Statement:
         if sqlite:
             plan = self._plans[SQLiteDialect_pysqlite] = _Plan(statement, _PYSQLITE, self._keys)
             self.sql = plan.sql
-        self._sqlite = sqlite
 
     def for_dialect(self, name: str) -> Executable:
         """The SQLAlchemy statement run on a database of dialect `name`."""
@@ -274,7 +273,7 @@ class Statement:
     def _plan(self, dialect: Dialect) -> _Plan:
         plan = self._plans.get(type(dialect))
         if plan is None:
-            if dialect.name == "sqlite" and not self._sqlite:
+            if dialect.name == "sqlite":  # Its plan is made at once, unless `sqlite=False`.
                 raise TypeError("this statement runs on PostgreSQL only (SQLite has no CTE writes)")
             statement = self.for_dialect(dialect.name)
             plan = self._plans[type(dialect)] = _Plan(statement, dialect, self._keys)
