@@ -5,6 +5,7 @@ periodic jobs without traffic; `drain`; a stop gives running jobs back."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import random
 import time
 from collections.abc import AsyncIterator, Mapping
@@ -252,24 +253,34 @@ async def test_a_taken_queueing_lock_skips_the_job_and_keeps_the_transaction(
 
 
 async def test_a_job_behind_its_lock_runs_as_the_one_ahead_ends(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The in-process runner (SQLite) looks again when a job ends, not a poll later: with
-    the poll made an hour long, drain still returns. (Procrastinate's workers are woken
-    by LISTEN/NOTIFY, not by this runner.)"""
+    """A job recorded behind a running job of its lock runs when that one ends, not a poll
+    later: with the poll made an hour long, drain still returns. SQLite: the in-process
+    runner looks again when a job ends. PostgreSQL: Procrastinate wakes its workers only
+    for a new job; migration 0021's trigger wakes them when a job of a lock ends (without
+    it, the second job here waits the hour and drain times out)."""
     from frontdesk.orchestrator import jobs as engine
 
     monkeypatch.setattr(engine, "POLL", 3600.0)
+    # A periodic job's insert wakes Procrastinate's worker too: made a day apart here.
+    recover = engine._ProcrastinateRunner._recover_stalled
+    monkeypatch.setattr(
+        engine._ProcrastinateRunner,
+        "_recover_stalled",
+        lambda runner: dataclasses.replace(recover(runner), every=86400),
+    )
     order: list[int] = []
 
     async def step(args: Mapping[str, Any]) -> None:
         await asyncio.sleep(0.05)
         order.append(int(args["n"]))
 
-    store = await ConversationStore.open(f"sqlite:///{tmp_path / 'frontdesk.db'}")
+    store = await ConversationStore.open(url)
     jobs = engine_of(store, kinds=[JobKind(name="test.step", run=step)], concurrency=2)
     await jobs.start()
     try:
+        await _listening(store)  # Jobs recorded before the worker listens wait a poll.
         specs = [JobSpec(kind="test.step", args={"n": n}, lock="k") for n in (1, 2, 3)]
         await record(store, jobs, *specs)
         await jobs.drain(timeout=20)
@@ -277,3 +288,18 @@ async def test_a_job_behind_its_lock_runs_as_the_one_ahead_ends(
         await jobs.aclose()
         await store.aclose()
     assert order == [1, 2, 3]
+
+
+async def _listening(store: ConversationStore, within: float = 10.0) -> None:
+    """On PostgreSQL, wait until Procrastinate's worker has sent its LISTEN (its session's
+    last statement); on SQLite there is nothing to wait for."""
+    if store.engine.dialect.name != "postgresql":
+        return
+    seen = "SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'LISTEN %procrastinate%'"
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        async with store.engine.connect() as conn:
+            if (await conn.exec_driver_sql(seen)).scalar_one():
+                return
+        await asyncio.sleep(0.02)
+    raise AssertionError("Procrastinate's worker never listened")
