@@ -19,8 +19,8 @@ skipped (a URL given with `--pg` must work).
 With peers (the default when ../shared/peerbench exists beside the repository, so that
 `make bench` reproduces docs/benchmarks.md), the peer script runs first, one repetition of
 the stdlib floor, LangGraph and the Agents SDK, then frontdesk, one after the other (never
-at the same time: the machine has two cores), and the goals of issue 4 are checked against
-the best peer of that same run.
+at the same time: the machine has two cores), and the goals of issue 20 (`GOALS`) are
+checked against the best peer of that same run.
 """
 
 from __future__ import annotations
@@ -229,8 +229,21 @@ def run_peers(peers_dir: Path, results: Path, turns: int, convs: int, per_conv: 
     return json.loads((results / "summary.json").read_text())
 
 
-def goals(figures: dict[str, Any], peers: dict[str, Any]) -> dict[str, Any]:
-    """Issue 4's goals against the best peer (the floor excluded) measured in the same run."""
+GOALS = {
+    # Issue 20, per backend: turn 10 at most this times the best peer's turn 10 (on
+    # PostgreSQL against the peers' SQLite figure: they run on SQLite), 200x5 at least
+    # this times the best peer's, turn 1000 at most this times our turn 10.
+    "sqlite": {"t10": 0.3, "concurrent": 6.0, "flat": 1.3},
+    "postgresql": {"t10": 1.0, "concurrent": 2.0, "flat": 1.3},
+}
+
+
+def goals(
+    figures: dict[str, Any], peers: dict[str, Any], backend: str = "sqlite"
+) -> dict[str, Any]:
+    """Issue 20's goals for `backend` against the best peer (the floor excluded) measured
+    in the same run (`GOALS`)."""
+    target = GOALS[backend]
     ours_long, ours_conc = figures["long"], figures["concurrent"]
     rivals = {name: p for name, p in peers.items() if name != FLOOR}
     best_t10 = min(rivals, key=lambda name: rivals[name]["t10_med_ms"])
@@ -244,22 +257,46 @@ def goals(figures: dict[str, Any], peers: dict[str, Any]) -> dict[str, Any]:
             "peer_ms": rivals[best_t10]["t10_med_ms"],
             "ours_ms": t10,
             "ratio": t10 / rivals[best_t10]["t10_med_ms"],
-            "met": t10 <= 0.3 * rivals[best_t10]["t10_med_ms"],
+            "goal": f"<= {target['t10']}x",
+            "met": t10 <= target["t10"] * rivals[best_t10]["t10_med_ms"],
         },
         "flat": {
             "ratio": None if t1000 is None else t1000 / t10,
-            "met": t1000 is not None and t1000 <= 1.3 * t10,
+            "goal": f"<= {target['flat']}x",
+            "met": t1000 is not None and t1000 <= target["flat"] * t10,
         },
         "concurrent": {
             "best_peer": best_rate,
             "peer_turns_per_s": rivals[best_rate]["turns_per_s"],
             "ours_turns_per_s": rate,
             "ratio": rate / rivals[best_rate]["turns_per_s"],
-            "met": rate >= 4 * rivals[best_rate]["turns_per_s"],
+            "goal": f">= {target['concurrent']}x",
+            "met": rate >= target["concurrent"] * rivals[best_rate]["turns_per_s"],
         },
         "db_mb": {name: p.get("db_mb") for name, p in peers.items()}
         | {"frontdesk": ours_long["db_mb"]},
     }
+
+
+def goals_table(figures: dict[str, Any]) -> str:
+    """The goals of every backend measured, as a Markdown table."""
+    rows = ["| backend | goal | figure | met? |", "|---|---|---|---|"]
+    for backend, found in (
+        ("SQLite", figures.get("goals")),
+        ("PostgreSQL", figures.get("postgres", {}).get("goals")),
+    ):
+        if found is None:
+            continue
+        for name, label in (
+            ("t10", "turn 10 / best peer"),
+            ("concurrent", "200x5 / best peer"),
+            ("flat", "turn 1000 / turn 10"),
+        ):
+            g = found[name]
+            ratio = "-" if g["ratio"] is None else f"{g['ratio']:.2f}x"
+            met = "yes" if g["met"] else "no"
+            rows.append(f"| {backend} | {label} {g['goal']} | {ratio} | {met} |")
+    return "\n".join(rows)
 
 
 def _row(label: str, long: dict[str, Any], conc: dict[str, Any], cell: Any) -> str:
@@ -345,10 +382,11 @@ def main(argv: list[str] | None = None) -> None:
         figures["peers"] = peers
         figures["goals"] = goals(figures, peers)
         if "long" in figures.get("postgres", {}):
-            figures["postgres"]["goals"] = goals(figures["postgres"], peers)
+            figures["postgres"]["goals"] = goals(figures["postgres"], peers, "postgresql")
     print(json.dumps(figures, indent=2))
     if peers is not None:
         print(table(figures, peers))
+        print(goals_table(figures))
     if args.out is not None:
         args.out.write_text(json.dumps(figures, indent=2))
 
