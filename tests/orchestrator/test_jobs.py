@@ -292,10 +292,14 @@ async def test_a_job_behind_its_lock_runs_as_the_one_ahead_ends(
 
 async def _listening(store: ConversationStore, within: float = 10.0) -> None:
     """On PostgreSQL, wait until Procrastinate's worker has sent its LISTEN (its session's
-    last statement); on SQLite there is nothing to wait for."""
+    last statement) in this test's own database (other tests' workers listen in theirs);
+    on SQLite there is nothing to wait for."""
     if store.engine.dialect.name != "postgresql":
         return
-    seen = "SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'LISTEN %procrastinate%'"
+    seen = (
+        "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+        " AND query LIKE 'LISTEN %procrastinate%'"
+    )
     deadline = time.monotonic() + within
     while time.monotonic() < deadline:
         async with store.engine.connect() as conn:
