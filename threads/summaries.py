@@ -23,7 +23,7 @@ from sqlmodel import Field, SQLModel
 
 from frontdesk._driver import Statement
 from frontdesk.threads._records import MessageRecord, new_id
-from frontdesk.threads._tx import run_tx
+from frontdesk.threads._tx import run_sync_tx, run_tx
 from frontdesk.threads.errors import MessageNotFound, StoreError
 from frontdesk.threads.models import Message, UTCDateTime, utcnow
 
@@ -151,10 +151,11 @@ class SummaryStore:
             MessageNotFound: no message `leaf_id`.
         """
 
-        async def work(conn: AsyncConnection) -> PathSinceSummary:
-            return await path_since_newest_in(conn, leaf_id)
-
-        return await run_tx(self.engine, work, readonly=True)
+        # One hop to the reader (SQLite) or one read transaction: the async driver crosses
+        # threads a dozen times for the same transaction (a compaction reads this twice).
+        return await run_sync_tx(
+            self.engine, lambda conn: path_since_newest_sync(conn, leaf_id), readonly=True
+        )
 
     async def add(
         self,
@@ -182,12 +183,12 @@ class SummaryStore:
             "covered_messages": covered_messages,
         }
 
-        async def insert(conn: AsyncConnection) -> SummaryRecord:
-            await conn.execute(_summary.insert().values(**values))
+        def insert(conn: Connection) -> SummaryRecord:
+            conn.execute(_summary.insert().values(**values))
             return SummaryRecord.from_row(values)
 
-        try:
-            return await run_tx(self.engine, insert), True
+        try:  # On SQLite, in the writer's transactions (one hop, not the async driver's).
+            return await run_sync_tx(self.engine, insert), True
         except StoreError as e:
             # The unique cut point: another process stored this compaction first.
             if not isinstance(e.__cause__, IntegrityError):
