@@ -1,12 +1,14 @@
 """`frontdesk.db.run_write`: one write transaction of sync SQL, in one hop on SQLite.
 
-On SQLite it runs on a sync engine over the same file, on a thread of its own; on
-PostgreSQL in the async engine's transaction. Both commit on return and roll back on raise.
+On SQLite it runs on a sync engine over the same file, on a thread of its own, or at once
+on the event loop's thread when the process is idle (the fast path, `_driver.writer._Inline`);
+on PostgreSQL in the async engine's transaction. All commit on return and roll back on raise.
 """
 
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 import threading
 import uuid
 from collections.abc import Callable
@@ -17,6 +19,7 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy import Connection
 
+from frontdesk._driver import writer
 from frontdesk.db import create_engine, dispose_engine, run_write, writes_to
 from frontdesk.threads.store import ConversationStore
 
@@ -28,9 +31,12 @@ def conv_id() -> str:
     return f"fast-{uuid.uuid4().hex[:12]}"
 
 
+@pytest.mark.parametrize("idle", [True, False], ids=["fast-path", "writer-thread"])
 async def test_a_write_commits_on_return_and_rolls_back_on_raise(
-    store: ConversationStore,
+    store: ConversationStore, idle: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    if not idle:  # As under load: the writes queue for the writer thread.
+        monkeypatch.setattr(writer, "_idle", lambda *_: False)
     conversation = conv_id()
     first, _ = await store.add_user_message(conversation, "kept")
 
@@ -52,10 +58,11 @@ async def test_a_write_commits_on_return_and_rolls_back_on_raise(
     assert (await store.active_leaf(conversation)) == second
     where = await run_write(store.engine, leaf_to(first.id, fail=False))
     assert (await store.active_leaf(conversation)) == first
-    if store.engine.dialect.name == "sqlite":
+    if store.engine.dialect.name == "sqlite" and not idle:
         assert where.startswith("frontdesk-sqlite")  # One hop to the database's own thread.
     else:
-        assert where == threading.current_thread().name  # The async engine's run_sync.
+        # PostgreSQL: the async engine's run_sync. SQLite, idle: the fast path, no hop.
+        assert where == threading.current_thread().name
 
 
 async def test_the_connection_is_of_the_engines_database(store: ConversationStore) -> None:
@@ -103,7 +110,10 @@ async def test_concurrent_writers_of_one_process_never_lose_an_update(tmp_path: 
         await dispose_engine(engine)
 
 
-async def test_a_cancelled_caller_waits_for_the_transaction_it_started(tmp_path: Path) -> None:
+async def test_a_cancelled_caller_waits_for_the_transaction_it_started(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(writer, "_idle", lambda *_: False)  # On the writer thread.
     engine = create_engine(f"sqlite:///{tmp_path / 'cancel.db'}")
     started = threading.Event()
     try:
@@ -124,4 +134,56 @@ async def test_a_cancelled_caller_waits_for_the_transaction_it_started(tmp_path:
         async with engine.connect() as conn:
             assert (await conn.execute(sa.text("SELECT count(*) FROM t"))).scalar_one() == 1
     finally:
+        await dispose_engine(engine)
+
+
+def _thread_name(conn: Connection) -> str:
+    return threading.current_thread().name
+
+
+async def test_a_write_with_other_work_ready_queues_for_the_writer_thread(
+    tmp_path: Path,
+) -> None:
+    """The fast path is for an idle process only: with a callback ready to run, the write
+    is queued (and grouped with the writes that queue meanwhile)."""
+    engine = create_engine(f"sqlite:///{tmp_path / 'ready.db'}")
+    try:
+        assert await run_write(engine, _thread_name) == threading.current_thread().name
+        asyncio.get_running_loop().call_soon(lambda: None)
+        assert (await run_write(engine, _thread_name)).startswith("frontdesk-sqlite")
+    finally:
+        await dispose_engine(engine)
+
+
+async def test_a_write_lock_held_by_another_connection_sends_the_write_to_the_thread(
+    tmp_path: Path,
+) -> None:
+    """The fast path never waits for SQLite's write lock on the event loop: while another
+    connection (another process) holds it, the write waits on the writer thread, and the
+    loop keeps running."""
+    path = tmp_path / "held.db"
+    engine = create_engine(f"sqlite:///{path}")
+    other = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    try:
+        async with engine.begin() as conn:
+            await conn.execute(sa.text("CREATE TABLE t (v INTEGER)"))
+        other.execute("BEGIN IMMEDIATE")
+        other.execute("INSERT INTO t VALUES (1)")
+
+        def add_two(conn: Connection) -> str:
+            conn.execute(sa.text("INSERT INTO t VALUES (2)"))
+            return threading.current_thread().name
+
+        write = asyncio.ensure_future(run_write(engine, add_two))
+        ticks = 0
+        for _ in range(5):  # The loop is not blocked while the write waits.
+            await asyncio.sleep(0.02)
+            ticks += 1
+        assert ticks == 5 and not write.done()
+        other.execute("COMMIT")
+        assert (await asyncio.wait_for(write, 10)).startswith("frontdesk-sqlite")
+        rows = await run_write(engine, lambda c: c.execute(sa.text("SELECT v FROM t")).all())
+        assert sorted(v for (v,) in rows) == [1, 2]
+    finally:
+        other.close()
         await dispose_engine(engine)

@@ -21,9 +21,17 @@ from sqlalchemy import Connection
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from frontdesk._driver import writer
 from frontdesk.db import create_engine, dispose_engine, run_write
 
 pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture(autouse=True)
+def on_the_writer_thread(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every write queues for the writer thread (as under load), none takes the fast path
+    an idle process takes (`_driver.writer._Inline`, tests/threads/test_fast_writes.py)."""
+    monkeypatch.setattr(writer, "_idle", lambda *_: False)
 
 
 @pytest.fixture

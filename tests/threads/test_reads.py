@@ -16,6 +16,7 @@ import sqlalchemy as sa
 from sqlalchemy import Connection
 from sqlalchemy.exc import OperationalError
 
+from frontdesk._driver import writer
 from frontdesk._driver.statement import driver_connection
 from frontdesk.db import run_read, run_write
 from frontdesk.threads.store import ConversationStore
@@ -43,9 +44,10 @@ async def test_a_read_sees_what_was_committed_on_its_own_thread(store: Conversat
 
 
 async def test_a_read_runs_while_a_write_holds_the_sqlite_writer(
-    sqlite_store: ConversationStore,
+    sqlite_store: ConversationStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The reader never queues behind the writer: a read ends while a write is still open."""
+    monkeypatch.setattr(writer, "_idle", lambda *_: False)  # The write on the writer thread.
     conversation = f"read-{uuid.uuid4().hex[:12]}"
     message, _ = await sqlite_store.add_user_message(conversation, "hello")
     writing, release = threading.Event(), threading.Event()
