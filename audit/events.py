@@ -6,10 +6,10 @@ The orchestrator builds these during a turn and appends them in one batch after 
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal
-from uuid import uuid4
 
 EventKind = Literal[
     "turn_started",  # payload: user_message_id, client_message_id, text, user_id, and
@@ -72,5 +72,14 @@ class AuditEvent:
     system_prompt: str | None = None
     """For `model_attempt`: the full system text; stored once, keyed by its sha256."""
     created_at: datetime = field(default_factory=lambda: datetime.now(UTC))
-    event_id: str = field(default_factory=lambda: uuid4().hex)
+    event_id: str = field(default_factory=lambda: random_uuid4_hex())
     """Unique per event, so a batch re-sent from the spool is never stored twice."""
+
+
+def random_uuid4_hex() -> str:
+    """`uuid.uuid4().hex` without the `UUID` object (a turn makes a dozen events, and the
+    object cost most of building one): 16 random bytes with the version 4 and variant bits."""
+    data = bytearray(os.urandom(16))
+    data[6] = (data[6] & 0x0F) | 0x40
+    data[8] = (data[8] & 0x3F) | 0x80
+    return data.hex()

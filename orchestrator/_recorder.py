@@ -49,10 +49,15 @@ def usage_dict(usage: Usage) -> dict[str, int]:
 _SCALAR = (int, float, str, bool, type(None))
 
 
+@functools.cache
+def _field_names(kind: type) -> tuple[str, ...]:
+    return tuple(f.name for f in dataclasses.fields(kind))
+
+
 def _flat(value: Any) -> dict[str, Any]:
     """`dataclasses.asdict` of a dataclass of scalars (usage, settings, prompt reference),
     without its deep copy (the turn makes a dozen of these); anything else goes to it."""
-    out = {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
+    out = {name: getattr(value, name) for name in _field_names(type(value))}
     if all(type(v) in _SCALAR for v in out.values()):
         return out
     return dataclasses.asdict(value)

@@ -17,7 +17,7 @@ log records the prompt's name, version and the sha256 of the rendered text.
 from __future__ import annotations
 
 import hashlib
-from functools import cache
+from functools import cache, lru_cache
 from importlib import resources
 from importlib.resources.abc import Traversable
 from pathlib import Path
@@ -54,6 +54,12 @@ class PromptMeta(BaseModel):
     description: str = ""
 
 
+@lru_cache(maxsize=256)
+def _sha256(text: str) -> str:
+    """Remembered: every call of an expert hashes its (mostly unchanging) system prompt."""
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
 class RenderedPrompt(BaseModel):
     """A prompt ready to send: its text and the reference the audit log keeps."""
 
@@ -66,7 +72,7 @@ class RenderedPrompt(BaseModel):
     @property
     def sha256(self) -> str:
         """The hash of the rendered text."""
-        return hashlib.sha256(self.text.encode()).hexdigest()
+        return _sha256(self.text)
 
 
 class Prompt(BaseModel):

@@ -122,11 +122,9 @@ def lock_conversation(
         params["client_message_id"] = client_message_id
     row = select.first(conn, params)
     if row is None:
-        upsert: Any = (postgresql if conn.dialect.name == "postgresql" else sqlite).insert
-        conn.execute(
-            upsert(_conv)
-            .values(id=conversation_id, user_id=user_id, created_at=utcnow(), metadata={})
-            .on_conflict_do_nothing(index_elements=[_conv.c.id])
+        _CREATE_IF_MISSING.run(
+            conn,
+            {"id": conversation_id, "user_id": user_id, "created_at": utcnow(), "metadata": {}},
         )
         row = select.first(conn, params)
         assert row is not None, "the conversation row exists after the upsert"
@@ -190,6 +188,18 @@ def _lock_conversation_query(with_client_id: bool) -> sa.Select[Any]:
 
 
 # Built once: building a statement costs more than running it on SQLite.
+def _create_if_missing(dialect: Any) -> Any:
+    return dialect.insert(_conv).on_conflict_do_nothing(index_elements=[_conv.c.id])
+
+
+_CREATE_IF_MISSING = Statement(
+    _create_if_missing(sqlite),
+    postgresql=_create_if_missing(postgresql),
+    columns=["id", "user_id", "created_at", "metadata"],
+)
+"""A new conversation's row, unless another turn made it first (each new conversation's
+first turn: built once, not per call)."""
+
 _LOCK_CONVERSATION = Statement(_lock_conversation_query(with_client_id=False))
 _LOCK_CONVERSATION_WITH_CLIENT_ID = Statement(_lock_conversation_query(with_client_id=True))
 
