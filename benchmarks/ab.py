@@ -1,6 +1,7 @@
 """The turn benchmark at a base commit and at the work tree, interleaved: now / then.
 
-    python -m benchmarks.ab BASE [--rounds 3] [--pg] [--instructions] [--doc docs/benchmarks.md]
+    python -m benchmarks.ab BASE [--rounds 3] [--turns 130] [--pg] [--instructions]
+                                 [--with-peers] [--doc docs/benchmarks.md]
     make bench BASE=<ref>
 
 A turn grew four times slower over a wave of features and no one noticed, because every
@@ -11,7 +12,10 @@ both and here / BASE. With `--doc`, the table replaces the one between the
 `<!-- ab:begin -->` and `<!-- ab:end -->` marks of that file (docs/benchmarks.md keeps the
 last one). With `--instructions`, each side's instructions per warm turn are counted too
 (`benchmarks.instructions`, valgrind): times move with the machine's load, counts do not, so
-a regression of a few percent shows there first.
+a regression of a few percent shows there first. With `--with-peers`, the peer benchmark
+(../shared/peerbench) runs once first, in the same run, and issue 20's goals
+(`benchmarks.turns.GOALS`) are checked for BASE and here against it: the before and after
+of every goal from one run.
 
 BASE is checked out with `git worktree` in a temporary folder and run with this
 virtualenv: a link tree maps its folders to the `frontdesk.<folder>` names the way the
@@ -32,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.instructions import per_turn
+from benchmarks.turns import PEERS_DIR, goals, run_peers
 
 ROOT = Path(__file__).resolve().parents[1]
 BEGIN, END = "<!-- ab:begin -->", "<!-- ab:end -->"
@@ -106,6 +111,51 @@ def table(base: str, then: list[dict[str, Any]], now: list[dict[str, Any]]) -> s
     return "\n".join(rows)
 
 
+def medians(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """The figures of several runs as one: the median of each number, by its path."""
+    first = rows[0]
+    out: dict[str, Any] = {}
+    for key, value in first.items():
+        if isinstance(value, dict):
+            found = [r[key] for r in rows if isinstance(r.get(key), dict)]
+            out[key] = medians(found)
+        elif isinstance(value, int | float) and not isinstance(value, bool):
+            out[key] = statistics.median(r[key] for r in rows if key in r)
+    return out
+
+
+GOAL_ROWS = [
+    ("t10", "turn 10 / best peer's"),
+    ("concurrent", "200x5 / best peer's"),
+    ("flat", "turn 1000 / turn 10"),
+]
+
+
+def goals_table(base: str, then: dict[str, Any], now: dict[str, Any], peers: Any) -> str:
+    """Issue 20's goals at BASE and here (median figures) against one run of the peers."""
+    rows = [f"| backend | goal | {base} | work tree | met here? |", "|---|---|---|---|---|"]
+    for backend, label, key in (
+        ("sqlite", "SQLite", None),
+        ("postgresql", "PostgreSQL", "postgres"),
+    ):
+        sides = [
+            then if key is None else then.get(key, {}),
+            now if key is None else now.get(key, {}),
+        ]
+        if not all("long" in side and "concurrent" in side for side in sides):
+            continue
+        before, after = (goals(side, peers, backend) for side in sides)
+        for name, text in GOAL_ROWS:
+            old, new = before[name], after[name]
+
+            def shown(g: dict[str, Any]) -> str:
+                return "-" if g["ratio"] is None else f"{g['ratio']:.2f}x"
+
+            met = "yes" if new["met"] else "no"
+            rows.append(f"| {label} | {text} {new['goal']} | {shown(old)} | {shown(new)} | {met} |")
+    return "\n".join(rows)
+
+
 def write_doc(doc: Path, text: str) -> None:
     """Replace the table between the marks of `doc` (appended with the marks if absent)."""
     body = doc.read_text() if doc.exists() else ""
@@ -130,6 +180,12 @@ def compare(argv: list[str] | None = None) -> str:
     parser.add_argument(
         "--instructions", action="store_true", help="also count instructions (valgrind, slow)"
     )
+    parser.add_argument(
+        "--with-peers",
+        action="store_true",
+        help="run the peers once too and check issue 20's goals at both sides",
+    )
+    parser.add_argument("--peers-dir", type=Path, default=PEERS_DIR)
     parser.add_argument("--doc", type=Path, default=None, help="write the table into this file")
     args = parser.parse_args(argv)
     sha = subprocess.run(
@@ -147,6 +203,11 @@ def compare(argv: list[str] | None = None) -> str:
         )
         try:
             tree = link_tree(checkout, work / "tree")
+            peers = None
+            if args.with_peers:  # Once, first, never beside frontdesk (two cores).
+                peers = run_peers(
+                    args.peers_dir, work / "peers", args.turns, args.convs, args.per_conv
+                )
             then, now = [], []
             for i in range(args.rounds):  # Interleaved: the machine's noise hits both alike.
                 then.append(run_turns(tree, work / f"base-{i}.json", args))
@@ -159,6 +220,8 @@ def compare(argv: list[str] | None = None) -> str:
                 ["git", "worktree", "remove", "--force", str(checkout)], cwd=ROOT, check=False
             )
     text = table(sha, then, now)
+    if peers is not None:
+        text += "\n\n" + goals_table(sha, medians(then), medians(now), peers)
     print(text)
     if args.doc is not None:
         write_doc(args.doc, text)
