@@ -340,7 +340,9 @@ def _utc_text(moment: datetime) -> str:
     """The canonical timestamp text (naive datetimes are taken as UTC)."""
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=UTC)
-    return moment.astimezone(UTC).isoformat(timespec="microseconds")
+    elif moment.tzinfo is not UTC:  # Events are stamped in UTC already: no conversion.
+        moment = moment.astimezone(UTC)
+    return moment.isoformat(timespec="microseconds")
 
 
 def _retryable(error: BaseException) -> bool:

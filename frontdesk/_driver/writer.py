@@ -422,8 +422,10 @@ def _idle(writer: _FastWriter, engine: AsyncEngine) -> bool:
     """Whether a write may take the fast path: nothing else ready on the event loop (an
     event loop without asyncio's ready queue, uvloop's, says no), no write of this process
     queued or running, the async engine's write slot free."""
+    if writer.pending or writer.drainer is not None:  # Under load: the cheapest check first.
+        return False
     ready = getattr(asyncio.get_running_loop(), "_ready", None)
-    if ready is None or ready or writer.pending or writer.drainer is not None:
+    if ready is None or ready:
         return False
     slot = _write_locks.get(engine.sync_engine)
     return slot is None or not slot[1].locked()
