@@ -49,9 +49,16 @@ def usage_dict(usage: Usage) -> dict[str, int]:
 _SCALAR = (int, float, str, bool, type(None))
 
 
-@functools.cache
+_FIELD_NAMES: dict[type, tuple[str, ...]] = {}
+
+
 def _field_names(kind: type) -> tuple[str, ...]:
-    return tuple(f.name for f in dataclasses.fields(kind))
+    """A dataclass's field names, looked up once per class (`dataclasses.fields` builds a
+    tuple of its fields on every call)."""
+    names = _FIELD_NAMES.get(kind)
+    if names is None:
+        names = _FIELD_NAMES[kind] = tuple(f.name for f in dataclasses.fields(kind))
+    return names
 
 
 def _flat(value: Any) -> dict[str, Any]:
