@@ -7,11 +7,16 @@ runs. A reader runs whole read transactions (a WAL snapshot, `BEGIN`) on a threa
 connection of its own, in one hop, with the prebuilt statements straight on the driver;
 SQLite runs it while the writer writes (a turn's memory lookup beside its first write).
 `frontdesk.db.run_read` is the public door; this module is the SQLite side of it.
+
+As for writes (`writer.py`), a read that finds the event loop idle runs at once on the
+loop's thread, on a read connection of its own, instead of paying two thread wake-ups:
+a snapshot never waits for a writer, so it cannot block the loop on a lock.
 """
 
 from __future__ import annotations
 
 import asyncio
+import threading
 import weakref
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -20,7 +25,7 @@ from sqlalchemy import Connection, Engine, event
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from frontdesk._driver.writer import ThreadOwned, one_per_engine
+from frontdesk._driver.writer import ThreadOwned, loop_idle, one_per_engine, sync_twin
 
 __all__ = ["dispose", "run"]
 
@@ -57,12 +62,70 @@ class _Reader(ThreadOwned):
             raise
 
 
+class _InlineReader:
+    """The reader's fast path: a read transaction run at once on the event loop's thread,
+    on a connection of its own (`query_only`, as the reader's), used by one loop at a
+    time (`lock`; a second one goes to the thread)."""
+
+    def __init__(self, engine: AsyncEngine) -> None:
+        self.engine = sync_twin(
+            engine, connect_args={"check_same_thread": False}, frontdesk_readonly=True
+        )
+        event.listen(self.engine, "connect", _query_only)
+        self.conn: Connection | None = None
+        self.lock = threading.Lock()
+
+    def read(self, work: Callable[[Connection], T]) -> tuple[bool, T | None]:
+        """`(True, what work returned)`, or `(False, None)` when another loop's read holds
+        the connection (nothing ran). Errors as `_Reader.read`."""
+        if not self.lock.acquire(blocking=False):
+            return False, None
+        try:
+            if self.conn is None:
+                self.conn = self.engine.connect()
+            try:
+                with self.conn.begin():
+                    return True, work(self.conn)
+            except DBAPIError:
+                self.drop_connection()
+                raise
+        finally:
+            self.lock.release()
+
+    def drop_connection(self) -> None:
+        conn, self.conn = self.conn, None
+        if conn is not None:
+            try:
+                conn.close()
+            except Exception:  # A broken connection: the pool discards it either way.
+                conn.invalidate()
+
+    def close(self) -> None:
+        with self.lock:
+            self.drop_connection()
+            self.engine.dispose()
+
+
 _readers: weakref.WeakKeyDictionary[Engine, _Reader] = weakref.WeakKeyDictionary()
+_inlines: weakref.WeakKeyDictionary[Engine, _InlineReader] = weakref.WeakKeyDictionary()
+
+
+def _inline(engine: AsyncEngine) -> _InlineReader:
+    found = _inlines.get(engine.sync_engine)
+    if found is None:
+        found = _inlines[engine.sync_engine] = _InlineReader(engine)
+        weakref.finalize(engine.sync_engine, found.close)
+    return found
 
 
 async def run(engine: AsyncEngine, work: Callable[[Connection], T]) -> T:
-    """Run `work` in a read transaction of `engine` (SQLite) on its reader thread. A
-    cancelled caller's read still runs to its end (it changes nothing)."""
+    """Run `work` in a read transaction of `engine` (SQLite) on its reader thread, or at
+    once on this thread when the loop is idle. A cancelled caller's read still runs to its
+    end (it changes nothing)."""
+    if loop_idle():
+        ran, value = _inline(engine).read(work)
+        if ran:
+            return value  # type: ignore[return-value]
     reader = one_per_engine(_readers, engine, lambda: _Reader(engine))
     loop = asyncio.get_running_loop()
     result: T = await loop.run_in_executor(reader.executor, reader.read, work)
@@ -70,7 +133,10 @@ async def run(engine: AsyncEngine, work: Callable[[Connection], T]) -> T:
 
 
 async def dispose(engine: AsyncEngine) -> None:
-    """Close `engine`'s reader connection and thread, after the reads queued there."""
+    """Close `engine`'s reader connections and thread, after the reads queued there."""
+    inline = _inlines.pop(engine.sync_engine, None)
+    if inline is not None:
+        inline.close()
     reader = _readers.pop(engine.sync_engine, None)
     if reader is not None:
         await reader.aclose()

@@ -36,6 +36,7 @@ __all__ = [
     "ThreadOwned",
     "dispose",
     "install_hooks",
+    "loop_idle",
     "one_per_engine",
     "owns",
     "run",
@@ -418,14 +419,20 @@ def _is_busy(error: DBAPIError) -> bool:
     return code is not None and code & 0xFF == sqlite3.SQLITE_BUSY
 
 
+def loop_idle() -> bool:
+    """Whether nothing else is ready to run on the running event loop (an event loop
+    without asyncio's ready queue, uvloop's, says no): then a transaction may run at once
+    on its thread, delaying no one, instead of paying two thread wake-ups."""
+    ready = getattr(asyncio.get_running_loop(), "_ready", None)
+    return ready is not None and not ready
+
+
 def _idle(writer: _FastWriter, engine: AsyncEngine) -> bool:
-    """Whether a write may take the fast path: nothing else ready on the event loop (an
-    event loop without asyncio's ready queue, uvloop's, says no), no write of this process
-    queued or running, the async engine's write slot free."""
+    """Whether a write may take the fast path: the loop idle (`loop_idle`), no write of
+    this process queued or running, the async engine's write slot free."""
     if writer.pending or writer.drainer is not None:  # Under load: the cheapest check first.
         return False
-    ready = getattr(asyncio.get_running_loop(), "_ready", None)
-    if ready is None or ready:
+    if not loop_idle():
         return False
     slot = _write_locks.get(engine.sync_engine)
     return slot is None or not slot[1].locked()

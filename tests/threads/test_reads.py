@@ -1,7 +1,9 @@
 """`frontdesk.db.run_read`: one read transaction of sync SQL, in one hop, beside the writes.
 
 On SQLite it runs on a reader thread with a connection of its own (a WAL snapshot that
-refuses writes); on PostgreSQL in a read transaction of the async engine. A turn's memory
+refuses writes), or at once on the event loop's thread when the loop is idle (the fast
+path, on a connection of its own too; every test here runs both ways); on PostgreSQL in a
+read transaction of the async engine. A turn's memory
 lookup runs there, beside the start's write, so it must not wait for the writer.
 """
 
@@ -16,12 +18,20 @@ import sqlalchemy as sa
 from sqlalchemy import Connection
 from sqlalchemy.exc import OperationalError
 
-from frontdesk._driver import writer
+from frontdesk._driver import reader, writer
 from frontdesk._driver.statement import driver_connection
 from frontdesk.db import run_read, run_write
 from frontdesk.threads.store import ConversationStore
 
 pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture(autouse=True, params=["fast-path", "reader-thread"])
+def read_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Each test twice: reads as an idle process makes them, and as under load."""
+    if request.param == "reader-thread":
+        monkeypatch.setattr(reader, "loop_idle", lambda: False)
+    return str(request.param)
 
 
 def _leaf(conn: Connection, conversation: str) -> tuple[str | None, str, bool]:
@@ -31,14 +41,21 @@ def _leaf(conn: Connection, conversation: str) -> tuple[str | None, str, bool]:
     return leaf, threading.current_thread().name, driver_connection(conn) is not None
 
 
-async def test_a_read_sees_what_was_committed_on_its_own_thread(store: ConversationStore) -> None:
+async def test_a_read_sees_what_was_committed_on_its_own_thread(
+    store: ConversationStore, read_path: str
+) -> None:
     conversation = f"read-{uuid.uuid4().hex[:12]}"
     message, _ = await store.add_user_message(conversation, "hello")
     leaf, thread, on_driver = await run_read(store.engine, lambda c: _leaf(c, conversation))
     assert leaf == message.id
     if store.engine.dialect.name == "sqlite":
-        # The reader's own thread, with the prebuilt statements straight on its driver.
-        assert thread.startswith("frontdesk-read") and on_driver
+        # The reader's own thread (or, idle, this one), the prebuilt statements straight
+        # on its driver.
+        if read_path == "reader-thread":
+            assert thread.startswith("frontdesk-read")
+        else:
+            assert thread == threading.current_thread().name
+        assert on_driver
     else:
         assert thread == threading.current_thread().name and not on_driver
 
