@@ -16,7 +16,6 @@ a snapshot never waits for a writer, so it cannot block the loop on a lock.
 from __future__ import annotations
 
 import asyncio
-import threading
 import weakref
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -25,7 +24,13 @@ from sqlalchemy import Connection, Engine, event
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from frontdesk._driver.writer import ThreadOwned, loop_idle, one_per_engine, sync_twin
+from frontdesk._driver.writer import (
+    KeptConnection,
+    LoopOwned,
+    ThreadOwned,
+    loop_idle,
+    one_per_engine,
+)
 
 __all__ = ["dispose", "run"]
 
@@ -48,32 +53,17 @@ class _Reader(ThreadOwned):
         event.listen(self.engine, "connect", _query_only)
 
     def read(self, work: Callable[[Connection], T]) -> T:
-        """On the reader thread: `work` in one read transaction, rolled back when it
-        raises. A database error drops the connection (the next read starts on a fresh
-        one); `work`'s own error (a message not found) keeps it, as the writer keeps its
-        connection after a job's own error."""
-        if self.conn is None:
-            self.conn = self.engine.connect()
-        try:
-            with self.conn.begin():
-                return work(self.conn)
-        except DBAPIError:
-            self.drop_connection()
-            raise
+        """On the reader thread: `work` in one read transaction (`_read_in`)."""
+        return _read_in(self, work)
 
 
-class _InlineReader:
+class _InlineReader(LoopOwned):
     """The reader's fast path: a read transaction run at once on the event loop's thread,
-    on a connection of its own (`query_only`, as the reader's), used by one loop at a
-    time (`lock`; a second one goes to the thread)."""
+    on a connection of its own (`query_only`, as the reader's)."""
 
     def __init__(self, engine: AsyncEngine) -> None:
-        self.engine = sync_twin(
-            engine, connect_args={"check_same_thread": False}, frontdesk_readonly=True
-        )
+        super().__init__(engine, frontdesk_readonly=True)
         event.listen(self.engine, "connect", _query_only)
-        self.conn: Connection | None = None
-        self.lock = threading.Lock()
 
     def read(self, work: Callable[[Connection], T]) -> tuple[bool, T | None]:
         """`(True, what work returned)`, or `(False, None)` when another loop's read holds
@@ -81,29 +71,23 @@ class _InlineReader:
         if not self.lock.acquire(blocking=False):
             return False, None
         try:
-            if self.conn is None:
-                self.conn = self.engine.connect()
-            try:
-                with self.conn.begin():
-                    return True, work(self.conn)
-            except DBAPIError:
-                self.drop_connection()
-                raise
+            return True, _read_in(self, work)
         finally:
             self.lock.release()
 
-    def drop_connection(self) -> None:
-        conn, self.conn = self.conn, None
-        if conn is not None:
-            try:
-                conn.close()
-            except Exception:  # A broken connection: the pool discards it either way.
-                conn.invalidate()
 
-    def close(self) -> None:
-        with self.lock:
-            self.drop_connection()
-            self.engine.dispose()
+def _read_in(owner: KeptConnection, work: Callable[[Connection], T]) -> T:
+    """`work` in one read transaction of `owner`'s kept connection, rolled back when it
+    raises. A database error drops the connection (the next read starts on a fresh one);
+    `work`'s own error (a message not found) keeps it, as the writer keeps its connection
+    after a job's own error."""
+    conn = owner.connection()
+    try:
+        with conn.begin():
+            return work(conn)
+    except DBAPIError:
+        owner.drop_connection()
+        raise
 
 
 _readers: weakref.WeakKeyDictionary[Engine, _Reader] = weakref.WeakKeyDictionary()
@@ -111,11 +95,7 @@ _inlines: weakref.WeakKeyDictionary[Engine, _InlineReader] = weakref.WeakKeyDict
 
 
 def _inline(engine: AsyncEngine) -> _InlineReader:
-    found = _inlines.get(engine.sync_engine)
-    if found is None:
-        found = _inlines[engine.sync_engine] = _InlineReader(engine)
-        weakref.finalize(engine.sync_engine, found.close)
-    return found
+    return one_per_engine(_inlines, engine, lambda: _InlineReader(engine))
 
 
 async def run(engine: AsyncEngine, work: Callable[[Connection], T]) -> T:

@@ -25,7 +25,7 @@ from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import sqlalchemy
 from sqlalchemy import Connection, Engine, event
@@ -33,6 +33,8 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 __all__ = [
+    "KeptConnection",
+    "LoopOwned",
     "ThreadOwned",
     "dispose",
     "install_hooks",
@@ -115,18 +117,20 @@ def sync_twin(
     return twin.execution_options(**options) if options else twin
 
 
-class ThreadOwned:
-    """A sync twin engine (`sync_twin`), the one thread that uses it, and the connection
-    kept there from transaction to transaction (pysqlite's same-thread check: the thread
-    owns it). The writer and the reader are each one of these."""
+class KeptConnection:
+    """A sync twin engine (`sync_twin`) and the one connection kept on it from transaction
+    to transaction (a checkout and a check-in each cost as much as a BEGIN and a COMMIT)."""
 
-    def __init__(self, engine: AsyncEngine, thread_name: str, **options: Any) -> None:
-        self.engine = sync_twin(engine, **options)
-        self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=thread_name)
-        self.closed = False
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
         self.conn: Connection | None = None
-        """The thread's connection, kept between transactions (a checkout and a check-in
-        each cost as much as a BEGIN and a COMMIT); dropped after a failure."""
+        """The kept connection; dropped after a failure."""
+
+    def connection(self) -> Connection:
+        """The kept connection, opened when there is none."""
+        if self.conn is None:
+            self.conn = self.engine.connect()
+        return self.conn
 
     def drop_connection(self) -> None:
         """Close the kept connection (after a failure the next one starts on a new one)."""
@@ -136,6 +140,16 @@ class ThreadOwned:
                 conn.close()
             except Exception:  # A broken connection: the pool discards it either way.
                 conn.invalidate()
+
+
+class ThreadOwned(KeptConnection):
+    """A kept connection and the one thread that uses it (pysqlite's same-thread check:
+    the thread owns it). The writer and the reader are each one of these."""
+
+    def __init__(self, engine: AsyncEngine, thread_name: str, **options: Any) -> None:
+        super().__init__(sync_twin(engine, **options))
+        self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=thread_name)
+        self.closed = False
 
     def shut(self) -> None:
         """On the thread: close its connection, then the engine's pool."""
@@ -164,7 +178,13 @@ class ThreadOwned:
         self.executor.shutdown(wait=False)
 
 
-Owned = TypeVar("Owned", bound=ThreadOwned)
+class _Closable(Protocol):
+    closed: bool
+
+    def close(self) -> None: ...
+
+
+Owned = TypeVar("Owned", bound=_Closable)
 
 
 def one_per_engine(
@@ -308,9 +328,7 @@ class _FastWriter(ThreadOwned):
     def _transaction(self, jobs: list[_Job]) -> list[_Job]:
         """Run `jobs` in one transaction; returns those left to run when SQLite ended the
         transaction on its own (after an I/O or busy error), which then all fail."""
-        if self.conn is None:
-            self.conn = self.engine.connect()
-        conn = self.conn
+        conn = self.connection()
         raw = conn.connection.driver_connection
         assert raw is not None, "a checked-out pysqlite connection"
         try:
@@ -340,7 +358,25 @@ class _FastWriter(ThreadOwned):
         return []
 
 
-class _Inline:
+class LoopOwned(KeptConnection):
+    """A kept connection used on the event loop's own thread (the fast paths), by one loop
+    at a time (`lock`: another loop's caller goes to the thread instead). Not bound to one
+    thread by pysqlite: a test's event loop may run on another thread than the last one's."""
+
+    def __init__(self, engine: AsyncEngine, **options: Any) -> None:
+        super().__init__(sync_twin(engine, connect_args={"check_same_thread": False}, **options))
+        self.lock = threading.Lock()
+        self.closed = False
+
+    def close(self) -> None:
+        """Close the kept connection and the engine's pool."""
+        with self.lock:
+            self.closed = True
+            self.drop_connection()
+            self.engine.dispose()
+
+
+class _Inline(LoopOwned):
     """The writer's fast path: a write transaction run at once on the caller's thread (the
     event loop's), on a connection of its own that never waits for SQLite's write lock.
 
@@ -352,12 +388,8 @@ class _Inline:
     """
 
     def __init__(self, engine: AsyncEngine) -> None:
-        # Not bound to one thread by pysqlite: a test's event loop may run on another
-        # thread than the last one's; `_lock` keeps two from using it at once.
-        self.engine = sync_twin(engine, connect_args={"check_same_thread": False})
+        super().__init__(engine)
         event.listen(self.engine, "connect", _no_busy_wait)
-        self.conn: Connection | None = None
-        self.lock = threading.Lock()
 
     def run(self, work: Callable[[Connection], T]) -> tuple[bool, T | None]:
         """`(True, what work returned)`, or `(False, None)` when the write lock was taken
@@ -365,9 +397,7 @@ class _Inline:
         if not self.lock.acquire(blocking=False):
             return False, None
         try:
-            if self.conn is None:
-                self.conn = self.engine.connect()
-            conn = self.conn
+            conn = self.connection()
             try:
                 tx = conn.begin()
             except DBAPIError as e:
@@ -391,21 +421,6 @@ class _Inline:
             return True, value
         finally:
             self.lock.release()
-
-    def drop_connection(self) -> None:
-        """Close the kept connection (after a failure the next write opens a new one)."""
-        conn, self.conn = self.conn, None
-        if conn is not None:
-            try:
-                conn.close()
-            except Exception:  # A broken connection: the pool discards it either way.
-                conn.invalidate()
-
-    def close(self) -> None:
-        """Close the kept connection and the engine's pool."""
-        with self.lock:
-            self.drop_connection()
-            self.engine.dispose()
 
 
 def _no_busy_wait(dbapi_connection: Any, _record: Any) -> None:
@@ -443,11 +458,7 @@ _inlines: weakref.WeakKeyDictionary[Engine, _Inline] = weakref.WeakKeyDictionary
 
 
 def _inline(engine: AsyncEngine) -> _Inline:
-    found = _inlines.get(engine.sync_engine)
-    if found is None:
-        found = _inlines[engine.sync_engine] = _Inline(engine)
-        weakref.finalize(engine.sync_engine, found.close)
-    return found
+    return one_per_engine(_inlines, engine, lambda: _Inline(engine))
 
 
 def _writer(engine: AsyncEngine) -> _FastWriter:
