@@ -32,7 +32,6 @@ __all__ = [
     "Summary",
     "SummaryRecord",
     "SummaryStore",
-    "path_since_newest_in",
     "path_since_newest_sync",
 ]
 
@@ -225,17 +224,8 @@ class SummaryStore:
         return result
 
 
-async def path_since_newest_in(conn: AsyncConnection, leaf_id: str) -> PathSinceSummary:
-    """`SummaryStore.path_since_newest` inside the caller's transaction.
-
-    Raises:
-        MessageNotFound: no message `leaf_id`.
-    """
-    return await conn.run_sync(path_since_newest_sync, leaf_id)
-
-
 def path_since_newest_sync(conn: Connection, leaf_id: str) -> PathSinceSummary:
-    """`path_since_newest_in` for a sync connection (a turn's first transaction).
+    """`SummaryStore.path_since_newest` inside the caller's transaction (a turn's first).
 
     Raises:
         MessageNotFound: no message `leaf_id`.

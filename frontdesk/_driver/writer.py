@@ -406,17 +406,10 @@ class _Inline(LoopOwned):
                 self.drop_connection()
                 raise
             try:
-                value = work(conn)
-            except BaseException as e:
-                if tx.is_active:
-                    tx.rollback()
-                if isinstance(e, DBAPIError):
-                    self.drop_connection()
-                raise
-            try:
-                tx.commit()
-            except DBAPIError:
-                self.drop_connection()  # A failed COMMIT: nothing of `work` is written.
+                with tx:  # COMMIT on return, ROLLBACK when `work` raises.
+                    value = work(conn)
+            except DBAPIError:  # From `work` or the COMMIT: nothing of `work` is written.
+                self.drop_connection()
                 raise
             return True, value
         finally:

@@ -16,7 +16,7 @@ from frontdesk.threads import _lease
 from frontdesk.threads.builder import build_thread, thread_since
 from frontdesk.threads.errors import ConversationBusy, IdempotencyConflict
 from frontdesk.threads.store import ConversationStore, MessageRecord
-from frontdesk.threads.summaries import SummaryRecord, SummaryStore, path_since_newest_in
+from frontdesk.threads.summaries import SummaryRecord, SummaryStore, path_since_newest_sync
 
 pytestmark = pytest.mark.anyio
 
@@ -213,7 +213,7 @@ async def test_the_thread_read_does_not_grow_with_the_transcript_above_the_cut(
                 raw = (await conn.get_raw_connection()).driver_connection
                 assert raw is not None
                 await raw.set_progress_handler(count, 20)
-                since = await path_since_newest_in(conn, path[-1].id)
+                since = await conn.run_sync(path_since_newest_sync, path[-1].id)
                 await raw.set_progress_handler(None, 20)
             assert since.replaced == len(path) - 2
             assert [m.content for m in since.messages] == [
