@@ -51,6 +51,7 @@ from frontdesk.orchestrator.knowledge import HybridRetriever, Knowledge, Library
 from frontdesk.orchestrator.memory import CLOSE_TIMEOUT, Memories
 from frontdesk.orchestrator.past_conversations import IDLE_AFTER, PastConversations
 from frontdesk.orchestrator.reply import Reply
+from frontdesk.orchestrator.ruled_values import Secrets
 from frontdesk.orchestrator.stream import TurnEvent, stream_turn
 from frontdesk.orchestrator.turn import Pipeline, app_record
 from frontdesk.redaction import RedactionPolicy, Redactor, redactor_of
@@ -128,7 +129,8 @@ class Orchestrator:
         redaction: What the clear-text views of this orchestrator's records show of
             personal data (`frontdesk.redaction.RedactionPolicy`, or a `Redactor`); the
             default redacts every built-in detector. It never changes what the models are
-            sent or what is stored. `self.redactor` applies it, e.g.
+            sent or what is stored, but for ruled request fields (`Redact`, below).
+            `self.redactor` applies it, e.g.
             `redact_rows(await orch.audit_log.events(cid), orch.redactor)`.
         retriever: Finds each turn's memories (`threads.memory.Retriever`); by default
             the database's own full-text search. See docs/memory.md.
@@ -149,6 +151,11 @@ class Orchestrator:
             cron (docs/privacy.md): a `RetentionPolicy`, or an age (`timedelta`, `"90d"`).
             It runs once per period (hourly by default) across every runner, wherever the
             jobs run (`jobs=`). `None` (the default): no periodic retention.
+        scrub_secrets: After a turn whose request has ruled fields (`Redact`), its stored
+            user message and outcome hold their shown forms (`[PIN]`, `******1234`), so
+            later experts, summaries, people and backups never see the values; the audit
+            keeps the original (encrypted per user with a master key). `False` keeps the
+            message as written (the views still show the rules).
     """
 
     def __init__(
@@ -186,6 +193,8 @@ class Orchestrator:
         jobs: JobsMode = "inline",
         job_concurrency: int = DEFAULT_CONCURRENCY,
         retention: erasure.RetentionPolicy | timedelta | str | None = None,
+        # Secrets (issue 40; a `Profile` field once profiles land).
+        scrub_secrets: bool = True,
     ) -> None:
         self._pipeline: Pipeline | None = None
         self.use_jobs(jobs)
@@ -237,6 +246,9 @@ class Orchestrator:
         )
         self.speculate = speculate
         self.redactor: Redactor = redactor_of(redaction)
+        self.scrub_secrets = bool(scrub_secrets)
+        """After a turn whose request has ruled fields, its stored user message (and
+        outcome) holds their shown forms (`[PIN]`), not the values (docs/privacy.md)."""
         self.token_counter: TokenCounter = token_counter or CalibratedCounter()
         self._context = dict(context or {})
         if isinstance(store, str):
@@ -342,6 +354,7 @@ class Orchestrator:
                     await store.aclose()
                 raise
             triage, requests, response = self._experts
+            secrets = Secrets(redactor=self.redactor, engine=store.engine, scrub=self.scrub_secrets)
             summariser = summariser_expert(
                 self.models["summariser"],
                 settings=self.settings.for_expert("summariser"),
@@ -354,6 +367,7 @@ class Orchestrator:
                     policy=self.compaction_policy,
                     counter=self.token_counter,
                     audit=self._audit,
+                    secrets=secrets,
                 )
             )
             knowledge_store = KnowledgeStore(store.engine)
@@ -370,12 +384,14 @@ class Orchestrator:
                 summariser=summariser,
                 audit=self._audit,
                 idle_after=self.summarise_idle_after,
+                secrets=secrets,
             )
             self._memories = Memories(
                 store=memory_store,
                 retriever=self._retriever or FullTextRetriever(memory_store),
                 expert=self._memory_expert,
                 audit=self._audit,
+                secrets=secrets,
             )
             pipeline = Pipeline(
                 app=app_record(self.app_spec, triage, requests, response),
@@ -399,6 +415,7 @@ class Orchestrator:
                 compaction_policy=self.compaction_policy,
                 knowledge=self._library if self._knowledge_on else None,
                 past=self._past if self._memory_on else None,
+                secrets=secrets,
             )
             kinds, periodic = self._job_kinds(pipeline)
             jobs = Jobs(

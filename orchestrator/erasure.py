@@ -51,6 +51,7 @@ from frontdesk.threads import erasure as store_erasure
 from frontdesk.threads import jobs as job_rows
 from frontdesk.threads.jobs import JobSpec, rename_lock
 from frontdesk.threads.models import utcnow
+from frontdesk.threads.ruled_values import erase_ruled_values
 
 log = structlog.get_logger("frontdesk.erasure")
 
@@ -85,6 +86,8 @@ class ErasureReport:
     """User-scoped handler values deleted, plus conversation-scoped values erased."""
     handoffs: int = 0
     """Hand-off reasons erased."""
+    ruled_values: int = 0
+    """Kept digests of the user's ruled request values (`Redact`) deleted."""
     audit_keys: int = 0
     """Data keys destroyed: every audit payload under them is unreadable for good."""
     audit_rows_in_clear: int = 0
@@ -151,6 +154,7 @@ STORE_STEPS: list[Step] = [
     Step("memories", store_erasure.erase_memories),
     Step("handler_state", store_erasure.erase_handler_state),
     Step("handoffs", store_erasure.erase_handoffs),
+    Step("ruled_values", erase_ruled_values),
 ]
 """The erasure steps on the conversation database, in order; the conversations' own rows
 are taken last (`threads.erasure.disown_conversations`), so a re-run after a crash still

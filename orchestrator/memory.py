@@ -39,6 +39,8 @@ from frontdesk.labels import neutralise
 from frontdesk.memory import Memory, MemorySource
 from frontdesk.orchestrator._recorder import TurnRecorder, observing
 from frontdesk.orchestrator.jobs import DrainTimeout, JobKind, Jobs
+from frontdesk.orchestrator.ruled_values import Secrets
+from frontdesk.ruled import RuledValues
 from frontdesk.threads import ERASED_MARKER, ConversationRecord
 from frontdesk.threads.budget import Document
 from frontdesk.threads.builder import ExpertView
@@ -151,6 +153,9 @@ class Memories:
     audit: AuditLog | None = None
     jobs: Jobs | None = None
     """The orchestrator's jobs (`recall` settles the user's, `wait` drains them)."""
+    secrets: Secrets | None = None
+    """The users' kept ruled values (`Redact`): never sent to the memory expert, never
+    stored in a fact."""
 
     @property
     def refs(self) -> UserRefs:
@@ -204,6 +209,7 @@ class Memories:
     ) -> Memory:
         """Store one fact now and audit it (without its text): in `recorder` when given (a
         handler's write, part of its turn's batch), else in the user's chain."""
+        text = (await self._values(user_id)).text(text)
         memory, superseded = await self.store.add(
             user_id,
             text,
@@ -296,6 +302,9 @@ class Memories:
         recorder = TurnRecorder(turn_id=message_id)
         meta = {"conversation_id": conversation_id, "turn_id": message_id}
         try:
+            # A ruled value (`Redact`) is never sent, nor kept if the expert returns one.
+            values = await self._values(user_id)
+            text = values.text(text)
             # What is already known and closest to the message (so its keys can be reused).
             known = await self.retriever.retrieve(user_id, text, limit=RECALL_LIMIT)
             with observing(recorder):
@@ -304,7 +313,7 @@ class Memories:
                 )
             written = await self.store.add_many(
                 user_id,
-                [(f.text, f.key) for f in result.facts],
+                [(values.text(f.text), f.key) for f in result.facts],
                 source="memory_expert",
                 conversation_id=conversation_id,
                 message_id=message_id,
@@ -325,6 +334,12 @@ class Memories:
                 source="memory_expert",
             )
         await self._audit(conversation_id, user_id, recorder)
+
+    async def _values(self, user_id: str) -> RuledValues:
+        """The user's kept ruled values (one read; none without `secrets`)."""
+        if self.secrets is None:
+            return RuledValues(b"", user_id, ())
+        return await self.secrets.values(user_id=user_id)
 
     async def _audit(self, conversation_id: str, user_id: str, recorder: TurnRecorder) -> None:
         if self.audit is None or not recorder.events:

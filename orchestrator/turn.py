@@ -37,6 +37,7 @@ from frontdesk.errors import (
     SAFE_REPLY,
     ConversationHandedOff,
     ConversationNotFound,
+    IdempotencyConflict,
     LeaseLost,
     MessageNotFound,
     StoreError,
@@ -73,6 +74,8 @@ from frontdesk.orchestrator.errors import TurnFailed
 from frontdesk.orchestrator.jobs import Jobs
 from frontdesk.orchestrator.past_conversations import PastConversations
 from frontdesk.orchestrator.reply import Reply
+from frontdesk.orchestrator.ruled_values import Secrets, model_of
+from frontdesk.ruled import TurnSecrets
 from frontdesk.threads.budget import Budget, Document
 from frontdesk.threads.builder import (
     ExpertView,
@@ -84,6 +87,7 @@ from frontdesk.threads.builder import (
 from frontdesk.threads.compaction import CompactionPolicy
 from frontdesk.threads.handoff import HandoffPolicy, Opened
 from frontdesk.threads.jobs import JobSpec
+from frontdesk.threads.ruled_values import Scrub
 from frontdesk.threads.store import (
     ConversationStore,
     MessageRecord,
@@ -117,7 +121,12 @@ async def run_turn(p: Pipeline, conversation_id: str, start: Start) -> Reply:
             s = await start(lease)
             if s.stored.reply is not None:  # Answered before, or kept for a person.
                 reply = reply_from_records(
-                    p, s.question, s.stored.reply, s.stored.outcome, replayed=not s.answered_now
+                    p,
+                    s.question,
+                    s.stored.reply,
+                    s.stored.outcome,
+                    replayed=not s.answered_now,
+                    user_id=s.user_id,
                 )
                 return _traced(span, reply, held=s.answered_now)
             t = _turn(s, lease, await _recall(p, s), await _lookup(p, s), p.app)
@@ -171,7 +180,33 @@ async def handle(
             p, lease, conversation_id, text, user_id=user_id, client_message_id=client_message_id
         )
 
-    return await run_turn(p, conversation_id, start)
+    try:
+        return await run_turn(p, conversation_id, start)
+    except IdempotencyConflict:
+        # A retry of a turn whose stored message was scrubbed (`scrub_secrets`) is the same
+        # text with its ruled values in it: answered as the repeat it is.
+        stored = await _stored_as(p, conversation_id, client_message_id, text)
+        if stored is None:
+            raise
+        return await handle(
+            p, conversation_id, stored, user_id=user_id, client_message_id=client_message_id
+        )
+
+
+async def _stored_as(
+    p: Pipeline, conversation_id: str, client_message_id: str | None, text: str
+) -> str | None:
+    """The stored text of the message `client_message_id` when it is `text` scrubbed of
+    the ruled values kept from it; else `None` (a real conflict)."""
+    if p.secrets is None or client_message_id is None:
+        return None
+    existing = await p.store.find_by_client_id(conversation_id, client_message_id)
+    if existing is None:
+        return None
+    values = await p.secrets.of_message(existing.id)
+    if values and values.text(text) == existing.content:
+        return existing.content
+    return None
 
 
 async def start_message(
@@ -476,8 +511,16 @@ async def _decide_once(p: Pipeline, t: Turn, earlier: TurnOutcome | None) -> Dec
         if guess is not None:  # The turn failed or was cut off: the call must not outlive it.
             await guess.discard(t, triage=None)
     request, missing, from_memory = kept
+    secrets = None  # The request's ruled values in clear (`orchestrator/ruled_values.py`).
+    if p.secrets is not None and missing is None:
+        secrets = p.secrets.of_turn(
+            request,
+            user_id=t.user_id,
+            conversation_id=t.conversation_id,
+            message_id=t.user_message.id,
+        )
     if category in p.requests:
-        _listen.extracted(request, missing)
+        _listen.extracted(_shown(p, request, t.user_id), missing)
     t.recorder.note(
         "request",
         category=category,
@@ -487,6 +530,8 @@ async def _decide_once(p: Pipeline, t: Turn, earlier: TurnOutcome | None) -> Dec
         **field_rules_of(request),  # What `audit show` and the exports redact of it.
     )
     outcome, handler_ran, handler_failed = await _decide(p, t, category, request, missing, reason)
+    if secrets is not None:  # The values reach the handler, not the reply.
+        outcome = outcome.model_copy(update={"instruction": secrets.text(outcome.instruction)})
     t.recorder.note(
         "outcome", category=category, instruction=outcome.instruction, data=jsonable(outcome.data)
     )
@@ -498,10 +543,13 @@ async def _decide_once(p: Pipeline, t: Turn, earlier: TurnOutcome | None) -> Dec
         handler_ran=handler_ran,
         handler_failed=handler_failed,
         answered=answered,
+        secrets=secrets,
     )
     if handler_ran:  # The developer's code acted: keep what it decided before going on.
         try:
-            opened = await p.store.save_outcome(_stored(t, decided), lease=t.lease)
+            opened = await p.store.save_outcome(
+                _stored(p, t, decided), lease=t.lease, scrub=_scrub(p, t, secrets)
+            )
             t.recorder.events.extend(handoff.opened_events(opened))  # With the turn's batch.
         except LeaseLost:
             raise
@@ -622,8 +670,11 @@ async def _decide(
 async def _respond(p: Pipeline, t: Turn, decided: Decided) -> ResponseResult:
     """The reply: the thread plus ONE assistant instruction message, sent to the response expert."""
     view = _view(p, t, "response")
+    turns = _turns(view)
+    if decided.secrets is not None:  # Ruled values reach the handler only.
+        turns = [Message(role=m["role"], content=decided.secrets.text(m["content"])) for m in turns]
     # The passages the budget kept, after the question: reference text, not in the thread.
-    messages, passages = _knowledge.fold(_turns(view), t.passages, view.fit.documents)
+    messages, passages = _knowledge.fold(turns, t.passages, view.fit.documents)
     call = p.response.run(
         messages,
         decided.outcome.instruction,
@@ -822,15 +873,17 @@ async def _finish(
     """Store the reply, the outcome and the jobs that follow it, write the audit batch and
     give the lease back: one transaction when the audit log shares the conversation
     database, else in that order (`handoff.audited`, the path of a hand-off's writes too)."""
+    text = answer.text if decided.secrets is None else decided.secrets.text(answer.text)
     reply = p.store.stage_reply(
         t.user_message,
-        answer.text,
+        text,
         model=answer.response.model or None,
         prompt_versions=_prompt_versions(p, decided.category),
     )
-    t.recorder.note("reply", assistant_message_id=reply.id, text=answer.text, model=reply.model)
+    t.recorder.note("reply", assistant_message_id=reply.id, text=text, model=reply.model)
     answered = {**decided.answered, "response": answer.response}
-    outcome = _stored(t, dataclasses.replace(decided, answered=answered), answer.passages)
+    outcome = _stored(p, t, dataclasses.replace(decided, answered=answered), answer.passages)
+    scrub = _scrub(p, t, decided.secrets)
     jobs = _jobs_after(p, t, reply)
     if p.audit is not None:
         await p.audit.prepare_key(t.user_id)  # Only a user's first turn (per process) writes.
@@ -839,7 +892,7 @@ async def _finish(
         # Written apart, the batch goes in under the lease (`run_turn` gives it back after).
         release = also is not None or p.audit is None
         finished = await p.store.finish_turn(
-            lease, reply, outcome=outcome, also=also, release=release, jobs=jobs
+            lease, reply, outcome=outcome, also=also, release=release, jobs=jobs, scrub=scrub
         )
         if p.jobs is not None and finished.jobs:
             p.jobs.recorded(finished.jobs)  # Committed: this runner looks at once.
@@ -858,7 +911,7 @@ async def _finish(
         raise
     except StoreError as e:  # The database is down: the turn failed, its outcome is kept.
         raise TurnFailed(str(e), user_message_id=t.user_message.id, stage="finish") from e
-    return reply_from_records(p, t.user_message, reply, outcome)
+    return reply_from_records(p, t.user_message, reply, outcome, user_id=t.user_id)
 
 
 async def _fail(p: Pipeline, t: Turn, error: Exception) -> None:
@@ -944,6 +997,8 @@ class Pipeline:
     """What the audit records of the app with each turn (`app_record`)."""
     handler_errors: handler_errors.HandlerErrors = "reply"
     """A handler's failure: the apology (`reply`) or `HandlerFailed` (`raise`)."""
+    secrets: Secrets | None = None
+    """Ruled request values (`Redact`): shown as their rules say, scrubbed from what is kept."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -1011,6 +1066,8 @@ class Decided:
     """The handler raised; `outcome` is the library's apology."""
     earlier: TurnOutcome | None = None
     """The stored outcome this turn reuses, if any."""
+    secrets: TurnSecrets | None = None
+    """The request's ruled values in clear (`None`: it has none, or a reused outcome)."""
 
 
 # -- helpers -----------------------------------------------------------------------------
@@ -1048,13 +1105,15 @@ def reply_from_records(
     outcome: TurnOutcome | None,
     *,
     replayed: bool = False,
+    user_id: str | None = None,
 ) -> Reply:
-    """The turn's `Reply`, built from what is stored (the same on a first try and a replay)."""
+    """The turn's `Reply`, built from what is stored (the same on a first try and a replay);
+    its request shown as its field rules say (`Redact`)."""
     decided = None if outcome is None else _decided_from(p, outcome)
     return Reply(
         text=reply.content,
         category=None if outcome is None else outcome.category,
-        request=None if decided is None else decided.request,
+        request=None if decided is None else _shown(p, decided.request, user_id),
         need_more_info=None if decided is None else decided.missing,
         outcome=None if decided is None else decided.outcome,
         message_id=reply.id,
@@ -1076,7 +1135,7 @@ def _decided_from(p: Pipeline, stored: TurnOutcome) -> Decided:
     category = p.categories.get(stored.category)
     request = None
     if stored.request is not None and category is not None and category.request is not None:
-        request = category.request.model_validate(stored.request)
+        request = model_of(category.request, stored.request)  # Scrubbed: `[PIN]` kept.
     missing = NeedMoreInfo.model_validate(stored.need_more_info) if stored.need_more_info else None
     return Decided(
         category=stored.category,
@@ -1090,9 +1149,9 @@ def _decided_from(p: Pipeline, stored: TurnOutcome) -> Decided:
     )
 
 
-def _stored(t: Turn, d: Decided, sources: Sequence[Passage] = ()) -> TurnOutcome:
+def _stored(p: Pipeline, t: Turn, d: Decided, sources: Sequence[Passage] = ()) -> TurnOutcome:
     """`d` as the store keeps it (an earlier try's usage kept for the experts not rerun),
-    with the passages its reply was given."""
+    with the passages its reply was given; its ruled values shown, with `scrub_secrets`."""
     usage = dict(d.earlier.usage) if d.earlier else {}
     models = dict(d.earlier.models) if d.earlier else {}
     usage.update({e: usage_dict(r.usage) for e, r in d.answered.items()})
@@ -1101,7 +1160,9 @@ def _stored(t: Turn, d: Decided, sources: Sequence[Passage] = ()) -> TurnOutcome
         user_message_id=t.user_message.id,
         conversation_id=t.conversation_id,
         category=d.category,
-        request=jsonable(d.request),
+        request=d.secrets.request
+        if d.secrets is not None and p.secrets is not None and p.secrets.scrub
+        else jsonable(d.request),
         need_more_info=jsonable(d.missing),
         instruction=d.outcome.instruction,
         data=jsonable(d.outcome.data),
@@ -1130,6 +1191,19 @@ async def _within_deadline(p: Pipeline, t: Turn, call: Awaitable[T], *, since: f
             user_message_id=t.user_message.id,
             stage="deadline",
         ) from e
+
+
+def _shown(p: Pipeline, request: BaseModel | None, user_id: str | None) -> BaseModel | None:
+    """`request` as people may see it (`Redact` rules applied)."""
+    return request if p.secrets is None else p.secrets.shown_model(request, user_id)
+
+
+def _scrub(p: Pipeline, t: Turn, secrets: TurnSecrets | None) -> Scrub | None:
+    """What a turn with ruled values writes of them (`None`: a plain turn, nothing)."""
+    if p.secrets is None or secrets is None:
+        return None
+    question = t.user_message
+    return p.secrets.scrub_of(secrets, question.id, question.content, p.counter)
 
 
 def _meta(t: Turn) -> dict[str, str]:
