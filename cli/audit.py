@@ -16,6 +16,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar
 
+import sqlalchemy as sa
 import typer
 from rich.console import Console, Group
 from rich.markup import escape
@@ -54,7 +55,9 @@ from frontdesk.orchestrator import Orchestrator
 from frontdesk.orchestrator.app import DEFAULT_APP, load_app
 from frontdesk.orchestrator.replay import build_runner, parse_models
 from frontdesk.redaction import RedactionPolicy, Redactor, Rule
+from frontdesk.ruled import RuledValues, ruled_key
 from frontdesk.threads.answered import answered_turns
+from frontdesk.threads.ruled_values import ruled_values_of
 
 app = typer.Typer(help="audit commands", no_args_is_help=True)
 
@@ -112,7 +115,7 @@ async def _known(log: AuditLog, conversation: str) -> None:
         )
 
 
-async def _transcripts(
+async def conversation_transcripts(
     log: AuditLog, ids: list[str], redactor: Redactor | None = None, *, decrypt: bool = True
 ) -> list[Transcript]:
     """The conversations' transcripts; redacted ones when `redactor` is given."""
@@ -120,7 +123,7 @@ async def _transcripts(
     for cid in ids:
         rows = await log.events(cid, decrypt=decrypt)
         if redactor is not None:
-            rows = redact_rows(rows, redactor)
+            rows = redact_rows(rows, redactor, ruled=await kept_values(log, cid, redactor))
         if not rows:
             known = len(await log.conversations())
             raise UnknownConversation(
@@ -132,6 +135,21 @@ async def _transcripts(
 
 
 # -- redaction ----------------------------------------------------------------------------
+
+
+async def kept_values(log: AuditLog, cid: str, redactor: Redactor | None) -> RuledValues | None:
+    """The ruled values (`Redact`) kept for the conversation's owner from every conversation
+    of theirs, found again in this one's rows; `None` with `--reveal`, or for an audit log
+    kept apart from the conversations (no `ruled_value` table beside it)."""
+    if redactor is None:
+        return None
+    try:
+        rows = await ruled_values_of(log.engine, conversation_id=cid)
+    except sa.exc.DBAPIError:
+        return None
+    user = rows[0].user if rows else ""
+    return RuledValues(ruled_key(redactor.policy.secret), user, rows)
+
 
 POLICY_ENV = "FRONTDESK_REDACTION_POLICY"
 """A JSON file holding the redaction policy of `audit show` and `audit export`."""
@@ -311,7 +329,7 @@ def show(
     redactor = redactor_for(reveal, redaction)
 
     async def work(log: AuditLog) -> Transcript:
-        return (await _transcripts(log, [conversation], redactor))[0]
+        return (await conversation_transcripts(log, [conversation], redactor))[0]
 
     transcript = _run(work, db)
     console = Console()
@@ -382,7 +400,7 @@ def export(
         if to_folder:
             return await export_folder(log, ids, out, redactor)
         if fmt == "html":
-            transcripts = await _transcripts(log, ids, redactor)
+            transcripts = await conversation_transcripts(log, ids, redactor)
             title = f"frontdesk audit: {ids[0]}" if len(ids) == 1 else "frontdesk audit"
             page = render_html(transcripts, title=title, redacted=redactor is not None)
             out.write_text(page, encoding="utf-8")
@@ -390,7 +408,8 @@ def export(
         n = 0
         with out.open("w", encoding="utf-8") as f:
             for cid in ids:
-                n += write_jsonl(await log.events(cid), f, redactor=redactor)
+                ruled = await kept_values(log, cid, redactor)
+                n += write_jsonl(await log.events(cid), f, redactor=redactor, ruled=ruled)
         return n
 
     n = _run(work, db)
@@ -415,7 +434,7 @@ async def export_folder(
     cost and whether its chain verifies; returns the turns written (`folder` exists)."""
     entries, turns = [], 0
     for cid in ids:
-        [transcript] = await _transcripts(log, [cid], redactor)
+        [transcript] = await conversation_transcripts(log, [cid], redactor)
         name = page_name(cid)
         page = render_html(
             [transcript], title=f"frontdesk audit: {cid}", redacted=redactor is not None
@@ -589,7 +608,7 @@ def cost(
     async def work(log: AuditLog) -> CostReport:
         ids = await _targets(log, conversation, every)
         # Usage and cost are stored in clear: the report needs no master key.
-        return cost_report(await _transcripts(log, ids, decrypt=log.keys is not None))
+        return cost_report(await conversation_transcripts(log, ids, decrypt=log.keys is not None))
 
     report = _run(work, db)
     if as_json:
@@ -771,14 +790,14 @@ def replay(
 
     async def work(log: AuditLog) -> tuple[ReplayReport, str]:
         ids = await _targets(log, conversation, every)
-        spec, orch = replay_app(app_spec, await _transcripts(log, ids), console)
+        spec, orch = replay_app(app_spec, await conversation_transcripts(log, ids), console)
         runner = build_runner(orch, prompts_dir=prompts, models=parse_models(list(model or [])))
         names = set(orch.categories) | BUILT_IN  # Every app routes to the built-in two.
         report = ReplayReport()
         with Progress(console=console, transient=True, disable=len(ids) < 2) as progress:
             task = progress.add_task("replaying", total=len(ids))
             for cid in ids:
-                [transcript] = await _transcripts(log, [cid])
+                [transcript] = await conversation_transcripts(log, [cid])
                 if redactor is not None:
                     rows = await log.events(cid)
                     shown[cid] = Shown(redactor, recorded_rules(rows), ruled_values(rows, redactor))

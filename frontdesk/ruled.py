@@ -128,7 +128,8 @@ class RuledValues:
                 if len(run) in self.lengths:
                     shown = self.shown.get(digest(self.key, self.user, run))
                     if shown is not None:
-                        known[text[first.start() : last.end()]] = shown
+                        start, end = _widened(text, first.start(), last.end(), shown)
+                        known[text[start:end]] = shown
         self._seen[text] = known
         return known
 
@@ -148,6 +149,21 @@ class RuledValues:
             shown = self.text(str(value))
             return value if shown == str(value) else shown
         return value
+
+
+_LEAD = re.compile(r"^[^\w*]+")  # `*` stands for a masked letter or digit.
+_TRAIL = re.compile(r"[^\w*]+$")
+
+
+def _widened(text: str, start: int, end: int, shown: str) -> tuple[int, int]:
+    """A found value's span, taking in the signs around its words that its shown form keeps
+    (`+44 7700 900123` is found from `44`; masked, it is shown `+** **** **0123`)."""
+    lead, trail = _LEAD.match(shown), _TRAIL.search(shown)
+    if lead and text[max(0, start - len(lead.group())) : start] == lead.group():
+        start -= len(lead.group())
+    if trail and text[end : end + len(trail.group())] == trail.group():
+        end += len(trail.group())
+    return start, end
 
 
 def replaced(text: str, known: Mapping[str, str]) -> str:
