@@ -55,6 +55,7 @@ from frontdesk.orchestrator.ruled_values import Secrets
 from frontdesk.orchestrator.stream import TurnEvent, stream_turn
 from frontdesk.orchestrator.turn import Pipeline, app_record
 from frontdesk.redaction import RedactionPolicy, Redactor, redactor_of
+from frontdesk.ruled import RuledValues
 from frontdesk.threads.budget import Budget
 from frontdesk.threads.builder import UserThread, build_thread
 from frontdesk.threads.compaction import CompactionPolicy
@@ -890,6 +891,16 @@ class Orchestrator:
         """
         await self._open()
         return await self.memory.write(user_id, text, key=key, source=source)
+
+    async def ruled_values(
+        self, *, user_id: str | None = None, conversation_id: str | None = None
+    ) -> RuledValues:
+        """The ruled request values (`Redact`) kept for a user, or for a conversation's owner
+        from every conversation of theirs: `.text(...)` shows a text as the rules say (for
+        views of what was stored without `scrub_secrets`)."""
+        p = await self._open()
+        assert p.secrets is not None
+        return await p.secrets.values(user_id=user_id, conversation_id=conversation_id)
 
     async def memories(self, user_id: str) -> list[Memory]:
         """The current facts about `user_id`, the most recently updated first."""

@@ -22,7 +22,7 @@ import contextlib
 import functools
 import re
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import structlog
@@ -40,7 +40,7 @@ from frontdesk.memory import Memory, MemorySource
 from frontdesk.orchestrator._recorder import TurnRecorder, observing
 from frontdesk.orchestrator.jobs import DrainTimeout, JobKind, Jobs
 from frontdesk.orchestrator.ruled_values import Secrets
-from frontdesk.ruled import RuledValues
+from frontdesk.ruled import RuledValues, replaced
 from frontdesk.threads import ERASED_MARKER, ConversationRecord
 from frontdesk.threads.budget import Document
 from frontdesk.threads.builder import ExpertView
@@ -209,7 +209,8 @@ class Memories:
     ) -> Memory:
         """Store one fact now and audit it (without its text): in `recorder` when given (a
         handler's write, part of its turn's batch), else in the user's chain."""
-        text = (await self._values(user_id)).text(text)
+        if recorder is None:  # The app's own: checked against every kept value (one read).
+            text = (await self._values(user_id)).text(text)
         memory, superseded = await self.store.add(
             user_id,
             text,
@@ -359,13 +360,16 @@ class HandlerMemory:
     conversation_id: str
     message_id: str
     recorder: TurnRecorder
+    known: Mapping[str, str] = field(default_factory=dict)
+    """The turn's ruled values (`Redact`) with their shown forms: never remembered."""
 
     async def remember(self, text: str, *, key: str | None = None) -> Memory:
         """Remember `text` about the turn's user (`key`: facts with the same key supersede
-        one another). Audited with the turn, without the text."""
+        one another). Audited with the turn, without the text; a ruled value of the turn's
+        request is kept in its shown form (`[PIN]`)."""
         return await self.memories.write(
             self.user_id,
-            text,
+            replaced(text, self.known),
             key=key,
             source="handler",
             conversation_id=self.conversation_id,
@@ -380,9 +384,14 @@ class HandlerMemory:
 
 
 def for_handler(
-    memories: Memories | None, user_id: str | None, question: MessageRecord, recorder: TurnRecorder
+    memories: Memories | None,
+    user_id: str | None,
+    question: MessageRecord,
+    recorder: TurnRecorder,
+    known: Mapping[str, str] | None = None,
 ) -> dict[str, HandlerMemory]:
-    """The `memory=` of a turn's `HandlerContext` (nothing without a user or a memory)."""
+    """The `memory=` of a turn's `HandlerContext` (nothing without a user or a memory);
+    `known`: the turn's ruled values, never remembered."""
     if memories is None or user_id is None:
         return {}
     return {
@@ -392,5 +401,6 @@ def for_handler(
             conversation_id=question.conversation_id,
             message_id=question.id,
             recorder=recorder,
+            known=known or {},
         )
     }

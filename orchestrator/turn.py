@@ -529,7 +529,9 @@ async def _decide_once(p: Pipeline, t: Turn, earlier: TurnOutcome | None) -> Dec
         **({"from_memory": list(from_memory)} if from_memory else {}),
         **field_rules_of(request),  # What `audit show` and the exports redact of it.
     )
-    outcome, handler_ran, handler_failed = await _decide(p, t, category, request, missing, reason)
+    outcome, handler_ran, handler_failed = await _decide(
+        p, t, category, request, missing, reason, secrets
+    )
     if secrets is not None:  # The values reach the handler, not the reply.
         outcome = outcome.model_copy(update={"instruction": secrets.text(outcome.instruction)})
     t.recorder.note(
@@ -627,6 +629,7 @@ async def _decide(
     request: BaseModel | None,
     missing: NeedMoreInfo | None,
     reason: str,
+    secrets: TurnSecrets | None = None,
 ) -> tuple[Outcome, bool, bool]:
     """The handler's outcome ("TradCode"), or the built-in outcome for this route; whether
     the handler ran, and whether it failed. A hand-off's outcome carries triage's `reason`
@@ -650,7 +653,13 @@ async def _decide(
         state=p.store.handler_state(category, conversation_id=t.conversation_id, user_id=t.user_id),
         extras=p.context_extras,
         idempotency_key=idempotency_key(t.conversation_id, t.user_message.id),
-        **_memory.for_handler(p.memory, t.user_id, t.user_message, t.recorder),
+        **_memory.for_handler(
+            p.memory,
+            t.user_id,
+            t.user_message,
+            t.recorder,
+            {} if secrets is None else secrets.known,
+        ),
     )
     try:
         outcome = handler_errors.checked(await handler(request, context))

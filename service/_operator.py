@@ -12,6 +12,7 @@ from fastapi import APIRouter
 from frontdesk.errors import ConversationNotFound
 from frontdesk.orchestrator import Handoff
 from frontdesk.service._deps import Operator, Orch
+from frontdesk.service._ruled import shown_for
 from frontdesk.service._schemas import (
     EVERY_ROUTE,
     WITH_BODY,
@@ -118,6 +119,7 @@ async def context(conversation_id: str, principal: Operator, orch: Orch) -> Cont
     facts = [] if owner is None else [m.text for m in await orch.memories(owner)]
     messages = await orch.transcript(conversation_id, user_id=owner)
     outcomes = await turn_outcomes(orch.store.engine, conversation_id)
+    shown = await shown_for(orch, conversation_id)
     turns = []
     for m in messages:
         if m.role != "user":
@@ -126,18 +128,18 @@ async def context(conversation_id: str, principal: Operator, orch: Orch) -> Cont
         turns.append(
             ContextTurnOut(
                 user_message_id=m.id,
-                text=m.content,
+                text=shown.text(m.content),
                 category=None if o is None else o.category,
-                request=None if o is None else o.request,
+                request=None if o is None else shown.value(o.request),
                 need_more_info=None if o is None else o.need_more_info,
-                instruction=None if o is None else o.instruction,
+                instruction=None if o is None else shown.text(o.instruction),
             )
         )
     return ContextOut(
         conversation_id=conversation_id,
         user_id=owner,
-        summary=thread.summary,
-        memories=facts,
+        summary=None if thread.summary is None else shown.text(thread.summary),
+        memories=[shown.text(f) for f in facts],
         turns=turns,
     )
 

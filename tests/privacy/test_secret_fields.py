@@ -58,6 +58,8 @@ class Telco:
 
     async def swap(self, request: SimSwap, context: HandlerContext) -> Outcome:
         self.handled.append(request)
+        if context.memory is not None:  # A careless handler: the PIN is kept as "[PIN]".
+            await context.memory.remember(f"Swap asked with PIN {request.pin}", key="swap")
         return Outcome(
             instruction=f"Say a colleague checks the swap for {request.phone} (PIN {request.pin})",
             handoff="SIM swap needs a person" if self.handoff else None,
@@ -164,6 +166,7 @@ async def test_a_pin_given_once_is_in_clear_nowhere_but_the_handler_and_the_audi
     facts = [m.text for m in await orch.memories("alice")]
     assert facts and not [f for f in facts if PIN in f]
     assert any("SIM PIN is [PIN]" in f for f in facts)
+    assert "Swap asked with PIN [PIN]" in facts
 
     # The operator routes and the customer's own, for both conversations.
     client.headers.update(operator)
@@ -235,12 +238,30 @@ async def test_a_retry_of_a_scrubbed_turn_finds_its_outcome(store_url: str) -> N
 async def test_scrub_secrets_off_keeps_the_message_but_not_the_views(store_url: str) -> None:
     telco = Telco()
     orch = orchestrator(store_url, telco, scrub_secrets=False, memory=False)
+    app = create_app(
+        orch,
+        verifier=TokenVerifier(secret=SECRET),
+        allow_missing_idempotency_key=True,
+        allow_client_conversation_ids=True,
+        event_timing=StreamTiming(poll=0.05, keepalive=5.0, max_age=0.3),
+        owns_orchestrator=False,
+    )
     try:
         reply = await orch.handle("c-5", ASKED, user_id="carol")
         assert reply.request is not None and reply.request.pin == "[PIN]"  # type: ignore[attr-defined]
         assert reply.request.phone == MASKED  # type: ignore[attr-defined]
         [question, *_] = await orch.transcript("c-5", user_id="carol")
-        assert question.content == ASKED  # as written
+        assert question.content == ASKED  # stored as written
+        async with app.router.lifespan_context(app):
+            transport = httpx.ASGITransport(app=app)
+            operator = auth("sam", roles=OPERATOR)
+            async with httpx.AsyncClient(
+                transport=transport, base_url="http://test", headers=operator
+            ) as client:
+                routes = await route_occurrences(client, ["c-5"], PIN, wait=2.0)
+                assert clear(routes) == {}  # the routes show the rules all the same
+                transcript = (await client.get("/v1/conversations/c-5/transcript")).text
+                assert "[PIN]" in transcript and MASKED in transcript
     finally:
         await orch.aclose()
 
