@@ -47,6 +47,8 @@ EventKind = Literal[
     "memory_failed",  # payload: error (the memory expert's answer was unusable or failed)
     "memory_corrected",  # payload: memory_id, by (no text)
     "memory_forgotten",  # payload: memory_ids, by, all (no text); in the user's chain
+    "revealed",  # payload: view (audit show, export, replay), by (the OS user); in clear,
+    # no content: who was shown a conversation's personal data without redaction
 ]
 
 # A `model_attempt` payload holds: expert, model, attempt, settings, prompt {name, version,

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import getpass
 import hashlib
 import json
 import os
@@ -28,6 +29,7 @@ from rich.text import Text
 from frontdesk.audit.chain import Head
 from frontdesk.audit.cost import CostLine, CostReport, cost_report
 from frontdesk.audit.errors import UnknownConversation
+from frontdesk.audit.events import AuditEvent
 from frontdesk.audit.export import IndexEntry, render_html, render_index, write_jsonl
 from frontdesk.audit.redaction import recorded_rules, redact_rows, ruled_values
 from frontdesk.audit.replay import (
@@ -170,6 +172,15 @@ RedactionOption = Annotated[
         show_default=False,
     ),
 ]
+
+
+async def audit_reveal(log: AuditLog, ids: list[str], view: str) -> None:
+    """Record in each conversation's chain that `view` showed it with `--reveal` (who, from
+    the OS user; no content, in clear)."""
+    by = getpass.getuser()
+    for cid in ids:
+        event = AuditEvent(kind="revealed", turn_id="revealed", payload={"view": view, "by": by})
+        await log.append(cid, [event], in_clear=True)
 
 
 def redactor_for(reveal: bool, policy: Path | None) -> Redactor | None:
@@ -329,7 +340,10 @@ def show(
     redactor = redactor_for(reveal, redaction)
 
     async def work(log: AuditLog) -> Transcript:
-        return (await conversation_transcripts(log, [conversation], redactor))[0]
+        shown = (await conversation_transcripts(log, [conversation], redactor))[0]
+        if redactor is None:
+            await audit_reveal(log, [conversation], "audit show")
+        return shown
 
     transcript = _run(work, db)
     console = Console()
@@ -397,6 +411,13 @@ def export(
 
     async def work(log: AuditLog) -> int:
         ids = await _targets(log, conversation, every)
+        try:
+            return await write(log, ids)
+        finally:
+            if redactor is None:
+                await audit_reveal(log, ids, "audit export")
+
+    async def write(log: AuditLog, ids: list[str]) -> int:
         if to_folder:
             return await export_folder(log, ids, out, redactor)
         if fmt == "html":

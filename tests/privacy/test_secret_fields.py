@@ -303,3 +303,14 @@ def test_audit_surfaces_counts_what_it_finds(tmp_path: Path) -> None:
     assert lines["audit export c-3 (jsonl)"] == "-"  # the default redaction holds there
     assert lines["message.content"] == "1" and lines["audit_event.payload_json"] != "-"
     assert "in clear in" in out.stdout.splitlines()[-1]
+    # `--reveal` shows everything, and the conversation's chain records who was shown it.
+    shown = CliRunner().invoke(cli_app, ["audit", "show", "c-3", "--reveal", "--db", url])
+    assert shown.exit_code == 0 and PIN in shown.stdout
+    export = tmp_path / "c-3.jsonl"
+    done = CliRunner().invoke(cli_app, ["audit", "export", "c-3", "-o", str(export), "--db", url])
+    assert done.exit_code == 0, done.output
+    rows = [json.loads(line) for line in export.read_text(encoding="utf-8").splitlines()]
+    [revealed] = [r for r in rows if r["kind"] == "revealed"]
+    assert revealed["payload"]["view"] == "audit show" and revealed["payload"]["by"]
+    verified = CliRunner().invoke(cli_app, ["audit", "verify", "c-3", "--db", url])
+    assert verified.exit_code == 0, verified.output
