@@ -25,8 +25,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
-from sqlalchemy.ext.asyncio import AsyncEngine
 
+from frontdesk.db import AsyncEngine
 from frontdesk.redaction import Redactor, Rule, field_rules
 from frontdesk.ruled import RuledValues, TurnSecrets, owner_of, ruled_key, shown_request
 from frontdesk.threads import ruled_values as _sql
