@@ -33,5 +33,5 @@ async def shown_for(orch: Orchestrator, conversation_id: str) -> Shown:
     """How the routes of `conversation_id` show stored texts."""
     if orch.scrub_secrets:
         return Shown()
-    values = await orch.ruled_values(conversation_id=conversation_id)
+    values = await orch.privacy.ruled_values(conversation_id=conversation_id)
     return Shown(values.text, values.value) if values else Shown()
