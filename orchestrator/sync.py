@@ -94,6 +94,11 @@ class SyncOrchestrator:
         return self.orchestrator.timeouts
 
     @property
+    def scrub_secrets(self) -> bool:
+        """`Orchestrator.scrub_secrets`."""
+        return self.orchestrator.scrub_secrets
+
+    @property
     def job_settings(self) -> JobSettings:
         """`Orchestrator.job_settings`."""
         return self.orchestrator.job_settings
