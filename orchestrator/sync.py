@@ -26,6 +26,7 @@ from frontdesk.orchestrator.memory import CLOSE_TIMEOUT, LongTermMemory
 from frontdesk.orchestrator.profile import JobSettings, Profile, Timeouts
 from frontdesk.orchestrator.reply import Reply
 from frontdesk.orchestrator.stream import TurnEvent, stream_turn
+from frontdesk.ruled import RuledValues
 from frontdesk.threads.builder import UserThread
 from frontdesk.threads.compaction import CompactionPolicy
 from frontdesk.threads.handoff import HandoffPolicy
@@ -515,3 +516,11 @@ class SyncPrivacy:
     def export_user(self, user_id: str) -> dict[str, Any]:
         """Blocking `Privacy.export_user`."""
         return self._runner.run(self._privacy.export_user(user_id))
+
+    def ruled_values(
+        self, *, user_id: str | None = None, conversation_id: str | None = None
+    ) -> RuledValues:
+        """Blocking `Privacy.ruled_values`."""
+        return self._runner.run(
+            self._privacy.ruled_values(user_id=user_id, conversation_id=conversation_id)
+        )
