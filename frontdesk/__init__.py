@@ -14,6 +14,7 @@ from frontdesk.audit.crypto import KeyProvider  # noqa: E402
 from frontdesk.experts import Category, HandlerContext, NeedMoreInfo, Outcome  # noqa: E402
 from frontdesk.knowledge import Passage  # noqa: E402
 from frontdesk.memory import Memory  # noqa: E402
+from frontdesk.memory_policy import MemoryPolicy  # noqa: E402
 from frontdesk.orchestrator import (  # noqa: E402
     ErasureReport,
     Handoff,
@@ -32,6 +33,7 @@ __all__ = [
     "Handoff",
     "KeyProvider",
     "Memory",
+    "MemoryPolicy",
     "NeedMoreInfo",
     "Orchestrator",
     "Outcome",

@@ -25,7 +25,8 @@ from frontdesk.errors import ConfigError, MessageNotFound, MessageNotInConversat
 from frontdesk.experts import Category
 from frontdesk.experts.category import check_registry
 from frontdesk.experts.providers.embeddings import Embedder
-from frontdesk.memory import Memory, MemorySource
+from frontdesk.memory import Memory, MemorySource, MemoryTrust
+from frontdesk.memory_policy import MemoryPolicy
 from frontdesk.orchestrator import _wiring, erasure, handoff, turn
 from frontdesk.orchestrator._compaction import BackgroundCompaction, Compactor, summariser_expert
 from frontdesk.orchestrator._input import DEFAULT_MAX_MESSAGE_CHARS, check_user_text
@@ -53,7 +54,7 @@ from frontdesk.orchestrator.past_conversations import IDLE_AFTER, PastConversati
 from frontdesk.orchestrator.reply import Reply
 from frontdesk.orchestrator.stream import TurnEvent, stream_turn
 from frontdesk.orchestrator.turn import Pipeline, app_record
-from frontdesk.redaction import RedactionPolicy, Redactor, redactor_of
+from frontdesk.redaction import RedactionPolicy, Redactor, field_rules, redactor_of
 from frontdesk.threads.budget import Budget
 from frontdesk.threads.builder import UserThread, build_thread
 from frontdesk.threads.compaction import CompactionPolicy
@@ -149,6 +150,12 @@ class Orchestrator:
             cron (docs/privacy.md): a `RetentionPolicy`, or an age (`timedelta`, `"90d"`).
             It runs once per period (hourly by default) across every runner, wherever the
             jobs run (`jobs=`). `None` (the default): no periodic retention.
+        memory_policy: What the memory expert may keep (`MemoryPolicy`; the default
+            refuses claims of status, permissions, limits, roles or verification,
+            identifiers and secrets). See docs/memory.md.
+        past_conversations: Keep the summaries of a user's idle and handed-back
+            conversations, and send them (as the customer's words) in their later
+            conversations; `False`: none is kept or sent.
     """
 
     def __init__(
@@ -186,6 +193,9 @@ class Orchestrator:
         jobs: JobsMode = "inline",
         job_concurrency: int = DEFAULT_CONCURRENCY,
         retention: erasure.RetentionPolicy | timedelta | str | None = None,
+        # What is remembered, and how it is trusted (issue 39; Profile fields once it lands).
+        memory_policy: MemoryPolicy | None = None,
+        past_conversations: bool = True,
     ) -> None:
         self._pipeline: Pipeline | None = None
         self.use_jobs(jobs)
@@ -275,6 +285,16 @@ class Orchestrator:
             )
         self.summarise_idle_after = summarise_idle_after
         self._past: PastConversations | None = None
+        if memory_policy is not None and not isinstance(memory_policy, MemoryPolicy):
+            raise ConfigError(
+                f"memory_policy must be a frontdesk.MemoryPolicy, not {type(memory_policy).__name__}"
+            )
+        self.memory_policy = memory_policy or MemoryPolicy()
+        """What the memory expert may keep (read when the orchestrator opens)."""
+        if not isinstance(past_conversations, bool):
+            raise ConfigError("past_conversations must be True or False")
+        self.keep_past_conversations = past_conversations
+        """Whether past conversations' summaries are kept and sent (`past_conversations=`)."""
         self._jobs: Jobs | None = None
         self._unfinished: set[asyncio.Task[Any]] = set()  # Turns whose stream reader left.
 
@@ -376,6 +396,8 @@ class Orchestrator:
                 retriever=self._retriever or FullTextRetriever(memory_store),
                 expert=self._memory_expert,
                 audit=self._audit,
+                policy=self.memory_policy,
+                secrets=partial(_drop_values, store, self.categories),
             )
             pipeline = Pipeline(
                 app=app_record(self.app_spec, triage, requests, response),
@@ -398,7 +420,7 @@ class Orchestrator:
                 compaction=compaction,
                 compaction_policy=self.compaction_policy,
                 knowledge=self._library if self._knowledge_on else None,
-                past=self._past if self._memory_on else None,
+                past=self._past if self._memory_on and self.keep_past_conversations else None,
             )
             kinds, periodic = self._job_kinds(pipeline)
             jobs = Jobs(
@@ -857,7 +879,13 @@ class Orchestrator:
         return self._memories
 
     async def remember(
-        self, user_id: str, text: str, key: str | None = None, *, source: MemorySource = "user"
+        self,
+        user_id: str,
+        text: str,
+        key: str | None = None,
+        *,
+        source: MemorySource = "user",
+        trust: MemoryTrust = "verified",
     ) -> Memory:
         """Remember a fact about `user_id` from the very next turn on.
 
@@ -867,17 +895,26 @@ class Orchestrator:
             key: Facts with the same key supersede one another (the newest wins).
             source: Who states it: `user` (through the application), `operator`,
                 `handler` or `memory_expert`.
+            trust: `verified` (the default: the application writes it, as the business's
+                record) or `customer` (passed on as the customer's own, unverified word).
 
         Raises:
-            InvalidInput: empty or over-long text, an unknown source.
+            InvalidInput: empty or over-long text, an unknown source or trust.
         """
         await self._open()
-        return await self.memory.write(user_id, text, key=key, source=source)
+        return await self.memory.write(user_id, text, key=key, source=source, trust=trust)
 
     async def memories(self, user_id: str) -> list[Memory]:
-        """The current facts about `user_id`, the most recently updated first."""
+        """The current facts about `user_id`, the most recently updated first (past
+        conversations are not facts: `past_conversations`)."""
         await self._open()
-        return await self.memory.store.current(user_id)
+        return [m for m in await self.memory.store.current(user_id) if not m.is_past_conversation]
+
+    async def past_conversations(self, user_id: str) -> list[Memory]:
+        """The kept summaries of `user_id`'s past conversations, the newest first (each
+        with its `conversation_id`; `forget` deletes one, erasure all)."""
+        await self._open()
+        return [m for m in await self.memory.store.current(user_id) if m.is_past_conversation]
 
     async def correct(self, user_id: str, memory_id: str, text: str, *, by: str = "user") -> Memory:
         """Replace the text of one of the user's facts, from the very next turn on.
@@ -934,6 +971,36 @@ class Orchestrator:
     def _check_question(self, text: str) -> None:
         """Refuse up front a question some expert could not be sent (the budgets' count)."""
         _wiring.check_question(text, {e: self.counter_for(e) for e in EXPERTS}, self.budgets)
+
+
+async def _drop_values(
+    store: ConversationStore, categories: Mapping[str, Category], message_id: str
+) -> list[str]:
+    """The values of the `Redact("drop")` fields of the request a user message's turn
+    extracted: the memory expert never keeps them (`Memories.secrets`). One read, in the
+    background learning job only (a turn never waits for it)."""
+    outcome = (await store.turn_record(message_id)).outcome
+    if outcome is None or not isinstance(outcome.request, dict):
+        return []
+    category = categories.get(outcome.category)
+    if category is None or category.request is None:
+        return []
+    values: list[str] = []
+    for path, rule in field_rules(category.request).items():
+        if rule == "drop":
+            values.extend(_values_at(outcome.request, path.split(".")))
+    return values
+
+
+def _values_at(data: Any, path: list[str]) -> list[str]:
+    """The scalar values at a dotted field path of JSON data (lists looked through)."""
+    if isinstance(data, list):
+        return [v for item in data for v in _values_at(item, path)]
+    if not path:
+        return [] if data is None or isinstance(data, dict) else [str(data)]
+    if not isinstance(data, dict):
+        return []
+    return _values_at(data.get(path[0]), path[1:])
 
 
 def _conninfo(store: ConversationStore) -> str | None:
