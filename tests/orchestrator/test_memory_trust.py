@@ -13,12 +13,12 @@ import asyncio
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Annotated, Any
 
 import pytest
 from pydantic import BaseModel
 
-from frontdesk import Category, HandlerContext, MemoryPolicy, Orchestrator, Outcome
+from frontdesk import Category, HandlerContext, MemoryPolicy, Orchestrator, Outcome, Redact
 from frontdesk.experts.providers import FunctionModel, ModelRequest
 from frontdesk.labels import (
     CUSTOMER_MEMORY_END,
@@ -327,3 +327,39 @@ async def test_past_conversations_false_keeps_and_sends_none(url: str) -> None:
 
     assert all("asked about fees" not in r.memory for r in bank.calls[before:])
     assert all(r.memory_ids == () for r in bank.calls[before:])
+
+
+class PassphraseRequest(BaseModel):
+    phrase: Annotated[str, Redact("drop")]
+
+
+async def test_the_value_of_a_drop_field_is_never_kept_as_a_memory(url: str) -> None:
+    def team(request: ModelRequest) -> Any:
+        if request.expert == "triage":
+            return {"category": "PASSPHRASE", "reason": "t"}
+        if request.expert == "request":
+            return {"request": {"phrase": "blue falcon sunset"}}
+        if request.expert == "memory":  # Fooled into keeping the secret.
+            return {"facts": [{"text": "My passphrase is Blue Falcon Sunset", "key": None},
+                              {"text": "Prefers replies in Welsh", "key": "language"}]}  # fmt: skip
+        return "ok"
+
+    async def check(request: PassphraseRequest, context: HandlerContext) -> Outcome:
+        return Outcome(instruction="Say the phrase was checked.")
+
+    category = Category(
+        name="PASSPHRASE", description="Check a phrase", request=PassphraseRequest, handler=check
+    )
+    lax = MemoryPolicy(refuse_claims=False, refuse_identifiers=False)
+    async with Orchestrator(
+        [category], model=FunctionModel(team), store=url, memory_policy=lax
+    ) as orch:
+        await orch.handle("c1", "My phrase is blue falcon sunset. I prefer Welsh.", user_id="al")
+        await orch.memory.wait()
+        facts = await orch.memories("al")
+        events = await orch.audit_log.events("c1")  # type: ignore[union-attr]
+
+    assert [m.text for m in facts] == ["Prefers replies in Welsh"]
+    (refused,) = [e for e in events if e.kind == "memory_refused"]
+    assert refused.payload["refused"][0]["reason"] == "secret"
+    assert "falcon" not in refused.payload_json.lower()
