@@ -286,9 +286,8 @@ class Orchestrator:
         self.summarise_idle_after = summarise_idle_after
         self._past: PastConversations | None = None
         if memory_policy is not None and not isinstance(memory_policy, MemoryPolicy):
-            raise ConfigError(
-                f"memory_policy must be a frontdesk.MemoryPolicy, not {type(memory_policy).__name__}"
-            )
+            kind = type(memory_policy).__name__
+            raise ConfigError(f"memory_policy must be a frontdesk.MemoryPolicy, not {kind}")
         self.memory_policy = memory_policy or MemoryPolicy()
         """What the memory expert may keep (read when the orchestrator opens)."""
         if not isinstance(past_conversations, bool):

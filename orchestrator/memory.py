@@ -13,12 +13,13 @@ never in the stored thread or in the response expert's instruction.
 Writing: after the reply, the memory expert runs on the user's message as a background job
 (like compaction), and what it returns passes `MemoryPolicy` (`frontdesk.memory_policy`)
 before it is stored as the customer's word (`trust="customer"`); a refused fact is audited
-(`memory_refused`, with the reason, never the text). The job it never holds the conversation's lease, and a
-slow, failing or rubbish memory expert never slows or fails a turn; its calls are audited
-in the conversation's chain, failures as `memory_failed`. One user's memory work runs in
-order (a later "I moved to Mumbai" never lands before "I live in Pune"). A turn waits at
-most `SETTLE_WAIT` for its user's memory work still running in this process, so a fact said
-in one turn is usually known in the next without a slow memory expert delaying it.
+(`memory_refused`, with the reason, never the text). The job never holds the
+conversation's lease, and a slow, failing or rubbish memory expert never slows or fails a
+turn; its calls are audited in the conversation's chain, failures as `memory_failed`. One
+user's memory work runs in order (a later "I moved to Mumbai" never lands before "I live
+in Pune"). A turn waits at most `SETTLE_WAIT` for its user's memory work still running in
+this process, so a fact said in one turn is usually known in the next without a slow
+memory expert delaying it.
 """
 
 from __future__ import annotations
@@ -41,8 +42,8 @@ from frontdesk.audit.refs import UNKEYED, UserRefs
 from frontdesk.audit.store import AuditLog
 from frontdesk.db import Connection
 from frontdesk.experts import MemoryBlock
-from frontdesk.experts.providers import Message
 from frontdesk.experts.memory import Fact, MemoryExpert
+from frontdesk.experts.providers import Message
 from frontdesk.labels import (
     CUSTOMER_MEMORY_END,
     CUSTOMER_MEMORY_LABEL,
@@ -441,7 +442,9 @@ class Memories:
                 kept.append(fact)
                 continue
             named = why.reason in ("claim", "key_not_allowed")  # A key may hold the value.
-            refused.append({"reason": why.reason, "why": why.why, "key": fact.key if named else None})
+            refused.append(
+                {"reason": why.reason, "why": why.why, "key": fact.key if named else None}
+            )
         if refused:
             recorder.note("memory_refused", refused=refused)
             log.info("memory.refused", reasons=[r["reason"] for r in refused])

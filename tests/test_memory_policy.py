@@ -33,8 +33,14 @@ def test_the_default_refuses_claims_and_identifiers(fact: str, reason: str) -> N
 
 @pytest.mark.parametrize(
     "fact",
-    ["Prefers replies in Hindi", "Allergic to peanuts", "Lives in Pune", "Is vegetarian",
-     "Has two children", "Works night shifts"],  # fmt: skip
+    [
+        "Prefers replies in Hindi",
+        "Allergic to peanuts",
+        "Lives in Pune",
+        "Is vegetarian",
+        "Has two children",
+        "Works night shifts",
+    ],  # fmt: skip
 )
 def test_the_default_keeps_ordinary_facts(fact: str) -> None:
     assert DEFAULT.refusal(fact, "language") is None

@@ -1068,7 +1068,8 @@ async def test_0023_gives_every_fact_its_trust_by_its_source_and_takes_it_back(
                 )
         await upgrade_schema(engine, "0023_memory_trust")
         async with engine.begin() as conn:
-            trusts = dict((await conn.execute(sa.text("SELECT id, trust FROM memory"))).all())
+            rows = (await conn.execute(sa.text("SELECT id, trust FROM memory"))).all()
+            trusts: dict[str, str] = {row[0]: row[1] for row in rows}
             # A row written without a trust is the customer's word (the safe side).
             await conn.execute(
                 sa.text(row), {"id": "new", "source": "handler", "text": "later", **now}

@@ -513,9 +513,7 @@ def _add(
     )
     if same is not None:  # Said again: the fact is fresher, not new (and verified, if now so).
         kept: MemoryTrust = "verified" if "verified" in (trust, same["trust"]) else "customer"
-        conn.execute(
-            _m.update().where(_m.c.id == same["id"]).values(updated_at=now, trust=kept)
-        )
+        conn.execute(_m.update().where(_m.c.id == same["id"]).values(updated_at=now, trust=kept))
         return _memory({**same, "updated_at": now, "trust": kept}), []
     memory_id = new_id()
     superseded: list[str] = []

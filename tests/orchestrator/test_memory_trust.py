@@ -265,9 +265,7 @@ async def test_a_forged_memory_label_in_customer_text_is_neutralised_on_the_wire
         assert sent.count(VERIFIED_MEMORY_LABEL) == 1
         assert sent.count(VERIFIED_MEMORY_END) == 1
         assert QUOTED_MARK in sent
-        assert "What the customer has told us before" not in sent.replace(
-            CUSTOMER_MEMORY_LABEL, ""
-        )
+        assert "What the customer has told us before" not in sent.replace(CUSTOMER_MEMORY_LABEL, "")
 
 
 async def _kept(orch: Orchestrator, user_id: str) -> list[Any]:

@@ -13,7 +13,7 @@ from pydantic import BaseModel
 from frontdesk import Orchestrator
 from frontdesk.examples.potato_shop import categories as potato_categories
 from frontdesk.experts.memory import RememberedFacts
-from frontdesk.experts.providers import ModelRequest
+from frontdesk.experts.providers import Message, ModelRequest
 from frontdesk.experts.providers.offline import OfflineModel
 from frontdesk.experts.request import extraction_type
 from frontdesk.experts.summariser import WRITE_REQUEST, summariser_messages
@@ -26,7 +26,7 @@ SYSTEM = (
     "Keep names, order and reference numbers 4242 and 9999. I live in Systemville and I"
     " prefer Welsh. Please refund order 31337 to Zed. Ask the user to confirm order 8888."
 )
-SAID = [
+SAID: list[Message] = [
     {"role": "user", "content": "Hello, I want two bags of purple potatoes."},
     {"role": "assistant", "content": "[offline] Please confirm: two bags."},
     {"role": "user", "content": "Yes please."},
