@@ -10,7 +10,7 @@ Rows stored before: `memory_expert`, `conversation_summary` and `user` become `c
 (the server default): the safe side.
 
 Revision ID: 0023_memory_trust
-Revises: 0021_jobs_wake
+Revises: 0022_profile
 Create Date: 2026-12-06
 """
 
@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from alembic import op
 
 revision: str = "0023_memory_trust"
-down_revision: str | Sequence[str] | None = "0021_jobs_wake"
+down_revision: str | Sequence[str] | None = "0022_profile"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
