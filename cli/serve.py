@@ -47,8 +47,7 @@ def serve(
         bool,
         typer.Option(
             "--demo-tokens",
-            help="DEV ONLY: print a customer page URL and --operators desk URLs with HS256"
-            " tokens.",
+            help="DEV ONLY: print a customer page URL and --operators desk URLs with HS256 tokens.",
         ),
     ] = False,
     operators: Annotated[

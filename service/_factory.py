@@ -297,38 +297,25 @@ def prepare_serve(
     if workers < 1:
         problems.add(f"--workers {workers}: at least 1")
     store = db or default_db()
-    os.environ["FRONTDESK_SERVE_APP"] = app
-    os.environ["FRONTDESK_SERVE_DB"] = store
-    if model:
-        os.environ["FRONTDESK_SERVE_MODEL"] = model
-    if allow_missing_idempotency_key:
-        os.environ["FRONTDESK_ALLOW_MISSING_IDEMPOTENCY_KEY"] = "1"
-    if allow_client_conversation_ids:
-        os.environ["FRONTDESK_ALLOW_CLIENT_CONVERSATION_IDS"] = "1"
-    if max_token_lifetime is not None:
-        os.environ["FRONTDESK_MAX_TOKEN_LIFETIME"] = str(int(max_token_lifetime))
-    for name, value in (
-        ("FRONTDESK_HEADER_TIMEOUT", header_timeout),
-        ("FRONTDESK_BODY_TIMEOUT", body_timeout),
-        ("FRONTDESK_MAX_CONNECTIONS", max_connections),
-    ):
-        if value is not None:
-            if value <= 0:
-                problems.add(f"{name}={value}: must be more than 0")
-            else:
-                os.environ[name] = str(value)
-    os.environ["FRONTDESK_SERVE_JOBS"] = jobs
-    os.environ.pop("FRONTDESK_SERVE_RETENTION", None)
-    os.environ.pop("FRONTDESK_SERVE_RETENTION_TRANSCRIPTS", None)
-    if retention:
-        os.environ["FRONTDESK_SERVE_RETENTION"] = retention
-        if retention_transcripts:
-            os.environ["FRONTDESK_SERVE_RETENTION_TRANSCRIPTS"] = "1"
-    if metrics_port is not None:
-        if metrics_port == port or not 0 < metrics_port < 65536:
-            problems.add(f"--metrics-port {metrics_port}: a free port other than --port")
-        else:
-            os.environ[METRICS_PORT_ENV] = str(metrics_port)
+    _to_environ(
+        problems,
+        app=app,
+        store=store,
+        model=model,
+        port=port,
+        allow_missing_idempotency_key=allow_missing_idempotency_key,
+        allow_client_conversation_ids=allow_client_conversation_ids,
+        max_token_lifetime=max_token_lifetime,
+        limits=(
+            ("FRONTDESK_HEADER_TIMEOUT", header_timeout),
+            ("FRONTDESK_BODY_TIMEOUT", body_timeout),
+            ("FRONTDESK_MAX_CONNECTIONS", max_connections),
+        ),
+        metrics_port=metrics_port,
+        jobs=jobs,
+        retention=retention,
+        retention_transcripts=retention_transcripts,
+    )
     startup = Startup(db=store, workers=workers, allow_clear_audit=allow_clear_audit or demo_tokens)
     # The app loads (a bad --app or --db is said here, once), and fails closed.
     orch: Orchestrator | None = None
@@ -357,6 +344,54 @@ def prepare_serve(
     problems.raise_found()
     assert orch is not None
     return Prepared(demo_urls=urls, lines=describe(orch, startup), orchestrator=orch)
+
+
+def _to_environ(
+    problems: Problems,
+    *,
+    app: str,
+    store: str,
+    model: str | None,
+    port: int,
+    allow_missing_idempotency_key: bool,
+    allow_client_conversation_ids: bool,
+    max_token_lifetime: float | None,
+    limits: tuple[tuple[str, float | None], ...],
+    metrics_port: int | None,
+    jobs: str,
+    retention: str | None,
+    retention_transcripts: bool,
+) -> None:
+    """Hand the options to the workers (the environment); what cannot work goes to
+    `problems`."""
+    os.environ["FRONTDESK_SERVE_APP"] = app
+    os.environ["FRONTDESK_SERVE_DB"] = store
+    if model:
+        os.environ["FRONTDESK_SERVE_MODEL"] = model
+    if allow_missing_idempotency_key:
+        os.environ["FRONTDESK_ALLOW_MISSING_IDEMPOTENCY_KEY"] = "1"
+    if allow_client_conversation_ids:
+        os.environ["FRONTDESK_ALLOW_CLIENT_CONVERSATION_IDS"] = "1"
+    if max_token_lifetime is not None:
+        os.environ["FRONTDESK_MAX_TOKEN_LIFETIME"] = str(int(max_token_lifetime))
+    for name, value in limits:
+        if value is not None:
+            if value <= 0:
+                problems.add(f"{name}={value}: must be more than 0")
+            else:
+                os.environ[name] = str(value)
+    os.environ["FRONTDESK_SERVE_JOBS"] = jobs
+    os.environ.pop("FRONTDESK_SERVE_RETENTION", None)
+    os.environ.pop("FRONTDESK_SERVE_RETENTION_TRANSCRIPTS", None)
+    if retention:
+        os.environ["FRONTDESK_SERVE_RETENTION"] = retention
+        if retention_transcripts:
+            os.environ["FRONTDESK_SERVE_RETENTION_TRANSCRIPTS"] = "1"
+    if metrics_port is not None:
+        if metrics_port == port or not 0 < metrics_port < 65536:
+            problems.add(f"--metrics-port {metrics_port}: a free port other than --port")
+        else:
+            os.environ[METRICS_PORT_ENV] = str(metrics_port)
 
 
 async def _open_store(url: str) -> None:
