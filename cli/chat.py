@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import shlex
 import sys
 import tempfile
 import uuid
@@ -21,11 +22,19 @@ from rich.table import Table
 
 from frontdesk.audit.pricing import cost_of
 from frontdesk.cli._errors import configure_logging, describe, silence_logging
-from frontdesk.cli._options import DbOption, ModelOption, app_option, db_option, db_url
+from frontdesk.cli._options import (
+    DbOption,
+    ModelOption,
+    app_option,
+    db_option,
+    db_url,
+    invocation,
+)
 from frontdesk.errors import ConversationNotFound, FrontdeskError, UserError
 from frontdesk.masking import mask_url
 from frontdesk.orchestrator import Orchestrator
 from frontdesk.orchestrator.app import DEFAULT_APP, describe_models, load_app
+from frontdesk.orchestrator.config import offline_by_default
 from frontdesk.orchestrator.errors import InvalidUserText, TurnFailed
 from frontdesk.orchestrator.reply import Reply
 from frontdesk.orchestrator.stream import Delta, Done, Failed
@@ -122,13 +131,17 @@ async def _demo(model: str | None, db: str) -> None:
         )
     finally:
         await orch.aclose()
+    me, where = invocation(), shlex.quote(mask_url(db))
     console.print("\nSee it again:")
     for command in ("thread show", "audit show"):
-        console.print(f"  frontdesk {command} {conversation} --db {mask_url(db)}", soft_wrap=True)
-    console.print(f"  frontdesk memory show demo-user --db {mask_url(db)}", soft_wrap=True)
+        console.print(f"  {me} {command} {conversation} --db {where}", soft_wrap=True)
+    console.print(f"  {me} memory show demo-user --db {where}", soft_wrap=True)
+    console.print(f"  {me} knowledge search 'storing potatoes' --db {where}", soft_wrap=True)
     console.print(
-        f"  frontdesk knowledge search 'storing potatoes' --db {mask_url(db)}", soft_wrap=True
+        "\nThe pages: a customer's chat and two operators' desks, a hand-off between them"
+        " (needs the serve extra: pip install 'frontdesk\\[serve]'):"
     )
+    console.print(f"  {me} demo --serve", soft_wrap=True)
 
 
 def demo(
@@ -136,16 +149,46 @@ def demo(
     db: Annotated[
         str | None, db_option("Database URL (default: a fresh SQLite file for each run).")
     ] = None,
+    serve: Annotated[
+        bool,
+        typer.Option(
+            "--serve",
+            help="Serve the potato shop instead: a customer chat page and two operator desks,"
+            " with fresh demo tokens (DEV ONLY), their URLs printed.",
+        ),
+    ] = False,
+    port: Annotated[int, typer.Option("--port", help="With --serve: the port.")] = 8000,
 ) -> None:
     """The potato shop end to end: per turn the category, request, instruction and reply.
 
     Each run gets a fresh database unless `--db` is given, so a second run is the same as
     the first (the refund of the first run is not "already refunded" in the second).
+    `--serve` serves it instead, with a customer's chat page and two operators' desks.
     """
     if db is None:
         folder = Path(tempfile.mkdtemp(prefix="frontdesk-demo-"))
         db = f"sqlite:///{folder / 'demo.db'}"
+    if serve:
+        _serve_demo(model, db, port)
+        return
     asyncio.run(_demo(model, db))
+
+
+def _serve_demo(model: str | None, db: str, port: int) -> None:
+    """`frontdesk serve --demo-tokens --operators 2` on the potato shop, offline when no
+    provider key is set (named, so serve's fail-closed check is satisfied on purpose)."""
+    from frontdesk.cli import serve as serve_command
+
+    if model is None and offline_by_default(None):
+        model = "offline"
+    console.print(describe_models(model))
+    console.print(
+        "Open the customer chat in one window and each operator desk in another. As the"
+        ' customer, ask for a person ("can I talk to a person?"): it reaches both desks;'
+        " open it on one and take it; the other desk sees who has it. Ctrl-C stops.",
+        soft_wrap=True,
+    )
+    serve_command.serve(app=DEFAULT_APP, db=db, model=model, port=port, demo_tokens=True)
 
 
 HELP = """commands:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import os
 import re
+import signal
 import subprocess
 from pathlib import Path
 
@@ -16,7 +17,7 @@ from typer.testing import CliRunner
 from frontdesk.cli import app as cli
 from frontdesk.errors import ConfigError
 from frontdesk.service import RedisTokenBucket, ServiceSettings, TokenBucket, mint_token
-from tests.service._server import FRONTDESK, ROOT, free_port, serve_process
+from tests.service._server import FRONTDESK, ROOT, free_port, serve_process, wait_ready
 from tests.service.conftest import SECRET
 
 pytestmark = pytest.mark.anyio
@@ -241,3 +242,35 @@ def test_thread_show_of_an_unknown_conversation_exits_2(tmp_path: Path) -> None:
     result = CliRunner().invoke(cli, ["thread", "show", "nope", "--db", db])
     assert result.exit_code == 2
     assert "no conversation 'nope'" in result.output
+
+
+def test_demo_serve_prints_a_customer_and_two_operator_urls_that_open(tmp_path: Path) -> None:
+    """No key of any kind set: the potato shop on the offline stand-in, named on purpose."""
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
+    for key in (*KEYS, "FRONTDESK_MASTER_KEY"):
+        env.pop(key, None)
+    process = subprocess.Popen(
+        [str(FRONTDESK), "demo", "--serve", "--port", str(port)],
+        cwd=tmp_path,
+        env={**env, "PYTHONPATH": str(ROOT)},
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_ready(url, process=process)
+        assert process.stdout is not None
+        printed = "".join(process.stdout.readline() for _ in range(7))
+    finally:
+        os.killpg(process.pid, signal.SIGTERM)
+        process.wait(timeout=20)
+    customer = re.search(r"customer chat: +(\S+)", printed)
+    desks = re.findall(r"operator desk \((\S+)\): +(\S+)", printed)
+    assert customer and customer.group(1).startswith(f"{url}/#token="), printed
+    assert [who for who, _ in desks] == ["demo-operator-1", "demo-operator-2"], printed
+    assert all(desk.startswith(f"{url}/operator#token=") for _, desk in desks)
+    assert "offline stand-in" in printed
