@@ -12,7 +12,7 @@ import sqlite3
 from collections.abc import Mapping
 from typing import Any
 
-import asyncpg
+import asyncpg  # type: ignore[import-untyped]
 import structlog
 from fastapi import FastAPI, Request
 from fastapi.encoders import jsonable_encoder
@@ -81,7 +81,8 @@ log = structlog.get_logger("service")
 
 def _is_outage(error: BaseException) -> bool:
     if isinstance(error, DBAPIError):
-        return error.connection_invalidated or _is_outage(error.orig)
+        orig = error.orig
+        return error.connection_invalidated or (orig is not None and _is_outage(orig))
     if isinstance(error, DisconnectionError | PoolTimeout):
         return True
     if isinstance(error, asyncpg.InterfaceError | asyncpg.PostgresConnectionError):
