@@ -87,9 +87,9 @@ test:
 INIT = """\
 \"\"\"$title: a customer-service bot on frontdesk.\"\"\"
 
-from $package.bot import CATEGORIES, build, load_help
+from $package.bot import CATEGORIES, build, load_help, profile
 
-__all__ = ["CATEGORIES", "build", "load_help"]
+__all__ = ["CATEGORIES", "build", "load_help", "profile"]
 """
 
 BOT = """\
@@ -101,7 +101,7 @@ from __future__ import annotations
 from importlib import resources
 from typing import Any, Literal
 
-from frontdesk import Category, HandlerContext, Orchestrator, Outcome
+from frontdesk import Category, HandlerContext, Orchestrator, Outcome, Profile
 from pydantic import BaseModel, Field
 
 BUSINESS_NAME = "$title"
@@ -168,13 +168,20 @@ CATEGORIES = [
 ]
 
 
+def profile(model: Any = None) -> Profile:
+    \"\"\"What $title is: its categories, its name, the models its experts use (`model`: a
+    spec such as `offline` or `anthropic:claude-sonnet-4-5`; None: a provider key in the
+    environment decides).\"\"\"
+    return Profile(CATEGORIES, model=model, business_name=BUSINESS_NAME)
+
+
 def build(
     *, model: Any = None, store: str = "sqlite:///$package.db", **kwargs: Any
 ) -> Orchestrator:
-    \"\"\"The bot (`--app $package.bot:build`). `model` is a spec such as `offline` or
-    `anthropic:claude-sonnet-4-5` (None: a provider key in the environment decides);
-    `frontdesk test` and `frontdesk chat --model` pass theirs.\"\"\"
-    return Orchestrator(CATEGORIES, model=model, store=store, business_name=BUSINESS_NAME, **kwargs)
+    \"\"\"The bot (`--app $package.bot:build`) on the store `store` (where it runs: `kwargs`
+    are the runtime settings, e.g. `timeouts=`); `frontdesk test` and `frontdesk chat
+    --model` pass their `model`.\"\"\"
+    return Orchestrator(profile=profile(model), store=store, **kwargs)
 
 
 async def load_help(orch: Orchestrator) -> int:
