@@ -165,7 +165,8 @@ async def test_a_pin_given_once_is_in_clear_nowhere_but_the_handler_and_the_audi
     assert any("[PIN]" in s for s in sent)
     facts = [m.text for m in await orch.memories("alice")]
     assert facts and not [f for f in facts if PIN in f]
-    assert any("SIM PIN is [PIN]" in f for f in facts)
+    # (The fooled memory expert's "SIM PIN is 739164" is refused by the memory policy or
+    # kept as "SIM PIN is [PIN]": either way, never with the value.)
     assert "Swap asked with PIN [PIN]" in facts
 
     # The operator routes and the customer's own, for both conversations.
@@ -184,6 +185,9 @@ async def test_a_pin_given_once_is_in_clear_nowhere_but_the_handler_and_the_audi
     try:
         assert clear(await occurrences_at_rest(engine, PIN, decode=inflate_bytes)) == {}
         assert clear(await occurrences_at_rest(engine, PHONE, decode=inflate_bytes)) == {}
+        # The fooled summariser's "(current PIN 739164)" was kept with the value replaced.
+        kept = clear(await occurrences_at_rest(engine, "current PIN [PIN]"))
+        assert "memory.text" in kept
     finally:
         await dispose_engine(engine)
     # The audit keeps the original, encrypted under alice's key.

@@ -6,7 +6,7 @@ kept after its turn only as a keyed digest with what it is shown as (`[PIN]`,
 conversation of that user (`frontdesk.ruled`). Erasure deletes the user's rows.
 
 Revision ID: 0024_ruled_values
-Revises: 0022_profile
+Revises: 0023_memory_trust
 Create Date: 2026-12-06
 """
 
@@ -18,7 +18,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "0024_ruled_values"
-down_revision: str | Sequence[str] | None = "0022_profile"
+down_revision: str | Sequence[str] | None = "0023_memory_trust"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
