@@ -47,6 +47,8 @@ EventKind = Literal[
     "memory_failed",  # payload: error (the memory expert's answer was unusable or failed)
     "memory_corrected",  # payload: memory_id, by (no text)
     "memory_forgotten",  # payload: memory_ids, by, all (no text); in the user's chain
+    "operator_read",  # payload: by (operator id), conversation_id, what (no content); in the
+    # user's chain: who read the customer's context, transcript or memories, and when
 ]
 
 # A `model_attempt` payload holds: expert, model, attempt, settings, prompt {name, version,
