@@ -426,7 +426,7 @@ class Orchestrator:
                 audit=self._audit,
             )
         return Pipeline(
-            app=app_record(self.app_spec, triage, requests, response),
+            app=app_record(self.app_spec, triage, requests, response, name),
             memory=self._memories if profile.memory else None,
             store=store,
             audit=self._audit,
