@@ -111,6 +111,7 @@ async def run_turn(p: Pipeline, conversation_id: str, start: Start) -> Reply:
     recorded in the reply's own transaction. All of it is one `frontdesk.turn` span (the
     expert calls' spans are its children)."""
     with telemetry.turn(conversation_id) as span:
+        span.profile = p.profile or ""
         lease = p.lease(conversation_id)
         try:
             # Start: the lease, the user message and its path, in one transaction.
