@@ -53,7 +53,7 @@ def profile(*, model: ModelChoice = None, **fields: Any) -> Profile:
 def desks(*, model: ModelChoice = None, store: str = "sqlite:///frontdesk.db") -> Orchestrator:
     """The potato shop and the card desk on one deployment (`--app
     frontdesk.examples.card_desk:desks`): profiles `potatoes` and `cards`."""
-    from frontdesk.examples.potato_shop import categories as potato_categories
+    from frontdesk.examples.potato_shop import profile as potato_shop
 
-    potatoes = Profile(potato_categories(), model=model, business_name="Spud & Co.")
-    return Orchestrator(profiles={"potatoes": potatoes, "cards": profile(model=model)}, store=store)
+    profiles = {"potatoes": potato_shop(model), "cards": profile(model=model)}
+    return Orchestrator(profiles=profiles, store=store)
