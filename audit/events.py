@@ -48,6 +48,8 @@ EventKind = Literal[
     "memory_refused",  # payload: refused [{reason, why, key}] (the memory policy; no text)
     "memory_corrected",  # payload: memory_id, by (no text)
     "memory_forgotten",  # payload: memory_ids, by, all (no text); in the user's chain
+    "operator_read",  # payload: by (operator id), conversation_id, what (no content); in the
+    # user's chain: who read the customer's context, transcript or memories, and when
 ]
 
 # A `model_attempt` payload holds: expert, model, attempt, settings, prompt {name, version,

@@ -429,7 +429,7 @@ class Orchestrator:
                 secrets=partial(_drop_values, store, self._categories_by_name()),
             )
         return Pipeline(
-            app=app_record(self.app_spec, triage, requests, response),
+            app=app_record(self.app_spec, triage, requests, response, name),
             memory=self._memories if profile.memory else None,
             store=store,
             audit=self._audit,

@@ -91,8 +91,9 @@ class Profile:
             they may wait (`handoff_message=`, `handoff_timeout=`,
             `handoff_timeout_message=` in the flat form).
         compaction: When and how the summariser compacts long threads.
-        knowledge_source: The library of documents this profile's turns read (docs/
-            knowledge.md); `None`: the profile's own (its name).
+        knowledge_source: Reserved for the library of documents this profile's turns read;
+            today every profile reads the orchestrator's one library, so only `None` is
+            accepted (docs/profiles.md).
         settings: Per-expert model settings.
         context: Extra data handed to every handler in `HandlerContext.extras`.
         handler_errors: What a handler's exception does: `"reply"` answers the apology
@@ -160,8 +161,11 @@ class Profile:
                 "summarise_idle_after must be a positive timedelta,"
                 f" got {self.summarise_idle_after!r}"
             )
-        if self.knowledge_source is not None:
-            check_profile_name(self.knowledge_source)
+        if self.knowledge_source is not None:  # Refused rather than silently ignored.
+            raise ConfigError(
+                "knowledge_source is not supported yet: every profile of an orchestrator"
+                " reads its one library of documents (docs/profiles.md); leave it None"
+            )
         if self.memory_policy is not None and not isinstance(self.memory_policy, MemoryPolicy):
             kind = type(self.memory_policy).__name__
             raise ConfigError(f"memory_policy must be a frontdesk.MemoryPolicy, not {kind}")

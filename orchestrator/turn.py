@@ -111,6 +111,7 @@ async def run_turn(p: Pipeline, conversation_id: str, start: Start) -> Reply:
     recorded in the reply's own transaction. All of it is one `frontdesk.turn` span (the
     expert calls' spans are its children)."""
     with telemetry.turn(conversation_id) as span:
+        span.profile = p.profile or ""
         lease = p.lease(conversation_id)
         try:
             # Start: the lease, the user message and its path, in one transaction.
@@ -1177,12 +1178,15 @@ def app_record(
     triage: TriageExpert,
     requests: Mapping[str, RequestExpert],
     response: ResponseExpert,
+    profile: str | None = None,
 ) -> dict[str, object]:
     """The app as each turn's audit records it: its `--app` spec when it was loaded from
-    one, its categories with their request prompts' versions, and the triage and response
-    prompts' versions (a replay loads the spec, or checks the categories)."""
+    one, the profile that answered, its categories with their request prompts' versions,
+    and the triage and response prompts' versions (a replay loads the spec and answers
+    with the same profile, or checks the categories)."""
     return {
         "spec": spec,
+        "profile": profile,
         "categories": {
             name: f"{e.call.prompt.name}@{e.call.prompt.version}" for name, e in requests.items()
         },
