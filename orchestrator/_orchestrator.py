@@ -37,6 +37,7 @@ from frontdesk.orchestrator.config import (
     resolve_models,
     warn_offline_once,
 )
+from frontdesk.orchestrator.fallbacks import Unreadable
 from frontdesk.orchestrator.handoff import Claim, Handoff
 from frontdesk.orchestrator.jobs import (
     DEFAULT_CONCURRENCY,
@@ -149,6 +150,10 @@ class Orchestrator:
             cron (docs/privacy.md): a `RetentionPolicy`, or an age (`timedelta`, `"90d"`).
             It runs once per period (hourly by default) across every runner, wherever the
             jobs run (`jobs=`). `None` (the default): no periodic retention.
+        on_unreadable: What a triage or request answer that stays unreadable after its
+            retries does: `"ask"` (the default) asks the customer again (for the request's
+            missing fields, or to say it another way), and a fourth unreadable turn in a
+            row hands off; `"handoff"` hands off to a person at once.
     """
 
     def __init__(
@@ -186,6 +191,7 @@ class Orchestrator:
         jobs: JobsMode = "inline",
         job_concurrency: int = DEFAULT_CONCURRENCY,
         retention: erasure.RetentionPolicy | timedelta | str | None = None,
+        on_unreadable: Unreadable = "ask",
     ) -> None:
         self._pipeline: Pipeline | None = None
         self.use_jobs(jobs)
@@ -236,6 +242,10 @@ class Orchestrator:
             timeout_message=handoff_timeout_message,
         )
         self.speculate = speculate
+        if on_unreadable not in ("ask", "handoff"):
+            raise ConfigError(f"on_unreadable must be 'ask' or 'handoff', not {on_unreadable!r}")
+        self.on_unreadable: Unreadable = on_unreadable
+        """Read when the orchestrator opens (set it before the first turn)."""
         self.redactor: Redactor = redactor_of(redaction)
         self.token_counter: TokenCounter = token_counter or CalibratedCounter()
         self._context = dict(context or {})
@@ -256,7 +266,12 @@ class Orchestrator:
         )
         self._experts = wiring.build()
         self._memory_expert = wiring.memory_expert()
+        # A model's `context_tokens` (its spec, or the expert's settings) cuts its budget.
+        self.budgets = wiring.fit_budgets(self._experts, self.budgets)
         wiring.check_budgets(self._experts, self.budgets)
+        self._one_at_a_time = any(
+            wiring.effective(e).concurrency == 1 for e in ("triage", "request")
+        )
         self._audit: AuditLog | None = None
         self._owns_store = isinstance(store, str)
         self._owns_audit = not isinstance(audit, AuditLog)
@@ -383,8 +398,10 @@ class Orchestrator:
                 store=store,
                 audit=self._audit,
                 deadline=self.turn_deadline,
-                speculate=self.speculate,
+                # A server that answers one request at a time would only queue the guess.
+                speculate=self.speculate and not self._one_at_a_time,
                 handler_errors=self.handler_errors,
+                on_unreadable=self.on_unreadable,
                 categories=self.categories,
                 triage=triage,
                 requests=requests,
