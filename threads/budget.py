@@ -300,7 +300,8 @@ def fit_to_window(
         "documents": budget.documents,
     }
     flexible = sum(parts.values())
-    if room <= 0 or (flexible > 0 and room * budget.question // flexible < 16):
+    question_room = room * budget.question // flexible if flexible else 0
+    if room <= 0 or (budget.question > 0 and question_room < 16):
         raise ConfigError(
             f"the {expert} expert does not fit the model's context_tokens={context_tokens:,}:"
             f" its system prompt (with the output schema) is {system_tokens:,} tokens and its"
