@@ -209,7 +209,7 @@ def test_context_tokens_cut_every_budget_to_the_window(wire: WireServer, db_url:
         potato_categories(), model=_spec(wire, "?context_tokens=4096"), store=db_url
     )
     for expert in ("triage", "request", "response", "summariser", "memory"):
-        assert orch.budgets[expert].total <= 4096 * (1 - TEMPLATE_MARGIN)
+        assert orch.budgets[expert].total <= 4096 - int(4096 * TEMPLATE_MARGIN)
     assert orch.budgets["request"].question < DEFAULT_BUDGETS["request"].question
 
 
