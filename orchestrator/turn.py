@@ -690,7 +690,11 @@ async def _respond(p: Pipeline, t: Turn, decided: Decided) -> ResponseResult:
             raise
         text = fallbacks.plain_reply(decided.outcome)
         t.recorder.note("response_fallback", error=f"{type(e.__cause__).__name__}: {e}")
-        log.warning("turn.response_fallback", conversation_id=t.conversation_id, error=str(e))
+        log.warning(  # The class only: a provider's message may quote the user.
+            "turn.response_fallback",
+            conversation_id=t.conversation_id,
+            error_class=type(e.__cause__).__name__,
+        )
         return ResponseResult(text=text, response=ModelResponse(output=text, model=""))
 
 

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from frontdesk.examples.potato_shop import categories as potato_categories
+from frontdesk.labels import INSTRUCTION_LABEL
 from frontdesk.orchestrator import Orchestrator
 from tests.experts.providers.wire_server import (
     ANTHROPIC_PATH,
@@ -100,10 +101,11 @@ async def test_openai_sends_memory_as_a_second_system_message(
     bodies = [r.body for r in wire.requests_to(OPENAI_PATH)]
     assert len(bodies) == 5
     first, later = bodies[1]["messages"], bodies[4]["messages"]
-    assert [m["role"] for m in first] == ["system", "user", "assistant"]
-    assert [m["role"] for m in later] == ["system", "system", "user", "assistant"]
+    assert [m["role"] for m in first] == ["system", "user"]  # the instruction: a labelled block
+    assert [m["role"] for m in later] == ["system", "system", "user"]
     assert later[0] == first[0]  # The prompt, unchanged.
     assert "Allergic to peanuts" in later[1]["content"]
-    assert "peanuts" not in later[3]["content"]  # Not in the instruction.
+    instruction = later[2]["content"].partition(INSTRUCTION_LABEL)[2]
+    assert instruction and "peanuts" not in instruction  # Not in the instruction.
     assert [m["role"] for m in bodies[2]["messages"]] == ["system", "user"]
     assert bodies[2]["messages"][1]["content"] == "I'm allergic to peanuts"
