@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from typing import Any
 
 from pydantic import BaseModel
 
@@ -88,3 +89,18 @@ def find_json(text: str) -> str:
 def neutralised(messages: Sequence[Message]) -> list[Message]:
     """The thread with any copy of the instruction label a user typed marked."""
     return [Message(role=m["role"], content=neutralise(m["content"], OURS)) for m in messages]
+
+
+def without_patterns(schema: Any) -> Any:
+    """`schema` without the `pattern` of its string fields, for a server whose grammar
+    conversion cannot take one (`llama-cpp-python` turns `\\d` into a literal); pydantic
+    still checks every pattern on the answer."""
+    if isinstance(schema, dict):
+        return {
+            k: without_patterns(v)
+            for k, v in schema.items()
+            if not (k == "pattern" and isinstance(v, str) and schema.get("type") == "string")
+        }
+    if isinstance(schema, list):
+        return [without_patterns(v) for v in schema]
+    return schema

@@ -48,6 +48,7 @@ from frontdesk.experts.providers._structured import (
     schema_prompt,
     split_instruction,
     wants_schema_in_prompt,
+    without_patterns,
 )
 from frontdesk.experts.providers.base import (
     ModelRequest,
@@ -182,13 +183,18 @@ class OpenAIModel(HTTPModel):
         elif output == "json_object":
             payload["response_format"] = {"type": "json_object"}
         elif output == "tools":
+            # A compatible server builds a grammar from the parameters: the tagged union (so
+            # it enforces the choice), without patterns (its converter may not take them).
+            parameters = json_schema_of(request.output_type, union=self._compatible)
+            if self._compatible:
+                parameters = without_patterns(parameters)
             payload["tools"] = [
                 {
                     "type": "function",
                     "function": {
                         "name": name,
                         "description": f"Record the answer as a {name} object.",
-                        "parameters": json_schema_of(request.output_type, union=False),
+                        "parameters": parameters,
                     },
                 }
             ]
