@@ -378,6 +378,7 @@ async def begin(
             user_id=user_id,
             handoff=p.handoff,
             also=also,
+            profile=p.profile,
             **kwargs,
         )
 
@@ -960,7 +961,7 @@ def _jobs_after(p: Pipeline, t: Turn, reply: MessageRecord) -> list[JobSpec]:
         jobs.append(_memory.learn_spec(t.user_id, question.id, p.memory.refs))
     after = [*t.thread.messages, ThreadMessage(role="assistant", content=reply.content)]
     if p.compaction_policy.plan(after, p.counter) is not None:
-        jobs.append(compaction_spec(t.conversation_id, reply.id))
+        jobs.append(compaction_spec(t.conversation_id, reply.id, p.profile))
     return jobs
 
 
@@ -1008,6 +1009,9 @@ class Pipeline:
     on_unreadable: fallbacks.Unreadable = "ask"
     """An unreadable triage or request answer: ask the customer again (`ask`, a hand-off
     after three in a row) or hand off at once (`handoff`)."""
+    profile: str | None = None
+    """The profile (business) answering: recorded on a new conversation by its first
+    transaction, checked on an existing one (`ProfileMismatch`)."""
 
 
 @dataclass(frozen=True, kw_only=True)
