@@ -12,6 +12,7 @@ from typing import Literal
 from pydantic import BaseModel
 
 from frontdesk.experts import Category, NeedMoreInfo, Outcome
+from frontdesk.labels import INSTRUCTION_LABEL
 
 Unreadable = Literal["ask", "handoff"]
 """What an unreadable triage or request answer does (`Orchestrator(on_unreadable=...)`)."""
@@ -183,3 +184,16 @@ def _you(text: str) -> str:
 
 def _capital(text: str) -> str:
     return text[:1].upper() + text[1:]
+
+
+_ECHO_CHARS = 40
+"""How much of the instruction, word for word, a reply may not contain."""
+
+
+def echoes_instruction(reply: str, instruction: str) -> bool:
+    """Whether a reply repeats the handler's instruction (its label, or its first words
+    verbatim, ignoring case and spacing): a small model may copy what it was given."""
+    if INSTRUCTION_LABEL in reply:
+        return True
+    head = " ".join(instruction.split())[:_ECHO_CHARS].lower()
+    return len(head) >= 20 and head in " ".join(reply.split()).lower()

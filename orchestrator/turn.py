@@ -674,29 +674,37 @@ async def _respond(p: Pipeline, t: Turn, decided: Decided) -> ResponseResult:
     view = _view(p, t, "response")
     # The passages the budget kept, after the question: reference text, not in the thread.
     messages, passages = _knowledge.fold(_turns(view), t.passages, view.fit.documents)
+    sink = _listen.delta_sink()
     call = p.response.run(
         messages,
         decided.outcome.instruction,
         metadata=_meta(t),
         cache_prefix=view.cache_prefix_messages,
-        on_delta=_first_token_timed(_listen.delta_sink(), since=t.lease.started),
+        on_delta=_first_token_timed(sink, since=t.lease.started),
         observer=t.recorder,
         memory=_memory.block(view),
         passages=passages,
     )
     try:
-        return await _stage("response", t, call)
+        result = await _stage("response", t, call)
     except TurnFailed as e:
         if not decided.handler_ran or isinstance(e.__cause__, StreamInterrupted):
             raise
-        text = fallbacks.plain_reply(decided.outcome)
-        t.recorder.note("response_fallback", error=f"{type(e.__cause__).__name__}: {e}")
-        log.warning(  # The class only: a provider's message may quote the user.
-            "turn.response_fallback",
-            conversation_id=t.conversation_id,
-            error_class=type(e.__cause__).__name__,
-        )
-        return ResponseResult(text=text, response=ModelResponse(output=text, model=""))
+        return _plain(t, decided, type(e.__cause__).__name__, f"{e}")
+    if sink is None and fallbacks.echoes_instruction(result.text, decided.outcome.instruction):
+        # A small model that copies its input: the instruction never reaches the customer.
+        return _plain(t, decided, "EchoedInstruction", "the reply repeated the instruction")
+    return result
+
+
+def _plain(t: Turn, decided: Decided, error_class: str, error: str) -> ResponseResult:
+    """The plain reply built from the outcome, in place of the response expert's."""
+    text = fallbacks.plain_reply(decided.outcome)
+    t.recorder.note("response_fallback", error=f"{error_class}: {error}")
+    log.warning(  # The class only: a provider's message may quote the user.
+        "turn.response_fallback", conversation_id=t.conversation_id, error_class=error_class
+    )
+    return ResponseResult(text=text, response=ModelResponse(output=text, model=""))
 
 
 def _first_token_timed(sink: OnDelta | None, *, since: float) -> OnDelta | None:

@@ -15,6 +15,7 @@ from frontdesk.examples.potato_shop import categories as potato_categories
 from frontdesk.experts import Category, HandlerContext, Outcome
 from frontdesk.experts.errors import OutputValidationError, TruncatedOutput
 from frontdesk.experts.providers import FunctionModel, ModelRequest, ModelSettings
+from frontdesk.labels import INSTRUCTION_LABEL
 from frontdesk.orchestrator import Orchestrator
 from frontdesk.orchestrator.config import ExpertSettings
 from frontdesk.orchestrator.fallbacks import UNREADABLE, plain_reply
@@ -229,3 +230,26 @@ def test_fit_to_window_arithmetic() -> None:
     assert fitted.history == room * 6 // 12 and fitted.question == room * 4 // 12
     assert fitted.documents == room * 2 // 12 and fitted.total <= 8_000
     assert fit_to_window(budget, context_tokens=20_000, system_tokens=1_000, expert="x") is budget
+
+
+async def test_a_reply_that_copies_the_instruction_is_replaced_by_a_plain_one(
+    team: FakeTeam, db_url: str
+) -> None:
+    """A small model echoes what it was given (the labelled block): never shown."""
+    team.route = lambda r: "ORDERS"
+    team.extract = lambda r: ORDER
+
+    def echo(request: ModelRequest) -> Any:
+        if request.expert == "response":
+            team.calls.append(request)
+            return f"Sure!\n{INSTRUCTION_LABEL}\n{request.messages[-1]['content']}"
+        return team(request)
+
+    orch = Orchestrator(potato_categories(), model=FunctionModel(echo), store=db_url)
+    reply = await orch.handle("c", "two bags of purple")
+    kinds = await _kinds(orch, "c")
+    await orch.aclose()
+    assert reply.outcome is not None
+    assert INSTRUCTION_LABEL not in reply.text and "Ask the user" not in reply.text
+    assert reply.text == plain_reply(reply.outcome)
+    assert "response_fallback" in kinds
