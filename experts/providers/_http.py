@@ -581,6 +581,7 @@ class HTTPModel(ABC):
         check_allow_model_requests()
         reask: list[dict[str, Any]] = []
         current = self.settled(request)
+        runner.at_least(current.settings.timeout)
 
         async def send(_number: int) -> AttemptSuccess[Answer]:
             return await attempt(current, reask, runner.attempt_timeout(current.settings.timeout))

@@ -176,6 +176,11 @@ class RetryRunner:
         room = self.config.total_seconds - self._extra
         self._extra += max(0.0, min(seconds, room))
 
+    def at_least(self, seconds: float) -> None:
+        """Make the call's total budget at least `seconds` (one attempt's timeout: a slow
+        self-hosted server given `timeout=120` gets its 120 s, not the 60 s default)."""
+        self._extra = max(self._extra, seconds - self.config.total_seconds)
+
     @property
     def remaining_seconds(self) -> float:
         """Seconds left of the call's total budget (grown by `extend`)."""

@@ -309,3 +309,11 @@ def test_a_reask_grows_the_retry_budget(clock: FakeClock) -> None:
     assert runner.remaining_seconds == pytest.approx(60, abs=0.5)
     runner.extend(1000)  # never past twice the budget in all
     assert runner.remaining_seconds == pytest.approx(70, abs=0.5)
+
+
+def test_a_timeout_longer_than_the_retry_budget_raises_the_budget(clock: FakeClock) -> None:
+    runner = RetryRunner(RetryConfig(total_seconds=60), expert="triage", model="m", clock=clock.now)
+    runner.at_least(110)
+    assert runner.attempt_timeout(110) == pytest.approx(110, abs=0.5)
+    runner.at_least(30)  # never lowers it
+    assert runner.remaining_seconds == pytest.approx(110, abs=0.5)
