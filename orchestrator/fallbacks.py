@@ -104,12 +104,14 @@ def unreadable(fields: Sequence[str]) -> Outcome:
                 f" words: {listed}. A good question: {question}"
             ),
             data={"need_more_info": {"missing": list(fields), "question": question}},
+            reply=question,
         )
     return Outcome(
         instruction=(
             f"{UNREADABLE} Apologise briefly and ask them to say it another way, in a few"
             " plain words."
-        )
+        ),
+        reply="Sorry, I did not quite follow. Could you say that another way, in a few words?",
     )
 
 
