@@ -148,9 +148,7 @@ class AnthropicModel(HTTPModel):
             payload["system"] = [
                 {"type": "text", "text": request.system, "cache_control": _EPHEMERAL}
             ]
-        if request.memory:  # After the cached prompt: it may change while the prompt does not.
-            payload.setdefault("system", []).append({"type": "text", "text": request.memory})
-        if instruction is not None:  # `instruction=system`: after the prompt and memory.
+        if instruction is not None:  # `instruction=system`: after the prompt.
             payload.setdefault("system", []).append({"type": "text", "text": instruction})
         if request.settings.temperature is not None:
             payload["temperature"] = request.settings.temperature

@@ -157,8 +157,6 @@ class OpenAIModel(HTTPModel):
         messages: list[dict[str, Any]] = []
         if request.system:
             messages.append({"role": "system", "content": request.system})
-        if request.memory:  # After the prompt, so the cached prefix stays the same.
-            messages.append({"role": "system", "content": request.memory})
         if request.output_type is not None and wants_schema_in_prompt(output):
             messages.append({"role": "system", "content": schema_prompt(request.output_type)})
         messages.extend(_thread(request))
