@@ -24,6 +24,7 @@ from frontdesk.experts.category import check_registry
 from frontdesk.memory_policy import MemoryPolicy
 from frontdesk.orchestrator._input import DEFAULT_MAX_MESSAGE_CHARS
 from frontdesk.orchestrator.config import ExpertSettings, ModelChoice
+from frontdesk.orchestrator.fallbacks import Unreadable
 from frontdesk.orchestrator.jobs import DEFAULT_CONCURRENCY, JOBS_MODES, JobsMode
 from frontdesk.orchestrator.past_conversations import IDLE_AFTER
 from frontdesk.threads.budget import Budget
@@ -115,6 +116,10 @@ class Profile:
         past_conversations: Keep the summaries of a user's idle and handed-back
             conversations and send them (as the customer's words) in their later
             conversations; `False`: none is kept or sent.
+        on_unreadable: What a triage or request answer that stays unreadable after its
+            retries does: `"ask"` (the default) asks the customer again (for the request's
+            missing fields, or to say it another way), and a fourth unreadable turn in a
+            row hands off; `"handoff"` hands off to a person at once.
     """
 
     categories: Sequence[Category]
@@ -139,6 +144,7 @@ class Profile:
     summarise_idle_after: timedelta = IDLE_AFTER
     memory_policy: MemoryPolicy | None = None
     past_conversations: bool = True
+    on_unreadable: Unreadable = "ask"
 
     def __post_init__(self) -> None:
         categories = tuple(check_registry(list(self.categories)).values())
@@ -146,6 +152,10 @@ class Profile:
         self._check()
 
     def _check(self) -> None:
+        if self.on_unreadable not in ("ask", "handoff"):
+            raise ConfigError(
+                f"on_unreadable must be 'ask' or 'handoff', not {self.on_unreadable!r}"
+            )
         if self.handler_errors not in ("reply", "raise"):
             raise ConfigError(
                 f"handler_errors must be 'reply' or 'raise', not {self.handler_errors!r}"

@@ -26,6 +26,7 @@ from frontdesk.orchestrator.memory import CLOSE_TIMEOUT, LongTermMemory
 from frontdesk.orchestrator.profile import JobSettings, Profile, Timeouts
 from frontdesk.orchestrator.reply import Reply
 from frontdesk.orchestrator.stream import TurnEvent, stream_turn
+from frontdesk.threads.budget import Budget
 from frontdesk.threads.builder import UserThread
 from frontdesk.threads.compaction import CompactionPolicy
 from frontdesk.threads.handoff import HandoffPolicy
@@ -132,6 +133,11 @@ class SyncOrchestrator:
     def max_message_chars(self) -> int:
         """`Orchestrator.max_message_chars`."""
         return self.orchestrator.max_message_chars
+
+    @property
+    def budgets(self) -> Mapping[str, Budget]:
+        """`Orchestrator.budgets`."""
+        return self.orchestrator.budgets
 
     @property
     def token_counter(self) -> TokenCounter:
