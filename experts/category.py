@@ -53,6 +53,23 @@ class Outcome(BaseModel):
     def _json_data(cls, data: dict[str, Any]) -> dict[str, Any]:
         return {key: _json_value(value, f"data[{key!r}]") for key, value in data.items()}
 
+    reply: str | None = None
+    """Approved words for the customer, sent as the reply verbatim (the app templates them
+    with the request's fields): no response expert call, streamed as one delta, audited as
+    approved; for wording a compliance team signed off (a disclosure, a fee). `None`: the
+    response expert writes the reply from `instruction`."""
+
+    @field_validator("reply", mode="after")
+    @classmethod
+    def _some_reply(cls, reply: str | None) -> str | None:
+        if reply is not None and not reply.strip():
+            raise InvalidOutcome(
+                "Outcome reply is empty; give the words to send, or None to let the"
+                " response expert write the reply",
+                key="reply",
+            )
+        return reply
+
     handoff: str | None = None
     """Why a person should take over, or None. Set, the conversation is handed off with
     this reason in the same transaction that stores the outcome (`Reply.handoff` is True),
@@ -225,6 +242,11 @@ class Category:
         knowledge: Send the request expert the passages of the business's documents found
             for the question too (the response expert always gets them); for a category
             whose fields depend on a policy (docs/knowledge.md).
+        confirm: Run the handler only after the customer confirms the extracted request
+            (a payment, a transfer): `True` asks a question built from the request's fields
+            (through the response expert); a callable `(request) -> str` returns the
+            question, sent verbatim. Only a "yes" on the next turn runs the handler, once,
+            with the request that was asked about (docs/adding-a-category.md).
     """
 
     name: str
@@ -234,6 +256,7 @@ class Category:
     examples: tuple[str, ...] | list[str] = ()
     request_prompt: str | None = None
     knowledge: bool = False
+    confirm: bool | Callable[[BaseModel], str] = False
 
     def __post_init__(self) -> None:
         problems = []
@@ -257,6 +280,16 @@ class Category:
             problems.append(
                 f"category {self.name!r}: knowledge=True needs a request model (it is for the"
                 " request expert)"
+            )
+        if not (isinstance(self.confirm, bool) or callable(self.confirm)):
+            problems.append(
+                f"category {self.name!r}: confirm must be True, False or a callable"
+                " (request) -> question"
+            )
+        elif self.confirm is not False and self.handler is None:
+            problems.append(
+                f"category {self.name!r}: confirm needs a request model and a handler (it"
+                " holds the request until the customer says yes)"
             )
         if problems:
             raise ConfigError("; ".join(problems))

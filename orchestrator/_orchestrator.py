@@ -26,7 +26,7 @@ from frontdesk.experts import Category
 from frontdesk.experts.category import check_registry
 from frontdesk.experts.providers.embeddings import Embedder
 from frontdesk.memory import Memory, MemorySource
-from frontdesk.orchestrator import _wiring, erasure, handoff, turn
+from frontdesk.orchestrator import _wiring, confirmation, erasure, handoff, turn
 from frontdesk.orchestrator._compaction import BackgroundCompaction, Compactor, summariser_expert
 from frontdesk.orchestrator._input import DEFAULT_MAX_MESSAGE_CHARS, check_user_text
 from frontdesk.orchestrator.config import (
@@ -71,6 +71,16 @@ from frontdesk.threads.tokens import CalibratedCounter, TokenCounter
 log = structlog.get_logger("frontdesk.orchestrator")
 
 DEFAULT_STORE = "sqlite:///frontdesk.db"
+
+
+def _positive_duration(name: str, value: timedelta | float) -> timedelta:
+    """`value` (a `timedelta` or seconds) as a `timedelta`; refused unless positive."""
+    if isinstance(value, bool) or not isinstance(value, timedelta | int | float):
+        raise ConfigError(f"{name} must be a timedelta or a number of seconds, got {value!r}")
+    duration = value if isinstance(value, timedelta) else timedelta(seconds=value)
+    if duration <= timedelta(0):
+        raise ConfigError(f"{name} must be positive, got {value!r}")
+    return duration
 
 
 def _passed_in(model: object, choice: ModelChoice) -> bool:
@@ -149,6 +159,13 @@ class Orchestrator:
             cron (docs/privacy.md): a `RetentionPolicy`, or an age (`timedelta`, `"90d"`).
             It runs once per period (hourly by default) across every runner, wherever the
             jobs run (`jobs=`). `None` (the default): no periodic retention.
+
+    Safeguards before the bot acts or speaks (docs/safeguards.md):
+
+    Args:
+        confirm_ttl: How long a request of a `Category(confirm=...)` waits for the
+            customer's yes (a `timedelta` or seconds; 15 minutes by default); a yes after
+            it asks again.
     """
 
     def __init__(
@@ -186,6 +203,8 @@ class Orchestrator:
         jobs: JobsMode = "inline",
         job_concurrency: int = DEFAULT_CONCURRENCY,
         retention: erasure.RetentionPolicy | timedelta | str | None = None,
+        # Safeguards (docs/safeguards.md).
+        confirm_ttl: timedelta | float = confirmation.DEFAULT_TTL,
     ) -> None:
         self._pipeline: Pipeline | None = None
         self.use_jobs(jobs)
@@ -277,6 +296,7 @@ class Orchestrator:
         self._past: PastConversations | None = None
         self._jobs: Jobs | None = None
         self._unfinished: set[asyncio.Task[Any]] = set()  # Turns whose stream reader left.
+        self.confirm_ttl = _positive_duration("confirm_ttl", confirm_ttl)
 
     # -- wiring -------------------------------------------------------------------------
 
@@ -385,6 +405,7 @@ class Orchestrator:
                 deadline=self.turn_deadline,
                 speculate=self.speculate,
                 handler_errors=self.handler_errors,
+                confirm_ttl=self.confirm_ttl,
                 categories=self.categories,
                 triage=triage,
                 requests=requests,

@@ -50,6 +50,14 @@ class Reply:
     handler_failed: bool = False
     """The category's handler raised: `outcome` is the library's apology (nothing the
     handler decided), and the user was asked to try again or ask for a person."""
+    confirmation: str | None = None
+    """The confirmation question, on the turn that asks the customer to confirm a request
+    of a `Category(confirm=...)` (its handler has not run); `None` on any other turn."""
+
+    @property
+    def awaiting_confirmation(self) -> bool:
+        """Whether the request waits for the customer's yes or no (show Yes / No buttons)."""
+        return self.confirmation is not None
 
     @property
     def tokens(self) -> int:
@@ -69,6 +77,8 @@ class Reply:
             "replayed": self.replayed,
             "handoff": self.handoff,
             "author": self.author,
+            "confirmation": self.confirmation,
+            "awaiting_confirmation": self.awaiting_confirmation,
             "sources": [
                 {"id": p.id, "source": p.source, "title": p.title, "version": p.version}
                 for p in self.sources
