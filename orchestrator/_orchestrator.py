@@ -51,6 +51,7 @@ from frontdesk.orchestrator.knowledge import HybridRetriever, Knowledge, Library
 from frontdesk.orchestrator.memory import CLOSE_TIMEOUT, Memories
 from frontdesk.orchestrator.past_conversations import IDLE_AFTER, PastConversations
 from frontdesk.orchestrator.reply import Reply
+from frontdesk.orchestrator.screen import ScreenFunction, ScreenMode, check_mode
 from frontdesk.orchestrator.stream import TurnEvent, stream_turn
 from frontdesk.orchestrator.turn import Pipeline, app_record
 from frontdesk.redaction import RedactionPolicy, Redactor, redactor_of
@@ -166,6 +167,12 @@ class Orchestrator:
         confirm_ttl: How long a request of a `Category(confirm=...)` waits for the
             customer's yes (a `timedelta` or seconds; 15 minutes by default); a yes after
             it asks again.
+        screen: A check of each customer message before triage, `async (text, context)
+            -> Screen` (`frontdesk.orchestrator.screen`; `HeuristicScreen` is built in):
+            `refuse` stores the message and a safe reply with no model call, `handoff`
+            hands off.
+        screen_mode: `"enforce"` (the default) acts on the verdicts; `"shadow"` only
+            audits and counts them (`frontdesk_screen_verdicts_total`).
     """
 
     def __init__(
@@ -205,6 +212,8 @@ class Orchestrator:
         retention: erasure.RetentionPolicy | timedelta | str | None = None,
         # Safeguards (docs/safeguards.md).
         confirm_ttl: timedelta | float = confirmation.DEFAULT_TTL,
+        screen: ScreenFunction | None = None,
+        screen_mode: ScreenMode = "enforce",
     ) -> None:
         self._pipeline: Pipeline | None = None
         self.use_jobs(jobs)
@@ -297,6 +306,10 @@ class Orchestrator:
         self._jobs: Jobs | None = None
         self._unfinished: set[asyncio.Task[Any]] = set()  # Turns whose stream reader left.
         self.confirm_ttl = _positive_duration("confirm_ttl", confirm_ttl)
+        if screen is not None and not callable(screen):
+            raise ConfigError(f"screen must be an async (text, context) -> Screen, not {screen!r}")
+        self.screen = screen
+        self.screen_mode = check_mode(screen_mode)
 
     # -- wiring -------------------------------------------------------------------------
 
@@ -406,6 +419,8 @@ class Orchestrator:
                 speculate=self.speculate,
                 handler_errors=self.handler_errors,
                 confirm_ttl=self.confirm_ttl,
+                screen=self.screen,
+                screen_mode=self.screen_mode,
                 categories=self.categories,
                 triage=triage,
                 requests=requests,

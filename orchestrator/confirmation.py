@@ -54,7 +54,7 @@ _PUNCTUATION = re.compile(r"[^\w\s']+")
 
 
 def answer_of(text: str) -> Answer | None:
-    """"yes" or "no" when the whole message is one (any case, punctuation and spaces
+    """ "yes" or "no" when the whole message is one (any case, punctuation and spaces
     aside); `None` for anything else, which is read as a correction."""
     said = " ".join(_PUNCTUATION.sub(" ", text.casefold().replace("’", "'")).split())
     if said in _YES:

@@ -70,6 +70,7 @@ from frontdesk.orchestrator import (
 )
 from frontdesk.orchestrator import knowledge as _knowledge
 from frontdesk.orchestrator import memory as _memory
+from frontdesk.orchestrator import screen as _screen
 from frontdesk.orchestrator._compaction import BackgroundCompaction, compaction_spec
 from frontdesk.orchestrator._recorder import (
     TurnRecorder,
@@ -493,6 +494,12 @@ async def _decide_once(p: Pipeline, t: Turn, earlier: TurnOutcome | None) -> Dec
         if decided.category in p.requests:
             _listen.extracted(decided.request, decided.missing)
         return decided
+    if p.screen is not None:  # The app's check before triage (screen.py).
+        stopped = await _screen.screened(
+            p.screen, p.screen_mode, t.recorder, t.user_message.content, _screen_context(t)
+        )
+        if stopped is not None:  # Refused or handed off: no expert decides.
+            return await _settled(p, t, _builtin(t, stopped))
     if t.pending is not None:  # The customer answers a confirmation question.
         said = await confirmation.answer(
             p.store,
@@ -551,6 +558,26 @@ async def _decide_once(p: Pipeline, t: Turn, earlier: TurnOutcome | None) -> Dec
             answered=answered,
             confirmation=None if asked is None else asked.record,
         ),
+    )
+
+
+def _screen_context(t: Turn) -> _screen.ScreenContext:
+    return _screen.ScreenContext(
+        conversation_id=t.conversation_id, user_id=t.user_id, thread=t.thread.messages
+    )
+
+
+def _builtin(t: Turn, outcome: Outcome) -> Decided:
+    """A turn decided before triage: handed off (`HUMAN`) or answered as `OTHER`."""
+    category = HUMAN if outcome.handoff is not None else OTHER
+    _listen.routed(category)
+    return Decided(
+        category=category,
+        request=None,
+        missing=None,
+        outcome=outcome,
+        handler_ran=False,
+        answered={},
     )
 
 
@@ -1039,6 +1066,10 @@ class Pipeline:
     """A handler's failure: the apology (`reply`) or `HandlerFailed` (`raise`)."""
     confirm_ttl: datetime.timedelta = confirmation.DEFAULT_TTL
     """How long a request of a `confirm` category waits for the customer's yes."""
+    screen: _screen.ScreenFunction | None = None
+    """The app's check of each message before triage (`None`: none)."""
+    screen_mode: _screen.ScreenMode = "enforce"
+    """`enforce` acts on the screen's verdict; `shadow` only audits and counts it."""
 
     @functools.cached_property
     def confirms(self) -> bool:

@@ -13,6 +13,7 @@ from pydantic import BaseModel, Field
 
 from frontdesk import Category, HandlerContext, Orchestrator, Outcome
 from frontdesk.errors import ConfigError
+from frontdesk.examples import bank
 from frontdesk.orchestrator.confirmation import answer_of
 from tests._pg import create_database, drop_database
 from tests.orchestrator.conftest import FakeTeam
@@ -207,9 +208,7 @@ async def test_an_approved_reply_is_sent_verbatim_and_audited(team: FakeTeam, an
 
 
 def test_yes_and_no_are_read_by_rule() -> None:
-    assert [answer_of(t) for t in ("Yes", "yes!", " YES please ", "ok.", "Go ahead")] == [
-        "yes"
-    ] * 5
+    assert [answer_of(t) for t in ("Yes", "yes!", " YES please ", "ok.", "Go ahead")] == ["yes"] * 5
     assert [answer_of(t) for t in ("No", "no.", "Cancel it", "don’t")] == ["no"] * 4
     for other in ("yes but make it 50", "hello", "no, 500 not 5000", ""):
         assert answer_of(other) is None
@@ -222,3 +221,20 @@ def test_confirm_needs_a_handler_and_a_question() -> None:
         Category(name="X", description="x", request=None, handler=None, confirm="yes")  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match="confirm_ttl must be positive"):
         Orchestrator([], model="offline", confirm_ttl=0)
+
+
+async def test_the_bank_example_asks_before_any_money_moves(team: FakeTeam, db_url: str) -> None:
+    poisoned(team)
+    orch = bank.build(model=team.model(), store=db_url)
+    asked = await orch.handle("c", "hello")
+    state = orch.store.handler_state("TRANSFER", conversation_id="c", user_id=None)
+    assert asked.awaiting_confirmation and await state.conversation.items("transfer:") == []
+    assert asked.confirmation is not None and "****8888" in asked.confirmation
+    assert "99998888" not in asked.confirmation  # A masked field stays masked in the question.
+    await orch.handle("c", "no")
+    assert await state.conversation.items("transfer:") == []
+    await orch.handle("c", "hello")
+    await orch.handle("c", "yes")
+    sent = await state.conversation.items("transfer:")
+    await orch.aclose()
+    assert [v for _, v in sent] == [{"amount": "5000", "to": "8888"}]
