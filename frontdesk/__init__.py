@@ -19,6 +19,8 @@ from frontdesk.orchestrator import (  # noqa: E402
     Handoff,
     Orchestrator,
     Reply,
+    Screen,
+    SpendLimit,
     SyncOrchestrator,
 )
 from frontdesk.redaction import Redact, RedactionPolicy, Redactor  # noqa: E402
@@ -40,6 +42,8 @@ __all__ = [
     "RedactionPolicy",
     "Redactor",
     "Reply",
+    "Screen",
+    "SpendLimit",
     "SyncOrchestrator",
     "__version__",
 ]

@@ -12,6 +12,8 @@ from frontdesk.orchestrator.errors import (
 )
 from frontdesk.orchestrator.handoff import Claim, Handoff
 from frontdesk.orchestrator.reply import Reply
+from frontdesk.orchestrator.screen import HeuristicScreen, Screen, ScreenContext
+from frontdesk.orchestrator.spend import SpendLimit
 from frontdesk.orchestrator.stream import TurnEvent
 from frontdesk.orchestrator.sync import SyncOrchestrator
 
@@ -22,11 +24,15 @@ __all__ = [
     "ExpertSettings",
     "ForbiddenCharacters",
     "Handoff",
+    "HeuristicScreen",
     "InputTooLarge",
     "InvalidUserText",
     "Orchestrator",
     "Reply",
     "RetentionPolicy",
+    "Screen",
+    "ScreenContext",
+    "SpendLimit",
     "SyncOrchestrator",
     "TurnEvent",
     "TurnFailed",

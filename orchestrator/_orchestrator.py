@@ -52,6 +52,7 @@ from frontdesk.orchestrator.memory import CLOSE_TIMEOUT, Memories
 from frontdesk.orchestrator.past_conversations import IDLE_AFTER, PastConversations
 from frontdesk.orchestrator.reply import Reply
 from frontdesk.orchestrator.screen import ScreenFunction, ScreenMode, check_mode
+from frontdesk.orchestrator.spend import SpendLimit
 from frontdesk.orchestrator.stream import TurnEvent, stream_turn
 from frontdesk.orchestrator.turn import Pipeline, app_record
 from frontdesk.redaction import RedactionPolicy, Redactor, redactor_of
@@ -173,6 +174,10 @@ class Orchestrator:
             hands off.
         screen_mode: `"enforce"` (the default) acts on the verdicts; `"shadow"` only
             audits and counts them (`frontdesk_screen_verdicts_total`).
+        spend_limit: Tokens and estimated cost per user (or conversation) over a window
+            (`SpendLimit(tokens=..., cost_usd=..., per="user", window="1d")`), counted from
+            the stored turns' usage; over it, `handle` raises `SpendLimitReached` before any
+            model call.
     """
 
     def __init__(
@@ -214,6 +219,7 @@ class Orchestrator:
         confirm_ttl: timedelta | float = confirmation.DEFAULT_TTL,
         screen: ScreenFunction | None = None,
         screen_mode: ScreenMode = "enforce",
+        spend_limit: SpendLimit | None = None,
     ) -> None:
         self._pipeline: Pipeline | None = None
         self.use_jobs(jobs)
@@ -310,6 +316,9 @@ class Orchestrator:
             raise ConfigError(f"screen must be an async (text, context) -> Screen, not {screen!r}")
         self.screen = screen
         self.screen_mode = check_mode(screen_mode)
+        if spend_limit is not None and not isinstance(spend_limit, SpendLimit):
+            raise ConfigError(f"spend_limit must be a SpendLimit, not {spend_limit!r}")
+        self.spend_limit = spend_limit
 
     # -- wiring -------------------------------------------------------------------------
 
@@ -421,6 +430,7 @@ class Orchestrator:
                 confirm_ttl=self.confirm_ttl,
                 screen=self.screen,
                 screen_mode=self.screen_mode,
+                spend_limit=self.spend_limit,
                 categories=self.categories,
                 triage=triage,
                 requests=requests,

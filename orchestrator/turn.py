@@ -67,6 +67,7 @@ from frontdesk.orchestrator import (
     fallbacks,
     handler_errors,
     handoff,
+    spend,
 )
 from frontdesk.orchestrator import knowledge as _knowledge
 from frontdesk.orchestrator import memory as _memory
@@ -478,6 +479,14 @@ def _turn(
 async def _experts(
     p: Pipeline, t: Turn, earlier: TurnOutcome | None
 ) -> tuple[Decided, ResponseResult]:
+    if p.spend_limit is not None:  # Before any model call (spend.py).
+        await spend.check(
+            p.spend_limit,
+            p.store,
+            t.recorder,
+            user_id=t.user_id,
+            conversation_id=t.conversation_id,
+        )
     decided = await _decide_once(p, t, earlier)
     return decided, await _respond(p, t, decided)
 
@@ -1070,6 +1079,8 @@ class Pipeline:
     """The app's check of each message before triage (`None`: none)."""
     screen_mode: _screen.ScreenMode = "enforce"
     """`enforce` acts on the screen's verdict; `shadow` only audits and counts it."""
+    spend_limit: spend.SpendLimit | None = None
+    """Tokens and cost per user or conversation over a window (`None`: no limit)."""
 
     @functools.cached_property
     def confirms(self) -> bool:

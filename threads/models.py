@@ -135,6 +135,9 @@ class TurnOutcomeRow(SQLModel, table=True):
     """
 
     __tablename__ = "turn_outcome"
+    __table_args__ = (
+        sa.Index("ix_turn_outcome_conversation_created", "conversation_id", "created_at"),
+    )
 
     user_message_id: str = Field(
         primary_key=True, foreign_key="message.id", max_length=36, ondelete="CASCADE"

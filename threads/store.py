@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any, TypeVar
 
 import sqlalchemy as sa
@@ -22,7 +23,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from frontdesk.db import create_engine, dispose_engine
 from frontdesk.schema import ensure_schema
-from frontdesk.threads import _lease, _outcomes, _writes
+from frontdesk.threads import _lease, _outcomes, _writes, spend
 from frontdesk.threads import handoff as handoff_sql
 from frontdesk.threads import jobs as _jobs
 from frontdesk.threads._lease import TurnLease
@@ -53,6 +54,7 @@ from frontdesk.threads.handoff import (
 )
 from frontdesk.threads.jobs import JobSpec
 from frontdesk.threads.models import Conversation, Message, utcnow
+from frontdesk.threads.spend import Spent
 from frontdesk.threads.summaries import PathSinceSummary, path_since_newest_sync
 
 __all__ = [
@@ -459,6 +461,17 @@ class ConversationStore:
             _outcomes.set_confirmation(conn, user_message_id, confirmation)
 
         await run_sync_tx(self.engine, work)
+
+    async def spent_since(
+        self, since: datetime, *, user_id: str | None, conversation_id: str | None
+    ) -> list[Spent]:
+        """The usage of the turns stored since `since`: of every conversation of `user_id`
+        when given, else of `conversation_id` (`threads/spend.py`; a spend limit)."""
+        return await self._read(
+            lambda conn: spend.spent_since(
+                conn, since=since, user_id=user_id, conversation_id=conversation_id
+            )
+        )
 
     async def turn_record(self, user_message_id: str) -> TurnRecord:
         """The newest real reply to `user_message_id` and the turn's stored outcome.

@@ -1,5 +1,8 @@
 """A turn's confirmation and its approved reply.
 
+`ix_turn_outcome_conversation_created`: a spend limit adds up the usage of a user's or a
+conversation's turns over its window (`threads/spend.py`).
+
 `turn_outcome.reply` (Text, NULL unless the handler gave one): `Outcome.reply`, the
 approved words sent verbatim; stored with the outcome, so a retry sends them again.
 
@@ -31,10 +34,14 @@ def upgrade() -> None:
     with op.batch_alter_table("turn_outcome") as batch:
         batch.add_column(sa.Column("confirmation", sa.JSON(), nullable=True))
         batch.add_column(sa.Column("reply", sa.Text(), nullable=True))
+    op.create_index(
+        "ix_turn_outcome_conversation_created", "turn_outcome", ["conversation_id", "created_at"]
+    )
 
 
 def downgrade() -> None:
     """Drop `turn_outcome.confirmation` and `turn_outcome.reply`."""
+    op.drop_index("ix_turn_outcome_conversation_created", table_name="turn_outcome")
     with op.batch_alter_table("turn_outcome") as batch:
         batch.drop_column("reply")
         batch.drop_column("confirmation")
