@@ -47,6 +47,12 @@ EventKind = Literal[
     "memory_failed",  # payload: error (the memory expert's answer was unusable or failed)
     "memory_corrected",  # payload: memory_id, by (no text)
     "memory_forgotten",  # payload: memory_ids, by, all (no text); in the user's chain
+    # Before the bot acts or speaks (issue 41, docs/safeguards.md).
+    "confirmation",  # payload: status (asked | confirmed | declined | expired | corrected),
+    # category, question (asked) or asked_in (the user message id of the turn that asked)
+    "reply_approved",  # payload: text (an `Outcome.reply`, sent verbatim: no response expert)
+    "screen",  # payload: action (allow | refuse | handoff), reason, mode (enforce | shadow)
+    "spend_limit",  # payload: tokens, cost_usd, per, retry_after (the turn called no model)
 ]
 
 # A `model_attempt` payload holds: expert, model, attempt, settings, prompt {name, version,

@@ -74,7 +74,7 @@ def check_mode(mode: str) -> ScreenMode:
     """`mode` as a `ScreenMode`, or a `ConfigError` naming the choices."""
     if mode not in MODES:
         raise ConfigError(f"screen_mode must be one of {MODES}, got {mode!r}")
-    return mode  # type: ignore[return-value]
+    return mode
 
 
 async def screened(

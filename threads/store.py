@@ -66,6 +66,7 @@ __all__ = [
     "HandlerState",
     "HandlerStore",
     "MessageRecord",
+    "Previous",
     "TurnLease",
     "TurnOutcome",
     "TurnRecord",

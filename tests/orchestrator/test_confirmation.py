@@ -181,9 +181,9 @@ async def test_a_callable_confirm_asks_verbatim_without_the_response_expert(
     events = [e async for e in orch.stream("c", "hello")]
     await orch.aclose()
     (done,) = [e for e in events if e.type == "done"]
-    reply = done.reply  # type: ignore[union-attr]
+    reply = done.reply
     assert reply.text == reply.confirmation == "Send £5000 to account ending 8888?"
-    assert [e.text for e in events if e.type == "delta"] == [reply.text]  # type: ignore[union-attr]
+    assert [e.text for e in events if e.type == "delta"] == [reply.text]
     assert team.of("response") == [] and bank.sent == []
 
 
