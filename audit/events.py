@@ -51,6 +51,7 @@ EventKind = Literal[
     "confirmation",  # payload: status (asked | confirmed | declined | expired | corrected),
     # category, question (asked) or asked_in (the user message id of the turn that asked)
     "reply_approved",  # payload: text (an `Outcome.reply`, sent verbatim: no response expert)
+    "review",  # payload: attempt (1 or 2), approved, note (the review expert's verdict)
     "screen",  # payload: action (allow | refuse | handoff), reason, mode (enforce | shadow)
     "spend_limit",  # payload: tokens, cost_usd, per, retry_after (the turn called no model)
 ]

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import AsyncGenerator, Iterable, Mapping
+from collections.abc import AsyncGenerator, Iterable, Mapping, Sequence
 from datetime import timedelta
 from functools import partial
 from pathlib import Path
@@ -51,6 +51,8 @@ from frontdesk.orchestrator.knowledge import HybridRetriever, Knowledge, Library
 from frontdesk.orchestrator.memory import CLOSE_TIMEOUT, Memories
 from frontdesk.orchestrator.past_conversations import IDLE_AFTER, PastConversations
 from frontdesk.orchestrator.reply import Reply
+from frontdesk.orchestrator.review import DEFAULT_FALLBACK as DEFAULT_REVIEW_FALLBACK
+from frontdesk.orchestrator.review import Review
 from frontdesk.orchestrator.screen import ScreenFunction, ScreenMode, check_mode
 from frontdesk.orchestrator.spend import SpendLimit
 from frontdesk.orchestrator.stream import TurnEvent, stream_turn
@@ -178,6 +180,12 @@ class Orchestrator:
             (`SpendLimit(tokens=..., cost_usd=..., per="user", window="1d")`), counted from
             the stored turns' usage; over it, `handle` raises `SpendLimitReached` before any
             model call.
+        review: Check each draft reply with the review expert (`"review"` in the model
+            map; else the `default`, else the response expert's model) before it is sent;
+            a rejected draft is written again once with the reviewer's note, then
+            `review_fallback` is sent. A stream gets the reply once approved.
+        review_rules: The business's rules every reply must keep, for the reviewer.
+        review_fallback: What is sent when two drafts in a row fail the review.
     """
 
     def __init__(
@@ -220,6 +228,9 @@ class Orchestrator:
         screen: ScreenFunction | None = None,
         screen_mode: ScreenMode = "enforce",
         spend_limit: SpendLimit | None = None,
+        review: bool = False,
+        review_rules: Sequence[str] = (),
+        review_fallback: str = DEFAULT_REVIEW_FALLBACK,
     ) -> None:
         self._pipeline: Pipeline | None = None
         self.use_jobs(jobs)
@@ -319,6 +330,15 @@ class Orchestrator:
         if spend_limit is not None and not isinstance(spend_limit, SpendLimit):
             raise ConfigError(f"spend_limit must be a SpendLimit, not {spend_limit!r}")
         self.spend_limit = spend_limit
+        self.review = (
+            Review(
+                expert=wiring.review_expert(),
+                rules=tuple(review_rules),
+                fallback=review_fallback,
+            )
+            if review
+            else None
+        )
 
     # -- wiring -------------------------------------------------------------------------
 
@@ -431,6 +451,7 @@ class Orchestrator:
                 screen=self.screen,
                 screen_mode=self.screen_mode,
                 spend_limit=self.spend_limit,
+                review=self.review,
                 categories=self.categories,
                 triage=triage,
                 requests=requests,

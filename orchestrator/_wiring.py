@@ -17,6 +17,7 @@ from frontdesk.experts.providers import CalibratedModel, Model, ModelRequest, Mo
 from frontdesk.experts.request import RequestExpert, extraction_type
 from frontdesk.experts.request import prompt_variables as request_variables
 from frontdesk.experts.response import ResponseExpert
+from frontdesk.experts.review import ReviewExpert
 from frontdesk.experts.triage import TriageExpert, triage_output_type
 from frontdesk.experts.triage import prompt_variables as triage_variables
 from frontdesk.orchestrator.config import ExpertSettings
@@ -96,6 +97,10 @@ class Wiring:
     def memory_expert(self) -> MemoryExpert:
         """The memory expert with its versioned prompt (run after replies)."""
         return MemoryExpert(call=self.call("memory", self.prompt("memory").render()))
+
+    def review_expert(self) -> ReviewExpert:
+        """The review expert with its versioned prompt (`Orchestrator(review=True)`)."""
+        return ReviewExpert(call=self.call("review", self.prompt("review").render()))
 
     def check_budgets(self, experts: Experts, budgets: Mapping[str, Budget]) -> None:
         """Refuse a system prompt over its expert's allowance (`ConfigError`)."""

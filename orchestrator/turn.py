@@ -71,6 +71,7 @@ from frontdesk.orchestrator import (
 )
 from frontdesk.orchestrator import knowledge as _knowledge
 from frontdesk.orchestrator import memory as _memory
+from frontdesk.orchestrator import review as _review
 from frontdesk.orchestrator import screen as _screen
 from frontdesk.orchestrator._compaction import BackgroundCompaction, compaction_spec
 from frontdesk.orchestrator._recorder import (
@@ -488,7 +489,32 @@ async def _experts(
             conversation_id=t.conversation_id,
         )
     decided = await _decide_once(p, t, earlier)
-    return decided, await _respond(p, t, decided)
+    if p.review is None or decided.outcome.reply is not None:
+        return decided, await _respond(p, t, decided)
+    return await _reviewed(p, t, p.review, decided)
+
+
+async def _reviewed(
+    p: Pipeline, t: Turn, review: _review.Review, decided: Decided
+) -> tuple[Decided, ResponseResult]:
+    """The reply once the review expert approved it (review.py); its verdicts' usage is
+    the turn's `review` usage."""
+
+    def draft(note: str | None) -> Awaitable[ResponseResult]:
+        return _respond(p, t, decided, note=note, stream=False)
+
+    done = await _review.reviewed(
+        review,
+        t.recorder,
+        thread=_turns(_view(p, t, "response")),
+        instruction=decided.outcome.instruction,
+        metadata=_meta(t),
+        draft=draft,
+        sink=_first_token_timed(_listen.delta_sink(), since=t.lease.started),
+        user_message_id=t.user_message.id,
+    )
+    answered = {**decided.answered, "review": done.review}
+    return dataclasses.replace(decided, answered=answered), done.answer
 
 
 async def _decide_once(p: Pipeline, t: Turn, earlier: TurnOutcome | None) -> Decided:
@@ -745,7 +771,9 @@ async def _decide(
     return outcome, True, False
 
 
-async def _respond(p: Pipeline, t: Turn, decided: Decided) -> ResponseResult:
+async def _respond(
+    p: Pipeline, t: Turn, decided: Decided, *, note: str | None = None, stream: bool = True
+) -> ResponseResult:
     """The reply: the thread plus ONE assistant instruction message, sent to the response
     expert; or the outcome's approved words, verbatim (`Outcome.reply`: no model call)."""
     if decided.outcome.reply is not None:
@@ -753,12 +781,17 @@ async def _respond(p: Pipeline, t: Turn, decided: Decided) -> ResponseResult:
     view = _view(p, t, "response")
     # The passages the budget kept, after the question: reference text, not in the thread.
     messages, passages = _knowledge.fold(_turns(view), t.passages, view.fit.documents)
+    instruction = decided.outcome.instruction
+    if note is not None:  # A reviewer rejected the draft before (review.py).
+        instruction += f"\n\nA reviewer rejected the previous draft: {note} Fix that."
     call = p.response.run(
         messages,
-        decided.outcome.instruction,
+        instruction,
         metadata=_meta(t),
         cache_prefix=view.cache_prefix_messages,
-        on_delta=_first_token_timed(_listen.delta_sink(), since=t.lease.started),
+        on_delta=_first_token_timed(_listen.delta_sink(), since=t.lease.started)
+        if stream
+        else None,
         observer=t.recorder,
         memory=_memory.block(view),
         passages=passages,
@@ -1081,6 +1114,8 @@ class Pipeline:
     """`enforce` acts on the screen's verdict; `shadow` only audits and counts it."""
     spend_limit: spend.SpendLimit | None = None
     """Tokens and cost per user or conversation over a window (`None`: no limit)."""
+    review: _review.Review | None = None
+    """The review expert that checks each draft reply (`None`: none)."""
 
     @functools.cached_property
     def confirms(self) -> bool:
@@ -1217,6 +1252,7 @@ def reply_from_records(
         author=reply.author,
         sources=[] if outcome is None else _knowledge.from_json(outcome.sources),
         handler_failed=bool(decided and decided.handler_failed),
+        reviewed=outcome is not None and "review" in outcome.models,
         confirmation=None if outcome is None else confirmation.awaiting(outcome.confirmation),
     )
 
