@@ -480,7 +480,9 @@ def _turn(
 async def _experts(
     p: Pipeline, t: Turn, earlier: TurnOutcome | None
 ) -> tuple[Decided, ResponseResult]:
-    if p.spend_limit is not None:  # Before any model call (spend.py).
+    # Before any model call (spend.py); not for a retry whose outcome is stored: what the
+    # handler did must still be told.
+    if p.spend_limit is not None and earlier is None:
         await spend.check(
             p.spend_limit,
             p.store,
