@@ -11,6 +11,14 @@ from frontdesk.orchestrator.errors import (
     TurnFailed,
 )
 from frontdesk.orchestrator.handoff import Claim, Handoff
+from frontdesk.orchestrator.profile import (
+    AuditSettings,
+    CompactionPolicy,
+    HandoffPolicy,
+    JobSettings,
+    Profile,
+    Timeouts,
+)
 from frontdesk.orchestrator.reply import Reply
 from frontdesk.orchestrator.screen import HeuristicScreen, Screen, ScreenContext
 from frontdesk.orchestrator.spend import SpendLimit
@@ -18,22 +26,28 @@ from frontdesk.orchestrator.stream import TurnEvent
 from frontdesk.orchestrator.sync import SyncOrchestrator
 
 __all__ = [
+    "AuditSettings",
     "Claim",
+    "CompactionPolicy",
     "EmptyMessage",
     "ErasureReport",
     "ExpertSettings",
     "ForbiddenCharacters",
     "Handoff",
+    "HandoffPolicy",
     "HeuristicScreen",
     "InputTooLarge",
     "InvalidUserText",
+    "JobSettings",
     "Orchestrator",
+    "Profile",
     "Reply",
     "RetentionPolicy",
     "Screen",
     "ScreenContext",
     "SpendLimit",
     "SyncOrchestrator",
+    "Timeouts",
     "TurnEvent",
     "TurnFailed",
 ]

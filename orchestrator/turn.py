@@ -393,6 +393,7 @@ async def begin(
             user_id=user_id,
             handoff=p.handoff,
             also=also,
+            profile=p.profile,
             **kwargs,
         )
 
@@ -1063,7 +1064,7 @@ def _jobs_after(p: Pipeline, t: Turn, reply: MessageRecord) -> list[JobSpec]:
         jobs.append(_memory.learn_spec(t.user_id, question.id, p.memory.refs))
     after = [*t.thread.messages, ThreadMessage(role="assistant", content=reply.content)]
     if p.compaction_policy.plan(after, p.counter) is not None:
-        jobs.append(compaction_spec(t.conversation_id, reply.id))
+        jobs.append(compaction_spec(t.conversation_id, reply.id, p.profile))
     return jobs
 
 
@@ -1108,6 +1109,9 @@ class Pipeline:
     """What the audit records of the app with each turn (`app_record`)."""
     handler_errors: handler_errors.HandlerErrors = "reply"
     """A handler's failure: the apology (`reply`) or `HandlerFailed` (`raise`)."""
+    profile: str | None = None
+    """The profile (business) answering: recorded on a new conversation by its first
+    transaction, checked on an existing one (`ProfileMismatch`)."""
     confirm_ttl: datetime.timedelta = confirmation.DEFAULT_TTL
     """How long a request of a `confirm` category waits for the customer's yes."""
     screen: _screen.ScreenFunction | None = None

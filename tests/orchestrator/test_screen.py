@@ -118,7 +118,7 @@ async def test_the_heuristic_screen_refuses_injections_and_lets_customers_throug
 
 def test_bad_screen_settings_are_refused() -> None:
     with pytest.raises(ConfigError, match="screen_mode must be one of"):
-        Orchestrator([], model="offline", screen_mode="watch")  # type: ignore[arg-type]
+        Orchestrator([], model="offline", screen_mode="watch")
     with pytest.raises(ConfigError, match="Screen action must be one of"):
         Screen(action="block")  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match="does not compile"):
