@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from frontdesk.errors import ConfigError
 from frontdesk.experts import Category
 from frontdesk.experts.category import check_registry
+from frontdesk.memory_policy import MemoryPolicy
 from frontdesk.orchestrator._input import DEFAULT_MAX_MESSAGE_CHARS
 from frontdesk.orchestrator.config import ExpertSettings, ModelChoice
 from frontdesk.orchestrator.confirmation import DEFAULT_TTL as DEFAULT_CONFIRM_TTL
@@ -111,6 +112,12 @@ class Profile:
         embeddings: An embeddings endpoint combined with the full text's ranking.
         summarise_idle_after: How long a conversation goes without a message before its
             summary is kept as a memory of its user.
+        memory_policy: What the memory expert may keep (`MemoryPolicy`; `None`: the
+            default policy, which refuses claims of status, permissions, limits, roles or
+            verification, identifiers and secrets). See docs/memory.md.
+        past_conversations: Keep the summaries of a user's idle and handed-back
+            conversations and send them (as the customer's words) in their later
+            conversations; `False`: none is kept or sent.
 
     Safeguards before the bot acts or speaks (docs/safeguards.md):
 
@@ -152,6 +159,8 @@ class Profile:
     knowledge: bool = True
     embeddings: Embedder | None = None
     summarise_idle_after: timedelta = IDLE_AFTER
+    memory_policy: MemoryPolicy | None = None
+    past_conversations: bool = True
     # Safeguards (docs/safeguards.md).
     confirm_ttl: timedelta | float = DEFAULT_CONFIRM_TTL
     screen: ScreenFunction | None = None
@@ -184,6 +193,11 @@ class Profile:
             )
         if self.knowledge_source is not None:
             check_profile_name(self.knowledge_source)
+        if self.memory_policy is not None and not isinstance(self.memory_policy, MemoryPolicy):
+            kind = type(self.memory_policy).__name__
+            raise ConfigError(f"memory_policy must be a frontdesk.MemoryPolicy, not {kind}")
+        if not isinstance(self.past_conversations, bool):
+            raise ConfigError("past_conversations must be True or False")
         self._check_safeguards()
 
     def _check_safeguards(self) -> None:

@@ -12,7 +12,7 @@ whether it was confirmed, declined or expired. The next turn reads it with the c
 of the turn before (the same primary-key read), so a plain turn pays nothing for it.
 
 Revision ID: 0025_confirmation
-Revises: 0022_profile
+Revises: 0023_memory_trust
 Create Date: 2026-12-06
 """
 
@@ -24,7 +24,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "0025_confirmation"
-down_revision: str | Sequence[str] | None = "0022_profile"
+down_revision: str | Sequence[str] | None = "0023_memory_trust"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
