@@ -57,7 +57,9 @@ class Outcome(BaseModel):
     """Approved words for the customer, sent as the reply verbatim (the app templates them
     with the request's fields): no response expert call, streamed as one delta, audited as
     approved; for wording a compliance team signed off (a disclosure, a fee). `None`: the
-    response expert writes the reply from `instruction`."""
+    response expert writes the reply from `instruction`. The same words are the fallback
+    when the response expert cannot write a reply after the handler acted
+    (docs/providers.md, "Failing softly"). Stored with the turn: a retry sends them again."""
 
     @field_validator("reply", mode="after")
     @classmethod
