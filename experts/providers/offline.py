@@ -17,6 +17,7 @@ writes with `[offline]`:
 
 from __future__ import annotations
 
+import datetime as dt
 import enum
 import math
 import re
@@ -111,7 +112,15 @@ def _estimated_usage(request: ModelRequest, raw: Any) -> Usage:
 
 
 class OfflineModel:
-    """The `offline` model: deterministic, no network, clearly labelled as a stand-in."""
+    """The `offline` model: deterministic, no network, clearly labelled as a stand-in.
+
+    Args:
+        today: The day relative dates ("tomorrow", "next Friday") count from; the real
+            date when not given (an evaluation on a data set passes the set's own day).
+    """
+
+    def __init__(self, *, today: dt.date | None = None) -> None:
+        self.today = today
 
     @property
     def name(self) -> str:
