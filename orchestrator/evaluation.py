@@ -84,6 +84,9 @@ class ExtractionOutcome:
     need_more_info: list[str] | None
     usage: Usage
     error: str | None = None
+    correct: list[str] = field(default_factory=list)
+    """The expected fields extracted with an equal value (compared as the request model's
+    values, so `Decimal("12.00")` equals an expected `12`)."""
 
 
 @dataclass(frozen=True)
@@ -261,10 +264,12 @@ async def evaluate_extraction(
         )
     model = expert.category.request
     expected_rows = [_expected(model, row, i) for i, row in enumerate(rows)]
+    adapters = {name: TypeAdapter(info.annotation) for name, info in model.model_fields.items()}
 
     async def score(index: int, row: ExtractionRow) -> ExtractionOutcome:
         started = time.perf_counter()
-        expected = expected_rows[index]
+        values = expected_rows[index]
+        expected = {k: adapters[k].dump_python(v, mode="json") for k, v in values.items()}
         try:
             result = await expert.run(_thread(row.text), metadata={"evaluation": "extraction"})
         except Exception as e:
@@ -272,11 +277,13 @@ async def evaluate_extraction(
             return ExtractionOutcome(index, expected, {}, None, usage, f"{type(e).__name__}: {e}")
         usage = _usage(result.response, time.perf_counter() - started)
         predicted: dict[str, Any] = {}
+        correct: list[str] = []
         if result.request is not None:
             dumped = result.request.model_dump(mode="json")
             predicted = {k: v for k, v in dumped.items() if v is not None}
+            correct = [k for k, v in values.items() if getattr(result.request, k) == v]
         missing = None if result.need_more_info is None else list(result.need_more_info.missing)
-        return ExtractionOutcome(index, expected, predicted, missing, usage)
+        return ExtractionOutcome(index, expected, predicted, missing, usage, correct=correct)
 
     outcomes = await _run_rows(rows, score, concurrency, done, on_result)
     return extraction_report(category, list(model.model_fields), outcomes)
@@ -349,17 +356,16 @@ def extraction_report(
     for name in fields:
         tp = fp = fn = 0
         for o in outcomes:
-            want, got = o.expected.get(name), o.predicted.get(name)
-            tp += want is not None and got == want
-            fp += got is not None and got != want
-            fn += want is not None and got != want
+            right = name in o.correct
+            tp += right
+            fp += name in o.predicted and not right
+            fn += name in o.expected and not right
         if tp or fp or fn:
             per_field[name] = _scores(tp, fp, fn)
             total = [total[0] + tp, total[1] + fp, total[2] + fn]
     n = len(outcomes)
     exact = sum(
-        all(o.expected.get(f) == o.predicted.get(f) for f in fields) and o.error is None
-        for o in outcomes
+        o.error is None and set(o.expected) | set(o.predicted) <= set(o.correct) for o in outcomes
     )
     return ExtractionReport(
         category=category,
@@ -374,7 +380,7 @@ def extraction_report(
 
 
 def _expected(model: type[BaseModel], row: ExtractionRow, index: int) -> dict[str, Any]:
-    """The row's expected fields as the request model validates them, in JSON form."""
+    """The row's expected fields as the request model validates them."""
     fields = model.model_fields
     unknown = sorted(set(row.expected) - set(fields))
     if unknown:
@@ -388,7 +394,7 @@ def _expected(model: type[BaseModel], row: ExtractionRow, index: int) -> dict[st
             continue
         adapter: TypeAdapter[Any] = TypeAdapter(fields[name].annotation)
         try:
-            out[name] = adapter.dump_python(adapter.validate_python(value), mode="json")
+            out[name] = adapter.validate_python(value)
         except ValidationError as e:
             problem = e.errors()[0]["msg"] if e.errors() else str(e)
             raise ConfigError(
@@ -481,4 +487,5 @@ def outcome_from_json(kind: str, data: Mapping[str, Any]) -> TriageOutcome | Ext
         data["need_more_info"],
         usage,
         data.get("error"),
+        list(data.get("correct", [])),
     )
