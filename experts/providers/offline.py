@@ -19,17 +19,25 @@ from __future__ import annotations
 
 import datetime as dt
 import enum
-import math
 import re
 import time
 import types
 import typing
 from collections.abc import AsyncIterator, Sequence
+from functools import lru_cache
 from typing import Any, Literal, get_args, get_origin
 
 from pydantic import BaseModel, ValidationError
 
 from frontdesk.experts.errors import OutputValidationError
+from frontdesk.experts.providers._offline_routing import (
+    CONFIDENT,
+    OUT_OF_SCOPE,
+    Index,
+    answers_question,
+    build_index,
+    wants_person,
+)
 from frontdesk.experts.providers.base import (
     Message,
     ModelRequest,
@@ -49,11 +57,6 @@ _STOP = frozenset(
     "a an and are as at be but by can could do does for from have i i'd i'm in is it its"
     " me my of on or our please so that the this to was we what when where which will with"
     " would you your yours it's im id like want need get just also some any hi hello thanks".split()
-)
-_HUMAN = re.compile(
-    r"\b(human|person|people|agent|someone|somebody|representative|operator|supervisor|"
-    r"manager|real\s+person|staff)\b",
-    re.IGNORECASE,
 )
 _BACK_TO_FIRST = re.compile(r"\b(first|original|initial|earlier)\b|\bgo(ing)?\s+back\b", re.I)
 _ONES = [
@@ -91,8 +94,12 @@ def _stem(word: str) -> str:
 
 
 def _tokens(text: str) -> set[str]:
+    return set(_token_list(text))
+
+
+def _token_list(text: str) -> list[str]:
     words = re.findall(r"[a-z0-9]+(?:'[a-z]+)?", text.lower())
-    return {_stem(w.removesuffix("'s")) for w in words if w not in _STOP}
+    return [_stem(w.removesuffix("'s")) for w in words if w not in _STOP]
 
 
 def _estimated_usage(request: ModelRequest, raw: Any) -> Usage:
@@ -117,10 +124,13 @@ class OfflineModel:
     Args:
         today: The day relative dates ("tomorrow", "next Friday") count from; the real
             date when not given (an evaluation on a data set passes the set's own day).
+        out_of_scope: Triage answers `OTHER` when the nearest examples share less than
+            this part of the message's words (weighted by rarity); 0 never does.
     """
 
-    def __init__(self, *, today: dt.date | None = None) -> None:
+    def __init__(self, *, today: dt.date | None = None, out_of_scope: float = OUT_OF_SCOPE) -> None:
         self.today = today
+        self.out_of_scope = out_of_scope
 
     @property
     def name(self) -> str:
@@ -174,7 +184,11 @@ class OfflineModel:
             return output_type.model_validate({"facts": facts_in(" ".join(user_texts))})
         schema = json_schema_of(output_type)
         if "x-frontdesk-categories" in schema or "category" in output_type.model_fields:
-            return triage(output_type, schema, user_texts[-1] if user_texts else "")
+            thread = [m for m in request.messages if m["role"] in ("user", "assistant")]
+            latest = user_texts[-1] if user_texts else ""
+            return triage(
+                output_type, schema, latest, thread=thread, out_of_scope=self.out_of_scope
+            )
         request_model = _request_model_of(output_type)
         if request_model is not None:
             return extract_wrapped(output_type, request_model, user_texts)
@@ -267,43 +281,85 @@ def reference_note(request: ModelRequest) -> str:
     return f" {LABEL} From our help pages ({best.source}, {best.title}): {quoted}"
 
 
-def triage(output_type: type[BaseModel], schema: dict[str, Any], text: str) -> BaseModel:
-    """Route `text` to the category sharing the most distinctive words with it."""
-    enum_values = _choices(output_type.model_fields["category"].annotation)
-    names = [str(_choice_value(v)) for v in enum_values]
-    categories: dict[str, Any] = schema.get("x-frontdesk-categories") or {}
-    if "HUMAN" in names and _HUMAN.search(text):
+def triage(
+    output_type: type[BaseModel],
+    schema: dict[str, Any],
+    text: str,
+    *,
+    thread: Sequence[Message] = (),
+    out_of_scope: float = OUT_OF_SCOPE,
+) -> BaseModel:
+    """Route `text` to the category of its nearest examples (BM25), `OTHER` when they share
+    less than `out_of_scope` of its words' weight. `thread`, the messages `text` ends,
+    keeps an answer to the assistant's question in the category that asked, and lets a
+    message that goes on with the previous one's topic stay in it on less evidence."""
+    names = [
+        str(_choice_value(v)) for v in _choices(output_type.model_fields["category"].annotation)
+    ]
+    if "HUMAN" in names and wants_person(text):
         return output_type.model_validate(
             {"category": "HUMAN", "reason": f"{LABEL} the user asks for a person"}
         )
-    vocab = {
-        name: _tokens(
-            " ".join(
-                [name.replace("_", " "), str(info.get("description", ""))]
-                + [str(e) for e in info.get("examples", [])]
-            )
+    index = _index_of(output_type, tuple(names))
+    route = index.route(_token_list(text))
+    asked = _asking_category(index, thread, out_of_scope) if thread else None
+    if asked is not None and (
+        route is None or route.share < CONFIDENT or route.category in (asked, "OTHER")
+    ):
+        return output_type.model_validate(
+            {"category": asked, "reason": f"{LABEL} answers the question {asked} asked"}
         )
-        for name, info in categories.items()
-        if name in names
-    }
-    message = _tokens(text)
-    count = len(vocab)
-    best, best_score, best_words = "OTHER", 0.0, list[str]()
-    for name, words in vocab.items():
-        shared = sorted(message & words)
-        score = sum(
-            math.log((count + 1) / sum(1 for v in vocab.values() if w in v)) for w in shared
-        )
-        if score > best_score:
-            best, best_score, best_words = name, score, shared
-    if best_score < 0.5 or best not in names:
+    weak = route is None or route.share < out_of_scope
+    if weak and route is not None and route.category == _previous(index, thread, out_of_scope):
+        weak = False  # The same topic as the message before: no need to say it all again.
+    if route is None or weak or route.category not in names:
         fallback = "OTHER" if "OTHER" in names else names[0]
         return output_type.model_validate(
             {"category": fallback, "reason": f"{LABEL} no category matched the message"}
         )
     return output_type.model_validate(
-        {"category": best, "reason": f"{LABEL} shared words: {', '.join(best_words)}"}
+        {
+            "category": route.category,
+            "reason": f"{LABEL} nearest example shares: {', '.join(route.words)}",
+        }
     )
+
+
+def _previous(index: Index, thread: Sequence[Message], out_of_scope: float) -> str | None:
+    """The topic the user's messages before the latest one were on, if any: each message
+    is on the topic it matches clearly, or stays on the one before when it matches that."""
+    topic: str | None = None
+    for message in [m for m in thread if m["role"] == "user"][:-1]:
+        route = index.route(_token_list(_said(message["content"])))
+        if route is None or route.category == "OTHER":
+            topic = None
+        elif route.share >= out_of_scope or route.category == topic:
+            topic = route.category
+        else:
+            topic = None
+    return topic
+
+
+def _asking_category(index: Index, thread: Sequence[Message], out_of_scope: float) -> str | None:
+    """The category the conversation was in when the assistant asked the question the
+    latest message answers (followed back through earlier answers), if any."""
+    end = len(thread)
+    while end >= 3 and answers_question(thread[:end]):
+        end -= 2
+        text = _said(thread[end - 1]["content"])
+        if wants_person(text):
+            return None
+        route = index.route(_token_list(text))
+        if route is not None and route.share >= out_of_scope and route.category != "OTHER":
+            return route.category if route.category != "HUMAN" else None
+    return None
+
+
+@lru_cache(maxsize=64)
+def _index_of(output_type: type[BaseModel], names: tuple[str, ...]) -> Index:
+    """The BM25 index of one triage output type (built once: the app's categories)."""
+    schema = json_schema_of(output_type)
+    return build_index(schema.get("x-frontdesk-categories") or {}, names, _token_list)
 
 
 def extract_wrapped(
