@@ -6,9 +6,10 @@ against it (Robertson and Zaragoza's Okapi weighting). When the best document sh
 little of the message's (rarer) words, the message is out of scope: `OTHER`.
 
 Conversations are not single messages: when the assistant has just asked a question and
-the user's answer carries a value (a number, an amount, a date, quoted text) or is short,
-and the answer on its own points nowhere confidently, the conversation stays in the
-category that asked ("It's £12 too much" in the middle of a dispute).
+the user's answer carries a value (a number, an amount, a date, quoted text), or is short
+and on its own points nowhere confidently, the conversation stays in the category that
+asked ("It's £12 too much" in the middle of a dispute, however much it sounds like a
+question about the plan).
 
 The index is built once per triage output type (the app's categories) and kept.
 """
@@ -134,13 +135,15 @@ def wants_person(text: str) -> bool:
     return bool(_HUMAN.search(text))
 
 
-def answers_question(messages: Sequence[Message]) -> bool:
-    """The latest user message answers a question the assistant just asked, with a value
-    or in a few words."""
+def answers_question(messages: Sequence[Message]) -> str:
+    """How the latest user message answers a question the assistant just asked: "value"
+    (it carries a number, a sum, a date, quoted text), "short" (a few words), or ""."""
     if len(messages) < 3 or messages[-1]["role"] != "user":
-        return False
+        return ""
     asked = messages[-2]
     if asked["role"] != "assistant" or "?" not in asked["content"]:
-        return False
+        return ""
     latest = messages[-1]["content"]
-    return bool(_VALUE.search(latest)) or len(latest.split()) <= 5
+    if _VALUE.search(latest):
+        return "value"
+    return "short" if len(latest.split()) <= 5 else ""

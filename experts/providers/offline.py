@@ -24,12 +24,14 @@ import time
 import types
 import typing
 from collections.abc import AsyncIterator, Sequence
+from decimal import Decimal
 from functools import lru_cache
 from typing import Any, Literal, get_args, get_origin
 
 from pydantic import BaseModel, ValidationError
 
 from frontdesk.experts.errors import OutputValidationError
+from frontdesk.experts.providers import _offline_values as values
 from frontdesk.experts.providers._offline_routing import (
     CONFIDENT,
     OUT_OF_SCOPE,
@@ -132,6 +134,9 @@ class OfflineModel:
         self.today = today
         self.out_of_scope = out_of_scope
 
+    def _today(self) -> dt.date:
+        return self.today or dt.date.today()
+
     @property
     def name(self) -> str:
         """Always `offline`."""
@@ -191,8 +196,8 @@ class OfflineModel:
             )
         request_model = _request_model_of(output_type)
         if request_model is not None:
-            return extract_wrapped(output_type, request_model, user_texts)
-        data, _missing = extract_fields(output_type, user_texts)
+            return extract_wrapped(output_type, request_model, user_texts, today=self._today())
+        data, _missing = extract_fields(output_type, user_texts, today=self._today())
         try:
             return output_type.model_validate(data)
         except ValidationError as exc:
@@ -304,7 +309,10 @@ def triage(
     route = index.route(_token_list(text))
     asked = _asking_category(index, thread, out_of_scope) if thread else None
     if asked is not None and (
-        route is None or route.share < CONFIDENT or route.category in (asked, "OTHER")
+        answers_question(thread) == "value"
+        or route is None
+        or route.share < CONFIDENT
+        or route.category in (asked, "OTHER")
     ):
         return output_type.model_validate(
             {"category": asked, "reason": f"{LABEL} answers the question {asked} asked"}
@@ -363,10 +371,14 @@ def _index_of(output_type: type[BaseModel], names: tuple[str, ...]) -> Index:
 
 
 def extract_wrapped(
-    output_type: type[BaseModel], request_model: type[BaseModel], user_texts: Sequence[str]
+    output_type: type[BaseModel],
+    request_model: type[BaseModel],
+    user_texts: Sequence[str],
+    *,
+    today: dt.date | None = None,
 ) -> BaseModel:
     """Fill the `<Request>Extraction` wrapper: the request, or `need_more_info`."""
-    data, missing = extract_fields(request_model, user_texts)
+    data, missing = extract_fields(request_model, user_texts, today=today)
     if not missing:
         try:
             request = request_model.model_validate(data)
@@ -385,14 +397,35 @@ def extract_wrapped(
 
 
 def extract_fields(
-    model: type[BaseModel], user_texts: Sequence[str]
+    model: type[BaseModel], user_texts: Sequence[str], *, today: dt.date | None = None
 ) -> tuple[dict[str, Any], list[str]]:
-    """Values found in the user turns for `model`'s fields, and the required ones missing."""
+    """Values found in the user turns for `model`'s fields, and the required ones missing.
+
+    Dates, times and sums of money are shared out among the fields of their kind (one
+    mention per field: `date_from` the one after "from"); digit ids too, so two `*number*`
+    fields never get the same digits."""
     data: dict[str, Any] = {}
+    kinds: dict[str, list[str]] = {}
     for name, info in model.model_fields.items():
+        kind = _kind_of(name, info.annotation)
+        if kind:
+            kinds.setdefault(kind, []).append(name)
+            continue
         value = _find(name, info.annotation, user_texts)
         if value is not None:
             data[name] = value
+    day = today or dt.date.today()
+    finders = {
+        "date": lambda text: values.dates_in(text, day),
+        "time": values.times_in,
+        "amount": values.amounts_in,
+    }
+    for kind, names in kinds.items():
+        if kind == "digits":
+            data.update(_digit_ids(names, user_texts))
+            continue
+        for text in user_texts:  # A later turn's value replaces an earlier one.
+            data.update(values.assign(names, finders[kind](text)))
     # Drop values the model rejects (e.g. out of range), so they are asked for again.
     for _ in range(len(data) + 1):
         try:
@@ -408,6 +441,56 @@ def extract_fields(
     return data, missing
 
 
+_MONEY = re.compile(r"amount|price|cost|total|fee|refund|sum|balance|payment|charge|budget")
+_DIGIT_ID = re.compile(r"number|(^|_)(id|no|ref|reference|code|pin|phone|account)($|_)")
+
+
+def _kind_of(name: str, annotation: Any) -> str:
+    """Which shared-out kind a field is: date, time, amount, digits, or "" (on its own)."""
+    annotation = _unwrap_optional(annotation)
+    if annotation is dt.date:
+        return "date"
+    if annotation is dt.time:
+        return "time"
+    if annotation is Decimal or (annotation in (int, float) and _MONEY.search(name.lower())):
+        return "amount"
+    if annotation is str and _DIGIT_ID.search(name.lower()):
+        return "digits"
+    return ""
+
+
+def _digit_ids(names: Sequence[str], texts: Sequence[str]) -> dict[str, str]:
+    """Runs of 4+ digits for id fields: the run right after a field's own words ("PIN
+    4321", "phone number 0123 456") first, then the latest run no other field took."""
+    found: dict[str, str] = {}
+    taken: set[str] = set()
+    for name in names:
+        words = [w for w in name.lower().split("_") if w not in ("number", "no", "the", "my")]
+        if not words:
+            continue
+        label = r"[\s_-]*".join(re.escape(w) for w in words)
+        pattern = re.compile(
+            rf"\b{label}\w*(?:\s+(?:number|no\.?|is|was|:|#))*\s*#?\s*(\d[\d -]{{2,}}\d)", re.I
+        )
+        for text in texts:
+            for match in pattern.finditer(text):
+                digits = re.sub(r"\D", "", match.group(1))
+                if len(digits) >= 4 and digits not in taken:
+                    found[name] = digits
+        if name in found:
+            taken.add(found[name])
+    for name in names:
+        if name in found:
+            continue
+        for text in reversed(texts):
+            runs = [r for r in re.findall(r"(?<![\d.])\d{4,}(?![\d.])", text) if r not in taken]
+            if runs:
+                found[name] = runs[-1]
+                taken.add(runs[-1])
+                break
+    return found
+
+
 def _find(name: str, annotation: Any, texts: Sequence[str]) -> Any:
     annotation = _unwrap_optional(annotation)
     choices = _choices(annotation)
@@ -417,11 +500,11 @@ def _find(name: str, annotation: Any, texts: Sequence[str]) -> Any:
         return _affirmed(name, texts[-1]) if texts else None
     if annotation in (int, float):
         return _number_near(name, texts)
-    if annotation is str and re.search(r"number|(^|_)(id|no|ref|reference|code)$", name):
+    if annotation is str:
         for text in reversed(texts):
-            runs = re.findall(r"(?<![\d.])\d{4,}(?![\d.])", text)
-            if runs:
-                return runs[-1]
+            found = values.string_for(name, text)
+            if found is not None:
+                return found
     return None
 
 
@@ -465,6 +548,19 @@ def _latest_choice(choices: list[Any], texts: Sequence[str]) -> Any:
     return None if value is None else _choice_value(value)
 
 
+_NOUN_SYNONYMS = {
+    "kid": ("child", "children", "kids"),
+    "child": ("kid", "kids", "children"),
+    "people": ("person", "persons", "guest", "guests", "of us"),
+    "person": ("people", "persons", "guest", "guests"),
+    "guest": ("people", "person", "persons", "guests"),
+    "adult": ("adults", "grown-ups", "grownups"),
+    "room": ("rooms", "suite", "suites"),
+    "night": ("nights",),
+}
+"""Words that name the same thing as a field's noun ("2 children" for `kids`)."""
+
+
 def _number_near(name: str, texts: Sequence[str]) -> int | None:
     parts = [
         p
@@ -475,6 +571,7 @@ def _number_near(name: str, texts: Sequence[str]) -> int | None:
     for part in parts or [name.lower()]:
         singular = part[:-1] if part.endswith("s") and len(part) > 3 else part
         nouns.update({singular, singular + "s", singular + "es", part})
+        nouns.update(_NOUN_SYNONYMS.get(singular, ()))
     noun_alt = "|".join(re.escape(n) for n in sorted(nouns, key=len, reverse=True))
     pattern = re.compile(
         rf"\b(?P<n>\d+|{_NUMBER_ALT})\s+(?:[a-z]+\s+)?(?:{noun_alt})\b", re.IGNORECASE
