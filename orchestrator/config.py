@@ -16,6 +16,9 @@ EXPERTS = ("triage", "request", "response", "summariser")
 log = structlog.get_logger("frontdesk.orchestrator")
 
 MEMORY = "memory"
+SIMULATION = ("user", "judge")
+"""The conversation tests' simulated customer and judge (`frontdesk test`, `simulate:`),
+given in the model map only by name; no turn calls them."""
 """The memory expert: a model map may name it; else `default`, else the summariser's model."""
 
 ModelSpec = str | Model | list[str | Model] | tuple[str | Model, ...]
@@ -47,11 +50,11 @@ def resolve_models(choice: ModelChoice) -> dict[str, Model]:
     if not isinstance(choice, Mapping):
         model = _model(choice)
         return dict.fromkeys((*EXPERTS, MEMORY), model)
-    unknown = sorted(set(choice) - {*EXPERTS, MEMORY, "default"})
+    unknown = sorted(set(choice) - {*EXPERTS, MEMORY, *SIMULATION, "default"})
     if unknown:
         raise ConfigError(
             f"model map names unknown experts {unknown};"
-            f" use {', '.join((*EXPERTS, MEMORY))} or 'default'"
+            f" use {', '.join((*EXPERTS, MEMORY, *SIMULATION))} or 'default'"
         )
     missing = [e for e in EXPERTS if e not in choice and "default" not in choice]
     if missing:
@@ -71,6 +74,11 @@ def resolve_models(choice: ModelChoice) -> dict[str, Model]:
     else:
         key = hash(spec) if isinstance(spec, str) else id(spec)
         models[MEMORY] = cache[key] if key in cache else _model(spec)
+    for expert in SIMULATION:  # Only when named: a turn never calls them.
+        spec = choice.get(expert)
+        if spec is not None:
+            key = hash(spec) if isinstance(spec, str) else id(spec)
+            models[expert] = cache[key] if key in cache else _model(spec)
     return models
 
 

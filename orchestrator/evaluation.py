@@ -20,9 +20,10 @@ import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any, TypeVar
+from typing import Annotated, Any, TypeVar
 
 from pydantic import BaseModel, TypeAdapter, ValidationError
+from pydantic.fields import FieldInfo
 
 from frontdesk.audit.pricing import cost_of
 from frontdesk.errors import ConfigError
@@ -126,6 +127,9 @@ class TriageReport:
     """The most frequent mistakes: `{"expected", "predicted", "count"}`, most frequent first."""
     oos_recall: float | None
     """Share of the rows labelled `OTHER` (out of scope) routed to `OTHER`; `None` without any."""
+    in_scope_accuracy: float | None
+    """Accuracy over the rows not labelled `OTHER` (CLINC150's in-scope accuracy); `None`
+    when every row is in scope (then it is `accuracy`)."""
     errors: int
     costs: Costs
     outcomes: list[TriageOutcome] = field(repr=False)
@@ -141,6 +145,11 @@ class TriageReport:
             f"messages {self.costs.messages}, accuracy {self.accuracy:.3f},"
             f" macro-F1 {self.macro_f1:.3f}"
             + ("" if self.oos_recall is None else f", out-of-scope recall {self.oos_recall:.3f}")
+            + (
+                ""
+                if self.in_scope_accuracy is None
+                else f", in-scope accuracy {self.in_scope_accuracy:.3f}"
+            )
         ]
         if self.errors:
             lines.append(f"{self.errors} call(s) failed (counted as wrong)")
@@ -264,7 +273,7 @@ async def evaluate_extraction(
         )
     model = expert.category.request
     expected_rows = [_expected(model, row, i) for i, row in enumerate(rows)]
-    adapters = {name: TypeAdapter(info.annotation) for name, info in model.model_fields.items()}
+    adapters = {name: field_adapter(info) for name, info in model.model_fields.items()}
 
     async def score(index: int, row: ExtractionRow) -> ExtractionOutcome:
         started = time.perf_counter()
@@ -340,6 +349,11 @@ def triage_report(outcomes: Sequence[TriageOutcome]) -> TriageReport:
         per_category=per_category,
         confusions=confusions,
         oos_recall=(sum(o.predicted == OTHER for o in oos) / len(oos)) if oos else None,
+        in_scope_accuracy=(
+            sum(o.predicted == o.expected for o in outcomes if o.expected != OTHER) / (n - len(oos))
+            if oos and n > len(oos)
+            else None
+        ),
         errors=sum(o.error is not None for o in outcomes),
         costs=_costs([o.usage for o in outcomes]),
         outcomes=list(outcomes),
@@ -392,7 +406,7 @@ def _expected(model: type[BaseModel], row: ExtractionRow, index: int) -> dict[st
     for name, value in row.expected.items():
         if value is None:
             continue
-        adapter: TypeAdapter[Any] = TypeAdapter(fields[name].annotation)
+        adapter = field_adapter(fields[name])
         try:
             out[name] = adapter.validate_python(value)
         except ValidationError as e:
@@ -402,6 +416,13 @@ def _expected(model: type[BaseModel], row: ExtractionRow, index: int) -> dict[st
                 f" {problem}"
             ) from e
     return out
+
+
+def field_adapter(info: FieldInfo) -> TypeAdapter[Any]:
+    """Validates one field's value as its model does (its type and constraints)."""
+    if info.metadata:
+        return TypeAdapter(Annotated[info.annotation, *info.metadata])
+    return TypeAdapter(info.annotation)
 
 
 def _thread(text: str) -> list[Message]:

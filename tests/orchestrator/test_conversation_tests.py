@@ -118,7 +118,7 @@ async def test_a_script_the_request_model_refuses_is_reported_not_hidden(tmp_pat
     report = await run_files([load_file(_file(tmp_path, text))], _bank.build, workdir=tmp_path)
     turn = report.conversations[0].runs[0].turns[0]
     assert not turn.passed
-    assert "request: expected {'last_four': '42'}, got None" in turn.describe()
+    assert "request: last_four: the expected '42' is not valid (String should" in turn.describe()
 
 
 async def test_a_broken_handler_fails_its_turn_with_the_exception(tmp_path: Path) -> None:
