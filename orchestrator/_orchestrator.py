@@ -36,6 +36,7 @@ from frontdesk.orchestrator.config import (
     offline_by_default,
     resolve_models,
     warn_offline_once,
+    warn_without_examples,
 )
 from frontdesk.orchestrator.handoff import Claim, Handoff
 from frontdesk.orchestrator.jobs import (
@@ -195,6 +196,7 @@ class Orchestrator:
             raise ConfigError(f"job_concurrency must be >= 1, got {job_concurrency}")
         self.job_concurrency = job_concurrency
         self.categories = check_registry(list(categories))
+        warn_without_examples(self.categories.values())
         self.app_spec: str | None = None
         """The `module:attr` this orchestrator was loaded from (`load_app`), recorded with
         each turn so that `frontdesk audit replay` can load the same app again."""

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 import structlog
 
 from frontdesk.errors import ConfigError
+from frontdesk.experts.category import Category
 from frontdesk.experts.providers import Model, ModelSettings
 
 EXPERTS = ("triage", "request", "response", "summariser")
@@ -83,6 +84,21 @@ def resolve_models(choice: ModelChoice) -> dict[str, Model]:
 
 
 _warned: list[bool] = []
+_without_examples: set[str] = set()
+
+
+def warn_without_examples(categories: Iterable[Category]) -> None:
+    """Say (once per category, when an app is built) that a category has no examples:
+    triage then routes to it on its description alone, which models do badly."""
+    for category in categories:
+        if not category.examples and category.name not in _without_examples:
+            _without_examples.add(category.name)
+            log.warning(
+                "category.no_examples",
+                category=category.name,
+                detail="this category has no examples; triage routes to it on its description"
+                " alone; add a few typical customer messages (Category(examples=[...]))",
+            )
 
 
 def warn_offline_once() -> None:

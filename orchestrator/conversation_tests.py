@@ -37,7 +37,7 @@ from frontdesk.errors import ConfigError, FrontdeskError, InvalidConversationFil
 from frontdesk.experts.providers import FunctionModel, Model, ModelRequest, OfflineModel
 from frontdesk.orchestrator._orchestrator import Orchestrator
 from frontdesk.orchestrator.config import ModelChoice
-from frontdesk.orchestrator.evaluation import field_adapter
+from frontdesk.orchestrator.evaluation import expected_value
 from frontdesk.orchestrator.reply import Reply
 from frontdesk.orchestrator.simulation import (
     Exchange,
@@ -50,7 +50,16 @@ from frontdesk.orchestrator.simulation import (
     simulation_model,
 )
 
-FIELDS = ("category", "request", "need_more_info", "handoff", "data", "reply_contains")
+FIELDS = (
+    "category",
+    "request",
+    "need_more_info",
+    "handoff",
+    "data",
+    "reply_contains",
+    "sources",
+    "citations",
+)
 """The checks a turn may name, in the order they are reported."""
 
 
@@ -70,6 +79,10 @@ class TurnSpec(BaseModel):
     """Keys the outcome's data must hold, with these values (others are not compared)."""
     reply_contains: list[str] = Field(default_factory=list)
     """Texts the reply must contain (case-insensitive)."""
+    sources: list[str] | None = None
+    """Documents (names as in the file's `knowledge:`) whose passages the reply was given."""
+    citations: list[str] | None = None
+    """Documents the reply's text names (cites) (case-insensitive)."""
 
 
 class ConversationSpec(BaseModel):
@@ -100,6 +113,8 @@ class ConversationFile(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     conversations: list[ConversationSpec] = Field(min_length=1)
+    knowledge: list[str] = Field(default_factory=list)
+    """Documents (paths relative to the file) added to each run's knowledge base."""
     path: str = ""
 
 
@@ -120,12 +135,25 @@ def load_file(path: Path | str) -> ConversationFile:
     if not isinstance(raw, dict):
         raise InvalidConversationFile(f"{path}: expected a mapping with a `conversations` list")
     try:
-        return ConversationFile.model_validate({**raw, "path": str(path)})
+        loaded = ConversationFile.model_validate({**raw, "path": str(path)})
     except ValidationError as e:
         where = "; ".join(
             f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in e.errors()
         )
         raise InvalidConversationFile(f"{path}: {where}") from e
+    for document in loaded.knowledge:
+        if not (path.parent / document).is_file():
+            raise InvalidConversationFile(
+                f"{path}: knowledge: no file {document!r} (paths are relative to this file)"
+            )
+    return loaded
+
+
+async def _add_knowledge(orch: Orchestrator, spec_file: ConversationFile) -> None:
+    """Add the file's documents to a run's knowledge base, named as the file names them."""
+    base = Path(spec_file.path).parent
+    for document in spec_file.knowledge:
+        await orch.knowledge.add(document, (base / document).read_text(encoding="utf-8"))
 
 
 @dataclass(frozen=True)
@@ -327,15 +355,13 @@ async def run_files(
             for run in range(1, repeat + 1):
                 count += 1
                 store = f"sqlite:///{workdir / f'run-{count}.db'}"
-                runs.append(
-                    await _run(spec_file.path, conv, build, model, store, run, (user, judge))
-                )
+                runs.append(await _run(spec_file, conv, build, model, store, run, (user, judge)))
             results.append(ConversationResult(file=spec_file.path, name=conv.name, runs=runs))
     return Report(conversations=results, scripted=scripted, repeat=repeat)
 
 
 async def _run(
-    path: str,
+    spec_file: ConversationFile,
     conv: ConversationSpec,
     build: AppFactory,
     model: ModelChoice,
@@ -350,7 +376,7 @@ async def _run(
             "frontdesk test needs --app to name a function that passes its `model` argument"
             " to Orchestrator(model=...), so that the experts can be scripted"
         )
-    _check_spec(path, conv, orch)
+    _check_spec(spec_file.path, conv, orch)
     script.orchestrator = orch
     orch.use_store(store)
     orch.handler_errors = "raise"  # A handler's exception is the turn's failure, traceback kept.
@@ -358,6 +384,7 @@ async def _run(
     started = time.perf_counter()
     conversation_id = f"{_slug(conv.name)}-{run}"
     try:
+        await _add_knowledge(orch, spec_file)
         if conv.simulate is not None:
             exchanges = await _simulated(orch, conv, conversation_id, players[0], result)
         else:
@@ -476,7 +503,7 @@ def request_check(
                 problems.append(f"{model.__name__} has no field {name!r}")
                 continue
             try:
-                wanted[name] = field_adapter(info).validate_python(want)
+                wanted[name] = expected_value(info, want)
             except ValidationError as e:
                 error = e.errors()[0]["msg"] if e.errors() else str(e)
                 problems.append(f"{name}: the expected {want!r} is not valid ({error})")
@@ -517,6 +544,14 @@ def checks(spec: TurnSpec, reply: Reply, orch: Orchestrator | None = None) -> li
         lowered = reply.text.lower()
         absent = [t for t in spec.reply_contains if t.lower() not in lowered]
         found.append(Check("reply_contains", not absent, spec.reply_contains, reply.text))
+    if spec.sources is not None:
+        given = sorted({p.source for p in reply.sources})
+        ok = set(spec.sources) <= set(given) and (bool(spec.sources) or not given)
+        found.append(Check("sources", ok, spec.sources, given))
+    if spec.citations is not None:
+        lowered = reply.text.lower()
+        missing = [c for c in spec.citations if c.lower() not in lowered]
+        found.append(Check("citations", not missing, spec.citations, reply.text))
     return found
 
 
@@ -551,7 +586,7 @@ class Script:
                     }
                 }
             if turn.request is not None:
-                return {"request": turn.request}
+                return {"request": _as_model_reads(request, turn.request)}
         if (
             request.expert == "response"
             and request.messages
@@ -570,6 +605,20 @@ class Script:
         category = self.orchestrator.categories.get(turn.category)
         wanted = None if category is None else category.request
         return getattr(request.output_type, "request_model", None) is wanted
+
+
+def _as_model_reads(request: ModelRequest, values: dict[str, Any]) -> dict[str, Any]:
+    """A scripted request's values as its model reads them (`last_four: 4242` -> "4242")."""
+    model = getattr(request.output_type, "request_model", None)
+    fields = model.model_fields if isinstance(model, type) and issubclass(model, BaseModel) else {}
+    out = dict(values)
+    for name, value in values.items():
+        if name in fields:
+            try:
+                out[name] = expected_value(fields[name], value)
+            except ValidationError:
+                pass  # Kept as written: the request model's refusal is the turn's result.
+    return out
 
 
 def _check_spec(path: str, conv: ConversationSpec, orch: Orchestrator) -> None:

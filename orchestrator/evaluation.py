@@ -406,9 +406,8 @@ def _expected(model: type[BaseModel], row: ExtractionRow, index: int) -> dict[st
     for name, value in row.expected.items():
         if value is None:
             continue
-        adapter = field_adapter(fields[name])
         try:
-            out[name] = adapter.validate_python(value)
+            out[name] = expected_value(fields[name], value)
         except ValidationError as e:
             problem = e.errors()[0]["msg"] if e.errors() else str(e)
             raise ConfigError(
@@ -423,6 +422,25 @@ def field_adapter(info: FieldInfo) -> TypeAdapter[Any]:
     if info.metadata:
         return TypeAdapter(Annotated[info.annotation, *info.metadata])
     return TypeAdapter(info.annotation)
+
+
+def expected_value(info: FieldInfo, value: Any) -> Any:
+    """An expected value as the field's model validates it; a number written for a text
+    field (YAML's `last_four: 4242`) is read as its text, as a person meant it.
+
+    Raises:
+        ValidationError: the model refuses the value either way.
+    """
+    adapter = field_adapter(info)
+    try:
+        return adapter.validate_python(value)
+    except ValidationError:
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            try:
+                return adapter.validate_python(str(value))
+            except ValidationError:
+                pass
+        raise
 
 
 def _thread(text: str) -> list[Message]:

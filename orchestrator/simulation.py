@@ -187,9 +187,11 @@ def _as_seen_by_user(exchanges: Sequence[Exchange]) -> list[Message]:
 
 
 def handler_calls(orch: Orchestrator, replies: Sequence[Reply]) -> int:
-    """How many turns ran a category's handler (a replayed turn did not run it again)."""
+    """How many turns ran a category's handler (one with a request; a replayed turn did not
+    run it again)."""
     return sum(
         r.outcome is not None
+        and r.request is not None
         and not r.replayed
         and r.category in orch.categories
         and orch.categories[r.category].handler is not None
