@@ -625,7 +625,9 @@ def _check_spec(path: str, conv: ConversationSpec, orch: Orchestrator) -> None:
     """Refuse, before anything runs, a category the app lacks and a field its request
     model lacks (a misspelt `need_more_info: [amout]` would pass in scripted mode)."""
     known = {*orch.categories, "OTHER", "HUMAN"}
-    named = [(f"turn {i}", t.category, t) for i, t in enumerate(conv.turns, start=1)]
+    named: list[tuple[str, str | None, TurnSpec | None]] = [
+        (f"turn {i}", t.category, t) for i, t in enumerate(conv.turns, start=1)
+    ]
     if conv.expect is not None:
         named.append(("expect", conv.expect.category, None))
     for where, name, turn in named:

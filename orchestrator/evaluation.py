@@ -419,9 +419,10 @@ def _expected(model: type[BaseModel], row: ExtractionRow, index: int) -> dict[st
 
 def field_adapter(info: FieldInfo) -> TypeAdapter[Any]:
     """Validates one field's value as its model does (its type and constraints)."""
+    annotation: Any = info.annotation
     if info.metadata:
-        return TypeAdapter(Annotated[info.annotation, *info.metadata])
-    return TypeAdapter(info.annotation)
+        annotation = Annotated[annotation, *info.metadata]
+    return TypeAdapter(annotation)
 
 
 def expected_value(info: FieldInfo, value: Any) -> Any:

@@ -193,7 +193,6 @@ def handler_calls(orch: Orchestrator, replies: Sequence[Reply]) -> int:
         r.outcome is not None
         and r.request is not None
         and not r.replayed
-        and r.category in orch.categories
-        and orch.categories[r.category].handler is not None
+        and orch.categories.get(r.category or "") is not None
         for r in replies
     )

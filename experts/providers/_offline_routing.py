@@ -89,7 +89,8 @@ class Index:
                 scores.setdefault(category, []).append((score, tuple(shared)))
         if not scores:
             return None
-        best, best_total, best_words = "", 0.0, ()
+        best, best_total = "", 0.0
+        best_words: tuple[str, ...] = ()
         for category, found in scores.items():
             found.sort(key=lambda s: -s[0])
             total = sum(score * DECAY**i for i, (score, _w) in enumerate(found))

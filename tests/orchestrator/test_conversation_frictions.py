@@ -99,7 +99,7 @@ def test_a_category_without_examples_is_warned_about_once() -> None:
     async def handler(request: Ask, context: object) -> Outcome:
         return Outcome(instruction="x")
 
-    bare = Category(name="BARE_FRICTION", description="Asking", request=Ask, handler=handler)  # type: ignore[arg-type]
+    bare = Category(name="BARE_FRICTION", description="Asking", request=Ask, handler=handler)
     with capture_logs() as logs:
         Orchestrator([bare], model="offline", audit=False)
         Orchestrator([bare], model="offline", audit=False)

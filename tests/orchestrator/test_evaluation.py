@@ -15,6 +15,7 @@ from frontdesk.eval import (
     DatasetError,
     ExtractionRow,
     HotelRequest,
+    TriageOutcome,
     TriageRow,
     evaluate_extraction,
     evaluate_triage,
@@ -88,7 +89,7 @@ async def test_a_model_always_answering_other_scores_the_class_balance() -> None
 
 async def test_rows_already_scored_are_not_sent_again() -> None:
     model = FunctionModel(lambda req: {"category": "CARDS"}, name="cards")
-    kept = []
+    kept: list[TriageOutcome] = []
     first = await evaluate_triage(_app(model, "CARDS", "RATES"), ROWS[:2], on_result=kept.append)
     assert len(model.calls) == 2 and first.accuracy == 1.0
     again = await evaluate_triage(_app(model, "CARDS", "RATES"), ROWS, done=kept, concurrency=1)

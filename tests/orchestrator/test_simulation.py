@@ -9,6 +9,7 @@ from xml.etree import ElementTree as ET
 import pytest
 
 from frontdesk.errors import ConfigError, InvalidConversationFile
+from frontdesk.experts.providers import Model
 from frontdesk.orchestrator.conversation_tests import load_file, run_files, write_junit
 from tests.orchestrator import _bank, _players
 
@@ -88,7 +89,11 @@ async def test_without_a_user_model_the_error_says_where_to_give_one(tmp_path: P
 
 
 async def test_the_model_maps_user_and_judge_play_when_none_is_passed(tmp_path: Path) -> None:
-    models = {"default": "offline", "user": _players.user, "judge": _players.judge}
+    models: dict[str, str | Model] = {
+        "default": "offline",
+        "user": _players.user,
+        "judge": _players.judge,
+    }
     report = await run_files(
         [load_file(_file(tmp_path, SIMULATED))], _bank.build, workdir=tmp_path, model=models
     )
