@@ -377,6 +377,7 @@ async def begin(
             user_id=user_id,
             handoff=p.handoff,
             also=also,
+            profile=p.profile,
             **kwargs,
         )
 
@@ -393,9 +394,13 @@ async def _recall(p: Pipeline, s: Started) -> list[Document]:
     """The user's facts, ranked for this turn's question (`orchestrator/memory.py`)."""
     if p.memory is None:
         return []
-    if s.memories is not None:
-        return _memory.ranked(s.memories)
-    return _memory.ranked(await p.memory.recall(s.user_id, s.question.content))
+    memories = s.memories
+    if memories is None:
+        memories = await p.memory.recall(s.user_id, s.question.content)
+    # Never this conversation's own summary; no past conversation when they are off.
+    return _memory.ranked(
+        memories, conversation_id=s.question.conversation_id, past=p.past is not None
+    )
 
 
 async def _lookup(p: Pipeline, s: Started) -> Sequence[Passage]:
@@ -486,7 +491,9 @@ async def _decide_once(p: Pipeline, t: Turn, earlier: TurnOutcome | None) -> Dec
         **({"from_memory": list(from_memory)} if from_memory else {}),
         **field_rules_of(request),  # What `audit show` and the exports redact of it.
     )
-    outcome, handler_ran, handler_failed = await _decide(p, t, category, request, missing, reason)
+    outcome, handler_ran, handler_failed = await _decide(
+        p, t, category, request, missing, reason, from_memory
+    )
     t.recorder.note(
         "outcome", category=category, instruction=outcome.instruction, data=jsonable(outcome.data)
     )
@@ -550,6 +557,8 @@ async def _extract(
     # Passages only for a category that asked for them (`Category(knowledge=True)`).
     sent = view.fit.documents if p.categories[category].knowledge else []
     messages, passages = _knowledge.fold(_turns(view), t.passages, sent)
+    # Remembered facts only for a category that takes them (`Category(memory=False)`).
+    memory = _memory.block(view) if p.categories[category].memory else None
     try:
         result = await _stage(
             "request",
@@ -559,7 +568,7 @@ async def _extract(
                 metadata=meta,
                 cache_prefix=view.cache_prefix_messages,
                 observer=t.recorder,
-                memory=_memory.block(view),
+                memory=memory,
                 passages=passages,
                 speculation=speculation,
             ),
@@ -569,7 +578,10 @@ async def _extract(
         t.recorder.note("request_failed", category=category, error=f"{type(e).__name__}: {e}")
         return None, None, ()
     answered["request"] = result.response
-    return result.request, result.need_more_info, result.from_memory
+    from_memory = result.from_memory
+    if memory is not None:  # What the model did not own up to, found by value.
+        from_memory += _memory.filled_from(result.request, memory, messages, from_memory)
+    return result.request, result.need_more_info, from_memory
 
 
 async def _decide(
@@ -579,10 +591,11 @@ async def _decide(
     request: BaseModel | None,
     missing: NeedMoreInfo | None,
     reason: str,
+    from_memory: Sequence[str] = (),
 ) -> tuple[Outcome, bool, bool]:
     """The handler's outcome ("TradCode"), or the built-in outcome for this route; whether
     the handler ran, and whether it failed. A hand-off's outcome carries triage's `reason`
-    (for the person)."""
+    (for the person); the handler learns which fields came from remembered facts."""
     if category == HUMAN:
         return fallbacks.handoff(reason), False, False
     if category == OTHER:
@@ -603,6 +616,7 @@ async def _decide(
         extras=p.context_extras,
         idempotency_key=idempotency_key(t.conversation_id, t.user_message.id),
         **_memory.for_handler(p.memory, t.user_id, t.user_message, t.recorder),
+        from_memory=frozenset(from_memory),
     )
     try:
         outcome = handler_errors.checked(await handler(request, context))
@@ -899,7 +913,7 @@ def _jobs_after(p: Pipeline, t: Turn, reply: MessageRecord) -> list[JobSpec]:
         jobs.append(_memory.learn_spec(t.user_id, question.id, p.memory.refs))
     after = [*t.thread.messages, ThreadMessage(role="assistant", content=reply.content)]
     if p.compaction_policy.plan(after, p.counter) is not None:
-        jobs.append(compaction_spec(t.conversation_id, reply.id))
+        jobs.append(compaction_spec(t.conversation_id, reply.id, p.profile))
     return jobs
 
 
@@ -944,6 +958,9 @@ class Pipeline:
     """What the audit records of the app with each turn (`app_record`)."""
     handler_errors: handler_errors.HandlerErrors = "reply"
     """A handler's failure: the apology (`reply`) or `HandlerFailed` (`raise`)."""
+    profile: str | None = None
+    """The profile (business) answering: recorded on a new conversation by its first
+    transaction, checked on an existing one (`ProfileMismatch`)."""
 
 
 @dataclass(frozen=True, kw_only=True)

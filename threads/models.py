@@ -64,6 +64,9 @@ class Conversation(SQLModel, table=True):
     """Free-form JSON about the conversation (the column is named `metadata`)."""
     active_leaf_id: str | None = Field(default=None, max_length=36)
     """The message the next user message answers to; switching branches moves it."""
+    profile: str | None = Field(default=None, max_length=64)
+    """The profile (business) that answers it, set by its first transaction (`None`: a
+    conversation from before profiles, which any profile may answer)."""
 
 
 class Message(SQLModel, table=True):

@@ -268,11 +268,19 @@ $("send").addEventListener("submit", async (e) => {
 // -- memories -------------------------------------------------------------------------------
 async function loadMemories() {
   const list = $("memories");
+  const past = $("past-conversations");
   const r = await fd.api("/v1/me/memories");
   list.replaceChildren();
+  past.replaceChildren();
   if (!r.ok) { list.append(fd.el("li", "", "What we remember cannot be shown right now.")); return; }
-  const items = (await r.json()).memories || [];
-  if (!items.length) list.append(fd.el("li", "", "Nothing remembered."));
+  const body = await r.json();
+  showMemories(list, body.memories || [], "Nothing remembered.");
+  showMemories(past, body.past_conversations || [], "No past conversation kept.");
+}
+
+// Facts and past conversations are listed apart, each with its own delete button.
+function showMemories(list, items, empty) {
+  if (!items.length) list.append(fd.el("li", "", empty));
   for (const m of items) {
     const li = fd.el("li");
     const del = fd.el("button", "", "Delete");

@@ -132,6 +132,8 @@ def test_the_user_sees_and_deletes_what_is_remembered(
 ) -> None:
     page = chat(browser, base_url, "dora", "memories")
     expect(page.locator("#memories")).to_contain_text("Nothing remembered.")
+    # Past conversations are not facts: a list of their own.
+    expect(page.locator("#past-conversations")).to_contain_text("No past conversation kept.")
     say(page, "remember that I am allergic to peanuts")
     expect(page.locator(".msg.assistant").last).to_contain_text("You said: remember that")
     say(page, "remember that I live in Leeds")
