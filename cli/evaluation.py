@@ -216,14 +216,19 @@ def _run(orch: Orchestrator, work: Any) -> Any:
 Keep = Callable[[Any], None]
 
 
+def state_path(key: Sequence[Any]) -> Path:
+    """Where a run with these arguments keeps its scored rows, in the working folder."""
+    digest = hashlib.sha256(json.dumps(list(key)).encode()).hexdigest()[:12]
+    return Path(f".frontdesk-eval-{digest}.jsonl")
+
+
 @contextmanager
 def _kept(
     key: Sequence[Any], kind: str, total: int
 ) -> Iterator[tuple[list[TriageOutcome | ExtractionOutcome], Keep, Callable[[], None]]]:
     """The outcomes a stopped run kept (to skip), a function keeping each new one, and a
     progress bar; the state file is removed once the run completes."""
-    digest = hashlib.sha256(json.dumps(list(key)).encode()).hexdigest()[:12]
-    state = Path(f".frontdesk-eval-{digest}.jsonl")
+    state = state_path(key)
     done: list[TriageOutcome | ExtractionOutcome] = []
     if state.exists():
         for line in state.read_text(encoding="utf-8").splitlines():

@@ -24,6 +24,10 @@ def triage_html(report: TriageReport, *, title: str) -> str:
         ("accuracy", f"{report.accuracy:.3f}"),
         ("macro-F1", f"{report.macro_f1:.3f}"),
         ("out-of-scope recall", "-" if report.oos_recall is None else f"{report.oos_recall:.3f}"),
+        (
+            "in-scope accuracy",
+            "-" if report.in_scope_accuracy is None else f"{report.in_scope_accuracy:.3f}",
+        ),
         ("failed calls", str(report.errors)),
         *_cost_rows(c.model_calls_per_message, c.tokens["per_message"], c.p50_s, c.p95_s),
         ("cost per 1,000 messages", _usd(c.cost_per_1000_usd, c.cost_known)),

@@ -9,6 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from frontdesk.cli import app
+from frontdesk.cli.evaluation import state_path
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "eval"
 runner = CliRunner()
@@ -66,3 +67,26 @@ def test_a_missing_data_set_is_a_clear_error(tmp_path: Path) -> None:
     result = runner.invoke(app, ["eval", "triage", f"banking77:{tmp_path / 'nowhere'}"])
     assert result.exit_code != 0
     assert "train.csv: cannot read it" in result.output
+
+
+def test_a_stopped_run_resumes_from_the_rows_it_kept(tmp_path: Path) -> None:
+    data = f"banking77:{DATA / 'banking77'}"
+    kept = {
+        "index": 0, "expected": "CARD_ARRIVAL", "predicted": "EXCHANGE_RATE", "error": None,
+        "usage": {"seconds": 0.5, "model_calls": 1, "input_tokens": 10, "output_tokens": 2,
+                  "cost_usd": 0.0, "cost_known": True},
+    }  # fmt: skip
+    state = state_path(["triage", data, None, "offline", 3, None])
+    state.write_text(json.dumps(kept) + "\n{cut off by Ctrl-\n", encoding="utf-8")
+    out = tmp_path / "out.json"
+    result = runner.invoke(
+        app, ["eval", "triage", data, "--model", "offline", "--examples", "3", "--json", str(out)]
+    )
+    assert result.exit_code == 0, result.output
+    assert "resuming: 1 of 9 rows already scored" in result.output
+    report = json.loads(out.read_text())
+    assert report["messages"] == 9
+    assert {"expected": "CARD_ARRIVAL", "predicted": "EXCHANGE_RATE", "count": 1} in report[
+        "confusions"
+    ]
+    assert not state.exists()
