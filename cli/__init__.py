@@ -18,6 +18,7 @@ from frontdesk.cli import (
     conversations,
     db,
     evaluation,
+    init,
     jobs,
     knowledge,
     memory,
@@ -61,6 +62,7 @@ def _root(
         sys.path.insert(0, os.getcwd())
 
 
+app.command("init")(init.init)
 app.command("demo")(chat.demo)
 app.command("chat")(chat.chat)
 app.command("conversations")(conversations.conversations)

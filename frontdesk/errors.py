@@ -10,7 +10,9 @@
     │   │   ├── PromptError             a prompt file is missing or malformed
     │   │   │   └── PromptVariableError a prompt rendered without a variable it uses
     │   │   ├── SchemaOutdated          the database schema is behind: `frontdesk db upgrade`
-    │   │   └── SchemaAhead             the database schema is newer than this code
+    │   │   ├── SchemaAhead             the database schema is newer than this code
+    │   │   └── ConfigProblems          several problems found in one check (`serve --check`),
+    │   │                               `problems` one line each with its fix
     │   ├── InvalidUserText             the text cannot be a user turn (nothing stored)
     │   │   ├── EmptyMessage            empty or whitespace-only
     │   │   ├── InputTooLarge           over `max_message_chars`, or over the question budget
@@ -47,7 +49,9 @@
     │   │   └── ModelHTTPError          ... with an HTTP status (status_code, body, headers)
     │   │       ├── ProviderQuotaExhausted  money ran out (429 insufficient_quota)
     │   │       ├── RateLimited         429 still failing, or retry-after beyond the budget
-    │   │       └── ProviderOverloaded  529/5xx for the whole attempt budget
+    │   │       ├── ProviderOverloaded  529/5xx for the whole attempt budget
+    │   │       └── UnsupportedOutput   the server refuses the structured-output form asked
+    │   │                               for (also a ConfigError: set `output=` in the spec)
     │   ├── ModelConnectionError        unreachable host, connection reset, timeout
     │   ├── TruncatedOutput             stopped by max_tokens / length
     │   ├── Refusal                     the model refused
@@ -81,6 +85,7 @@ __all__ = [
     "AuditPayloadError",
     "AuditWriteError",
     "ConfigError",
+    "ConfigProblems",
     "ConversationBusy",
     "ConversationHandedOff",
     "ConversationNotFound",
@@ -130,6 +135,7 @@ __all__ = [
     "UnexpectedModelCall",
     "UnknownConversation",
     "UnknownModelSpec",
+    "UnsupportedOutput",
     "UserError",
     "UserStateUnavailable",
 ]
@@ -145,6 +151,15 @@ class UserError(FrontdeskError):
 
 class ConfigError(UserError):
     """Configuration that cannot work (unknown model spec, missing key, bad budget, ...)."""
+
+
+class ConfigProblems(ConfigError):
+    """Every problem one check found (`frontdesk serve --check`), so that one run names them
+    all rather than one per restart; `problems` holds one line each, with its fix."""
+
+    def __init__(self, problems: list[str]) -> None:
+        self.problems = tuple(problems)
+        super().__init__("; ".join(self.problems))
 
 
 class ConversationNotFound(UserError):
@@ -247,6 +262,12 @@ class RateLimited(ModelHTTPError):
 
 class ProviderOverloaded(ModelHTTPError):
     """529 / 5xx on every attempt of the budget."""
+
+
+class UnsupportedOutput(ModelHTTPError, ConfigError):
+    """The server answered that it cannot give structured output in the form asked for
+    (`response_format: json_schema`, `tools`, ...): a configuration to change (the model
+    spec's `output=`), never retried and never reported as an outage."""
 
 
 class ModelConnectionError(ModelError):
