@@ -35,6 +35,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from frontdesk.errors import ConfigError, FrontdeskError, InvalidConversationFile
 from frontdesk.experts.providers import FunctionModel, Model, ModelRequest, OfflineModel
+from frontdesk.experts.providers.offline import reply_from_instruction
 from frontdesk.orchestrator._orchestrator import Orchestrator
 from frontdesk.orchestrator.config import ModelChoice
 from frontdesk.orchestrator.evaluation import expected_value
@@ -592,7 +593,9 @@ class Script:
             and request.messages
             and request.messages[-1]["role"] == "assistant"
         ):
-            return request.messages[-1]["content"]
+            # The instruction said as the offline stand-in says it ("Tell the user X" -> "X."):
+            # a verbatim copy would be taken for an echoing model and replaced (fallbacks).
+            return reply_from_instruction(request.messages[-1]["content"])
         if request.expert == "memory":
             return {"facts": []}
         return OfflineModel().answer(request)
