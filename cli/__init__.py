@@ -17,6 +17,7 @@ from frontdesk.cli import (
     chat,
     conversations,
     db,
+    evaluation,
     init,
     jobs,
     knowledge,
@@ -74,6 +75,9 @@ audit.app.command("retention")(privacy.retention)
 audit.app.command("rotate-key")(privacy.rotate_key)
 app.add_typer(thread.app, name="thread", help="Show and compact conversation threads.")
 app.add_typer(audit.app, name="audit", help="Show, export, verify and replay the audit log.")
+app.add_typer(
+    evaluation.app, name="eval", help="Score triage and extraction on labelled data sets."
+)
 app.add_typer(db.app, name="db", help="Database schema migrations.")
 app.add_typer(memory.app, name="memory", help="Show and forget what is remembered.")
 app.add_typer(knowledge.app, name="knowledge", help="Add, list, search and remove documents.")

@@ -35,7 +35,12 @@ from frontdesk.memory_policy import MemoryPolicy
 from frontdesk.orchestrator import _wiring, erasure, handoff, turn
 from frontdesk.orchestrator._compaction import BackgroundCompaction, Compactor, summariser_expert
 from frontdesk.orchestrator._input import check_user_text
-from frontdesk.orchestrator.config import EXPERTS, ExpertSettings, warn_offline_once
+from frontdesk.orchestrator.config import (
+    EXPERTS,
+    ExpertSettings,
+    warn_offline_once,
+    warn_without_examples,
+)
 from frontdesk.orchestrator.erasure import Privacy
 from frontdesk.orchestrator.handoff import Claim, Handoff, Handoffs
 from frontdesk.orchestrator.jobs import DrainTimeout, JobKind, Jobs, JobsMode, PeriodicJob
@@ -124,6 +129,8 @@ class Orchestrator:
         self.app_spec: str | None = None
         """The `module:attr` this orchestrator was loaded from (`load_app`), recorded with
         each turn so that `frontdesk audit replay` can load the same app again."""
+        for named in self.profiles.values():
+            warn_without_examples(named.categories)
         self._wired = {name: _wiring.wire(p) for name, p in self.profiles.items()}
         self.redactor: Redactor = redactor_of(self._audit_settings.redaction)
         if isinstance(store, str):
