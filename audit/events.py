@@ -47,6 +47,9 @@ EventKind = Literal[
     "memory_failed",  # payload: error (the memory expert's answer was unusable or failed)
     "memory_corrected",  # payload: memory_id, by (no text)
     "memory_forgotten",  # payload: memory_ids, by, all (no text); in the user's chain
+    # Did it help (issue 45). `turn_id` is the rated answer's question.
+    "feedback",  # payload: message_id, rating (1-5), comment (or null), resolved (bool)
+    "resolution",  # payload: resolution, by (a hand-back's, a sweep's), previous
 ]
 
 # A `model_attempt` payload holds: expert, model, attempt, settings, prompt {name, version,

@@ -21,12 +21,18 @@ import structlog
 from frontdesk.audit.crypto import KeyProvider, master_key_from_env
 from frontdesk.audit.store import AuditLog
 from frontdesk.db import normalise_url
-from frontdesk.errors import ConfigError, MessageNotFound, MessageNotInConversation, UserError
+from frontdesk.errors import (
+    ConfigError,
+    ConversationNotFound,
+    MessageNotFound,
+    MessageNotInConversation,
+    UserError,
+)
 from frontdesk.experts import Category
 from frontdesk.experts.category import check_registry
 from frontdesk.experts.providers.embeddings import Embedder
 from frontdesk.memory import Memory, MemorySource
-from frontdesk.orchestrator import _wiring, erasure, handoff, turn
+from frontdesk.orchestrator import _wiring, erasure, handoff, resolution, turn
 from frontdesk.orchestrator._compaction import BackgroundCompaction, Compactor, summariser_expert
 from frontdesk.orchestrator._input import DEFAULT_MAX_MESSAGE_CHARS, check_user_text
 from frontdesk.orchestrator.config import (
@@ -65,7 +71,14 @@ from frontdesk.threads.handoff import (
 from frontdesk.threads.jobs import JobStore
 from frontdesk.threads.knowledge import FullTextPassageRetriever, KnowledgeStore
 from frontdesk.threads.memory import FullTextRetriever, MemoryStore, Retriever
-from frontdesk.threads.store import DEFAULT_LEASE_TTL, ConversationStore, MessageRecord, TurnLease
+from frontdesk.threads.resolution import Feedback
+from frontdesk.threads.store import (
+    DEFAULT_LEASE_TTL,
+    ConversationRecord,
+    ConversationStore,
+    MessageRecord,
+    TurnLease,
+)
 from frontdesk.threads.tokens import CalibratedCounter, TokenCounter
 
 log = structlog.get_logger("frontdesk.orchestrator")
@@ -186,6 +199,9 @@ class Orchestrator:
         jobs: JobsMode = "inline",
         job_concurrency: int = DEFAULT_CONCURRENCY,
         retention: erasure.RetentionPolicy | timedelta | str | None = None,
+        # Did it help (issue 45); grouped, to become Profile fields.
+        assume_after: float | timedelta = resolution.ASSUME_AFTER,
+        variants: resolution.Variants | None = None,
     ) -> None:
         self._pipeline: Pipeline | None = None
         self.use_jobs(jobs)
@@ -255,6 +271,11 @@ class Orchestrator:
             counter=self.token_counter,
         )
         self._experts = wiring.build()
+        self.assume_after = resolution.assume_seconds(assume_after)
+        """Seconds after a bot answer with no customer message before the conversation is
+        `assumed_resolved` (by the periodic job `conversations.assume_resolved`)."""
+        self.variants = resolution.check_variants(variants)
+        self._variant_experts = wiring.variants(self._experts, self.variants)
         self._memory_expert = wiring.memory_expert()
         wiring.check_budgets(self._experts, self.budgets)
         self._audit: AuditLog | None = None
@@ -385,6 +406,7 @@ class Orchestrator:
                 deadline=self.turn_deadline,
                 speculate=self.speculate,
                 handler_errors=self.handler_errors,
+                variants=self._variant_experts,
                 categories=self.categories,
                 triage=triage,
                 requests=requests,
@@ -429,6 +451,7 @@ class Orchestrator:
         periodic = []
         if self.handoff_policy.timeout is not None:
             periodic.append(handoff.timeouts_job(p, p.handoff, p.lease))
+        periodic.append(resolution.assume_job(p, self.assume_after))
         kinds.append(erasure.erase_job_kind(p.store.engine, self._audit))
         if self.retention is not None and self._audit is not None:
             periodic.append(erasure.retention_job(p.store.engine, self._audit, self.retention))
@@ -711,9 +734,13 @@ class Orchestrator:
         )
         return placed.message.id
 
-    async def hand_back(self, conversation_id: str, *, operator_id: str | None = None) -> None:
+    async def hand_back(
+        self, conversation_id: str, *, operator_id: str | None = None, resolved: bool = False
+    ) -> None:
         """Give the conversation back to the bot: the next user message is answered by the
         experts, with the whole thread (operator turns included). Audited as `hand_back`.
+        With `resolved`, the operator says the customer's matter is done: the conversation
+        is `resolved` by `operator` (else it is `open` again).
 
         Raises:
             ConversationNotFound: no such conversation.
@@ -722,10 +749,55 @@ class Orchestrator:
         """
         p = await self._open()
         await handoff.hand_back(
-            p, p.lease(conversation_id), conversation_id, by="operator", operator_id=operator_id
+            p,
+            p.lease(conversation_id),
+            conversation_id,
+            by="operator",
+            operator_id=operator_id,
+            resolved=resolved,
         )
         if p.past is not None:  # What was said with the person is kept for later (memory).
             p.past.schedule(conversation_id)
+
+    async def conversation(
+        self, conversation_id: str, *, user_id: str | None = None
+    ) -> ConversationRecord:
+        """The conversation's own row: its owner, its `resolution` (`open`, `resolved`,
+        `assumed_resolved`, `handed_off`, `abandoned`), `resolved_at` and `resolved_by`.
+
+        Raises:
+            ConversationNotFound: no such conversation for `user_id`.
+        """
+        p = await self._open()
+        await p.store.check_owner(conversation_id, user_id)
+        found = await p.store.conversation(conversation_id)
+        if found is None:
+            raise ConversationNotFound(
+                f"no conversation {conversation_id!r}", conversation_id=conversation_id
+            )
+        return found
+
+    async def feedback(
+        self,
+        message_id: str,
+        rating: int,
+        *,
+        user_id: str | None,
+        comment: str | None = None,
+    ) -> Feedback:
+        """A customer's rating of one bot answer: 1-5 (thumbs up is 5, down is 1), with an
+        optional comment. Stored with the message (a repeated rating replaces the last),
+        audited as `feedback`, counted (`frontdesk_feedback`); a rating of 4 or 5 makes the
+        conversation `resolved` by `customer`.
+
+        Raises:
+            ConversationNotFound: no such message in a conversation of `user_id`.
+            UserError: the message is not a bot answer, the rating not 1-5, or the comment
+                not storable text.
+        """
+        p = await self._open()
+        message = await turn._owned_message(p, message_id, user_id)
+        return await resolution.feedback(p, message, rating, user_id=user_id, comment=comment)
 
     async def user_thread(self, conversation_id: str, *, user_id: str | None = None) -> UserThread:
         """What the experts will be sent next for this conversation (summary included).

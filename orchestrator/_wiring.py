@@ -68,10 +68,7 @@ class Wiring:
     def build(self) -> Experts:
         """Every expert, with its prompt rendered now."""
         listed = list(self.categories)
-        triage = TriageExpert(
-            call=self.call("triage", self.prompt("triage").render(**triage_variables(listed))),
-            output_type=triage_output_type(listed),
-        )
+        triage = self.triage()
         requests = {}
         for category in listed:
             if category.request is None:
@@ -81,17 +78,45 @@ class Wiring:
             requests[category.name] = RequestExpert(
                 category=category, call=self.call("request", rendered)
             )
-        response = ResponseExpert(
+        return triage, requests, self.response()
+
+    def triage(self, prompt: str = "triage") -> TriageExpert:
+        """The triage expert with the prompt `prompt` (a variant's, or the default)."""
+        listed = list(self.categories)
+        return TriageExpert(
+            call=self.call("triage", self.prompt(prompt).render(**triage_variables(listed))),
+            output_type=triage_output_type(listed),
+        )
+
+    def response(self, prompt: str = "response") -> ResponseExpert:
+        """The response expert with the prompt `prompt` (a variant's, or the default)."""
+        return ResponseExpert(
             call=self.call(
                 "response",
-                self.prompt("response").render(
+                self.prompt(prompt).render(
                     # `shop_name` too: a prompts_dir file written before the rename still renders.
                     business_name=self.business_name,
                     shop_name=self.business_name,
                 ),
             )
         )
-        return triage, requests, response
+
+    def variants(
+        self, experts: Experts, variants: Mapping[str, Mapping[str, str]]
+    ) -> dict[str, tuple[TriageExpert, ResponseExpert]]:
+        """Variant name -> its triage and response experts (`Orchestrator(variants=...)`):
+        the named prompt for an expert with variants, the default experts' otherwise."""
+        triage, _, response = experts
+        names = next(iter(variants.values()), {})
+        built = {}
+        for name in names:
+            t = variants["triage"][name] if "triage" in variants else None
+            r = variants["response"][name] if "response" in variants else None
+            built[name] = (
+                triage if t is None else self.triage(t),
+                response if r is None else self.response(r),
+            )
+        return built
 
     def memory_expert(self) -> MemoryExpert:
         """The memory expert with its versioned prompt (run after replies)."""

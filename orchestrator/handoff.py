@@ -289,16 +289,17 @@ async def hand_back(
     by: str,
     message: str | None = None,
     operator_id: str | None = None,
+    resolved: bool = False,
 ) -> HandedBack:
     """Close the conversation's hand-off (under its lease) and audit it, naming the
-    operator who handed it back."""
+    operator who handed it back (`resolved`: they marked the conversation resolved)."""
     store = p.store.handoffs
     try:
         return await audited(
             p,
             conversation_id,
             lambda also: store.close(
-                conversation_id, by=by, message=message, lease=lease, also=also
+                conversation_id, by=by, message=message, lease=lease, also=also, resolved=resolved
             ),
             lambda back: handed_back_events(back, operator_id),
             lambda back: back.handoff.user_id,
@@ -410,6 +411,7 @@ def handed_back_events(back: HandedBack, operator_id: str | None = None) -> list
             handoff_id=back.handoff.id,
             by=back.handoff.closed_by,
             operator_id=operator_id,
+            **({"resolved": True} if back.resolved else {}),
         )
     )
     return batch

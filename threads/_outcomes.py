@@ -52,6 +52,8 @@ class TurnOutcome:
     models: dict[str, str] = field(default_factory=dict)
     sources: list[dict[str, Any]] = field(default_factory=list)
     """The passages the reply was given (id, source, title, text, version, sha256, score)."""
+    resolves: bool = False
+    """The handler said its effect completes what the customer came for (revision 0026)."""
 
     @classmethod
     def from_row(cls, row: Any) -> TurnOutcome:
@@ -70,6 +72,7 @@ class TurnOutcome:
             usage=row["usage"] or {},
             models=row["models"] or {},
             sources=row.get("sources") or [],
+            resolves=bool(row.get("resolves")),
         )
 
 
@@ -141,6 +144,7 @@ def _params(outcome: TurnOutcome) -> dict[str, Any]:
         "models": outcome.models,
         "sources": outcome.sources or None,
         "created_at": utcnow(),
+        "resolves": outcome.resolves,
     }
 
 
