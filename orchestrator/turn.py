@@ -849,7 +849,7 @@ async def _finish(
         t.user_message,
         answer.text,
         model=answer.response.model or None,
-        prompt_versions=_prompt_versions(p, decided.category),
+        prompt_versions=_prompt_versions(p, decided.category, t.variant),
     )
     t.recorder.note("reply", assistant_message_id=reply.id, text=answer.text, model=reply.model)
     answered = {**decided.answered, "response": answer.response}
@@ -1211,12 +1211,15 @@ def app_record(
     }
 
 
-def _prompt_versions(p: Pipeline, category: str) -> dict[str, str]:
-    """Which prompt versions produced this reply (kept on the assistant message)."""
+def _prompt_versions(p: Pipeline, category: str, variant: str | None = None) -> dict[str, str]:
+    """Which prompt versions produced this reply (kept on the assistant message), and the
+    conversation's variant when it has one (what `frontdesk report --by variant` reads)."""
     versions = {
         "triage": p.triage.call.prompt.name + "@" + p.triage.call.prompt.version,
         "response": p.response.call.prompt.name + "@" + p.response.call.prompt.version,
     }
+    if variant is not None:
+        versions["variant"] = variant
     expert = p.requests.get(category)
     if expert is not None:
         versions["request"] = expert.call.prompt.name + "@" + expert.call.prompt.version
