@@ -7,7 +7,7 @@ import asyncio
 import json
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
@@ -89,7 +89,7 @@ def report(
     _print(doc, by_variant=by == "variant")
 
 
-def _print(doc: dict[str, object], *, by_variant: bool) -> None:
+def _print(doc: dict[str, Any], *, by_variant: bool) -> None:
     groups = [("category", doc["by_category"])]
     if by_variant:
         groups.append(("variant", doc["by_variant"]))
@@ -107,11 +107,11 @@ def _print(doc: dict[str, object], *, by_variant: bool) -> None:
             "cost/resolution",
         ):
             table.add_column(column, justify="right")
-        for line in [*lines, doc["total"]]:  # type: ignore[list-item]
+        for line in [*lines, doc["total"]]:
             table.add_row(*_cells(line))
         print_table(table)
     if by_variant:
-        for c in doc["variant_comparison"]:  # type: ignore[attr-defined]
+        for c in doc["variant_comparison"]:
             p = "-" if c["p_value"] is None else f"{c['p_value']:.4f}"
             typer.echo(
                 f"{c['a']} {c['a_resolved']}/{c['a_conversations']} vs {c['b']}"
@@ -119,10 +119,10 @@ def _print(doc: dict[str, object], *, by_variant: bool) -> None:
             )
 
 
-def _cells(line: dict[str, object]) -> list[str]:
+def _cells(line: dict[str, Any]) -> list[str]:
     def pct(key: str) -> str:
         value = line[key]
-        return "-" if value is None else f"{float(value) * 100:.1f} %"  # type: ignore[arg-type]
+        return "-" if value is None else f"{float(value) * 100:.1f} %"
 
     def num(key: str, fmt: str) -> str:
         value = line[key]

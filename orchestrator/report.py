@@ -122,7 +122,14 @@ class Report:
         """Count one conversation in every group it belongs to."""
         usd = 0.0
         for call in fact.calls:
-            cost = cost_of(call.model, **_tokens(call.usage))
+            u = call.usage
+            cost = cost_of(
+                call.model,
+                input_tokens=int(u.get("input_tokens", 0)),
+                output_tokens=int(u.get("output_tokens", 0)),
+                cache_read_tokens=int(u.get("cache_read_tokens", 0)),
+                cache_write_tokens=int(u.get("cache_write_tokens", 0)),
+            )
             usd += cost.usd
             if not cost.known:
                 self.unknown_models.add(call.model)
@@ -177,13 +184,6 @@ class Report:
             doc["by_variant"] = [line.as_json() for _, line in sorted(self.by_variant.items())]
             doc["variant_comparison"] = self.comparison()
         return doc
-
-
-_TOKEN_KEYS = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens")
-
-
-def _tokens(usage: Mapping[str, int]) -> dict[str, int]:
-    return {k: int(usage.get(k, 0)) for k in _TOKEN_KEYS}
 
 
 def two_proportion_p(x1: int, n1: int, x2: int, n2: int) -> float | None:

@@ -13,6 +13,7 @@ from pydantic import BaseModel
 from frontdesk import Category, HandlerContext, Orchestrator, Outcome
 from frontdesk.errors import ConfigError, ConversationNotFound, UserError
 from frontdesk.experts.providers import FunctionModel, ModelRequest
+from frontdesk.orchestrator.report import build_report
 from frontdesk.orchestrator.resolution import variant_of
 
 pytestmark = pytest.mark.anyio
@@ -186,6 +187,12 @@ async def test_variants_are_stable_per_conversation_and_stamped(url: str, tmp_pa
         systems = [s for e, s in team.systems if e == "response"]
         for system in (systems[n], systems[len(ids) + n]):
             assert ("B variant" in system) == (chosen[cid] == "b")
+    report = await build_report(again.store, by_variant=True)
+    assert report.by_variant is not None
+    counts = {name: line.conversations for name, line in report.by_variant.items()}
+    assert counts == {v: list(chosen.values()).count(v) for v in ("a", "b")}
+    (compared,) = report.comparison()
+    assert (compared["a_conversations"], compared["b_conversations"]) == (counts["a"], counts["b"])
     await again.aclose()
     with pytest.raises(ConfigError):
         build(url, variants={"request": {"a": "request", "b": "request"}})
