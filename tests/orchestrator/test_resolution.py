@@ -15,6 +15,8 @@ from frontdesk.errors import ConfigError, ConversationNotFound, UserError
 from frontdesk.experts.providers import FunctionModel, ModelRequest
 from frontdesk.orchestrator.report import build_report
 from frontdesk.orchestrator.resolution import variant_of
+from frontdesk.threads.erasure import ERASED
+from frontdesk.threads.resolution import ResolutionStore
 
 pytestmark = pytest.mark.anyio
 
@@ -152,13 +154,16 @@ async def test_feedback_is_the_customers_own_replaced_and_resolves(url: str) -> 
     assert second.resolved
     conv = await orch.conversation("c", user_id="u")
     assert (conv.resolution, conv.resolved_by) == ("resolved", "customer")
-    from frontdesk.threads.resolution import ResolutionStore
-
     rows = await ResolutionStore(orch.store.engine).of_conversation("c")
     assert [(r.rating, r.comment) for r in rows] == [(5, None)]  # Replaced, never added.
     assert orch.audit_log is not None
     rated = [e.payload for e in await orch.audit_log.events("c") if e.kind == "feedback"]
     assert [(p["rating"], p["comment"]) for p in rated] == [(1, "not helpful"), (5, None)]
+    await orch.feedback(reply.message_id, 4, user_id="u", comment="my card is 4242")
+    erased = await orch.erase_user("u")
+    assert erased.feedback == 1  # The customer's words go; the rating stays for reports.
+    rows = await ResolutionStore(orch.store.engine).of_conversation("c")
+    assert [(r.rating, r.comment, r.user_id) for r in rows] == [(4, ERASED, None)]
     await orch.aclose()
 
 
