@@ -11,35 +11,49 @@ from frontdesk.logs import protect_logs
 protect_logs()
 
 from frontdesk.audit.crypto import KeyProvider  # noqa: E402
+from frontdesk.errors import ProfileMismatch  # noqa: E402
 from frontdesk.experts import Category, HandlerContext, NeedMoreInfo, Outcome  # noqa: E402
 from frontdesk.knowledge import Passage  # noqa: E402
 from frontdesk.memory import Memory  # noqa: E402
 from frontdesk.orchestrator import (  # noqa: E402
+    AuditSettings,
+    CompactionPolicy,
     ErasureReport,
     Handoff,
+    HandoffPolicy,
+    JobSettings,
     Orchestrator,
+    Profile,
     Reply,
     SyncOrchestrator,
+    Timeouts,
 )
 from frontdesk.redaction import Redact, RedactionPolicy, Redactor  # noqa: E402
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "AuditSettings",
     "Category",
+    "CompactionPolicy",
     "ErasureReport",
     "HandlerContext",
     "Handoff",
+    "HandoffPolicy",
+    "JobSettings",
     "KeyProvider",
     "Memory",
     "NeedMoreInfo",
     "Orchestrator",
     "Outcome",
     "Passage",
+    "Profile",
+    "ProfileMismatch",
     "Redact",
     "RedactionPolicy",
     "Redactor",
     "Reply",
     "SyncOrchestrator",
+    "Timeouts",
     "__version__",
 ]

@@ -23,6 +23,7 @@
     │   ├── InvalidConversationFile     a `frontdesk test` YAML file not in the format
     │   ├── IdempotencyConflict         a client message id reused with different text (409)
     │   ├── ConversationNotFound        no such conversation for this user (404)
+    │   ├── ProfileMismatch             a conversation named with another profile than its own
     │   ├── NotHandedOff                an operator call on a conversation no person has (409)
     │   ├── HandoffClaimed              another operator has claimed the conversation (409)
     │   ├── ConversationHandedOff       a bot-only call while a person has the conversation
@@ -108,6 +109,7 @@ __all__ = [
     "ModelRequestsBlocked",
     "NotHandedOff",
     "OutputValidationError",
+    "ProfileMismatch",
     "PromptError",
     "PromptVariableError",
     "ProviderOverloaded",
@@ -336,6 +338,22 @@ class MessageNotFound(UserError):
 
 class MessageNotInConversation(MessageNotFound):
     """The message exists but belongs to another conversation."""
+
+
+class ProfileMismatch(UserError):
+    """A turn named a profile (`handle(..., profile=NAME)`) other than the one recorded on
+    the conversation by its first transaction: a conversation is answered by one business.
+
+    Nothing was written. Name the conversation's own profile (`recorded`), or none.
+    """
+
+    def __init__(self, message: str, *, conversation_id: str, recorded: str, named: str) -> None:
+        super().__init__(message)
+        self.conversation_id = conversation_id
+        self.recorded = recorded
+        """The conversation's profile."""
+        self.named = named
+        """The profile the call named."""
 
 
 class NotHandedOff(UserError):

@@ -11,23 +11,37 @@ from frontdesk.orchestrator.errors import (
     TurnFailed,
 )
 from frontdesk.orchestrator.handoff import Claim, Handoff
+from frontdesk.orchestrator.profile import (
+    AuditSettings,
+    CompactionPolicy,
+    HandoffPolicy,
+    JobSettings,
+    Profile,
+    Timeouts,
+)
 from frontdesk.orchestrator.reply import Reply
 from frontdesk.orchestrator.stream import TurnEvent
 from frontdesk.orchestrator.sync import SyncOrchestrator
 
 __all__ = [
+    "AuditSettings",
     "Claim",
+    "CompactionPolicy",
     "EmptyMessage",
     "ErasureReport",
     "ExpertSettings",
     "ForbiddenCharacters",
     "Handoff",
+    "HandoffPolicy",
     "InputTooLarge",
     "InvalidUserText",
+    "JobSettings",
     "Orchestrator",
+    "Profile",
     "Reply",
     "RetentionPolicy",
     "SyncOrchestrator",
+    "Timeouts",
     "TurnEvent",
     "TurnFailed",
 ]

@@ -47,7 +47,7 @@ COMPACT = "compaction.compact"
 """The job kind that compacts one path of a conversation."""
 
 
-def compaction_spec(conversation_id: str, leaf_id: str) -> JobSpec:
+def compaction_spec(conversation_id: str, leaf_id: str, profile: str | None = None) -> JobSpec:
     """The job compacting the path ending at `leaf_id`. One conversation's never overlap
     (`lock`), and while one waits no other is recorded (`queueing_lock`): every turn past
     the threshold asks, and one job answers them all (it compacts up to its own leaf; a
@@ -55,7 +55,8 @@ def compaction_spec(conversation_id: str, leaf_id: str) -> JobSpec:
     key = lock_key("compaction", conversation_id)
     return JobSpec(
         kind=COMPACT,
-        args={"conversation_id": conversation_id, "leaf_id": leaf_id},
+        args={"conversation_id": conversation_id, "leaf_id": leaf_id}
+        | ({} if profile is None else {"profile": profile}),
         lock=key,
         queueing_lock=key,
     )
@@ -199,13 +200,14 @@ class BackgroundCompaction:
         """Compact the path ending at `leaf_id` now (the CLI's `thread compact`)."""
         return await self.compactor.compact(conversation_id, leaf_id, force=force)
 
-    def job_kind(self) -> JobKind:
-        """The `compaction.compact` job kind (a failed or busy attempt is retried)."""
+    def job_kind(self, by_profile: Mapping[str, Compactor] | None = None) -> JobKind:
+        """The `compaction.compact` job kind (a failed or busy attempt is retried); a job
+        recorded for a profile of `by_profile` is run by that profile's compactor."""
+        compactors = by_profile or {}
 
         async def run(args: Mapping[str, Any]) -> None:
-            result = await self.compactor.compact(
-                str(args["conversation_id"]), str(args["leaf_id"])
-            )
+            compactor = compactors.get(str(args.get("profile")), self.compactor)
+            result = await compactor.compact(str(args["conversation_id"]), str(args["leaf_id"]))
             if result.status in ("failed", "busy"):
                 raise CompactionNotDone(result.error or result.status)
 

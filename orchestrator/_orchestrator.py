@@ -14,11 +14,11 @@ from collections.abc import AsyncGenerator, Iterable, Mapping
 from datetime import timedelta
 from functools import partial
 from pathlib import Path
-from typing import Any, Literal, Self
+from typing import Any, Literal, Self, TypeVar
 
 import structlog
 
-from frontdesk.audit.crypto import KeyProvider, master_key_from_env
+from frontdesk.audit.crypto import master_key_from_env
 from frontdesk.audit.store import AuditLog
 from frontdesk.db import normalise_url
 from frontdesk.errors import (
@@ -29,275 +29,273 @@ from frontdesk.errors import (
     UserError,
 )
 from frontdesk.experts import Category
-from frontdesk.experts.category import check_registry
-from frontdesk.experts.providers.embeddings import Embedder
+from frontdesk.experts.providers import Model
 from frontdesk.memory import Memory, MemorySource
 from frontdesk.orchestrator import _wiring, erasure, handoff, resolution, turn
 from frontdesk.orchestrator._compaction import BackgroundCompaction, Compactor, summariser_expert
-from frontdesk.orchestrator._input import DEFAULT_MAX_MESSAGE_CHARS, check_user_text
-from frontdesk.orchestrator.config import (
-    EXPERTS,
-    ExpertSettings,
-    ModelChoice,
-    offline_by_default,
-    resolve_models,
-    warn_offline_once,
-)
-from frontdesk.orchestrator.handoff import Claim, Handoff
-from frontdesk.orchestrator.jobs import (
-    DEFAULT_CONCURRENCY,
-    JOBS_MODES,
-    DrainTimeout,
-    JobKind,
-    Jobs,
-    JobsMode,
-    PeriodicJob,
-)
+from frontdesk.orchestrator._input import check_user_text
+from frontdesk.orchestrator.config import EXPERTS, ExpertSettings, warn_offline_once
+from frontdesk.orchestrator.erasure import Privacy
+from frontdesk.orchestrator.handoff import Claim, Handoff, Handoffs
+from frontdesk.orchestrator.jobs import DrainTimeout, JobKind, Jobs, JobsMode, PeriodicJob
 from frontdesk.orchestrator.knowledge import HybridRetriever, Knowledge, Library
-from frontdesk.orchestrator.memory import CLOSE_TIMEOUT, Memories
-from frontdesk.orchestrator.past_conversations import IDLE_AFTER, PastConversations
+from frontdesk.orchestrator.memory import CLOSE_TIMEOUT, LongTermMemory, Memories
+from frontdesk.orchestrator.past_conversations import PastConversations
+from frontdesk.orchestrator.profile import (
+    DEFAULT_PROFILE,
+    AuditSettings,
+    FlatSettings,
+    JobSettings,
+    Profile,
+    Timeouts,
+    check_profile_name,
+    flat_settings,
+)
 from frontdesk.orchestrator.reply import Reply
 from frontdesk.orchestrator.stream import TurnEvent, stream_turn
 from frontdesk.orchestrator.turn import Pipeline, app_record
-from frontdesk.redaction import RedactionPolicy, Redactor, redactor_of
-from frontdesk.threads.budget import Budget
+from frontdesk.redaction import Redactor, redactor_of
 from frontdesk.threads.builder import UserThread, build_thread
 from frontdesk.threads.compaction import CompactionPolicy
-from frontdesk.threads.handoff import (
-    DEFAULT_TIMEOUT_MESSAGE,
-    DEFAULT_WAITING_MESSAGE,
-    HandoffPolicy,
-)
+from frontdesk.threads.handoff import HandoffPolicy
 from frontdesk.threads.jobs import JobStore
 from frontdesk.threads.knowledge import FullTextPassageRetriever, KnowledgeStore
-from frontdesk.threads.memory import FullTextRetriever, MemoryStore, Retriever
+from frontdesk.threads.memory import FullTextRetriever, MemoryStore
 from frontdesk.threads.resolution import Feedback
 from frontdesk.threads.store import (
-    DEFAULT_LEASE_TTL,
     ConversationRecord,
     ConversationStore,
     MessageRecord,
     TurnLease,
 )
-from frontdesk.threads.tokens import CalibratedCounter, TokenCounter
+from frontdesk.threads.tokens import TokenCounter
 
 log = structlog.get_logger("frontdesk.orchestrator")
 
 DEFAULT_STORE = "sqlite:///frontdesk.db"
 
 
-def _passed_in(model: object, choice: ModelChoice) -> bool:
-    """Whether `model` is an instance the caller passed (rather than one built from a spec)."""
-    if isinstance(choice, Mapping):
-        return any(model is c for c in choice.values())
-    return model is choice
-
-
 class Orchestrator:
     """Runs customer-service turns through the experts over one shared user thread.
 
+    What a business is (its categories, models, prompts and policies) is a `Profile`;
+    where it runs is the rest. The short form passes the profile's fields flat:
+    `Orchestrator(categories, model=..., business_name=...)` builds `Profile(categories,
+    model=..., business_name=...)` (docs/profiles.md lists where each keyword now lives; an
+    unknown one is a `TypeError` that says so).
+
     Args:
-        categories: The registered categories (`experts.Category`).
-        model: A spec (`"anthropic:claude-sonnet-4-5"`, `"openai:gpt-4.1-mini"`,
-            `"openai:NAME@BASE_URL"`, `"offline"`), a `Model`, or a map from expert name
-            (`triage`, `request`, `response`, `summariser`, `memory`, `default`) to either.
-            `None` picks a provider whose API key is set, else the offline stand-in. The
-            memory expert runs after each reply of a turn with a user; a test double for
-            it answers `{"facts": []}` (docs/memory.md).
+        categories: The short form's categories (with the profile's fields as keywords).
+        profile: The one business this orchestrator answers for (its name: `default`).
+        profiles: Several businesses on one deployment, by name: each conversation is
+            answered by the one named on its first message (`handle(..., profile=NAME)`;
+            the first when none is named) and records it.
         store: A database URL or a `ConversationStore`.
-        audit: `True` (the conversation database), a URL, an `AuditLog`, or `False`.
-        audit_on_failure: `"raise"` fails the turn with a typed error when the audit log
-            cannot be written; `"spool"` keeps the events in a local file for later.
-        max_message_chars: Longest accepted user message.
-        business_name: How the response expert names the business ("Sample Bank").
-        shop_name: The old name of `business_name`, still accepted.
-        handler_errors: What a handler's exception does: `"reply"` (the default) answers
-            the apology and logs `handler.failed` with the traceback; `"raise"` (for
-            development and tests) fails the turn with `HandlerFailed`, whose `__cause__`
-            is the handler's exception (no reply stored; the user message stays).
-        prompts_dir: A folder whose `<name>.md` files replace the built-in prompts.
-        settings: Per-expert model settings.
-        context: Extra data handed to every handler in `HandlerContext.extras`.
-        lock_timeout: Seconds a turn waits for another turn on the same conversation.
-        lock_ttl: Seconds after which the lock of a crashed process expires (a running
-            turn renews its lock every third of it, so a slow handler keeps it).
-        turn_deadline: Seconds a turn's expert calls may take in all (retries included);
-            past it the turn fails with `TurnFailed(stage="deadline")`, the message kept.
-        budgets: Token budgets per expert (`threads.Budget`), replacing the defaults.
-        compaction: When and how the summariser compacts long threads.
-        token_counter: Counts message tokens (a fast local estimate by default).
-        speculate: Start the request expert of the conversation's current category at the
-            same time as triage, kept when triage agrees and cancelled (its cost audited)
-            when it does not. Off, the two run one after the other.
-        handoff_message: What a user is told (and what is stored as the answer) for each
-            message sent while a person has the conversation (`hand_off`).
-        handoff_timeout: Seconds a user may wait for a person's answer; past it the
-            conversation is handed back to the bot with `handoff_timeout_message`. Checked
-            lazily, by the conversation's next message and by `handoffs()`. `None`: never.
-        handoff_timeout_message: The assistant message a timed-out hand-off leaves.
-        audit_key: The master key that encrypts audit payloads per user (docs/privacy.md):
-            32 bytes, base64 text, or a `KeyProvider` (a KMS); `None` reads
-            `FRONTDESK_MASTER_KEY` (unset: payloads are stored in clear).
-        redaction: What the clear-text views of this orchestrator's records show of
-            personal data (`frontdesk.redaction.RedactionPolicy`, or a `Redactor`); the
-            default redacts every built-in detector. It never changes what the models are
-            sent or what is stored. `self.redactor` applies it, e.g.
-            `redact_rows(await orch.audit_log.events(cid), orch.redactor)`.
-        retriever: Finds each turn's memories (`threads.memory.Retriever`); by default
-            the database's own full-text search. See docs/memory.md.
-        memory: Read and write long-term memory in turns; `False`: no turn reads or
-            learns any (`remember`, `memories`, `forget`... still work).
-        knowledge: Look up the business's documents in turns (`Orchestrator.knowledge`);
-            `False`: no turn reads any (adding and searching still work).
-        embeddings: An embeddings endpoint (`experts.providers.embeddings.OpenAIEmbedder`)
-            whose ranking is combined with the full text's; `None`: full text alone. See
-            docs/knowledge.md.
-        summarise_idle_after: How long a conversation goes without a message before its
-            summary is kept as a memory of its user (`remember_idle_conversations`).
-        jobs: Where the background jobs (learning, compaction, hand-off timeouts) run:
-            `inline` in this process (the default), `worker` in `frontdesk worker`
-            processes. Either way they are recorded with the reply (docs/jobs.md).
-        job_concurrency: Jobs this process runs at once (`inline`).
-        retention: Shred audit payloads older than an age as a periodic job, instead of
-            cron (docs/privacy.md): a `RetentionPolicy`, or an age (`timedelta`, `"90d"`).
-            It runs once per period (hourly by default) across every runner, wherever the
-            jobs run (`jobs=`). `None` (the default): no periodic retention.
+        audit: `AuditSettings`, or its `log` alone: `True` (the conversation database),
+            a URL, an `AuditLog`, or `False`.
+        jobs: `JobSettings`, or its `mode` alone: `inline` (this process) or `worker`.
+        timeouts: How long a turn may wait for its conversation and run (`Timeouts`).
+        **flat: The short form: `Profile` fields, and the older flat names (`prompts_dir`,
+            `shop_name`, `handoff_message`, `handoff_timeout`, `handoff_timeout_message`,
+            `lock_timeout`, `lock_ttl`, `turn_deadline`, `audit_on_failure`, `audit_key`,
+            `retention`, `redaction`, `job_concurrency`).
     """
 
     def __init__(
         self,
-        categories: Iterable[Category],
+        categories: Iterable[Category] | None = None,
         *,
-        model: ModelChoice = None,
+        profile: Profile | None = None,
+        profiles: Mapping[str, Profile] | None = None,
         store: str | ConversationStore = DEFAULT_STORE,
-        audit: bool | str | AuditLog = True,
-        audit_on_failure: Literal["raise", "spool"] = "raise",
-        max_message_chars: int = DEFAULT_MAX_MESSAGE_CHARS,
-        business_name: str | None = None,
-        shop_name: str | None = None,
-        handler_errors: Literal["reply", "raise"] = "reply",
-        prompts_dir: Path | str | None = None,
-        settings: ExpertSettings | None = None,
-        context: Mapping[str, Any] | None = None,
-        lock_timeout: float = 30.0,
-        lock_ttl: float = DEFAULT_LEASE_TTL,
-        turn_deadline: float | None = 120.0,
-        token_counter: TokenCounter | None = None,
-        budgets: Mapping[str, Budget] | None = None,
-        compaction: CompactionPolicy | None = None,
-        speculate: bool = True,
-        handoff_message: str = DEFAULT_WAITING_MESSAGE,
-        handoff_timeout: float | None = None,
-        handoff_timeout_message: str = DEFAULT_TIMEOUT_MESSAGE,
-        audit_key: bytes | str | KeyProvider | None = None,
-        redaction: RedactionPolicy | Redactor | None = None,
-        retriever: Retriever | None = None,
-        memory: bool = True,
-        knowledge: bool = True,
-        embeddings: Embedder | None = None,
-        summarise_idle_after: timedelta = IDLE_AFTER,
-        jobs: JobsMode = "inline",
-        job_concurrency: int = DEFAULT_CONCURRENCY,
-        retention: erasure.RetentionPolicy | timedelta | str | None = None,
-        # Did it help (issue 45); grouped, to become Profile fields.
-        assume_after: float | timedelta = resolution.ASSUME_AFTER,
-        variants: resolution.Variants | None = None,
+        audit: AuditSettings | bool | str | AuditLog = True,
+        jobs: JobSettings | JobsMode = "inline",
+        timeouts: Timeouts | None = None,
+        **flat: Any,
     ) -> None:
         self._pipeline: Pipeline | None = None
-        self.use_jobs(jobs)
-        self._audit_spec = audit
-        self.use_retention(retention)
-        if job_concurrency < 1:
-            raise ConfigError(f"job_concurrency must be >= 1, got {job_concurrency}")
-        self.job_concurrency = job_concurrency
-        self.categories = check_registry(list(categories))
+        self._pipelines: dict[str, Pipeline] = {}
+        sorted_flat = flat_settings(flat)
+        self.profiles: Mapping[str, Profile] = _profiles(categories, profile, profiles, sorted_flat)
+        """The businesses this orchestrator answers for, by name (the first is the
+        default: a conversation that names none)."""
+        self._default = next(iter(self.profiles))
+        self._timeouts = _settings(Timeouts, timeouts, sorted_flat.timeouts, "timeouts")
+        self._audit_settings = _audit_settings(audit, sorted_flat.audit)
+        self._job_settings = _job_settings(jobs, sorted_flat.jobs)
+        self._audit_spec = self._audit_settings.log
+        self.use_retention(self._audit_settings.retention)
         self.app_spec: str | None = None
         """The `module:attr` this orchestrator was loaded from (`load_app`), recorded with
         each turn so that `frontdesk audit replay` can load the same app again."""
-        self.offline_by_default = offline_by_default(model)
-        """No model was named and no provider key is set: every expert is the offline
-        stand-in (`frontdesk serve` refuses that unless told `--model offline`)."""
-        self.models = resolve_models(model)
-        # Models built here from spec strings hold HTTP clients this orchestrator must close;
-        # Model instances passed in belong to the caller.
-        self._owned_models = {
-            id(m): m for m in self.models.values() if not _passed_in(m, model)
-        }.values()
-        self.prompts_dir = Path(prompts_dir) if prompts_dir is not None else None
-        self.settings = settings or ExpertSettings()
-        if business_name is not None and shop_name is not None and business_name != shop_name:
-            raise ConfigError("pass business_name= (shop_name is its old name), not both")
-        self.business_name = business_name or shop_name or "the business"
-        if handler_errors not in ("reply", "raise"):
-            raise ConfigError(f"handler_errors must be 'reply' or 'raise', not {handler_errors!r}")
-        self.handler_errors: Literal["reply", "raise"] = handler_errors
-        """Read when the orchestrator opens (set it before the first turn)."""
-        self.max_message_chars = max_message_chars
-        self.lock_timeout = lock_timeout
-        self.lock_ttl = lock_ttl
-        if turn_deadline is not None and turn_deadline <= 0:
-            raise ConfigError(f"turn_deadline must be > 0 seconds or None, got {turn_deadline}")
-        self.turn_deadline = turn_deadline
-        if handoff_timeout is not None and handoff_timeout <= 0:
-            raise ConfigError(f"handoff_timeout must be > 0 seconds or None, got {handoff_timeout}")
-        for name, message in (
-            ("handoff_message", handoff_message),
-            ("handoff_timeout_message", handoff_timeout_message),
-        ):
-            if not isinstance(message, str) or not message.strip() or "\x00" in message:
-                raise ConfigError(f"{name} must be a non-empty text without NUL characters")
-        self.handoff_policy = HandoffPolicy(
-            waiting_message=handoff_message,
-            timeout=handoff_timeout,
-            timeout_message=handoff_timeout_message,
-        )
-        self.speculate = speculate
-        self.redactor: Redactor = redactor_of(redaction)
-        self.token_counter: TokenCounter = token_counter or CalibratedCounter()
-        self._context = dict(context or {})
+        self._wired = {name: _wiring.wire(p) for name, p in self.profiles.items()}
+        self.redactor: Redactor = redactor_of(self._audit_settings.redaction)
         if isinstance(store, str):
             normalise_url(store)  # A bad URL is a ConfigError now, not on the first turn.
         self._store_spec = store
-        self._audit_on_failure = audit_on_failure
-        self._audit_key = audit_key
-        self.budgets: Mapping[str, Budget] = dict(budgets or {})
-        self.compaction_policy = compaction or CompactionPolicy()
-        wiring = _wiring.Wiring(
-            categories=list(self.categories.values()),
-            models=self.models,
-            settings=self.settings,
-            prompts_dir=self.prompts_dir,
-            business_name=self.business_name,
-            counter=self.token_counter,
-        )
-        self._experts = wiring.build()
-        self.assume_after = resolution.assume_seconds(assume_after)
-        """Seconds after a bot answer with no customer message before the conversation is
-        `assumed_resolved` (by the periodic job `conversations.assume_resolved`)."""
-        self.variants = resolution.check_variants(variants)
-        self._variant_experts = wiring.variants(self._experts, self.variants)
-        self._memory_expert = wiring.memory_expert()
-        wiring.check_budgets(self._experts, self.budgets)
         self._audit: AuditLog | None = None
         self._owns_store = isinstance(store, str)
-        self._owns_audit = not isinstance(audit, AuditLog)
+        self._owns_audit = not isinstance(self._audit_spec, AuditLog)
         self._open_lock = asyncio.Lock()
         self._compaction: BackgroundCompaction | None = None
-        self._retriever = retriever
-        self._memory_on = memory
         self._memories: Memories | None = None
-        self._knowledge_on = knowledge
-        self._embeddings = embeddings
         self._library: Library | None = None
         self._knowledge = Knowledge(self._opened_library)
-        if not isinstance(summarise_idle_after, timedelta) or summarise_idle_after <= timedelta(0):
-            raise ConfigError(
-                f"summarise_idle_after must be a positive timedelta, got {summarise_idle_after!r}"
-            )
-        self.summarise_idle_after = summarise_idle_after
+        self._memory = LongTermMemory(self._opened_memories, self._memories_now)
+        self._handoffs = Handoffs(self._open, self._check_operator_text)
+        self._privacy = Privacy(self._opened_records)
         self._past: PastConversations | None = None
         self._jobs: Jobs | None = None
         self._unfinished: set[asyncio.Task[Any]] = set()  # Turns whose stream reader left.
+
+    # -- feature namespaces -------------------------------------------------------------
+
+    @property
+    def memory(self) -> LongTermMemory:
+        """The users' long-term memory: `remember`, `recall`, `correct`, `forget`,
+        `forget_all`, `wait` (docs/memory.md)."""
+        return self._memory
+
+    @property
+    def handoffs(self) -> Handoffs:
+        """Conversations handed to a person: `open`, `claim`, `reply`, `hand_back`,
+        `queue` (docs/operations.md; `await orch.handoffs()` is `queue()`)."""
+        return self._handoffs
+
+    @property
+    def privacy(self) -> Privacy:
+        """A customer's rights over their data: `erase_user`, `export_user`
+        (docs/privacy.md)."""
+        return self._privacy
+
+    # -- settings: read once, when the orchestrator opens -----------------------------------
+
+    @property
+    def profile(self) -> Profile:
+        """The default profile (the only one, unless `profiles=` named several)."""
+        return self.profiles[self._default]
+
+    @property
+    def timeouts(self) -> Timeouts:
+        """How long a turn waits for its conversation and runs."""
+        return self._timeouts
+
+    @property
+    def job_settings(self) -> JobSettings:
+        """Where the background jobs run."""
+        return self._job_settings
+
+    def _set(self, what: str, **changes: Any) -> None:
+        """Change a setting before the orchestrator opens (frozen values, replaced whole).
+
+        Raises:
+            UserError: the orchestrator is open already (its turns read the settings then).
+        """
+        if self._pipeline is not None:
+            raise UserError(
+                f"{', '.join(changes)} is read when the orchestrator opens; set it before"
+                " the first call (or pass it to the constructor)"
+            )
+        if what == "profile":
+            profile = self.profile.replace(**changes)
+            self.profiles = {**self.profiles, self._default: profile}
+            if set(changes) & _WIRED_FIELDS:
+                self._wired[self._default] = _wiring.wire(profile)
+            else:
+                self._wired[self._default] = dataclasses.replace(
+                    self._wired[self._default], profile=profile
+                )
+        elif what == "timeouts":
+            self._timeouts = dataclasses.replace(self._timeouts, **changes)
+        else:
+            self._job_settings = dataclasses.replace(self._job_settings, **changes)
+
+    @property
+    def categories(self) -> Mapping[str, Category]:
+        """The default profile's categories, by name."""
+        return {c.name: c for c in self.profile.categories}
+
+    @property
+    def models(self) -> Mapping[str, Model]:
+        """The default profile's model per expert."""
+        return self._wired[self._default].models
+
+    @property
+    def offline_by_default(self) -> bool:
+        """No model was named and no provider key is set: every expert is the offline
+        stand-in (`frontdesk serve` refuses that unless told `--model offline`)."""
+        return any(w.offline_by_default for w in self._wired.values())
+
+    @property
+    def business_name(self) -> str:
+        """How the default profile's response expert names the business."""
+        return self._wired[self._default].business_name
+
+    @property
+    def prompts_dir(self) -> Path | None:
+        """The default profile's prompt folder."""
+        return self._wired[self._default].prompts_dir
+
+    @property
+    def settings(self) -> ExpertSettings:
+        """The default profile's per-expert model settings."""
+        return self.profile.settings
+
+    @property
+    def max_message_chars(self) -> int:
+        """The default profile's longest accepted user message."""
+        return self.profile.max_message_chars
+
+    @property
+    def token_counter(self) -> TokenCounter:
+        """The default profile's token counter."""
+        return self._wired[self._default].counter
+
+    @property
+    def handoff_policy(self) -> HandoffPolicy:
+        """The default profile's hand-off policy."""
+        return self.profile.handoff
+
+    @property
+    def compaction_policy(self) -> CompactionPolicy:
+        """The default profile's compaction policy (settable until the orchestrator opens)."""
+        return self.profile.compaction
+
+    @compaction_policy.setter
+    def compaction_policy(self, policy: CompactionPolicy) -> None:
+        self._set("profile", compaction=policy)
+
+    @property
+    def handler_errors(self) -> Literal["reply", "raise"]:
+        """The default profile's `handler_errors` (settable until the orchestrator opens)."""
+        return self.profile.handler_errors
+
+    @handler_errors.setter
+    def handler_errors(self, value: Literal["reply", "raise"]) -> None:
+        self._set("profile", handler_errors=value)
+
+    @property
+    def lock_timeout(self) -> float:
+        """`Timeouts.lock_timeout` (settable until the orchestrator opens)."""
+        return self._timeouts.lock_timeout
+
+    @lock_timeout.setter
+    def lock_timeout(self, value: float) -> None:
+        self._set("timeouts", lock_timeout=value)
+
+    @property
+    def jobs_mode(self) -> JobsMode:
+        """`JobSettings.mode` (`use_jobs` changes it until the orchestrator opens)."""
+        return self._job_settings.mode
+
+    @property
+    def job_concurrency(self) -> int:
+        """`JobSettings.concurrency` (settable until the orchestrator opens)."""
+        return self._job_settings.concurrency
+
+    @job_concurrency.setter
+    def job_concurrency(self, value: int) -> None:
+        self._set("jobs", concurrency=value)
 
     # -- wiring -------------------------------------------------------------------------
 
@@ -315,16 +313,17 @@ class Orchestrator:
             return False
         if isinstance(spec, AuditLog):
             return spec.keys is not None
-        return self._audit_key is not None or master_key_from_env() is not None
+        return self._audit_settings.key is not None or master_key_from_env() is not None
 
     def counter_for(self, expert: str) -> TokenCounter:
-        """The token counter for one expert's model (calibrated per model when it can be)."""
-        return _wiring.counter_for(self.token_counter, self.models[expert].name)
+        """The token counter for one expert's model (the default profile's)."""
+        return self._wired[self._default].counter_for(expert)
 
     @property
     def experts(self) -> _wiring.Experts:
-        """The triage, request (per category) and response experts, as wired (for replay)."""
-        return self._experts
+        """The triage, request (per category) and response experts of the default profile,
+        as wired (for replay)."""
+        return self._wired[self._default].experts
 
     async def _open_audit(self, store: ConversationStore) -> AuditLog | None:
         """The audit log, with its master key; refused when its database needs another."""
@@ -336,8 +335,8 @@ class Orchestrator:
             return spec
         log = await AuditLog.open(
             store.engine if spec is True else spec,
-            on_failure=self._audit_on_failure,
-            master_key=self._audit_key,
+            on_failure=self._audit_settings.on_failure,
+            master_key=self._audit_settings.key,
         )
         try:
             log.check_writable()  # Encrypted database, no key: refuse now.
@@ -347,7 +346,10 @@ class Orchestrator:
         return log
 
     async def _open(self) -> Pipeline:
-        """Open the store and audit log on first use (any process may do it)."""
+        """Open the store and audit log on first use (any process may do it); the default
+        profile's pipeline."""
+        if self._pipeline is not None:
+            return self._pipeline
         async with self._open_lock:
             if self._pipeline is not None:
                 return self._pipeline
@@ -362,27 +364,58 @@ class Orchestrator:
                 if self._owns_store:
                     await store.aclose()
                 raise
-            triage, requests, response = self._experts
-            summariser = summariser_expert(
-                self.models["summariser"],
-                settings=self.settings.for_expert("summariser"),
-                prompts_dir=self.prompts_dir,
+            pipelines = {name: self._pipeline_of(name, store) for name in self.profiles}
+            default = pipelines[self._default]
+            self._compaction = default.compaction
+            kinds, periodic = self._job_kinds(default, pipelines)
+            jobs = Jobs(
+                store=JobStore(store.engine),
+                mode=self._job_settings.mode,
+                conninfo=_conninfo(store),
+                kinds=kinds,
+                periodic=periodic,
+                concurrency=self._job_settings.concurrency,
             )
-            self._compaction = compaction = BackgroundCompaction(
-                compactor=Compactor(
-                    store=store,
-                    summariser=summariser,
-                    policy=self.compaction_policy,
-                    counter=self.token_counter,
-                    audit=self._audit,
-                )
+            try:
+                await jobs.start()
+            except BaseException:  # Procrastinate missing or PostgreSQL away: close up.
+                await self._close_opened(store)
+                raise
+            assert self._memories is not None
+            self._jobs = self._memories.jobs = jobs
+            self._pipelines = {
+                name: dataclasses.replace(p, jobs=jobs) for name, p in pipelines.items()
+            }
+            self._pipeline = self._pipelines[self._default]
+            return self._pipeline
+
+    def _pipeline_of(self, name: str, store: ConversationStore) -> Pipeline:
+        """One profile's pipeline on the opened store. The memory, the knowledge and the
+        past conversations are the default profile's (built with it)."""
+        w = self._wired[name]
+        profile = w.profile
+        triage, requests, response = w.experts
+        summariser = summariser_expert(
+            w.models["summariser"],
+            settings=profile.settings.for_expert("summariser"),
+            prompts_dir=w.prompts_dir,
+        )
+        compaction = BackgroundCompaction(
+            compactor=Compactor(
+                store=store,
+                summariser=summariser,
+                policy=profile.compaction,
+                counter=w.counter,
+                audit=self._audit,
             )
+        )
+        if name == self._default:
             knowledge_store = KnowledgeStore(store.engine)
             self._library = Library(
                 store=knowledge_store,
                 retriever=FullTextPassageRetriever(knowledge_store)
-                if self._embeddings is None
-                else HybridRetriever(store=knowledge_store, embedder=self._embeddings),
+                if profile.embeddings is None
+                else HybridRetriever(store=knowledge_store, embedder=profile.embeddings),
             )
             memory_store = MemoryStore(store.engine)
             self._past = PastConversations(
@@ -390,72 +423,59 @@ class Orchestrator:
                 memory=memory_store,
                 summariser=summariser,
                 audit=self._audit,
-                idle_after=self.summarise_idle_after,
+                idle_after=profile.summarise_idle_after,
             )
             self._memories = Memories(
                 store=memory_store,
-                retriever=self._retriever or FullTextRetriever(memory_store),
-                expert=self._memory_expert,
+                retriever=profile.retriever or FullTextRetriever(memory_store),
+                expert=w.memory_expert,
                 audit=self._audit,
             )
-            pipeline = Pipeline(
-                app=app_record(self.app_spec, triage, requests, response),
-                memory=self._memories if self._memory_on else None,
-                store=store,
-                audit=self._audit,
-                deadline=self.turn_deadline,
-                speculate=self.speculate,
-                handler_errors=self.handler_errors,
-                variants=self._variant_experts,
-                categories=self.categories,
-                triage=triage,
-                requests=requests,
-                response=response,
-                context_extras=self._context,
-                counters={e: self.counter_for(e) for e in EXPERTS},
-                budgets=self.budgets,
-                lease=partial(self._lease, store),
-                handoff=self.handoff_policy,
-                counter=self.token_counter,
-                compaction=compaction,
-                compaction_policy=self.compaction_policy,
-                knowledge=self._library if self._knowledge_on else None,
-                past=self._past if self._memory_on else None,
-            )
-            kinds, periodic = self._job_kinds(pipeline)
-            jobs = Jobs(
-                store=JobStore(store.engine),
-                mode=self.jobs_mode,
-                conninfo=_conninfo(store),
-                kinds=kinds,
-                periodic=periodic,
-                concurrency=self.job_concurrency,
-            )
-            try:
-                await jobs.start()
-            except BaseException:  # Procrastinate missing or PostgreSQL away: close up.
-                await self._close_opened(store)
-                raise
-            self._jobs = self._memories.jobs = jobs
-            self._pipeline = dataclasses.replace(pipeline, jobs=jobs)
-            return self._pipeline
+        return Pipeline(
+            app=app_record(self.app_spec, triage, requests, response),
+            memory=self._memories if profile.memory else None,
+            store=store,
+            audit=self._audit,
+            deadline=self._timeouts.turn_deadline,
+            speculate=profile.speculate,
+            handler_errors=profile.handler_errors,
+            categories={c.name: c for c in profile.categories},
+            triage=triage,
+            requests=requests,
+            response=response,
+            context_extras=dict(profile.context or {}),
+            counters={e: w.counter_for(e) for e in EXPERTS},
+            budgets=dict(profile.budgets or {}),
+            lease=partial(self._lease, store),
+            handoff=profile.handoff,
+            counter=w.counter,
+            compaction=compaction,
+            compaction_policy=profile.compaction,
+            knowledge=self._library if profile.knowledge else None,
+            past=self._past if profile.memory else None,
+            profile=name,
+            variants=w.variants,
+        )
 
-    def _job_kinds(self, p: Pipeline) -> tuple[list[JobKind], list[PeriodicJob]]:
+    def _job_kinds(
+        self, p: Pipeline, pipelines: Mapping[str, Pipeline]
+    ) -> tuple[list[JobKind], list[PeriodicJob]]:
         """Every job kind and periodic job this orchestrator runs (docs/jobs.md, "Adding a
         job kind"): a new one is added here."""
-        assert self._memories is not None and self._compaction is not None
+        assert self._memories is not None
+        compactors = {name: q.compaction.compactor for name, q in pipelines.items()}
         kinds = [
             self._memories.job_kind(p.store.get, p.store.conversation),
-            self._compaction.job_kind(),
+            p.compaction.job_kind(compactors),
         ]
         periodic = []
-        if self.handoff_policy.timeout is not None:
+        if p.handoff.timeout is not None:
             periodic.append(handoff.timeouts_job(p, p.handoff, p.lease))
-        periodic.append(resolution.assume_job(p, self.assume_after))
         kinds.append(erasure.erase_job_kind(p.store.engine, self._audit))
+        periodic.append(resolution.assume_job(p, self._assume_after()))
         if self.retention is not None and self._audit is not None:
             periodic.append(erasure.retention_job(p.store.engine, self._audit, self.retention))
-        if p.past is not None:  # Idle conversations' summaries kept as memories (issue 24).
+        if p.past is not None:  # Idle conversations' summaries kept as memories.
             past = p.past
 
             async def remember_idle() -> None:
@@ -543,12 +563,10 @@ class Orchestrator:
         """
         if self._pipeline is not None:
             raise UserError("use_jobs must be called before the orchestrator opens")
-        if mode not in JOBS_MODES:
-            raise ConfigError(f"jobs must be 'inline' or 'worker', got {mode!r}")
-        self.jobs_mode: JobsMode = mode
+        self._job_settings = JobSettings(mode=mode, concurrency=self._job_settings.concurrency)
 
     def use_retention(self, retention: erasure.RetentionPolicy | timedelta | str | None) -> None:
-        """Run retention as a periodic job (`retention=` of the constructor); what
+        """Run retention as a periodic job (`AuditSettings.retention`); what
         `frontdesk serve --retention 90d` and `frontdesk worker --retention 90d` do.
 
         Raises:
@@ -597,6 +615,7 @@ class Orchestrator:
         *,
         user_id: str | None = None,
         client_message_id: str | None = None,
+        profile: str | None = None,
     ) -> Reply:
         """Answer one user message.
 
@@ -612,12 +631,15 @@ class Orchestrator:
                 first message; later calls must name the same user. `None` is single-user
                 mode: it starts and reaches only conversations without an owner.
             client_message_id: The client's id for this message (idempotency key).
+            profile: The business answering (a name of `profiles`), recorded on a new
+                conversation; `None`: the conversation's own (the default for a new one).
 
         Raises:
             InvalidUserText: before anything is stored or sent (`InputTooLarge` names the
                 character limit or the expert whose question allowance it is over).
             ConversationNotFound: the conversation belongs to another user (checked in the
                 transaction that would store the message, before any model call).
+            ProfileMismatch: the conversation records another profile than `profile`.
             IdempotencyConflict: the id was used with other text; nothing is written.
             ConversationBusy: another turn held the conversation past `lock_timeout` (or
                 past `turn_deadline`, which the wait counts against).
@@ -626,9 +648,11 @@ class Orchestrator:
             TurnFailed: the models or the database could not finish the turn; the user
                 message is stored, with the safe reply as a `failed` marker under it.
         """
-        text = check_user_text(text, max_chars=self.max_message_chars)
-        self._check_question(text)
-        p = await self._open()
+        name = self._named(profile)
+        w = self._wired[name or self._default]
+        text = check_user_text(text, max_chars=w.profile.max_message_chars)
+        w.check_question(text)
+        p = await self._pipeline_for(name, conversation_id, user_id)
         return await turn.handle(
             p, conversation_id, text, user_id=user_id, client_message_id=client_message_id
         )
@@ -640,6 +664,7 @@ class Orchestrator:
         *,
         user_id: str | None = None,
         client_message_id: str | None = None,
+        profile: str | None = None,
     ) -> AsyncGenerator[TurnEvent, None]:
         """`handle`, as events: `routed`, `extracted`, `delta`..., then `done` or `failed`.
 
@@ -647,22 +672,39 @@ class Orchestrator:
         when the consumer stops reading (the turn still finishes and stores its reply).
         """
         handle = partial(
-            self.handle, conversation_id, text, user_id=user_id, client_message_id=client_message_id
+            self.handle,
+            conversation_id,
+            text,
+            user_id=user_id,
+            client_message_id=client_message_id,
+            profile=profile,
         )
         return stream_turn(handle, finish_in_background=self.finish_in_background)
 
-    async def edit(self, user_message_id: str, text: str, *, user_id: str | None = None) -> Reply:
+    async def edit(
+        self,
+        user_message_id: str,
+        text: str,
+        *,
+        user_id: str | None = None,
+        profile: str | None = None,
+    ) -> Reply:
         """Answer an edited user message: a sibling branch under the same parent.
 
         Raises:
             ConversationNotFound: no such message in a conversation of `user_id` (the same
                 for a missing message and another user's, so neither can be probed).
+            ProfileMismatch: the conversation records another profile than `profile`.
         """
-        text = check_user_text(text, max_chars=self.max_message_chars)
-        self._check_question(text)
-        return await turn.edit(await self._open(), user_message_id, text, user_id=user_id)
+        p = await self._pipeline_of_message(user_message_id, user_id, profile)
+        w = self._wired[p.profile or self._default]
+        text = check_user_text(text, max_chars=w.profile.max_message_chars)
+        w.check_question(text)
+        return await turn.edit(p, user_message_id, text, user_id=user_id)
 
-    async def regenerate(self, assistant_message_id: str, *, user_id: str | None = None) -> Reply:
+    async def regenerate(
+        self, assistant_message_id: str, *, user_id: str | None = None, profile: str | None = None
+    ) -> Reply:
         """Answer the same user message again: a sibling answer.
 
         The turn's stored outcome is reused: a regeneration writes the reply again and
@@ -670,94 +712,83 @@ class Orchestrator:
 
         Raises:
             ConversationNotFound: no such message in a conversation of `user_id`.
+            ProfileMismatch: the conversation records another profile than `profile`.
         """
-        p = await self._open()
+        p = await self._pipeline_of_message(assistant_message_id, user_id, profile)
         return await turn.regenerate(p, assistant_message_id, user_id=user_id)
 
-    # -- hand-off to a person -------------------------------------------------------------
+    def _named(self, profile: str | None) -> str | None:
+        """The profile a call names, checked (`None`: none named).
+
+        Raises:
+            ConfigError: no profile of that name.
+        """
+        if profile is not None and profile not in self.profiles:
+            raise ConfigError(
+                f"no profile {profile!r}; this orchestrator has {', '.join(self.profiles)}"
+            )
+        return profile
+
+    async def _pipeline_for(
+        self, name: str | None, conversation_id: str, user_id: str | None
+    ) -> Pipeline:
+        """The pipeline of the profile named, else of the conversation's own.
+
+        With one profile this is that profile's (its first transaction records or checks
+        it: no extra read). With several and none named, the conversation's recorded
+        profile is read first (a new conversation gets the default)."""
+        default = await self._open()
+        if name is not None:
+            return self._pipelines[name]
+        if len(self._pipelines) == 1:
+            return default
+        try:
+            recorded = await default.store.profile_of(conversation_id, user_id)
+        except ConversationNotFound:
+            return default  # A new conversation (another user's fails in its first write).
+        return self._pipelines.get(recorded or self._default, default)
+
+    async def _pipeline_of_message(
+        self, message_id: str, user_id: str | None, profile: str | None
+    ) -> Pipeline:
+        """The pipeline answering the conversation of `message_id` (edit, regenerate)."""
+        name = self._named(profile)
+        default = await self._open()
+        if name is None and len(self._pipelines) == 1:
+            return default
+        try:
+            message = await default.store.get(message_id)
+            recorded = await default.store.profile_of(message.conversation_id, user_id, named=name)
+        except (MessageNotFound, ConversationNotFound):
+            return self._pipelines[name or self._default]  # The turn says it is not found.
+        return self._pipelines[name or recorded or self._default]
+
+    # -- hand-off to a person: thin aliases of `handoffs` --------------------------------
 
     async def hand_off(self, conversation_id: str, reason: str) -> Handoff:
-        """Hand the conversation to a person: until `hand_back`, each user message is
-        stored with `handoff_message` as its answer and no model is called.
-
-        A turn routed to a person (triage's `HUMAN`) calls this itself. Opening a hand-off
-        that is open already returns it unchanged. Audited as `hand_off`.
-
-        Raises:
-            ConversationNotFound: no such conversation.
-        """
-        return await handoff.hand_off(await self._open(), conversation_id, reason)
-
-    async def handoffs(self) -> list[Handoff]:
-        """The conversations a person has, the longest-waiting user first.
-
-        Hand-offs past `handoff_timeout` are handed back first (with the timeout message)
-        and are not listed.
-        """
-        p = await self._open()
-        return await handoff.handoffs(p, p.handoff, p.lease)
+        """`handoffs.open` (an alias kept for one release)."""
+        return await self.handoffs.open(conversation_id, reason)
 
     async def claim(self, conversation_id: str, *, operator_id: str) -> Claim:
-        """Give a handed-off conversation to one operator: until another claims it (a
-        transfer), only they may answer it (`operator_reply` raises `HandoffClaimed` for
-        anyone else). Audited as `handoff_claimed`; claiming one's own changes nothing.
-
-        Raises:
-            ConversationNotFound: no such conversation.
-            NotHandedOff: no person has the conversation (`hand_off` first).
-        """
-        p = await self._open()
-        return await handoff.claim(p, conversation_id, operator_id)
+        """`handoffs.claim` (an alias kept for one release)."""
+        return await self.handoffs.claim(conversation_id, operator_id=operator_id)
 
     async def operator_reply(self, conversation_id: str, text: str, *, operator_id: str) -> str:
-        """Answer the user as a person: an assistant message authored `operator:<id>`.
-
-        The thread sees it as an ordinary assistant turn. It takes the place of the
-        waiting message at the end of the conversation (if there is one), else it follows
-        the last assistant message (the thread joins consecutive assistant messages into one
-        turn). Waits for a turn in flight on the conversation. Audited as `operator_reply`.
-
-        Returns:
-            The new message's id.
-
-        Raises:
-            InvalidUserText: empty or unstorable text.
-            ConversationNotFound: no such conversation.
-            NotHandedOff: no person has the conversation (`hand_off` first).
-            HandoffClaimed: another operator has claimed it (`claim` it first).
-            ConversationBusy: a turn held the conversation past `lock_timeout`.
-        """
-        text = check_user_text(text, max_chars=self.max_message_chars)
-        p = await self._open()
-        placed = await handoff.operator_reply(
-            p, p.lease(conversation_id), conversation_id, text, operator_id
-        )
-        return placed.message.id
+        """`handoffs.reply` (an alias kept for one release)."""
+        return await self.handoffs.reply(conversation_id, text, operator_id=operator_id)
 
     async def hand_back(
         self, conversation_id: str, *, operator_id: str | None = None, resolved: bool = False
     ) -> None:
-        """Give the conversation back to the bot: the next user message is answered by the
-        experts, with the whole thread (operator turns included). Audited as `hand_back`.
-        With `resolved`, the operator says the customer's matter is done: the conversation
-        is `resolved` by `operator` (else it is `open` again).
+        """`handoffs.hand_back` (an alias kept for one release)."""
+        await self.handoffs.hand_back(conversation_id, operator_id=operator_id, resolved=resolved)
 
-        Raises:
-            ConversationNotFound: no such conversation.
-            NotHandedOff: no person has the conversation.
-            ConversationBusy: a turn held the conversation past `lock_timeout`.
-        """
-        p = await self._open()
-        await handoff.hand_back(
-            p,
-            p.lease(conversation_id),
-            conversation_id,
-            by="operator",
-            operator_id=operator_id,
-            resolved=resolved,
-        )
-        if p.past is not None:  # What was said with the person is kept for later (memory).
-            p.past.schedule(conversation_id)
+    def _assume_after(self) -> float:
+        """The assume sweep's wait: the default profile's `assume_after` (one sweep reads
+        every conversation)."""
+        return resolution.assume_seconds(self.profiles[self._default].assume_after)
+
+    # -- did it help (docs/outcomes.md) --------------------------------------------------
 
     async def conversation(
         self, conversation_id: str, *, user_id: str | None = None
@@ -798,6 +829,9 @@ class Orchestrator:
         p = await self._open()
         message = await turn._owned_message(p, message_id, user_id)
         return await resolution.feedback(p, message, rating, user_id=user_id, comment=comment)
+
+    def _check_operator_text(self, text: str) -> str:
+        return check_user_text(text, max_chars=self.max_message_chars)
 
     async def user_thread(self, conversation_id: str, *, user_id: str | None = None) -> UserThread:
         """What the experts will be sent next for this conversation (summary included).
@@ -865,17 +899,13 @@ class Orchestrator:
     async def erase_user(
         self, user_id: str, *, requested_by: str | None = None
     ) -> erasure.ErasureReport:
-        """Erase everything stored about `user_id` (docs/privacy.md): transcript, summaries
-        and outcomes get the erased marker, the user's audit data keys are destroyed, an
-        `erased` event is audited. Idempotent: run it again after a crash to finish it.
+        """`privacy.erase_user` (an alias kept for one release)."""
+        return await self.privacy.erase_user(user_id, requested_by=requested_by)
 
-        The request is recorded first, with a `privacy.erase` job, then erased here; if
-        this process dies meanwhile, the job runner finishes it (docs/jobs.md).
-        """
+    async def _opened_records(self) -> erasure.UserRecords:
         p = await self._open()
-        return await erasure.request_erasure(
-            p.store.engine, self._audit, user_id, requested_by=requested_by
-        )
+        assert self._memories is not None
+        return erasure.UserRecords(store=p.store, audit=self._audit, memories=self._memories.store)
 
     def finish_in_background(self, task: asyncio.Task[Any]) -> None:
         """Keep a turn running after its stream's reader left; `aclose` waits for it."""
@@ -901,11 +931,12 @@ class Orchestrator:
             await self._audit.aclose()
         if self._pipeline is not None and self._owns_store:
             await self._pipeline.store.aclose()
-        for model in self._owned_models:
+        for model in {id(m): m for w in self._wired.values() for m in w.owned}.values():
             close = getattr(model, "aclose", None)
             if close is not None:
                 await close()
         self._pipeline = None
+        self._pipelines = {}
         self._audit = None
         self._compaction = None
         self._memories = None
@@ -919,11 +950,13 @@ class Orchestrator:
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
 
-    # -- long-term memory (docs/memory.md) ---------------------------------------------
+    # -- long-term memory: thin aliases of `memory` (docs/memory.md) -------------------
 
-    @property
-    def memory(self) -> Memories:
-        """The users' long-term memory (after the first call that opened the store)."""
+    async def _opened_memories(self) -> Memories:
+        await self._open()
+        return self._memories_now()
+
+    def _memories_now(self) -> Memories:
         if self._memories is None:
             raise UserError("memory opens with the store; await orch.open() first")
         return self._memories
@@ -931,81 +964,124 @@ class Orchestrator:
     async def remember(
         self, user_id: str, text: str, key: str | None = None, *, source: MemorySource = "user"
     ) -> Memory:
-        """Remember a fact about `user_id` from the very next turn on.
-
-        Args:
-            user_id: Whose fact it is.
-            text: The fact, e.g. "Prefers replies in Hindi" (at most 500 characters).
-            key: Facts with the same key supersede one another (the newest wins).
-            source: Who states it: `user` (through the application), `operator`,
-                `handler` or `memory_expert`.
-
-        Raises:
-            InvalidInput: empty or over-long text, an unknown source.
-        """
-        await self._open()
-        return await self.memory.write(user_id, text, key=key, source=source)
+        """`memory.remember` (an alias kept for one release)."""
+        return await self.memory.remember(user_id, text, key, source=source)
 
     async def memories(self, user_id: str) -> list[Memory]:
-        """The current facts about `user_id`, the most recently updated first."""
-        await self._open()
-        return await self.memory.store.current(user_id)
+        """`memory.recall(user_id)` (an alias kept for one release)."""
+        return await self.memory.recall(user_id)
 
     async def correct(self, user_id: str, memory_id: str, text: str, *, by: str = "user") -> Memory:
-        """Replace the text of one of the user's facts, from the very next turn on.
-
-        Raises:
-            MemoryNotFound: no current fact `memory_id` of `user_id`.
-        """
-        await self._open()
-        memory = await self.memory.store.correct(user_id, memory_id, text)
-        await self.memory.note_for_user(
-            user_id, "memory_corrected", {"memory_id": memory_id, "by": by}
-        )
-        return memory
+        """`memory.correct` (an alias kept for one release)."""
+        return await self.memory.correct(user_id, memory_id, text, by=by)
 
     async def forget(self, user_id: str, memory_id: str, *, by: str = "user") -> None:
-        """Delete one of the user's facts (and the older versions it replaced): its text is
-        gone from the database; the audit log records only that it was forgotten.
-
-        `by` says who asked (`user`, `operator:ID`, `cli`), for the audit event; the
-        event never holds the text (nor the user id: the chain is keyed by a digest).
-
-        Raises:
-            MemoryNotFound: no current fact `memory_id` of `user_id`.
-        """
-        await self._open()
-        ids = await self.memory.store.forget(user_id, memory_id)
-        await self.memory.note_for_user(
-            user_id, "memory_forgotten", {"memory_ids": ids, "by": by, "all": False}
-        )
+        """`memory.forget` (an alias kept for one release)."""
+        await self.memory.forget(user_id, memory_id, by=by)
 
     async def forget_all(self, user_id: str, *, by: str = "user") -> int:
-        """Delete every fact about `user_id`; returns how many current facts were forgotten."""
-        await self._open()
-        count, ids = await self.memory.store.forget_all(user_id)
-        if ids:
-            await self.memory.note_for_user(
-                user_id, "memory_forgotten", {"memory_ids": ids, "by": by, "all": True}
-            )
-        return count
+        """`memory.forget_all` (an alias kept for one release)."""
+        return await self.memory.forget_all(user_id, by=by)
 
     # -- machinery ----------------------------------------------------------------------
 
     def _lease(self, store: ConversationStore, conversation_id: str) -> TurnLease:
         """Serialise turns on one conversation across processes (a lease, not yet taken).
 
-        The wait counts against the turn's deadline, so it is never longer than that. The
-        settings are read at each call (`lock_timeout` may change while open).
-        """
-        wait = self.lock_timeout
-        if self.turn_deadline is not None:
-            wait = min(wait, self.turn_deadline)
-        return store.turn_lease(conversation_id, timeout=wait, ttl=self.lock_ttl)
+        The wait counts against the turn's deadline, so it is never longer than that (the
+        settings are the ones read when the orchestrator opened)."""
+        t = self._timeouts
+        wait = t.lock_timeout if t.turn_deadline is None else min(t.lock_timeout, t.turn_deadline)
+        return store.turn_lease(conversation_id, timeout=wait, ttl=t.lock_ttl)
 
-    def _check_question(self, text: str) -> None:
-        """Refuse up front a question some expert could not be sent (the budgets' count)."""
-        _wiring.check_question(text, {e: self.counter_for(e) for e in EXPERTS}, self.budgets)
+
+_WIRED_FIELDS = frozenset(
+    {"categories", "model", "prompts", "business_name", "budgets", "settings", "token_counter"}
+)
+"""The profile fields its experts are built from (changing one wires the profile again)."""
+
+
+def _profiles(
+    categories: Iterable[Category] | None,
+    profile: Profile | None,
+    profiles: Mapping[str, Profile] | None,
+    flat: FlatSettings,
+) -> dict[str, Profile]:
+    """The orchestrator's profiles by name, from exactly one of its three forms.
+
+    Raises:
+        TypeError: none or several forms, or flat profile keywords beside a `Profile`.
+    """
+    given = [
+        n
+        for n, v in (("categories", categories), ("profile", profile), ("profiles", profiles))
+        if v is not None
+    ]
+    if len(given) != 1:
+        raise TypeError(
+            "Orchestrator() takes one of categories (the short form, with the profile's"
+            f" fields as keywords), profile=Profile(...) or profiles={{name: Profile(...)}};"
+            f" got {', '.join(given) or 'none'}"
+        )
+    if (flat.profile or flat.handoff) and categories is None:
+        names = sorted({*flat.profile, *(f"handoff_{k}" for k in flat.handoff)})
+        raise TypeError(
+            f"{', '.join(names)}: what a business is goes on its Profile(...) when"
+            " profile= or profiles= is given"
+        )
+    if profiles is not None:
+        if not profiles:
+            raise ConfigError("profiles= needs at least one profile")
+        for name, value in profiles.items():
+            check_profile_name(name)
+            if not isinstance(value, Profile):
+                raise ConfigError(f"profiles[{name!r}] must be a Profile, got {value!r}")
+        return dict(profiles)
+    if profile is not None:
+        if not isinstance(profile, Profile):
+            raise ConfigError(f"profile= must be a Profile, got {profile!r}")
+        return {DEFAULT_PROFILE: profile}
+    assert categories is not None
+    fields = dict(flat.profile)
+    if flat.handoff:
+        if "handoff" in fields:
+            raise TypeError("pass handoff=HandoffPolicy(...) or the handoff_* keywords, not both")
+        fields["handoff"] = HandoffPolicy(**flat.handoff)
+    return {DEFAULT_PROFILE: Profile(list(categories), **fields)}
+
+
+S = TypeVar("S", Timeouts, AuditSettings, JobSettings)
+
+
+def _settings(kind: type[S], given: S | None, flat: Mapping[str, Any], name: str) -> S:
+    """A runtime settings object: the one given, else built from its flat keywords.
+
+    Raises:
+        TypeError: both.
+    """
+    if given is None:
+        return kind(**flat)
+    if flat:
+        raise TypeError(f"pass {name}={kind.__name__}(...) or {', '.join(flat)}, not both")
+    if not isinstance(given, kind):
+        raise ConfigError(f"{name}= must be a {kind.__name__}, got {given!r}")
+    return given
+
+
+def _audit_settings(
+    audit: AuditSettings | bool | str | AuditLog, flat: Mapping[str, Any]
+) -> AuditSettings:
+    """`audit=` as `AuditSettings` (its `log` alone is the short form)."""
+    if isinstance(audit, AuditSettings):
+        return _settings(AuditSettings, audit, flat, "audit")
+    return AuditSettings(log=audit, **flat)
+
+
+def _job_settings(jobs: JobSettings | JobsMode, flat: Mapping[str, Any]) -> JobSettings:
+    """`jobs=` as `JobSettings` (its `mode` alone is the short form)."""
+    if isinstance(jobs, JobSettings):
+        return _settings(JobSettings, jobs, flat, "jobs")
+    return JobSettings(mode=jobs, **flat)
 
 
 def _conninfo(store: ConversationStore) -> str | None:

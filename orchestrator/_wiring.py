@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from frontdesk.experts import Category, ExpertCall
@@ -19,8 +19,16 @@ from frontdesk.experts.request import prompt_variables as request_variables
 from frontdesk.experts.response import ResponseExpert
 from frontdesk.experts.triage import TriageExpert, triage_output_type
 from frontdesk.experts.triage import prompt_variables as triage_variables
-from frontdesk.orchestrator.config import ExpertSettings
+from frontdesk.orchestrator.config import (
+    EXPERTS,
+    ExpertSettings,
+    ModelChoice,
+    offline_by_default,
+    resolve_models,
+)
 from frontdesk.orchestrator.errors import InputTooLarge
+from frontdesk.orchestrator.profile import Profile
+from frontdesk.orchestrator.resolution import check_variants
 from frontdesk.prompts import Prompt, RenderedPrompt, load_prompt, parse_prompt
 from frontdesk.threads.budget import Budget, budget_for, question_tokens
 from frontdesk.threads.tokens import CalibratedCounter, TokenCounter
@@ -180,3 +188,74 @@ def check_question(
                 f" allowance is {allowance:,} tokens; send a shorter message"
                 " (Orchestrator(budgets=...) changes the allowance)"
             )
+
+
+@dataclass(frozen=True, kw_only=True)
+class Wired:
+    """One profile, wired: its models, experts and token counter (built once, at
+    construction; the store-bound parts are built when the orchestrator opens)."""
+
+    profile: Profile
+    models: Mapping[str, Model]
+    owned: Sequence[Model]
+    """Models built here from spec strings: their HTTP clients are closed with the
+    orchestrator (`Model` instances passed in belong to the caller)."""
+    offline_by_default: bool
+    experts: Experts
+    memory_expert: MemoryExpert
+    counter: TokenCounter
+    business_name: str
+    prompts_dir: Path | None
+    variants: Mapping[str, tuple[TriageExpert, ResponseExpert]] = field(default_factory=dict)
+    """Prompt variant name -> its triage and response experts (`Profile.variants`)."""
+
+    def counter_for(self, expert: str) -> TokenCounter:
+        """The token counter for one expert's model."""
+        return counter_for(self.counter, self.models[expert].name)
+
+    def check_question(self, text: str) -> None:
+        """Refuse up front a question some expert could not be sent (`InputTooLarge`)."""
+        budgets = self.profile.budgets or {}
+        check_question(text, {e: self.counter_for(e) for e in EXPERTS}, budgets)
+
+
+def wire(profile: Profile) -> Wired:
+    """Resolve a profile's models, render its prompts, check its budgets.
+
+    Raises:
+        ConfigError: a model, prompt or budget that cannot work.
+    """
+    choice = profile.model
+    models = resolve_models(choice)
+    owned = {id(m): m for m in models.values() if not _passed_in(m, choice)}
+    counter = profile.token_counter or CalibratedCounter()
+    prompts_dir = Path(profile.prompts) if profile.prompts is not None else None
+    wiring = Wiring(
+        categories=list(profile.categories),
+        models=models,
+        settings=profile.settings,
+        prompts_dir=prompts_dir,
+        business_name=profile.business_name or "the business",
+        counter=counter,
+    )
+    experts = wiring.build()
+    wiring.check_budgets(experts, profile.budgets or {})
+    return Wired(
+        variants=wiring.variants(experts, check_variants(profile.variants)),
+        profile=profile,
+        models=models,
+        owned=list(owned.values()),
+        offline_by_default=offline_by_default(choice),
+        experts=experts,
+        memory_expert=wiring.memory_expert(),
+        counter=counter,
+        business_name=wiring.business_name,
+        prompts_dir=prompts_dir,
+    )
+
+
+def _passed_in(model: object, choice: ModelChoice) -> bool:
+    """Whether `model` is an instance the caller passed (rather than one built from a spec)."""
+    if isinstance(choice, Mapping):
+        return any(model is c for c in choice.values())
+    return model is choice

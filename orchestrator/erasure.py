@@ -50,7 +50,10 @@ from frontdesk.orchestrator.jobs import JobKind, PeriodicJob
 from frontdesk.threads import erasure as store_erasure
 from frontdesk.threads import jobs as job_rows
 from frontdesk.threads.jobs import JobSpec, rename_lock
+from frontdesk.threads.listing import list_conversations
+from frontdesk.threads.memory import MemoryStore
 from frontdesk.threads.models import utcnow
+from frontdesk.threads.store import ConversationStore
 
 log = structlog.get_logger("frontdesk.erasure")
 
@@ -492,3 +495,74 @@ def retention_job(engine: AsyncEngine, audit: AuditLog, policy: RetentionPolicy)
             log.info("retention.applied", periods_before=report.periods_before, **report.counts())
 
     return PeriodicJob(name=RETENTION, every=policy.every, run=run, exclusive=True, traced=True)
+
+
+@dataclass(frozen=True, kw_only=True)
+class UserRecords:
+    """Where a user's data is: the conversation store, the audit log, the memory table."""
+
+    store: ConversationStore
+    audit: AuditLog | None
+    memories: MemoryStore
+
+
+class Privacy:
+    """`Orchestrator.privacy`: a customer's rights over their data (docs/privacy.md).
+    Each method opens the orchestrator on first use."""
+
+    def __init__(self, opened: Callable[[], Awaitable[UserRecords]]) -> None:
+        """`opened`: the orchestrator's records, opened on first call."""
+        self._opened = opened
+
+    async def erase_user(self, user_id: str, *, requested_by: str | None = None) -> ErasureReport:
+        """Erase everything stored about `user_id`: transcript, summaries and outcomes get
+        the erased marker, the user's audit data keys are destroyed, an `erased` event is
+        audited. Idempotent: run it again after a crash to finish it.
+
+        The request is recorded first, with a `privacy.erase` job, then erased here; if
+        this process dies meanwhile, the job runner finishes it (docs/jobs.md).
+        """
+        r = await self._opened()
+        return await request_erasure(r.store.engine, r.audit, user_id, requested_by=requested_by)
+
+    async def export_user(self, user_id: str) -> dict[str, Any]:
+        """Everything stored about `user_id` in clear, as JSON-ready data (a subject
+        access request): each of their conversations with every message of every branch,
+        and their current long-term facts. The audit log's copy is exported with
+        `frontdesk audit export`."""
+        r = await self._opened()
+        conversations = []
+        for row in await list_conversations(r.store.engine, user=user_id, limit=100_000):
+            messages = await r.store.messages(row.conversation_id)
+            conversations.append(
+                {
+                    "conversation_id": row.conversation_id,
+                    "created_at": row.created_at,
+                    "messages": [
+                        {
+                            "id": m.id,
+                            "parent_id": m.parent_id,
+                            "role": m.role,
+                            "author": m.author,
+                            "content": m.content,
+                            "created_at": m.created_at.isoformat(),
+                        }
+                        for m in messages
+                    ],
+                }
+            )
+        facts = await r.memories.current(user_id)
+        return {
+            "user_id": user_id,
+            "conversations": conversations,
+            "memories": [
+                {
+                    "id": f.id,
+                    "text": f.text,
+                    "key": f.key,
+                    "source": f.source,
+                    "updated_at": f.updated_at.isoformat(),
+                }
+                for f in facts
+            ],
+        }

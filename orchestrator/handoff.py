@@ -428,3 +428,117 @@ def _placed_payload(placed: Placed) -> dict[str, Any]:
         "superseded": placed.superseded,
         "text": placed.message.content,
     }
+
+
+class Desk(Records, Protocol):
+    """What the hand-off namespace works on (`turn.Pipeline`)."""
+
+    @property
+    def handoff(self) -> HandoffPolicy: ...
+
+    @property
+    def lease(self) -> Callable[[str], TurnLease]: ...
+
+    @property
+    def past(self) -> Scheduler | None: ...
+
+
+class Scheduler(Protocol):
+    """Keeps a handed-back conversation's summary for later (`PastConversations`)."""
+
+    def schedule(self, conversation_id: str) -> None: ...
+
+
+class Handoffs:
+    """`Orchestrator.handoffs`: conversations handed to a person, and what operators do
+    with them (docs/operations.md). Each method opens the orchestrator on first use."""
+
+    def __init__(
+        self, opened: Callable[[], Awaitable[Desk]], check_text: Callable[[str], str]
+    ) -> None:
+        """`opened`: the orchestrator's records, opened on first call; `check_text`: the
+        check an operator's reply passes (as a user message does)."""
+        self._opened = opened
+        self._check_text = check_text
+
+    async def open(self, conversation_id: str, reason: str) -> Handoff:
+        """Hand the conversation to a person: until `hand_back`, each user message is
+        stored with the waiting message as its answer and no model is called.
+
+        A turn routed to a person (triage's `HUMAN`) calls this itself. Opening a hand-off
+        that is open already returns it unchanged. Audited as `hand_off`.
+
+        Raises:
+            ConversationNotFound: no such conversation.
+        """
+        return await hand_off(await self._opened(), conversation_id, reason)
+
+    async def queue(self) -> list[Handoff]:
+        """The conversations a person has, the longest-waiting user first.
+
+        Hand-offs past the policy's timeout are handed back first (with the timeout
+        message) and are not listed.
+        """
+        p = await self._opened()
+        return await handoffs(p, p.handoff, p.lease)
+
+    async def claim(self, conversation_id: str, *, operator_id: str) -> Claim:
+        """Give a handed-off conversation to one operator: until another claims it (a
+        transfer), only they may answer it (`reply` raises `HandoffClaimed` for anyone
+        else). Audited as `handoff_claimed`; claiming one's own changes nothing.
+
+        Raises:
+            ConversationNotFound: no such conversation.
+            NotHandedOff: no person has the conversation (`open` first).
+        """
+        return await claim(await self._opened(), conversation_id, operator_id)
+
+    async def reply(self, conversation_id: str, text: str, *, operator_id: str) -> str:
+        """Answer the user as a person: an assistant message authored `operator:<id>`.
+
+        The thread sees it as an ordinary assistant turn. It takes the place of the
+        waiting message at the end of the conversation (if there is one), else it follows
+        the last assistant message. Waits for a turn in flight on the conversation.
+        Audited as `operator_reply`.
+
+        Returns:
+            The new message's id.
+
+        Raises:
+            InvalidUserText: empty or unstorable text.
+            ConversationNotFound: no such conversation.
+            NotHandedOff: no person has the conversation (`open` first).
+            HandoffClaimed: another operator has claimed it (`claim` it first).
+            ConversationBusy: a turn held the conversation past `lock_timeout`.
+        """
+        text = self._check_text(text)
+        p = await self._opened()
+        placed = await operator_reply(
+            p, p.lease(conversation_id), conversation_id, text, operator_id
+        )
+        return placed.message.id
+
+    async def hand_back(
+        self, conversation_id: str, *, operator_id: str | None = None, resolved: bool = False
+    ) -> None:
+        """Give the conversation back to the bot: the next user message is answered by the
+        experts, with the whole thread (operator turns included). Audited as `hand_back`.
+        With `resolved`, the operator says the customer's matter is done: the conversation
+        is `resolved` by `operator` (else it is `open` again).
+
+        Raises:
+            ConversationNotFound: no such conversation.
+            NotHandedOff: no person has the conversation.
+            ConversationBusy: a turn held the conversation past `lock_timeout`.
+        """
+        p = await self._opened()
+        lease = p.lease(conversation_id)
+        await hand_back(
+            p, lease, conversation_id, by="operator", operator_id=operator_id, resolved=resolved
+        )
+        if p.past is not None:  # What was said with the person is kept for later (memory).
+            p.past.schedule(conversation_id)
+
+    async def __call__(self) -> list[Handoff]:
+        """`queue()`: `await orch.handoffs()` (the flat method's form, kept for one release)."""
+        return await self.queue()

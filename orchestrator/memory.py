@@ -379,3 +379,89 @@ def for_handler(
             recorder=recorder,
         )
     }
+
+
+class LongTermMemory:
+    """`Orchestrator.memory`: the users' long-term facts (docs/memory.md). Each method
+    opens the orchestrator on first use."""
+
+    def __init__(
+        self,
+        opened: Callable[[], Awaitable[Memories]],
+        now: Callable[[], Memories],
+    ) -> None:
+        """`opened`: the orchestrator's memory, opened on first call; `now`: the same,
+        once open (`store`)."""
+        self._opened = opened
+        self._now = now
+
+    @property
+    def store(self) -> MemoryStore:
+        """The memory table (once the orchestrator is open)."""
+        return self._now().store
+
+    async def remember(
+        self, user_id: str, text: str, key: str | None = None, *, source: MemorySource = "user"
+    ) -> Memory:
+        """Remember a fact about `user_id` from the very next turn on.
+
+        Args:
+            user_id: Whose fact it is.
+            text: The fact, e.g. "Prefers replies in Hindi" (at most 500 characters).
+            key: Facts with the same key supersede one another (the newest wins).
+            source: Who states it: `user` (through the application), `operator`,
+                `handler` or `memory_expert`.
+
+        Raises:
+            InvalidInput: empty or over-long text, an unknown source.
+        """
+        return await (await self._opened()).write(user_id, text, key=key, source=source)
+
+    async def recall(self, user_id: str, query: str | None = None) -> list[Memory]:
+        """The current facts about `user_id`: all of them, the most recently updated
+        first; or, with `query`, those a turn about it would be given, best first."""
+        memories = await self._opened()
+        if query is None:
+            return await memories.store.current(user_id)
+        return await memories.recall(user_id, query)
+
+    async def correct(self, user_id: str, memory_id: str, text: str, *, by: str = "user") -> Memory:
+        """Replace the text of one of the user's facts, from the very next turn on.
+
+        Raises:
+            MemoryNotFound: no current fact `memory_id` of `user_id`.
+        """
+        memories = await self._opened()
+        memory = await memories.store.correct(user_id, memory_id, text)
+        payload: dict[str, object] = {"memory_id": memory_id, "by": by}
+        await memories.note_for_user(user_id, "memory_corrected", payload)
+        return memory
+
+    async def forget(self, user_id: str, memory_id: str, *, by: str = "user") -> None:
+        """Delete one of the user's facts (and the older versions it replaced): its text is
+        gone from the database; the audit log records only that it was forgotten.
+
+        `by` says who asked (`user`, `operator:ID`, `cli`), for the audit event; the
+        event never holds the text (nor the user id: the chain is keyed by a digest).
+
+        Raises:
+            MemoryNotFound: no current fact `memory_id` of `user_id`.
+        """
+        memories = await self._opened()
+        ids = await memories.store.forget(user_id, memory_id)
+        payload = {"memory_ids": ids, "by": by, "all": False}
+        await memories.note_for_user(user_id, "memory_forgotten", payload)
+
+    async def forget_all(self, user_id: str, *, by: str = "user") -> int:
+        """Delete every fact about `user_id`; returns how many current facts were forgotten."""
+        memories = await self._opened()
+        count, ids = await memories.store.forget_all(user_id)
+        if ids:
+            payload = {"memory_ids": ids, "by": by, "all": True}
+            await memories.note_for_user(user_id, "memory_forgotten", payload)
+        return count
+
+    async def wait(self, within: float = CLOSE_TIMEOUT) -> int:
+        """Wait, at most `within` seconds, for the learning recorded so far; how many
+        jobs are left (0: every fact said so far is learnt). See `Memories.wait`."""
+        return await (await self._opened()).wait(within)

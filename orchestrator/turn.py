@@ -380,6 +380,7 @@ async def begin(
             user_id=user_id,
             handoff=p.handoff,
             also=also,
+            profile=p.profile,
             **kwargs,
         )
 
@@ -924,7 +925,7 @@ def _jobs_after(p: Pipeline, t: Turn, reply: MessageRecord) -> list[JobSpec]:
         jobs.append(_memory.learn_spec(t.user_id, question.id, p.memory.refs))
     after = [*t.thread.messages, ThreadMessage(role="assistant", content=reply.content)]
     if p.compaction_policy.plan(after, p.counter) is not None:
-        jobs.append(compaction_spec(t.conversation_id, reply.id))
+        jobs.append(compaction_spec(t.conversation_id, reply.id, p.profile))
     return jobs
 
 
@@ -973,6 +974,9 @@ class Pipeline:
         default_factory=dict
     )
     """Variant name -> its triage and response experts (`Orchestrator(variants=...)`)."""
+    profile: str | None = None
+    """The profile (business) answering: recorded on a new conversation by its first
+    transaction, checked on an existing one (`ProfileMismatch`)."""
 
 
 @dataclass(frozen=True, kw_only=True)

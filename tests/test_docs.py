@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PAGES = ["README.md", "docs/adding-a-category.md", "docs/testing.md"]
+PAGES = ["README.md", "docs/adding-a-category.md", "docs/testing.md", "docs/profiles.md"]
 REAL_MODEL = '"anthropic:claude-sonnet-4-5"'
 
 pytestmark = pytest.mark.anyio

@@ -23,6 +23,7 @@ from frontdesk.threads.errors import (
     InvalidInput,
     MessageNotFound,
     MessageNotInConversation,
+    ProfileMismatch,
 )
 from frontdesk.threads.models import Conversation, Message, utcnow
 
@@ -48,13 +49,18 @@ def add_user(
     client_message_id: str | None,
     parent_id: ParentId,
     token_count: int,
+    profile: str | None = None,
 ) -> tuple[MessageRecord, bool]:
-    """The body of `add_user_message`: idempotent per `client_message_id`, owner checked.
+    """The body of `add_user_message`: idempotent per `client_message_id`, owner checked
+    (and the profile, when one is named: a new conversation records it).
 
     Raises:
         ConversationNotFound: the conversation belongs to another user than `user_id`.
+        ProfileMismatch: the conversation was recorded with another profile.
     """
-    leaf_id, existing, owner = lock_conversation(conn, conversation_id, user_id, client_message_id)
+    leaf_id, existing, owner = lock_conversation(
+        conn, conversation_id, user_id, client_message_id, profile=profile
+    )
     check_owner(conversation_id, owner, user_id)
     if existing is not None:
         assert client_message_id is not None, "only a client message id finds a message"
@@ -108,13 +114,19 @@ def lock_conversation(
     conversation_id: str,
     user_id: str | None,
     client_message_id: str | None = None,
+    *,
+    profile: str | None = None,
 ) -> tuple[str | None, MessageRecord | None, str | None]:
-    """Lock the conversation row (creating it if missing, owned by `user_id`).
+    """Lock the conversation row (creating it if missing, owned by `user_id`, recording
+    `profile`).
 
     Returns its active leaf id, in the same statement the message already stored with
     `client_message_id` (if one is given and found), and the conversation's owner. On
     PostgreSQL this is a row lock (`FOR NO KEY UPDATE`). SQLite drops `FOR UPDATE`
     silently; there the transaction's `BEGIN IMMEDIATE` already holds the write lock.
+
+    Raises:
+        ProfileMismatch: `profile` is named and the conversation records another one.
     """
     select, params = _LOCK_CONVERSATION, {"conversation_id": conversation_id}
     if client_message_id is not None:
@@ -122,21 +134,43 @@ def lock_conversation(
         params["client_message_id"] = client_message_id
     row = select.first(conn, params)
     if row is None:
-        _CREATE_IF_MISSING.run(
-            conn,
-            {"id": conversation_id, "user_id": user_id, "created_at": utcnow(), "metadata": {}},
-        )
+        values = {"id": conversation_id, "user_id": user_id, "created_at": utcnow()}
+        _CREATE_IF_MISSING.run(conn, {**values, "metadata": {}, "profile": profile})
         row = select.first(conn, params)
         assert row is not None, "the conversation row exists after the upsert"
+    check_profile(conversation_id, row["profile"], profile)
     found = None if client_message_id is None or row["id"] is None else MessageRecord.from_row(row)
     return row["leaf_id"], found, row["owner_id"]
 
 
-def create_conversation(conn: Connection, conversation_id: str, user_id: str | None) -> None:
+def check_profile(conversation_id: str, recorded: str | None, named: str | None) -> None:
+    """Refuse a caller that names another profile than the conversation's own (a
+    conversation from before profiles, `recorded=None`, takes any).
+
+    Raises:
+        ProfileMismatch: both are named and differ.
+    """
+    if named is not None and recorded is not None and named != recorded:
+        raise ProfileMismatch(
+            f"conversation {conversation_id!r} belongs to profile {recorded!r}, not {named!r};"
+            f" name profile={recorded!r} (or none) for it, or start a new conversation",
+            conversation_id=conversation_id,
+            recorded=recorded,
+            named=named,
+        )
+
+
+def create_conversation(
+    conn: Connection, conversation_id: str, user_id: str | None, profile: str | None = None
+) -> None:
     """Insert an empty conversation owned by `user_id` (an id already taken raises)."""
     conn.execute(
         sa.insert(_conv).values(
-            id=conversation_id, user_id=user_id, created_at=utcnow(), metadata={}
+            id=conversation_id,
+            user_id=user_id,
+            created_at=utcnow(),
+            metadata={},
+            profile=profile,
         )
     )
 
@@ -169,18 +203,28 @@ def owner_of(conn: Connection, conversation_id: str) -> tuple[bool, str | None]:
     return (False, None) if row is None else (True, row[0])
 
 
+def owner_and_profile(
+    conn: Connection, conversation_id: str
+) -> tuple[bool, str | None, str | None]:
+    """Whether the conversation exists, its owner, and its recorded profile."""
+    stmt = sa.select(_conv.c.user_id, _conv.c.profile).where(_conv.c.id == conversation_id)
+    row = conn.execute(stmt).first()
+    return (False, None, None) if row is None else (True, row[0], row[1])
+
+
 def _lock_conversation_query(with_client_id: bool) -> sa.Select[Any]:
     leaf = _conv.c.active_leaf_id.label("leaf_id")
     owner = _conv.c.user_id.label("owner_id")
+    profile = _conv.c.profile.label("profile")
     by_id = _conv.c.id == sa.bindparam("conversation_id")
     if not with_client_id:
-        return sa.select(leaf, owner).where(by_id).with_for_update(key_share=True)
+        return sa.select(leaf, owner, profile).where(by_id).with_for_update(key_share=True)
     sent = sa.and_(
         _msg.c.conversation_id == _conv.c.id,
         _msg.c.client_message_id == sa.bindparam("client_message_id"),
     )
     return (
-        sa.select(leaf, owner, _msg)
+        sa.select(leaf, owner, profile, _msg)
         .select_from(_conv.outerjoin(_msg, sent))
         .where(by_id)
         .with_for_update(of=_conv, key_share=True)
@@ -195,7 +239,7 @@ def _create_if_missing(dialect: Any) -> Any:
 _CREATE_IF_MISSING = Statement(
     _create_if_missing(sqlite),
     postgresql=_create_if_missing(postgresql),
-    columns=["id", "user_id", "created_at", "metadata"],
+    columns=["id", "user_id", "created_at", "metadata", "profile"],
 )
 """A new conversation's row, unless another turn made it first (each new conversation's
 first turn: built once, not per call)."""

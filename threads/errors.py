@@ -1,6 +1,7 @@
 """The conversation store's part of the error tree (defined in `frontdesk.errors`)."""
 
 from frontdesk.errors import (
+    ConfigError,
     ConversationBusy,
     ConversationHandedOff,
     ConversationNotFound,
@@ -11,6 +12,7 @@ from frontdesk.errors import (
     MessageNotFound,
     MessageNotInConversation,
     NotHandedOff,
+    ProfileMismatch,
     QuestionOverBudget,
     SchemaOutdated,
     StoreError,
@@ -19,6 +21,7 @@ from frontdesk.errors import (
 )
 
 __all__ = [
+    "ConfigError",
     "ConversationBusy",
     "ConversationHandedOff",
     "ConversationNotFound",
@@ -29,6 +32,7 @@ __all__ = [
     "MessageNotFound",
     "MessageNotInConversation",
     "NotHandedOff",
+    "ProfileMismatch",
     "QuestionOverBudget",
     "SchemaOutdated",
     "StoreError",

@@ -35,7 +35,7 @@ from frontdesk.threads import _writes
 from frontdesk.threads._lease import TurnLease
 from frontdesk.threads._records import BOT, MessageRecord, check_id, check_text, new_id
 from frontdesk.threads._tx import run_sync_tx
-from frontdesk.threads.errors import HandoffClaimed, NotHandedOff
+from frontdesk.threads.errors import ConfigError, HandoffClaimed, NotHandedOff
 from frontdesk.threads.models import Conversation, HandoffRow, Message, utcnow
 from frontdesk.threads.resolution import resolve
 
@@ -118,6 +118,22 @@ class HandoffPolicy:
     """Seconds a user may wait for a person's answer before the bot takes over again."""
     timeout_message: str = DEFAULT_TIMEOUT_MESSAGE
     """The assistant message a timed-out hand-off leaves when it hands back."""
+
+    def __post_init__(self) -> None:
+        if self.timeout is not None and self.timeout <= 0:
+            raise ConfigError(
+                "HandoffPolicy timeout (handoff_timeout=) must be > 0 seconds or None,"
+                f" got {self.timeout}"
+            )
+        for name, flat, message in (
+            ("waiting_message", "handoff_message", self.waiting_message),
+            ("timeout_message", "handoff_timeout_message", self.timeout_message),
+        ):
+            if not isinstance(message, str) or not message.strip() or "\x00" in message:
+                raise ConfigError(
+                    f"HandoffPolicy {name} ({flat}=) must be a non-empty text without NUL"
+                    " characters"
+                )
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

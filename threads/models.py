@@ -75,6 +75,9 @@ class Conversation(SQLModel, table=True):
     resolved_at: datetime | None = Field(default=None, sa_type=UTCDateTime)
     resolved_by: str | None = Field(default=None, max_length=16)
     """`customer`, `handler`, `operator` or `timeout`."""
+    profile: str | None = Field(default=None, max_length=64)
+    """The profile (business) that answers it, set by its first transaction (`None`: a
+    conversation from before profiles, which any profile may answer)."""
 
 
 class Message(SQLModel, table=True):

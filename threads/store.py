@@ -287,6 +287,7 @@ class ConversationStore:
         handoff: HandoffPolicy | None = None,
         also: Callable[[Connection, TurnStart], None] | None = None,
         recall: Callable[[Connection], Any] | None = None,
+        profile: str | None = None,
     ) -> TurnStart:
         """A turn's first transaction: take `lease`, add the user message, read its path
         (and run `recall`, a read of the same transaction, into `TurnStart.recalled`).
@@ -302,7 +303,9 @@ class ConversationStore:
         waiting message as its marker (`TurnStart.answer`) and no path read. A hand-off
         whose user waited past the policy's timeout is handed back first, leaving the
         timeout message, and the message goes to the bot (`TurnStart.handed_back`). `also`
-        runs last in the transaction with what it wrote (the audit batch).
+        runs last in the transaction with what it wrote (the audit batch). `profile` is
+        recorded on a new conversation and checked on an existing one (`ProfileMismatch`),
+        in the same upsert.
         """
         _check_user_message(conversation_id, content, user_id, client_message_id)
 
@@ -313,7 +316,14 @@ class ConversationStore:
             if parent_id is UNSET:  # Following the leaf: never stack two user turns.
                 _outcomes.answer_unanswered_leaf(conn, conversation_id, client_message_id)
             message, created = _writes.add_user(
-                conn, conversation_id, content, user_id, client_message_id, parent_id, token_count
+                conn,
+                conversation_id,
+                content,
+                user_id,
+                client_message_id,
+                parent_id,
+                token_count,
+                profile,
             )
             held = None if handoff is None else handoff_sql.current(conn, conversation_id)
             answer = None
@@ -542,9 +552,11 @@ class ConversationStore:
 
         return await run_sync_tx(self.engine, work)
 
-    async def create_conversation(self, conversation_id: str, *, user_id: str | None) -> None:
-        """Start an empty conversation owned by `user_id` (the service makes the id, so
-        that no client can take one first).
+    async def create_conversation(
+        self, conversation_id: str, *, user_id: str | None, profile: str | None = None
+    ) -> None:
+        """Start an empty conversation owned by `user_id`, answered by `profile` (the
+        service makes the id, so that no client can take one first).
 
         Raises:
             InvalidInput: an id that cannot be stored.
@@ -555,7 +567,7 @@ class ConversationStore:
             check_id(user_id, "user_id")
 
         def work(conn: Connection) -> None:
-            _writes.create_conversation(conn, conversation_id, user_id)
+            _writes.create_conversation(conn, conversation_id, user_id, profile)
 
         await run_sync_tx(self.engine, work)
 
@@ -577,6 +589,27 @@ class ConversationStore:
         if not exists:
             raise _writes.not_found(conversation_id)
         _writes.check_owner(conversation_id, owner, user_id)
+
+    async def profile_of(
+        self, conversation_id: str, user_id: str | None, *, named: str | None = None
+    ) -> str | None:
+        """The profile recorded on the conversation (`None`: none recorded), owner checked,
+        and the profile a caller `named` checked against it.
+
+        Raises:
+            ConversationNotFound: no such conversation, or another user's.
+            ProfileMismatch: `named` is not the conversation's profile.
+        """
+
+        def work(conn: Connection) -> tuple[bool, str | None, str | None]:
+            return _writes.owner_and_profile(conn, conversation_id)
+
+        exists, owner, profile = await self._read(work)
+        if not exists:
+            raise _writes.not_found(conversation_id)
+        _writes.check_owner(conversation_id, owner, user_id)
+        _writes.check_profile(conversation_id, profile, named)
+        return profile
 
     # Reads -------------------------------------------------------------------------------
 

@@ -182,4 +182,4 @@ async def test_the_message_stays_out_of_the_log_and_is_redacted_in_the_views(
 
 def test_handler_errors_takes_reply_or_raise() -> None:
     with pytest.raises(ConfigError, match="handler_errors"):
-        Orchestrator([], handler_errors="ignore")  # type: ignore[arg-type]
+        Orchestrator([], handler_errors="ignore")

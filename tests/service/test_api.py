@@ -9,7 +9,8 @@ import pytest
 
 from frontdesk.errors import EmptyMessage, InvalidUserText
 from frontdesk.orchestrator._input import check_user_text
-from tests.service.conftest import Api, auth
+from tests.service import _shop
+from tests.service.conftest import Api, auth, open_api
 
 pytestmark = pytest.mark.anyio
 
@@ -188,15 +189,17 @@ async def test_a_streamed_outage_ends_with_failed(api: Api) -> None:
     assert kind == "failed" and data["partial"] is False and data["text"]
 
 
-async def test_a_busy_conversation_is_409(api: Api) -> None:
-    cid = api.cid()
-    url = f"/v1/conversations/{cid}/messages"
-    await api.client.post(url, json={"text": "hello"}, headers=auth("u1"))
-    api.orch.lock_timeout = 0.2
-    async with api.orch.store.conversation_lock(cid, timeout=1.0, ttl=30.0):
-        r = await api.client.post(url, json={"text": "while busy"}, headers=auth("u1"))
-    assert r.status_code == 409 and r.json()["type"] == "ConversationBusy"
-    assert r.headers["retry-after"] == "1"
+async def test_a_busy_conversation_is_409(store_url: str) -> None:
+    orch = _shop.build(store_url)
+    orch.lock_timeout = 0.2  # Read when it opens (a setting's setter refuses after).
+    async for api in open_api(orch):
+        cid = api.cid()
+        url = f"/v1/conversations/{cid}/messages"
+        await api.client.post(url, json={"text": "hello"}, headers=auth("u1"))
+        async with api.orch.store.conversation_lock(cid, timeout=1.0, ttl=30.0):
+            r = await api.client.post(url, json={"text": "while busy"}, headers=auth("u1"))
+        assert r.status_code == 409 and r.json()["type"] == "ConversationBusy"
+        assert r.headers["retry-after"] == "1"
 
 
 async def test_health_and_readiness(api: Api) -> None:
