@@ -35,7 +35,11 @@ def _when(option: str, value: str | None) -> datetime | None:
 
 
 async def _build(
-    url: str, since: datetime | None, until: datetime | None, by_variant: bool
+    url: str,
+    since: datetime | None,
+    until: datetime | None,
+    profile: str | None,
+    by_variant: bool,
 ) -> Report:
     store = await ConversationStore.open(url)
     try:
@@ -47,7 +51,12 @@ async def _build(
                     bar.update(task, completed=done, total=total)
 
             return await build_report(
-                store, since=since, until=until, by_variant=by_variant, progress=progress
+                store,
+                since=since,
+                until=until,
+                profile=profile,
+                by_variant=by_variant,
+                progress=progress,
             )
     finally:
         await store.aclose()
@@ -68,6 +77,9 @@ def report(
         Path | None,
         typer.Option("--html", help="Write the report as an HTML page with charts to FILE."),
     ] = None,
+    profile: Annotated[
+        str | None, typer.Option("--profile", help="Only the conversations of this profile.")
+    ] = None,
     by: Annotated[
         str | None,
         typer.Option("--by", help="Also group by `variant` (prompt variants compared)."),
@@ -80,7 +92,7 @@ def report(
     start, end = _when("--since", since), _when("--until", until)
     if start is not None and end is not None and end <= start:
         raise UserError(f"--until {until} is not after --since {since}")
-    built = asyncio.run(_build(existing_db(db), start, end, by == "variant"))
+    built = asyncio.run(_build(existing_db(db), start, end, profile, by == "variant"))
     doc = built.as_json()
     if json_file is not None:
         json_file.write_text(json.dumps(doc, indent=2, ensure_ascii=False) + "\n")

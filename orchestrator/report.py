@@ -111,6 +111,8 @@ class Report:
 
     since: datetime | None
     until: datetime | None
+    profile: str | None = None
+    """Only the conversations of this profile (`None`: every one)."""
     total: Line = field(default_factory=lambda: Line("all"))
     by_category: dict[str, Line] = field(default_factory=dict)
     by_day: dict[str, Line] = field(default_factory=dict)
@@ -175,6 +177,7 @@ class Report:
         doc: dict[str, Any] = {
             "since": None if self.since is None else self.since.isoformat(),
             "until": None if self.until is None else self.until.isoformat(),
+            "profile": self.profile,
             "total": self.total.as_json(),
             "by_category": [line.as_json() for _, line in sorted(self.by_category.items())],
             "by_day": [line.as_json() for _, line in sorted(self.by_day.items())],
@@ -204,16 +207,22 @@ async def build_report(
     *,
     since: datetime | None = None,
     until: datetime | None = None,
+    profile: str | None = None,
     by_variant: bool = False,
     progress: Callable[[int, int], None] | None = None,
 ) -> Report:
-    """The report of the conversations begun in [since, until), read a page at a time;
-    `progress(done, total)` after each page."""
+    """The report of the conversations begun in [since, until) (of `profile`, when
+    named), read a page at a time; `progress(done, total)` after each page."""
     engine = store.engine
-    report = Report(since=since, until=until, by_variant={} if by_variant else None)
-    total = await count_in_period(engine, since, until) if progress is not None else 0
+    report = Report(
+        since=since, until=until, profile=profile, by_variant={} if by_variant else None
+    )
+    total = await count_in_period(engine, since, until, profile) if progress is not None else 0
     done = 0
-    async for page in conversation_facts(engine, since=since, until=until, variants=by_variant):
+    pages = conversation_facts(
+        engine, since=since, until=until, profile=profile, variants=by_variant
+    )
+    async for page in pages:
         for fact in page:
             report.add(fact)
         done += len(page)
@@ -331,6 +340,8 @@ def render_html(report: Report) -> str:
     doc = report.as_json()
     t = doc["total"]
     period = f"{doc['since'] or 'the beginning'} to {doc['until'] or 'now'}"
+    if doc["profile"] is not None:
+        period += f", profile {doc['profile']}"
     tiles = [
         ("Conversations", str(t["conversations"])),
         ("Resolved", _pct(t["resolution_rate"])),

@@ -72,8 +72,10 @@ class ConversationFacts:
     """The prompt variant its replies were written with (`None`: no variants)."""
 
 
-def _in_period(since: datetime | None, until: datetime | None) -> list[sa.ColumnElement[bool]]:
-    where = []
+def _in_period(
+    since: datetime | None, until: datetime | None, profile: str | None = None
+) -> list[sa.ColumnElement[bool]]:
+    where = [] if profile is None else [_conv.c.profile == profile]
     if since is not None:
         where.append(_conv.c.created_at >= since)
     if until is not None:
@@ -82,10 +84,14 @@ def _in_period(since: datetime | None, until: datetime | None) -> list[sa.Column
 
 
 async def count_in_period(
-    engine: AsyncEngine, since: datetime | None, until: datetime | None
+    engine: AsyncEngine,
+    since: datetime | None,
+    until: datetime | None,
+    profile: str | None = None,
 ) -> int:
     """How many conversations began in the period (for a progress bar)."""
-    stmt = sa.select(sa.func.count()).select_from(_conv).where(*_in_period(since, until))
+    where = _in_period(since, until, profile)
+    stmt = sa.select(sa.func.count()).select_from(_conv).where(*where)
     return await run_sync_tx(
         engine, lambda conn: int(conn.execute(stmt).scalar_one()), readonly=True
     )
@@ -96,16 +102,21 @@ async def conversation_facts(
     *,
     since: datetime | None = None,
     until: datetime | None = None,
+    profile: str | None = None,
     variants: bool = False,
     page: int = PAGE,
 ) -> AsyncIterator[list[ConversationFacts]]:
-    """The facts of every conversation begun in [since, until), a page at a time (each
-    page one read transaction); with `variants`, the variant of each (read from its
-    replies' prompt versions)."""
+    """The facts of every conversation begun in [since, until) (of `profile`, when
+    named), a page at a time (each page one read transaction); with `variants`, the
+    variant of each (read from its replies' prompt versions)."""
     after = ""
     while True:
         work = functools.partial(
-            _page, after=after, since=since, until=until, variants=variants, size=page
+            _page,
+            after=after,
+            where=_in_period(since, until, profile),
+            variants=variants,
+            size=page,
         )
         facts = await run_sync_tx(engine, work, readonly=True)
         if not facts:
@@ -118,14 +129,13 @@ def _page(
     conn: Connection,
     *,
     after: str,
-    since: datetime | None,
-    until: datetime | None,
+    where: list[sa.ColumnElement[bool]],
     variants: bool,
     size: int,
 ) -> list[ConversationFacts]:
     rows = conn.execute(
         sa.select(_conv.c.id, _conv.c.created_at, _conv.c.resolution, _conv.c.resolved_by)
-        .where(_conv.c.id > after, *_in_period(since, until))
+        .where(_conv.c.id > after, *where)
         .order_by(_conv.c.id)
         .limit(size)
     ).all()

@@ -152,6 +152,12 @@ def test_the_report_of_a_scripted_log_gives_the_counts_by_hand(url: str, tmp_pat
     assert "REFUND" in result.output  # The table on stdout.
     none = runner.invoke(app, ["report", "--until", "2000-01-01", "--json", str(out), "--db", url])
     assert none.exit_code == 0 and json.loads(out.read_text())["total"]["conversations"] == 0
+    for profile, count in (("default", 7), ("cards", 0)):
+        named = runner.invoke(
+            app, ["report", "--profile", profile, "--json", str(out), "--db", url]
+        )
+        assert named.exit_code == 0, named.output
+        assert json.loads(out.read_text())["total"]["conversations"] == count
     bad = runner.invoke(app, ["report", "--since", "last week", "--db", url])
     assert bad.exit_code == 2 and "--since 'last week'" in bad.output
 
