@@ -19,7 +19,11 @@ def test_the_report_over_generated_conversations_counts_them(tmp_path: Path) -> 
     assert total["assumed_resolved"] == want["assumed_resolved"]
     assert total["handed_off"] == want["handed_off"] == 24
     per_turn = sum(
-        cost_of("anthropic:claude-haiku-4-5", **u).usd  # type: ignore[arg-type]
+        cost_of(
+            "anthropic:claude-haiku-4-5",
+            input_tokens=u["input_tokens"],
+            output_tokens=u["output_tokens"],
+        ).usd
         for u in USAGE.values()
     )
     assert total["cost_usd"] == pytest.approx(120 * per_turn)
