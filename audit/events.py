@@ -45,6 +45,7 @@ EventKind = Literal[
     "retention",  # chain "retention": at, older_than_days, cutoff, periods_before, counts
     "memory_written",  # payload: memory ids written and superseded, keys, source (no text)
     "memory_failed",  # payload: error (the memory expert's answer was unusable or failed)
+    "memory_refused",  # payload: refused [{reason, why, key}] (the memory policy; no text)
     "memory_corrected",  # payload: memory_id, by (no text)
     "memory_forgotten",  # payload: memory_ids, by, all (no text); in the user's chain
     # Did it help (issue 45). `turn_id` is the rated answer's question.
@@ -57,8 +58,8 @@ EventKind = Literal[
 # (parsed, JSON-able), usage {input_tokens, output_tokens, cache_read_tokens,
 # cache_write_tokens}, cost_usd, latency_ms, status_code, provider_request_id, stop_reason,
 # error, and for a speculative request call (issue 14) speculation: kept | discarded
-# (a replay skips a discarded answer), and when memory was sent, memory {ids, text} (the
-# block exactly as sent after the system prompt), and when passages of the business's
+# (a replay skips a discarded answer), and when memory was sent, memory {ids} (the blocks'
+# text is in `messages`, at the start of the last user turn), and when passages of the business's
 # documents were sent (issue 24), documents [{id, source, title, version, sha256}] (their
 # text is in `messages`, in the last user turn). The system prompt text travels in
 # `AuditEvent.system_prompt` and is stored once by hash.

@@ -41,6 +41,8 @@ def as_json(memory: Memory) -> dict[str, str | None]:
         "text": memory.text,
         "key": memory.key,
         "source": memory.source,
+        "trust": memory.trust,
+        "kind": "past_conversation" if memory.is_past_conversation else "fact",
         "conversation_id": memory.conversation_id,
         "message_id": memory.message_id,
         "created_at": memory.created_at.isoformat(),
@@ -51,7 +53,7 @@ def as_json(memory: Memory) -> dict[str, str | None]:
 async def _memories(app_spec: str, db: str | None, user_id: str) -> list[Memory]:
     orch = _open(app_spec, db)
     try:
-        return await orch.memories(user_id)
+        return [*await orch.memories(user_id), *await orch.past_conversations(user_id)]
     finally:
         await orch.aclose()
 
@@ -63,7 +65,8 @@ def show(
     app_spec: AppOption = DEFAULT_APP,
     json_out: Annotated[bool, json_option("A JSON list on stdout.")] = False,
 ) -> None:
-    """The user's current facts, the most recently updated first."""
+    """The user's current facts, the most recently updated first, then the summaries of
+    their past conversations (`kind`: not facts)."""
     memories = asyncio.run(_memories(app_spec, db, user))
     if json_out:
         typer.echo(json.dumps([as_json(m) for m in memories], ensure_ascii=False, indent=2))
@@ -74,14 +77,15 @@ def show(
         return
     table = Table()
     id_column(table, "id", [m.id for m in memories])
-    for name in ("fact", "key", "source", "updated"):
+    for name in ("fact", "key", "source", "trust", "updated"):
         table.add_column(name, no_wrap=name == "updated")
     for m in memories:
         table.add_row(
             m.id,
-            escape(m.text),
+            escape(("past conversation: " if m.is_past_conversation else "") + m.text),
             escape(m.key or "-"),
             m.source,
+            m.trust,
             m.updated_at.isoformat("T", "seconds"),
         )
     print_table(table, console)

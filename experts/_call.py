@@ -51,10 +51,27 @@ class CallObserver(Protocol):
 
 @dataclass(frozen=True, kw_only=True)
 class MemoryBlock:
-    """What an expert is sent of the user's memory: the block's text and the facts' ids."""
+    """What an expert is sent of the user's memory: the blocks' text (each delimited and
+    labelled with whose word it is, `frontdesk.labels`) and the facts' ids."""
 
     text: str
     ids: tuple[str, ...]
+
+
+def with_memory(messages: Sequence[Message], memory: MemoryBlock | None) -> list[Message]:
+    """`messages` with the memory blocks at the start of the last user turn, before the
+    question: user-role content, never system text, and not a turn of its own (the
+    user/assistant alternation every adapter needs stays as it was). The stored thread is
+    not touched: the blocks are context for this call only."""
+    sent = list(messages)
+    if memory is None or not memory.text:
+        return sent
+    for i in range(len(sent) - 1, -1, -1):
+        if sent[i]["role"] == "user":
+            sent[i] = {"role": "user", "content": f"{memory.text}\n\n{sent[i]['content']}"}
+            return sent
+    # No user turn (a thread that starts with the assistant): the blocks open it.
+    return [{"role": "user", "content": memory.text}, *sent]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -77,14 +94,14 @@ class ExpertCall:
         passages: Sequence[Passage] = (),
         speculation: Speculation | None = None,
     ) -> ModelRequest:
-        """The exact request this expert sends: its own system prompt, what is remembered
-        about the user (if anything) and the thread (`passages`: those its last user turn
-        carries, for the audit log; `speculation`: a call whose answer may be thrown
-        away)."""
+        """The exact request this expert sends: its own system prompt and the thread, with
+        what is remembered about the user (if anything) at the start of its last user turn
+        (`with_memory`; `passages`: those its last user turn carries, for the audit log;
+        `speculation`: a call whose answer may be thrown away)."""
         return ModelRequest(
             expert=self.expert,
             system=self.prompt.text,
-            messages=list(messages),
+            messages=with_memory(messages, memory),
             output_type=output_type,
             settings=self.settings,
             prompt=PromptRef(

@@ -207,8 +207,14 @@ class HandlerContext:
     extras: Mapping[str, Any] = field(default_factory=dict)
     """Whatever the embedding application passed to `Orchestrator(context=...)`."""
     memory: MemoryWriter = field(default_factory=_NoUser)
-    """Long-term memory of the turn's user: `await context.memory.remember(text, key=...)`,
-    `await context.memory.recall()` (their current facts; `[]` without a user)."""
+    """Long-term memory of the turn's user: `await context.memory.remember(text, key=...)`
+    (a `verified` fact: the business's record), `await context.memory.recall()` (their
+    current facts, each with its `trust`; `[]` without a user)."""
+    from_memory: frozenset[str] = frozenset()
+    """The request fields the request expert filled from remembered facts rather than from
+    this conversation. Remembered facts may be the customer's own unverified words: check
+    such a field (an account number, a limit) against the account data of `user_id`, or
+    ask, before acting on it (docs/adding-a-category.md)."""
 
 
 Handler = Callable[[Any, HandlerContext], Awaitable[Outcome]]
@@ -229,6 +235,9 @@ class Category:
         knowledge: Send the request expert the passages of the business's documents found
             for the question too (the response expert always gets them); for a category
             whose fields depend on a policy (docs/knowledge.md).
+        memory: Send the request expert what is remembered about the customer (the
+            default); `False` sends it no remembered fact at all, so that every field comes
+            from this conversation (a payment's accounts and amount).
     """
 
     name: str
@@ -238,6 +247,7 @@ class Category:
     examples: tuple[str, ...] | list[str] = ()
     request_prompt: str | None = None
     knowledge: bool = False
+    memory: bool = True
 
     def __post_init__(self) -> None:
         problems = []
@@ -255,6 +265,8 @@ class Category:
             isinstance(self.request, type) and issubclass(self.request, BaseModel)
         ):
             problems.append(f"category {self.name!r}: request must be a pydantic BaseModel class")
+        if not isinstance(self.memory, bool):
+            problems.append(f"category {self.name!r}: memory must be True or False")
         if not isinstance(self.knowledge, bool):
             problems.append(f"category {self.name!r}: knowledge must be True or False")
         elif self.knowledge and self.request is None:

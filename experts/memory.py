@@ -16,6 +16,7 @@ from pydantic import BaseModel, Field
 
 from frontdesk.experts._call import CallObserver, ExpertCall, MemoryBlock
 from frontdesk.experts.providers.base import Message, ModelResponse
+from frontdesk.labels import neutralise
 from frontdesk.memory import MAX_FACT_CHARS
 
 MAX_FACTS = 8
@@ -74,7 +75,9 @@ class MemoryExpert:
             OutputValidationError: the answer did not fit `RememberedFacts`.
             ModelError: the model call failed.
         """
-        messages: list[Message] = [{"role": "user", "content": user_text}]
+        # The customer's words, with any label of ours in them marked (they follow the
+        # genuine blocks of what is known in the same user turn).
+        messages: list[Message] = [{"role": "user", "content": neutralise(user_text)}]
         request = self.call.build(
             messages, output_type=RememberedFacts, metadata=metadata, memory=known
         )

@@ -11,7 +11,7 @@ import datetime as dt
 import hashlib
 import json
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -147,6 +147,7 @@ class RecordingMemory:
             message_id=self.message_id,
             created_at=now,
             updated_at=now,
+            trust="verified",
         )
         self.written.append(memory)
         return memory
@@ -169,6 +170,7 @@ def handler_context(
     user_id: str | None = "test-user",
     conversation_id: str = "test-conversation",
     category: str = "TEST",
+    from_memory: Iterable[str] = (),
     **extras: Any,
 ) -> HandlerContext:
     """A real `HandlerContext` for calling a handler directly in a test.
@@ -182,6 +184,8 @@ def handler_context(
         user_id: The turn's user; `None` is single-user mode (`state.user` raises).
         conversation_id: The turn's conversation.
         category: The category name, which is also the state's namespace.
+        from_memory: The request fields the request expert filled from remembered facts
+            (`context.from_memory`), to test that the handler checks them.
         **extras: `context.extras` (an API client, settings).
     """
     values: Values = {}
@@ -200,6 +204,7 @@ def handler_context(
         memory=RecordingMemory(
             user_id=user_id, conversation_id=conversation_id, message_id=turn_id
         ),
+        from_memory=frozenset(from_memory),
     )
 
 

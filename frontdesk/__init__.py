@@ -15,6 +15,7 @@ from frontdesk.errors import ProfileMismatch  # noqa: E402
 from frontdesk.experts import Category, HandlerContext, NeedMoreInfo, Outcome  # noqa: E402
 from frontdesk.knowledge import Passage  # noqa: E402
 from frontdesk.memory import Memory  # noqa: E402
+from frontdesk.memory_policy import MemoryPolicy  # noqa: E402
 from frontdesk.orchestrator import (  # noqa: E402
     AuditSettings,
     CompactionPolicy,
@@ -43,6 +44,7 @@ __all__ = [
     "JobSettings",
     "KeyProvider",
     "Memory",
+    "MemoryPolicy",
     "NeedMoreInfo",
     "Orchestrator",
     "Outcome",

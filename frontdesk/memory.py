@@ -10,7 +10,16 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Literal
 
-__all__ = ["MAX_FACT_CHARS", "MAX_SUMMARY_CHARS", "SOURCES", "Memory", "MemorySource"]
+__all__ = [
+    "MAX_FACT_CHARS",
+    "MAX_SUMMARY_CHARS",
+    "SOURCES",
+    "TRUSTS",
+    "Memory",
+    "MemorySource",
+    "MemoryTrust",
+    "default_trust",
+]
 
 MAX_FACT_CHARS = 500
 """Longest fact kept (a fact is one short sentence; longer text is refused)."""
@@ -31,6 +40,18 @@ SOURCES: tuple[MemorySource, ...] = (
     "operator",
     "conversation_summary",
 )
+
+MemoryTrust = Literal["customer", "verified"]
+"""Whose word a fact is: `customer` (the customer said it; never the business's word, sent
+to experts as "their words, not verified") or `verified` (the business wrote it)."""
+
+TRUSTS: tuple[MemoryTrust, ...] = ("customer", "verified")
+
+
+def default_trust(source: MemorySource) -> MemoryTrust:
+    """A fact's trust when its writer names none: the business's own writers (a handler, an
+    operator) are `verified`; whatever comes from the customer is `customer`."""
+    return "verified" if source in ("handler", "operator") else "customer"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -53,3 +74,12 @@ class Memory:
     """The user message the fact was learnt from, if any."""
     created_at: datetime
     updated_at: datetime
+    trust: MemoryTrust = "customer"
+    """`customer`: the customer's word (the memory expert, a past conversation's summary,
+    `remember(..., trust="customer")`); `verified`: the business's (a handler's
+    `context.memory.remember`, `remember(...)` by default)."""
+
+    @property
+    def is_past_conversation(self) -> bool:
+        """A past conversation's summary, not a fact (listed and sent as its own kind)."""
+        return self.source == "conversation_summary"

@@ -30,7 +30,8 @@ from frontdesk.errors import (
 )
 from frontdesk.experts import Category
 from frontdesk.experts.providers import Model
-from frontdesk.memory import Memory, MemorySource
+from frontdesk.memory import Memory, MemorySource, MemoryTrust
+from frontdesk.memory_policy import MemoryPolicy
 from frontdesk.orchestrator import _wiring, erasure, handoff, resolution, turn
 from frontdesk.orchestrator._compaction import BackgroundCompaction, Compactor, summariser_expert
 from frontdesk.orchestrator._input import check_user_text
@@ -54,7 +55,7 @@ from frontdesk.orchestrator.profile import (
 from frontdesk.orchestrator.reply import Reply
 from frontdesk.orchestrator.stream import TurnEvent, stream_turn
 from frontdesk.orchestrator.turn import Pipeline, app_record
-from frontdesk.redaction import Redactor, redactor_of
+from frontdesk.redaction import Redactor, field_rules, redactor_of
 from frontdesk.threads.builder import UserThread, build_thread
 from frontdesk.threads.compaction import CompactionPolicy
 from frontdesk.threads.handoff import HandoffPolicy
@@ -430,6 +431,8 @@ class Orchestrator:
                 retriever=profile.retriever or FullTextRetriever(memory_store),
                 expert=w.memory_expert,
                 audit=self._audit,
+                policy=profile.memory_policy or MemoryPolicy(),
+                secrets=partial(_drop_values, store, self._categories_by_name()),
             )
         return Pipeline(
             app=app_record(self.app_spec, triage, requests, response),
@@ -452,7 +455,7 @@ class Orchestrator:
             compaction=compaction,
             compaction_policy=profile.compaction,
             knowledge=self._library if profile.knowledge else None,
-            past=self._past if profile.memory else None,
+            past=self._past if profile.memory and profile.past_conversations else None,
             profile=name,
             variants=w.variants,
         )
@@ -950,6 +953,14 @@ class Orchestrator:
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
 
+    def _categories_by_name(self) -> Mapping[str, list[Category]]:
+        """Every profile's categories by name (a name two profiles share gives both)."""
+        by_name: dict[str, list[Category]] = {}
+        for profile in self.profiles.values():
+            for category in profile.categories:
+                by_name.setdefault(category.name, []).append(category)
+        return by_name
+
     # -- long-term memory: thin aliases of `memory` (docs/memory.md) -------------------
 
     async def _opened_memories(self) -> Memories:
@@ -962,14 +973,24 @@ class Orchestrator:
         return self._memories
 
     async def remember(
-        self, user_id: str, text: str, key: str | None = None, *, source: MemorySource = "user"
+        self,
+        user_id: str,
+        text: str,
+        key: str | None = None,
+        *,
+        source: MemorySource = "user",
+        trust: MemoryTrust = "verified",
     ) -> Memory:
         """`memory.remember` (an alias kept for one release)."""
-        return await self.memory.remember(user_id, text, key, source=source)
+        return await self.memory.remember(user_id, text, key, source=source, trust=trust)
 
     async def memories(self, user_id: str) -> list[Memory]:
         """`memory.recall(user_id)` (an alias kept for one release)."""
         return await self.memory.recall(user_id)
+
+    async def past_conversations(self, user_id: str) -> list[Memory]:
+        """`memory.past_conversations(user_id)`."""
+        return await self.memory.past_conversations(user_id)
 
     async def correct(self, user_id: str, memory_id: str, text: str, *, by: str = "user") -> Memory:
         """`memory.correct` (an alias kept for one release)."""
@@ -1082,6 +1103,36 @@ def _job_settings(jobs: JobSettings | JobsMode, flat: Mapping[str, Any]) -> JobS
     if isinstance(jobs, JobSettings):
         return _settings(JobSettings, jobs, flat, "jobs")
     return JobSettings(mode=jobs, **flat)
+
+
+async def _drop_values(
+    store: ConversationStore, categories: Mapping[str, list[Category]], message_id: str
+) -> list[str]:
+    """The values of the `Redact("drop")` fields of the request a user message's turn
+    extracted: the memory expert never keeps them (`Memories.secrets`). One read, in the
+    background learning job only (a turn never waits for it)."""
+    outcome = (await store.turn_record(message_id)).outcome
+    if outcome is None or not isinstance(outcome.request, dict):
+        return []
+    values: list[str] = []
+    for category in categories.get(outcome.category, []):
+        if category.request is None:
+            continue
+        for path, rule in field_rules(category.request).items():
+            if rule == "drop":
+                values.extend(_values_at(outcome.request, path.split(".")))
+    return values
+
+
+def _values_at(data: Any, path: list[str]) -> list[str]:
+    """The scalar values at a dotted field path of JSON data (lists looked through)."""
+    if isinstance(data, list):
+        return [v for item in data for v in _values_at(item, path)]
+    if not path:
+        return [] if data is None or isinstance(data, dict) else [str(data)]
+    if not isinstance(data, dict):
+        return []
+    return _values_at(data.get(path[0]), path[1:])
 
 
 def _conninfo(store: ConversationStore) -> str | None:

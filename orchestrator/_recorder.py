@@ -100,10 +100,6 @@ def without_system(body: Any, system: str) -> Any:
     return _without(body, system, _prompt_reference(system))
 
 
-MEMORY_REFERENCE = "[memory block: the attempt's `memory.text`]"
-"""Stands in the recorded wire body for the memory block, which the row keeps once."""
-
-
 def _without(body: Any, text: str, reference: str) -> Any:
     """`body` with every string equal to `text` replaced by `reference` (lists and dicts
     copied, the rest as it is)."""
@@ -195,17 +191,13 @@ class TurnRecorder:
         if request is not None:
             system = request.system
             payload["request_body"] = without_system(attempt.request_body, system)
-            if request.memory:  # Kept once, in `memory` below, not again in the wire body.
-                payload["request_body"] = _without(
-                    payload["request_body"], request.memory, MEMORY_REFERENCE
-                )
             payload["messages"] = [dict(m) for m in request.messages]
             payload["settings"] = _flat(request.settings)
             payload["output_type"] = request.output_type.__name__ if request.output_type else None
             if request.prompt is not None:
                 payload["prompt"] = _flat(request.prompt)
-            if request.memory:  # Exactly which facts were sent, and the block as sent.
-                payload["memory"] = {"ids": list(request.memory_ids), "text": request.memory}
+            if request.memory:  # Exactly which facts were sent (their text: `messages`).
+                payload["memory"] = {"ids": list(request.memory_ids)}
             if request.passages:  # Which passages, at which version (their text: `messages`).
                 payload["documents"] = [passage_ref(d) for d in request.passages]
         self._attempts.append(payload)

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from frontdesk.errors import ConfigError
 from frontdesk.experts import Category
 from frontdesk.experts.category import check_registry
+from frontdesk.memory_policy import MemoryPolicy
 from frontdesk.orchestrator._input import DEFAULT_MAX_MESSAGE_CHARS
 from frontdesk.orchestrator.config import ExpertSettings, ModelChoice
 from frontdesk.orchestrator.jobs import DEFAULT_CONCURRENCY, JOBS_MODES, JobsMode
@@ -112,6 +113,12 @@ class Profile:
             answer before the conversation is `assumed_resolved` (default 24 h).
         variants: Prompt variants per expert (`{"response": {"a": "response", "b":
             "response_v2"}}`): one per conversation, by a stable hash of its id.
+        memory_policy: What the memory expert may keep (`MemoryPolicy`; `None`: the
+            default policy, which refuses claims of status, permissions, limits, roles or
+            verification, identifiers and secrets). See docs/memory.md.
+        past_conversations: Keep the summaries of a user's idle and handed-back
+            conversations and send them (as the customer's words) in their later
+            conversations; `False`: none is kept or sent.
     """
 
     categories: Sequence[Category]
@@ -137,6 +144,8 @@ class Profile:
     # Did it help (issue 45, docs/outcomes.md).
     assume_after: float | timedelta = ASSUME_AFTER
     variants: Mapping[str, Mapping[str, str]] | None = None
+    memory_policy: MemoryPolicy | None = None
+    past_conversations: bool = True
 
     def __post_init__(self) -> None:
         categories = tuple(check_registry(list(self.categories)).values())
@@ -163,6 +172,11 @@ class Profile:
             check_profile_name(self.knowledge_source)
         assume_seconds(self.assume_after)
         check_variants(self.variants)
+        if self.memory_policy is not None and not isinstance(self.memory_policy, MemoryPolicy):
+            kind = type(self.memory_policy).__name__
+            raise ConfigError(f"memory_policy must be a frontdesk.MemoryPolicy, not {kind}")
+        if not isinstance(self.past_conversations, bool):
+            raise ConfigError("past_conversations must be True or False")
 
     def replace(self, **changes: Any) -> Profile:
         """A copy with `changes` (the same names as the constructor)."""

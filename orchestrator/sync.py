@@ -13,7 +13,7 @@ from frontdesk.audit.store import AuditLog
 from frontdesk.experts import Category
 from frontdesk.experts.providers import Model
 from frontdesk.knowledge import Passage
-from frontdesk.memory import Memory, MemorySource
+from frontdesk.memory import Memory, MemorySource, MemoryTrust
 from frontdesk.orchestrator import _wiring
 from frontdesk.orchestrator._compaction import BackgroundCompaction
 from frontdesk.orchestrator._orchestrator import Orchestrator
@@ -379,10 +379,18 @@ class SyncOrchestrator:
         return self._runner.run(self.orchestrator.erase_user(user_id, requested_by=requested_by))
 
     def remember(
-        self, user_id: str, text: str, key: str | None = None, *, source: MemorySource = "user"
+        self,
+        user_id: str,
+        text: str,
+        key: str | None = None,
+        *,
+        source: MemorySource = "user",
+        trust: MemoryTrust = "verified",
     ) -> Memory:
         """Blocking `Orchestrator.remember`."""
-        return self._runner.run(self.orchestrator.remember(user_id, text, key, source=source))
+        return self._runner.run(
+            self.orchestrator.remember(user_id, text, key, source=source, trust=trust)
+        )
 
     def remember_idle_conversations(self, *, limit: int = 50) -> int:
         """Blocking `Orchestrator.remember_idle_conversations`."""
@@ -391,6 +399,10 @@ class SyncOrchestrator:
     def memories(self, user_id: str) -> list[Memory]:
         """Blocking `Orchestrator.memories`."""
         return self._runner.run(self.orchestrator.memories(user_id))
+
+    def past_conversations(self, user_id: str) -> list[Memory]:
+        """Blocking `Orchestrator.past_conversations`."""
+        return self._runner.run(self.orchestrator.past_conversations(user_id))
 
     def correct(self, user_id: str, memory_id: str, text: str, *, by: str = "user") -> Memory:
         """Blocking `Orchestrator.correct`."""
@@ -457,14 +469,26 @@ class SyncMemory:
         return self._memory.store
 
     def remember(
-        self, user_id: str, text: str, key: str | None = None, *, source: MemorySource = "user"
+        self,
+        user_id: str,
+        text: str,
+        key: str | None = None,
+        *,
+        source: MemorySource = "user",
+        trust: MemoryTrust = "verified",
     ) -> Memory:
         """Blocking `LongTermMemory.remember`."""
-        return self._runner.run(self._memory.remember(user_id, text, key, source=source))
+        return self._runner.run(
+            self._memory.remember(user_id, text, key, source=source, trust=trust)
+        )
 
     def recall(self, user_id: str, query: str | None = None) -> list[Memory]:
         """Blocking `LongTermMemory.recall`."""
         return self._runner.run(self._memory.recall(user_id, query))
+
+    def past_conversations(self, user_id: str) -> list[Memory]:
+        """Blocking `LongTermMemory.past_conversations`."""
+        return self._runner.run(self._memory.past_conversations(user_id))
 
     def correct(self, user_id: str, memory_id: str, text: str, *, by: str = "user") -> Memory:
         """Blocking `LongTermMemory.correct`."""

@@ -397,9 +397,13 @@ async def _recall(p: Pipeline, s: Started) -> list[Document]:
     """The user's facts, ranked for this turn's question (`orchestrator/memory.py`)."""
     if p.memory is None:
         return []
-    if s.memories is not None:
-        return _memory.ranked(s.memories)
-    return _memory.ranked(await p.memory.recall(s.user_id, s.question.content))
+    memories = s.memories
+    if memories is None:
+        memories = await p.memory.recall(s.user_id, s.question.content)
+    # Never this conversation's own summary; no past conversation when they are off.
+    return _memory.ranked(
+        memories, conversation_id=s.question.conversation_id, past=p.past is not None
+    )
 
 
 async def _lookup(p: Pipeline, s: Started) -> Sequence[Passage]:
@@ -510,7 +514,9 @@ async def _decide_once(p: Pipeline, t: Turn, earlier: TurnOutcome | None) -> Dec
         **({"from_memory": list(from_memory)} if from_memory else {}),
         **field_rules_of(request),  # What `audit show` and the exports redact of it.
     )
-    outcome, handler_ran, handler_failed = await _decide(p, t, category, request, missing, reason)
+    outcome, handler_ran, handler_failed = await _decide(
+        p, t, category, request, missing, reason, from_memory
+    )
     t.recorder.note(
         "outcome", category=category, instruction=outcome.instruction, data=jsonable(outcome.data)
     )
@@ -574,6 +580,8 @@ async def _extract(
     # Passages only for a category that asked for them (`Category(knowledge=True)`).
     sent = view.fit.documents if p.categories[category].knowledge else []
     messages, passages = _knowledge.fold(_turns(view), t.passages, sent)
+    # Remembered facts only for a category that takes them (`Category(memory=False)`).
+    memory = _memory.block(view) if p.categories[category].memory else None
     try:
         result = await _stage(
             "request",
@@ -583,7 +591,7 @@ async def _extract(
                 metadata=meta,
                 cache_prefix=view.cache_prefix_messages,
                 observer=t.recorder,
-                memory=_memory.block(view),
+                memory=memory,
                 passages=passages,
                 speculation=speculation,
             ),
@@ -593,7 +601,10 @@ async def _extract(
         t.recorder.note("request_failed", category=category, error=f"{type(e).__name__}: {e}")
         return None, None, ()
     answered["request"] = result.response
-    return result.request, result.need_more_info, result.from_memory
+    from_memory = result.from_memory
+    if memory is not None:  # What the model did not own up to, found by value.
+        from_memory += _memory.filled_from(result.request, memory, messages, from_memory)
+    return result.request, result.need_more_info, from_memory
 
 
 async def _decide(
@@ -603,10 +614,11 @@ async def _decide(
     request: BaseModel | None,
     missing: NeedMoreInfo | None,
     reason: str,
+    from_memory: Sequence[str] = (),
 ) -> tuple[Outcome, bool, bool]:
     """The handler's outcome ("TradCode"), or the built-in outcome for this route; whether
     the handler ran, and whether it failed. A hand-off's outcome carries triage's `reason`
-    (for the person)."""
+    (for the person); the handler learns which fields came from remembered facts."""
     if category == HUMAN:
         return fallbacks.handoff(reason), False, False
     if category == OTHER:
@@ -627,6 +639,7 @@ async def _decide(
         extras=p.context_extras,
         idempotency_key=idempotency_key(t.conversation_id, t.user_message.id),
         **_memory.for_handler(p.memory, t.user_id, t.user_message, t.recorder),
+        from_memory=frozenset(from_memory),
     )
     try:
         outcome = handler_errors.checked(await handler(request, context))

@@ -28,6 +28,7 @@ def memory_json(memory: Memory) -> MemoryOut:
         text=memory.text,
         key=memory.key,
         source=memory.source,
+        trust=memory.trust,
         conversation_id=memory.conversation_id,
         created_at=memory.created_at.isoformat(),
         updated_at=memory.updated_at.isoformat(),
@@ -38,10 +39,15 @@ def memory_json(memory: Memory) -> MemoryOut:
     "/memories",
     response_model=MemoriesOut,
     responses=ERRORS,
-    summary="What is remembered about you, the most recently updated first",
+    summary="What is remembered about you (facts, then past conversations apart)",
 )
 async def list_memories(principal: Caller, orch: Orch) -> MemoriesOut:
-    return MemoriesOut(memories=[memory_json(m) for m in await orch.memories(principal.user_id)])
+    return MemoriesOut(
+        memories=[memory_json(m) for m in await orch.memories(principal.user_id)],
+        past_conversations=[
+            memory_json(m) for m in await orch.past_conversations(principal.user_id)
+        ],
+    )
 
 
 @router.delete(

@@ -215,16 +215,29 @@ class MemoryOut(BaseModel):
     id: str
     text: str
     key: str | None
-    source: str = Field(description="Who told it: memory_expert, handler, user or operator.")
+    source: str = Field(
+        description="Who told it: memory_expert, handler, user, operator, or"
+        " conversation_summary (a past conversation's summary)."
+    )
+    trust: str = Field(
+        description="customer (the customer's own word, not verified) or verified (the"
+        " business's record)."
+    )
     conversation_id: str | None
     created_at: str
     updated_at: str
 
 
 class MemoriesOut(BaseModel):
-    """The current facts about the caller, the most recently updated first."""
+    """The current facts about the caller, the most recently updated first, and the kept
+    summaries of their past conversations apart (they are not facts)."""
 
     memories: list[MemoryOut]
+    past_conversations: list[MemoryOut] = Field(
+        default_factory=list,
+        description="Summaries of the caller's past conversations, newest first (each with"
+        " its conversation_id); deleted like a fact.",
+    )
 
 
 class DeletedOut(BaseModel):

@@ -1046,3 +1046,53 @@ def test_0020_narrows_the_rows_and_verify_passes_before_and_after(
     columns, rows, heads, keys = asyncio.run(_narrow_form(empty_url))
     assert not {"prev_hash", "id"} & columns and "uq_audit_event_event_id" not in keys
     assert all(isinstance(r.hash, bytes) and len(r.hash) == 32 for r in rows)
+
+
+@pytest.mark.anyio
+async def test_0023_gives_every_fact_its_trust_by_its_source_and_takes_it_back(
+    empty_url: str,
+) -> None:
+    now = {"now": datetime.now(UTC)}
+    row = (
+        "INSERT INTO memory (id, user_id, text, source, created_at, updated_at)"
+        " VALUES (:id, 'u', :text, :source, :now, :now)"
+    )
+    sources = ["memory_expert", "conversation_summary", "user", "handler", "operator"]
+    engine = create_engine(empty_url)
+    try:
+        await upgrade_schema(engine, _before("0023_memory_trust"))
+        async with engine.begin() as conn:
+            for source in sources:
+                await conn.execute(
+                    sa.text(row), {"id": source, "source": source, "text": f"by {source}", **now}
+                )
+        await upgrade_schema(engine, "0023_memory_trust")
+        async with engine.begin() as conn:
+            rows = (await conn.execute(sa.text("SELECT id, trust FROM memory"))).all()
+            trusts: dict[str, str] = {row[0]: row[1] for row in rows}
+            # A row written without a trust is the customer's word (the safe side).
+            await conn.execute(
+                sa.text(row), {"id": "new", "source": "handler", "text": "later", **now}
+            )
+            unnamed = await conn.execute(sa.text("SELECT trust FROM memory WHERE text = 'later'"))
+            assert unnamed.scalar_one() == "customer"
+        with pytest.raises(sa.exc.IntegrityError):
+            async with engine.begin() as conn:
+                await conn.execute(sa.text("UPDATE memory SET trust = 'bank' WHERE id = 'user'"))
+    finally:
+        await engine.dispose()
+    assert trusts == {
+        "memory_expert": "customer",
+        "conversation_summary": "customer",
+        "user": "customer",
+        "handler": "verified",
+        "operator": "verified",
+    }
+    await _downgrade_to(empty_url, _before("0023_memory_trust"))
+    assert "trust" not in await _columns(empty_url, "memory")
+    engine = create_engine(empty_url)
+    try:
+        await upgrade_schema(engine, "head")
+    finally:
+        await engine.dispose()
+    assert "trust" in await _columns(empty_url, "memory")

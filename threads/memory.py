@@ -27,7 +27,16 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from frontdesk._driver import Statement
 from frontdesk.errors import MemoryNotFound
-from frontdesk.memory import MAX_FACT_CHARS, MAX_SUMMARY_CHARS, SOURCES, Memory, MemorySource
+from frontdesk.memory import (
+    MAX_FACT_CHARS,
+    MAX_SUMMARY_CHARS,
+    SOURCES,
+    TRUSTS,
+    Memory,
+    MemorySource,
+    MemoryTrust,
+    default_trust,
+)
 from frontdesk.threads._records import check_id, check_text, new_id
 from frontdesk.threads._tx import run_sync_tx
 from frontdesk.threads.errors import InvalidInput
@@ -64,6 +73,7 @@ memory_table = sa.Table(
     sa.Column("created_at", UTCDateTime, nullable=False),
     sa.Column("updated_at", UTCDateTime, nullable=False),
     sa.Column("superseded_by", sa.String(36)),
+    sa.Column("trust", sa.String(16), nullable=False),
 )
 _m = memory_table
 _COLUMNS = [
@@ -76,6 +86,7 @@ _COLUMNS = [
     _m.c.message_id,
     _m.c.created_at,
     _m.c.updated_at,
+    _m.c.trust,
 ]
 
 # Words that match almost every fact carry no relevance.
@@ -124,6 +135,7 @@ def _memory(row: RowMapping | Mapping[str, Any]) -> Memory:
         message_id=row["message_id"],
         created_at=row["created_at"],
         updated_at=row["updated_at"],
+        trust=cast(MemoryTrust, row["trust"]),
     )
 
 
@@ -278,14 +290,18 @@ class MemoryStore:
         source: MemorySource = "user",
         conversation_id: str | None = None,
         message_id: str | None = None,
+        trust: MemoryTrust | None = None,
     ) -> tuple[Memory, list[str]]:
         """Store one fact; returns it and the ids of the facts it superseded.
 
         The same text (and key) as a current fact of the user refreshes that fact instead
-        of storing a copy.
+        of storing a copy (a `verified` write makes it `verified`). `trust`: whose word it
+        is (`None`: by its source, `frontdesk.memory.default_trust`). A `customer` fact
+        supersedes only the customer's facts with its key: a customer's word never
+        replaces the business's record.
 
         Raises:
-            InvalidInput: empty or over-long text, a bad key, source or user id.
+            InvalidInput: empty or over-long text, a bad key, source, trust or user id.
         """
         written = await self.add_many(
             user_id,
@@ -293,6 +309,7 @@ class MemoryStore:
             source=source,
             conversation_id=conversation_id,
             message_id=message_id,
+            trust=trust,
         )
         return written[0]
 
@@ -305,18 +322,26 @@ class MemoryStore:
         conversation_id: str | None = None,
         message_id: str | None = None,
         also: Callable[[Connection], None] | None = None,
+        trust: MemoryTrust | None = None,
     ) -> list[tuple[Memory, list[str]]]:
         """Store several `(text, key)` facts in one transaction (see `add`); `also` runs in
         it too (a job's idempotency key, `threads.jobs.mark_done`)."""
         check_id(user_id, "user_id")
         if source not in SOURCES:
             raise InvalidInput(f"memory source must be one of {', '.join(SOURCES)}, not {source!r}")
+        trust = default_trust(source) if trust is None else trust
+        if trust not in TRUSTS:
+            raise InvalidInput(
+                f"memory trust must be one of {', '.join(TRUSTS)} (customer: the customer said"
+                f" it; verified: the business wrote it), not {trust!r}"
+            )
         cleaned = [(_check_fact(text, source), normalise_key(key)) for text, key in facts]
+        how = trust
 
         def work(conn: Connection) -> list[tuple[Memory, list[str]]]:
             _lock_user(conn, user_id)
             written = [
-                _add(conn, user_id, text, key, source, conversation_id, message_id)
+                _add(conn, user_id, text, key, source, conversation_id, message_id, how)
                 for text, key in cleaned
             ]
             if also is not None:
@@ -471,6 +496,7 @@ def _add(
     source: MemorySource,
     conversation_id: str | None,
     message_id: str | None,
+    trust: MemoryTrust,
 ) -> tuple[Memory, list[str]]:
     now = utcnow()
     same = (
@@ -485,20 +511,17 @@ def _add(
         .mappings()
         .first()
     )
-    if same is not None:  # Said again: the fact is fresher, not new.
-        conn.execute(_m.update().where(_m.c.id == same["id"]).values(updated_at=now))
-        return _memory({**same, "updated_at": now}), []
+    if same is not None:  # Said again: the fact is fresher, not new (and verified, if now so).
+        kept: MemoryTrust = "verified" if "verified" in (trust, same["trust"]) else "customer"
+        conn.execute(_m.update().where(_m.c.id == same["id"]).values(updated_at=now, trust=kept))
+        return _memory({**same, "updated_at": now, "trust": kept}), []
     memory_id = new_id()
     superseded: list[str] = []
     if key is not None:
-        superseded = [
-            r.id
-            for r in conn.execute(
-                sa.select(_m.c.id).where(
-                    _m.c.user_id == user_id, _m.c.key == key, _m.c.superseded_by.is_(None)
-                )
-            )
-        ]
+        replaced = [_m.c.user_id == user_id, _m.c.key == key, _m.c.superseded_by.is_(None)]
+        if trust == "customer":  # A customer's word never replaces the business's record.
+            replaced.append(_m.c.trust == "customer")
+        superseded = [r.id for r in conn.execute(sa.select(_m.c.id).where(*replaced))]
         if superseded:
             conn.execute(_m.update().where(_m.c.id.in_(superseded)).values(superseded_by=memory_id))
     values = {
@@ -511,6 +534,7 @@ def _add(
         "message_id": message_id,
         "created_at": now,
         "updated_at": now,
+        "trust": trust,
     }
     conn.execute(_m.insert().values(**values))
     return _memory(values), superseded
@@ -583,4 +607,4 @@ def keep_summary_sync(
     if still is None:
         return None
     key = summary_key(conversation_id)
-    return _add(conn, user_id, text, key, SUMMARY_SOURCE, conversation_id, leaf_id)
+    return _add(conn, user_id, text, key, SUMMARY_SOURCE, conversation_id, leaf_id, "customer")

@@ -129,8 +129,6 @@ class AnthropicModel(HTTPModel):
             payload["system"] = [
                 {"type": "text", "text": request.system, "cache_control": _EPHEMERAL}
             ]
-        if request.memory:  # After the cached prompt: it may change while the prompt does not.
-            payload.setdefault("system", []).append({"type": "text", "text": request.memory})
         if request.settings.temperature is not None:
             payload["temperature"] = request.settings.temperature
         if request.output_type is not None:

@@ -118,9 +118,10 @@ class ModelRequest:
     metadata: Mapping[str, str] = field(default_factory=dict)
     """Correlation ids (conversation, turn); never sent to a provider."""
     memory: str = ""
-    """What is remembered about the user, as one labelled block sent after the system
-    prompt (outside the thread, so the cached system prefix stays byte-identical); empty
-    when nothing is. See docs/memory.md."""
+    """What is remembered about the user, as the delimited blocks already at the start of
+    the last user turn (`experts._call.with_memory`): here for the audit log and test
+    doubles, never sent apart (and never as system text); empty when nothing is. See
+    docs/memory.md."""
     memory_ids: tuple[str, ...] = ()
     """The ids of the facts in `memory`, recorded by the audit log."""
     passages: tuple[Passage, ...] = ()

@@ -61,7 +61,6 @@ def request_body(request: ModelRequest) -> dict[str, Any]:
     return {
         "expert": request.expert,
         "system": request.system,
-        **({"memory": request.memory} if request.memory else {}),
         "messages": [dict(m) for m in request.messages],
         "output_type": request.output_type.__name__ if request.output_type else None,
         "max_tokens": request.settings.max_tokens,

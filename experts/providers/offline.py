@@ -38,7 +38,13 @@ from frontdesk.experts.providers.base import (
     json_schema_of,
 )
 from frontdesk.experts.providers.function import report_call, stream_reply
-from frontdesk.labels import DOCUMENTS_LABEL
+from frontdesk.labels import (
+    CUSTOMER_MEMORY_END,
+    CUSTOMER_MEMORY_LABEL,
+    DOCUMENTS_LABEL,
+    VERIFIED_MEMORY_END,
+    VERIFIED_MEMORY_LABEL,
+)
 
 LABEL = "[offline]"
 """Starts every text the stand-in writes, so nobody mistakes it for a real model."""
@@ -100,11 +106,7 @@ def _estimated_usage(request: ModelRequest, raw: Any) -> Usage:
     The stand-in has no tokenizer; these are estimates, and the audit log names the model
     `offline`, so nobody mistakes them for provider-reported usage.
     """
-    sent = (
-        len(request.system)
-        + len(request.memory)
-        + sum(len(m["content"]) + 16 for m in request.messages)
-    )
+    sent = len(request.system) + sum(len(m["content"]) + 16 for m in request.messages)
     if request.output_type is not None:
         sent += len(str(json_schema_of(request.output_type)))
     return Usage(input_tokens=sent // 4 + 1, output_tokens=len(str(raw)) // 4 + 1)
@@ -152,7 +154,9 @@ class OfflineModel:
         output_type = request.output_type
         if output_type is None:
             if request.expert == "summariser":
-                return summarise(request.messages)
+                # The last user turn is the summariser's own request ("Write the updated
+                # summary now..."), not a turn of the conversation: never summarised.
+                return summarise(_without_request(request.messages))
             if request.messages and request.messages[-1]["role"] == "assistant":
                 reply = reply_from_instruction(request.messages[-1]["content"])
                 return reply + remembered_note(request) + reference_note(request)
@@ -230,8 +234,13 @@ def facts_in(text: str) -> list[dict[str, str | None]]:
 
 def remembered_note(request: ModelRequest) -> str:
     """A line naming the remembered facts that share words with the user's message (so the
-    demo shows a fact from one conversation used in the next); empty when none do."""
-    facts = [line[2:] for line in request.memory.splitlines() if line.startswith("- ")]
+    demo shows a fact from one conversation used in the next); empty when none do. Past
+    conversations are not facts: never named."""
+    facts = [
+        line[2:]
+        for line in _memory_lines(request.messages)
+        if line.startswith("- ") and not line.startswith("- An earlier conversation")
+    ]
     user = [_said(m["content"]) for m in request.messages if m["role"] == "user"]
     if not facts or not user:
         return ""
@@ -243,8 +252,36 @@ def remembered_note(request: ModelRequest) -> str:
 
 
 def _said(content: str) -> str:
-    """A user turn's own text, without the passages of documents after the question."""
+    """A user turn's own text, without the memory blocks before the question and the
+    passages of documents after it."""
+    for end in (CUSTOMER_MEMORY_END, VERIFIED_MEMORY_END):
+        if end in content:  # A genuine delimiter (customer text has them neutralised).
+            content = content.rsplit(end, 1)[1].lstrip("\n")
     return content.split(f"\n\n{DOCUMENTS_LABEL}", 1)[0]
+
+
+def _memory_lines(messages: Sequence[Message]) -> list[str]:
+    """The lines inside the memory blocks of the last user turn."""
+    users = [m["content"] for m in messages if m["role"] == "user"]
+    if not users:
+        return []
+    lines: list[str] = []
+    inside = False
+    for line in users[-1].splitlines():
+        if line in (CUSTOMER_MEMORY_LABEL, VERIFIED_MEMORY_LABEL):
+            inside = True
+        elif line in (CUSTOMER_MEMORY_END, VERIFIED_MEMORY_END):
+            inside = False
+        elif inside:
+            lines.append(line)
+    return lines
+
+
+def _without_request(messages: Sequence[Message]) -> list[Message]:
+    """The summariser's messages without its closing request (its last user turn)."""
+    if messages and messages[-1]["role"] == "user":
+        return list(messages[:-1])
+    return list(messages)
 
 
 def reference_note(request: ModelRequest) -> str:
@@ -550,7 +587,13 @@ _REQUEST_CUE = re.compile(
 def summarise(messages: Sequence[Message]) -> str:
     """An extractive summary: sentences with names, numbers, or the user's requests."""
     lines: list[str] = []
-    for message in messages:
+    for index, message in enumerate(messages):
+        previous = message["content"].split(f"{SUMMARY_LABEL}\n", 1)
+        if index == 0 and message["role"] == "user" and len(previous) == 2:
+            # The summary so far, as this stand-in wrote it: its lines are carried over,
+            # the label the summariser put before it is not a turn.
+            lines.extend(ln for ln in previous[1].splitlines() if ln.startswith("- "))
+            continue
         for role, text in _segments(message):
             if text.startswith(SUMMARY_LABEL):
                 lines.extend(ln for ln in text.splitlines() if ln.startswith("- "))

@@ -125,8 +125,6 @@ class OpenAIModel(HTTPModel):
         messages: list[dict[str, Any]] = []
         if request.system:
             messages.append({"role": "system", "content": request.system})
-        if request.memory:  # After the prompt, so the cached prefix stays the same.
-            messages.append({"role": "system", "content": request.memory})
         messages.extend({"role": m["role"], "content": m["content"]} for m in request.messages)
         payload: dict[str, Any] = {"model": self.model_name, "messages": messages + reask}
         # Compatible servers know `max_tokens`; OpenAI's newer models only take the other.

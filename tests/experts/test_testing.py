@@ -84,3 +84,11 @@ def test_the_idempotency_key_is_stable_and_extras_are_passed() -> None:
     assert len(a.idempotency_key) == 32 and int(a.idempotency_key, 16) >= 0
     assert a.extras == {"bank": "client"} and b.extras == {}
     assert (a.user_id, a.conversation_id, a.category) == ("test-user", "c-1", "TEST")
+
+
+async def test_handler_context_names_the_fields_filled_from_memory() -> None:
+    context = handler_context(from_memory=["from_account"])
+    assert context.from_memory == frozenset({"from_account"})
+    assert handler_context().from_memory == frozenset()
+    fact = await context.memory.remember("Prefers email")
+    assert fact.trust == "verified"  # A handler's write is the business's record.

@@ -97,7 +97,22 @@ def orchestrator(team: Team, url: str, **kwargs: Any) -> Orchestrator:
 
 
 def texts_sent(request: ModelRequest) -> list[str]:
-    return [m["content"] for m in request.messages]
+    """What each message of the request says besides the memory blocks (which open the
+    last user turn)."""
+    blocks = request.memory + "\n\n" if request.memory else ""
+    return [m["content"].removeprefix(blocks) for m in request.messages]
+
+
+def fact_lines(memory: str) -> list[str]:
+    """The facts of the memory blocks, in order (the labels and delimiters left out)."""
+    return [line for line in memory.splitlines() if line.startswith("- ")]
+
+
+def in_the_last_user_turn_only(request: ModelRequest) -> bool:
+    """The memory blocks open the last user turn, and nothing else holds them."""
+    users = [i for i, m in enumerate(request.messages) if m["role"] == "user"]
+    last = request.messages[users[-1]]["content"]
+    return last.startswith(request.memory) and request.memory not in request.system
 
 
 async def learnt(orch: Orchestrator) -> None:
@@ -118,6 +133,7 @@ async def test_prefers_hindi_said_in_one_conversation_is_used_in_the_next(any_ur
     assert "Prefers replies in Hindi" in second.memory
     for request in team.of("triage")[1:] + team.of("response")[1:]:
         assert "Prefers replies in Hindi" in request.memory
+        assert in_the_last_user_turn_only(request)
         assert all("Prefers replies" not in text for text in texts_sent(request))
     # Never in the response expert's instruction.
     assert "Hindi" not in second.messages[-1]["content"]
@@ -136,7 +152,7 @@ async def test_a_peanut_allergy_reaches_the_response_expert_in_a_later_recipe_co
     await orch.aclose()
 
     response = team.of("response")[-1]
-    assert response.memory.endswith("- Allergic to peanuts")
+    assert fact_lines(response.memory) == ["- Allergic to peanuts"]
     assert response.memory_ids == tuple(m.id for m in memories)
     assert response.messages[-1]["content"] == "Suggest a potato recipe for the user."
     assert [m.source for m in memories] == ["memory_expert"]
@@ -201,9 +217,9 @@ async def test_under_a_small_memory_budget_an_unrelated_fact_goes_before_a_relev
     await orch.aclose()
 
     response = team.of("response")[0]
-    assert response.memory.splitlines()[1:] == ["- Allergic to peanuts"]
+    assert fact_lines(response.memory) == ["- Allergic to peanuts"]
     triage = team.of("triage")[0]  # A larger allowance: both, the relevant one first.
-    assert triage.memory.splitlines()[1:] == ["- Allergic to peanuts", "- Lives in Pune"]
+    assert fact_lines(triage.memory) == ["- Allergic to peanuts", "- Lives in Pune"]
 
 
 async def test_a_handful_of_facts_is_all_sent_even_when_no_word_matches(any_url: str) -> None:
@@ -214,7 +230,7 @@ async def test_a_handful_of_facts_is_all_sent_even_when_no_word_matches(any_url:
     await orch.handle("l1", "hello there", user_id="lee")
     await orch.aclose()
 
-    lines = team.of("response")[0].memory.splitlines()[1:]
+    lines = fact_lines(team.of("response")[0].memory)
     assert lines == ["- Prefers replies in Hindi", "- Lives in Pune", "- Allergic to peanuts"]
 
 
@@ -392,13 +408,13 @@ async def test_the_thread_stays_pure_and_the_memory_expert_reads_only_user_turns
         assert not any(f in t for t in texts_sent(request) for f in facts)
     memory_calls = team.of("memory")
     stating = said[:2]  # "Thanks, that is all" may state no fact: no memory call for it.
-    assert [r.messages for r in memory_calls] == [[{"role": "user", "content": t}] for t in stating]
+    assert [texts_sent(r) for r in memory_calls] == [[t] for t in stating]
     replies = {m.content for m in transcript if m.role == "assistant"}
     for request in memory_calls:
         assert not any(reply in request.memory + request.system for reply in replies)
 
 
-async def test_the_audit_row_of_each_call_records_the_memory_ids_and_text_sent(
+async def test_the_audit_row_of_each_call_records_the_memory_ids_and_where_it_was_sent(
     any_url: str,
 ) -> None:
     team = Team(route=lambda r: "OTHER")
@@ -411,8 +427,11 @@ async def test_the_audit_row_of_each_call_records_the_memory_ids_and_text_sent(
     attempts = [e.payload for e in events if e.kind == "model_attempt"]  # Blobs expanded.
     sent = {a["expert"]: a.get("memory") for a in attempts}
     response = team.of("response")[0]
-    assert sent["response"] == {"ids": [fact.id], "text": response.memory}
-    assert sent["triage"] == {"ids": [fact.id], "text": team.of("triage")[0].memory}
+    assert sent["response"] == {"ids": [fact.id]}
+    assert sent["triage"] == {"ids": [fact.id]}
+    # The blocks' text is recorded once, where it was sent: in the last user turn.
+    recorded = next(a for a in attempts if a["expert"] == "response")["messages"]
+    assert recorded[-2]["content"].startswith(response.memory)
 
 
 def test_a_model_map_naming_neither_memory_nor_default_gives_it_the_summarisers_model() -> None:

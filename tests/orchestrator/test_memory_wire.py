@@ -8,6 +8,12 @@ from typing import Any
 import pytest
 
 from frontdesk.examples.potato_shop import categories as potato_categories
+from frontdesk.labels import (
+    CUSTOMER_MEMORY_END,
+    CUSTOMER_MEMORY_LABEL,
+    VERIFIED_MEMORY_END,
+    VERIFIED_MEMORY_LABEL,
+)
 from frontdesk.orchestrator import Orchestrator
 from tests.experts.providers.wire_server import (
     ANTHROPIC_PATH,
@@ -32,7 +38,11 @@ def _text_of(content: Any) -> str:
     return "".join(block.get("text", "") for block in content)
 
 
-async def test_anthropic_sends_memory_as_a_block_after_the_cached_system_prompt(
+def _alternates(roles: list[str]) -> bool:
+    return all(a != b for a, b in zip(roles, roles[1:], strict=False)) and roles[0] == "user"
+
+
+async def test_anthropic_sends_memory_in_delimited_blocks_of_the_last_user_turn(
     wire: WireServer, db_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-test-key")
@@ -57,28 +67,37 @@ async def test_anthropic_sends_memory_as_a_block_after_the_cached_system_prompt(
     bodies = [r.body for r in wire.requests_to(ANTHROPIC_PATH)]
     assert len(bodies) == 8  # 3 turns, 2 of which state a fact (the memory expert runs).
     triage, response, memory = bodies[0::3], bodies[1::3], bodies[2::3]
-    # The prompt block is byte-identical on every turn and stays the cached prefix; the
-    # memory block follows it, uncached, and only once something is remembered.
+    # The system text is the prompt alone, byte-identical on every turn (the cached
+    # prefix): nothing remembered is ever system text.
     for calls in (triage, response):
-        assert len({json.dumps(b["system"][0]) for b in calls}) == 1
-        assert all(b["system"][0]["cache_control"] == {"type": "ephemeral"} for b in calls)
-        assert len(calls[0]["system"]) == 1
-        assert "Prefers replies in Hindi" in calls[1]["system"][1]["text"]
-        assert "cache_control" not in calls[1]["system"][1]
-        third = calls[2]["system"][1]["text"]
-        assert "Prefers replies in Hindi" in third and "Allergic to peanuts" in third
-    for body in triage + response:  # Nothing remembered is in any user or assistant turn.
-        for message in body["messages"]:
-            assert "Prefers replies" not in _text_of(message["content"])
-            assert "Allergic to peanuts" not in _text_of(message["content"])
-    # The memory expert is sent the user's own message only.
-    for body, (_, text, _) in zip(memory, turns[:2], strict=True):
-        assert [(m["role"], _text_of(m["content"])) for m in body["messages"]] == [("user", text)]
+        assert len({json.dumps(b["system"]) for b in calls}) == 1
+        assert all(len(b["system"]) == 1 for b in calls)
+        assert "Prefers replies" not in json.dumps(calls[2]["system"])
+    # What was remembered opens the last user turn, inside the customer's block (the
+    # memory expert learnt it: their words), before the question; roles still alternate.
+    for calls in (triage, response):
+        assert _text_of(calls[0]["messages"][-1]["content"]).startswith("Hello! I prefer Hindi.")
+        third = _text_of(calls[2]["messages"][-1]["content"])
+        block, question = third.split(CUSTOMER_MEMORY_END + "\n\n")
+        assert block.startswith(CUSTOMER_MEMORY_LABEL)
+        assert "- Prefers replies in Hindi" in block and "- Allergic to peanuts" in block
+        assert question.startswith("What do you sell?")
+        for body in calls:
+            assert _alternates([m["role"] for m in body["messages"]])
+    # The memory expert is sent the user's own message, after what is known already.
+    first, second = memory
+    assert [(m["role"], _text_of(m["content"])) for m in first["messages"]] == [
+        ("user", turns[0][1])
+    ]
+    [(role, said)] = [(m["role"], _text_of(m["content"])) for m in second["messages"]]
+    assert role == "user" and said.endswith("\n\n" + turns[1][1])
+    assert "Prefers replies in Hindi (key: language)" in said
+    for body in memory:
         assert "We sell potatoes" not in json.dumps(body)
     assert sorted(m.text for m in memories) == ["Allergic to peanuts", "Prefers replies in Hindi"]
 
 
-async def test_openai_sends_memory_as_a_second_system_message(
+async def test_openai_sends_memory_in_the_last_user_message_never_as_system(
     wire: WireServer, db_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test-key")
@@ -92,6 +111,7 @@ async def test_openai_sends_memory_as_a_second_system_message(
         )
     models = {"default": "openai:gpt-test", "summariser": "openai:gpt-test"}
     orch = Orchestrator(potato_categories(), model=models, store=db_url)
+    await orch.remember("sam", "KYC identity check passed")  # The business's record.
     await orch.handle("c1", "I'm allergic to peanuts", user_id="sam")
     await orch.memory.wait()
     await orch.handle("c2", "Any recipe ideas?", user_id="sam")
@@ -101,9 +121,17 @@ async def test_openai_sends_memory_as_a_second_system_message(
     assert len(bodies) == 5
     first, later = bodies[1]["messages"], bodies[4]["messages"]
     assert [m["role"] for m in first] == ["system", "user", "assistant"]
-    assert [m["role"] for m in later] == ["system", "system", "user", "assistant"]
-    assert later[0] == first[0]  # The prompt, unchanged.
-    assert "Allergic to peanuts" in later[1]["content"]
-    assert "peanuts" not in later[3]["content"]  # Not in the instruction.
+    assert [m["role"] for m in later] == ["system", "user", "assistant"]
+    assert later[0] == first[0]  # The prompt, unchanged, alone in the system role.
+    said = later[1]["content"]
+    verified, customer, question = said.split("\n\n")
+    assert verified == "\n".join(
+        [VERIFIED_MEMORY_LABEL, "- KYC identity check passed", VERIFIED_MEMORY_END]
+    )
+    assert customer == "\n".join(
+        [CUSTOMER_MEMORY_LABEL, "- Allergic to peanuts", CUSTOMER_MEMORY_END]
+    )
+    assert question == "Any recipe ideas?"
+    assert "peanuts" not in later[2]["content"]  # Not in the instruction.
     assert [m["role"] for m in bodies[2]["messages"]] == ["system", "user"]
-    assert bodies[2]["messages"][1]["content"] == "I'm allergic to peanuts"
+    assert bodies[2]["messages"][1]["content"].endswith("\n\nI'm allergic to peanuts")

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from frontdesk.experts.providers import FunctionModel, ModelRequest
+from frontdesk.labels import CUSTOMER_MEMORY_LABEL
 from frontdesk.orchestrator import Orchestrator
 from frontdesk.orchestrator._compaction import summariser_expert
 from frontdesk.orchestrator.past_conversations import PastConversations, shortened
@@ -57,19 +58,24 @@ async def test_an_idle_conversation_is_kept_once_and_recalled_later(url: str) ->
         assert await past.remember_idle() == 0  # Not idle yet.
         assert await past.remember_idle(now=LATER) == 1
         assert await past.remember_idle(now=LATER) == 0  # Kept up to its newest message.
-        kept = [m for m in await orch.memories("u") if m.source == "conversation_summary"]
+        kept = await orch.past_conversations("u")
         assert len(kept) == 1 and kept[0].conversation_id == "c-1"
         assert kept[0].text.startswith("The customer disputed a card payment at Tesco.")
         await orch.handle("c-1", "It was 42 pounds", user_id="u")
         await orch.memory.wait()
         assert await past.remember_idle(now=LATER) == 1  # Newer messages: a new summary.
-        again = [m for m in await orch.memories("u") if m.source == "conversation_summary"]
+        again = await orch.past_conversations("u")
         assert len(again) == 1 and again[0].id != kept[0].id  # It superseded the older.
         team.calls.clear()
         await orch.handle("c-2", "Any news on the Tesco dispute?", user_id="u")
         (response,) = [c for c in team.calls if c.expert == "response"]
         assert "disputed a card payment at Tesco" in response.memory
         assert all("Tesco." not in m["content"] for m in response.messages[:-2])
+        # Not a fact: listed apart; sent as the customer's words, in the last user turn.
+        assert await orch.memories("u") == []
+        assert response.memory.startswith(CUSTOMER_MEMORY_LABEL)
+        assert response.messages[-2]["content"].startswith(response.memory)
+        assert "Tesco" not in response.system
 
 
 async def test_summaries_are_forgotten_and_erased_with_the_user(url: str) -> None:
@@ -82,14 +88,15 @@ async def test_summaries_are_forgotten_and_erased_with_the_user(url: str) -> Non
         await orch.handle("c-4", "No owner here")
         await orch.memory.wait()
         assert await past.remember_idle(now=LATER) == 3  # Not the conversation without owner.
-        first, second = [m for m in await orch.memories("u") if m.source == "conversation_summary"]
+        first, second = await orch.past_conversations("u")
         await orch.forget("u", first.id)
-        assert [m.id for m in await orch.memories("u")] == [second.id]
+        assert [m.id for m in await orch.past_conversations("u")] == [second.id]
         await orch.erase_user("u")
-        assert await orch.memories("u") == []
+        assert await orch.past_conversations("u") == []
         assert await past.remember_idle(now=LATER) == 0  # An erased owner is never kept.
-        assert await orch.memories("u") == []
-        assert [m.source for m in await orch.memories("someone-else")] == ["conversation_summary"]
+        assert await orch.past_conversations("u") == []
+        kept = await orch.past_conversations("someone-else")
+        assert [(m.source, m.trust) for m in kept] == [("conversation_summary", "customer")]
 
 
 async def test_a_failing_summariser_keeps_nothing_and_is_audited(url: str) -> None:

@@ -58,8 +58,10 @@ COUNT = Category(
 
 
 def last_user_text(request: ModelRequest) -> str:
+    """The last user turn's own text (without the memory blocks that open it)."""
     users = [m["content"] for m in request.messages if m["role"] == "user"]
-    return str(users[-1]) if users else ""
+    blocks = request.memory + "\n\n" if request.memory else ""
+    return str(users[-1]).removeprefix(blocks) if users else ""
 
 
 def answer(request: ModelRequest) -> Any:
