@@ -24,6 +24,10 @@ EventKind = Literal[
     # speculative call's tokens; its attempt rows precede the note)
     "request_failed",  # payload: category, error (an unusable extraction; the turn hands off)
     "handler_error",  # payload: category, error
+    "unreadable",  # payload: category (or null: triage), error, asked_before (the unreadable
+    # turns just before; `on_unreadable="ask"` asks again, a hand-off after three)
+    "response_fallback",  # payload: error (the response expert failed after the handler
+    # acted: the reply was built from the outcome, `fallbacks.plain_reply`)
     "reply",  # payload: assistant_message_id, text, model, prompt versions
     "turn_failed",  # payload: error, stage
     "compaction",  # payload: summary_id, covered_until_message_id, evicted, summary text
@@ -51,6 +55,8 @@ EventKind = Literal[
     # Did it help (issue 45). `turn_id` is the rated answer's question.
     "feedback",  # payload: message_id, rating (1-5), comment (or null), resolved (bool)
     "resolution",  # payload: resolution, by (a hand-back's, a sweep's), previous
+    "operator_read",  # payload: by (operator id), conversation_id, what (no content); in the
+    # user's chain: who read the customer's context, transcript or memories, and when
 ]
 
 # A `model_attempt` payload holds: expert, model, attempt, settings, prompt {name, version,

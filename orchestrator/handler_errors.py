@@ -49,6 +49,7 @@ def checked(outcome: Any) -> Outcome:
         data=outcome.data,
         handoff=outcome.handoff,
         resolves=outcome.resolves,
+        reply=outcome.reply,
     )
 
 

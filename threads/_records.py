@@ -101,6 +101,8 @@ class ConversationRecord:
     resolved_at: datetime | None = None
     resolved_by: str | None = None
     """`customer`, `handler`, `operator` or `timeout`."""
+    profile: str | None = None
+    """The profile (business) answering it (`None`: a conversation from before profiles)."""
 
 
 def new_id() -> str:

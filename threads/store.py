@@ -714,6 +714,7 @@ class ConversationStore:
                 resolution=row["resolution"],
                 resolved_at=row["resolved_at"],
                 resolved_by=row["resolved_by"],
+                profile=row["profile"],
             )
 
         return await self._read(work)
