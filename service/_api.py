@@ -261,7 +261,7 @@ async def regenerate_message(
 async def get_conversation(
     conversation_id: str, principal: Caller, orch: Orch
 ) -> ConversationStateOut:
-    user_id = await _reader(orch, conversation_id, principal)
+    user_id = await _reader(orch, conversation_id, principal, "state")
     conv = await orch.conversation(conversation_id, user_id=user_id)
     return ConversationStateOut(
         conversation_id=conv.id,
