@@ -46,6 +46,7 @@ __all__ = [
     "first_token",
     "job",
     "rate_limited",
+    "screen_verdict",
     "turn",
 ]
 
@@ -123,6 +124,12 @@ class _Instruments:
             "Customers' ratings of bot answers (1-5; thumbs up is 5, down is 1), by rating.",
             ["frontdesk_rating"],
         )
+        self.screen_verdicts = _prom.Counter(
+            "frontdesk_screen_verdicts",
+            "Verdicts of the screen run before triage (`Orchestrator(screen=...)`), by"
+            " action (allow, refuse, handoff) and mode (enforce, shadow).",
+            ["frontdesk_screen_action", "frontdesk_screen_mode"],
+        )
 
 
 _instruments: _Instruments | None = _Instruments() if _prom is not None else None
@@ -192,6 +199,12 @@ def feedback(rating: int) -> None:
     """Count one customer's rating of a bot answer."""
     if _instruments is not None:
         _instruments.feedback.labels(str(rating)).inc()
+
+
+def screen_verdict(*, action: str, mode: str) -> None:
+    """Count one verdict of the screen before triage."""
+    if _instruments is not None:
+        _instruments.screen_verdicts.labels(action, mode).inc()
 
 
 def rate_limited() -> None:

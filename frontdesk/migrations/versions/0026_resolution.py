@@ -8,7 +8,7 @@ holds one rating (1-5) and an optional comment per rated message: a repeated rat
 replaces the row (its primary key is the message).
 
 Revision ID: 0026_resolution
-Revises: 0023_memory_trust
+Revises: 0025_confirmation
 Create Date: 2026-12-06
 """
 
@@ -20,7 +20,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "0026_resolution"
-down_revision: str | Sequence[str] | None = "0023_memory_trust"
+down_revision: str | Sequence[str] | None = "0025_confirmation"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
