@@ -23,6 +23,7 @@ from frontdesk.cli import (
     knowledge,
     memory,
     privacy,
+    report,
     serve,
     test,
     thread,
@@ -66,6 +67,7 @@ app.command("init")(init.init)
 app.command("demo")(chat.demo)
 app.command("chat")(chat.chat)
 app.command("conversations")(conversations.conversations)
+app.command("report")(report.report)
 app.command("serve")(serve.serve)
 app.command("worker")(jobs.worker)
 app.add_typer(jobs.app, name="jobs", help="List, retry and cancel background jobs.")

@@ -78,6 +78,10 @@ class Outcome(BaseModel):
     this reason in the same transaction that stores the outcome (`Reply.handoff` is True),
     and a retry of the turn opens no second hand-off."""
 
+    resolves: bool = False
+    """The handler's effect completes what the customer came for: the conversation's
+    `resolution` becomes `resolved` (by `handler`) in the turn's last transaction."""
+
 
 _AS_TEXT = (Decimal, dt.datetime, dt.date, dt.time, dt.timedelta, uuid.UUID)
 """Types pydantic writes as JSON strings; kept in that form (the stored form)."""
