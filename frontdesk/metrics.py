@@ -45,6 +45,7 @@ __all__ = [
     "first_token",
     "job",
     "rate_limited",
+    "screen_verdict",
     "turn",
 ]
 
@@ -82,8 +83,8 @@ class _Instruments:
         self.turns = _prom.Counter(
             "frontdesk_turns",
             "Turns by category and outcome (answered, need_more_info, handoff, held,"
-            " replayed, failed).",
-            ["frontdesk_category", "frontdesk_outcome"],
+            " replayed, failed), and the profile (business) that answered.",
+            ["frontdesk_category", "frontdesk_outcome", "frontdesk_profile"],
         )
         self.turn_duration = _prom.Histogram(
             "frontdesk_turn_duration_seconds",
@@ -116,6 +117,12 @@ class _Instruments:
         self.rate_limited = _prom.Counter(
             "frontdesk_rate_limited_requests",
             "Requests refused with 429 by the per-user rate limit.",
+        )
+        self.screen_verdicts = _prom.Counter(
+            "frontdesk_screen_verdicts",
+            "Verdicts of the screen run before triage (`Orchestrator(screen=...)`), by"
+            " action (allow, refuse, handoff) and mode (enforce, shadow).",
+            ["frontdesk_screen_action", "frontdesk_screen_mode"],
         )
 
 
@@ -152,12 +159,12 @@ def expert_call(
         )
 
 
-def turn(*, category: str, outcome: str, seconds: float) -> None:
-    """Count one turn and its duration."""
+def turn(*, category: str, outcome: str, seconds: float, profile: str = "") -> None:
+    """Count one turn (by the profile that answered it) and its duration."""
     m = _instruments
     if m is None:
         return
-    m.turns.labels(category, outcome).inc()
+    m.turns.labels(category, outcome, profile).inc()
     m.turn_duration.labels(outcome).observe(seconds)
 
 
@@ -180,6 +187,12 @@ def cost(*, expert: str, model: str, usd: float) -> None:
     """Add one attempt's estimated cost."""
     if _instruments is not None and usd > 0:
         _instruments.cost.labels(expert, model).inc(usd)
+
+
+def screen_verdict(*, action: str, mode: str) -> None:
+    """Count one verdict of the screen before triage."""
+    if _instruments is not None:
+        _instruments.screen_verdicts.labels(action, mode).inc()
 
 
 def rate_limited() -> None:

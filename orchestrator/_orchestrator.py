@@ -436,7 +436,7 @@ class Orchestrator:
                 secrets=partial(_drop_values, store, self._categories_by_name()),
             )
         return Pipeline(
-            app=app_record(self.app_spec, triage, requests, response),
+            app=app_record(self.app_spec, triage, requests, response, name),
             memory=self._memories if profile.memory else None,
             store=store,
             audit=self._audit,
@@ -460,6 +460,11 @@ class Orchestrator:
             knowledge=self._library if profile.knowledge else None,
             past=self._past if profile.memory and profile.past_conversations else None,
             profile=name,
+            confirm_ttl=profile.confirm_window,
+            screen=profile.screen,
+            screen_mode=profile.screen_mode,
+            spend_limit=profile.spend_limit,
+            review=w.review,
         )
 
     def _job_kinds(

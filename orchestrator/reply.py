@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 from pydantic import BaseModel
 
@@ -50,27 +49,18 @@ class Reply:
     handler_failed: bool = False
     """The category's handler raised: `outcome` is the library's apology (nothing the
     handler decided), and the user was asked to try again or ask for a person."""
+    reviewed: bool = False
+    """The review expert checked this reply (`Orchestrator(review=True)`)."""
+    confirmation: str | None = None
+    """The confirmation question, on the turn that asks the customer to confirm a request
+    of a `Category(confirm=...)` (its handler has not run); `None` on any other turn."""
+
+    @property
+    def awaiting_confirmation(self) -> bool:
+        """Whether the request waits for the customer's yes or no (show Yes / No buttons)."""
+        return self.confirmation is not None
 
     @property
     def tokens(self) -> int:
         """All tokens of the turn, input and output, over every expert."""
         return sum(u.total_input_tokens + u.output_tokens for u in self.usage.values())
-
-    def to_dict(self) -> dict[str, Any]:
-        """A JSON-able view, for logs and APIs."""
-        return {
-            "text": self.text,
-            "category": self.category,
-            "request": self.request.model_dump(mode="json") if self.request else None,
-            "need_more_info": self.need_more_info.model_dump() if self.need_more_info else None,
-            "message_id": self.message_id,
-            "user_message_id": self.user_message_id,
-            "conversation_id": self.conversation_id,
-            "replayed": self.replayed,
-            "handoff": self.handoff,
-            "author": self.author,
-            "sources": [
-                {"id": p.id, "source": p.source, "title": p.title, "version": p.version}
-                for p in self.sources
-            ],
-        }

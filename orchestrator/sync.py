@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncGenerator, Iterator, Mapping
+from collections.abc import AsyncGenerator, Iterator, Mapping, Sequence
 from datetime import timedelta
 from functools import partial
 from pathlib import Path
@@ -536,6 +536,14 @@ class SyncPrivacy:
     def erase_user(self, user_id: str, *, requested_by: str | None = None) -> ErasureReport:
         """Blocking `Privacy.erase_user`."""
         return self._runner.run(self._privacy.erase_user(user_id, requested_by=requested_by))
+
+    def record_access(
+        self, user_id: str, *, by: str, what: Sequence[str], conversation_id: str | None = None
+    ) -> None:
+        """Blocking `Privacy.record_access`."""
+        self._runner.run(
+            self._privacy.record_access(user_id, by=by, what=what, conversation_id=conversation_id)
+        )
 
     def export_user(self, user_id: str) -> dict[str, Any]:
         """Blocking `Privacy.export_user`."""

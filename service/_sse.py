@@ -37,6 +37,8 @@ def reply_json(reply: Reply) -> dict[str, Any]:
         "message_id": reply.message_id,
         "user_message_id": reply.user_message_id,
         "handoff": reply.handoff,
+        "confirmation": reply.confirmation,
+        "awaiting_confirmation": reply.awaiting_confirmation,
     }
 
 
@@ -82,6 +84,7 @@ async def open_stream(
     *,
     user_id: str,
     client_message_id: str | None,
+    profile: str | None = None,
 ) -> AsyncIterator[bytes]:
     """Start the turn; return its frames once the first event is there.
 
@@ -93,7 +96,11 @@ async def open_stream(
     async def pump() -> None:
         try:
             async for event in orchestrator.stream(
-                conversation_id, text, user_id=user_id, client_message_id=client_message_id
+                conversation_id,
+                text,
+                user_id=user_id,
+                client_message_id=client_message_id,
+                profile=profile,
             ):
                 queue.put_nowait(event)
         except Exception as e:

@@ -8,7 +8,7 @@ from typing import Any
 import httpx
 import pytest
 
-from frontdesk.errors import AuditWriteError, StoreError, StoreUnavailable
+from frontdesk.errors import AuditWriteError, SpendLimitReached, StoreError, StoreUnavailable
 from tests.service.conftest import Api, auth
 
 pytestmark = pytest.mark.anyio
@@ -56,7 +56,7 @@ async def test_nul_anywhere_in_a_path_is_422_json_on_both_backends(api: Api) -> 
         ("POST", f"/v1/conversations/{cid}/messages/{message_id}{nul}/regenerate", None, ()),
         ("POST", f"/v1/conversations/{cid}{nul}/messages", {"text": "x"}, ()),
         ("DELETE", f"/v1/me/memories/m{nul}", None, ()),
-        ("POST", f"/v1/users/u{nul}1/erase", None, OPERATOR),
+        ("POST", f"/v1/users/u{nul}1/erase", None, ("operator", "privacy")),
         ("POST", f"/v1/conversations/{cid}{nul}/handoff", None, OPERATOR),
     ]
     for method, path, body, roles in asks:
@@ -109,6 +109,30 @@ async def test_a_store_or_audit_outage_is_503_with_retry_after_and_the_safe_repl
         assert "database" not in body["text"] and "audit" not in body["text"]
 
 
+async def test_a_spend_limit_is_429_with_retry_after(
+    api: Api, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async def spent(*args: object, **kwargs: object) -> None:
+        raise SpendLimitReached(
+            "user 'u1' spent 2100 tokens",
+            retry_after=3599.6,
+            tokens=2100,
+            cost_usd=0.0,
+            user_id="u1",
+            conversation_id="c",
+        )
+
+    monkeypatch.setattr(api.orch, "handle", spent)
+    r = await api.client.post(
+        f"/v1/conversations/{api.cid()}/messages",
+        json={"text": "hello"},
+        headers={**auth("u1"), "Idempotency-Key": "k1"},
+    )
+    assert r.status_code == 429, r.text
+    assert r.headers["Retry-After"] == "3600"
+    assert r.json()["type"] == "SpendLimitReached" and "2100" not in r.json()["detail"]
+
+
 async def test_a_bug_is_a_json_500(api: Api, monkeypatch: pytest.MonkeyPatch) -> None:
     async def bug(*args: object, **kwargs: object) -> None:
         raise RuntimeError("a bug")
@@ -131,7 +155,8 @@ async def test_a_user_id_with_a_slash_is_erasable(api: Api, spelt: str) -> None:
         headers={**auth("tenant/alice"), "Idempotency-Key": "k1"},
     )
     assert r.status_code == 200, r.text
-    r = await api.client.post(f"/v1/users/{spelt}/erase", headers=auth("op", roles=OPERATOR))
+    officer = auth("op", roles=("operator", "privacy"))
+    r = await api.client.post(f"/v1/users/{spelt}/erase", headers=officer)
     assert r.status_code == 200, r.text
     assert r.json()["user_id"] == "tenant/alice"
     assert r.json()["messages"] >= 2
