@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import enum
+import inspect
 import math
 import re
 import uuid
@@ -54,15 +55,32 @@ class Outcome(BaseModel):
         return {key: _json_value(value, f"data[{key!r}]") for key, value in data.items()}
 
     reply: str | None = None
-    """Exact words for the customer, used only when the response expert cannot write the
-    reply (its model failed or was cut off after the handler acted); `None`: the
-    instruction is said plainly instead (docs/providers.md, "Failing softly"). Not stored
-    with the turn: a retry of the turn falls back to the plain instruction."""
+    """Approved words for the customer, sent as the reply verbatim (the app templates them
+    with the request's fields): no response expert call, streamed as one delta, audited as
+    approved; for wording a compliance team signed off (a disclosure, a fee). `None`: the
+    response expert writes the reply from `instruction`. The same words are the fallback
+    when the response expert cannot write a reply after the handler acted
+    (docs/providers.md, "Failing softly"). Stored with the turn: a retry sends them again."""
+
+    @field_validator("reply", mode="after")
+    @classmethod
+    def _some_reply(cls, reply: str | None) -> str | None:
+        if reply is not None and not reply.strip():
+            raise InvalidOutcome(
+                "Outcome reply is empty; give the words to send, or None to let the"
+                " response expert write the reply",
+                key="reply",
+            )
+        return reply
 
     handoff: str | None = None
     """Why a person should take over, or None. Set, the conversation is handed off with
     this reason in the same transaction that stores the outcome (`Reply.handoff` is True),
     and a retry of the turn opens no second hand-off."""
+
+    resolves: bool = False
+    """The handler's effect completes what the customer came for: the conversation's
+    `resolution` becomes `resolved` (by `handler`) in the turn's last transaction."""
 
 
 _AS_TEXT = (Decimal, dt.datetime, dt.date, dt.time, dt.timedelta, uuid.UUID)
@@ -240,6 +258,11 @@ class Category:
         memory: Send the request expert what is remembered about the customer (the
             default); `False` sends it no remembered fact at all, so that every field comes
             from this conversation (a payment's accounts and amount).
+        confirm: Run the handler only after the customer confirms the extracted request
+            (a payment, a transfer): `True` asks a question built from the request's fields
+            (through the response expert); a callable `(request) -> str` returns the
+            question, sent verbatim. Only a "yes" on the next turn runs the handler, once,
+            with the request that was asked about (docs/adding-a-category.md).
     """
 
     name: str
@@ -250,6 +273,7 @@ class Category:
     request_prompt: str | None = None
     knowledge: bool = False
     memory: bool = True
+    confirm: bool | Callable[[BaseModel], str] = False
 
     def __post_init__(self) -> None:
         problems = []
@@ -262,6 +286,11 @@ class Category:
         if (self.request is None) != (self.handler is None):
             problems.append(
                 f"category {self.name!r} needs both a request model and a handler (or neither)"
+            )
+        if self.handler is not None and not _is_async(self.handler):
+            problems.append(
+                f"category {self.name!r}: the handler {_name_of(self.handler)} is not async;"
+                " declare it `async def` (a turn awaits it)"
             )
         if self.request is not None and not (
             isinstance(self.request, type) and issubclass(self.request, BaseModel)
@@ -276,9 +305,31 @@ class Category:
                 f"category {self.name!r}: knowledge=True needs a request model (it is for the"
                 " request expert)"
             )
+        if not (isinstance(self.confirm, bool) or callable(self.confirm)):
+            problems.append(
+                f"category {self.name!r}: confirm must be True, False or a callable"
+                " (request) -> question"
+            )
+        elif self.confirm is not False and self.handler is None:
+            problems.append(
+                f"category {self.name!r}: confirm needs a request model and a handler (it"
+                " holds the request until the customer says yes)"
+            )
         if problems:
             raise ConfigError("; ".join(problems))
         object.__setattr__(self, "examples", tuple(self.examples))
+
+
+def _is_async(handler: object) -> bool:
+    """An `async def` function, a partial of one, or an object whose `__call__` is one."""
+    if inspect.iscoroutinefunction(handler):
+        return True
+    call = getattr(handler, "__call__", None)  # noqa: B004 (a callable object's method)
+    return not inspect.isfunction(handler) and inspect.iscoroutinefunction(call)
+
+
+def _name_of(handler: object) -> str:
+    return str(getattr(handler, "__qualname__", None) or repr(handler))
 
 
 OTHER = "OTHER"

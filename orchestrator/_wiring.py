@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from pydantic import BaseModel
@@ -27,6 +27,7 @@ from frontdesk.experts.providers.base import json_schema_of, settings_of
 from frontdesk.experts.request import RequestExpert, extraction_type
 from frontdesk.experts.request import prompt_variables as request_variables
 from frontdesk.experts.response import ResponseExpert
+from frontdesk.experts.review import ReviewExpert
 from frontdesk.experts.triage import TriageExpert, triage_output_type
 from frontdesk.experts.triage import prompt_variables as triage_variables
 from frontdesk.orchestrator.config import (
@@ -38,6 +39,8 @@ from frontdesk.orchestrator.config import (
 )
 from frontdesk.orchestrator.errors import InputTooLarge
 from frontdesk.orchestrator.profile import Profile
+from frontdesk.orchestrator.resolution import check_variants
+from frontdesk.orchestrator.review import Review
 from frontdesk.prompts import Prompt, RenderedPrompt, load_prompt, parse_prompt
 from frontdesk.threads.budget import Budget, budget_for, fit_to_window, question_tokens
 from frontdesk.threads.tokens import CalibratedCounter, TokenCounter
@@ -85,10 +88,7 @@ class Wiring:
     def build(self) -> Experts:
         """Every expert, with its prompt rendered now."""
         listed = list(self.categories)
-        triage = TriageExpert(
-            call=self.call("triage", self.prompt("triage").render(**triage_variables(listed))),
-            output_type=triage_output_type(listed),
-        )
+        triage = self.triage()
         requests = {}
         for category in listed:
             if category.request is None:
@@ -98,21 +98,53 @@ class Wiring:
             requests[category.name] = RequestExpert(
                 category=category, call=self.call("request", rendered)
             )
-        response = ResponseExpert(
+        return triage, requests, self.response()
+
+    def triage(self, prompt: str = "triage") -> TriageExpert:
+        """The triage expert with the prompt `prompt` (a variant's, or the default)."""
+        listed = list(self.categories)
+        return TriageExpert(
+            call=self.call("triage", self.prompt(prompt).render(**triage_variables(listed))),
+            output_type=triage_output_type(listed),
+        )
+
+    def response(self, prompt: str = "response") -> ResponseExpert:
+        """The response expert with the prompt `prompt` (a variant's, or the default)."""
+        return ResponseExpert(
             call=self.call(
                 "response",
-                self.prompt("response").render(
+                self.prompt(prompt).render(
                     # `shop_name` too: a prompts_dir file written before the rename still renders.
                     business_name=self.business_name,
                     shop_name=self.business_name,
                 ),
             )
         )
-        return triage, requests, response
+
+    def variants(
+        self, experts: Experts, variants: Mapping[str, Mapping[str, str]]
+    ) -> dict[str, tuple[TriageExpert, ResponseExpert]]:
+        """Variant name -> its triage and response experts (`Orchestrator(variants=...)`):
+        the named prompt for an expert with variants, the default experts' otherwise."""
+        triage, _, response = experts
+        names = next(iter(variants.values()), {})
+        built = {}
+        for name in names:
+            t = variants["triage"][name] if "triage" in variants else None
+            r = variants["response"][name] if "response" in variants else None
+            built[name] = (
+                triage if t is None else self.triage(t),
+                response if r is None else self.response(r),
+            )
+        return built
 
     def memory_expert(self) -> MemoryExpert:
         """The memory expert with its versioned prompt (run after replies)."""
         return MemoryExpert(call=self.call("memory", self.prompt("memory").render()))
+
+    def review_expert(self) -> ReviewExpert:
+        """The review expert with its versioned prompt (`Orchestrator(review=True)`)."""
+        return ReviewExpert(call=self.call("review", self.prompt("review").render()))
 
     def check_budgets(self, experts: Experts, budgets: Mapping[str, Budget]) -> None:
         """Refuse a system prompt over its expert's allowance (`ConfigError`)."""
@@ -235,9 +267,13 @@ class Wired:
     offline_by_default: bool
     experts: Experts
     memory_expert: MemoryExpert
+    review: Review | None
+    """The review expert and its rules (`Profile.review`), or `None`."""
     counter: TokenCounter
     business_name: str
     prompts_dir: Path | None
+    variants: Mapping[str, tuple[TriageExpert, ResponseExpert]] = field(default_factory=dict)
+    """Prompt variant name -> its triage and response experts (`Profile.variants`)."""
     budgets: Mapping[str, Budget]
     """The profile's budgets, each cut to its model's `context_tokens` where one is set."""
     one_at_a_time: bool = False
@@ -277,6 +313,7 @@ def wire(profile: Profile) -> Wired:
     budgets = wiring.fit_budgets(experts, profile.budgets or {})
     wiring.check_budgets(experts, budgets)
     return Wired(
+        variants=wiring.variants(experts, check_variants(profile.variants)),
         budgets=budgets,
         one_at_a_time=any(wiring.effective(e).concurrency == 1 for e in ("triage", "request")),
         profile=profile,
@@ -285,6 +322,13 @@ def wire(profile: Profile) -> Wired:
         offline_by_default=offline_by_default(choice),
         experts=experts,
         memory_expert=wiring.memory_expert(),
+        review=Review(
+            expert=wiring.review_expert(),
+            rules=tuple(profile.review_rules),
+            fallback=profile.review_fallback,
+        )
+        if profile.review
+        else None,
         counter=counter,
         business_name=wiring.business_name,
         prompts_dir=prompts_dir,

@@ -21,6 +21,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import datetime
+import functools
 import hashlib
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
@@ -31,6 +33,7 @@ import structlog
 from pydantic import BaseModel, ValidationError
 
 from frontdesk import metrics, telemetry
+from frontdesk.audit.events import AuditEvent
 from frontdesk.audit.store import AuditLog
 from frontdesk.db import Connection, reads_beside_writes
 from frontdesk.errors import (
@@ -60,9 +63,19 @@ from frontdesk.experts.response import ResponseExpert, ResponseResult
 from frontdesk.experts.triage import TriageExpert
 from frontdesk.knowledge import Passage
 from frontdesk.memory import Memory
-from frontdesk.orchestrator import _listen, fallbacks, handler_errors, handoff
+from frontdesk.orchestrator import (
+    _listen,
+    approved,
+    confirmation,
+    fallbacks,
+    handler_errors,
+    handoff,
+    spend,
+)
 from frontdesk.orchestrator import knowledge as _knowledge
 from frontdesk.orchestrator import memory as _memory
+from frontdesk.orchestrator import review as _review
+from frontdesk.orchestrator import screen as _screen
 from frontdesk.orchestrator._compaction import BackgroundCompaction, compaction_spec
 from frontdesk.orchestrator._recorder import (
     TurnRecorder,
@@ -75,6 +88,7 @@ from frontdesk.orchestrator.errors import TurnFailed
 from frontdesk.orchestrator.jobs import Jobs
 from frontdesk.orchestrator.past_conversations import PastConversations
 from frontdesk.orchestrator.reply import Reply
+from frontdesk.orchestrator.resolution import variant_of
 from frontdesk.orchestrator.ruled_values import Secrets, model_of
 from frontdesk.ruled import TurnSecrets
 from frontdesk.threads.budget import Budget, Document
@@ -92,6 +106,7 @@ from frontdesk.threads.ruled_values import Scrub
 from frontdesk.threads.store import (
     ConversationStore,
     MessageRecord,
+    Previous,
     TurnLease,
     TurnOutcome,
     TurnRecord,
@@ -116,6 +131,7 @@ async def run_turn(p: Pipeline, conversation_id: str, start: Start) -> Reply:
     recorded in the reply's own transaction. All of it is one `frontdesk.turn` span (the
     expert calls' spans are its children)."""
     with telemetry.turn(conversation_id) as span:
+        p, variant = _variant(p, conversation_id)  # Prompt variants: one per conversation.
         span.profile = p.profile or ""
         lease = p.lease(conversation_id)
         try:
@@ -131,7 +147,8 @@ async def run_turn(p: Pipeline, conversation_id: str, start: Start) -> Reply:
                     user_id=s.user_id,
                 )
                 return _traced(span, reply, held=s.answered_now)
-            t = _turn(s, lease, await _recall(p, s), await _lookup(p, s), p.app)
+            t = _turn(s, lease, await _recall(p, s), await _lookup(p, s), p.app, variant)
+            t = await _awaiting(p, s, t)
             span.audit_event(t.recorder.events[0].event_id)  # `turn_started`: the question.
             try:
                 # The experts, under the turn deadline; a stored outcome skips to the reply.
@@ -254,6 +271,7 @@ async def start_message(
         passages=read.passages,
         previous_category=begun.previous_category,
         guessed=begun.path is not None,
+        previous=begun.previous,
     )
 
 
@@ -298,6 +316,7 @@ async def start_edit(
         passages=read.passages,
         previous_category=begun.previous_category,
         guessed=True,
+        previous=begun.previous,
     )
 
 
@@ -427,6 +446,25 @@ async def begin(
     )
 
 
+async def _awaiting(p: Pipeline, s: Started, t: Turn) -> Turn:
+    """`t` with the request the turn before left waiting for this turn's yes, if any
+    (`orchestrator/confirmation.py`): read by the start with the guess of the category (no
+    read of its own), or, for a resumed turn, here when a category confirms."""
+    previous = s.previous
+    if not s.guessed and p.confirms and s.stored.outcome is None:
+        before = _previous_question(t)
+        if before is not None:
+            record = await p.store.turn_record(before)
+            if record.outcome is not None:
+                previous = Previous(
+                    user_message_id=before,
+                    category=record.outcome.category,
+                    confirmation=record.outcome.confirmation,
+                )
+    pending = confirmation.pending_of(previous, s.question.id)
+    return t if pending is None else dataclasses.replace(t, pending=pending)
+
+
 async def _recall(p: Pipeline, s: Started) -> list[Document]:
     """The user's facts, ranked for this turn's question (`orchestrator/memory.py`)."""
     if p.memory is None:
@@ -455,6 +493,7 @@ def _turn(
     memory: Sequence[Document],
     passages: Sequence[Passage],
     app: Mapping[str, object],
+    variant: str | None = None,
 ) -> Turn:
     recorder = TurnRecorder(turn_id=s.question.id)
     recorder.note(
@@ -478,7 +517,26 @@ def _turn(
         guessed=s.guessed,
         passages=passages,
         documents=_knowledge.ranked(passages),
+        variant=variant,
     )
+
+
+def _variant(p: Pipeline, conversation_id: str) -> tuple[Pipeline, str | None]:
+    """The pipeline with the conversation's prompt variant's experts (`variant_of`: a
+    stable hash of its id), and the variant's name; unchanged without variants."""
+    if not p.variants:
+        return p, None
+    name = variant_of(conversation_id, list(p.variants))
+    triage, response = p.variants[name]
+    return dataclasses.replace(p, triage=triage, response=response), name
+
+
+def _stamped(t: Turn) -> list[AuditEvent]:
+    """The turn's audit events, each stamped with the conversation's variant (if any)."""
+    if t.variant is not None:
+        for event in t.recorder.events:
+            event.payload["variant"] = t.variant
+    return t.recorder.events
 
 
 # -- the experts -------------------------------------------------------------------------
@@ -487,8 +545,43 @@ def _turn(
 async def _experts(
     p: Pipeline, t: Turn, earlier: TurnOutcome | None
 ) -> tuple[Decided, ResponseResult]:
+    # Before any model call (spend.py); not for a retry whose outcome is stored: what the
+    # handler did must still be told.
+    if p.spend_limit is not None and earlier is None:
+        await spend.check(
+            p.spend_limit,
+            p.store,
+            t.recorder,
+            user_id=t.user_id,
+            conversation_id=t.conversation_id,
+        )
     decided = await _decide_once(p, t, earlier)
-    return decided, await _respond(p, t, decided)
+    if p.review is None or decided.outcome.reply is not None:
+        return decided, await _respond(p, t, decided)
+    return await _reviewed(p, t, p.review, decided)
+
+
+async def _reviewed(
+    p: Pipeline, t: Turn, review: _review.Review, decided: Decided
+) -> tuple[Decided, ResponseResult]:
+    """The reply once the review expert approved it (review.py); its verdicts' usage is
+    the turn's `review` usage."""
+
+    def draft(note: str | None) -> Awaitable[ResponseResult]:
+        return _respond(p, t, decided, note=note, stream=False)
+
+    done = await _review.reviewed(
+        review,
+        t.recorder,
+        thread=_turns(_view(p, t, "response")),
+        instruction=decided.outcome.instruction,
+        metadata=_meta(t),
+        draft=draft,
+        sink=_first_token_timed(_listen.delta_sink(), since=t.lease.started),
+        user_message_id=t.user_message.id,
+    )
+    answered = {**decided.answered, "review": done.review}
+    return dataclasses.replace(decided, answered=answered), done.answer
 
 
 async def _decide_once(p: Pipeline, t: Turn, earlier: TurnOutcome | None) -> Decided:
@@ -503,6 +596,25 @@ async def _decide_once(p: Pipeline, t: Turn, earlier: TurnOutcome | None) -> Dec
         if decided.category in p.requests:
             _listen.extracted(decided.request, decided.missing)
         return decided
+    if p.screen is not None:  # The app's check before triage (screen.py).
+        stopped = await _screen.screened(
+            p.screen, p.screen_mode, t.recorder, t.user_message.content, _screen_context(t)
+        )
+        if stopped is not None:  # Refused or handed off: no expert decides.
+            return await _settled(p, t, _builtin(t, stopped))
+    if t.pending is not None:  # The customer answers a confirmation question.
+        said = await confirmation.answer(
+            p.store,
+            p.categories,
+            t.recorder,
+            t.pending,
+            t.user_message.content,
+            turn_id=t.user_message.id,
+            lease=t.lease,
+            ttl=p.confirm_ttl,
+        )
+        if said is not None:
+            return await _confirmed(p, t, said)
     meta = _meta(t)
     answered: dict[str, ModelResponse] = {}
     view, request_view = _view(p, t, "triage"), _view(p, t, "request")
@@ -518,14 +630,7 @@ async def _decide_once(p: Pipeline, t: Turn, earlier: TurnOutcome | None) -> Dec
         if guess is not None:  # The turn failed or was cut off: the call must not outlive it.
             await guess.discard(t, triage=None)
     request, missing, from_memory = kept
-    secrets = None  # The request's ruled values in clear (`orchestrator/ruled_values.py`).
-    if p.secrets is not None and missing is None:
-        secrets = p.secrets.of_turn(
-            request,
-            user_id=t.user_id,
-            conversation_id=t.conversation_id,
-            message_id=t.user_message.id,
-        )
+    secrets = None if missing is not None else _secrets_of(p, t, request)
     if category in p.requests:
         _listen.extracted(_shown(p, request, t.user_id), missing)
     t.recorder.note(
@@ -536,23 +641,95 @@ async def _decide_once(p: Pipeline, t: Turn, earlier: TurnOutcome | None) -> Dec
         **({"from_memory": list(from_memory)} if from_memory else {}),
         **field_rules_of(request),  # What `audit show` and the exports redact of it.
     )
-    outcome, handler_ran, handler_failed = await _decide(
-        p, t, category, request, missing, reason, from_memory, secrets, unreadable=unreadable
+    asked = confirmation.ask(p.categories, t.recorder, category, request, missing)
+    if asked is None:
+        outcome, handler_ran, handler_failed = await _decide(
+            p, t, category, request, missing, reason, from_memory, secrets, unreadable=unreadable
+        )
+    else:  # A `confirm` category: the question, not the handler (confirmation.py); the
+        # request held for the customer's yes keeps its values (the handler needs them).
+        outcome, handler_ran, handler_failed, secrets = asked.outcome, False, False, None
+    return await _settled(
+        p,
+        t,
+        Decided(
+            category=category,
+            request=request,
+            missing=missing,
+            outcome=outcome,
+            handler_ran=handler_ran,
+            handler_failed=handler_failed,
+            answered=answered,
+            confirmation=None if asked is None else asked.record,
+            secrets=secrets,
+        ),
     )
-    if secrets is not None:  # The values reach the handler, not the reply.
-        outcome = outcome.model_copy(update={"instruction": secrets.text(outcome.instruction)})
-    t.recorder.note(
-        "outcome", category=category, instruction=outcome.instruction, data=jsonable(outcome.data)
+
+
+def _screen_context(t: Turn) -> _screen.ScreenContext:
+    return _screen.ScreenContext(
+        conversation_id=t.conversation_id, user_id=t.user_id, thread=t.thread.messages
     )
-    decided = Decided(
+
+
+def _builtin(t: Turn, outcome: Outcome) -> Decided:
+    """A turn decided before triage: handed off (`HUMAN`) or answered as `OTHER`."""
+    category = HUMAN if outcome.handoff is not None else OTHER
+    _listen.routed(category)
+    return Decided(
         category=category,
-        request=request,
-        missing=missing,
+        request=None,
+        missing=None,
+        outcome=outcome,
+        handler_ran=False,
+        answered={},
+    )
+
+
+async def _confirmed(p: Pipeline, t: Turn, said: confirmation.Answered) -> Decided:
+    """The answer to a confirmation question: on "yes" the handler, with the request that
+    was asked about; else the outcome `confirmation.answer` decided."""
+    _listen.routed(said.category)
+    _listen.extracted(_shown(p, said.request, t.user_id), None)
+    secrets = None
+    if said.run:
+        secrets = _secrets_of(p, t, said.request)
+        outcome, handler_ran, handler_failed = await _decide(
+            p, t, said.category, said.request, None, "confirmed", (), secrets
+        )
+    else:
+        assert said.outcome is not None
+        outcome, handler_ran, handler_failed = said.outcome, False, False
+    decided = Decided(
+        category=said.category,
+        request=said.request,
+        missing=None,
         outcome=outcome,
         handler_ran=handler_ran,
         handler_failed=handler_failed,
-        answered=answered,
+        answered={},
+        confirmation=said.record,
         secrets=secrets,
+    )
+    return await _settled(p, t, decided)
+
+
+async def _settled(p: Pipeline, t: Turn, decided: Decided) -> Decided:
+    """`decided`, audited; stored at once when the handler ran (the developer's code acted:
+    a retry of the turn must reuse it, never run it again)."""
+    secrets = decided.secrets
+    if secrets is not None:  # The values reach the handler, not the reply.
+        outcome = decided.outcome
+        decided = dataclasses.replace(
+            decided,
+            outcome=outcome.model_copy(update={"instruction": secrets.text(outcome.instruction)}),
+        )
+    outcome, handler_ran = decided.outcome, decided.handler_ran
+    t.recorder.note(
+        "outcome",
+        category=decided.category,
+        instruction=outcome.instruction,
+        data=jsonable(outcome.data),
     )
     if handler_ran:  # The developer's code acted: keep what it decided before going on.
         try:
@@ -732,22 +909,31 @@ def _previous_questions(t: Turn, limit: int) -> list[str]:
     return ids
 
 
-async def _respond(p: Pipeline, t: Turn, decided: Decided) -> ResponseResult:
+async def _respond(
+    p: Pipeline, t: Turn, decided: Decided, *, note: str | None = None, stream: bool = True
+) -> ResponseResult:
     """The reply: the thread plus ONE assistant instruction message, sent to the response
-    expert. After the handler acted, a failed or cut-off answer falls back to a plain reply
-    built from the outcome (`fallbacks.plain_reply`): the action happened, so the customer
-    hears of it rather than getting a failed turn (a stream already shown is the exception:
-    its `StreamInterrupted` fails the turn as before)."""
+    expert; or the outcome's approved words, verbatim (`Outcome.reply`: no model call).
+    After the handler acted, a failed or cut-off answer falls back to a plain reply built
+    from the outcome (`fallbacks.plain_reply`): the action happened, so the customer hears
+    of it rather than getting a failed turn (a stream already shown is the exception: its
+    `StreamInterrupted` fails the turn as before). `note`: a reviewer's on the draft before
+    (review.py), whose drafts are not streamed."""
+    if decided.outcome.reply is not None:
+        return await approved.reply(t.recorder, decided.outcome.reply, _listen.delta_sink())
     view = _view(p, t, "response")
     turns = _turns(view)
     if decided.secrets is not None:  # Ruled values reach the handler only.
         turns = [Message(role=m["role"], content=decided.secrets.text(m["content"])) for m in turns]
     # The passages the budget kept, after the question: reference text, not in the thread.
     messages, passages = _knowledge.fold(turns, t.passages, view.fit.documents)
-    sink = _listen.delta_sink()
+    sink = _listen.delta_sink() if stream else None
+    instruction = decided.outcome.instruction
+    if note is not None:  # A reviewer rejected the draft before (review.py).
+        instruction += f"\n\nA reviewer rejected the previous draft: {note} Fix that."
     call = p.response.run(
         messages,
-        decided.outcome.instruction,
+        instruction,
         metadata=_meta(t),
         cache_prefix=view.cache_prefix_messages,
         on_delta=_first_token_timed(sink, since=t.lease.started),
@@ -967,13 +1153,15 @@ async def _finish(
         t.user_message,
         text,
         model=answer.response.model or None,
-        prompt_versions=_prompt_versions(p, decided.category),
+        prompt_versions=_prompt_versions(p, decided.category, t.variant),
     )
     t.recorder.note("reply", assistant_message_id=reply.id, text=text, model=reply.model)
     answered = {**decided.answered, "response": answer.response}
     outcome = _stored(p, t, dataclasses.replace(decided, answered=answered), answer.passages)
     scrub = _scrub(p, t, decided.secrets)
     jobs = _jobs_after(p, t, reply)
+    if decided.outcome.resolves:  # The handler's effect completes what the customer came for.
+        t.recorder.note("resolution", resolution="resolved", by="handler")
     if p.audit is not None:
         await p.audit.prepare_key(t.user_id)  # Only a user's first turn (per process) writes.
 
@@ -992,7 +1180,7 @@ async def _finish(
             p,
             t.conversation_id,
             write,
-            lambda opened: [*t.recorder.events, *handoff.opened_events(opened)],
+            lambda opened: [*_stamped(t), *handoff.opened_events(opened)],
             lambda _: t.user_id,
             apart_if_joint_fails=True,  # The reply must land: a batch that cannot join waits.
         )
@@ -1018,7 +1206,7 @@ async def _fail(p: Pipeline, t: Turn, error: Exception) -> None:
         log.exception("turn.marker_failed", conversation_id=t.conversation_id)
     if p.audit is not None:
         try:
-            await p.audit.append(t.conversation_id, t.recorder.events, user_id=t.user_id)
+            await p.audit.append(t.conversation_id, _stamped(t), user_id=t.user_id)
         except Exception:  # The turn's own error is the one the caller must see.
             log.exception("audit.failed_turn_not_written", conversation_id=t.conversation_id)
 
@@ -1088,12 +1276,31 @@ class Pipeline:
     """A handler's failure: the apology (`reply`) or `HandlerFailed` (`raise`)."""
     secrets: Secrets | None = None
     """Ruled request values (`Redact`): shown as their rules say, scrubbed from what is kept."""
+    variants: Mapping[str, tuple[TriageExpert, ResponseExpert]] = dataclasses.field(
+        default_factory=dict
+    )
+    """Variant name -> its triage and response experts (`Orchestrator(variants=...)`)."""
     on_unreadable: fallbacks.Unreadable = "ask"
     """An unreadable triage or request answer: ask the customer again (`ask`, a hand-off
     after three in a row) or hand off at once (`handoff`)."""
     profile: str | None = None
     """The profile (business) answering: recorded on a new conversation by its first
     transaction, checked on an existing one (`ProfileMismatch`)."""
+    confirm_ttl: datetime.timedelta = confirmation.DEFAULT_TTL
+    """How long a request of a `confirm` category waits for the customer's yes."""
+    screen: _screen.ScreenFunction | None = None
+    """The app's check of each message before triage (`None`: none)."""
+    screen_mode: _screen.ScreenMode = "enforce"
+    """`enforce` acts on the screen's verdict; `shadow` only audits and counts it."""
+    spend_limit: spend.SpendLimit | None = None
+    """Tokens and cost per user or conversation over a window (`None`: no limit)."""
+    review: _review.Review | None = None
+    """The review expert that checks each draft reply (`None`: none)."""
+
+    @functools.cached_property
+    def confirms(self) -> bool:
+        """Whether any category asks for confirmation (`Category.confirm`)."""
+        return any(c.confirm is not False for c in self.categories.values())
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -1117,6 +1324,8 @@ class Started:
     passages: Sequence[Passage] | None = None
     """The business's passages for the question, read the same way (`None`: looked up after
     the start)."""
+    previous: Previous | None = None
+    """The turn before (its category and confirmation), when the start read it (`guessed`)."""
 
 
 Start = Callable[[TurnLease], Awaitable[Started]]
@@ -1144,6 +1353,10 @@ class Turn:
     """The business's passages for the question, best first."""
     documents: Sequence[Document] = ()
     """`passages` as ranked budget items (the response expert's budget keeps what fits)."""
+    variant: str | None = None
+    """The conversation's prompt variant, stamped on every audit event of the turn."""
+    pending: confirmation.Pending | None = None
+    """The request the turn before asked the customer to confirm (`confirmation.py`)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -1163,6 +1376,8 @@ class Decided:
     """The stored outcome this turn reuses, if any."""
     secrets: TurnSecrets | None = None
     """The request's ruled values in clear (`None`: it has none, or a reused outcome)."""
+    confirmation: dict[str, Any] | None = None
+    """The request held for the customer's yes, or the answer to one (`confirmation.py`)."""
 
 
 # -- helpers -----------------------------------------------------------------------------
@@ -1223,6 +1438,8 @@ def reply_from_records(
         author=reply.author,
         sources=[] if outcome is None else _knowledge.from_json(outcome.sources),
         handler_failed=bool(decided and decided.handler_failed),
+        reviewed=outcome is not None and "review" in outcome.models,
+        confirmation=None if outcome is None else confirmation.awaiting(outcome.confirmation),
     )
 
 
@@ -1236,11 +1453,18 @@ def _decided_from(p: Pipeline, stored: TurnOutcome) -> Decided:
         category=stored.category,
         request=request,
         missing=missing,
-        outcome=Outcome(instruction=stored.instruction, data=stored.data, handoff=stored.handoff),
+        outcome=Outcome(
+            instruction=stored.instruction,
+            data=stored.data,
+            handoff=stored.handoff,
+            resolves=stored.resolves,
+            reply=stored.reply,
+        ),
         handler_ran=stored.handler_ran,
         handler_failed=stored.handler_failed,
         answered={},
         earlier=stored,
+        confirmation=stored.confirmation,
     )
 
 
@@ -1267,6 +1491,9 @@ def _stored(p: Pipeline, t: Turn, d: Decided, sources: Sequence[Passage] = ()) -
         usage=usage,
         models=models,
         sources=_knowledge.to_json(sources),
+        resolves=d.outcome.resolves,
+        confirmation=d.confirmation,
+        reply=d.outcome.reply,
     )
 
 
@@ -1291,6 +1518,18 @@ async def _within_deadline(p: Pipeline, t: Turn, call: Awaitable[T], *, since: f
 def _shown(p: Pipeline, request: BaseModel | None, user_id: str | None) -> BaseModel | None:
     """`request` as people may see it (`Redact` rules applied)."""
     return request if p.secrets is None else p.secrets.shown_model(request, user_id)
+
+
+def _secrets_of(p: Pipeline, t: Turn, request: BaseModel | None) -> TurnSecrets | None:
+    """The request's ruled values in clear (`orchestrator/ruled_values.py`), or `None`."""
+    if p.secrets is None:
+        return None
+    return p.secrets.of_turn(
+        request,
+        user_id=t.user_id,
+        conversation_id=t.conversation_id,
+        message_id=t.user_message.id,
+    )
 
 
 def _scrub(p: Pipeline, t: Turn, secrets: TurnSecrets | None) -> Scrub | None:
@@ -1346,12 +1585,15 @@ def app_record(
     }
 
 
-def _prompt_versions(p: Pipeline, category: str) -> dict[str, str]:
-    """Which prompt versions produced this reply (kept on the assistant message)."""
+def _prompt_versions(p: Pipeline, category: str, variant: str | None = None) -> dict[str, str]:
+    """Which prompt versions produced this reply (kept on the assistant message), and the
+    conversation's variant when it has one (what `frontdesk report --by variant` reads)."""
     versions = {
         "triage": p.triage.call.prompt.name + "@" + p.triage.call.prompt.version,
         "response": p.response.call.prompt.name + "@" + p.response.call.prompt.version,
     }
+    if variant is not None:
+        versions["variant"] = variant
     expert = p.requests.get(category)
     if expert is not None:
         versions["request"] = expert.call.prompt.name + "@" + expert.call.prompt.version

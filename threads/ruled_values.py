@@ -1,4 +1,4 @@
-"""The SQL of kept ruled values and of scrubbing a user message (revision `0024_ruled_values`).
+"""The SQL of kept ruled values and of scrubbing a user message (revision `0027_ruled_values`).
 
 A turn whose request has ruled fields (`Redact(...)`) keeps, per user, a keyed digest of
 each value and what it is shown as (`frontdesk.ruled`), never the value; with

@@ -5,7 +5,9 @@ Screenshots go to a temporary folder (or to $FRONTDESK_SCREENSHOTS when set, to 
 
 from __future__ import annotations
 
+import json
 import os
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -90,6 +92,22 @@ def test_the_chat_page_streams_a_reply_and_escapes_it(
     page.close()
 
 
+def test_the_chat_page_offers_yes_and_no_for_a_request_to_confirm(
+    browser: Browser, base_url: str, shots: Path
+) -> None:
+    page = chat(browser, base_url, "alice", "confirm-1")
+    say(page, "send 5 to bob")
+    asked = page.locator(".msg.assistant").last
+    expect(asked).to_contain_text("Send £5 to Bob?")
+    expect(asked.locator(".confirm button")).to_have_count(2)
+    page.screenshot(path=str(shots / "chat-confirm.png"))
+    asked.locator(".confirm button", has_text="Yes").click()
+    expect(page.locator(".msg.assistant").last).to_contain_text("Sent £5 to Bob.")
+    expect(page.locator(".confirm")).to_have_count(0)  # Answered: no second yes to click.
+    expect(page.locator(".msg.user .text").last).to_have_text("Yes")
+    page.close()
+
+
 def test_a_person_takes_over_answers_and_hands_back(
     browser: Browser, base_url: str, shots: Path
 ) -> None:
@@ -159,6 +177,32 @@ def test_the_user_sees_and_deletes_what_is_remembered(
     page.click("#forget-all")
     page.get_by_role("button", name="Yes, delete everything").click()
     expect(page.locator("#memories")).to_contain_text("Nothing remembered.")
+    page.close()
+
+
+def test_the_customer_rates_an_answer_with_a_comment(
+    browser: Browser, base_url: str, shots: Path
+) -> None:
+    page = chat(browser, base_url, "erin", "rated")
+    say(page, "hello there")
+    answer = page.locator(".msg.assistant").last
+    expect(answer).to_contain_text("You said: hello there.")
+    answer.get_by_role("button", name="Not helpful").click()
+    expect(answer.locator(".rated")).to_have_text("Thanks for telling us.")
+    answer.get_by_role("button", name="Helpful", exact=True).click()  # Changed mind.
+    expect(answer.get_by_role("button", name="Helpful", exact=True)).to_have_attribute(
+        "aria-pressed", "true"
+    )
+    answer.get_by_label("Anything to add? (optional)").fill("Quick and clear")
+    answer.get_by_role("button", name="Send comment").click()
+    expect(answer.locator(".rated")).to_have_text("Thanks, your comment is saved.")
+    page.screenshot(path=str(shots / "chat-rated.png"))
+    request = urllib.request.Request(
+        f"{base_url}/v1/conversations/rated", headers={"Authorization": f"Bearer {token('erin')}"}
+    )
+    with urllib.request.urlopen(request) as response:
+        state = json.loads(response.read())
+    assert (state["resolution"], state["resolved_by"]) == ("resolved", "customer")
     page.close()
 
 

@@ -5,8 +5,8 @@ kept after its turn only as a keyed digest with what it is shown as (`[PIN]`,
 `******1234`), per user, so every view, export and memory check finds it again in any
 conversation of that user (`frontdesk.ruled`). Erasure deletes the user's rows.
 
-Revision ID: 0024_ruled_values
-Revises: 0023_memory_trust
+Revision ID: 0027_ruled_values
+Revises: 0026_resolution
 Create Date: 2026-12-06
 """
 
@@ -17,8 +17,8 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-revision: str = "0024_ruled_values"
-down_revision: str | Sequence[str] | None = "0023_memory_trust"
+revision: str = "0027_ruled_values"
+down_revision: str | Sequence[str] | None = "0026_resolution"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
