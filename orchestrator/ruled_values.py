@@ -20,6 +20,7 @@ views and exports of any conversation of that user.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -41,8 +42,16 @@ def model_of(cls: type[BaseModel], data: Any) -> BaseModel:
     constructed as is."""
     try:
         return cls.model_validate(data)
-    except ValidationError:
-        return cls.model_construct(**data) if isinstance(data, Mapping) else cls.model_construct()
+    except ValidationError as e:
+        if not isinstance(data, Mapping):
+            return cls.model_construct()
+        shown = {str(err["loc"][0]) for err in e.errors() if err["loc"]}
+        model = cls.model_construct(**data)
+        for name, value in data.items():  # The fields that are not shown forms stay typed.
+            if name not in shown and name in cls.model_fields:
+                with contextlib.suppress(ValidationError):
+                    cls.__pydantic_validator__.validate_assignment(model, name, value)
+        return model
 
 
 @dataclass(frozen=True, kw_only=True)
