@@ -52,6 +52,8 @@ EventKind = Literal[
     "memory_refused",  # payload: refused [{reason, why, key}] (the memory policy; no text)
     "memory_corrected",  # payload: memory_id, by (no text)
     "memory_forgotten",  # payload: memory_ids, by, all (no text); in the user's chain
+    "revealed",  # payload: view (audit show, export, replay), by (the OS user); in clear,
+    # no content: who was shown a conversation's personal data without redaction
     # Did it help (issue 45). `turn_id` is the rated answer's question.
     "feedback",  # payload: message_id, rating (1-5), comment (or null), resolved (bool)
     "resolution",  # payload: resolution, by (a hand-back's, a sweep's), previous

@@ -18,6 +18,7 @@ from frontdesk.audit.redaction import redact_rows
 from frontdesk.audit.store import StoredAuditEvent
 from frontdesk.audit.transcript import ExpertCall, Transcript, TurnView
 from frontdesk.redaction import Redactor
+from frontdesk.ruled import RuledValues
 
 
 def event_record(row: StoredAuditEvent, *, redacted: bool = False) -> dict[str, Any]:
@@ -45,7 +46,11 @@ def event_record(row: StoredAuditEvent, *, redacted: bool = False) -> dict[str, 
 
 
 def write_jsonl(
-    rows: Iterable[StoredAuditEvent], out: IO[str], *, redactor: Redactor | None = None
+    rows: Iterable[StoredAuditEvent],
+    out: IO[str],
+    *,
+    redactor: Redactor | None = None,
+    ruled: RuledValues | None = None,
 ) -> int:
     """Write one JSON line per row; returns the number of lines.
 
@@ -56,7 +61,7 @@ def write_jsonl(
             `"redacted": true`; without one they are written as stored.
     """
     if redactor is not None:
-        rows = redact_rows(list(rows), redactor)
+        rows = redact_rows(list(rows), redactor, ruled=ruled)
     n = 0
     for row in rows:
         record = event_record(row, redacted=redactor is not None)

@@ -13,12 +13,14 @@ field path -> rule, recorded with the turn), so the views need no application co
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from frontdesk.audit.chain import canonical_json
 from frontdesk.audit.store import StoredAuditEvent
 from frontdesk.redaction import Redactor, Rule
+from frontdesk.ruled import RuledValues
 
 __all__ = ["RULES_KEY", "recorded_rules", "redact_rows", "ruled_values"]
 
@@ -41,7 +43,12 @@ class _Conversation:
     """What redacting one conversation's rows needs: its users, its rules and the values of
     its ruled fields (to replace them in free text too)."""
 
-    def __init__(self, rows: Sequence[StoredAuditEvent], redactor: Redactor) -> None:
+    def __init__(
+        self,
+        rows: Sequence[StoredAuditEvent],
+        redactor: Redactor,
+        ruled: RuledValues | None = None,
+    ) -> None:
         self.redactor = redactor
         self.users: dict[str, str | None] = {}
         self.rules: dict[str, Mapping[str, Rule]] = {}
@@ -59,6 +66,11 @@ class _Conversation:
                 self._learn(row, row.payload.get("request"))
             elif row.kind == "model_attempt" and row.payload.get("expert") == "request":
                 self._learn(row, _request_output(row.payload))
+        if ruled:  # The user's values kept from any conversation, found again here.
+            for row in rows:
+                found = ruled.found(json.dumps(row.payload, ensure_ascii=False))
+                if found:
+                    self.known.setdefault(self.user(row), {}).update(found)
 
     def user(self, row: StoredAuditEvent) -> str | None:
         return self.users.get(row.turn_id, self.owner)
@@ -91,7 +103,10 @@ class _Conversation:
 
 
 def redact_rows(
-    rows: Sequence[StoredAuditEvent], redactor: Redactor | None = None
+    rows: Sequence[StoredAuditEvent],
+    redactor: Redactor | None = None,
+    *,
+    ruled: RuledValues | None = None,
 ) -> list[StoredAuditEvent]:
     """Copies of one conversation's rows (in seq order) as a clear-text view shows them.
 
@@ -102,6 +117,9 @@ def redact_rows(
     Args:
         rows: the stored rows of one conversation.
         redactor: the policy to apply.
+        ruled: the conversation owner's ruled values kept from every conversation of
+            theirs (`frontdesk.ruled`): found and replaced here too, so a value said in
+            another conversation is redacted in this one.
 
     Returns:
         New rows with the redacted payload; `prev_hash` and `hash` are the stored row's.
@@ -109,14 +127,15 @@ def redact_rows(
         one, so nothing unredacted is carried along with them.
     """
     redactor = redactor or Redactor()
-    conversation = _Conversation(rows, redactor)
+    conversation = _Conversation(rows, redactor, ruled)
     prompts: dict[str, str] = {}
     out = []
     for row in rows:
         system = row.system_prompt
         if system is not None:
             if system not in prompts:
-                prompts[system] = redactor.text(system, user_id=conversation.user(row))
+                shown = redactor.text(system, user_id=conversation.user(row))
+                prompts[system] = shown if ruled is None else ruled.text(shown)
             system = prompts[system]
         payload_json = canonical_json(conversation.payload(row))
         out.append(

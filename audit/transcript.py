@@ -421,6 +421,8 @@ def build_transcript(conversation_id: str, rows: Sequence[AuditRow]) -> Transcri
     turns: list[TurnView] = []
     open_turns: dict[str, TurnView] = {}
     for row in rows:
+        if row.kind == "revealed":  # Who was shown it unredacted: not a turn.
+            continue
         turn = open_turns.get(row.turn_id)
         if turn is None or row.kind == "turn_started":
             turn = TurnView(turn_id=row.turn_id, started_at=row.created_at)

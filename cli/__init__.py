@@ -82,6 +82,7 @@ app.add_typer(
 )
 app.add_typer(db.app, name="db", help="Database schema migrations.")
 app.add_typer(memory.app, name="memory", help="Show and forget what is remembered.")
+app.add_typer(privacy.app, name="privacy", help="Check where personal data is kept.")
 app.add_typer(knowledge.app, name="knowledge", help="Add, list, search and remove documents.")
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import getpass
 import hashlib
 import json
 import os
@@ -16,6 +17,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar
 
+import sqlalchemy as sa
 import typer
 from rich.console import Console, Group
 from rich.markup import escape
@@ -27,6 +29,7 @@ from rich.text import Text
 from frontdesk.audit.chain import Head
 from frontdesk.audit.cost import CostLine, CostReport, cost_report
 from frontdesk.audit.errors import UnknownConversation
+from frontdesk.audit.events import AuditEvent
 from frontdesk.audit.export import IndexEntry, render_html, render_index, write_jsonl
 from frontdesk.audit.redaction import recorded_rules, redact_rows, ruled_values
 from frontdesk.audit.replay import (
@@ -54,8 +57,10 @@ from frontdesk.orchestrator import Orchestrator
 from frontdesk.orchestrator.app import DEFAULT_APP, load_app
 from frontdesk.orchestrator.replay import ReplayRunner, build_runner, parse_models
 from frontdesk.redaction import RedactionPolicy, Redactor, Rule
+from frontdesk.ruled import RuledValues, ruled_key
 from frontdesk.threads.answered import answered_turns
 from frontdesk.threads.listing import list_conversations
+from frontdesk.threads.ruled_values import ruled_values_of
 
 app = typer.Typer(help="audit commands", no_args_is_help=True)
 
@@ -123,7 +128,7 @@ async def _known(log: AuditLog, conversation: str) -> None:
         )
 
 
-async def _transcripts(
+async def conversation_transcripts(
     log: AuditLog, ids: list[str], redactor: Redactor | None = None, *, decrypt: bool = True
 ) -> list[Transcript]:
     """The conversations' transcripts; redacted ones when `redactor` is given."""
@@ -131,7 +136,7 @@ async def _transcripts(
     for cid in ids:
         rows = await log.events(cid, decrypt=decrypt)
         if redactor is not None:
-            rows = redact_rows(rows, redactor)
+            rows = redact_rows(rows, redactor, ruled=await kept_values(log, cid, redactor))
         if not rows:
             known = len(await log.conversations())
             raise UnknownConversation(
@@ -143,6 +148,21 @@ async def _transcripts(
 
 
 # -- redaction ----------------------------------------------------------------------------
+
+
+async def kept_values(log: AuditLog, cid: str, redactor: Redactor | None) -> RuledValues | None:
+    """The ruled values (`Redact`) kept for the conversation's owner from every conversation
+    of theirs, found again in this one's rows; `None` with `--reveal`, or for an audit log
+    kept apart from the conversations (no `ruled_value` table beside it)."""
+    if redactor is None:
+        return None
+    try:
+        rows = await ruled_values_of(log.engine, conversation_id=cid)
+    except sa.exc.DBAPIError:
+        return None
+    user = rows[0].user if rows else ""
+    return RuledValues(ruled_key(redactor.policy.secret), user, rows)
+
 
 POLICY_ENV = "FRONTDESK_REDACTION_POLICY"
 """A JSON file holding the redaction policy of `audit show` and `audit export`."""
@@ -163,6 +183,15 @@ RedactionOption = Annotated[
         show_default=False,
     ),
 ]
+
+
+async def audit_reveal(log: AuditLog, ids: list[str], view: str) -> None:
+    """Record in each conversation's chain that `view` showed it with `--reveal` (who, from
+    the OS user; no content, in clear)."""
+    by = getpass.getuser()
+    for cid in ids:
+        event = AuditEvent(kind="revealed", turn_id="revealed", payload={"view": view, "by": by})
+        await log.append(cid, [event], in_clear=True)
 
 
 def redactor_for(reveal: bool, policy: Path | None) -> Redactor | None:
@@ -322,7 +351,10 @@ def show(
     redactor = redactor_for(reveal, redaction)
 
     async def work(log: AuditLog) -> Transcript:
-        return (await _transcripts(log, [conversation], redactor))[0]
+        shown = (await conversation_transcripts(log, [conversation], redactor))[0]
+        if redactor is None:
+            await audit_reveal(log, [conversation], "audit show")
+        return shown
 
     transcript = _run(work, db)
     console = Console()
@@ -391,10 +423,17 @@ def export(
 
     async def work(log: AuditLog) -> int:
         ids = await _targets(log, conversation, every, profile)
+        try:
+            return await write(log, ids)
+        finally:
+            if redactor is None:
+                await audit_reveal(log, ids, "audit export")
+
+    async def write(log: AuditLog, ids: list[str]) -> int:
         if to_folder:
             return await export_folder(log, ids, out, redactor)
         if fmt == "html":
-            transcripts = await _transcripts(log, ids, redactor)
+            transcripts = await conversation_transcripts(log, ids, redactor)
             title = f"frontdesk audit: {ids[0]}" if len(ids) == 1 else "frontdesk audit"
             page = render_html(transcripts, title=title, redacted=redactor is not None)
             out.write_text(page, encoding="utf-8")
@@ -402,7 +441,8 @@ def export(
         n = 0
         with out.open("w", encoding="utf-8") as f:
             for cid in ids:
-                n += write_jsonl(await log.events(cid), f, redactor=redactor)
+                ruled = await kept_values(log, cid, redactor)
+                n += write_jsonl(await log.events(cid), f, redactor=redactor, ruled=ruled)
         return n
 
     n = _run(work, db)
@@ -427,7 +467,7 @@ async def export_folder(
     cost and whether its chain verifies; returns the turns written (`folder` exists)."""
     entries, turns = [], 0
     for cid in ids:
-        [transcript] = await _transcripts(log, [cid], redactor)
+        [transcript] = await conversation_transcripts(log, [cid], redactor)
         name = page_name(cid)
         page = render_html(
             [transcript], title=f"frontdesk audit: {cid}", redacted=redactor is not None
@@ -602,7 +642,7 @@ def cost(
     async def work(log: AuditLog) -> CostReport:
         ids = await _targets(log, conversation, every, profile)
         # Usage and cost are stored in clear: the report needs no master key.
-        return cost_report(await _transcripts(log, ids, decrypt=log.keys is not None))
+        return cost_report(await conversation_transcripts(log, ids, decrypt=log.keys is not None))
 
     report = _run(work, db)
     if as_json:
@@ -785,13 +825,13 @@ def replay(
 
     async def work(log: AuditLog) -> tuple[ReplayReport, str]:
         ids = await _targets(log, conversation, every, profile)
-        spec, orch = replay_app(app_spec, await _transcripts(log, ids), console)
+        spec, orch = replay_app(app_spec, await conversation_transcripts(log, ids), console)
         runners: dict[str | None, ReplayRunner] = {}  # One per recorded profile.
         report = ReplayReport()
         with Progress(console=console, transient=True, disable=len(ids) < 2) as progress:
             task = progress.add_task("replaying", total=len(ids))
             for cid in ids:
-                [transcript] = await _transcripts(log, [cid])
+                [transcript] = await conversation_transcripts(log, [cid])
                 recorded = (recorded_app([transcript]) or {}).get("profile")
                 name = recorded if isinstance(recorded, str) and recorded in orch.profiles else None
                 if name not in runners:

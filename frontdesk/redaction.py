@@ -199,6 +199,7 @@ def _installation_secret(policy: RedactionPolicy) -> tuple[bytes, bool]:
 # -- the redactor --------------------------------------------------------------------------
 
 _DIGITS_ONLY = re.compile(r"\d{7,}")
+_PSEUDONYM = re.compile(r"\[pseudonym:[0-9a-f]{16}\]")
 # What `masking.scrub` looks for needs one of these (a URL, a query parameter, a key, a
 # bearer token): texts without any skip it.
 _SECRET_HINT = re.compile(r"(?i)://|=|sk-|bearer")
@@ -335,6 +336,8 @@ class Redactor:
         shown = value if isinstance(value, str) else json.dumps(value)
         if rule == "mask":
             return mask(shown)
+        if _PSEUDONYM.fullmatch(shown):  # Shown already (a stored, scrubbed request).
+            return shown
         return self.pseudonym(shown, user_id=user_id)
 
     def request(
@@ -388,13 +391,32 @@ class Redactor:
         Passed to `text(known=...)`, they are replaced wherever they appear: the user's
         message that held the name marked `pseudonymise` shows the same token as the field.
         """
-        found: dict[str, str] = {}
+        return {
+            leaf: shown for _, _, leaf, shown in self.ruled_leaves(data, rules, user_id=user_id)
+        }
+
+    def ruled_leaves(
+        self, data: Any, rules: Mapping[str, Rule] | None = None, *, user_id: str | None = None
+    ) -> list[tuple[str, Rule, str, str]]:
+        """Each ruled value (but `keep`) of a request, as (field path, rule, value, shown
+        form): `drop` is shown `[FIELD]`, `mask` masked, `pseudonymise` as its token. Values
+        shorter than `MIN_SUBSTITUTED` characters are left out (they are not searched for
+        in free text)."""
+        found: list[tuple[str, Rule, str, str]] = []
         self._collect(data, rules or {}, user_id, "", found)
         return found
 
+    def rule_for(self, path: str, rules: Mapping[str, Rule]) -> Rule | None:
+        """The rule of the field at dotted `path`: the policy's, else the model's."""
+        return self._rule_for(path, rules)
+
+    def ruled(self, rule: Rule, value: Any, user_id: str | None) -> Any:
+        """`value` as a `mask` or `pseudonymise` rule shows it (`keep`: as is)."""
+        return self._ruled(rule, value, user_id)
+
     def _collect(
         self, data: Any, rules: Mapping[str, Rule], user_id: str | None, path: str,
-        found: dict[str, str],
+        found: list[tuple[str, Rule, str, str]],
     ) -> None:  # fmt: skip
         if isinstance(data, list):
             for item in data:
@@ -412,9 +434,8 @@ class Redactor:
                     if len(leaf) < MIN_SUBSTITUTED:
                         continue
                     dropped = rule == "drop"
-                    found[leaf] = (
-                        f"[{key.upper()}]" if dropped else self._ruled(rule, leaf, user_id)
-                    )
+                    shown = f"[{key.upper()}]" if dropped else self._ruled(rule, leaf, user_id)
+                    found.append((here, rule, leaf, shown))
 
 
 def _leaves(value: Any) -> list[str]:

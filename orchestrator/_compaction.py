@@ -29,7 +29,9 @@ from frontdesk.experts.providers.base import Message, Model, ModelSettings
 from frontdesk.experts.summariser import SummariserExpert
 from frontdesk.orchestrator._recorder import TurnRecorder, observing
 from frontdesk.orchestrator.jobs import JobKind, lock_key
+from frontdesk.orchestrator.ruled_values import Secrets
 from frontdesk.prompts import load_prompt
+from frontdesk.ruled import RuledValues
 from frontdesk.threads.builder import build_thread
 from frontdesk.threads.compaction import CompactionPolicy
 from frontdesk.threads.jobs import JobSpec
@@ -87,6 +89,8 @@ class Compactor:
     counter: TokenCounter
     audit: AuditLog | None = None
     lease_ttl: float = LEASE_TTL
+    secrets: Secrets | None = None
+    """Kept ruled values (`Redact`): never sent to the summariser, never in a summary."""
 
     async def compact(
         self, conversation_id: str, leaf_id: str, *, force: bool = False
@@ -122,7 +126,13 @@ class Compactor:
         plan = self.policy.plan(thread.messages, self.counter, force=force)
         if plan is None:
             return CompactionResult(status="not_needed")
-        evicted: list[Message] = [{"role": m.role, "content": m.content} for m in plan.evicted]
+        values = RuledValues(b"", "", ())
+        if self.secrets is not None:  # One read per compaction, off the turn's path.
+            values = await self.secrets.values(conversation_id=conversation_id)
+        evicted: list[Message] = [
+            {"role": m.role, "content": values.text(m.content)} for m in plan.evicted
+        ]
+        previous = None if thread.summary is None else values.text(thread.summary)
         cut = plan.evicted[-1].message_id
         assert cut is not None  # Thread turns after the summary always come from the transcript.
         recorder = TurnRecorder(turn_id=leaf_id)
@@ -130,8 +140,9 @@ class Compactor:
         try:
             with observing(recorder):
                 result = await self.summariser.run(
-                    thread.summary, evicted, metadata=meta, observer=recorder
+                    previous, evicted, metadata=meta, observer=recorder
                 )
+            text = values.text(result.text)
         except Exception as e:  # Any failure leaves the thread as it was; retried next turn.
             error = f"{type(e).__name__}: {e}"
             recorder.note(
@@ -143,8 +154,8 @@ class Compactor:
         summary, created = await summaries.add(
             conversation_id=conversation_id,
             covers_until_message_id=cut,
-            content=result.text,
-            token_count=self.counter.count(result.text),
+            content=text,
+            token_count=self.counter.count(text),
             previous_summary_id=thread.summary_id,
             covered_messages=thread.replaced + sum(m.covers for m in plan.evicted),
         )

@@ -58,6 +58,7 @@ from frontdesk.orchestrator.profile import (
     flat_settings,
 )
 from frontdesk.orchestrator.reply import Reply
+from frontdesk.orchestrator.ruled_values import Secrets
 from frontdesk.orchestrator.stream import TurnEvent, stream_turn
 from frontdesk.orchestrator.turn import Pipeline, app_record
 from frontdesk.redaction import Redactor, field_rules, redactor_of
@@ -154,6 +155,7 @@ class Orchestrator:
         self._handoffs = Handoffs(self._open, self._check_operator_text)
         self._privacy = Privacy(self._opened_records)
         self._past: PastConversations | None = None
+        self._secrets: Secrets | None = None
         self._jobs: Jobs | None = None
         self._unfinished: set[asyncio.Task[Any]] = set()  # Turns whose stream reader left.
 
@@ -183,6 +185,13 @@ class Orchestrator:
     def profile(self) -> Profile:
         """The default profile (the only one, unless `profiles=` named several)."""
         return self.profiles[self._default]
+
+    @property
+    def scrub_secrets(self) -> bool:
+        """Whether every profile's turns scrub ruled values from what they store
+        (`Profile.scrub_secrets`): then the stored texts need no more redaction to be
+        shown."""
+        return all(p.scrub_secrets for p in self.profiles.values())
 
     @property
     def timeouts(self) -> Timeouts:
@@ -415,6 +424,7 @@ class Orchestrator:
             settings=profile.settings.for_expert("summariser"),
             prompts_dir=w.prompts_dir,
         )
+        secrets = Secrets(redactor=self.redactor, engine=store.engine, scrub=profile.scrub_secrets)
         compaction = BackgroundCompaction(
             compactor=Compactor(
                 store=store,
@@ -422,6 +432,7 @@ class Orchestrator:
                 policy=profile.compaction,
                 counter=w.counter,
                 audit=self._audit,
+                secrets=secrets,
             )
         )
         if name == self._default:
@@ -439,6 +450,7 @@ class Orchestrator:
                 summariser=summariser,
                 audit=self._audit,
                 idle_after=profile.summarise_idle_after,
+                secrets=secrets,
             )
             self._memories = Memories(
                 store=memory_store,
@@ -447,7 +459,9 @@ class Orchestrator:
                 audit=self._audit,
                 policy=profile.memory_policy or MemoryPolicy(),
                 secrets=partial(_drop_values, store, self._categories_by_name()),
+                ruled=secrets,
             )
+            self._secrets = secrets
         return Pipeline(
             app=app_record(self.app_spec, triage, requests, response, name),
             memory=self._memories if profile.memory else None,
@@ -473,6 +487,7 @@ class Orchestrator:
             knowledge=self._library if profile.knowledge else None,
             past=self._past if profile.memory and profile.past_conversations else None,
             profile=name,
+            secrets=secrets,
             variants=w.variants,
             confirm_ttl=profile.confirm_window,
             screen=profile.screen,
@@ -929,7 +944,9 @@ class Orchestrator:
     async def _opened_records(self) -> erasure.UserRecords:
         p = await self._open()
         assert self._memories is not None
-        return erasure.UserRecords(store=p.store, audit=self._audit, memories=self._memories.store)
+        return erasure.UserRecords(
+            store=p.store, audit=self._audit, memories=self._memories.store, secrets=self._secrets
+        )
 
     def finish_in_background(self, task: asyncio.Task[Any]) -> None:
         """Keep a turn running after its stream's reader left; `aclose` waits for it."""

@@ -47,12 +47,15 @@ from frontdesk.audit.store import AuditLog
 from frontdesk.db import AsyncEngine, Connection, run_write
 from frontdesk.errors import ConfigError
 from frontdesk.orchestrator.jobs import JobKind, PeriodicJob
+from frontdesk.orchestrator.ruled_values import Secrets
+from frontdesk.ruled import RuledValues
 from frontdesk.threads import erasure as store_erasure
 from frontdesk.threads import jobs as job_rows
 from frontdesk.threads.jobs import JobSpec, rename_lock
 from frontdesk.threads.listing import list_conversations
 from frontdesk.threads.memory import MemoryStore
 from frontdesk.threads.models import utcnow
+from frontdesk.threads.ruled_values import erase_ruled_values
 from frontdesk.threads.store import ConversationStore
 
 log = structlog.get_logger("frontdesk.erasure")
@@ -88,6 +91,8 @@ class ErasureReport:
     """User-scoped handler values deleted, plus conversation-scoped values erased."""
     handoffs: int = 0
     """Hand-off reasons erased."""
+    ruled_values: int = 0
+    """Kept digests of the user's ruled request values (`Redact`) deleted."""
     feedback: int = 0
     """Ratings whose comment was erased (the rating itself stays, for the reports)."""
     audit_keys: int = 0
@@ -159,6 +164,7 @@ STORE_STEPS: list[Step] = [
     Step("memories", store_erasure.erase_memories),
     Step("handler_state", store_erasure.erase_handler_state),
     Step("handoffs", store_erasure.erase_handoffs),
+    Step("ruled_values", erase_ruled_values),
     Step("feedback", store_erasure.erase_feedback),
 ]
 """The erasure steps on the conversation database, in order; the conversations' own rows
@@ -504,6 +510,8 @@ class UserRecords:
     store: ConversationStore
     audit: AuditLog | None
     memories: MemoryStore
+    secrets: Secrets | None = None
+    """The ruled request values (`Redact`) kept per user."""
 
 
 class Privacy:
@@ -525,6 +533,17 @@ class Privacy:
         r = await self._opened()
         return await request_erasure(r.store.engine, r.audit, user_id, requested_by=requested_by)
 
+    async def ruled_values(
+        self, *, user_id: str | None = None, conversation_id: str | None = None
+    ) -> RuledValues:
+        """The ruled request values (`Redact`) kept for a user, or for a conversation's
+        owner from every conversation of theirs: `.text(...)` shows a text as the rules say
+        (for views of what was stored without `scrub_secrets`)."""
+        r = await self._opened()
+        if r.secrets is None:
+            return RuledValues(b"", user_id or "", ())
+        return await r.secrets.values(user_id=user_id, conversation_id=conversation_id)
+
     async def record_access(
         self, user_id: str, *, by: str, what: Sequence[str], conversation_id: str | None = None
     ) -> None:
@@ -545,6 +564,7 @@ class Privacy:
         and their current long-term facts. The audit log's copy is exported with
         `frontdesk audit export`."""
         r = await self._opened()
+        shown = await self.ruled_values(user_id=user_id)  # `Redact` rules hold here too.
         conversations = []
         for row in await list_conversations(r.store.engine, user=user_id, limit=100_000):
             messages = await r.store.messages(row.conversation_id)
@@ -558,7 +578,7 @@ class Privacy:
                             "parent_id": m.parent_id,
                             "role": m.role,
                             "author": m.author,
-                            "content": m.content,
+                            "content": shown.text(m.content),
                             "created_at": m.created_at.isoformat(),
                         }
                         for m in messages

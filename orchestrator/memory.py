@@ -55,6 +55,8 @@ from frontdesk.memory import Memory, MemorySource, MemoryTrust
 from frontdesk.memory_policy import MemoryPolicy
 from frontdesk.orchestrator._recorder import TurnRecorder, observing
 from frontdesk.orchestrator.jobs import DrainTimeout, JobKind, Jobs
+from frontdesk.orchestrator.ruled_values import Secrets
+from frontdesk.ruled import RuledValues, replaced
 from frontdesk.threads import ERASED_MARKER, ConversationRecord
 from frontdesk.threads.budget import Document
 from frontdesk.threads.builder import ExpertView
@@ -245,6 +247,9 @@ class Memories:
     """What the memory expert may keep (`Orchestrator(memory_policy=...)`)."""
     secrets: SecretsOf | None = None
     """The values never to keep from a user message (`SecretsOf`); `None`: none known."""
+    ruled: Secrets | None = None
+    """The users' kept ruled values (`Redact`, every conversation of theirs): never sent to
+    the memory expert, never stored in a fact (replaced by their shown forms)."""
 
     @property
     def refs(self) -> UserRefs:
@@ -300,6 +305,8 @@ class Memories:
         """Store one fact now and audit it (without its text): in `recorder` when given (a
         handler's write, part of its turn's batch), else in the user's chain. `trust`:
         whose word it is (`None`: by its source)."""
+        if recorder is None:  # The app's own: checked against every kept value (one read).
+            text = (await self._values(user_id)).text(text)
         memory, superseded = await self.store.add(
             user_id,
             text,
@@ -394,6 +401,9 @@ class Memories:
         recorder = TurnRecorder(turn_id=message_id)
         meta = {"conversation_id": conversation_id, "turn_id": message_id}
         try:
+            # A ruled value (`Redact`) is never sent, nor kept if the expert returns one.
+            values = await self._values(user_id)
+            text = values.text(text)
             # What is already known and closest to the message (so its keys can be reused).
             known = await self.retriever.retrieve(user_id, text, limit=RECALL_LIMIT)
             with observing(recorder):
@@ -401,7 +411,8 @@ class Memories:
                     text, known=known_block(known), metadata=meta, observer=recorder
                 )
             secrets = () if self.secrets is None else await self.secrets(message_id)
-            facts = self._allowed(result.facts, secrets, recorder)
+            scrubbed = [f.model_copy(update={"text": values.text(f.text)}) for f in result.facts]
+            facts = self._allowed(scrubbed, secrets, recorder)
             written = await self.store.add_many(
                 user_id,
                 [(f.text, f.key) for f in facts],
@@ -450,6 +461,12 @@ class Memories:
             log.info("memory.refused", reasons=[r["reason"] for r in refused])
         return kept
 
+    async def _values(self, user_id: str) -> RuledValues:
+        """The user's kept ruled values (one read; none without `ruled`)."""
+        if self.ruled is None:
+            return RuledValues(b"", user_id, ())
+        return await self.ruled.values(user_id=user_id)
+
     async def _audit(self, conversation_id: str, user_id: str, recorder: TurnRecorder) -> None:
         if self.audit is None or not recorder.events:
             return
@@ -468,13 +485,16 @@ class HandlerMemory:
     conversation_id: str
     message_id: str
     recorder: TurnRecorder
+    known: Mapping[str, str] = field(default_factory=dict)
+    """The turn's ruled values (`Redact`) with their shown forms: never remembered."""
 
     async def remember(self, text: str, *, key: str | None = None) -> Memory:
         """Remember `text` about the turn's user (`key`: facts with the same key supersede
-        one another). Audited with the turn, without the text."""
+        one another). Audited with the turn, without the text; a ruled value of the turn's
+        request is kept in its shown form (`[PIN]`)."""
         return await self.memories.write(
             self.user_id,
-            text,
+            replaced(text, self.known),
             key=key,
             source="handler",
             conversation_id=self.conversation_id,
@@ -489,9 +509,14 @@ class HandlerMemory:
 
 
 def for_handler(
-    memories: Memories | None, user_id: str | None, question: MessageRecord, recorder: TurnRecorder
+    memories: Memories | None,
+    user_id: str | None,
+    question: MessageRecord,
+    recorder: TurnRecorder,
+    known: Mapping[str, str] | None = None,
 ) -> dict[str, HandlerMemory]:
-    """The `memory=` of a turn's `HandlerContext` (nothing without a user or a memory)."""
+    """The `memory=` of a turn's `HandlerContext` (nothing without a user or a memory);
+    `known`: the turn's ruled values, never remembered."""
     if memories is None or user_id is None:
         return {}
     return {
@@ -501,6 +526,7 @@ def for_handler(
             conversation_id=question.conversation_id,
             message_id=question.id,
             recorder=recorder,
+            known=known or {},
         )
     }
 

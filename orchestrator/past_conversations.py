@@ -33,6 +33,8 @@ from frontdesk.experts.summariser import SummariserExpert
 from frontdesk.memory import MAX_SUMMARY_CHARS, Memory
 from frontdesk.orchestrator._recorder import TurnRecorder, observing
 from frontdesk.orchestrator.erasure import ERASED_OWNER_PREFIX
+from frontdesk.orchestrator.ruled_values import Secrets
+from frontdesk.ruled import RuledValues
 from frontdesk.threads.builder import build_thread
 from frontdesk.threads.memory import SUMMARY_SOURCE, MemoryStore
 from frontdesk.threads.store import ConversationStore
@@ -67,6 +69,8 @@ class PastConversations:
     summariser: SummariserExpert
     audit: AuditLog | None = None
     idle_after: timedelta = IDLE_AFTER
+    secrets: Secrets | None = None
+    """Kept ruled values (`Redact`): never sent to the summariser, never in a summary."""
     _tasks: set[asyncio.Task[Memory | None]] = field(default_factory=set)
 
     def schedule(self, conversation_id: str) -> None:
@@ -135,18 +139,28 @@ class PastConversations:
         if any(m.message_id == leaf_id for m in current):
             return None  # Kept up to its newest message already.
         thread = await build_thread(self.store, leaf_id)
-        turns: list[Message] = [{"role": m.role, "content": m.content} for m in thread.messages]
+        values = RuledValues(b"", user_id, ())
+        if self.secrets is not None:  # Ruled values (`Redact`): never sent, never kept.
+            values = await self.secrets.values(user_id=user_id)
+        turns: list[Message] = [
+            {"role": m.role, "content": values.text(m.content)} for m in thread.messages
+        ]
         if not turns:
             return None
+        previous = None if thread.summary is None else values.text(thread.summary)
         recorder = TurnRecorder(turn_id=leaf_id)
         meta = {"conversation_id": conversation_id, "turn_id": leaf_id}
         try:
             with observing(recorder):
                 result = await self.summariser.run(
-                    thread.summary, turns, metadata=meta, observer=recorder
+                    previous, turns, metadata=meta, observer=recorder
                 )
             written = await self.memory.keep_summary(
-                user_id, conversation_id, leaf_id, shortened(result.text), erased=ERASED
+                user_id,
+                conversation_id,
+                leaf_id,
+                shortened(values.text(result.text)),
+                erased=ERASED,
             )
         except Exception as e:  # Background work: audited and logged, tried again later.
             recorder.note("memory_failed", error=f"{type(e).__name__}: {e}")

@@ -125,6 +125,11 @@ class Profile:
         past_conversations: Keep the summaries of a user's idle and handed-back
             conversations and send them (as the customer's words) in their later
             conversations; `False`: none is kept or sent.
+        scrub_secrets: After a turn whose request has ruled fields (`Redact`), its stored
+            user message and outcome hold their shown forms (`[PIN]`, `******0123`), so
+            later experts, summaries, people and backups never see the values; the audit
+            keeps the original (encrypted per user with a master key). `False` keeps the
+            message as written (every view still shows the rules). docs/privacy.md.
         on_unreadable: What a triage or request answer that stays unreadable after its
             retries does: `"ask"` (the default) asks the customer again (for the request's
             missing fields, or to say it another way), and a fourth unreadable turn in a
@@ -175,6 +180,7 @@ class Profile:
     variants: Mapping[str, Mapping[str, str]] | None = None
     memory_policy: MemoryPolicy | None = None
     past_conversations: bool = True
+    scrub_secrets: bool = True
     on_unreadable: Unreadable = "ask"
     # Safeguards (docs/safeguards.md).
     confirm_ttl: timedelta | float = DEFAULT_CONFIRM_TTL

@@ -26,6 +26,7 @@ from frontdesk.orchestrator.memory import CLOSE_TIMEOUT, LongTermMemory
 from frontdesk.orchestrator.profile import JobSettings, Profile, Timeouts
 from frontdesk.orchestrator.reply import Reply
 from frontdesk.orchestrator.stream import TurnEvent, stream_turn
+from frontdesk.ruled import RuledValues
 from frontdesk.threads.budget import Budget
 from frontdesk.threads.builder import UserThread
 from frontdesk.threads.compaction import CompactionPolicy
@@ -94,6 +95,11 @@ class SyncOrchestrator:
     def timeouts(self) -> Timeouts:
         """`Orchestrator.timeouts`."""
         return self.orchestrator.timeouts
+
+    @property
+    def scrub_secrets(self) -> bool:
+        """`Orchestrator.scrub_secrets`."""
+        return self.orchestrator.scrub_secrets
 
     @property
     def job_settings(self) -> JobSettings:
@@ -571,3 +577,11 @@ class SyncPrivacy:
     def export_user(self, user_id: str) -> dict[str, Any]:
         """Blocking `Privacy.export_user`."""
         return self._runner.run(self._privacy.export_user(user_id))
+
+    def ruled_values(
+        self, *, user_id: str | None = None, conversation_id: str | None = None
+    ) -> RuledValues:
+        """Blocking `Privacy.ruled_values`."""
+        return self._runner.run(
+            self._privacy.ruled_values(user_id=user_id, conversation_id=conversation_id)
+        )

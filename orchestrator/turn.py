@@ -40,6 +40,7 @@ from frontdesk.errors import (
     SAFE_REPLY,
     ConversationHandedOff,
     ConversationNotFound,
+    IdempotencyConflict,
     LeaseLost,
     MessageNotFound,
     StoreError,
@@ -88,6 +89,8 @@ from frontdesk.orchestrator.jobs import Jobs
 from frontdesk.orchestrator.past_conversations import PastConversations
 from frontdesk.orchestrator.reply import Reply
 from frontdesk.orchestrator.resolution import variant_of
+from frontdesk.orchestrator.ruled_values import Secrets, model_of
+from frontdesk.ruled import TurnSecrets
 from frontdesk.threads.budget import Budget, Document
 from frontdesk.threads.builder import (
     ExpertView,
@@ -99,6 +102,7 @@ from frontdesk.threads.builder import (
 from frontdesk.threads.compaction import CompactionPolicy
 from frontdesk.threads.handoff import HandoffPolicy, Opened
 from frontdesk.threads.jobs import JobSpec
+from frontdesk.threads.ruled_values import Scrub
 from frontdesk.threads.store import (
     ConversationStore,
     MessageRecord,
@@ -135,7 +139,12 @@ async def run_turn(p: Pipeline, conversation_id: str, start: Start) -> Reply:
             s = await start(lease)
             if s.stored.reply is not None:  # Answered before, or kept for a person.
                 reply = reply_from_records(
-                    p, s.question, s.stored.reply, s.stored.outcome, replayed=not s.answered_now
+                    p,
+                    s.question,
+                    s.stored.reply,
+                    s.stored.outcome,
+                    replayed=not s.answered_now,
+                    user_id=s.user_id,
                 )
                 return _traced(span, reply, held=s.answered_now)
             t = _turn(s, lease, await _recall(p, s), await _lookup(p, s), p.app, variant)
@@ -190,7 +199,33 @@ async def handle(
             p, lease, conversation_id, text, user_id=user_id, client_message_id=client_message_id
         )
 
-    return await run_turn(p, conversation_id, start)
+    try:
+        return await run_turn(p, conversation_id, start)
+    except IdempotencyConflict:
+        # A retry of a turn whose stored message was scrubbed (`scrub_secrets`) is the same
+        # text with its ruled values in it: answered as the repeat it is.
+        stored = await _stored_as(p, conversation_id, client_message_id, text)
+        if stored is None:
+            raise
+        return await handle(
+            p, conversation_id, stored, user_id=user_id, client_message_id=client_message_id
+        )
+
+
+async def _stored_as(
+    p: Pipeline, conversation_id: str, client_message_id: str | None, text: str
+) -> str | None:
+    """The stored text of the message `client_message_id` when it is `text` scrubbed of
+    the ruled values kept from it; else `None` (a real conflict)."""
+    if p.secrets is None or client_message_id is None:
+        return None
+    existing = await p.store.find_by_client_id(conversation_id, client_message_id)
+    if existing is None:
+        return None
+    values = await p.secrets.of_message(existing.id)
+    if values and values.text(text) == existing.content:
+        return existing.content
+    return None
 
 
 async def start_message(
@@ -595,8 +630,9 @@ async def _decide_once(p: Pipeline, t: Turn, earlier: TurnOutcome | None) -> Dec
         if guess is not None:  # The turn failed or was cut off: the call must not outlive it.
             await guess.discard(t, triage=None)
     request, missing, from_memory = kept
+    secrets = None if missing is not None else _secrets_of(p, t, request)
     if category in p.requests:
-        _listen.extracted(request, missing)
+        _listen.extracted(_shown(p, request, t.user_id), missing)
     t.recorder.note(
         "request",
         category=category,
@@ -608,10 +644,11 @@ async def _decide_once(p: Pipeline, t: Turn, earlier: TurnOutcome | None) -> Dec
     asked = confirmation.ask(p.categories, t.recorder, category, request, missing)
     if asked is None:
         outcome, handler_ran, handler_failed = await _decide(
-            p, t, category, request, missing, reason, from_memory, unreadable=unreadable
+            p, t, category, request, missing, reason, from_memory, secrets, unreadable=unreadable
         )
-    else:  # A `confirm` category: the question, not the handler (confirmation.py).
-        outcome, handler_ran, handler_failed = asked.outcome, False, False
+    else:  # A `confirm` category: the question, not the handler (confirmation.py); the
+        # request held for the customer's yes keeps its values (the handler needs them).
+        outcome, handler_ran, handler_failed, secrets = asked.outcome, False, False, None
     return await _settled(
         p,
         t,
@@ -624,6 +661,7 @@ async def _decide_once(p: Pipeline, t: Turn, earlier: TurnOutcome | None) -> Dec
             handler_failed=handler_failed,
             answered=answered,
             confirmation=None if asked is None else asked.record,
+            secrets=secrets,
         ),
     )
 
@@ -652,10 +690,12 @@ async def _confirmed(p: Pipeline, t: Turn, said: confirmation.Answered) -> Decid
     """The answer to a confirmation question: on "yes" the handler, with the request that
     was asked about; else the outcome `confirmation.answer` decided."""
     _listen.routed(said.category)
-    _listen.extracted(said.request, None)
+    _listen.extracted(_shown(p, said.request, t.user_id), None)
+    secrets = None
     if said.run:
+        secrets = _secrets_of(p, t, said.request)
         outcome, handler_ran, handler_failed = await _decide(
-            p, t, said.category, said.request, None, "confirmed"
+            p, t, said.category, said.request, None, "confirmed", (), secrets
         )
     else:
         assert said.outcome is not None
@@ -669,6 +709,7 @@ async def _confirmed(p: Pipeline, t: Turn, said: confirmation.Answered) -> Decid
         handler_failed=handler_failed,
         answered={},
         confirmation=said.record,
+        secrets=secrets,
     )
     return await _settled(p, t, decided)
 
@@ -676,6 +717,13 @@ async def _confirmed(p: Pipeline, t: Turn, said: confirmation.Answered) -> Decid
 async def _settled(p: Pipeline, t: Turn, decided: Decided) -> Decided:
     """`decided`, audited; stored at once when the handler ran (the developer's code acted:
     a retry of the turn must reuse it, never run it again)."""
+    secrets = decided.secrets
+    if secrets is not None:  # The values reach the handler, not the reply.
+        outcome = decided.outcome
+        decided = dataclasses.replace(
+            decided,
+            outcome=outcome.model_copy(update={"instruction": secrets.text(outcome.instruction)}),
+        )
     outcome, handler_ran = decided.outcome, decided.handler_ran
     t.recorder.note(
         "outcome",
@@ -685,7 +733,9 @@ async def _settled(p: Pipeline, t: Turn, decided: Decided) -> Decided:
     )
     if handler_ran:  # The developer's code acted: keep what it decided before going on.
         try:
-            opened = await p.store.save_outcome(_stored(t, decided), lease=t.lease)
+            opened = await p.store.save_outcome(
+                _stored(p, t, decided), lease=t.lease, scrub=_scrub(p, t, secrets)
+            )
             t.recorder.events.extend(handoff.opened_events(opened))  # With the turn's batch.
         except LeaseLost:
             raise
@@ -772,6 +822,7 @@ async def _decide(
     missing: NeedMoreInfo | None,
     reason: str,
     from_memory: Sequence[str] = (),
+    secrets: TurnSecrets | None = None,
     *,
     unreadable: bool = False,
 ) -> tuple[Outcome, bool, bool]:
@@ -802,7 +853,13 @@ async def _decide(
         state=p.store.handler_state(category, conversation_id=t.conversation_id, user_id=t.user_id),
         extras=p.context_extras,
         idempotency_key=idempotency_key(t.conversation_id, t.user_message.id),
-        **_memory.for_handler(p.memory, t.user_id, t.user_message, t.recorder),
+        **_memory.for_handler(
+            p.memory,
+            t.user_id,
+            t.user_message,
+            t.recorder,
+            {} if secrets is None else secrets.known,
+        ),
         from_memory=frozenset(from_memory),
     )
     try:
@@ -865,8 +922,11 @@ async def _respond(
     if decided.outcome.reply is not None:
         return await approved.reply(t.recorder, decided.outcome.reply, _listen.delta_sink())
     view = _view(p, t, "response")
+    turns = _turns(view)
+    if decided.secrets is not None:  # Ruled values reach the handler only.
+        turns = [Message(role=m["role"], content=decided.secrets.text(m["content"])) for m in turns]
     # The passages the budget kept, after the question: reference text, not in the thread.
-    messages, passages = _knowledge.fold(_turns(view), t.passages, view.fit.documents)
+    messages, passages = _knowledge.fold(turns, t.passages, view.fit.documents)
     sink = _listen.delta_sink() if stream else None
     instruction = decided.outcome.instruction
     if note is not None:  # A reviewer rejected the draft before (review.py).
@@ -1088,15 +1148,17 @@ async def _finish(
     """Store the reply, the outcome and the jobs that follow it, write the audit batch and
     give the lease back: one transaction when the audit log shares the conversation
     database, else in that order (`handoff.audited`, the path of a hand-off's writes too)."""
+    text = answer.text if decided.secrets is None else decided.secrets.text(answer.text)
     reply = p.store.stage_reply(
         t.user_message,
-        answer.text,
+        text,
         model=answer.response.model or None,
         prompt_versions=_prompt_versions(p, decided.category, t.variant),
     )
-    t.recorder.note("reply", assistant_message_id=reply.id, text=answer.text, model=reply.model)
+    t.recorder.note("reply", assistant_message_id=reply.id, text=text, model=reply.model)
     answered = {**decided.answered, "response": answer.response}
-    outcome = _stored(t, dataclasses.replace(decided, answered=answered), answer.passages)
+    outcome = _stored(p, t, dataclasses.replace(decided, answered=answered), answer.passages)
+    scrub = _scrub(p, t, decided.secrets)
     jobs = _jobs_after(p, t, reply)
     if decided.outcome.resolves:  # The handler's effect completes what the customer came for.
         t.recorder.note("resolution", resolution="resolved", by="handler")
@@ -1107,7 +1169,7 @@ async def _finish(
         # Written apart, the batch goes in under the lease (`run_turn` gives it back after).
         release = also is not None or p.audit is None
         finished = await p.store.finish_turn(
-            lease, reply, outcome=outcome, also=also, release=release, jobs=jobs
+            lease, reply, outcome=outcome, also=also, release=release, jobs=jobs, scrub=scrub
         )
         if p.jobs is not None and finished.jobs:
             p.jobs.recorded(finished.jobs)  # Committed: this runner looks at once.
@@ -1126,7 +1188,7 @@ async def _finish(
         raise
     except StoreError as e:  # The database is down: the turn failed, its outcome is kept.
         raise TurnFailed(str(e), user_message_id=t.user_message.id, stage="finish") from e
-    return reply_from_records(p, t.user_message, reply, outcome)
+    return reply_from_records(p, t.user_message, reply, outcome, user_id=t.user_id)
 
 
 async def _fail(p: Pipeline, t: Turn, error: Exception) -> None:
@@ -1212,6 +1274,8 @@ class Pipeline:
     """What the audit records of the app with each turn (`app_record`)."""
     handler_errors: handler_errors.HandlerErrors = "reply"
     """A handler's failure: the apology (`reply`) or `HandlerFailed` (`raise`)."""
+    secrets: Secrets | None = None
+    """Ruled request values (`Redact`): shown as their rules say, scrubbed from what is kept."""
     variants: Mapping[str, tuple[TriageExpert, ResponseExpert]] = dataclasses.field(
         default_factory=dict
     )
@@ -1310,6 +1374,8 @@ class Decided:
     """The handler raised; `outcome` is the library's apology."""
     earlier: TurnOutcome | None = None
     """The stored outcome this turn reuses, if any."""
+    secrets: TurnSecrets | None = None
+    """The request's ruled values in clear (`None`: it has none, or a reused outcome)."""
     confirmation: dict[str, Any] | None = None
     """The request held for the customer's yes, or the answer to one (`confirmation.py`)."""
 
@@ -1349,13 +1415,15 @@ def reply_from_records(
     outcome: TurnOutcome | None,
     *,
     replayed: bool = False,
+    user_id: str | None = None,
 ) -> Reply:
-    """The turn's `Reply`, built from what is stored (the same on a first try and a replay)."""
+    """The turn's `Reply`, built from what is stored (the same on a first try and a replay);
+    its request shown as its field rules say (`Redact`)."""
     decided = None if outcome is None else _decided_from(p, outcome)
     return Reply(
         text=reply.content,
         category=None if outcome is None else outcome.category,
-        request=None if decided is None else decided.request,
+        request=None if decided is None else _shown(p, decided.request, user_id),
         need_more_info=None if decided is None else decided.missing,
         outcome=None if decided is None else decided.outcome,
         message_id=reply.id,
@@ -1379,7 +1447,7 @@ def _decided_from(p: Pipeline, stored: TurnOutcome) -> Decided:
     category = p.categories.get(stored.category)
     request = None
     if stored.request is not None and category is not None and category.request is not None:
-        request = category.request.model_validate(stored.request)
+        request = model_of(category.request, stored.request)  # Scrubbed: `[PIN]` kept.
     missing = NeedMoreInfo.model_validate(stored.need_more_info) if stored.need_more_info else None
     return Decided(
         category=stored.category,
@@ -1400,9 +1468,9 @@ def _decided_from(p: Pipeline, stored: TurnOutcome) -> Decided:
     )
 
 
-def _stored(t: Turn, d: Decided, sources: Sequence[Passage] = ()) -> TurnOutcome:
+def _stored(p: Pipeline, t: Turn, d: Decided, sources: Sequence[Passage] = ()) -> TurnOutcome:
     """`d` as the store keeps it (an earlier try's usage kept for the experts not rerun),
-    with the passages its reply was given."""
+    with the passages its reply was given; its ruled values shown, with `scrub_secrets`."""
     usage = dict(d.earlier.usage) if d.earlier else {}
     models = dict(d.earlier.models) if d.earlier else {}
     usage.update({e: usage_dict(r.usage) for e, r in d.answered.items()})
@@ -1411,7 +1479,9 @@ def _stored(t: Turn, d: Decided, sources: Sequence[Passage] = ()) -> TurnOutcome
         user_message_id=t.user_message.id,
         conversation_id=t.conversation_id,
         category=d.category,
-        request=jsonable(d.request),
+        request=d.secrets.request
+        if d.secrets is not None and p.secrets is not None and p.secrets.scrub
+        else jsonable(d.request),
         need_more_info=jsonable(d.missing),
         instruction=d.outcome.instruction,
         data=jsonable(d.outcome.data),
@@ -1443,6 +1513,31 @@ async def _within_deadline(p: Pipeline, t: Turn, call: Awaitable[T], *, since: f
             user_message_id=t.user_message.id,
             stage="deadline",
         ) from e
+
+
+def _shown(p: Pipeline, request: BaseModel | None, user_id: str | None) -> BaseModel | None:
+    """`request` as people may see it (`Redact` rules applied)."""
+    return request if p.secrets is None else p.secrets.shown_model(request, user_id)
+
+
+def _secrets_of(p: Pipeline, t: Turn, request: BaseModel | None) -> TurnSecrets | None:
+    """The request's ruled values in clear (`orchestrator/ruled_values.py`), or `None`."""
+    if p.secrets is None:
+        return None
+    return p.secrets.of_turn(
+        request,
+        user_id=t.user_id,
+        conversation_id=t.conversation_id,
+        message_id=t.user_message.id,
+    )
+
+
+def _scrub(p: Pipeline, t: Turn, secrets: TurnSecrets | None) -> Scrub | None:
+    """What a turn with ruled values writes of them (`None`: a plain turn, nothing)."""
+    if p.secrets is None or secrets is None:
+        return None
+    question = t.user_message
+    return p.secrets.scrub_of(secrets, question.id, question.content, p.counter)
 
 
 def _meta(t: Turn) -> dict[str, str]:

@@ -17,6 +17,7 @@ from frontdesk.errors import ConversationNotFound, MessageNotFound
 from frontdesk.orchestrator import Orchestrator
 from frontdesk.service._auth import Principal
 from frontdesk.service._deps import Caller, Orch, Parts, customer_profile, in_scope
+from frontdesk.service._ruled import shown_for
 from frontdesk.service._schemas import (
     EVERY_ROUTE,
     WITH_BODY,
@@ -189,9 +190,12 @@ async def post_message(
 async def get_thread(conversation_id: str, principal: Caller, orch: Orch) -> ThreadOut:
     user_id = await _reader(orch, conversation_id, principal, "thread")
     thread = await orch.user_thread(conversation_id, user_id=user_id)
+    shown = await shown_for(orch, conversation_id)
     return ThreadOut(
-        summary=thread.summary,
-        messages=[ThreadMessageOut(role=m.role, content=m.content) for m in thread.messages],
+        summary=None if thread.summary is None else shown.text(thread.summary),
+        messages=[
+            ThreadMessageOut(role=m.role, content=shown.text(m.content)) for m in thread.messages
+        ],
     )
 
 
@@ -204,13 +208,14 @@ async def get_thread(conversation_id: str, principal: Caller, orch: Orch) -> Thr
 async def get_transcript(conversation_id: str, principal: Caller, orch: Orch) -> TranscriptOut:
     user_id = await _reader(orch, conversation_id, principal, "transcript")
     messages = await orch.transcript(conversation_id, user_id=user_id)
+    shown = await shown_for(orch, conversation_id)
     return TranscriptOut(
         messages=[
             TranscriptMessageOut(
                 id=m.id,
                 parent_id=m.parent_id,
                 role=m.role,
-                content=m.content,
+                content=shown.text(m.content),
                 author=_shown_author(m.author, principal),
                 created_at=m.created_at.isoformat(),
                 failed=m.failed,

@@ -27,7 +27,7 @@ import asyncio
 import hashlib
 import json
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Annotated, Any
@@ -39,6 +39,7 @@ from frontdesk.orchestrator import Handoff, Orchestrator
 from frontdesk.service._auth import Principal
 from frontdesk.service._deps import Caller, Operator, Orch, in_scope, profile_of
 from frontdesk.service._operator import handoff_json
+from frontdesk.service._ruled import shown_for
 from frontdesk.service._schemas import EVERY_ROUTE, error_responses
 from frontdesk.service._sse import SSE_HEADERS
 from frontdesk.threads.desk import ChangeMark, change_mark, queue_mark
@@ -111,8 +112,11 @@ def _author(m: MessageRecord, operator_view: bool) -> str:
     return m.author
 
 
-def message_event(m: MessageRecord, operator_view: bool) -> Event:
-    """A message of the active path, as its stream shows it to this reader."""
+def message_event(
+    m: MessageRecord, operator_view: bool, shown: Callable[[str], str] | None = None
+) -> Event:
+    """A message of the active path, as its stream shows it to this reader (its text through
+    `shown`: ruled values as their rules say)."""
     return Event(
         f"{_micros(m.created_at)}-m-{m.id}",
         {
@@ -120,7 +124,7 @@ def message_event(m: MessageRecord, operator_view: bool) -> Event:
             "id": m.id,
             "author": _author(m, operator_view),
             "role": m.role,
-            "text": m.content,
+            "text": m.content if shown is None else shown(m.content),
             "time": m.created_at.isoformat(),
             "parent_id": m.parent_id,
             "kind": m.kind,
@@ -154,7 +158,8 @@ async def conversation_events(
     messages on its active path."""
     messages = await orch.transcript(conversation_id, user_id=user_id)
     history = await orch.store.handoffs.history(conversation_id)
-    events = [message_event(m, operator_view) for m in messages]
+    shown = await shown_for(orch, conversation_id)
+    events = [message_event(m, operator_view, shown.text) for m in messages]
     for m in messages:
         if m.author.startswith("operator:"):
             events.append(

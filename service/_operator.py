@@ -14,6 +14,7 @@ from fastapi import APIRouter
 
 from frontdesk.orchestrator import Handoff
 from frontdesk.service._deps import Operator, Orch, PrivacyOfficer, in_scope, profile_of
+from frontdesk.service._ruled import shown_for
 from frontdesk.service._schemas import (
     EVERY_ROUTE,
     WITH_BODY,
@@ -130,6 +131,7 @@ async def context(conversation_id: str, principal: Operator, orch: Orch) -> Cont
     facts = [] if owner is None else [m.text for m in await orch.memory.recall(owner)]
     messages = await orch.transcript(conversation_id, user_id=owner)
     outcomes = await turn_outcomes(orch.store.engine, conversation_id)
+    shown = await shown_for(orch, conversation_id)
     turns = []
     for m in messages:
         if m.role != "user":
@@ -138,18 +140,18 @@ async def context(conversation_id: str, principal: Operator, orch: Orch) -> Cont
         turns.append(
             ContextTurnOut(
                 user_message_id=m.id,
-                text=m.content,
+                text=shown.text(m.content),
                 category=None if o is None else o.category,
-                request=None if o is None else o.request,
+                request=None if o is None else shown.value(o.request),
                 need_more_info=None if o is None else o.need_more_info,
-                instruction=None if o is None else o.instruction,
+                instruction=None if o is None else shown.text(o.instruction),
             )
         )
     return ContextOut(
         conversation_id=conversation_id,
         user_id=owner,
-        summary=thread.summary,
-        memories=facts,
+        summary=None if thread.summary is None else shown.text(thread.summary),
+        memories=[shown.text(f) for f in facts],
         turns=turns,
     )
 

@@ -26,6 +26,7 @@ from frontdesk.schema import ensure_schema
 from frontdesk.threads import _lease, _outcomes, _writes, spend
 from frontdesk.threads import handoff as handoff_sql
 from frontdesk.threads import jobs as _jobs
+from frontdesk.threads import ruled_values as _ruled
 from frontdesk.threads._lease import TurnLease
 from frontdesk.threads._outcomes import Previous, TurnOutcome, TurnRecord
 from frontdesk.threads._records import (
@@ -54,6 +55,7 @@ from frontdesk.threads.handoff import (
 )
 from frontdesk.threads.jobs import JobSpec
 from frontdesk.threads.models import Conversation, Message, utcnow
+from frontdesk.threads.ruled_values import Scrub
 from frontdesk.threads.resolution import resolve
 from frontdesk.threads.spend import Spent
 from frontdesk.threads.summaries import PathSinceSummary, path_since_newest_sync
@@ -427,7 +429,7 @@ class ConversationStore:
         )
 
     async def save_outcome(
-        self, outcome: TurnOutcome, *, lease: TurnLease | None = None
+        self, outcome: TurnOutcome, *, lease: TurnLease | None = None, scrub: Scrub | None = None
     ) -> Opened | None:
         """Store what a turn decided, durably, before its reply is produced.
 
@@ -435,13 +437,19 @@ class ConversationStore:
         the turn then reuses the outcome (`turn_record`) and never runs the handler again.
         Storing it again for the same question changes only its usage and models. With
         `lease`, the write is fenced by it (see `finish_turn`). An outcome with `handoff`
-        opens the hand-off in this transaction; returns it when this call opened it.
+        opens the hand-off in this transaction; returns it when this call opened it. `scrub`
+        (a turn with ruled values) keeps their digests and rewrites the user message here.
 
         Raises:
             LeaseLost: `lease` was taken over meanwhile; nothing was written.
         """
 
-        if lease is not None and outcome.handoff is None and self.engine.dialect.name != "sqlite":
+        if (
+            lease is not None
+            and outcome.handoff is None
+            and scrub is None
+            and self.engine.dialect.name != "sqlite"
+        ):
             fenced = lease
 
             def alone(conn: Connection) -> None:
@@ -455,6 +463,8 @@ class ConversationStore:
         def work(conn: Connection) -> Opened | None:
             if lease is not None:
                 lease.fence(conn)
+            if scrub is not None:
+                _ruled.scrub(conn, scrub)
             return _outcomes.save(conn, outcome)
 
         return await run_sync_tx(self.engine, work)
@@ -505,6 +515,7 @@ class ConversationStore:
         also: Callable[[Connection, Opened | None], None] | None = None,
         release: bool = True,
         jobs: Sequence[JobSpec] = (),
+        scrub: Scrub | None = None,
     ) -> FinishedTurn:
         """End a turn in one transaction: store `outcome` (or its usage; one with `handoff`
         opens the hand-off here too), store `reply` (from `stage_reply`) as the active leaf
@@ -516,6 +527,7 @@ class ConversationStore:
         This is the turn's last transaction, the one place its final writes happen. With
         `release=False` the lease stays held (for a last write elsewhere, then
         `lease.aclose()`). On failure nothing of it is written and the lease is still held.
+        `scrub` (a turn with ruled values) keeps their digests and rewrites the user message.
 
         The transaction is fenced: it first checks that `lease` still holds with the token
         it was taken with (and row-locks it), so a turn whose lease expired and was taken
@@ -532,6 +544,8 @@ class ConversationStore:
         def work(conn: Connection) -> None:
             if not release:
                 lease.fence(conn)  # `lease.release` checks the fence itself.
+            if scrub is not None:
+                _ruled.scrub(conn, scrub)
             if outcome is not None:
                 opened[0] = _outcomes.save(conn, outcome)
                 if outcome.resolves:  # Only a resolving turn: a plain one writes nothing more.
