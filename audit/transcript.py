@@ -429,7 +429,32 @@ def build_transcript(conversation_id: str, rows: Sequence[AuditRow]) -> Transcri
         _apply(turn, row)
     user_turns = [t for t in turns if not t.is_compaction]
     compactions = [t for t in turns if t.is_compaction]
+    earlier: dict[str, TurnView] = {}
+    for turn in user_turns:
+        if turn.turn_id in earlier:
+            _inherit(turn, earlier[turn.turn_id])
+        earlier[turn.turn_id] = turn
     return Transcript(conversation_id, user_turns, active_path(user_turns), compactions)
+
+
+_DECISIONS = (
+    "category",
+    "reason",
+    "request",
+    "need_more_info",
+    "request_from_memory",
+    "instruction",
+    "outcome_data",
+)
+"""What a turn decided before its reply: a regeneration reuses them, and records none."""
+
+
+def _inherit(turn: TurnView, before: TurnView) -> None:
+    """A turn of the same user message again (a regeneration, a retry) that reused the
+    stored outcome shows the decisions it reused, not an empty turn."""
+    for name in _DECISIONS:
+        if not getattr(turn, name) and getattr(before, name):
+            setattr(turn, name, getattr(before, name))
 
 
 def active_path(turns: Sequence[TurnView]) -> list[TurnView]:

@@ -17,6 +17,7 @@ from frontdesk.cli import (
     chat,
     conversations,
     db,
+    init,
     jobs,
     knowledge,
     memory,
@@ -60,6 +61,7 @@ def _root(
         sys.path.insert(0, os.getcwd())
 
 
+app.command("init")(init.init)
 app.command("demo")(chat.demo)
 app.command("chat")(chat.chat)
 app.command("conversations")(conversations.conversations)

@@ -23,7 +23,7 @@ from rich.markup import escape
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 from typer.core import TyperGroup
 
-from frontdesk.errors import FrontdeskError, StoreError, UserError
+from frontdesk.errors import ConfigProblems, FrontdeskError, StoreError, UserError
 
 EXIT_ERROR = 2
 """A command that could not run: bad configuration, a dead database, an unknown id."""
@@ -64,8 +64,11 @@ def describe(error: BaseException) -> str:
 
 
 def print_error(error: BaseException) -> None:
-    """`error: ...` on stderr, one logical line."""
-    Console(stderr=True, soft_wrap=True).print(f"[red]error:[/red] {escape(describe(error))}")
+    """`error: ...` on stderr, one logical line (one per problem of a `ConfigProblems`)."""
+    console = Console(stderr=True, soft_wrap=True)
+    lines = error.problems if isinstance(error, ConfigProblems) else (describe(error),)
+    for line in lines:
+        console.print(f"[red]error:[/red] {escape(line)}")
 
 
 HANDLED: tuple[type[BaseException], ...] = (FrontdeskError, SQLAlchemyError, OSError)

@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import shlex
+import shutil
+import sys
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Annotated, Any
@@ -83,6 +86,23 @@ def existing_db(db: str | None) -> str:
         if not Path(parsed.database).exists():
             raise UserError(f"no database at {parsed.database}; pass --db URL or set FRONTDESK_DB")
     return url
+
+
+def invocation() -> str:
+    """How to run this `frontdesk` again, as printed for a person to paste: `frontdesk` when
+    that is on PATH and is this one; else this environment's console script (relative to
+    the working folder when inside it: `.venv/bin/frontdesk` after `make demo`), else
+    `python -m frontdesk` with this interpreter."""
+    script = Path(sys.executable).parent / "frontdesk"
+    found = shutil.which("frontdesk")
+    if found and script.exists() and Path(found).resolve() == script.resolve():
+        return "frontdesk"
+    if script.exists():
+        try:
+            return str(script.absolute().relative_to(Path.cwd()))
+        except ValueError:
+            return shlex.quote(str(script))
+    return f"{shlex.quote(sys.executable)} -m frontdesk"
 
 
 def emit_json(value: Any) -> None:

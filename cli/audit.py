@@ -71,23 +71,16 @@ def _run(work: Callable[[AuditLog], Awaitable[T]], db: str | None) -> T:
     """Open the log, run `work`, close (failures go to the CLI's one error handler)."""
 
     async def main() -> T:
+        # No master-key warning here: these commands read the log, and what they show is
+        # the same with or without one (`serve` refuses to start without it, `erase` says
+        # what stays readable).
         log = await AuditLog.open(existing_db(db))
-        if log.keys is None:
-            warn_clear()
         try:
             return await work(log)
         finally:
             await log.aclose()
 
     return asyncio.run(main())
-
-
-def warn_clear() -> None:
-    """Say (once per command, on stderr) that audit payloads are stored unencrypted."""
-    typer.echo(
-        "warning: no FRONTDESK_MASTER_KEY: audit payloads are stored in clear (docs/privacy.md)",
-        err=True,
-    )
 
 
 async def _targets(log: AuditLog, conversation: str | None, every: bool) -> list[str]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import shlex
 import sys
 import tempfile
 import uuid
@@ -20,12 +21,21 @@ from rich.panel import Panel
 from rich.table import Table
 
 from frontdesk.audit.pricing import cost_of
+from frontdesk.audit.transcript import build_transcript
 from frontdesk.cli._errors import configure_logging, describe, silence_logging
-from frontdesk.cli._options import DbOption, ModelOption, app_option, db_option, db_url
+from frontdesk.cli._options import (
+    DbOption,
+    ModelOption,
+    app_option,
+    db_option,
+    db_url,
+    invocation,
+)
 from frontdesk.errors import ConversationNotFound, FrontdeskError, UserError
-from frontdesk.masking import mask_url
+from frontdesk.masking import mask_url, scrub
 from frontdesk.orchestrator import Orchestrator
 from frontdesk.orchestrator.app import DEFAULT_APP, describe_models, load_app
+from frontdesk.orchestrator.config import offline_by_default
 from frontdesk.orchestrator.errors import InvalidUserText, TurnFailed
 from frontdesk.orchestrator.reply import Reply
 from frontdesk.orchestrator.stream import Delta, Done, Failed
@@ -53,6 +63,19 @@ POLICY_QUESTION = "Should I keep them in the fridge or in a cupboard at home?"
 """The demo's policy question, answered from the help pages (docs/knowledge.md)."""
 
 AppOption = Annotated[str, app_option("module:attr naming an Orchestrator.")]
+
+
+def models_line(orch: Orchestrator) -> str:
+    """Which models this app's experts use, as built (not what the defaults would be): an
+    app that names its own models is not said to be on the offline stand-in."""
+    names = {expert: scrub(model.name) for expert, model in orch.models.items()}
+    if set(names.values()) == {"offline"}:
+        why = "no ANTHROPIC_API_KEY or OPENAI_API_KEY set: " if orch.offline_by_default else ""
+        return (
+            f"{why}Using the offline stand-in model (deterministic, no network; not a"
+            " language model)."
+        )
+    return "Models: " + ", ".join(f"{expert}={name}" for expert, name in names.items())
 
 
 def _usage_line(reply: Reply) -> str:
@@ -94,7 +117,7 @@ def _turn_table(number: int, text: str, reply: Reply) -> Table:
 async def _demo(model: str | None, db: str) -> None:
     orch = load_app(DEFAULT_APP, model=model, db=db)
     conversation = "demo-" + datetime.now(UTC).strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:4]
-    console.print(describe_models(model))
+    console.print(models_line(orch))
     console.print(f"Database: {mask_url(db)}   conversation: {conversation}\n", soft_wrap=True)
     try:
         for number, text in enumerate(DEMO_TURNS, 1):
@@ -122,13 +145,17 @@ async def _demo(model: str | None, db: str) -> None:
         )
     finally:
         await orch.aclose()
+    me, where = invocation(), shlex.quote(mask_url(db))
     console.print("\nSee it again:")
     for command in ("thread show", "audit show"):
-        console.print(f"  frontdesk {command} {conversation} --db {mask_url(db)}", soft_wrap=True)
-    console.print(f"  frontdesk memory show demo-user --db {mask_url(db)}", soft_wrap=True)
+        console.print(f"  {me} {command} {conversation} --db {where}", soft_wrap=True)
+    console.print(f"  {me} memory show demo-user --db {where}", soft_wrap=True)
+    console.print(f"  {me} knowledge search 'storing potatoes' --db {where}", soft_wrap=True)
     console.print(
-        f"  frontdesk knowledge search 'storing potatoes' --db {mask_url(db)}", soft_wrap=True
+        "\nThe pages: a customer's chat and two operators' desks, a hand-off between them"
+        " (needs the serve extra: pip install 'frontdesk\\[serve]'):"
     )
+    console.print(f"  {me} demo --serve", soft_wrap=True)
 
 
 def demo(
@@ -136,16 +163,46 @@ def demo(
     db: Annotated[
         str | None, db_option("Database URL (default: a fresh SQLite file for each run).")
     ] = None,
+    serve: Annotated[
+        bool,
+        typer.Option(
+            "--serve",
+            help="Serve the potato shop instead: a customer chat page and two operator desks,"
+            " with fresh demo tokens (DEV ONLY), their URLs printed.",
+        ),
+    ] = False,
+    port: Annotated[int, typer.Option("--port", help="With --serve: the port.")] = 8000,
 ) -> None:
     """The potato shop end to end: per turn the category, request, instruction and reply.
 
     Each run gets a fresh database unless `--db` is given, so a second run is the same as
     the first (the refund of the first run is not "already refunded" in the second).
+    `--serve` serves it instead, with a customer's chat page and two operators' desks.
     """
     if db is None:
         folder = Path(tempfile.mkdtemp(prefix="frontdesk-demo-"))
         db = f"sqlite:///{folder / 'demo.db'}"
+    if serve:
+        _serve_demo(model, db, port)
+        return
     asyncio.run(_demo(model, db))
+
+
+def _serve_demo(model: str | None, db: str, port: int) -> None:
+    """`frontdesk serve --demo-tokens --operators 2` on the potato shop, offline when no
+    provider key is set (named, so serve's fail-closed check is satisfied on purpose)."""
+    from frontdesk.cli import serve as serve_command
+
+    if model is None and offline_by_default(None):
+        model = "offline"
+    console.print(describe_models(model))
+    console.print(
+        "Open the customer chat in one window and each operator desk in another. As the"
+        ' customer, ask for a person ("can I talk to a person?"): it reaches both desks;'
+        " open it on one and take it; the other desk sees who has it. Ctrl-C stops.",
+        soft_wrap=True,
+    )
+    serve_command.serve(app=DEFAULT_APP, db=db, model=model, port=port, demo_tokens=True)
 
 
 HELP = """commands:
@@ -214,11 +271,27 @@ class ChatSession:
             else:
                 self.console.print(f"[green]    bot>[/green] {escape(text)}")
 
-    def show(self, reply: Reply, *, streamed: bool = False) -> None:
+    async def handler_error(self, reply: Reply) -> str | None:
+        """The handler's exception and traceback for a turn whose handler failed, from the
+        turn's audit event (the log line is kept off the chat), or None."""
+        log = self.orch.audit_log
+        if not reply.handler_failed or log is None:
+            return None
+        rows = await log.events(self.conversation)
+        for turn in build_transcript(self.conversation, rows).turns:
+            if turn.turn_id == reply.user_message_id and turn.handler_error:
+                return "\n".join(filter(None, [turn.handler_traceback, turn.handler_error]))
+        return "the handler failed (its audit event is not written yet: frontdesk audit show)"
+
+    async def show(self, reply: Reply, *, streamed: bool = False) -> None:
         """The reply (unless its text was streamed already); with `--debug`, what each expert
-        decided and spent, else the route and the request in one dim line."""
+        decided and spent, and a failed handler's exception, else the route and the request
+        in one dim line."""
         if self.debug:
             self.console.print(_turn_table(0, self.last[0] if self.last else "", reply))
+            failure = await self.handler_error(reply)
+            if failure is not None:
+                self.console.print(f"[red]handler failed:[/red] {escape(failure)}")
         else:
             detail = reply.category or ""
             if reply.request is not None:
@@ -247,7 +320,7 @@ class ChatSession:
             elif isinstance(event, Done):
                 if streaming:
                     self.console.print()
-                self.show(event.reply, streamed=streaming)
+                await self.show(event.reply, streamed=streaming)
             elif isinstance(event, Failed):
                 if streaming:
                     self.console.print()
@@ -278,13 +351,14 @@ class ChatSession:
             if not text.strip():
                 raise UserError("usage: /edit N TEXT (N from /history)")
             await self.load_path()
-            self.show(await self.orch.edit(self._user_message(number), text, user_id=self.user_id))
+            edited = await self.orch.edit(self._user_message(number), text, user_id=self.user_id)
+            await self.show(edited)
         elif name == "regen":
             leaf = await self.orch.transcript(self.conversation, user_id=self.user_id)
             answers = [m for m in leaf if m.role == "assistant"]
             if not answers:
                 raise UserError("no reply to regenerate yet")
-            self.show(await self.orch.regenerate(answers[-1].id, user_id=self.user_id))
+            await self.show(await self.orch.regenerate(answers[-1].id, user_id=self.user_id))
         elif name == "branches":
             active = {
                 m.id for m in await self.orch.transcript(self.conversation, user_id=self.user_id)
@@ -337,7 +411,7 @@ def _chat(
         try:
             # Open now, so a dead or corrupt database fails before the first prompt.
             runner.run(orch.open())
-            console.print(describe_models(model))
+            console.print(models_line(orch))
             console.print(
                 f"Database: {mask_url(db)}   conversation: {conversation}"
                 "   (/help for commands; /quit or Ctrl-D leaves)",

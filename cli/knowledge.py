@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import os
 from collections import Counter
 from pathlib import Path
 from typing import Annotated
@@ -49,21 +50,79 @@ async def _add(app_spec: str, db: str | None, files: list[tuple[str, str]]) -> l
         await orch.aclose()
 
 
+PATTERN_FIELDS = ("{path}", "{name}", "{stem}")
+
+
+def source_names(paths: list[Path], root: Path | None, source: str | None) -> list[str]:
+    """The source name of each file: its path relative to `root` (default: the folder the
+    files have in common), so no machine path becomes the citation customers see; or
+    `source`, a name for one file or a pattern for each (`help/{name}`: `{path}` the
+    relative path, `{name}` the file name, `{stem}` without its suffix).
+
+    Raises:
+        UserError: a file outside `root`, a plain `--source` with several files, two files
+            given the same name.
+    """
+    resolved = [path.resolve() for path in paths]
+    base = (
+        root.resolve()
+        if root is not None
+        else Path(os.path.commonpath([p.parent for p in resolved]))
+    )
+    relative = []
+    for path, full in zip(paths, resolved, strict=True):
+        try:
+            relative.append(full.relative_to(base).as_posix())
+        except ValueError:
+            raise UserError(f"{path} is not under --root {root}; give another --root") from None
+    if source is None:
+        names = relative
+    elif not any(field in source for field in PATTERN_FIELDS):
+        if len(paths) != 1:
+            raise UserError(
+                "--source names one source: give exactly one PATH with it, or a pattern for"
+                " each file ({path}, {name} or {stem}, e.g. --source 'help/{name}')"
+            )
+        names = [source]
+    else:
+        names = [
+            source.replace("{path}", rel).replace("{name}", full.name).replace("{stem}", full.stem)
+            for rel, full in zip(relative, resolved, strict=True)
+        ]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise UserError(f"two files would be the source {twice[0]!r}: name them apart")
+    return names
+
+
 @app.command("add")
 def add(
     paths: Annotated[list[Path], typer.Argument(help="Markdown or text files to add.")],
     source: Annotated[
         str | None,
-        typer.Option("--source", help="The source's name (one PATH only; default: the path)."),
+        typer.Option(
+            "--source",
+            help="The source's name (one PATH), or a pattern for each file: {path}, {name},"
+            " {stem} (e.g. 'help/{name}').",
+        ),
+    ] = None,
+    root: Annotated[
+        Path | None,
+        typer.Option(
+            "--root",
+            help="Name each source by its path relative to this folder (default: the"
+            " folder the files have in common).",
+        ),
     ] = None,
     db: DbOption = None,
     app_spec: AppOption = DEFAULT_APP,
 ) -> None:
     """Add files as sources (a file added again replaces its passages: unchanged ones keep
-    their id and version, changed ones get the next version)."""
-    if source is not None and len(paths) != 1:
-        raise UserError("--source names one source: give exactly one PATH with it")
-    files = [(source or path.as_posix(), _read(path)) for path in paths]
+    their id and version, changed ones get the next version). A source's name is what a
+    reply cites: the file's path relative to --root (or to the files' common folder),
+    never the machine's absolute path."""
+    names = source_names(paths, root, source)
+    files = [(name, _read(path)) for name, path in zip(names, paths, strict=True)]
     counts = asyncio.run(_add(app_spec, db, files))
     console = Console(soft_wrap=True)
     for (name, _text), count in zip(files, counts, strict=True):

@@ -47,7 +47,22 @@ def serve(
         bool,
         typer.Option(
             "--demo-tokens",
-            help="DEV ONLY: print a customer and an operator page URL with HS256 tokens.",
+            help="DEV ONLY: print a customer page URL and --operators desk URLs with HS256 tokens.",
+        ),
+    ] = False,
+    operators: Annotated[
+        int,
+        typer.Option(
+            "--operators",
+            help="With --demo-tokens: how many operator desks (different operator ids).",
+        ),
+    ] = 2,
+    check: Annotated[
+        bool,
+        typer.Option(
+            "--check",
+            help="Check the whole configuration (options, keys, app, database) and exit: 0,"
+            " or 2 with every problem on a line of its own.",
         ),
     ] = False,
     log_level: Annotated[str, typer.Option("--log-level", help="uvicorn's log level.")] = "info",
@@ -114,7 +129,8 @@ def serve(
     Every /v1 route needs `Authorization: Bearer <JWT>`: set FRONTDESK_JWT_SECRET (HS256)
     or FRONTDESK_JWT_PUBLIC_KEY (RS256). It refuses to start without FRONTDESK_MASTER_KEY
     (unless --allow-clear-audit) or on the offline stand-in unless named (--model offline).
-    See docs/service.md and docs/operations.md.
+    `--check` runs every check (and opens the database once) and exits, listing every
+    problem at once. See docs/service.md and docs/operations.md.
     """
     _check_extra()
     from frontdesk.service import prepare_serve, run_serve
@@ -127,6 +143,7 @@ def serve(
         port=port,
         workers=workers,
         demo_tokens=demo_tokens,
+        operators=operators,
         allow_missing_idempotency_key=allow_missing_idempotency_key,
         allow_client_conversation_ids=allow_client_conversation_ids,
         max_token_lifetime=max_token_lifetime,
@@ -139,16 +156,21 @@ def serve(
         retention=retention,
         retention_transcripts=retention_transcripts,
     )
+    if check:
+        for line in prepared.lines:
+            typer.echo(line)
+        typer.echo("configuration OK")
+        return
     if prepared.demo_urls is not None:
-        customer, operator = prepared.demo_urls
         typer.secho(
             "DEV ONLY --demo-tokens: anyone with these URLs is that user until the tokens "
             "expire (12 h). Never use it in production.",
             fg="yellow",
             err=True,
         )
-        typer.echo(f"  customer chat:    {customer}")
-        typer.echo(f"  operator console: {operator}")
+        typer.echo(f"  customer chat:    {prepared.demo_urls.customer}")
+        for who, url in prepared.demo_urls.operators:
+            typer.echo(f"  operator desk ({who}): {url}")
     for line in prepared.lines:  # What runs: models, store, audit, jobs, workers.
         typer.echo(line, err=True)
     run_serve(

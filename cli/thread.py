@@ -13,7 +13,15 @@ from rich.console import Console
 from rich.markup import escape
 from rich.tree import Tree
 
-from frontdesk.cli._options import DbOption, JsonOption, app_option, db_url, model_option
+from frontdesk.cli._options import (
+    DbOption,
+    JsonOption,
+    app_option,
+    db_url,
+    existing_db,
+    model_option,
+)
+from frontdesk.errors import UserError
 from frontdesk.orchestrator.app import DEFAULT_APP, load_app
 from frontdesk.threads.builder import build_thread
 from frontdesk.threads.handoff import HandoffRecord
@@ -187,13 +195,12 @@ def show(
 ) -> None:
     """Show a conversation's messages as a tree, the active path marked."""
     console = Console()
-    tree = asyncio.run(_show(db_url(db), conversation, all_branches, as_json))
+    tree = asyncio.run(_show(existing_db(db), conversation, all_branches, as_json))
     if tree is None:
-        Console(stderr=True).print(
-            f"error: no conversation {conversation!r} in this database"
+        raise UserError(
+            f"no conversation {conversation!r} in this database"
             " (`frontdesk conversations` lists them)"
         )
-        raise typer.Exit(1)
     if isinstance(tree, dict):
         typer.echo(json.dumps(tree, ensure_ascii=False, indent=2))
         return
@@ -212,8 +219,10 @@ async def _compact(app_spec: str, model: str | None, url: str, conversation_id: 
         await orch.open()
         leaf = await orch.store.active_leaf(conversation_id)
         if leaf is None:
-            console.print(f"no conversation {conversation_id!r} in this database")
-            return 1
+            raise UserError(
+                f"no conversation {conversation_id!r} in this database"
+                " (`frontdesk conversations` lists them)"
+            )
         result = await orch.compaction.compact(conversation_id, leaf.id, force=True)
     finally:
         await orch.aclose()

@@ -10,7 +10,9 @@
     │   │   ├── PromptError             a prompt file is missing or malformed
     │   │   │   └── PromptVariableError a prompt rendered without a variable it uses
     │   │   ├── SchemaOutdated          the database schema is behind: `frontdesk db upgrade`
-    │   │   └── SchemaAhead             the database schema is newer than this code
+    │   │   ├── SchemaAhead             the database schema is newer than this code
+    │   │   └── ConfigProblems          several problems found in one check (`serve --check`),
+    │   │                               `problems` one line each with its fix
     │   ├── InvalidUserText             the text cannot be a user turn (nothing stored)
     │   │   ├── EmptyMessage            empty or whitespace-only
     │   │   ├── InputTooLarge           over `max_message_chars`, or over the question budget
@@ -81,6 +83,7 @@ __all__ = [
     "AuditPayloadError",
     "AuditWriteError",
     "ConfigError",
+    "ConfigProblems",
     "ConversationBusy",
     "ConversationHandedOff",
     "ConversationNotFound",
@@ -145,6 +148,15 @@ class UserError(FrontdeskError):
 
 class ConfigError(UserError):
     """Configuration that cannot work (unknown model spec, missing key, bad budget, ...)."""
+
+
+class ConfigProblems(ConfigError):
+    """Every problem one check found (`frontdesk serve --check`), so that one run names them
+    all rather than one per restart; `problems` holds one line each, with its fix."""
+
+    def __init__(self, problems: list[str]) -> None:
+        self.problems = tuple(problems)
+        super().__init__("; ".join(self.problems))
 
 
 class ConversationNotFound(UserError):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 import secrets
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -121,6 +122,13 @@ class NoStoreNoSniff:
         await self.app(scope, receive, with_headers)
 
 
+def default_greeting(business_name: str) -> str:
+    """The chat page's first line when the app gives none."""
+    if business_name == "the business":  # no name given
+        return "Hello! How can we help you today?"
+    return f"Hello, welcome to {business_name}! How can we help you today?"
+
+
 def _page(name: str) -> str:
     return (files("frontdesk.service") / "pages" / name).read_text(encoding="utf-8")
 
@@ -136,6 +144,7 @@ def create_app(
     allow_missing_idempotency_key: bool = False,
     allow_client_conversation_ids: bool = False,
     metrics_route: bool = True,
+    greeting: str | None = None,
 ) -> FastAPI:
     """The HTTP service over `orchestrator`.
 
@@ -155,6 +164,8 @@ def create_app(
             (else only `POST /v1/conversations` makes ids; others are 404).
         metrics_route: Serve `GET /metrics` (when `prometheus_client` is installed);
             `False` when the metrics are served on a port of their own.
+        greeting: What the chat page says first (default: a welcome naming the app's
+            `business_name`); shown, never stored in the conversation.
     """
     parts = Service(
         orchestrator=orchestrator,
@@ -231,7 +242,10 @@ def create_app(
         )
         return JSONResponse(body.model_dump(), status_code=200 if ready else 503)
 
-    chat, console = _page("chat.html"), _page("operator.html")
+    chat = _page("chat.html").replace(
+        "{{greeting}}", html.escape(greeting or default_greeting(orchestrator.business_name))
+    )
+    console = _page("operator.html")
     assets = {name: _page(name) for name in PAGE_ASSETS}
 
     @app.get("/", response_class=HTMLResponse, include_in_schema=False)

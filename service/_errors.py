@@ -8,13 +8,18 @@ probed. A failed turn is 503 with the safe reply to show (`detail` and `text`).
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Mapping
 from typing import Any
 
+import asyncpg  # type: ignore[import-untyped]
+import structlog
 from fastapi import FastAPI, Request
 from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from sqlalchemy.exc import DBAPIError, DisconnectionError, SQLAlchemyError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
@@ -67,6 +72,75 @@ OUTAGES = (StoreError, AuditWriteError)
 `Retry-After` and the safe reply), never a 500."""
 
 
+_OUTAGE_SQLSTATE_CLASSES = ("08", "53", "57")
+"""Connection exceptions, insufficient resources, operator intervention (a terminated
+backend, a server shutting down or starting up)."""
+_SQLITE_OUTAGES = ("locked", "unable to open", "disk i/o", "readonly", "not a database", "busy")
+log = structlog.get_logger("service")
+
+
+def _is_outage(error: BaseException) -> bool:
+    if isinstance(error, DBAPIError):
+        orig = error.orig
+        return error.connection_invalidated or (orig is not None and _is_outage(orig))
+    if isinstance(error, DisconnectionError | PoolTimeout):
+        return True
+    if isinstance(error, asyncpg.InterfaceError | asyncpg.PostgresConnectionError):
+        return True
+    if isinstance(error, asyncpg.PostgresError):
+        return str(getattr(error, "sqlstate", "") or "")[:2] in _OUTAGE_SQLSTATE_CLASSES
+    if isinstance(error, sqlite3.OperationalError | sqlite3.DatabaseError):
+        return any(word in str(error).lower() for word in _SQLITE_OUTAGES)
+    return isinstance(error, ConnectionError | TimeoutError)
+
+
+def store_outage(error: BaseException) -> bool:
+    """Whether `error`, or an error that caused it (or one of a group's), is the database
+    refusing or dropping connections, locked or unreadable: a 503 the client retries, not
+    a bug. Errors the store did not translate itself (a read on a connection the server
+    terminated, a connect refused) reach the routes as the driver raised them."""
+    seen: set[int] = set()
+    todo = [error]
+    while todo:
+        current = todo.pop()
+        if id(current) in seen:
+            continue
+        seen.add(id(current))
+        if _is_outage(current):
+            return True
+        if isinstance(current, BaseExceptionGroup):
+            todo.extend(current.exceptions)
+        todo.extend(e for e in (current.__cause__, current.__context__) if e is not None)
+    return False
+
+
+def _store_name(request: Request) -> str:
+    """`postgresql` or `sqlite`: which store is unavailable, for the client and the logs."""
+    try:
+        return str(request.app.state.service.orchestrator.store.engine.url.get_backend_name())
+    except Exception:  # Not opened, or no store: say what is known.
+        return "database"
+
+
+def outage_response(request: Request, error: BaseException | None = None) -> JSONResponse:
+    """503 with `Retry-After` and the safe reply; `store` names the database that failed."""
+    store = _store_name(request)
+    if error is not None:
+        log.warning("store.unavailable", store=store, error=type(error).__name__)
+    body = {"detail": SAFE_REPLY, "text": SAFE_REPLY, "type": "StoreUnavailable", "store": store}
+    return JSONResponse(body, status_code=503, headers={"Retry-After": "1"})
+
+
+DRIVER_ERRORS: tuple[type[Exception], ...] = (
+    SQLAlchemyError,
+    sqlite3.Error,
+    asyncpg.PostgresError,
+    asyncpg.InterfaceError,
+    OSError,
+)
+"""What the drivers raise when the store has not translated it (see `store_outage`)."""
+
+
 def status_of(error: FrontdeskError) -> int:
     """The HTTP status for a frontdesk error (500 for what the caller cannot fix)."""
     for kind, status in STATUS:
@@ -75,8 +149,8 @@ def status_of(error: FrontdeskError) -> int:
     return 500
 
 
-def error_response(error: FrontdeskError) -> JSONResponse:
-    """The JSON answer for `error`."""
+def error_response(error: FrontdeskError, store: str | None = None) -> JSONResponse:
+    """The JSON answer for `error` (`store`: the database an outage names)."""
     status = status_of(error)
     body: dict[str, Any] = {"detail": str(error), "type": type(error).__name__}
     headers: dict[str, str] = {}
@@ -90,6 +164,8 @@ def error_response(error: FrontdeskError) -> JSONResponse:
         body["detail"] = "no such memory for this user"
     elif isinstance(error, OUTAGES):
         body.update(detail=SAFE_REPLY, text=SAFE_REPLY)
+        if store is not None and isinstance(error, StoreError):
+            body["store"] = store
     elif status == 500:
         body["detail"] = "internal error"  # The log has the details; the client does not.
     if isinstance(error, ConversationBusy | LeaseLost | StoreError | AuditWriteError):
@@ -135,7 +211,14 @@ def install(app: FastAPI) -> None:
 
     async def frontdesk_error(request: Request, error: Exception) -> JSONResponse:
         assert isinstance(error, FrontdeskError)
-        return error_response(error)
+        return error_response(error, _store_name(request))
+
+    async def driver_error(request: Request, error: Exception) -> JSONResponse:
+        # A database error the store did not translate: an outage is 503; anything else
+        # goes on to the 500 below (and the server's log, with its traceback).
+        if store_outage(error):
+            return outage_response(request, error)
+        raise error
 
     async def invalid_request(request: Request, error: Exception) -> JSONResponse:
         assert isinstance(error, RequestValidationError)
@@ -173,10 +256,14 @@ def install(app: FastAPI) -> None:
 
     async def unexpected(request: Request, error: Exception) -> JSONResponse:
         # A bug: logged by the server with its traceback; the client gets the one shape.
+        if store_outage(error):  # ... unless a database outage is what it wraps.
+            return outage_response(request)
         body = {"detail": "internal error", "type": "InternalError"}
         return JSONResponse(body, status_code=500)
 
     app.add_exception_handler(Exception, unexpected)
     app.add_exception_handler(FrontdeskError, frontdesk_error)
+    for kind in DRIVER_ERRORS:
+        app.add_exception_handler(kind, driver_error)
     app.add_exception_handler(RequestValidationError, invalid_request)
     app.add_exception_handler(StarletteHTTPException, http_error)

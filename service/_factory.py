@@ -36,6 +36,7 @@ counts them all.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import secrets
 import shutil
@@ -46,6 +47,7 @@ from dataclasses import dataclass
 from fastapi import FastAPI
 
 from frontdesk import metrics
+from frontdesk.audit.crypto import MASTER_KEY_ENV
 from frontdesk.errors import ConfigError
 from frontdesk.orchestrator import Orchestrator
 from frontdesk.orchestrator.app import DEFAULT_APP, default_db, load_app
@@ -62,8 +64,9 @@ from frontdesk.service._limits import (
     RedisTokenBucket,
     TokenBucket,
 )
-from frontdesk.service._startup import Startup, describe, refuse_unsafe
+from frontdesk.service._startup import NO_MASTER_KEY, Problems, Startup, describe, unsafe
 from frontdesk.service._telemetry import serve_metrics
+from frontdesk.threads.store import ConversationStore
 
 FACTORY = "frontdesk.service._factory:app_from_env"
 """The import string uvicorn's workers build the app from."""
@@ -106,27 +109,36 @@ class ServiceSettings:
             ConfigError: a missing key, a bad rate limit or body limit.
         """
         env = os.environ if environ is None else environ
+        problems = Problems()
         raw_body = env.get("FRONTDESK_MAX_BODY_BYTES") or str(DEFAULT_MAX_BODY_BYTES)
         if not raw_body.isdigit() or int(raw_body) < 1024:
-            raise ConfigError(
+            problems.add(
                 f"FRONTDESK_MAX_BODY_BYTES={raw_body!r}: expected a number of bytes >= 1024"
             )
+            raw_body = str(DEFAULT_MAX_BODY_BYTES)
         raw_age = env.get("FRONTDESK_EVENT_STREAM_SECONDS") or str(StreamTiming().max_age)
         try:
             max_age = float(raw_age)
         except ValueError:
             max_age = -1.0
         if not 1.0 <= max_age <= 86400.0:
-            raise ConfigError(
+            problems.add(
                 f"FRONTDESK_EVENT_STREAM_SECONDS={raw_age!r}: expected seconds from 1 to 86400"
             )
+        verifier = rate_limit = None
+        with problems.check():
+            verifier = TokenVerifier.from_env(env)
+        with problems.check():
+            rate_limit = RateLimit.parse(env.get("FRONTDESK_RATE_LIMIT", DEFAULT_RATE_LIMIT))
+        problems.raise_found()
+        assert verifier is not None
         return cls(
             app=env.get("FRONTDESK_SERVE_APP") or DEFAULT_APP,
             db=env.get("FRONTDESK_SERVE_DB") or None,
             model=env.get("FRONTDESK_SERVE_MODEL") or None,
-            verifier=TokenVerifier.from_env(env),
+            verifier=verifier,
             jobs=env.get("FRONTDESK_SERVE_JOBS") or "inline",
-            rate_limit=RateLimit.parse(env.get("FRONTDESK_RATE_LIMIT", DEFAULT_RATE_LIMIT)),
+            rate_limit=rate_limit,
             redis_url=env.get("FRONTDESK_REDIS_URL") or None,
             max_body_bytes=int(raw_body),
             event_timing=StreamTiming(max_age=max_age),
@@ -189,15 +201,31 @@ def _base_url(host: str, port: int) -> str:
     return f"http://{shown}:{port}"
 
 
-def demo_urls(host: str, port: int, *, environ: MutableMapping[str, str]) -> tuple[str, str]:
-    """A customer and an operator page URL, each with a fresh HS256 token (DEV ONLY).
+@dataclass(frozen=True)
+class DemoUrls:
+    """The page URLs `--demo-tokens` prints, each with a fresh token (DEV ONLY)."""
+
+    customer: str
+    operators: tuple[tuple[str, str], ...]
+    """(operator id, desk URL) per operator: `demo-operator-1`, `demo-operator-2`, ..."""
+
+
+def demo_urls(
+    host: str, port: int, *, environ: MutableMapping[str, str], operators: int = 2
+) -> DemoUrls:
+    """A customer page URL and `operators` operator desk URLs (different operator ids), each
+    with a fresh HS256 token (DEV ONLY): two desks are what a hand-off between two people
+    needs to be tried.
 
     With no key configured, a random secret is made for this run and put in `environ`
     (the workers inherit it).
 
     Raises:
-        ConfigError: the service checks RS256 tokens only: it cannot mint them.
+        ConfigError: the service checks RS256 tokens only: it cannot mint them; fewer than
+            one operator.
     """
+    if operators < 1:
+        raise ConfigError(f"--operators {operators}: at least 1")
     secret = environ.get("FRONTDESK_JWT_SECRET")
     if not secret:
         if environ.get("FRONTDESK_JWT_PUBLIC_KEY"):
@@ -208,15 +236,19 @@ def demo_urls(host: str, port: int, *, environ: MutableMapping[str, str]) -> tup
         secret = environ["FRONTDESK_JWT_SECRET"] = secrets.token_urlsafe(32)
     base = _base_url(host, port)
     customer = mint_token(secret, "demo-customer", ttl=DEMO_TOKEN_TTL)
-    operator = mint_token(secret, "demo-operator", roles=[OPERATOR_ROLE], ttl=DEMO_TOKEN_TTL)
-    return f"{base}/#token={customer}", f"{base}/operator#token={operator}"
+    desks = []
+    for number in range(1, operators + 1):
+        who = f"demo-operator-{number}"
+        token = mint_token(secret, who, roles=[OPERATOR_ROLE], ttl=DEMO_TOKEN_TTL)
+        desks.append((who, f"{base}/operator#token={token}"))
+    return DemoUrls(customer=f"{base}/#token={customer}", operators=tuple(desks))
 
 
 @dataclass(frozen=True, kw_only=True)
 class Prepared:
     """What `prepare_serve` checked: for the CLI to print and `run_serve` to run."""
 
-    demo_urls: tuple[str, str] | None
+    demo_urls: DemoUrls | None
     """The customer and operator page URLs (`--demo-tokens`), else `None`."""
     lines: list[str]
     """One line each: models per expert, store, audit encryption, job mode, workers."""
@@ -233,6 +265,7 @@ def prepare_serve(
     port: int,
     workers: int,
     demo_tokens: bool,
+    operators: int = 2,
     allow_missing_idempotency_key: bool = False,
     allow_client_conversation_ids: bool = False,
     max_token_lifetime: float | None = None,
@@ -244,18 +277,93 @@ def prepare_serve(
     jobs: str = "inline",
     retention: str | None = None,
     retention_transcripts: bool = False,
+    check_store: bool = True,
 ) -> Prepared:
-    """Check `frontdesk serve`'s settings and hand them to the workers (the environment),
-    before any worker starts; with `demo_tokens`, mint the demo page URLs (DEV ONLY).
+    """Check `frontdesk serve`'s whole configuration and hand it to the workers (the
+    environment), before any worker starts; with `demo_tokens`, mint the demo page URLs
+    (DEV ONLY).
+
+    Every check runs, so that one run names every problem (`serve --check`): the options,
+    the app, what would fail open (no master key without `allow_clear_audit`, which
+    `demo_tokens` implies; the offline stand-in by default), the token keys and limits,
+    and the store (opened once, unless `check_store` is False; an empty database is set
+    up, as the first worker would).
 
     Raises:
-        ConfigError: a setting the workers could not start with (said before any starts):
-            first of all no master key without `allow_clear_audit` (which `demo_tokens`
-            implies), and the offline stand-in by default.
+        ConfigError: the one problem found (a `StoreError` for a store that cannot be
+            opened); `ConfigProblems` when several, one line each.
     """
+    problems = Problems()
     if workers < 1:
-        raise ConfigError(f"--workers {workers}: at least 1")
+        problems.add(f"--workers {workers}: at least 1")
     store = db or default_db()
+    _to_environ(
+        problems,
+        app=app,
+        store=store,
+        model=model,
+        port=port,
+        allow_missing_idempotency_key=allow_missing_idempotency_key,
+        allow_client_conversation_ids=allow_client_conversation_ids,
+        max_token_lifetime=max_token_lifetime,
+        limits=(
+            ("FRONTDESK_HEADER_TIMEOUT", header_timeout),
+            ("FRONTDESK_BODY_TIMEOUT", body_timeout),
+            ("FRONTDESK_MAX_CONNECTIONS", max_connections),
+        ),
+        metrics_port=metrics_port,
+        jobs=jobs,
+        retention=retention,
+        retention_transcripts=retention_transcripts,
+    )
+    startup = Startup(db=store, workers=workers, allow_clear_audit=allow_clear_audit or demo_tokens)
+    # The app loads (a bad --app or --db is said here, once), and fails closed.
+    orch: Orchestrator | None = None
+    with problems.check():
+        loaded = load_app(app, model=model, db=store)
+        loaded.use_store(store)
+        if jobs not in JOBS_MODES:
+            raise ConfigError(f"--jobs {jobs!r}: 'inline' or 'worker'")
+        loaded.use_jobs(jobs)
+        _use_retention(loaded, retention, retention_transcripts)
+        orch = loaded
+    if orch is not None:
+        for found in unsafe(orch, startup):
+            problems.add(found)
+    elif not startup.allow_clear_audit and not os.environ.get(MASTER_KEY_ENV):
+        problems.add(NO_MASTER_KEY)  # Said even when --app cannot be loaded.
+    urls = None
+    if demo_tokens:
+        with problems.check():
+            urls = demo_urls(host, port, environ=os.environ, operators=operators)
+    with problems.check():
+        ServiceSettings.from_env()  # Every other setting: the token keys, the limits.
+    if check_store and orch is not None:
+        with problems.check():
+            asyncio.run(_open_store(store))
+    problems.raise_found()
+    assert orch is not None
+    return Prepared(demo_urls=urls, lines=describe(orch, startup), orchestrator=orch)
+
+
+def _to_environ(
+    problems: Problems,
+    *,
+    app: str,
+    store: str,
+    model: str | None,
+    port: int,
+    allow_missing_idempotency_key: bool,
+    allow_client_conversation_ids: bool,
+    max_token_lifetime: float | None,
+    limits: tuple[tuple[str, float | None], ...],
+    metrics_port: int | None,
+    jobs: str,
+    retention: str | None,
+    retention_transcripts: bool,
+) -> None:
+    """Hand the options to the workers (the environment); what cannot work goes to
+    `problems`."""
     os.environ["FRONTDESK_SERVE_APP"] = app
     os.environ["FRONTDESK_SERVE_DB"] = store
     if model:
@@ -266,15 +374,12 @@ def prepare_serve(
         os.environ["FRONTDESK_ALLOW_CLIENT_CONVERSATION_IDS"] = "1"
     if max_token_lifetime is not None:
         os.environ["FRONTDESK_MAX_TOKEN_LIFETIME"] = str(int(max_token_lifetime))
-    for name, value in (
-        ("FRONTDESK_HEADER_TIMEOUT", header_timeout),
-        ("FRONTDESK_BODY_TIMEOUT", body_timeout),
-        ("FRONTDESK_MAX_CONNECTIONS", max_connections),
-    ):
+    for name, value in limits:
         if value is not None:
             if value <= 0:
-                raise ConfigError(f"{name}={value}: must be more than 0")
-            os.environ[name] = str(value)
+                problems.add(f"{name}={value}: must be more than 0")
+            else:
+                os.environ[name] = str(value)
     os.environ["FRONTDESK_SERVE_JOBS"] = jobs
     os.environ.pop("FRONTDESK_SERVE_RETENTION", None)
     os.environ.pop("FRONTDESK_SERVE_RETENTION_TRANSCRIPTS", None)
@@ -284,20 +389,16 @@ def prepare_serve(
             os.environ["FRONTDESK_SERVE_RETENTION_TRANSCRIPTS"] = "1"
     if metrics_port is not None:
         if metrics_port == port or not 0 < metrics_port < 65536:
-            raise ConfigError(f"--metrics-port {metrics_port}: a free port other than --port")
-        os.environ[METRICS_PORT_ENV] = str(metrics_port)
-    # The app loads (a bad --app or --db is said here, once), and fails closed.
-    orch = load_app(app, model=model, db=store)
-    orch.use_store(store)
-    if jobs not in JOBS_MODES:
-        raise ConfigError(f"--jobs {jobs!r}: 'inline' or 'worker'")
-    orch.use_jobs(jobs)
-    _use_retention(orch, retention, retention_transcripts)
-    startup = Startup(db=store, workers=workers, allow_clear_audit=allow_clear_audit or demo_tokens)
-    refuse_unsafe(orch, startup)
-    urls = demo_urls(host, port, environ=os.environ) if demo_tokens else None
-    ServiceSettings.from_env()  # Every other setting: the token keys, the limits.
-    return Prepared(demo_urls=urls, lines=describe(orch, startup), orchestrator=orch)
+            problems.add(f"--metrics-port {metrics_port}: a free port other than --port")
+        else:
+            os.environ[METRICS_PORT_ENV] = str(metrics_port)
+
+
+async def _open_store(url: str) -> None:
+    """Open the store once (set up if empty), so that a store the workers could not open
+    is said here, in one line, not as every worker's failed start."""
+    store = await ConversationStore.open(url)
+    await store.aclose()
 
 
 def run_serve(

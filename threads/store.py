@@ -157,7 +157,8 @@ class ConversationStore:
         except (DBAPIError, OSError) as e:
             await engine.dispose()
             shown = engine.url.render_as_string(hide_password=True)
-            raise StoreUnavailable(f"cannot reach the database {shown}: {e}") from e
+            reason = e.orig if isinstance(e, DBAPIError) else e  # without SQLAlchemy's dump
+            raise StoreUnavailable(f"cannot reach the database {shown}: {reason}") from e
         except BaseException:
             await engine.dispose()
             raise

@@ -17,6 +17,7 @@ from frontdesk.examples.potato_shop.shop import (
     RefundRequest,
     build,
     categories,
+    profile,
 )
 
 __all__ = [
@@ -28,4 +29,5 @@ __all__ = [
     "RefundRequest",
     "build",
     "categories",
+    "profile",
 ]

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field
 
-from frontdesk import Category, HandlerContext, Orchestrator, Outcome, Redact
+from frontdesk import Category, HandlerContext, Orchestrator, Outcome, Profile, Redact
 from frontdesk.experts.category import HandlerStore
 from frontdesk.orchestrator.config import ModelChoice
 
@@ -237,10 +238,20 @@ def categories() -> list[Category]:
     return [ORDERS, ORDER_STATUS, REFUND]
 
 
+def profile(model: ModelChoice = None, **fields: Any) -> Profile:
+    """What the potato shop is: its categories, its name and the models its experts use."""
+    return Profile(categories(), model=model, business_name="Spud & Co.", **fields)
+
+
+_PROFILE_FIELDS = frozenset(f.name for f in dataclasses.fields(Profile))
+
+
 def build(
     *, model: ModelChoice = None, store: str = "sqlite:///frontdesk.db", **kwargs: Any
 ) -> Orchestrator:
-    """An Orchestrator for the potato shop (`--app frontdesk.examples.potato_shop:build`)."""
-    return Orchestrator(
-        categories(), model=model, store=store, business_name="Spud & Co.", **kwargs
-    )
+    """An Orchestrator for the potato shop (`--app frontdesk.examples.potato_shop:build`):
+    its `profile` on `store`; `kwargs` are `Profile` fields or where it runs (`timeouts=`,
+    `audit=`, `jobs=` and their flat keywords)."""
+    fields = {k: v for k, v in kwargs.items() if k in _PROFILE_FIELDS}
+    runtime = {k: v for k, v in kwargs.items() if k not in _PROFILE_FIELDS}
+    return Orchestrator(profile=profile(model, **fields), store=store, **runtime)

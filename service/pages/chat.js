@@ -8,6 +8,7 @@ const log = $("log"), banner = $("banner"), status = $("status"), hint = $("hint
 const box = $("text");
 let conversation = null, stream = null;
 let handoff = { state: null, position: null, since: null };
+let failure = null;  // the key whose failure `status` tells of: cleared when its answer comes
 
 $("who").textContent = fd.claims().sub ? "Signed in as " + fd.claims().sub : "Not signed in";
 
@@ -23,6 +24,7 @@ function remember(text, key) {
 function markFailed(key) { keep(kept().map((p) => p.key === key ? { ...p, failed: true } : p)); }
 function answered(key) { keep(kept().filter((p) => p.key !== key)); }
 function failedWith(text) { return kept().find((p) => p.failed && p.text === text) || null; }
+function pending(key) { return kept().some((p) => p.key === key); }  // not answered yet
 
 // -- drawing --------------------------------------------------------------------------------
 function label(m) {
@@ -79,6 +81,7 @@ function draw(m) {
   if (m.role === "assistant" && m.kind !== "failed" && m.parent_id) {
     const question = byId(m.parent_id);
     if (question && question.dataset.key) {
+      if (failure === question.dataset.key) { status.textContent = ""; failure = null; }
       answered(question.dataset.key);
       question.classList.remove("failed");
       const retry = question.querySelector(".retry");
@@ -96,8 +99,10 @@ function showBanner() {
     const place = h.position ? `You are number ${h.position} in the queue for a person.` : "";
     const wait = h.since ? ` You have waited ${fd.waited((Date.now() - h.since) / 1000)}.` : "";
     banner.textContent = ("Waiting for a person from our team. " + place + wait).trim();
-  }
-  banner.classList.toggle("on", h.state === "opened" || h.state === "claimed");
+  } else if (h.state === "back") {
+    banner.textContent = "You're back with the assistant.";
+  } else banner.textContent = "";
+  banner.classList.toggle("on", !!h.state);
 }
 setInterval(() => { if (handoff.state === "opened") showBanner(); }, 5000);
 
@@ -107,16 +112,23 @@ function onEvent(e) {
   else if (e.type === "handoff") {
     if (e.state === "opened") handoff = { state: "opened", position: null, since: Date.parse(e.time) };
     else if (e.state === "claimed" || e.state === "answered") handoff.state = "claimed";
-    else handoff = { state: null, position: null, since: null };
+    else if (handoff.state === "opened" || handoff.state === "claimed") {
+      handoff = { state: "back", position: null, since: null };  // a person handed it back
+    } else if (handoff.state !== "back") handoff = { state: null, position: null, since: null };
     showBanner();
   } else if (e.type === "queue_position") { handoff.position = e.position; showBanner(); }
 }
 
 function followConversation() {
   if (stream || !conversation) return;
+  const connection = $("connection");
   stream = fd.follow(`/v1/conversations/${encodeURIComponent(conversation)}/events`, onEvent,
     (state, code) => {
-      if (state === "refused" && code === 404 && stream) { stream.stop(); stream = null; }
+      if (state === "refused" && code === 404 && stream) { stream.stop(); stream = null; return; }
+      // Down: said until it is back; it then catches up (Last-Event-ID), nothing missed.
+      const down = state === "reconnecting" || state === "refused";
+      connection.textContent = down ? "Reconnecting\u2026" : "";
+      connection.classList.toggle("on", down);
     });
 }
 
@@ -137,6 +149,7 @@ function plain(statusCode, body) {
 }
 
 function offerRetry(div, text, key) {
+  failure = key;
   div.classList.add("failed");
   markFailed(key);
   if (div.querySelector(".retry")) return;
@@ -149,9 +162,10 @@ function offerRetry(div, text, key) {
 }
 
 // -- sending --------------------------------------------------------------------------------
+let fresh = false;  // "New conversation" was pressed: the link's conversation is left behind
 async function ensureConversation() {
   if (conversation) return conversation;
-  const named = fd.params.get("conversation") || sessionStorage.getItem("fd-conversation");
+  const named = (fresh ? null : fd.params.get("conversation")) || sessionStorage.getItem("fd-conversation");
   if (named) conversation = named;
   else {
     const r = await fd.api("/v1/conversations", {
@@ -178,7 +192,9 @@ async function submit(text, key) {
 async function exchange(text, key) {
   await ensureConversation();
   status.textContent = "";
+  failure = null;
   hint.textContent = "";
+  if (handoff.state === "back") { handoff.state = null; showBanner(); }
   remember(text, key);
   let mine = [...log.children].find((d) => d.dataset.key === key) || null;
   if (!mine) { mine = bubble("user"); fill(mine, { role: "user", text }); mine.dataset.key = key; }
@@ -194,6 +210,7 @@ async function exchange(text, key) {
       body: JSON.stringify({ text }),
     });
   } catch (err) {
+    if (!pending(key)) return;  // its answer came by the live stream meanwhile
     offerRetry(mine, text, key);
     status.textContent = "Your message may not have reached us. Retry sends it again, once.";
     return;
@@ -240,6 +257,7 @@ async function exchange(text, key) {
       }
     }
   } catch (err) { /* the connection dropped: offered as a retry below */ }
+  if (!finished && !pending(key)) { if (answer && !answer.dataset.id) answer.remove(); return; }
   if (!finished) {
     if (answer) answer.remove();
     offerRetry(mine, text, key);
@@ -295,9 +313,35 @@ function showMemories(list, items, empty) {
   }
 }
 
-$("forget-all").addEventListener("click", async () => {
-  await fd.api("/v1/me/memories", { method: "DELETE" });
+$("forget-all").addEventListener("click", () => {
+  $("confirm-forget").hidden = false;
+  $("forget-no").focus();  // the safe choice first
+});
+$("forget-no").addEventListener("click", () => { $("confirm-forget").hidden = true; $("forget-all").focus(); });
+$("forget-yes").addEventListener("click", async () => {
+  $("confirm-forget").hidden = true;
+  const r = await fd.api("/v1/me/memories", { method: "DELETE" });
+  if (!r.ok) status.textContent = "We could not delete what we remember. Please try again.";
   loadMemories();
+  $("forget-all").focus();
+});
+
+// A new conversation: the page starts over (what is remembered stays; the old conversation
+// is kept, and can be carried on from its link).
+$("new-conversation").addEventListener("click", async () => {
+  if (stream) { stream.stop(); stream = null; }
+  sessionStorage.removeItem("fd-conversation");
+  conversation = null;
+  fresh = true;
+  handoff = { state: null, position: null, since: null };
+  showBanner();
+  status.textContent = hint.textContent = "";
+  failure = null;
+  for (const d of [...log.children]) if (d.id !== "greeting") d.remove();
+  $("connection").classList.remove("on");
+  try { await ensureConversation(); } catch (err) { status.textContent = err.message; return; }
+  followConversation();
+  box.focus();
 });
 $("reload-memories").addEventListener("click", loadMemories);
 

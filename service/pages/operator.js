@@ -1,10 +1,13 @@
 "use strict";
-// The operator console: the queue live (who has what), a conversation's messages live, its
-// context beside the thread. Tab to a queue item, Enter takes it over (a claim).
+// The operator desk: the queue live (who has what), a conversation's messages live, its
+// context beside the thread. Tab to a queue item, Enter opens it READ-ONLY; "Take this
+// conversation" claims it (taking it from another operator asks first). A desk that loses
+// a conversation to another sees it at once: its reply box is disabled, saying why.
 const $ = (id) => document.getElementById(id);
 const status = $("status");
 const me = fd.claims().sub || "";
 let current = null, thread = null, queue = [];
+const held = new Set();  // conversations this desk has had: losing one is said as such
 
 $("who").textContent = me ? "Signed in as " + me : "Not signed in";
 
@@ -38,15 +41,15 @@ function drawQueue() {
     button.dataset.conversation = h.conversation_id;
     const waiting = h.waiting_since
       ? "waiting " + fd.waited((Date.now() - Date.parse(h.waiting_since)) / 1000) : "answered";
-    // Its name is what it shows, the action first: "Take over c-12 alice · waiting 3 s ...".
-    const action = h.claimed_by === me ? "Open" : (h.claimed_by ? "Take over from " + h.claimed_by : "Take over");
+    // Its name is what it shows, the action first: "Open c-12 alice · waiting 3 s ...".
+    const action = h.claimed_by === me ? "Open yours" : "Open";
     button.append(
       fd.el("span", "act", action + " "),
       fd.el("span", "cid", h.conversation_id),
       fd.el("span", "sub", `${h.user_id || "anonymous"} \u00b7 ${waiting} \u00b7 ${who(h)}`
         + (h.reason ? ` \u00b7 ${h.reason}` : "")),
     );
-    button.addEventListener("click", () => takeOver(h.conversation_id));
+    button.addEventListener("click", () => open(h.conversation_id));
     li.append(button);
     list.append(li);
     if (focused === h.conversation_id) button.focus();
@@ -57,18 +60,47 @@ function onQueue(e) {
   if (e.type !== "queue") return;
   queue = e.handoffs;
   drawQueue();
-  const mine = queue.find((h) => h.conversation_id === current);
-  showClaim(mine || null);
+  sync();
 }
 fd.follow("/v1/handoffs/events", onQueue);
 setInterval(drawQueue, 15000);  // the waiting times
 
-function showClaim(h) {
+function handoffOf(cid) { return queue.find((h) => h.conversation_id === cid) || null; }
+
+// The open conversation's controls, from who has it: only its claimant may reply.
+function sync() {
   if (!current) { $("claim").textContent = ""; return; }
-  $("claim").textContent = h ? (h.claimed_by === me ? "You have this conversation."
-    : h.claimed_by ? `${h.claimed_by} has this conversation.` : "Nobody has claimed it yet.")
-    : "Not handed off to a person.";
+  const h = handoffOf(current);
+  const mine = !!h && h.claimed_by === me;
+  const other = h && h.claimed_by && !mine ? h.claimed_by : null;
+  let why;
+  if (!h) why = "Not handed off to a person: the bot answers it.";
+  else if (mine) why = "You have this conversation.";
+  else if (other && held.has(current)) why = `${other} took this conversation over from you: you can no longer reply.`;
+  else if (other) why = `${other} has this conversation. Take it to reply.`;
+  else why = "Nobody has taken this conversation yet. Take it to reply.";
+  $("claim").textContent = why;
+  enable(mine);
+  $("reply").placeholder = mine ? "Reply as the agent" : why;
+  if (mine) held.add(current);
+  const take = $("take");
+  take.hidden = !h || mine;
+  take.textContent = other ? `Take this conversation from ${other}` : "Take this conversation";
+  if (!other) $("confirm-take").hidden = true;
 }
+
+$("take").addEventListener("click", () => {
+  const h = handoffOf(current);
+  const other = h && h.claimed_by && h.claimed_by !== me ? h.claimed_by : null;
+  if (!other) { takeOver(current); return; }
+  $("confirm-text").textContent = `${other} has this conversation. Take it from them?`
+    + " They can no longer reply once you do.";
+  $("confirm-yes").textContent = `Yes, take it from ${other}`;
+  $("confirm-take").hidden = false;
+  $("confirm-yes").focus();
+});
+$("confirm-yes").addEventListener("click", () => { $("confirm-take").hidden = true; takeOver(current); });
+$("confirm-no").addEventListener("click", () => { $("confirm-take").hidden = true; $("take").focus(); });
 
 // -- one conversation -----------------------------------------------------------------------
 function label(m) {
@@ -98,9 +130,12 @@ function onThread(e) {
   if (e.type === "message") { draw(e); if (e.role === "user") loadContext(); }
   else if (e.type === "message_removed") { const d = byId(e.id); if (d) d.remove(); }
   else if (e.type === "handoff") {
-    if (e.state === "handed_back") { status.textContent = "Handed back to the bot."; enable(false); }
-    else if (e.state === "timed_out") { status.textContent = "Handed back: nobody answered in time."; enable(false); }
-    else if (e.state === "opened") enable(true);
+    const h = handoffOf(current);
+    if (e.state === "handed_back" || e.state === "timed_out") {
+      status.textContent = e.state === "timed_out" ? "Handed back: nobody answered in time." : "Handed back to the bot.";
+      queue = queue.filter((q) => q.conversation_id !== current);
+      sync();
+    } else if (e.state === "claimed" && e.claimed_by && h) { h.claimed_by = e.claimed_by; sync(); }
   }
 }
 
@@ -109,8 +144,15 @@ function enable(on) { for (const id of ["reply", "send", "hand-back"]) $(id).dis
 async function takeOver(cid) {
   const r = await fd.api(`/v1/conversations/${encodeURIComponent(cid)}/claim`, { method: "POST" });
   if (!r.ok) return fail(r, "take it over");
-  await open(cid);
+  if (cid !== current) await open(cid);
+  const h = handoffOf(cid);
+  if (h) h.claimed_by = me;
+  else queue.push({ conversation_id: cid, claimed_by: me, user_id: null, waiting_since: null });
+  held.add(cid);
+  sync();
+  drawQueue();
   status.textContent = "You have taken over this conversation.";
+  $("reply").focus();
 }
 
 async function open(cid) {
@@ -119,12 +161,12 @@ async function open(cid) {
   status.textContent = "";
   $("title").textContent = "Conversation " + cid;
   $("log").replaceChildren();
-  enable(true);
+  $("confirm-take").hidden = true;
   drawQueue();
-  showClaim(queue.find((h) => h.conversation_id === cid) || null);
+  sync();
   thread = fd.follow(`/v1/conversations/${encodeURIComponent(cid)}/events`, onThread);
   await loadContext();
-  $("reply").focus();
+  ($("take").hidden ? $("reply") : $("take")).focus();
 }
 
 async function loadContext() {
@@ -173,7 +215,8 @@ $("hand-back").addEventListener("click", async () => {
   const r = await fd.api(`/v1/conversations/${encodeURIComponent(current)}/hand-back`, { method: "POST" });
   if (!r.ok) return fail(r, "hand it back");
   status.textContent = "Handed back to the bot.";
-  enable(false);
+  queue = queue.filter((q) => q.conversation_id !== current);
+  sync();
 });
 
 $("takeover").addEventListener("submit", async (e) => {

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
@@ -11,6 +12,8 @@ from frontdesk.audit.events import AuditEvent
 from frontdesk.audit.pricing import cost_of, price_of
 from frontdesk.audit.store import AuditLog
 from frontdesk.audit.transcript import build_transcript
+from frontdesk.examples.potato_shop import categories
+from frontdesk.orchestrator import Orchestrator
 
 pytestmark = pytest.mark.anyio
 
@@ -110,3 +113,22 @@ class _Row:
         self.created_at = event.created_at.isoformat()
         self.payload = event.payload
         self.system_prompt = event.system_prompt
+
+
+@pytest.mark.anyio
+async def test_a_regenerated_turn_shows_the_decisions_it_reused(tmp_path: Path) -> None:
+    """After a regeneration the active path's turn is not empty (`audit show` without
+    --all-branches): it shows the category, request and instruction it reused."""
+    orch = Orchestrator(categories(), model="offline", store=f"sqlite:///{tmp_path / 'r.db'}")
+    try:
+        reply = await orch.handle("c-r", "where is order 77120?", user_id="u")
+        await orch.regenerate(reply.message_id, user_id="u")
+        log = orch.audit_log
+        assert log is not None
+        transcript = build_transcript("c-r", await log.events("c-r"))
+    finally:
+        await orch.aclose()
+    (turn,) = transcript.active
+    assert "outcome_reused" in turn.events
+    assert turn.category == "ORDER_STATUS" and turn.request == {"order_number": "77120"}
+    assert turn.instruction and "77120" in turn.instruction

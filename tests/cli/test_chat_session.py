@@ -197,6 +197,51 @@ def test_edit_regen_branches_and_switch(tmp_path: Path) -> None:
     assert "2 you> where is order 88213?" in switched
 
 
+FAILING_APP = """
+from frontdesk import Category, Orchestrator, Outcome
+from frontdesk.testing import FunctionModel
+from pydantic import BaseModel
+
+
+class Transfer(BaseModel):
+    amount: int = 5
+
+
+async def transfer(request, context):
+    raise RuntimeError("the core banking API is down")
+
+
+def answer(request):
+    if request.expert == "triage":
+        return {"category": "TRANSFER", "reason": "money"}
+    if request.expert == "request":
+        return {"request": {"amount": 5}}
+    if request.expert == "memory":
+        return {"facts": []}
+    return "Sorry, something went wrong."
+
+
+def build(model=None, store="sqlite:///f.db"):
+    cats = [Category(name="TRANSFER", description="Send money", request=Transfer,
+                     handler=transfer, examples=["send 5 to Bob"])]
+    return Orchestrator(cats, model=model or FunctionModel(answer, name="bank-double"),
+                        store=store)
+"""
+
+
+def test_debug_shows_a_failed_handlers_exception_and_the_model_that_answered(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "failing_app.py").write_text(FAILING_APP, encoding="utf-8")
+    args = ("chat", "--app", "failing_app:build", "--db", "sqlite:///f.db", "--debug")
+    done = frontdesk(*args, cwd=tmp_path, stdin="send 5 to Bob\n/quit\n")
+    assert done.returncode == 0, done.stderr
+    assert "offline stand-in" not in done.stdout  # the app's own model answered
+    assert "Models: triage=bank-double" in done.stdout
+    assert "handler failed:" in done.stdout
+    assert "RuntimeError: the core banking API is down" in done.stdout
+
+
 def test_debug_shows_each_experts_decisions_and_cost(tmp_path: Path) -> None:
     out = _chat(f"sqlite:///{tmp_path / 'c.db'}", "two bags of purple potatoes please\n", "--debug")
     for label in ("category", "request", "instruction", "tokens", "triage", "$"):

@@ -35,7 +35,9 @@ def test_add_list_search_and_remove(tmp_path: Path) -> None:
     hours = tmp_path / "hours.txt"
     hours.write_text("Branches open at nine.\n\nThe phone line never closes.", encoding="utf-8")
     added = _run("add", str(fees), str(hours), "--db", url)
-    assert f"{fees.as_posix()}: 2 passages" in added and f"{hours.as_posix()}: 2 passages" in added
+    # Named by their path in their common folder: no machine path for customers to see.
+    assert "fees.md: 2 passages" in added and "hours.txt: 2 passages" in added
+    assert str(tmp_path) not in added
     _run("add", str(fees), "--source", "help/fees.md", "--db", url)
     listed = json.loads(_run("list", "--json", "--db", url))
     assert {"source": "help/fees.md", "passages": 2} in listed and len(listed) == 3
@@ -54,6 +56,9 @@ def test_add_list_search_and_remove(tmp_path: Path) -> None:
     [
         (["add", "missing.md"], "no file"),
         (["add", "a.md", "b.md", "--source", "x"], "exactly one PATH"),
+        (["add", "a.md", "b.md", "--source", "help.md"], "or a pattern for each file"),
+        (["add", "a.md", "sub/a.md", "--source", "help/{name}"], "two files would be"),
+        (["add", "a.md", "--root", "sub"], "is not under --root"),
         (["remove", "never-added.md"], "no source"),
         (["search", "fees", "--limit", "0"], "limit must be 1 to 100"),
     ],
@@ -64,6 +69,8 @@ def test_mistakes_are_told_plainly(
     monkeypatch.chdir(tmp_path)
     (tmp_path / "a.md").write_text("## A\nalpha", encoding="utf-8")
     (tmp_path / "b.md").write_text("## B\nbeta", encoding="utf-8")
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "a.md").write_text("## A again\nalpha", encoding="utf-8")
     result = runner.invoke(app, ["knowledge", *args, "--db", f"sqlite:///{tmp_path / 'fd.db'}"])
     assert result.exit_code != 0 and message in result.output, result.output
     assert "Traceback" not in result.output
@@ -76,3 +83,20 @@ def test_a_file_that_is_not_text_is_refused(tmp_path: Path) -> None:
         app, ["knowledge", "add", str(binary), "--db", f"sqlite:///{tmp_path / 'fd.db'}"]
     )
     assert result.exit_code != 0 and "not UTF-8" in result.output
+
+
+def test_sources_are_named_relative_to_root_or_by_a_pattern(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'fd.db'}"
+    docs = tmp_path / "site" / "docs"
+    (docs / "fees").mkdir(parents=True)
+    (docs / "fees" / "cards.md").write_text("## Cards\nNo fee abroad.", encoding="utf-8")
+    (docs / "hours.md").write_text("## Hours\nNine to five.", encoding="utf-8")
+    files = [str(docs / "fees" / "cards.md"), str(docs / "hours.md")]
+    added = _run("add", *files, "--db", url)
+    assert "fees/cards.md: 1 passage" in added and "hours.md: 1 passage" in added
+    added = _run("add", *files, "--root", str(tmp_path / "site"), "--db", url)
+    assert "docs/fees/cards.md: 1 passage" in added
+    added = _run("add", *files, "--source", "help/{stem}", "--db", url)
+    assert "help/cards: 1 passage" in added and "help/hours: 1 passage" in added
+    listed = {s["source"] for s in json.loads(_run("list", "--json", "--db", url))}
+    assert not any(str(tmp_path) in source for source in listed), listed

@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import os
 import re
+import signal
 import subprocess
 from pathlib import Path
 
@@ -16,7 +17,7 @@ from typer.testing import CliRunner
 from frontdesk.cli import app as cli
 from frontdesk.errors import ConfigError
 from frontdesk.service import RedisTokenBucket, ServiceSettings, TokenBucket, mint_token
-from tests.service._server import FRONTDESK, ROOT, free_port, serve_process
+from tests.service._server import FRONTDESK, ROOT, free_port, serve_process, wait_ready
 from tests.service.conftest import SECRET
 
 pytestmark = pytest.mark.anyio
@@ -77,12 +78,15 @@ def test_demo_tokens_open_the_pages_and_the_api(tmp_path: Path) -> None:
     args = ["--demo-tokens", "--db", db, "--app", "tests.service._shop:build"]
     with serve_process(args, env) as (url, process):
         assert process.stdout is not None
-        lines = [process.stdout.readline() for _ in range(3)]
+        lines = [process.stdout.readline() for _ in range(4)]
         printed = "".join(lines)
         assert "DEV ONLY" in printed
         customer = re.search(r"customer chat: +(\S+)", printed)
-        operator = re.search(r"operator console: +(\S+)", printed)
-        assert customer and operator
+        desks = re.findall(r"operator desk \((\S+)\): +(\S+)", printed)
+        assert customer and len(desks) == 2  # --operators 2 by default
+        assert desks[0][0] != desks[1][0]  # two operators, not one twice
+        operator = re.search(r"operator desk \(\S+\): +(\S+)", printed)
+        assert operator
         assert customer.group(1).startswith(f"{url}/#token=")
         assert operator.group(1).startswith(f"{url}/operator#token=")
         token = customer.group(1).split("#token=")[1]
@@ -131,10 +135,11 @@ def test_serve_without_a_master_key_exits_at_once_in_one_line_naming_it(
         text=True,
         timeout=60,
     )
-    assert done.returncode != 0
+    assert done.returncode == 2
     lines = [line for line in (done.stdout + done.stderr).splitlines() if line.strip()]
-    assert len(lines) == 1, lines
+    assert len(lines) == (1 if jwt_secret else 2), lines  # Every problem, one line each.
     assert "FRONTDESK_MASTER_KEY" in lines[0] and "--allow-clear-audit" in lines[0]
+    assert jwt_secret or "FRONTDESK_JWT_SECRET" in lines[1]
 
 
 def test_serve_refuses_the_offline_stand_in_unless_it_is_named(
@@ -181,3 +186,91 @@ def test_metrics_port_serves_the_scrape_apart_from_the_api(tmp_path: Path) -> No
         scrape.text
     )
     assert "gen_ai_client_token_usage_bucket" in scrape.text
+
+
+def test_serve_check_lists_every_problem_at_once_and_exits_2(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """No master key, no token key, a database that refuses: three lines, one run."""
+    for key in (*KEYS, "FRONTDESK_MASTER_KEY"):
+        monkeypatch.delenv(key, raising=False)
+    dead = f"postgresql://postgres@127.0.0.1:{free_port()}/nothing"
+    result = CliRunner().invoke(cli, ["serve", "--check", "--model", "offline", "--db", dead])
+    assert result.exit_code == 2, result.output
+    lines = result.output.splitlines()
+    assert len(lines) == 3 and all(line.startswith("error: ") for line in lines), lines
+    assert "FRONTDESK_MASTER_KEY" in lines[0]
+    assert "FRONTDESK_JWT_SECRET" in lines[1]
+    assert "cannot reach the database" in lines[2] and "--db" in lines[2]
+
+
+def test_serve_check_says_what_would_run_and_exits_0(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("FRONTDESK_JWT_SECRET", SECRET)
+    monkeypatch.setenv("FRONTDESK_MASTER_KEY", MASTER_KEY)
+    db = f"sqlite:///{tmp_path / 'checked.db'}"
+    result = CliRunner().invoke(cli, ["serve", "--check", "--model", "offline", "--db", db])
+    assert result.exit_code == 0, result.output
+    assert f"store: {db}" in result.output and "configuration OK" in result.output
+
+
+@pytest.mark.parametrize("command", [["thread", "show", "c-1"], ["serve", "--check"]])
+def test_a_sqlite_file_in_a_missing_folder_is_one_line_and_exit_2(
+    tmp_path: Path, command: list[str]
+) -> None:
+    """No traceback (aiosqlite's thread once printed "Event loop is closed" first)."""
+    db = f"sqlite:///{tmp_path / 'nowhere' / 'x.db'}"
+    env = {**os.environ, "FRONTDESK_JWT_SECRET": SECRET, "FRONTDESK_MASTER_KEY": MASTER_KEY}
+    done = subprocess.run(
+        [str(FRONTDESK), *command, "--db", db, *(["--model", "offline"] * (command[0] == "serve"))],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2, done.stderr
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, lines
+    assert lines[0].startswith("error: ") and str(tmp_path / "nowhere") in lines[0]
+
+
+def test_thread_show_of_an_unknown_conversation_exits_2(tmp_path: Path) -> None:
+    db = f"sqlite:///{tmp_path / 'known.db'}"
+    assert CliRunner().invoke(cli, ["conversations", "--db", db]).exit_code == 0
+    result = CliRunner().invoke(cli, ["thread", "show", "nope", "--db", db])
+    assert result.exit_code == 2
+    assert "no conversation 'nope'" in result.output
+
+
+def test_demo_serve_prints_a_customer_and_two_operator_urls_that_open(tmp_path: Path) -> None:
+    """No key of any kind set: the potato shop on the offline stand-in, named on purpose."""
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
+    for key in (*KEYS, "FRONTDESK_MASTER_KEY"):
+        env.pop(key, None)
+    process = subprocess.Popen(
+        [str(FRONTDESK), "demo", "--serve", "--port", str(port)],
+        cwd=tmp_path,
+        env={**env, "PYTHONPATH": str(ROOT)},
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_ready(url, process=process)
+        assert process.stdout is not None
+        printed = "".join(process.stdout.readline() for _ in range(7))
+    finally:
+        os.killpg(process.pid, signal.SIGTERM)
+        process.wait(timeout=20)
+    customer = re.search(r"customer chat: +(\S+)", printed)
+    desks = re.findall(r"operator desk \((\S+)\): +(\S+)", printed)
+    assert customer and customer.group(1).startswith(f"{url}/#token="), printed
+    assert [who for who, _ in desks] == ["demo-operator-1", "demo-operator-2"], printed
+    assert all(desk.startswith(f"{url}/operator#token=") for _, desk in desks)
+    assert "offline stand-in" in printed

@@ -161,7 +161,8 @@ def test_the_whole_hand_off_live_on_both_sides(browser: Browser, server: str, sh
         item = desk.locator("#queue li", has_text=cid)
         expect(item).to_contain_text("not claimed")  # live: no reload
         axe(desk, "console, one waiting", shots)
-        # The keyboard alone: Tab to the queue item, Enter takes it over.
+        # The keyboard alone: Tab to the queue item, Enter opens it read-only; Enter again
+        # (the focus is on "Take this conversation") takes it.
         desk.locator("body").focus()
         for _ in range(30):
             desk.keyboard.press("Tab")
@@ -169,6 +170,12 @@ def test_the_whole_hand_off_live_on_both_sides(browser: Browser, server: str, sh
                 break
         else:
             pytest.fail("the queue item is not reachable by Tab")
+        desk.keyboard.press("Enter")
+        expect(desk.locator("#claim")).to_contain_text("Nobody has taken this conversation yet")
+        expect(desk.locator("#reply")).to_be_disabled()
+        expect(item).to_contain_text("not claimed")  # looking claims nothing
+        axe(desk, "console, conversation open read-only", shots)
+        expect(desk.locator("#take")).to_be_focused()
         desk.keyboard.press("Enter")
         expect(desk.locator("#claim")).to_contain_text("You have this conversation")
         expect(item).to_contain_text("yours")
@@ -209,12 +216,32 @@ def test_the_whole_hand_off_live_on_both_sides(browser: Browser, server: str, sh
         )
         assert len(ids) == len(set(ids)), ids  # nothing drawn twice after the reconnects
 
-        desk.click("#hand-back")
-        expect(desk.locator("#status")).to_contain_text("Handed back")
-        expect(desk.locator("#queue li", has_text=cid)).to_have_count(0)
-        expect(banner).to_be_hidden()
+        # Bob takes it over from Sam: he is asked first; Sam sees it at once (no Send
+        # refused first), his reply box disabled, saying why.
+        other.locator("#queue li", has_text=cid).locator("button").click()
+        expect(other.locator("#reply")).to_be_disabled()
+        expect(other.locator("#claim")).to_contain_text("sam has this conversation")
+        other.get_by_role("button", name="Take this conversation from sam").click()
+        expect(other.locator("#confirm-take")).to_contain_text("They can no longer reply")
+        axe(other, "console, confirm taking it from another", shots)
+        other.get_by_role("button", name="Yes, take it from sam").click()
+        expect(other.locator("#claim")).to_contain_text("You have this conversation")
+        expect(desk.locator("#claim")).to_contain_text(
+            "bob took this conversation over from you: you can no longer reply"
+        )
+        expect(desk.locator("#reply")).to_be_disabled()
+        expect(desk.locator("#send")).to_be_disabled()
+        axe(desk, "console, conversation lost to another", shots)
+        desk.screenshot(path=str(shots / "console-lost.png"), full_page=True)
+
+        other.click("#hand-back")
+        expect(other.locator("#status")).to_contain_text("Handed back")
+        expect(other.locator("#queue li", has_text=cid)).to_have_count(0)
+        expect(banner).to_have_text("You're back with the assistant.")
+        axe(chat, "chat, back with the assistant", shots)
         say(chat, "and a refund?")
         expect(chat.locator(".msg.assistant").last).to_contain_text("You said: and a refund?.")
+        expect(banner).to_be_hidden()
         axe(chat, "chat, handed back", shots)
     finally:
         for ctx in (c_ctx, o_ctx, b_ctx):
@@ -248,6 +275,8 @@ def test_a_phone_the_keyboard_and_a_message_over_the_limit(
         cid = conversation_of(chat)
         expect(desk.locator("#queue li", has_text=cid)).to_be_visible()
         desk.locator("#queue li", has_text=cid).locator("button").focus()
+        desk.keyboard.press("Enter")  # open (read-only), then take it
+        expect(desk.locator("#take")).to_be_focused()
         desk.keyboard.press("Enter")
         expect(desk.locator("#claim")).to_contain_text("You have this conversation")
         no_sideways_scroll(desk)

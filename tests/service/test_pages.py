@@ -9,13 +9,16 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
-from playwright.sync_api import Browser, Page, expect, sync_playwright
+from playwright.sync_api import Browser, Page, Route, expect, sync_playwright
 
 from frontdesk.service import TokenVerifier, create_app
+from frontdesk.service._events import StreamTiming
 from tests.service import _shop
 from tests.service._server import serve_thread
 from tests.service.conftest import SECRET, token
+from tests.service.test_desk_pages import axe
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(120)]
 
@@ -83,7 +86,7 @@ def test_the_chat_page_streams_a_reply_and_escapes_it(
     page.screenshot(path=str(shots / "chat.png"))
     # A reload shows the same conversation from the transcript.
     page.reload()
-    expect(page.locator(".msg")).to_have_count(4)
+    expect(page.locator("#log .msg:not(#greeting)")).to_have_count(4)
     page.close()
 
 
@@ -101,8 +104,11 @@ def test_a_person_takes_over_answers_and_hands_back(
     expect(console.locator("#who")).to_contain_text("sam")
     waiting = console.locator("#queue li", has_text="round-trip")
     expect(waiting).to_contain_text("alice")
-    waiting.click()
+    waiting.click()  # opens it read-only: nothing is claimed by looking
     expect(console.locator("#log .msg.user").last).to_contain_text("talk to a person")
+    expect(console.locator("#reply")).to_be_disabled()
+    console.get_by_role("button", name="Take this conversation").click()
+    expect(console.locator("#claim")).to_contain_text("You have this conversation")
     console.fill("#reply", "Hi Alice, Sam here. Your order ships today.")
     console.click("#send")
     expect(console.locator("#log .msg.operator")).to_contain_text("Sam here")
@@ -116,6 +122,7 @@ def test_a_person_takes_over_answers_and_hands_back(
     console.click("#hand-back")
     expect(console.locator("#status")).to_contain_text("Handed back")
     expect(console.locator("#queue li", has_text="round-trip")).to_have_count(0)
+    expect(customer.locator("#banner")).to_have_text("You're back with the assistant.")
 
     say(customer, "thanks, and what about a refund?")
     expect(customer.locator(".msg.assistant").last).to_contain_text(
@@ -144,6 +151,74 @@ def test_the_user_sees_and_deletes_what_is_remembered(
     facts.filter(has_text="I live in Leeds").get_by_role("button", name="Delete").click()
     expect(facts).to_have_count(1)
     expect(facts.first).to_contain_text("I am allergic to peanuts")
+    page.click("#forget-all")  # asks first; Cancel keeps everything
+    expect(page.locator("#confirm-forget")).to_contain_text("cannot be undone")
+    page.get_by_role("button", name="Cancel").click()
+    expect(page.locator("#confirm-forget")).to_be_hidden()
+    expect(facts).to_have_count(1)
     page.click("#forget-all")
+    page.get_by_role("button", name="Yes, delete everything").click()
     expect(page.locator("#memories")).to_contain_text("Nothing remembered.")
     page.close()
+
+
+def test_the_chat_page_greets_starts_over_clears_stale_warnings_and_reconnects(
+    browser: Browser, tmp_path: Path, shots: Path
+) -> None:
+    """A first visit: the app's greeting, a conversation of its own. An answer whose request
+    failed in the page but was answered all the same arrives by the live stream, and the
+    warning goes. The live connection down: "Reconnecting…", then it catches up."""
+    app = create_app(
+        _shop.build(f"sqlite:///{tmp_path / 'greet.db'}"),
+        verifier=TokenVerifier(secret=SECRET),
+        owns_orchestrator=True,
+        event_timing=StreamTiming(max_age=1.0),  # streams end each second and reconnect
+        greeting="Hello from the test shop <3",
+    )
+    with serve_thread(app) as url:
+        page = browser.new_page(viewport={"width": 1100, "height": 700})
+        page.goto(f"{url}/#token={token('erin')}")
+        expect(page.locator("#greeting")).to_contain_text("Hello from the test shop <3")
+        axe(page, "chat, first visit", shots)
+        first = conversation_of(page)
+
+        def lost(route: Route) -> None:  # the server answers; the page never hears it
+            route.fetch()
+            route.abort()
+
+        page.route("**/messages", lost)
+        say(page, "hello")
+        expect(page.locator(".msg.assistant").last).to_contain_text("You said: hello.")
+        expect(page.locator("#status")).to_have_text("")
+        expect(page.locator(".retry")).to_have_count(0)
+        page.unroute("**/messages")
+
+        page.route("**/events", lambda route: route.abort())  # the live connection down
+        expect(page.locator("#connection")).to_have_text("Reconnecting\u2026")
+        axe(page, "chat, reconnecting", shots)
+        handed = httpx.post(
+            f"{url}/v1/conversations/{first}/handoff",
+            headers={"Authorization": f"Bearer {token('sam', roles=('operator',))}"},
+            timeout=30,
+        )
+        assert handed.status_code == 200, handed.text
+        page.unroute("**/events")
+        expect(page.locator("#connection")).to_be_hidden()
+        expect(page.locator("#banner")).to_contain_text("Waiting for a person")  # caught up
+
+        page.get_by_role("button", name="New conversation").click()
+        expect(page.locator("#log .msg:not(#greeting)")).to_have_count(0)
+        expect(page.locator("#banner")).to_be_hidden()
+        expect(page.locator("#greeting")).to_be_visible()
+        assert conversation_of(page) != first
+        say(page, "a fresh start")
+        expect(page.locator(".msg.assistant").last).to_contain_text("You said: a fresh start.")
+        page.click("#forget-all")
+        axe(page, "chat, confirm deleting memories", shots)
+        page.close()
+
+
+def conversation_of(page: Page) -> str:
+    cid = page.evaluate("() => sessionStorage.getItem('fd-conversation')")
+    assert isinstance(cid, str) and cid
+    return cid
