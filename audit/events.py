@@ -24,6 +24,10 @@ EventKind = Literal[
     # speculative call's tokens; its attempt rows precede the note)
     "request_failed",  # payload: category, error (an unusable extraction; the turn hands off)
     "handler_error",  # payload: category, error
+    "unreadable",  # payload: category (or null: triage), error, asked_before (the unreadable
+    # turns just before; `on_unreadable="ask"` asks again, a hand-off after three)
+    "response_fallback",  # payload: error (the response expert failed after the handler
+    # acted: the reply was built from the outcome, `fallbacks.plain_reply`)
     "reply",  # payload: assistant_message_id, text, model, prompt versions
     "turn_failed",  # payload: error, stage
     "compaction",  # payload: summary_id, covered_until_message_id, evicted, summary text
@@ -48,6 +52,8 @@ EventKind = Literal[
     "memory_refused",  # payload: refused [{reason, why, key}] (the memory policy; no text)
     "memory_corrected",  # payload: memory_id, by (no text)
     "memory_forgotten",  # payload: memory_ids, by, all (no text); in the user's chain
+    "operator_read",  # payload: by (operator id), conversation_id, what (no content); in the
+    # user's chain: who read the customer's context, transcript or memories, and when
 ]
 
 # A `model_attempt` payload holds: expert, model, attempt, settings, prompt {name, version,

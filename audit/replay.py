@@ -291,8 +291,3 @@ def missing_categories(transcripts: Sequence[Transcript], known: Collection[str]
     if isinstance(listed, dict | list):
         names |= {str(n) for n in listed}
     return sorted(names - set(known))
-
-
-def replay_all(transcripts: Sequence[Transcript]) -> list[RecordedTurn]:
-    """Every replayable turn of several conversations (for progress totals)."""
-    return [t for tr in transcripts for t in recorded_turns(tr)]

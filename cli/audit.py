@@ -52,9 +52,10 @@ from frontdesk.errors import ConfigError, ReplayAppMismatch, UserError
 from frontdesk.experts.category import HUMAN, OTHER
 from frontdesk.orchestrator import Orchestrator
 from frontdesk.orchestrator.app import DEFAULT_APP, load_app
-from frontdesk.orchestrator.replay import build_runner, parse_models
+from frontdesk.orchestrator.replay import ReplayRunner, build_runner, parse_models
 from frontdesk.redaction import RedactionPolicy, Redactor, Rule
 from frontdesk.threads.answered import answered_turns
+from frontdesk.threads.listing import list_conversations
 
 app = typer.Typer(help="audit commands", no_args_is_help=True)
 
@@ -62,6 +63,9 @@ T = TypeVar("T")
 
 ConvArg = Annotated[str | None, typer.Argument(help="The conversation id.", show_default=False)]
 AllOption = Annotated[bool, typer.Option("--all", help="Every conversation in the log.")]
+ProfileOption = Annotated[
+    str | None, typer.Option("--profile", help="Only the conversations of this profile.")
+]
 
 BUILT_IN = {HUMAN, OTHER}
 """The categories every app has (small talk, a person): never a sign of the wrong app."""
@@ -83,16 +87,30 @@ def _run(work: Callable[[AuditLog], Awaitable[T]], db: str | None) -> T:
     return asyncio.run(main())
 
 
-async def _targets(log: AuditLog, conversation: str | None, every: bool) -> list[str]:
-    """The conversations a command works on (one, or all with `--all`)."""
+async def _targets(
+    log: AuditLog, conversation: str | None, every: bool, profile: str | None = None
+) -> list[str]:
+    """The conversations a command works on (one, or all with `--all`; with `--profile`,
+    only those the profile answers)."""
     if conversation is not None and every:
         raise UserError("give a conversation id or --all, not both")
     if conversation is None:
         if not every:
             raise UserError("give a conversation id, or --all for every conversation")
-        return await log.conversations()
-    await _known(log, conversation)
-    return [conversation]
+        ids = await log.conversations()
+    else:
+        await _known(log, conversation)
+        ids = [conversation]
+    if profile is None:
+        return ids
+    try:
+        rows = await list_conversations(log.engine, profile=profile, limit=1_000_000)
+    except Exception as e:  # The log's database holds no conversations.
+        raise UserError(
+            "--profile reads the conversations' profiles: give the database that holds them"
+        ) from e
+    theirs = {r.conversation_id for r in rows}
+    return [cid for cid in ids if cid in theirs]
 
 
 async def _known(log: AuditLog, conversation: str) -> None:
@@ -352,6 +370,7 @@ def export(
     ],
     conversation: ConvArg = None,
     every: AllOption = False,
+    profile: ProfileOption = None,
     fmt: Annotated[
         Literal["jsonl", "html"],
         typer.Option("--format", help="jsonl: one row per event; html: one self-contained page."),
@@ -371,7 +390,7 @@ def export(
         out.mkdir(parents=True, exist_ok=True)
 
     async def work(log: AuditLog) -> int:
-        ids = await _targets(log, conversation, every)
+        ids = await _targets(log, conversation, every, profile)
         if to_folder:
             return await export_folder(log, ids, out, redactor)
         if fmt == "html":
@@ -574,13 +593,14 @@ def print_cost(report: CostReport, console: Console) -> None:
 def cost(
     conversation: ConvArg = None,
     every: AllOption = False,
+    profile: ProfileOption = None,
     db: DbOption = None,
     as_json: JsonOption = False,
 ) -> None:
     """Tokens and cost per expert, per turn and in total (cache reads shown)."""
 
     async def work(log: AuditLog) -> CostReport:
-        ids = await _targets(log, conversation, every)
+        ids = await _targets(log, conversation, every, profile)
         # Usage and cost are stored in clear: the report needs no master key.
         return cost_report(await _transcripts(log, ids, decrypt=log.keys is not None))
 
@@ -729,6 +749,7 @@ def summary_table(report: ReplayReport) -> Table:
 def replay(
     conversation: ConvArg = None,
     every: AllOption = False,
+    profile: ProfileOption = None,
     app_spec: Annotated[
         str | None,
         app_option(
@@ -763,15 +784,27 @@ def replay(
     shown: dict[str, Shown] = {}
 
     async def work(log: AuditLog) -> tuple[ReplayReport, str]:
-        ids = await _targets(log, conversation, every)
+        ids = await _targets(log, conversation, every, profile)
         spec, orch = replay_app(app_spec, await _transcripts(log, ids), console)
-        runner = build_runner(orch, prompts_dir=prompts, models=parse_models(list(model or [])))
-        names = set(orch.categories) | BUILT_IN  # Every app routes to the built-in two.
+        runners: dict[str | None, ReplayRunner] = {}  # One per recorded profile.
         report = ReplayReport()
         with Progress(console=console, transient=True, disable=len(ids) < 2) as progress:
             task = progress.add_task("replaying", total=len(ids))
             for cid in ids:
                 [transcript] = await _transcripts(log, [cid])
+                recorded = (recorded_app([transcript]) or {}).get("profile")
+                name = recorded if isinstance(recorded, str) and recorded in orch.profiles else None
+                if name not in runners:
+                    runners[name] = build_runner(
+                        orch,
+                        prompts_dir=prompts,
+                        models=parse_models(list(model or [])),
+                        profile=name,
+                    )
+                runner = runners[name]
+                business = orch.profiles.get(name or "", orch.profile)
+                # Every app routes to the built-in two.
+                names = {c.name for c in business.categories} | BUILT_IN
                 if redactor is not None:
                     rows = await log.events(cid)
                     shown[cid] = Shown(redactor, recorded_rules(rows), ruled_values(rows, redactor))

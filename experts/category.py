@@ -53,6 +53,12 @@ class Outcome(BaseModel):
     def _json_data(cls, data: dict[str, Any]) -> dict[str, Any]:
         return {key: _json_value(value, f"data[{key!r}]") for key, value in data.items()}
 
+    reply: str | None = None
+    """Exact words for the customer, used only when the response expert cannot write the
+    reply (its model failed or was cut off after the handler acted); `None`: the
+    instruction is said plainly instead (docs/providers.md, "Failing softly"). Not stored
+    with the turn: a retry of the turn falls back to the plain instruction."""
+
     handoff: str | None = None
     """Why a person should take over, or None. Set, the conversation is handed off with
     this reason in the same transaction that stores the outcome (`Reply.handoff` is True),

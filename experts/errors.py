@@ -19,6 +19,7 @@ from frontdesk.errors import (
     UnconsumedSteps,
     UnexpectedModelCall,
     UnknownModelSpec,
+    UnsupportedOutput,
 )
 
 __all__ = [
@@ -40,4 +41,5 @@ __all__ = [
     "UnconsumedSteps",
     "UnexpectedModelCall",
     "UnknownModelSpec",
+    "UnsupportedOutput",
 ]

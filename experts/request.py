@@ -10,7 +10,7 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
-from typing import Any, ClassVar, cast
+from typing import Any, ClassVar, Literal, cast
 
 from pydantic import BaseModel, ConfigDict, Field, create_model, model_validator
 
@@ -21,11 +21,20 @@ from frontdesk.knowledge import Passage
 
 
 class Extraction(BaseModel):
-    """Base of the generated request-expert output types: exactly one field is set."""
+    """Base of the generated request-expert output types: exactly one field is set.
+
+    It is sent to a model as a tagged union (`wire_json_schema`): `{"kind": "request",
+    "request": {...}}` or `{"kind": "need_more_info", "need_more_info": {...}}`, so a
+    server's grammar enforces the choice; the answer is still validated here (patterns,
+    enums, and the one-of rule for an answer without `kind`).
+    """
 
     model_config = ConfigDict(frozen=True)
 
     request_model: ClassVar[type[BaseModel]]
+    kind: Literal["request", "need_more_info"] | None = Field(
+        default=None, description="Which of the two answers this is."
+    )
     request: Any = None
     need_more_info: NeedMoreInfo | None = None
     from_memory: list[str] = Field(
@@ -33,6 +42,56 @@ class Extraction(BaseModel):
         description="The names of the request fields filled from a remembered fact about the"
         " customer (the remembered block) rather than from this conversation; empty when none.",
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _by_kind(cls, data: Any) -> Any:
+        """With `kind` given, only the field it names counts (a stray other one is dropped)."""
+        if isinstance(data, dict) and data.get("kind") in ("request", "need_more_info"):
+            other = "need_more_info" if data["kind"] == "request" else "request"
+            return {k: v for k, v in data.items() if k != other}
+        return data
+
+    @classmethod
+    def wire_json_schema(cls) -> dict[str, Any]:
+        """The tagged union sent to a model (see the class docstring)."""
+        schema = cls.model_json_schema()
+        props = schema.get("properties", {})
+        request = props.get("request", {})
+        branches = [b for b in request.get("anyOf", [request]) if b.get("type") != "null"]
+        request_schema = dict(branches[0]) if len(branches) == 1 else {"anyOf": branches}
+        if "description" in request:
+            request_schema.setdefault("description", request["description"])
+        need = props.get("need_more_info", {})
+        need_schema = next((b for b in need.get("anyOf", [need]) if b.get("type") != "null"), need)
+        union: dict[str, Any] = {
+            "title": schema.get("title", cls.__name__),
+            "type": "object",
+            "anyOf": [
+                {
+                    "type": "object",
+                    "properties": {
+                        "kind": {"type": "string", "enum": ["request"]},
+                        "request": request_schema,
+                        "from_memory": props.get("from_memory", {"type": "array"}),
+                    },
+                    "required": ["kind", "request"],
+                    "additionalProperties": False,
+                },
+                {
+                    "type": "object",
+                    "properties": {
+                        "kind": {"type": "string", "enum": ["need_more_info"]},
+                        "need_more_info": need_schema,
+                    },
+                    "required": ["kind", "need_more_info"],
+                    "additionalProperties": False,
+                },
+            ],
+        }
+        if "$defs" in schema:
+            union["$defs"] = schema["$defs"]
+        return union
 
     @model_validator(mode="after")
     def _exactly_one(self) -> Extraction:

@@ -49,7 +49,9 @@
     │   │   └── ModelHTTPError          ... with an HTTP status (status_code, body, headers)
     │   │       ├── ProviderQuotaExhausted  money ran out (429 insufficient_quota)
     │   │       ├── RateLimited         429 still failing, or retry-after beyond the budget
-    │   │       └── ProviderOverloaded  529/5xx for the whole attempt budget
+    │   │       ├── ProviderOverloaded  529/5xx for the whole attempt budget
+    │   │       └── UnsupportedOutput   the server refuses the structured-output form asked
+    │   │                               for (also a ConfigError: set `output=` in the spec)
     │   ├── ModelConnectionError        unreachable host, connection reset, timeout
     │   ├── TruncatedOutput             stopped by max_tokens / length
     │   ├── Refusal                     the model refused
@@ -133,6 +135,7 @@ __all__ = [
     "UnexpectedModelCall",
     "UnknownConversation",
     "UnknownModelSpec",
+    "UnsupportedOutput",
     "UserError",
     "UserStateUnavailable",
 ]
@@ -259,6 +262,12 @@ class RateLimited(ModelHTTPError):
 
 class ProviderOverloaded(ModelHTTPError):
     """529 / 5xx on every attempt of the budget."""
+
+
+class UnsupportedOutput(ModelHTTPError, ConfigError):
+    """The server answered that it cannot give structured output in the form asked for
+    (`response_format: json_schema`, `tools`, ...): a configuration to change (the model
+    spec's `output=`), never retried and never reported as an outage."""
 
 
 class ModelConnectionError(ModelError):

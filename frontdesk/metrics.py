@@ -82,8 +82,8 @@ class _Instruments:
         self.turns = _prom.Counter(
             "frontdesk_turns",
             "Turns by category and outcome (answered, need_more_info, handoff, held,"
-            " replayed, failed).",
-            ["frontdesk_category", "frontdesk_outcome"],
+            " replayed, failed), and the profile (business) that answered.",
+            ["frontdesk_category", "frontdesk_outcome", "frontdesk_profile"],
         )
         self.turn_duration = _prom.Histogram(
             "frontdesk_turn_duration_seconds",
@@ -152,12 +152,12 @@ def expert_call(
         )
 
 
-def turn(*, category: str, outcome: str, seconds: float) -> None:
-    """Count one turn and its duration."""
+def turn(*, category: str, outcome: str, seconds: float, profile: str = "") -> None:
+    """Count one turn (by the profile that answered it) and its duration."""
     m = _instruments
     if m is None:
         return
-    m.turns.labels(category, outcome).inc()
+    m.turns.labels(category, outcome, profile).inc()
     m.turn_duration.labels(outcome).observe(seconds)
 
 

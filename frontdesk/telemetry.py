@@ -141,7 +141,16 @@ def request_model_of(model: str) -> str:
 class TurnSpan:
     """What a turn tells its span (and the turn metrics) as it goes."""
 
-    __slots__ = ("category", "held", "outcome", "replayed", "span", "started", "turn_id")
+    __slots__ = (
+        "category",
+        "held",
+        "outcome",
+        "profile",
+        "replayed",
+        "span",
+        "started",
+        "turn_id",
+    )
 
     def __init__(self, span: Any) -> None:
         self.span = span
@@ -149,6 +158,8 @@ class TurnSpan:
         self.turn_id = ""
         """The user message's id (the turn's id in the audit log)."""
         self.category = ""
+        self.profile = ""
+        """The profile (business) answering (a label of the turn metrics)."""
         self.outcome = "answered"
         self.replayed = False
         self.held = False
@@ -208,6 +219,8 @@ def turn(conversation_id: str) -> Iterator[TurnSpan]:
                     attributes["frontdesk.turn_id"] = handle.turn_id
                 if handle.category:
                     attributes["frontdesk.category"] = handle.category
+                if handle.profile:
+                    attributes["frontdesk.profile"] = handle.profile
                 span.set_attributes(attributes)
 
 
@@ -216,6 +229,7 @@ def _count_turn(handle: TurnSpan) -> None:
         category=handle.category or "none",
         outcome=handle.outcome,
         seconds=time.perf_counter() - handle.started,
+        profile=handle.profile,
     )
 
 

@@ -56,6 +56,7 @@ from frontdesk.orchestrator.reply import Reply
 from frontdesk.orchestrator.stream import TurnEvent, stream_turn
 from frontdesk.orchestrator.turn import Pipeline, app_record
 from frontdesk.redaction import Redactor, field_rules, redactor_of
+from frontdesk.threads.budget import Budget
 from frontdesk.threads.builder import UserThread, build_thread
 from frontdesk.threads.compaction import CompactionPolicy
 from frontdesk.threads.handoff import HandoffPolicy
@@ -235,6 +236,12 @@ class Orchestrator:
     def settings(self) -> ExpertSettings:
         """The default profile's per-expert model settings."""
         return self.profile.settings
+
+    @property
+    def budgets(self) -> Mapping[str, Budget]:
+        """The default profile's token budgets, each cut to its model's `context_tokens`
+        where one is set (docs/providers.md, "Fitting a small window")."""
+        return self._wired[self._default].budgets
 
     @property
     def max_message_chars(self) -> int:
@@ -429,20 +436,22 @@ class Orchestrator:
                 secrets=partial(_drop_values, store, self._categories_by_name()),
             )
         return Pipeline(
-            app=app_record(self.app_spec, triage, requests, response),
+            app=app_record(self.app_spec, triage, requests, response, name),
             memory=self._memories if profile.memory else None,
             store=store,
             audit=self._audit,
             deadline=self._timeouts.turn_deadline,
-            speculate=profile.speculate,
+            # A server that answers one request at a time would only queue the guess.
+            speculate=profile.speculate and not w.one_at_a_time,
             handler_errors=profile.handler_errors,
+            on_unreadable=profile.on_unreadable,
             categories={c.name: c for c in profile.categories},
             triage=triage,
             requests=requests,
             response=response,
             context_extras=dict(profile.context or {}),
             counters={e: w.counter_for(e) for e in EXPERTS},
-            budgets=dict(profile.budgets or {}),
+            budgets=dict(w.budgets),
             lease=partial(self._lease, store),
             handoff=profile.handoff,
             counter=w.counter,

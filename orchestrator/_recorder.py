@@ -192,7 +192,7 @@ class TurnRecorder:
             system = request.system
             payload["request_body"] = without_system(attempt.request_body, system)
             payload["messages"] = [dict(m) for m in request.messages]
-            payload["settings"] = _flat(request.settings)
+            payload["settings"] = request.settings.recorded()
             payload["output_type"] = request.output_type.__name__ if request.output_type else None
             if request.prompt is not None:
                 payload["prompt"] = _flat(request.prompt)

@@ -6,14 +6,24 @@ over its token allowance or an unknown prompt name fails at start-up rather than
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from pydantic import BaseModel
+
 from frontdesk.experts import Category, ExpertCall
 from frontdesk.experts.memory import MemoryExpert
-from frontdesk.experts.providers import CalibratedModel, Model, ModelRequest, ModelResponse
+from frontdesk.experts.providers import (
+    CalibratedModel,
+    Model,
+    ModelRequest,
+    ModelResponse,
+    ModelSettings,
+)
+from frontdesk.experts.providers.base import json_schema_of, settings_of
 from frontdesk.experts.request import RequestExpert, extraction_type
 from frontdesk.experts.request import prompt_variables as request_variables
 from frontdesk.experts.response import ResponseExpert
@@ -29,7 +39,7 @@ from frontdesk.orchestrator.config import (
 from frontdesk.orchestrator.errors import InputTooLarge
 from frontdesk.orchestrator.profile import Profile
 from frontdesk.prompts import Prompt, RenderedPrompt, load_prompt, parse_prompt
-from frontdesk.threads.budget import Budget, budget_for, question_tokens
+from frontdesk.threads.budget import Budget, budget_for, fit_to_window, question_tokens
 from frontdesk.threads.tokens import CalibratedCounter, TokenCounter
 
 Experts = tuple[TriageExpert, Mapping[str, RequestExpert], ResponseExpert]
@@ -114,6 +124,54 @@ class Wiring:
         for expert, text in sized:
             budget_for(expert, budgets).check_system(self.counter.count(text), expert=expert)
 
+    def effective(self, expert: str) -> ModelSettings:
+        """An expert's settings over its model spec's (`ModelSettings.over`)."""
+        return self.settings.for_expert(expert).over(settings_of(self.models[expert]))
+
+    def fit_budgets(self, experts: Experts, budgets: Mapping[str, Budget]) -> dict[str, Budget]:
+        """The budgets, each cut to its model's `context_tokens` where one is set
+        (`threads.budget.fit_to_window`); the others as given.
+
+        Raises:
+            ConfigError: an expert whose system prompt and answer do not fit its window.
+        """
+        fitted = dict(budgets)
+        for expert, system in self._system_tokens(experts).items():
+            window = self.effective(expert).context_tokens
+            if window is None:
+                continue
+            budget = budget_for(expert, budgets)
+            answer = min(budget.answer, self.effective(expert).max_tokens)
+            fitted[expert] = fit_to_window(
+                dataclasses.replace(budget, answer=answer),
+                context_tokens=window,
+                system_tokens=system,
+                expert=expert,
+            )
+        return fitted
+
+    def _system_tokens(self, experts: Experts) -> dict[str, int]:
+        """Each expert's fixed input: its rendered prompt, and the output schema it sends."""
+        triage, requests, response = experts
+        count = self.counter.count
+
+        def schema(output_type: type[BaseModel]) -> int:
+            return count(json.dumps(json_schema_of(output_type), separators=(",", ":")))
+
+        sized = {
+            "triage": count(triage.call.prompt.text) + schema(triage.output_type),
+            "response": count(response.call.prompt.text),
+            "summariser": count(self.prompt("summariser").render().text),
+            "memory": count(self.prompt("memory").render().text),
+        }
+        if requests:
+            sized["request"] = max(
+                count(r.call.prompt.text) + schema(extraction_type(r.category.request))
+                for r in requests.values()
+                if r.category.request is not None
+            )
+        return sized
+
     def calibrate(self, request: ModelRequest, response: ModelResponse) -> None:
         """Learn the estimate's error from a real provider's exact input token count."""
         counter = self.counter
@@ -180,6 +238,11 @@ class Wired:
     counter: TokenCounter
     business_name: str
     prompts_dir: Path | None
+    budgets: Mapping[str, Budget]
+    """The profile's budgets, each cut to its model's `context_tokens` where one is set."""
+    one_at_a_time: bool = False
+    """The triage or request model's server answers one request at a time
+    (`concurrency=1`): no speculative call beside triage."""
 
     def counter_for(self, expert: str) -> TokenCounter:
         """The token counter for one expert's model."""
@@ -187,8 +250,7 @@ class Wired:
 
     def check_question(self, text: str) -> None:
         """Refuse up front a question some expert could not be sent (`InputTooLarge`)."""
-        budgets = self.profile.budgets or {}
-        check_question(text, {e: self.counter_for(e) for e in EXPERTS}, budgets)
+        check_question(text, {e: self.counter_for(e) for e in EXPERTS}, self.budgets)
 
 
 def wire(profile: Profile) -> Wired:
@@ -211,8 +273,12 @@ def wire(profile: Profile) -> Wired:
         counter=counter,
     )
     experts = wiring.build()
-    wiring.check_budgets(experts, profile.budgets or {})
+    # A model's `context_tokens` (its spec, or the expert's settings) cuts its budget.
+    budgets = wiring.fit_budgets(experts, profile.budgets or {})
+    wiring.check_budgets(experts, budgets)
     return Wired(
+        budgets=budgets,
+        one_at_a_time=any(wiring.effective(e).concurrency == 1 for e in ("triage", "request")),
         profile=profile,
         models=models,
         owned=list(owned.values()),

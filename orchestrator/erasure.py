@@ -519,6 +519,20 @@ class Privacy:
         r = await self._opened()
         return await request_erasure(r.store.engine, r.audit, user_id, requested_by=requested_by)
 
+    async def record_access(
+        self, user_id: str, *, by: str, what: Sequence[str], conversation_id: str | None = None
+    ) -> None:
+        """Audit that `by` (an operator) read the customer's `what` (`context`,
+        `transcript`, `memories`), as an `operator_read` event in the user's own chain: who,
+        when, what, never the content."""
+        r = await self._opened()
+        if r.audit is None:
+            return
+        chain = user_chain_id(user_id, r.audit.refs)
+        payload = {"by": by, "conversation_id": conversation_id, "what": list(what)}
+        event = AuditEvent(kind="operator_read", turn_id=chain, payload=payload)
+        await r.audit.append(chain, [event], in_clear=True)
+
     async def export_user(self, user_id: str) -> dict[str, Any]:
         """Everything stored about `user_id` in clear, as JSON-ready data (a subject
         access request): each of their conversations with every message of every branch,

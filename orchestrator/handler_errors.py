@@ -44,7 +44,12 @@ def checked(outcome: Any) -> Outcome:
     """
     if not isinstance(outcome, Outcome):
         raise TypeError(f"the handler returned {type(outcome).__name__}, not experts.Outcome")
-    return Outcome(instruction=outcome.instruction, data=outcome.data, handoff=outcome.handoff)
+    return Outcome(
+        instruction=outcome.instruction,
+        data=outcome.data,
+        handoff=outcome.handoff,
+        reply=outcome.reply,
+    )
 
 
 def failed(

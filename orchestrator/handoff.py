@@ -69,6 +69,8 @@ class Handoff:
     """The operator who has claimed it (only they may answer), or `None`: anyone may."""
     waiting_since: datetime | None = None
     """Since when the user has waited for a person (`None`: answered)."""
+    profile: str | None = None
+    """The conversation's profile (`None`: recorded before profiles)."""
 
     @classmethod
     def of(cls, record: HandoffRecord, now: datetime) -> Handoff:
@@ -81,6 +83,7 @@ class Handoff:
             waiting_seconds=record.waiting_seconds(now),
             claimed_by=record.claimed_by,
             waiting_since=record.waiting_since,
+            profile=record.profile,
         )
 
 

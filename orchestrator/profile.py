@@ -24,6 +24,7 @@ from frontdesk.experts.category import check_registry
 from frontdesk.memory_policy import MemoryPolicy
 from frontdesk.orchestrator._input import DEFAULT_MAX_MESSAGE_CHARS
 from frontdesk.orchestrator.config import ExpertSettings, ModelChoice
+from frontdesk.orchestrator.fallbacks import Unreadable
 from frontdesk.orchestrator.jobs import DEFAULT_CONCURRENCY, JOBS_MODES, JobsMode
 from frontdesk.orchestrator.past_conversations import IDLE_AFTER
 from frontdesk.threads.budget import Budget
@@ -91,8 +92,9 @@ class Profile:
             they may wait (`handoff_message=`, `handoff_timeout=`,
             `handoff_timeout_message=` in the flat form).
         compaction: When and how the summariser compacts long threads.
-        knowledge_source: The library of documents this profile's turns read (docs/
-            knowledge.md); `None`: the profile's own (its name).
+        knowledge_source: Reserved for the library of documents this profile's turns read;
+            today every profile reads the orchestrator's one library, so only `None` is
+            accepted (docs/profiles.md).
         settings: Per-expert model settings.
         context: Extra data handed to every handler in `HandlerContext.extras`.
         handler_errors: What a handler's exception does: `"reply"` answers the apology
@@ -114,6 +116,10 @@ class Profile:
         past_conversations: Keep the summaries of a user's idle and handed-back
             conversations and send them (as the customer's words) in their later
             conversations; `False`: none is kept or sent.
+        on_unreadable: What a triage or request answer that stays unreadable after its
+            retries does: `"ask"` (the default) asks the customer again (for the request's
+            missing fields, or to say it another way), and a fourth unreadable turn in a
+            row hands off; `"handoff"` hands off to a person at once.
     """
 
     categories: Sequence[Category]
@@ -138,6 +144,7 @@ class Profile:
     summarise_idle_after: timedelta = IDLE_AFTER
     memory_policy: MemoryPolicy | None = None
     past_conversations: bool = True
+    on_unreadable: Unreadable = "ask"
 
     def __post_init__(self) -> None:
         categories = tuple(check_registry(list(self.categories)).values())
@@ -145,6 +152,10 @@ class Profile:
         self._check()
 
     def _check(self) -> None:
+        if self.on_unreadable not in ("ask", "handoff"):
+            raise ConfigError(
+                f"on_unreadable must be 'ask' or 'handoff', not {self.on_unreadable!r}"
+            )
         if self.handler_errors not in ("reply", "raise"):
             raise ConfigError(
                 f"handler_errors must be 'reply' or 'raise', not {self.handler_errors!r}"
@@ -160,8 +171,11 @@ class Profile:
                 "summarise_idle_after must be a positive timedelta,"
                 f" got {self.summarise_idle_after!r}"
             )
-        if self.knowledge_source is not None:
-            check_profile_name(self.knowledge_source)
+        if self.knowledge_source is not None:  # Refused rather than silently ignored.
+            raise ConfigError(
+                "knowledge_source is not supported yet: every profile of an orchestrator"
+                " reads its one library of documents (docs/profiles.md); leave it None"
+            )
         if self.memory_policy is not None and not isinstance(self.memory_policy, MemoryPolicy):
             kind = type(self.memory_policy).__name__
             raise ConfigError(f"memory_policy must be a frontdesk.MemoryPolicy, not {kind}")

@@ -153,30 +153,36 @@ def build_runner(
     *,
     prompts_dir: Path | None = None,
     models: Mapping[str, Any] | Literal["recorded"] | None = None,
+    profile: str | None = None,
 ) -> ReplayRunner:
     """A runner re-running turns with `app`'s categories and the given prompts and models.
 
     Args:
         app: The application's orchestrator (its categories, settings and models).
+        profile: The profile of `app` the turns were recorded with (the app record's
+            `profile`; `None` or one `app` lacks: its first).
         prompts_dir: A folder of prompt files replacing the app's (`--prompts`).
         models: Per-expert specs replacing the app's (`"default"` for all), or
             `"recorded"` to answer every call from the recorded responses.
     """
     recorded = RecordedResponses() if models == "recorded" else None
-    choice: dict[str, Any] = dict(app.models)
+    name = profile if profile is not None and profile in app.profiles else next(iter(app.profiles))
+    business = app.profiles[name]
+    wired = app._wired[name].models  # The app's own models for that profile, as wired.
+    choice: dict[str, Any] = dict(wired)
     if recorded is not None:
         double = FunctionModel(recorded.answer, name="recorded")
         choice = dict.fromkeys(EXPERTS, double)
     elif isinstance(models, Mapping) and models:
         default = models.get("default")
-        choice = {e: models.get(e, default) or app.models[e] for e in EXPERTS}
+        choice = {e: models.get(e, default) or wired[e] for e in EXPERTS}
     replay = Orchestrator(
-        list(app.categories.values()),
+        list(business.categories),
         model=choice,
         audit=False,
-        prompts_dir=prompts_dir or app.prompts_dir,
-        settings=app.settings,
-        business_name=app.business_name,
-        max_message_chars=app.max_message_chars,
+        prompts_dir=prompts_dir or business.prompts,
+        settings=business.settings,
+        business_name=business.business_name,
+        max_message_chars=business.max_message_chars,
     )
     return ReplayRunner(replay, recorded)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 from pydantic import BaseModel
 
@@ -55,22 +54,3 @@ class Reply:
     def tokens(self) -> int:
         """All tokens of the turn, input and output, over every expert."""
         return sum(u.total_input_tokens + u.output_tokens for u in self.usage.values())
-
-    def to_dict(self) -> dict[str, Any]:
-        """A JSON-able view, for logs and APIs."""
-        return {
-            "text": self.text,
-            "category": self.category,
-            "request": self.request.model_dump(mode="json") if self.request else None,
-            "need_more_info": self.need_more_info.model_dump() if self.need_more_info else None,
-            "message_id": self.message_id,
-            "user_message_id": self.user_message_id,
-            "conversation_id": self.conversation_id,
-            "replayed": self.replayed,
-            "handoff": self.handoff,
-            "author": self.author,
-            "sources": [
-                {"id": p.id, "source": p.source, "title": p.title, "version": p.version}
-                for p in self.sources
-            ],
-        }

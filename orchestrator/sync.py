@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncGenerator, Iterator, Mapping
+from collections.abc import AsyncGenerator, Iterator, Mapping, Sequence
 from datetime import timedelta
 from functools import partial
 from pathlib import Path
@@ -26,6 +26,7 @@ from frontdesk.orchestrator.memory import CLOSE_TIMEOUT, LongTermMemory
 from frontdesk.orchestrator.profile import JobSettings, Profile, Timeouts
 from frontdesk.orchestrator.reply import Reply
 from frontdesk.orchestrator.stream import TurnEvent, stream_turn
+from frontdesk.threads.budget import Budget
 from frontdesk.threads.builder import UserThread
 from frontdesk.threads.compaction import CompactionPolicy
 from frontdesk.threads.handoff import HandoffPolicy
@@ -132,6 +133,11 @@ class SyncOrchestrator:
     def max_message_chars(self) -> int:
         """`Orchestrator.max_message_chars`."""
         return self.orchestrator.max_message_chars
+
+    @property
+    def budgets(self) -> Mapping[str, Budget]:
+        """`Orchestrator.budgets`."""
+        return self.orchestrator.budgets
 
     @property
     def token_counter(self) -> TokenCounter:
@@ -530,6 +536,14 @@ class SyncPrivacy:
     def erase_user(self, user_id: str, *, requested_by: str | None = None) -> ErasureReport:
         """Blocking `Privacy.erase_user`."""
         return self._runner.run(self._privacy.erase_user(user_id, requested_by=requested_by))
+
+    def record_access(
+        self, user_id: str, *, by: str, what: Sequence[str], conversation_id: str | None = None
+    ) -> None:
+        """Blocking `Privacy.record_access`."""
+        self._runner.run(
+            self._privacy.record_access(user_id, by=by, what=what, conversation_id=conversation_id)
+        )
 
     def export_user(self, user_id: str) -> dict[str, Any]:
         """Blocking `Privacy.export_user`."""

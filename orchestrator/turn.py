@@ -49,6 +49,7 @@ from frontdesk.experts.errors import (
     OutputValidationError,
     ProviderQuotaExhausted,
     Refusal,
+    StreamInterrupted,
     TruncatedOutput,
 )
 from frontdesk.experts.providers import Message, ModelResponse, Speculation, Usage
@@ -111,6 +112,7 @@ async def run_turn(p: Pipeline, conversation_id: str, start: Start) -> Reply:
     recorded in the reply's own transaction. All of it is one `frontdesk.turn` span (the
     expert calls' spans are its children)."""
     with telemetry.turn(conversation_id) as span:
+        span.profile = p.profile or ""
         lease = p.lease(conversation_id)
         try:
             # Start: the lease, the user message and its path, in one transaction.
@@ -471,7 +473,7 @@ async def _decide_once(p: Pipeline, t: Turn, earlier: TurnOutcome | None) -> Dec
     view, request_view = _view(p, t, "triage"), _view(p, t, "request")
     guess = _Speculation.start(p, t, request_view, meta) if p.speculate else None
     try:
-        category, reason = await _triage(p, t, view, meta, answered)
+        category, reason, unreadable = await _triage(p, t, view, meta, answered)
         t.recorder.note("triage", category=category, reason=reason)
         _listen.routed(category)
         kept = None if guess is None else await guess.settle(t, category, answered)
@@ -492,7 +494,7 @@ async def _decide_once(p: Pipeline, t: Turn, earlier: TurnOutcome | None) -> Dec
         **field_rules_of(request),  # What `audit show` and the exports redact of it.
     )
     outcome, handler_ran, handler_failed = await _decide(
-        p, t, category, request, missing, reason, from_memory
+        p, t, category, request, missing, reason, from_memory, unreadable=unreadable
     )
     t.recorder.note(
         "outcome", category=category, instruction=outcome.instruction, data=jsonable(outcome.data)
@@ -519,8 +521,9 @@ async def _decide_once(p: Pipeline, t: Turn, earlier: TurnOutcome | None) -> Dec
 
 async def _triage(
     p: Pipeline, t: Turn, view: ExpertView, meta: dict[str, str], answered: dict[str, ModelResponse]
-) -> tuple[str, str]:
-    """The category, or `HUMAN` when the triage answer is unusable (a safe default)."""
+) -> tuple[str, str, bool]:
+    """The category and why; when the triage answer is unusable, `OTHER` marked unreadable
+    (`on_unreadable="ask"`: the customer is asked again) or `HUMAN` (a safe default)."""
     try:
         result = await _stage(
             "triage",
@@ -535,9 +538,11 @@ async def _triage(
             fallback=True,
         )
     except CONTENT_ERRORS as e:
-        return HUMAN, f"triage answer unusable ({type(e).__name__}); handing off"
+        if p.on_unreadable == "ask":
+            return OTHER, f"triage answer unusable ({type(e).__name__}); asking again", True
+        return HUMAN, f"triage answer unusable ({type(e).__name__}); handing off", False
     answered["triage"] = result.response
-    return result.category, result.reason
+    return result.category, result.reason, False
 
 
 async def _extract(
@@ -592,18 +597,25 @@ async def _decide(
     missing: NeedMoreInfo | None,
     reason: str,
     from_memory: Sequence[str] = (),
+    *,
+    unreadable: bool = False,
 ) -> tuple[Outcome, bool, bool]:
     """The handler's outcome ("TradCode"), or the built-in outcome for this route; whether
     the handler ran, and whether it failed. A hand-off's outcome carries triage's `reason`
     (for the person); the handler learns which fields came from remembered facts."""
+    if unreadable:  # Triage's answer could not be read: ask again (`_ask_again`).
+        return await _ask_again(p, t, None, reason), False, False
     if category == HUMAN:
         return fallbacks.handoff(reason), False, False
     if category == OTHER:
         return fallbacks.small_talk(p.categories.values()), False, False
     if missing is not None:
         return fallbacks.ask_for(missing), False, False
-    if request is None:  # The extraction was unusable: a person is the safe route.
-        return fallbacks.handoff(f"the {category} request could not be read"), False, False
+    if request is None:  # The extraction was unusable: ask again, or a person.
+        why = f"the {category} request could not be read"
+        if p.on_unreadable == "handoff":
+            return fallbacks.handoff(why), False, False
+        return await _ask_again(p, t, category, why), False, False
     handler = p.categories[category].handler
     assert handler is not None
     context = HandlerContext(
@@ -633,22 +645,78 @@ async def _decide(
     return outcome, True, False
 
 
+async def _ask_again(p: Pipeline, t: Turn, category: str | None, why: str) -> Outcome:
+    """An unreadable answer's outcome (`on_unreadable="ask"`): a question built from the
+    category's request (its required fields) or "could you say that another way?"; after
+    `ASKS_BEFORE_HANDOFF` such turns in a row, a hand-off. Only this path reads the turns
+    before (a plain turn reads nothing more)."""
+    streak = 0
+    for message_id in _previous_questions(t, fallbacks.ASKS_BEFORE_HANDOFF):
+        try:
+            earlier = (await p.store.turn_record(message_id)).outcome
+        except StoreError:
+            break
+        if earlier is None or not fallbacks.is_unreadable(earlier.instruction):
+            break
+        streak += 1
+    t.recorder.note("unreadable", category=category, error=why, asked_before=streak)
+    if streak >= fallbacks.ASKS_BEFORE_HANDOFF:
+        return fallbacks.handoff(f"{why}; {streak + 1} unreadable messages in a row")
+    model = None if category is None else p.categories[category].request
+    return fallbacks.unreadable(fallbacks.required_fields(model))
+
+
+def _previous_questions(t: Turn, limit: int) -> list[str]:
+    """The ids of the user messages before this one on the thread, newest first."""
+    ids: list[str] = []
+    for m in reversed(t.thread.messages[:-1]):
+        if len(ids) >= limit:
+            break
+        if m.role == "user" and m.message_id is not None:
+            ids.append(m.message_id)
+    return ids
+
+
 async def _respond(p: Pipeline, t: Turn, decided: Decided) -> ResponseResult:
-    """The reply: the thread plus ONE assistant instruction message, sent to the response expert."""
+    """The reply: the thread plus ONE assistant instruction message, sent to the response
+    expert. After the handler acted, a failed or cut-off answer falls back to a plain reply
+    built from the outcome (`fallbacks.plain_reply`): the action happened, so the customer
+    hears of it rather than getting a failed turn (a stream already shown is the exception:
+    its `StreamInterrupted` fails the turn as before)."""
     view = _view(p, t, "response")
     # The passages the budget kept, after the question: reference text, not in the thread.
     messages, passages = _knowledge.fold(_turns(view), t.passages, view.fit.documents)
+    sink = _listen.delta_sink()
     call = p.response.run(
         messages,
         decided.outcome.instruction,
         metadata=_meta(t),
         cache_prefix=view.cache_prefix_messages,
-        on_delta=_first_token_timed(_listen.delta_sink(), since=t.lease.started),
+        on_delta=_first_token_timed(sink, since=t.lease.started),
         observer=t.recorder,
         memory=_memory.block(view),
         passages=passages,
     )
-    return await _stage("response", t, call)
+    try:
+        result = await _stage("response", t, call)
+    except TurnFailed as e:
+        if not decided.handler_ran or isinstance(e.__cause__, StreamInterrupted):
+            raise
+        return _plain(t, decided, type(e.__cause__).__name__, f"{e}")
+    if sink is None and fallbacks.echoes_instruction(result.text, decided.outcome.instruction):
+        # A small model that copies its input: the instruction never reaches the customer.
+        return _plain(t, decided, "EchoedInstruction", "the reply repeated the instruction")
+    return result
+
+
+def _plain(t: Turn, decided: Decided, error_class: str, error: str) -> ResponseResult:
+    """The plain reply built from the outcome, in place of the response expert's."""
+    text = fallbacks.plain_reply(decided.outcome)
+    t.recorder.note("response_fallback", error=f"{error_class}: {error}")
+    log.warning(  # The class only: a provider's message may quote the user.
+        "turn.response_fallback", conversation_id=t.conversation_id, error_class=error_class
+    )
+    return ResponseResult(text=text, response=ModelResponse(output=text, model=""))
 
 
 def _first_token_timed(sink: OnDelta | None, *, since: float) -> OnDelta | None:
@@ -958,6 +1026,9 @@ class Pipeline:
     """What the audit records of the app with each turn (`app_record`)."""
     handler_errors: handler_errors.HandlerErrors = "reply"
     """A handler's failure: the apology (`reply`) or `HandlerFailed` (`raise`)."""
+    on_unreadable: fallbacks.Unreadable = "ask"
+    """An unreadable triage or request answer: ask the customer again (`ask`, a hand-off
+    after three in a row) or hand off at once (`handoff`)."""
     profile: str | None = None
     """The profile (business) answering: recorded on a new conversation by its first
     transaction, checked on an existing one (`ProfileMismatch`)."""
@@ -1177,12 +1248,15 @@ def app_record(
     triage: TriageExpert,
     requests: Mapping[str, RequestExpert],
     response: ResponseExpert,
+    profile: str | None = None,
 ) -> dict[str, object]:
     """The app as each turn's audit records it: its `--app` spec when it was loaded from
-    one, its categories with their request prompts' versions, and the triage and response
-    prompts' versions (a replay loads the spec, or checks the categories)."""
+    one, the profile that answered, its categories with their request prompts' versions,
+    and the triage and response prompts' versions (a replay loads the spec and answers
+    with the same profile, or checks the categories)."""
     return {
         "spec": spec,
+        "profile": profile,
         "categories": {
             name: f"{e.call.prompt.name}@{e.call.prompt.version}" for name, e in requests.items()
         },

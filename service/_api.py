@@ -16,7 +16,7 @@ from fastapi.responses import StreamingResponse
 from frontdesk.errors import ConversationNotFound, MessageNotFound
 from frontdesk.orchestrator import Orchestrator
 from frontdesk.service._auth import Principal
-from frontdesk.service._deps import Caller, Orch, Parts
+from frontdesk.service._deps import Caller, Orch, Parts, customer_profile, in_scope
 from frontdesk.service._schemas import (
     EVERY_ROUTE,
     WITH_BODY,
@@ -80,14 +80,19 @@ def _wants_stream(request: Request) -> bool:
     return "text/event-stream" in request.headers.get("accept", "").lower()
 
 
-async def _reader(orch: Orchestrator, conversation_id: str, principal: Principal) -> str | None:
+async def _reader(
+    orch: Orchestrator, conversation_id: str, principal: Principal, what: str
+) -> str | None:
     """The user id to read a conversation as: the caller's, or the owner's for an operator."""
     if not principal.is_operator:
         return principal.user_id
-    conversation = await orch.store.conversation(conversation_id)
-    if conversation is None:
-        raise ConversationNotFound(
-            f"no conversation {conversation_id!r}", conversation_id=conversation_id
+    conversation = await in_scope(orch, principal, conversation_id)
+    if conversation.user_id is not None:  # An operator's read is audited (who, when, what).
+        await orch.privacy.record_access(
+            conversation.user_id,
+            by=f"operator:{principal.user_id}",
+            what=[what],
+            conversation_id=conversation_id,
         )
     return conversation.user_id
 
@@ -117,7 +122,10 @@ async def post_conversation(principal: Caller, orch: Orch) -> ConversationOut:
     """The server makes the id (a client cannot take one first, nor learn whether another
     user's exists); the body, if any, is an empty JSON object."""
     conversation_id = "cv_" + secrets.token_urlsafe(CONVERSATION_ID_BYTES)
-    await orch.store.create_conversation(conversation_id, user_id=principal.user_id)
+    profile = customer_profile(orch, principal) or next(iter(orch.profiles))
+    await orch.store.create_conversation(
+        conversation_id, user_id=principal.user_id, profile=profile
+    )
     return ConversationOut(conversation_id=conversation_id)
 
 
@@ -146,6 +154,7 @@ async def post_message(
             detail="send an Idempotency-Key header (one per message, the same on a retry): "
             "without it a retry would run the turn, and its handler, again",
         )
+    profile = customer_profile(orch, principal)
     if not parts.allow_client_conversation_ids:
         await orch.store.check_owner(conversation_id, principal.user_id)
     if _wants_stream(request):
@@ -155,6 +164,7 @@ async def post_message(
             body.text,
             user_id=principal.user_id,
             client_message_id=idempotency_key,
+            profile=profile,
         )
         return StreamingResponse(frames, media_type="text/event-stream", headers=SSE_HEADERS)
     reply = await orch.handle(
@@ -162,6 +172,7 @@ async def post_message(
         body.text,
         user_id=principal.user_id,
         client_message_id=idempotency_key,
+        profile=profile,
     )
     return reply_json(reply)
 
@@ -173,7 +184,7 @@ async def post_message(
     summary="The user thread: what the experts are sent next",
 )
 async def get_thread(conversation_id: str, principal: Caller, orch: Orch) -> ThreadOut:
-    user_id = await _reader(orch, conversation_id, principal)
+    user_id = await _reader(orch, conversation_id, principal, "thread")
     thread = await orch.user_thread(conversation_id, user_id=user_id)
     return ThreadOut(
         summary=thread.summary,
@@ -188,7 +199,7 @@ async def get_thread(conversation_id: str, principal: Caller, orch: Orch) -> Thr
     summary="Every message of the active path, with its author",
 )
 async def get_transcript(conversation_id: str, principal: Caller, orch: Orch) -> TranscriptOut:
-    user_id = await _reader(orch, conversation_id, principal)
+    user_id = await _reader(orch, conversation_id, principal, "transcript")
     messages = await orch.transcript(conversation_id, user_id=user_id)
     return TranscriptOut(
         messages=[
@@ -218,7 +229,8 @@ async def edit_message(
     conversation_id: str, message_id: str, body: MessageIn, principal: Caller, orch: Orch
 ) -> dict[str, Any]:
     await _message_in(orch, conversation_id, message_id)
-    reply = await orch.edit(message_id, body.text, user_id=principal.user_id)
+    profile = customer_profile(orch, principal)
+    reply = await orch.edit(message_id, body.text, user_id=principal.user_id, profile=profile)
     return reply_json(reply)
 
 
@@ -232,5 +244,6 @@ async def regenerate_message(
     conversation_id: str, message_id: str, principal: Caller, orch: Orch
 ) -> dict[str, Any]:
     await _message_in(orch, conversation_id, message_id)
-    reply = await orch.regenerate(message_id, user_id=principal.user_id)
+    profile = customer_profile(orch, principal)
+    reply = await orch.regenerate(message_id, user_id=principal.user_id, profile=profile)
     return reply_json(reply)

@@ -23,6 +23,8 @@ from frontdesk.errors import ConfigError, InvalidToken
 
 OPERATOR_ROLE = "operator"
 """The `roles` claim value the operator routes ask for."""
+PRIVACY_ROLE = "privacy"
+"""The `roles` claim value erasing a user asks for (besides `operator`)."""
 
 ERASED_SUB_PREFIX = "erased:"
 """The reserved `sub` form: what an erased user's conversations are owned by. No token
@@ -53,11 +55,31 @@ class Principal:
     user_id: str
     """The token's `sub` claim: the conversations' owner id (never a field of a body)."""
     roles: frozenset[str] = field(default_factory=frozenset)
+    profiles: frozenset[str] | None = None
+    """An operator's `profiles` claim: the businesses whose conversations they see and act
+    on (`None`: every one)."""
+    queues: frozenset[str] | None = None
+    """An operator's `queues` claim: the hand-off reasons they serve (`None`: every one)."""
+    profile: str | None = None
+    """A customer's `profile` claim: the business their conversations are answered by
+    (`None`: the deployment's first)."""
 
     @property
     def is_operator(self) -> bool:
         """Whether the token's `roles` claim holds `"operator"`."""
         return OPERATOR_ROLE in self.roles
+
+    @property
+    def is_privacy(self) -> bool:
+        """Whether the token's `roles` claim holds `"privacy"` (erasing a user)."""
+        return PRIVACY_ROLE in self.roles
+
+    def sees(self, profile: str, reason: str | None = None) -> bool:
+        """Whether this operator may see and act on a conversation of `profile` (handed
+        off for `reason`, if it is)."""
+        if self.profiles is not None and profile not in self.profiles:
+            return False
+        return reason is None or self.queues is None or reason in self.queues
 
 
 def _roles(claim: Any) -> frozenset[str]:
@@ -216,7 +238,16 @@ class TokenVerifier:
                 f"the token's `sub` must be 1 to {_MAX_SUB_LENGTH} characters of valid "
                 "Unicode without NUL"
             )
-        return Principal(user_id=sub, roles=_roles(claims.get("roles")))
+        profile = claims.get("profile")
+        if profile is not None and (not isinstance(profile, str) or not profile):
+            raise InvalidToken("the token's `profile` claim must be a profile name")
+        return Principal(
+            user_id=sub,
+            roles=_roles(claims.get("roles")),
+            profiles=None if "profiles" not in claims else _roles(claims["profiles"]),
+            queues=None if "queues" not in claims else _roles(claims["queues"]),
+            profile=profile,
+        )
 
 
 def mint_token(

@@ -9,10 +9,11 @@ from fastapi import Depends, HTTPException, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from frontdesk import metrics
-from frontdesk.errors import InvalidInput, InvalidToken
+from frontdesk.errors import ConversationNotFound, InvalidInput, InvalidToken
 from frontdesk.orchestrator import Orchestrator
 from frontdesk.service._auth import Principal, TokenVerifier
 from frontdesk.service._limits import RateLimiter, retry_after_header
+from frontdesk.threads import ConversationRecord
 
 
 @dataclass
@@ -96,6 +97,54 @@ async def operator(principal: Annotated[Principal, Depends(caller)]) -> Principa
     return principal
 
 
+async def privacy_officer(principal: Annotated[Principal, Depends(operator)]) -> Principal:
+    """An operator who also holds the `privacy` role (403 otherwise): erasure."""
+    if not principal.is_privacy:
+        raise HTTPException(status_code=403, detail="erasing a user needs the `privacy` role")
+    return principal
+
+
+async def in_scope(
+    orch: Orchestrator, principal: Principal, conversation_id: str
+) -> ConversationRecord:
+    """The conversation, if this operator's token covers its profile (and, handed off, its
+    queue); else 404, as for a conversation that does not exist (no probing).
+
+    Raises:
+        ConversationNotFound: missing, or outside the token's `profiles`/`queues`.
+    """
+    conversation = await orch.store.conversation(conversation_id)
+    scoped = principal.profiles is not None or principal.queues is not None
+    if conversation is not None and scoped:
+        current = None
+        if principal.queues is not None:
+            current = await orch.store.handoffs.current(conversation_id)
+        reason = None if current is None else current.reason
+        if not principal.sees(profile_of(orch, conversation.profile), reason):
+            conversation = None
+    if conversation is None:
+        raise ConversationNotFound(
+            f"no conversation {conversation_id!r}", conversation_id=conversation_id
+        )
+    return conversation
+
+
+def profile_of(orch: Orchestrator, recorded: str | None) -> str:
+    """A conversation's profile: the recorded one, else (from before profiles) the first."""
+    return recorded if recorded is not None else next(iter(orch.profiles))
+
+
+def customer_profile(orch: Orchestrator, principal: Principal) -> str | None:
+    """The profile a customer's token names, checked against the deployment's.
+
+    Raises:
+        InvalidToken: a profile this deployment does not serve (401).
+    """
+    if principal.profile is not None and principal.profile not in orch.profiles:
+        raise InvalidToken(f"the token's profile {principal.profile!r} is not served here")
+    return principal.profile
+
+
 def service_parts(request: Request) -> Service:
     return service(request)
 
@@ -103,4 +152,5 @@ def service_parts(request: Request) -> Service:
 Caller = Annotated[Principal, Depends(caller)]
 Parts = Annotated[Service, Depends(service_parts)]
 Operator = Annotated[Principal, Depends(operator)]
+PrivacyOfficer = Annotated[Principal, Depends(privacy_officer)]
 Orch = Annotated[Orchestrator, Depends(orchestrator)]

@@ -35,10 +35,9 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Header, Request
 from fastapi.responses import StreamingResponse
 
-from frontdesk.errors import ConversationNotFound
 from frontdesk.orchestrator import Handoff, Orchestrator
 from frontdesk.service._auth import Principal
-from frontdesk.service._deps import Caller, Operator, Orch
+from frontdesk.service._deps import Caller, Operator, Orch, in_scope, profile_of
 from frontdesk.service._operator import handoff_json
 from frontdesk.service._schemas import EVERY_ROUTE, error_responses
 from frontdesk.service._sse import SSE_HEADERS
@@ -175,11 +174,7 @@ async def _owner(orch: Orchestrator, conversation_id: str, principal: Principal)
     if not principal.is_operator:
         await orch.store.check_owner(conversation_id, principal.user_id)
         return principal.user_id
-    conversation = await orch.store.conversation(conversation_id)
-    if conversation is None:
-        raise ConversationNotFound(
-            f"no conversation {conversation_id!r}", conversation_id=conversation_id
-        )
+    conversation = await in_scope(orch, principal, conversation_id)
     return conversation.user_id
 
 
@@ -244,7 +239,11 @@ def _queue_id(handoffs: list[dict[str, Any]]) -> str:
 
 
 async def _queue_frames(
-    request: Request, orch: Orchestrator, after: str | None, timing: StreamTiming
+    request: Request,
+    orch: Orchestrator,
+    principal: Principal,
+    after: str | None,
+    timing: StreamTiming,
 ) -> AsyncIterator[str]:
     yield "retry: 1000\n\n"
     store = orch.store.handoffs
@@ -261,7 +260,11 @@ async def _queue_frames(
         if now_mark != mark:
             mark = now_mark
             at = utcnow()
-            items = [handoff_json(Handoff.of(h, at)).model_dump() for h in await store.open_ones()]
+            items = [
+                handoff_json(Handoff.of(h, at)).model_dump()
+                for h in await store.open_ones()
+                if principal.sees(profile_of(orch, h.profile), h.reason)
+            ]
             stable = [{k: v for k, v in h.items() if k != "waiting_seconds"} for h in items]
             event_id = _queue_id(stable)
             digest = event_id.rsplit("-", 1)[-1]
@@ -343,7 +346,7 @@ async def queue_stream(
     request: Request, principal: Operator, orch: Orch, last_event_id: LastEventId = None
 ) -> StreamingResponse:
     return StreamingResponse(
-        _queue_frames(request, orch, last_event_id, _timing(request)),
+        _queue_frames(request, orch, principal, last_event_id, _timing(request)),
         media_type="text/event-stream",
         headers=SSE_HEADERS,
     )

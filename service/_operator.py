@@ -1,7 +1,10 @@
 """The operator routes: the hand-off queue, taking a conversation over, answering as a
 person, handing back, and erasing a user; claiming a conversation and reading its context
 (the operator desk). Each needs `"operator"` in the token's `roles`
-(403 otherwise); the operator's id is the token's `sub`."""
+(403 otherwise); the operator's id is the token's `sub`. A token with `profiles` (or
+`queues`) sees and acts only on the conversations of those profiles (handed off for those
+reasons): any other is 404, as a missing one. Erasing a user also needs `"privacy"`; an
+operator's read of a customer's context is audited (`operator_read`)."""
 
 from __future__ import annotations
 
@@ -9,9 +12,8 @@ from datetime import datetime
 
 from fastapi import APIRouter
 
-from frontdesk.errors import ConversationNotFound
 from frontdesk.orchestrator import Handoff
-from frontdesk.service._deps import Operator, Orch
+from frontdesk.service._deps import Operator, Orch, PrivacyOfficer, in_scope, profile_of
 from frontdesk.service._schemas import (
     EVERY_ROUTE,
     WITH_BODY,
@@ -35,7 +37,7 @@ ERRORS = error_responses(
     EVERY_ROUTE,
     WITH_BODY,
     {
-        403: "The token has no `operator` role.",
+        403: "The token has no `operator` role (erasure: no `privacy` role).",
         404: "No such conversation.",
         409: "No person has it, another operator has claimed it, or a turn holds it.",
         422: "Text or an id that cannot be used.",
@@ -52,6 +54,7 @@ def handoff_json(handoff: Handoff) -> HandoffOut:
         waiting_seconds=handoff.waiting_seconds,
         waiting_since=_iso(handoff.waiting_since),
         claimed_by=handoff.claimed_by,
+        profile=handoff.profile,
     )
 
 
@@ -66,7 +69,13 @@ def _iso(at: datetime | None) -> str | None:
     summary="The conversations a person has, the longest-waiting user first",
 )
 async def list_handoffs(principal: Operator, orch: Orch) -> HandoffsOut:
-    return HandoffsOut(handoffs=[handoff_json(h) for h in await orch.handoffs()])
+    queue = await orch.handoffs.queue()
+    return HandoffsOut(handoffs=[handoff_json(h) for h in queue if sees(principal, orch, h)])
+
+
+def sees(principal: Operator, orch: Orch, handoff: Handoff) -> bool:
+    """Whether the operator's token covers the hand-off's profile and queue."""
+    return principal.sees(profile_of(orch, handoff.profile), handoff.reason)
 
 
 @router.post(
@@ -78,10 +87,11 @@ async def list_handoffs(principal: Operator, orch: Orch) -> HandoffsOut:
 async def open_handoff(
     conversation_id: str, principal: Operator, orch: Orch, body: HandoffIn | None = None
 ) -> HandoffOut:
+    await in_scope(orch, principal, conversation_id)
     reason = (
         body.reason if body is not None and body.reason else f"taken over by {principal.user_id}"
     )
-    return handoff_json(await orch.hand_off(conversation_id, reason))
+    return handoff_json(await orch.handoffs.open(conversation_id, reason))
 
 
 @router.post(
@@ -93,7 +103,8 @@ async def open_handoff(
 async def claim(conversation_id: str, principal: Operator, orch: Orch) -> ClaimOut:
     """A claim on a conversation another operator has takes it over (audited as a
     transfer); claiming one's own again changes nothing."""
-    claimed = await orch.claim(conversation_id, operator_id=principal.user_id)
+    await in_scope(orch, principal, conversation_id)
+    claimed = await orch.handoffs.claim(conversation_id, operator_id=principal.user_id)
     return ClaimOut(
         conversation_id=conversation_id,
         claimed_by=principal.user_id,
@@ -108,14 +119,15 @@ async def claim(conversation_id: str, principal: Operator, orch: Orch) -> ClaimO
     summary="What an operator reads before answering: summary, memories, each turn",
 )
 async def context(conversation_id: str, principal: Operator, orch: Orch) -> ContextOut:
-    conversation = await orch.store.conversation(conversation_id)
-    if conversation is None:
-        raise ConversationNotFound(
-            f"no conversation {conversation_id!r}", conversation_id=conversation_id
-        )
+    conversation = await in_scope(orch, principal, conversation_id)
     owner = conversation.user_id
+    if owner is not None:  # Who read the customer's data, and when: in their own chain.
+        what = ["context", "transcript", "memories"]
+        await orch.privacy.record_access(
+            owner, by=f"operator:{principal.user_id}", what=what, conversation_id=conversation_id
+        )
     thread = await orch.user_thread(conversation_id, user_id=owner)
-    facts = [] if owner is None else [m.text for m in await orch.memories(owner)]
+    facts = [] if owner is None else [m.text for m in await orch.memory.recall(owner)]
     messages = await orch.transcript(conversation_id, user_id=owner)
     outcomes = await turn_outcomes(orch.store.engine, conversation_id)
     turns = []
@@ -151,7 +163,8 @@ async def context(conversation_id: str, principal: Operator, orch: Orch) -> Cont
 async def post_operator_message(
     conversation_id: str, body: OperatorMessageIn, principal: Operator, orch: Orch
 ) -> OperatorMessageOut:
-    message_id = await orch.operator_reply(
+    await in_scope(orch, principal, conversation_id)
+    message_id = await orch.handoffs.reply(
         conversation_id, body.text, operator_id=principal.user_id
     )
     return OperatorMessageOut(message_id=message_id, author=f"operator:{principal.user_id}")
@@ -164,7 +177,8 @@ async def post_operator_message(
     summary="Give the conversation back to the bot",
 )
 async def post_hand_back(conversation_id: str, principal: Operator, orch: Orch) -> HandBackOut:
-    await orch.hand_back(conversation_id, operator_id=principal.user_id)
+    await in_scope(orch, principal, conversation_id)
+    await orch.handoffs.hand_back(conversation_id, operator_id=principal.user_id)
     return HandBackOut(conversation_id=conversation_id, handoff=False)
 
 
@@ -174,8 +188,8 @@ async def post_hand_back(conversation_id: str, principal: Operator, orch: Orch) 
     responses=ERRORS,
     summary="Erase everything stored about a user (docs/privacy.md)",
 )
-async def erase_user(user_id: str, principal: Operator, orch: Orch) -> ErasureOut:
+async def erase_user(user_id: str, principal: PrivacyOfficer, orch: Orch) -> ErasureOut:
     """Idempotent: a second call finishes an interrupted erasure and counts what it changed.
-    A user id may hold `/` (`tenant/alice`, or `tenant%2Falice`)."""
-    report = await orch.erase_user(user_id, requested_by=f"operator:{principal.user_id}")
+    A user id may hold `/` (`tenant/alice`, or `tenant%2Falice`). Needs the `privacy` role."""
+    report = await orch.privacy.erase_user(user_id, requested_by=f"operator:{principal.user_id}")
     return ErasureOut(user_id=user_id, **report.counts())

@@ -127,6 +127,9 @@ class HandoffOut(BaseModel):
     claimed_by: str | None = Field(
         default=None, description="The operator who has claimed it, or null: anyone may."
     )
+    profile: str | None = Field(
+        default=None, description="The conversation's profile (null: from before profiles)."
+    )
 
 
 class ClaimOut(BaseModel):

@@ -82,6 +82,7 @@ async def open_stream(
     *,
     user_id: str,
     client_message_id: str | None,
+    profile: str | None = None,
 ) -> AsyncIterator[bytes]:
     """Start the turn; return its frames once the first event is there.
 
@@ -93,7 +94,11 @@ async def open_stream(
     async def pump() -> None:
         try:
             async for event in orchestrator.stream(
-                conversation_id, text, user_id=user_id, client_message_id=client_message_id
+                conversation_id,
+                text,
+                user_id=user_id,
+                client_message_id=client_message_id,
+                profile=profile,
             ):
                 queue.put_nowait(event)
         except Exception as e:

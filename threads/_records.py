@@ -96,6 +96,8 @@ class ConversationRecord:
     metadata: dict[str, Any]
     active_leaf_id: str | None
     """The message the next user message answers to (`None` before the first message)."""
+    profile: str | None = None
+    """The profile (business) answering it (`None`: a conversation from before profiles)."""
 
 
 def new_id() -> str:

@@ -269,6 +269,50 @@ DEFAULT_BUDGETS: Mapping[str, Budget] = MappingProxyType(
 """Per-expert defaults; `Orchestrator(budgets=...)` may override any of them."""
 
 
+TEMPLATE_MARGIN = 0.05
+"""The share of a model's window kept for its chat template's own tokens (role markers, the
+schema's wrapping) and the local estimate's error, when a budget is cut to fit it."""
+
+
+def fit_to_window(
+    budget: Budget, *, context_tokens: int, system_tokens: int, expert: str
+) -> Budget:
+    """`budget` cut to fit a model's context window of `context_tokens` (docs/providers.md,
+    "Fitting a small window").
+
+    A budget that already fits is kept as it is. Else the system part becomes exactly
+    `system_tokens` (the rendered prompt, and the output schema where it is sent), the
+    answer keeps its reserve, 5% of the window is kept for the chat template, and what is
+    left is shared between history, question, memory and documents in the proportions
+    of the original budget (each rounded down).
+
+    Raises:
+        ConfigError: when the system prompt and the answer alone do not fit the window.
+    """
+    if budget.total <= context_tokens and budget.system >= system_tokens:
+        return budget
+    margin = int(context_tokens * TEMPLATE_MARGIN)
+    room = context_tokens - margin - system_tokens - budget.answer
+    parts = {
+        "history": budget.history,
+        "question": budget.question,
+        "memory": budget.memory,
+        "documents": budget.documents,
+    }
+    flexible = sum(parts.values())
+    question_room = room * budget.question // flexible if flexible else 0
+    if room <= 0 or (budget.question > 0 and question_room < 16):
+        raise ConfigError(
+            f"the {expert} expert does not fit the model's context_tokens={context_tokens:,}:"
+            f" its system prompt (with the output schema) is {system_tokens:,} tokens and its"
+            f" answer reserve {budget.answer:,}, plus {margin:,} for the chat template, which"
+            " leaves no room for the conversation; use a model with a larger window, a"
+            " shorter prompt (prompts_dir), or a smaller max_tokens for this expert"
+        )
+    scaled = {name: room * value // flexible for name, value in parts.items()} if flexible else {}
+    return Budget(system=system_tokens, answer=budget.answer, **scaled)
+
+
 def budget_for(expert: str, overrides: Mapping[str, Budget] | None = None) -> Budget:
     """The budget of `expert`: an override if given, else the default.
 

@@ -82,6 +82,8 @@ class HandoffRecord:
     claimed_by: str | None = None
     """The operator who has claimed it (only they may answer), or `None`."""
     claimed_at: datetime | None = None
+    profile: str | None = None
+    """The conversation's profile (`None`: recorded before profiles)."""
 
     def waiting_seconds(self, now: datetime) -> float:
         """Seconds the user has waited for a person at `now` (0 when answered)."""
@@ -104,6 +106,7 @@ class HandoffRecord:
             operator_id=row["operator_id"],
             claimed_by=row["claimed_by"],
             claimed_at=row["claimed_at"],
+            profile=row["profile"],
         )
 
 
@@ -179,7 +182,7 @@ class HandedBack:
     placed: Placed | None = None
 
 
-_COLUMNS = (*(c for c in _handoff.c), _conv.c.user_id)
+_COLUMNS = (*(c for c in _handoff.c), _conv.c.user_id, _conv.c.profile)
 _OPEN = Statement(
     sa.select(*_COLUMNS)
     .select_from(_handoff.join(_conv, _conv.c.id == _handoff.c.conversation_id))

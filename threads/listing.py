@@ -26,6 +26,8 @@ class ConversationRow:
     messages: int
     user_turns: int
     """User messages on every branch (edits included); compactions are not messages here."""
+    profile: str | None = None
+    """The profile answering it (`None`: from before profiles)."""
 
 
 async def list_conversations(
@@ -34,8 +36,10 @@ async def list_conversations(
     user: str | None = None,
     since: datetime | None = None,
     limit: int = 100,
+    profile: str | None = None,
 ) -> list[ConversationRow]:
-    """The newest `limit` conversations, optionally of one user or active since a time."""
+    """The newest `limit` conversations, optionally of one user, of one profile, or active
+    since a time."""
     conv = Conversation.__table__  # type: ignore[attr-defined]
     msg = Message.__table__  # type: ignore[attr-defined]
     last = sa.func.max(msg.c.created_at)
@@ -44,17 +48,20 @@ async def list_conversations(
             conv.c.id,
             conv.c.user_id,
             conv.c.created_at,
+            conv.c.profile,
             last.label("last"),
             sa.func.count(msg.c.id).label("messages"),
             sa.func.sum(sa.case((msg.c.role == "user", 1), else_=0)).label("users"),
         )
         .select_from(conv.outerjoin(msg, msg.c.conversation_id == conv.c.id))
-        .group_by(conv.c.id, conv.c.user_id, conv.c.created_at)
+        .group_by(conv.c.id, conv.c.user_id, conv.c.created_at, conv.c.profile)
         .order_by(sa.func.coalesce(last, conv.c.created_at).desc(), conv.c.id)
         .limit(limit)
     )
     if user is not None:
         query = query.where(conv.c.user_id == user)
+    if profile is not None:
+        query = query.where(conv.c.profile == profile)
     if since is not None:
         query = query.having(sa.func.coalesce(last, conv.c.created_at) >= since)
     async with engine.connect() as conn:
@@ -65,7 +72,13 @@ async def list_conversations(
 
     return [
         ConversationRow(
-            r.id, r.user_id, iso(r.created_at) or "", iso(r.last), r.messages, int(r.users or 0)
+            r.id,
+            r.user_id,
+            iso(r.created_at) or "",
+            iso(r.last),
+            r.messages,
+            int(r.users or 0),
+            r.profile,
         )
         for r in rows
     ]

@@ -705,6 +705,7 @@ class ConversationStore:
                 created_at=row["created_at"],
                 metadata=row["metadata"] or {},
                 active_leaf_id=row["active_leaf_id"],
+                profile=row["profile"],
             )
 
         return await self._read(work)

@@ -33,6 +33,7 @@ from frontdesk.experts.errors import (
     RateLimited,
     StreamInterrupted,
     TruncatedOutput,
+    UnsupportedOutput,
 )
 from frontdesk.experts.providers._retry import (
     AttemptFailure,
@@ -46,6 +47,7 @@ from frontdesk.experts.providers._retry import (
 from frontdesk.experts.providers.base import (
     ModelRequest,
     ModelResponse,
+    ModelSettings,
     OnDelta,
     StreamEvent,
     check_allow_model_requests,
@@ -61,6 +63,12 @@ _QUOTA_MARKERS = (
     "credit balance",
     "quota_exceeded",
 )
+_FORM_MARKERS = {
+    "json_schema": ("json_schema", "response_format", "schema", "grammar"),
+    "json_object": ("json_object", "response_format", "grammar"),
+    "tools": ("tool", "function"),
+}
+"""Words in an error message that say the structured-output form itself was refused."""
 _ERROR_TYPE_STATUS = {
     "overloaded_error": 529,
     "rate_limit_error": 429,
@@ -307,7 +315,11 @@ class HTTPModel(ABC):
         sleep: Sleep | None,
         clock: Clock | None,
         rng: random.Random | None,
+        options: ModelSettings | None = None,
     ) -> None:
+        self.options = options or ModelSettings()
+        """The settings the model spec gave (`?output=...&context_tokens=...`): a request's
+        own settings left at their defaults take these (`ModelSettings.over`)."""
         self.retry_config = retry or RetryConfig()
         self._sleep = sleep
         self._clock = clock
@@ -337,8 +349,9 @@ class HTTPModel(ABC):
     def _status_failure(
         self, status: int, headers: dict[str, str], body: Any, record: AttemptRecord
     ) -> AttemptFailure:
-        """An error status (or an error inside a 200) as a typed, classified failure."""
-        return http_failure(
+        """An error status (or an error inside a 200) as a typed, classified failure; one
+        that says the structured-output form is not supported is `UnsupportedOutput`."""
+        failure = http_failure(
             status,
             headers,
             body,
@@ -348,6 +361,52 @@ class HTTPModel(ABC):
             secret=self._secret,
             request_id_header=self.request_id_header,
         )
+        form = self.output_form(record.request_body)
+        error = failure.error
+        if (
+            form is None
+            or not isinstance(error, ModelHTTPError)
+            or error.status_code
+            in (
+                401,
+                403,
+                404,
+                408,
+                409,
+                429,
+            )
+        ):
+            return failure
+        _, _, message = _error_fields(record.response_body)
+        text = f"{message} {record.response_body}".lower()
+        if not any(marker in text for marker in _FORM_MARKERS[form]):
+            return failure
+        others = " or ".join(f"output={o}" for o in self.other_outputs(form))
+        unsupported = UnsupportedOutput(
+            f"{self.provider} {error.status_code}: the server does not give structured output"
+            f" as {form} ({message or 'no message'}); set {others} in the model spec, e.g."
+            f" '{self.name}?output={self.other_outputs(form)[0]}' (docs/providers.md,"
+            ' "Self-hosted models")',
+            status_code=error.status_code,
+            body=error.body,
+            headers=error.headers,
+        )
+        return AttemptFailure(unsupported, record, retryable=False)
+
+    def output_form(self, request_body: Any) -> str | None:
+        """The structured-output form a request body asked for (`None`: plain text)."""
+        return None
+
+    def other_outputs(self, form: str) -> tuple[str, ...]:
+        """The `output=` values to suggest instead of `form`."""
+        return ("prompt",)
+
+    def settled(self, request: ModelRequest) -> ModelRequest:
+        """`request` with the spec's settings under its own (`ModelSettings.over`)."""
+        settings = request.settings.over(self.options)
+        if settings is request.settings:
+            return request
+        return dataclasses.replace(request, settings=settings)
 
     def _translated(
         self, exc: Exception, record: AttemptRecord, headers: dict[str, str]
@@ -437,6 +496,7 @@ class HTTPModel(ABC):
 
     async def request_streaming(self, request: ModelRequest, on_delta: OnDelta) -> ModelResponse:
         """`request`, streamed: `on_delta` is awaited with each text delta as it arrives."""
+        request = self.settled(request)
         if request.output_type is not None:
             return await self.request(request)
         runner = self._runner(request)
@@ -513,10 +573,15 @@ class HTTPModel(ABC):
         ],
         runner: RetryRunner,
     ) -> ModelResponse:
-        """Run `attempt` under the retry policy, with one re-ask or one roomier retry."""
+        """Run `attempt` under the retry policy, with one re-ask or one roomier retry.
+
+        The re-ask gets time of its own: the call's total budget grows by what the first
+        answer took (twice that for the roomier retry, which may write twice as much), so a
+        slow server's re-ask is not cut off by the budget the first answer used up."""
         check_allow_model_requests()
         reask: list[dict[str, Any]] = []
-        current = request
+        current = self.settled(request)
+        runner.at_least(current.settings.timeout)
 
         async def send(_number: int) -> AttemptSuccess[Answer]:
             return await attempt(current, reask, runner.attempt_timeout(current.settings.timeout))
@@ -530,9 +595,11 @@ class HTTPModel(ABC):
                     raise
                 if failure.invalid_output:
                     reask.extend(self._reask_turns(failure))
+                    runner.extend(runner.elapsed)
                 elif isinstance(failure.error, TruncatedOutput):
                     # Cut off by the token limit: once more with room to finish, never a loop.
                     current = _with_more_room(current)
+                    runner.extend(2 * runner.elapsed)
                 else:
                     raise
                 answer = await runner.run(send)
@@ -563,6 +630,10 @@ def _is_error_body(body: Any) -> bool:
 
 
 def _with_more_room(request: ModelRequest) -> ModelRequest:
-    """The same request with twice the answer's token limit."""
-    settings = dataclasses.replace(request.settings, max_tokens=request.settings.max_tokens * 2)
+    """The same request with twice the answer's token limit (and twice the time for it)."""
+    settings = dataclasses.replace(
+        request.settings,
+        max_tokens=request.settings.max_tokens * 2,
+        timeout=request.settings.timeout * 2,
+    )
     return dataclasses.replace(request, settings=settings)

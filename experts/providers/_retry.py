@@ -153,6 +153,7 @@ class RetryRunner:
         self._clock: Clock = clock or time.monotonic
         self._rng = rng or random.Random()
         self._start = self._clock()
+        self._extra = 0.0
         self.attempts = 0
         self.usage = Usage()
         self.in_flight: AttemptRecord | None = None
@@ -165,9 +166,25 @@ class RetryRunner:
         return self.config.max_attempts - self.attempts
 
     @property
+    def elapsed(self) -> float:
+        """Seconds since the call began."""
+        return self._clock() - self._start
+
+    def extend(self, seconds: float) -> None:
+        """Grow the call's total budget by `seconds` (a re-ask's own time), never past twice
+        `total_seconds` in all."""
+        room = self.config.total_seconds - self._extra
+        self._extra += max(0.0, min(seconds, room))
+
+    def at_least(self, seconds: float) -> None:
+        """Make the call's total budget at least `seconds` (one attempt's timeout: a slow
+        self-hosted server given `timeout=120` gets its 120 s, not the 60 s default)."""
+        self._extra = max(self._extra, seconds - self.config.total_seconds)
+
+    @property
     def remaining_seconds(self) -> float:
-        """Seconds left of the call's total budget."""
-        return self.config.total_seconds - (self._clock() - self._start)
+        """Seconds left of the call's total budget (grown by `extend`)."""
+        return self.config.total_seconds + self._extra - (self._clock() - self._start)
 
     def attempt_timeout(self, per_attempt: float) -> float:
         """The timeout for the next attempt: the setting, but never past the budget."""

@@ -3,10 +3,12 @@
 Structured output is forced tool use: one tool whose `input_schema` is the output type's
 JSON schema, chosen with `tool_choice`. The system prompt and the last message of the
 stable prefix carry `cache_control` markers. A trailing assistant message (the response
-expert's instruction) is sent as a labelled extra text block of the last user turn, since
-Anthropic would treat a trailing assistant turn as a prefill to continue. Every text taken
-from the request has that label neutralised (`frontdesk.labels`), so it is the only one on
-the wire: a user who types it sends a visibly quoted copy.
+expert's instruction) is sent as a labelled extra text block of the last user turn (or a
+system block, `instruction=system`), since Anthropic would treat a trailing assistant turn
+as a prefill to continue (`instruction=assistant` asks for exactly that). With
+`output=prompt` the schema rides in the system prompt and the JSON is found in the text.
+Every text taken from the request has that label neutralised (`frontdesk.labels`), so it is
+the only one on the wire: a user who types it sends a visibly quoted copy.
 """
 
 from __future__ import annotations
@@ -36,7 +38,20 @@ from frontdesk.experts.providers._retry import (
     RetryConfig,
     Sleep,
 )
-from frontdesk.experts.providers.base import ModelRequest, OnDelta, Usage, json_schema_of
+from frontdesk.experts.providers._structured import (
+    find_json,
+    instruction_place,
+    labelled,
+    schema_prompt,
+    split_instruction,
+)
+from frontdesk.experts.providers.base import (
+    ModelRequest,
+    ModelSettings,
+    OnDelta,
+    Usage,
+    json_schema_of,
+)
 from frontdesk.labels import INSTRUCTION_LABEL, neutralise
 from frontdesk.masking import mask_url
 
@@ -61,6 +76,7 @@ class AnthropicModel(HTTPModel):
         sleep: Async sleep used between attempts (tests pass a fake clock's).
         clock: Monotonic clock for the total budget.
         rng: Random source for backoff jitter.
+        options: Settings from the model spec (`?output=prompt&...`), under each request's.
 
     Raises:
         MissingAPIKey: when no key is given and `ANTHROPIC_API_KEY` is not set.
@@ -88,8 +104,9 @@ class AnthropicModel(HTTPModel):
         sleep: Sleep | None = None,
         clock: Clock | None = None,
         rng: random.Random | None = None,
+        options: ModelSettings | None = None,
     ) -> None:
-        super().__init__(retry=retry, sleep=sleep, clock=clock, rng=rng)
+        super().__init__(retry=retry, sleep=sleep, clock=clock, rng=rng, options=options)
         self.model_name = model_name
         if client is None:
             api_key = api_key or os.environ.get("ANTHROPIC_API_KEY")
@@ -120,24 +137,31 @@ class AnthropicModel(HTTPModel):
 
     def build_payload(self, request: ModelRequest, reask: list[dict[str, Any]]) -> dict[str, Any]:
         """The Messages API body for `request` (plus re-ask turns), exactly as sent."""
+        request = self.settled(request)
+        messages, instruction = _wire_messages(request)
         payload: dict[str, Any] = {
             "model": self.model_name,
             "max_tokens": request.settings.max_tokens,
-            "messages": _wire_messages(request) + reask,
+            "messages": messages + reask,
         }
         if request.system:
             payload["system"] = [
                 {"type": "text", "text": request.system, "cache_control": _EPHEMERAL}
             ]
+        if instruction is not None:  # `instruction=system`: after the prompt.
+            payload.setdefault("system", []).append({"type": "text", "text": instruction})
         if request.settings.temperature is not None:
             payload["temperature"] = request.settings.temperature
-        if request.output_type is not None:
+        if request.output_type is not None and request.settings.output == "prompt":
+            text = schema_prompt(request.output_type)
+            payload.setdefault("system", []).append({"type": "text", "text": text})
+        elif request.output_type is not None:
             name = schema_name(request.output_type)
             payload["tools"] = [
                 {
                     "name": name,
                     "description": f"Record the answer as a {name} object.",
-                    "input_schema": json_schema_of(request.output_type),
+                    "input_schema": json_schema_of(request.output_type, union=False),
                 }
             ]
             payload["tool_choice"] = {"type": "tool", "name": name}
@@ -240,12 +264,20 @@ class AnthropicModel(HTTPModel):
             if not text.strip():
                 raise invalid_output(record, "the answer was empty", None)
             return Answer(output=text, record=record)
+        if request.settings.output == "prompt":
+            text = "".join(str(b.get("text", "")) for b in blocks if b.get("type") == "text")
+            output = validate_output(request.output_type, find_json(text), record)
+            return Answer(output=output, record=record)
         name = schema_name(request.output_type)
         tool_blocks = [b for b in blocks if b.get("type") == "tool_use" and b.get("name") == name]
         if not tool_blocks:
             raise invalid_output(record, f"no call of the {name} tool in the answer", None)
         output = validate_output(request.output_type, tool_blocks[0].get("input"), record)
         return Answer(output=output, record=record)
+
+    def output_form(self, request_body: Any) -> str | None:
+        """`tools` when the body forced a tool call; `None` otherwise."""
+        return "tools" if isinstance(request_body, dict) and "tools" in request_body else None
 
     def _reask_turns(self, failure: AttemptFailure) -> list[dict[str, Any]]:
         body = failure.record.response_body
@@ -295,12 +327,13 @@ class AnthropicModel(HTTPModel):
         ]
 
 
-def _wire_messages(request: ModelRequest) -> list[dict[str, Any]]:
-    """The thread as Anthropic content blocks, with the cache breakpoint and the instruction."""
-    messages = list(request.messages)
-    instruction: str | None = None
-    if messages and messages[-1]["role"] == "assistant":
-        instruction = neutralise(messages.pop()["content"], _OURS)
+def _wire_messages(request: ModelRequest) -> tuple[list[dict[str, Any]], str | None]:
+    """The thread as Anthropic content blocks, with the cache breakpoint and the instruction
+    placed as asked; and the instruction's labelled block when it goes to the system."""
+    messages, instruction = split_instruction(request)
+    place = instruction_place(request)
+    if instruction is not None and place == "assistant":
+        messages, instruction = list(request.messages), None
     wire: list[dict[str, Any]] = [
         {"role": m["role"], "content": [{"type": "text", "text": neutralise(m["content"], _OURS)}]}
         for m in messages
@@ -308,13 +341,16 @@ def _wire_messages(request: ModelRequest) -> list[dict[str, Any]]:
     prefix = min(request.cache_prefix_messages, len(wire))
     if prefix > 0:
         wire[prefix - 1]["content"][-1]["cache_control"] = _EPHEMERAL
-    if instruction is not None:
-        block = {"type": "text", "text": f"{INSTRUCTION_LABEL}\n{instruction}"}
-        if wire and wire[-1]["role"] == "user":
-            wire[-1]["content"].append(block)
-        else:
-            wire.append({"role": "user", "content": [block]})
-    return wire
+    if instruction is None:
+        return wire, None
+    if place == "system":
+        return wire, labelled(instruction)
+    block = {"type": "text", "text": labelled(instruction)}
+    if wire and wire[-1]["role"] == "user":
+        wire[-1]["content"].append(block)
+    else:
+        wire.append({"role": "user", "content": [block]})
+    return wire, None
 
 
 def _usage(raw: Any) -> Usage:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import dataclasses
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, TypedDict, runtime_checkable
@@ -44,6 +45,73 @@ class ModelSettings:
     """Sampling temperature; `None` leaves the provider's default."""
     timeout: float = 60.0
     """Seconds for one HTTP attempt (never the SDKs' 10-minute default)."""
+    output: Output | None = None
+    """How structured output is asked for: `json_schema` (`response_format` with the
+    schema), `json_object` (`response_format: json_object`, the schema in the prompt),
+    `tools` (one forced tool call) or `prompt` (the schema in the prompt, the answer's JSON
+    found by a tolerant parser); `None`: what the provider supports (OpenAI `json_schema`,
+    Anthropic `tools`)."""
+    context_tokens: int | None = None
+    """The model's context window in tokens: every expert's budget is cut to fit it
+    (docs/providers.md, "Fitting a small window"); `None`: the default budgets."""
+    instruction: InstructionPlace | None = None
+    """Where the response expert's instruction goes: `user` (a labelled block after the
+    latest user message, the default), `system` (a system message after the thread) or
+    `assistant` (a trailing assistant message, which servers that prefill continue: only
+    for a model known not to)."""
+    concurrency: int | None = None
+    """How many requests the server answers at once; `1` turns speculation off (the
+    request expert is not run beside triage on a server that would queue it)."""
+
+    def over(self, base: ModelSettings) -> ModelSettings:
+        """These settings over `base` (a model spec's): every field left at its default
+        here takes `base`'s value."""
+        changes = {
+            f.name: getattr(base, f.name)
+            for f in dataclasses.fields(self)
+            if getattr(self, f.name) == f.default and getattr(base, f.name) != f.default
+        }
+        return dataclasses.replace(self, **changes) if changes else self
+
+    def recorded(self) -> dict[str, Any]:
+        """The settings as the audit log records them (the fields left unset omitted)."""
+        out: dict[str, Any] = {}
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if value is not None or f.name in _ALWAYS_RECORDED:
+                out[f.name] = value
+        return out
+
+
+_ALWAYS_RECORDED = ("max_tokens", "temperature", "timeout")
+
+Output = Literal["json_schema", "json_object", "tools", "prompt"]
+"""How a model is asked for structured output (`ModelSettings.output`)."""
+OUTPUTS: tuple[Output, ...] = ("json_schema", "json_object", "tools", "prompt")
+InstructionPlace = Literal["system", "user", "assistant"]
+"""Where the response expert's instruction goes (`ModelSettings.instruction`)."""
+INSTRUCTION_PLACES: tuple[InstructionPlace, ...] = ("system", "user", "assistant")
+
+
+def settings_of(model: Model) -> ModelSettings:
+    """The settings a model's spec gave it (`openai:NAME@URL?output=...`), looking through
+    the wrappers (`CalibratedModel`, `FallbackModel`: its first model); default settings
+    for a model that has none."""
+    seen = 0
+    current: Any = model
+    while seen < 8:
+        seen += 1
+        options = getattr(current, "options", None)
+        if isinstance(options, ModelSettings):
+            return options
+        inner = getattr(current, "inner", None)
+        if inner is None:
+            models = getattr(current, "models", None)
+            inner = models[0] if isinstance(models, tuple) and models else None
+        if inner is None:
+            break
+        current = inner
+    return ModelSettings()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -384,8 +452,14 @@ def check_allow_model_requests() -> None:
         )
 
 
-def json_schema_of(output_type: type[BaseModel]) -> dict[str, Any]:
+def json_schema_of(output_type: type[BaseModel], *, union: bool = True) -> dict[str, Any]:
     """The JSON schema a provider is asked to fill for `output_type` (without the redaction
-    rules a field may carry in `json_schema_extra`: they are for the views, not the model)."""
-    schema: dict[str, Any] = schema_without_rules(output_type.model_json_schema())
+    rules a field may carry in `json_schema_extra`: they are for the views, not the model).
+
+    A type with a `wire_json_schema()` (the request expert's: a tagged union on `kind`) is
+    sent as that, so that a server's grammar enforces the choice; `union=False` keeps the
+    flat form (a tool's `input_schema` must be one object)."""
+    wire = getattr(output_type, "wire_json_schema", None)
+    raw = wire() if union and callable(wire) else output_type.model_json_schema()
+    schema: dict[str, Any] = schema_without_rules(raw)
     return schema

@@ -2,8 +2,12 @@
 
 Any OpenAI-compatible server (vLLM, Ollama, llama.cpp server) works through a base URL;
 no key is needed then. Structured output uses `response_format` `json_schema` with
-`strict: false` (strict mode would force every field required and rewrite the schema), and
-the answer is validated by pydantic. OpenAI caches prompt prefixes on its own; the cached
+`strict: false` (strict mode would force every field required and rewrite the schema), or
+the form the spec's `output=` names (`json_object`, `tools`, `prompt`), and the answer is
+validated by pydantic. The response expert's instruction is a labelled block after the
+latest user message (`instruction=user`), or a system message (`instruction=system`):
+never a trailing assistant message, which compatible servers continue (prefill), unless
+`instruction=assistant` asks for it. OpenAI caches prompt prefixes on its own; the cached
 part is reported as `cache_read_tokens`.
 """
 
@@ -35,7 +39,25 @@ from frontdesk.experts.providers._retry import (
     RetryConfig,
     Sleep,
 )
-from frontdesk.experts.providers.base import ModelRequest, OnDelta, Usage, json_schema_of
+from frontdesk.experts.providers._structured import (
+    SCHEMA_PROMPT_START,
+    find_json,
+    instruction_place,
+    labelled,
+    neutralised,
+    schema_prompt,
+    split_instruction,
+    wants_schema_in_prompt,
+    without_patterns,
+)
+from frontdesk.experts.providers.base import (
+    ModelRequest,
+    ModelSettings,
+    OnDelta,
+    Output,
+    Usage,
+    json_schema_of,
+)
 from frontdesk.masking import mask_url
 
 PLACEHOLDER_KEY = "not-needed"
@@ -55,6 +77,8 @@ class OpenAIModel(HTTPModel):
         sleep: Async sleep used between attempts (tests pass a fake clock's).
         clock: Monotonic clock for the total budget.
         rng: Random source for backoff jitter.
+        options: Settings from the model spec (`?output=json_object&...`), under each
+            request's own.
 
     Raises:
         MissingAPIKey: when neither a key nor a base URL is given.
@@ -82,8 +106,9 @@ class OpenAIModel(HTTPModel):
         sleep: Sleep | None = None,
         clock: Clock | None = None,
         rng: random.Random | None = None,
+        options: ModelSettings | None = None,
     ) -> None:
-        super().__init__(retry=retry, sleep=sleep, clock=clock, rng=rng)
+        super().__init__(retry=retry, sleep=sleep, clock=clock, rng=rng, options=options)
         self.model_name = model_name
         self._spec_base_url = base_url
         if client is None:
@@ -121,27 +146,79 @@ class OpenAIModel(HTTPModel):
         await self._client.close()
 
     def build_payload(self, request: ModelRequest, reask: list[dict[str, Any]]) -> dict[str, Any]:
-        """The Chat Completions body for `request` (plus re-ask turns), exactly as sent."""
+        """The Chat Completions body for `request` (plus re-ask turns), exactly as sent.
+
+        The response expert's instruction goes where `ModelSettings.instruction` says (a
+        labelled block after the latest user message by default), never as a trailing
+        assistant message unless `instruction="assistant"`; structured output takes the
+        form `ModelSettings.output` names (`json_schema` by default)."""
+        request = self.settled(request)
+        output = self.output_of(request)
         messages: list[dict[str, Any]] = []
         if request.system:
             messages.append({"role": "system", "content": request.system})
-        messages.extend({"role": m["role"], "content": m["content"]} for m in request.messages)
+        if request.output_type is not None and wants_schema_in_prompt(output):
+            messages.append({"role": "system", "content": schema_prompt(request.output_type)})
+        messages.extend(_thread(request))
         payload: dict[str, Any] = {"model": self.model_name, "messages": messages + reask}
         # Compatible servers know `max_tokens`; OpenAI's newer models only take the other.
         token_field = "max_tokens" if self._compatible else "max_completion_tokens"
         payload[token_field] = request.settings.max_tokens
         if request.settings.temperature is not None:
             payload["temperature"] = request.settings.temperature
-        if request.output_type is not None:
+        if request.output_type is None:
+            return payload
+        name = schema_name(request.output_type)
+        if output == "json_schema":
             payload["response_format"] = {
                 "type": "json_schema",
                 "json_schema": {
-                    "name": schema_name(request.output_type),
+                    "name": name,
                     "schema": json_schema_of(request.output_type),
                     "strict": False,
                 },
             }
+        elif output == "json_object":
+            payload["response_format"] = {"type": "json_object"}
+        elif output == "tools":
+            # A compatible server builds a grammar from the parameters: the tagged union (so
+            # it enforces the choice), without patterns (its converter may not take them).
+            parameters = json_schema_of(request.output_type, union=self._compatible)
+            if self._compatible:
+                parameters = without_patterns(parameters)
+            payload["tools"] = [
+                {
+                    "type": "function",
+                    "function": {
+                        "name": name,
+                        "description": f"Record the answer as a {name} object.",
+                        "parameters": parameters,
+                    },
+                }
+            ]
+            payload["tool_choice"] = {"type": "function", "function": {"name": name}}
         return payload
+
+    @staticmethod
+    def output_of(request: ModelRequest) -> Output:
+        """The structured-output form of `request` (`json_schema` unless set)."""
+        return request.settings.output or "json_schema"
+
+    def output_form(self, request_body: Any) -> str | None:
+        """`json_schema`, `json_object` or `tools` from a sent body; `None` otherwise."""
+        if not isinstance(request_body, dict):
+            return None
+        if "tools" in request_body:
+            return "tools"
+        response_format = request_body.get("response_format")
+        if isinstance(response_format, dict):
+            kind = response_format.get("type")
+            return kind if kind in ("json_schema", "json_object") else None
+        return None
+
+    def other_outputs(self, form: str) -> tuple[str, ...]:
+        """The forms to try instead: the schema in the prompt first."""
+        return tuple(o for o in ("json_object", "prompt", "tools") if o != form)
 
     async def _attempt(
         self, request: ModelRequest, reask: list[dict[str, Any]], seconds: float
@@ -250,17 +327,21 @@ class OpenAIModel(HTTPModel):
             raise AttemptFailure(Refusal("openai: the model refused to answer"), record)
         content = message.get("content")
         text = content if isinstance(content, str) else ""
+        if request.output_type is not None and self.output_of(request) == "tools":
+            text = _tool_arguments(message) or text
         if not text.strip():
             raise invalid_output(record, "the answer was empty", None)
         if request.output_type is None:
             return Answer(output=text, record=record)
-        return Answer(output=validate_output(request.output_type, text, record), record=record)
+        output = validate_output(request.output_type, find_json(text), record)
+        return Answer(output=output, record=record)
 
     def _reask_turns(self, failure: AttemptFailure) -> list[dict[str, Any]]:
         body = failure.record.response_body
         text = ""
         try:
-            text = str(body["choices"][0]["message"]["content"] or "")
+            message = body["choices"][0]["message"]
+            text = _tool_arguments(message) or str(message["content"] or "")
         except (KeyError, IndexError, TypeError):
             pass
         fix = "Reply again with only the corrected JSON." if self._wants_json(failure) else ""
@@ -272,7 +353,46 @@ class OpenAIModel(HTTPModel):
     @staticmethod
     def _wants_json(failure: AttemptFailure) -> bool:
         body = failure.record.request_body
-        return isinstance(body, dict) and "response_format" in body
+        if not isinstance(body, dict):
+            return False
+        if "response_format" in body or "tools" in body:
+            return True
+        messages = body.get("messages")
+        return isinstance(messages, list) and any(
+            isinstance(m, dict) and str(m.get("content", "")).startswith(SCHEMA_PROMPT_START)
+            for m in messages
+        )
+
+
+def _thread(request: ModelRequest) -> list[dict[str, Any]]:
+    """The thread as Chat Completions messages, the instruction placed as asked."""
+    messages, instruction = split_instruction(request)
+    place = instruction_place(request)
+    if instruction is None or place == "assistant":
+        return [{"role": m["role"], "content": m["content"]} for m in request.messages]
+    wire: list[dict[str, Any]] = [
+        {"role": m["role"], "content": m["content"]} for m in neutralised(messages)
+    ]
+    block = labelled(instruction)
+    if place == "system":
+        wire.append({"role": "system", "content": block})
+    elif wire and wire[-1]["role"] == "user":
+        wire[-1]["content"] = f"{wire[-1]['content']}\n\n{block}"
+    else:
+        wire.append({"role": "user", "content": block})
+    return wire
+
+
+def _tool_arguments(message: dict[str, Any]) -> str:
+    """The arguments of the answer's first tool call, as JSON text ("" when none)."""
+    calls = message.get("tool_calls")
+    if not isinstance(calls, list) or not calls or not isinstance(calls[0], dict):
+        return ""
+    function = calls[0].get("function")
+    arguments = function.get("arguments") if isinstance(function, dict) else None
+    if isinstance(arguments, dict):
+        return json.dumps(arguments)
+    return arguments if isinstance(arguments, str) else ""
 
 
 def _usage(raw: Any) -> Usage:

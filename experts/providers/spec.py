@@ -3,18 +3,30 @@
 from __future__ import annotations
 
 import difflib
+import math
 import re
+from typing import Any
+from urllib.parse import parse_qsl
 
 from frontdesk.experts.errors import UnknownModelSpec
 from frontdesk.experts.providers._retry import RetryConfig
-from frontdesk.experts.providers.base import Model
+from frontdesk.experts.providers.base import (
+    INSTRUCTION_PLACES,
+    OUTPUTS,
+    Model,
+    ModelSettings,
+)
 from frontdesk.masking import scrub
 
 VALID_FORMS = (
     "'anthropic:<model>' (e.g. 'anthropic:claude-sonnet-4-5'), 'openai:<model>'"
     " (e.g. 'openai:gpt-4.1-mini'), 'openai:<model>@<base_url>' (vLLM, Ollama, llama.cpp"
-    " server, e.g. 'openai:llama3@http://127.0.0.1:11434/v1'), 'offline', or a Model instance"
+    " server, e.g. 'openai:llama3@http://127.0.0.1:11434/v1'), any of them followed by"
+    " '?setting=value&...' (output, context_tokens, temperature, timeout, instruction,"
+    " concurrency), 'offline', or a Model instance"
 )
+OPTIONS = ("output", "context_tokens", "temperature", "timeout", "instruction", "concurrency")
+"""The settings a spec's query string may give (`ModelSettings` fields of the same names)."""
 _PROVIDERS = ("anthropic", "openai")
 _MODEL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/-]*$")
 
@@ -43,6 +55,7 @@ def model_from_spec(spec: str | Model, *, retry: RetryConfig | None = None) -> M
         from frontdesk.experts.providers.offline import OfflineModel
 
         return OfflineModel()
+    text, _, query = text.partition("?")
     provider, sep, rest = text.partition(":")
     provider = provider.lower()
     if not sep or provider not in _PROVIDERS:
@@ -63,7 +76,8 @@ def model_from_spec(spec: str | Model, *, retry: RetryConfig | None = None) -> M
             )
         from frontdesk.experts.providers.anthropic import AnthropicModel
 
-        return AnthropicModel(name, retry=retry)
+        options = spec_options(spec, query, provider="anthropic")
+        return AnthropicModel(name, retry=retry, options=options)
     if at and not re.match(r"^https?://[^\s/@]+", base_url.strip()):
         raise UnknownModelSpec(
             f"model spec {scrub(spec)!r}: the base URL must start with http:// or https:// (and"
@@ -71,7 +85,59 @@ def model_from_spec(spec: str | Model, *, retry: RetryConfig | None = None) -> M
         )
     from frontdesk.experts.providers.openai import OpenAIModel
 
-    return OpenAIModel(name, base_url=base_url.strip() or None, retry=retry)
+    options = spec_options(spec, query, provider="openai")
+    return OpenAIModel(name, base_url=base_url.strip() or None, retry=retry, options=options)
+
+
+def spec_options(spec: str, query: str, *, provider: str) -> ModelSettings:
+    """The `ModelSettings` a spec's query string gives (`output=json_object&...`).
+
+    Raises:
+        UnknownModelSpec: an unknown setting, or a value it cannot take (the message says
+            which values it can).
+    """
+    values: dict[str, Any] = {}
+    for key, value in parse_qsl(query, keep_blank_values=True):
+        where = f"model spec {scrub(spec)!r}: {key}={value!r}"
+        if key not in OPTIONS:
+            raise UnknownModelSpec(
+                f"model spec {scrub(spec)!r}: unknown setting {key!r}{_close(key, OPTIONS)};"
+                f" a spec may set {', '.join(OPTIONS)}"
+            )
+        if key in values:
+            raise UnknownModelSpec(f"{where}: {key} is given twice")
+        values[key] = _option(key, value, where, provider)
+    return ModelSettings(**values)
+
+
+def _option(key: str, value: str, where: str, provider: str) -> Any:
+    if key == "output":
+        allowed = OUTPUTS if provider == "openai" else ("tools", "prompt")
+        if value not in allowed:
+            raise UnknownModelSpec(f"{where}: {provider} takes output={' | '.join(allowed)}")
+        return value
+    if key == "instruction":
+        if value not in INSTRUCTION_PLACES:
+            raise UnknownModelSpec(f"{where}: use instruction={' | '.join(INSTRUCTION_PLACES)}")
+        return value
+    if key in ("context_tokens", "concurrency"):
+        if not re.fullmatch(r"[1-9][0-9]{0,8}", value):
+            raise UnknownModelSpec(f"{where}: {key} is a whole number >= 1")
+        return int(value)
+    try:
+        number = float(value)
+    except ValueError:
+        number = math.nan
+    if key == "temperature" and (not math.isfinite(number) or not 0 <= number <= 2):
+        raise UnknownModelSpec(f"{where}: temperature is a number from 0 to 2")
+    if key == "timeout" and (not math.isfinite(number) or number <= 0):
+        raise UnknownModelSpec(f"{where}: timeout is a number of seconds > 0")
+    return number
+
+
+def _close(word: str, choices: tuple[str, ...]) -> str:
+    close = difflib.get_close_matches(word, choices, n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""
 
 
 def _suggest(provider: str) -> str:

@@ -182,9 +182,10 @@ def test_metrics_port_serves_the_scrape_apart_from_the_api(tmp_path: Path) -> No
         assert httpx.get(f"{url}/metrics").status_code == 404  # not on the API port
         scrape = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=10)
     assert scrape.status_code == 200 and scrape.headers["content-type"].startswith("text/plain")
-    assert 'frontdesk_turns_total{frontdesk_category="COUNT",frontdesk_outcome="answered"} 1.0' in (
-        scrape.text
-    )
+    assert (
+        'frontdesk_turns_total{frontdesk_category="COUNT",frontdesk_outcome="answered",'
+        'frontdesk_profile="default"} 1.0'
+    ) in scrape.text
     assert "gen_ai_client_token_usage_bucket" in scrape.text
 
 

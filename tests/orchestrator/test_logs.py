@@ -54,6 +54,9 @@ async def test_turns_that_succeed_and_fail_log_no_user_text(
         await orch.handle("c", USER_TEXT, client_message_id="m-1")
         await orch.handle("c", USER_TEXT, client_message_id="m-1")  # an idempotent replay
         down["on"] = True
+        # After the handler acted, the reply falls back to a plain one (logged by class).
+        await orch.handle("c", USER_TEXT + " once more")
+        team.route = lambda r: "OTHER"  # No handler: the outage fails the turn.
         with pytest.raises(TurnFailed):
             await orch.handle("c", USER_TEXT + " again")
         await orch.aclose()

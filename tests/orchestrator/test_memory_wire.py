@@ -11,6 +11,7 @@ from frontdesk.examples.potato_shop import categories as potato_categories
 from frontdesk.labels import (
     CUSTOMER_MEMORY_END,
     CUSTOMER_MEMORY_LABEL,
+    INSTRUCTION_LABEL,
     VERIFIED_MEMORY_END,
     VERIFIED_MEMORY_LABEL,
 )
@@ -120,10 +121,11 @@ async def test_openai_sends_memory_in_the_last_user_message_never_as_system(
     bodies = [r.body for r in wire.requests_to(OPENAI_PATH)]
     assert len(bodies) == 5
     first, later = bodies[1]["messages"], bodies[4]["messages"]
-    assert [m["role"] for m in first] == ["system", "user", "assistant"]
-    assert [m["role"] for m in later] == ["system", "user", "assistant"]
+    # The instruction is a labelled block after the question, never an assistant message.
+    assert [m["role"] for m in first] == ["system", "user"]
+    assert [m["role"] for m in later] == ["system", "user"]
     assert later[0] == first[0]  # The prompt, unchanged, alone in the system role.
-    said = later[1]["content"]
+    said, _, instruction = later[1]["content"].partition(f"\n\n{INSTRUCTION_LABEL}\n")
     verified, customer, question = said.split("\n\n")
     assert verified == "\n".join(
         [VERIFIED_MEMORY_LABEL, "- KYC identity check passed", VERIFIED_MEMORY_END]
@@ -132,6 +134,6 @@ async def test_openai_sends_memory_in_the_last_user_message_never_as_system(
         [CUSTOMER_MEMORY_LABEL, "- Allergic to peanuts", CUSTOMER_MEMORY_END]
     )
     assert question == "Any recipe ideas?"
-    assert "peanuts" not in later[2]["content"]  # Not in the instruction.
+    assert instruction and "peanuts" not in instruction  # Not in the instruction.
     assert [m["role"] for m in bodies[2]["messages"]] == ["system", "user"]
     assert bodies[2]["messages"][1]["content"].endswith("\n\nI'm allergic to peanuts")

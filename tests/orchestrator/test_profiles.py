@@ -200,6 +200,8 @@ def test_an_unknown_keyword_says_where_settings_live(db_url: str) -> None:
         Orchestrator(potato_categories(), store=db_url, timeouts=Timeouts(), lock_ttl=5)
     with pytest.raises(ConfigError, match="profile name"):
         Orchestrator(profiles={"no spaces": Profile(potato_categories())}, store=db_url)
+    with pytest.raises(ConfigError, match="knowledge_source is not supported yet"):
+        Profile(potato_categories(), knowledge_source="help")
 
 
 async def test_settings_are_read_once_at_open(db_url: str) -> None:

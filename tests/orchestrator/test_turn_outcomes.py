@@ -11,9 +11,10 @@ from sqlalchemy import event
 
 from frontdesk.errors import StoreUnavailable
 from frontdesk.examples.potato_shop import categories as potato_categories
-from frontdesk.experts.errors import ProviderOverloaded
+from frontdesk.experts.errors import ProviderOverloaded, StreamInterrupted
 from frontdesk.experts.providers import FunctionModel, ModelRequest
 from frontdesk.orchestrator import Orchestrator, Reply, TurnFailed
+from frontdesk.orchestrator.fallbacks import plain_reply
 from frontdesk.orchestrator.turn import idempotency_key
 from tests._pg import create_database, drop_database
 from tests.orchestrator.conftest import FakeTeam
@@ -40,7 +41,9 @@ def confirmed_order(team: FakeTeam) -> None:
 
 
 class Outage:
-    """The response expert answers 529 while `down` is set (the other experts answer)."""
+    """The response expert's stream breaks after its first words while `down` is set (the
+    other experts answer): the one failure of the reply, after the handler acted, that
+    still fails the turn (a 529 falls back to a plain reply)."""
 
     def __init__(self, team: FakeTeam) -> None:
         self.team = team
@@ -48,7 +51,10 @@ class Outage:
 
     def __call__(self, request: ModelRequest) -> Any:
         if self.down and request.expert == "response":
-            raise ProviderOverloaded("overloaded", status_code=529, model="fake", attempts=4)
+            cause = ProviderOverloaded("overloaded", status_code=529, model="fake", attempts=1)
+            raise StreamInterrupted(
+                "the stream broke", partial_text="Your order", cause=cause, model="fake"
+            )
         return self.team(request)
 
 
@@ -74,7 +80,29 @@ def same_reply(first: Reply, again: Reply) -> None:
     assert again.handoff == first.handoff and again.tokens == first.tokens
 
 
-async def test_a_529_in_the_response_call_then_the_retry_places_one_order(
+async def test_a_529_in_the_response_call_falls_back_to_a_plain_reply_with_one_order(
+    team: FakeTeam, db_url: str
+) -> None:
+    confirmed_order(team)
+
+    def overloaded(request: ModelRequest) -> Any:
+        if request.expert == "response":
+            raise ProviderOverloaded("overloaded", status_code=529, model="fake", attempts=4)
+        return team(request)
+
+    orch = Orchestrator(potato_categories(), model=FunctionModel(overloaded), store=db_url)
+    await waiting_order(orch)
+    reply = await orch.handle("c", "yes, confirm", client_message_id="m-1")
+    again = await orch.handle("c", "yes, confirm", client_message_id="m-1")
+    orders = await orders_placed(orch)
+    await orch.aclose()
+    assert len(orders) == 1 and reply.outcome is not None
+    assert reply.text == plain_reply(reply.outcome)
+    assert "Tell the user" not in reply.text
+    assert again.replayed and again.text == reply.text
+
+
+async def test_a_broken_response_stream_then_the_retry_places_one_order(
     team: FakeTeam, any_url: str
 ) -> None:
     confirmed_order(team)

@@ -82,7 +82,9 @@ async def test_same_client_id_with_other_text_is_a_conflict_that_writes_nothing(
 async def test_an_outage_keeps_the_message_and_a_retry_finishes_the_turn(
     team: Any, db_url: str
 ) -> None:
-    ordering(team)
+    # Small talk: no handler acted, so the response expert's outage fails the turn (after a
+    # handler acted it falls back to a plain reply: test_unreadable.py).
+    team.route = lambda r: "OTHER"
     down = True
 
     def flaky(request: ModelRequest) -> Any:
@@ -250,7 +252,12 @@ async def test_an_unusable_triage_answer_takes_the_safe_route(
             raise error("cut off, refused or invalid")
         return team(request)
 
-    orch = Orchestrator(potato_categories(), model=FunctionModel(broken_triage), store=db_url)
+    orch = Orchestrator(
+        potato_categories(),
+        model=FunctionModel(broken_triage),
+        store=db_url,
+        on_unreadable="handoff",  # The default asks again: test_unreadable.py.
+    )
     reply = await orch.handle("c", "refund order 88213 now")
     log = orch.audit_log
     assert log is not None

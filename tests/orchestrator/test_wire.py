@@ -75,7 +75,7 @@ async def test_anthropic_bodies_hold_each_experts_prompt_and_the_same_thread(
             assert "ORDERS" not in _text_of(message["content"])  # no triage label in the thread
 
 
-async def test_openai_bodies_send_the_instruction_as_the_one_extra_assistant_message(
+async def test_openai_bodies_send_the_instruction_as_a_labelled_block_never_as_assistant(
     wire: WireServer, db_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test-key")
@@ -96,8 +96,9 @@ async def test_openai_bodies_send_the_instruction_as_the_one_extra_assistant_mes
     for body in bodies[:2]:
         assert [m["role"] for m in body["messages"]] == ["system", "user"]
     response = bodies[2]["messages"]
-    assert [m["role"] for m in response] == ["system", "user", "assistant"]
-    instruction = response[-1]["content"]
+    assert [m["role"] for m in response] == ["system", "user"]
+    question, _, instruction = response[-1]["content"].partition(f"\n\n{INSTRUCTION_LABEL}\n")
+    assert question == TURNS[0][0]
     assert "confirm" in instruction.lower()
     assert [(m.role, m.content) for m in thread.messages] == [
         ("user", TURNS[0][0]),

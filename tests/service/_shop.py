@@ -6,7 +6,7 @@ counted across processes, and a way to stall or fail a turn.
     "a person please"   -> HUMAN (hand-off)
     "count ..."         -> COUNT (its handler appends a line to $FRONTDESK_TEST_RUNS)
     "outage ..."        -> the response expert fails (a provider outage: 503)
-    "count flaky ..."   -> COUNT, and the response expert fails while the file
+    "count flaky ..."   -> COUNT, and the response expert's stream breaks while the file
                            $FRONTDESK_TEST_FLAKY exists (the handler has run by then)
     "remember that X"   -> the memory expert remembers X (after the reply)
     anything else       -> OTHER
@@ -23,7 +23,7 @@ from pydantic import BaseModel
 
 from frontdesk import Category, HandlerContext, Orchestrator, Outcome
 from frontdesk.errors import ProviderOverloaded
-from frontdesk.experts.providers import FunctionModel, ModelRequest
+from frontdesk.experts.providers import FunctionModel, ModelRequest, StreamCut
 
 RUNS_ENV = "FRONTDESK_TEST_RUNS"
 FLAKY_ENV = "FRONTDESK_TEST_FLAKY"
@@ -81,7 +81,12 @@ def answer(request: ModelRequest) -> Any:
         return {"facts": [{"text": fact, "key": None}] if fact != text else []}
     flaky = os.environ.get(FLAKY_ENV)
     if "flaky" in text and flaky and Path(flaky).exists():
-        raise ProviderOverloaded("overloaded", status_code=529, model="function")
+        # The stream breaks after its first words: after the handler acted, the one reply
+        # failure that still fails the turn (another falls back to a plain reply).
+        return StreamCut(
+            text="You said",
+            error=ProviderOverloaded("overloaded", status_code=529, model="function"),
+        )
     if text.startswith("outage"):
         raise ProviderOverloaded("overloaded", status_code=529, model="function")
     return f"You said: {text}."

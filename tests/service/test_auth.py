@@ -244,7 +244,8 @@ async def test_an_erased_users_marker_token_cannot_read_her_conversation(api: Ap
         headers={**auth("gone"), "Idempotency-Key": "k1"},
     )
     assert r.status_code == 200, r.text
-    erased = await api.client.post("/v1/users/gone/erase", headers=auth("op", roles=("operator",)))
+    officer = auth("op", roles=("operator", "privacy"))
+    erased = await api.client.post("/v1/users/gone/erase", headers=officer)
     assert erased.status_code == 200, erased.text
     conversation = await api.orch.store.conversation(cid)
     assert conversation is not None and conversation.user_id is not None

@@ -56,7 +56,7 @@ async def test_nul_anywhere_in_a_path_is_422_json_on_both_backends(api: Api) -> 
         ("POST", f"/v1/conversations/{cid}/messages/{message_id}{nul}/regenerate", None, ()),
         ("POST", f"/v1/conversations/{cid}{nul}/messages", {"text": "x"}, ()),
         ("DELETE", f"/v1/me/memories/m{nul}", None, ()),
-        ("POST", f"/v1/users/u{nul}1/erase", None, OPERATOR),
+        ("POST", f"/v1/users/u{nul}1/erase", None, ("operator", "privacy")),
         ("POST", f"/v1/conversations/{cid}{nul}/handoff", None, OPERATOR),
     ]
     for method, path, body, roles in asks:
@@ -131,7 +131,8 @@ async def test_a_user_id_with_a_slash_is_erasable(api: Api, spelt: str) -> None:
         headers={**auth("tenant/alice"), "Idempotency-Key": "k1"},
     )
     assert r.status_code == 200, r.text
-    r = await api.client.post(f"/v1/users/{spelt}/erase", headers=auth("op", roles=OPERATOR))
+    officer = auth("op", roles=("operator", "privacy"))
+    r = await api.client.post(f"/v1/users/{spelt}/erase", headers=officer)
     assert r.status_code == 200, r.text
     assert r.json()["user_id"] == "tenant/alice"
     assert r.json()["messages"] >= 2

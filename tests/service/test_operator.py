@@ -10,6 +10,7 @@ from tests.service.conftest import Api, auth
 pytestmark = pytest.mark.anyio
 
 OPERATOR = ("operator",)
+PRIVACY = ("operator", "privacy")
 
 
 async def say(api: Api, cid: str, text: str, user: str = "alice") -> dict[str, object]:
@@ -112,6 +113,11 @@ async def test_an_operator_takes_a_conversation_over(api: Api) -> None:
     assert refused.status_code == 409 and refused.json()["type"] == "NotHandedOff"
 
 
+async def test_erasing_a_user_needs_the_privacy_role(api: Api) -> None:
+    r = await api.client.post("/v1/users/alice/erase", headers=auth("sam", roles=OPERATOR))
+    assert r.status_code == 403 and "privacy" in r.text
+
+
 async def test_an_operator_erases_a_user(api: Api) -> None:
     user = "erased-" + api.cid()  # the PostgreSQL database is shared by the session's tests
     cid = api.cid()
@@ -119,7 +125,7 @@ async def test_an_operator_erases_a_user(api: Api) -> None:
     other = api.cid()
     await say(api, other, "hello", user="bob")
     url = f"/v1/users/{user}/erase"
-    r = await api.client.post(url, headers=auth("sam", roles=OPERATOR))
+    r = await api.client.post(url, headers=auth("sam", roles=PRIVACY))
     assert r.status_code == 200, r.text
     body = r.json()
     assert body["user_id"] == user and body["messages"] == 2 and body["conversations"] == 1
@@ -127,5 +133,5 @@ async def test_an_operator_erases_a_user(api: Api) -> None:
     contents = [m.content for m in await api.orch.store.messages(cid)]
     assert all("4111" not in c for c in contents)
     assert [m.content for m in await api.orch.transcript(other, user_id="bob")][0] == "hello"
-    again = await api.client.post(url, headers=auth("sam", roles=OPERATOR))
+    again = await api.client.post(url, headers=auth("sam", roles=PRIVACY))
     assert again.status_code == 200 and again.json()["messages"] == 0

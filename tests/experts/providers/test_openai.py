@@ -23,6 +23,7 @@ from frontdesk.experts.errors import (
 )
 from frontdesk.experts.providers import AttemptEvent, ModelRequest, observe_attempts
 from frontdesk.experts.providers.openai import PLACEHOLDER_KEY, OpenAIModel
+from frontdesk.labels import INSTRUCTION_LABEL
 from tests.experts.providers.conftest import FakeClock
 from tests.experts.providers.wire_server import (
     OPENAI_PATH,
@@ -97,10 +98,15 @@ async def test_text_body_and_cached_usage(wire: WireServer, make: Maker) -> None
     assert response.provider_request_id == "req_9"
     [sent] = wire.requests_to(OPENAI_PATH)
     assert sent.headers["authorization"] == f"Bearer {KEY}"
+    # The instruction is a labelled block of the last user turn, never a trailing assistant
+    # message (which a compatible server would continue, showing it to the customer).
     assert sent.body["messages"] == [
         {"role": "system", "content": "You are the shop."},
-        {"role": "user", "content": "a bag of purple please"},
-        {"role": "assistant", "content": "Ask the user to confirm one bag of purple"},
+        {
+            "role": "user",
+            "content": f"a bag of purple please\n\n{INSTRUCTION_LABEL}\n"
+            "Ask the user to confirm one bag of purple",
+        },
     ]
     assert sent.body["max_tokens"] == 1024  # a server given by base URL
     assert "response_format" not in sent.body

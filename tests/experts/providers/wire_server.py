@@ -1,5 +1,11 @@
 """A local HTTP server speaking the Anthropic and OpenAI wire formats, scripted per test.
 
+Besides scripted replies it can act like a self-hosted server (`mode`): `LlamaServer`
+continues a trailing assistant message (prefill, as llama.cpp's `llama-server` and Ollama
+do) and writes JSON that a `response_format` schema allows (grammar-constrained decoding);
+`LlamaCppPython` answers `response_format: json_schema` with HTTP 500, as
+`llama-cpp-python`'s server did, and takes `json_object`.
+
 A reply is a JSON body, raw text, or a server-sent-event stream (`sse`), which can be cut
 (the connection dropped mid-body) or stalled after some events. It runs uvicorn on
 127.0.0.1 (ephemeral port) in a background thread, so the real SDK clients talk to it over
@@ -66,6 +72,9 @@ class WireServer:
         self._lock = threading.Lock()
         self._scripts: dict[str, deque[Reply]] = defaultdict(deque)
         self.received: list[Received] = []
+        self.mode: LlamaServer | None = None
+        """Answers the chat completions that nothing was scripted for, as a self-hosted
+        server would (`LlamaServer`, `LlamaCppPython`)."""
         self.embed: Callable[[str], list[float]] | None = None
         """Answers `/v1/embeddings` requests that nothing was scripted for: one vector per
         input text (the tests' stand-in for an embedding model)."""
@@ -102,6 +111,7 @@ class WireServer:
             self._scripts.clear()
             self.received.clear()
             self.embed = None
+            self.mode = None
 
     def script(self, path: str, *replies: Reply) -> None:
         """Queue `replies` for `path`, answered in order."""
@@ -123,6 +133,9 @@ class WireServer:
             queue = self._scripts[request.url.path]
             reply = queue.popleft() if queue else None
             embed = self.embed
+            mode = self.mode
+        if reply is None and mode is not None and request.url.path == OPENAI_PATH:
+            reply = mode.answer(body)
         if reply is None and embed is not None and request.url.path == EMBEDDINGS_PATH:
             texts = body["input"] if isinstance(body, dict) else []
             texts = [texts] if isinstance(texts, str) else texts
@@ -310,3 +323,142 @@ def openai_embeddings(vectors: list[list[float]]) -> dict[str, Any]:
         "model": "embed-test",
         "usage": {"prompt_tokens": 3 * len(vectors), "total_tokens": 3 * len(vectors)},
     }
+
+
+@dataclass
+class LlamaServer:
+    """Acts like llama.cpp's `llama-server` on `/v1/chat/completions`.
+
+    A trailing assistant message is continued (prefill): the answer starts where that
+    message stops, so a "model" that carries on from it repeats it first (`text` is what it
+    writes after). Structured output is grammar-constrained: with `response_format`
+    `json_schema` (or `json_object` with a schema in the prompt) the answer is `wants`'s
+    value for the schema's title, forced into the schema's shape (the first branch of a
+    union it fits, missing required fields filled, unknown keys and enum values replaced),
+    as a grammar would force it; without a schema, the wanted value as the model wrote it.
+    """
+
+    text: str = "Thank you, that is all sorted."
+    wants: dict[str, Any] = field(default_factory=dict)
+    """Schema title -> what the "model" would write (a dict, or raw text for no grammar)."""
+    seen: list[dict[str, Any]] = field(default_factory=list)
+    """The request bodies answered."""
+
+    def answer(self, body: Any) -> Reply:
+        assert isinstance(body, dict)
+        self.seen.append(body)
+        refused = self.refuse(body)
+        if refused is not None:
+            return refused
+        messages = body.get("messages") or []
+        schema = _schema_of(body)
+        if schema is not None:
+            wanted = self.wants.get(str(schema.get("title", "")), {})
+            return Reply(body=openai_completion(json.dumps(constrained(wanted, schema))))
+        title = _title_in_prompt(messages)
+        if title is not None:  # Schema in the prompt, no grammar: whatever the model writes.
+            wanted = self.wants.get(title, "")
+            text = wanted if isinstance(wanted, str) else json.dumps(wanted)
+            return Reply(body=openai_completion(text))
+        last = messages[-1] if messages else {}
+        if last.get("role") == "assistant":  # Prefill: continue the assistant's message.
+            return Reply(body=openai_completion(f"{last.get('content', '')} {self.text}"))
+        return Reply(body=openai_completion(self.text))
+
+    def refuse(self, body: dict[str, Any]) -> Reply | None:
+        """A request this server refuses (none: llama-server takes every form)."""
+        return None
+
+
+@dataclass
+class LlamaCppPython(LlamaServer):
+    """Acts like `llama-cpp-python`'s server: HTTP 500 on `response_format: json_schema`
+    (frontdesk once reported it as an overloaded provider and retried), `json_object` and
+    the schema in the prompt answered as `LlamaServer` does."""
+
+    def refuse(self, body: dict[str, Any]) -> Reply | None:
+        response_format = body.get("response_format")
+        if isinstance(response_format, dict) and response_format.get("type") == "json_schema":
+            return Reply(
+                500,
+                {
+                    "error": {
+                        "message": "Exception: Unsupported response_format type: json_schema",
+                        "type": "internal_server_error",
+                    }
+                },
+            )
+        return None
+
+
+def _schema_of(body: dict[str, Any]) -> dict[str, Any] | None:
+    """The schema a grammar would be built from: `response_format`'s, or for `json_object`
+    the one the prompt carries."""
+    response_format = body.get("response_format")
+    if not isinstance(response_format, dict):
+        return None
+    if response_format.get("type") == "json_schema":
+        schema: dict[str, Any] = response_format["json_schema"]["schema"]
+        return schema
+    if response_format.get("type") == "json_object":
+        return _prompt_schema(body.get("messages") or []) or {"type": "object"}
+    return None
+
+
+def _prompt_schema(messages: list[dict[str, Any]]) -> dict[str, Any] | None:
+    for message in messages:
+        content = str(message.get("content", ""))
+        if message.get("role") == "system" and content.startswith("Answer with one JSON"):
+            found: dict[str, Any] = json.loads(content.split("\n", 1)[1])
+            return found
+    return None
+
+
+def _title_in_prompt(messages: list[dict[str, Any]]) -> str | None:
+    schema = _prompt_schema(messages)
+    return None if schema is None else str(schema.get("title", ""))
+
+
+def constrained(value: Any, schema: dict[str, Any], defs: dict[str, Any] | None = None) -> Any:
+    """`value` forced into `schema`'s shape, as grammar-constrained decoding would force it."""
+    defs = schema.get("$defs", defs or {})
+    if "$ref" in schema:
+        return constrained(value, defs[schema["$ref"].rsplit("/", 1)[-1]], defs)
+    branches = schema.get("anyOf") or schema.get("oneOf")
+    if branches:
+        for branch in branches:
+            if constrained(value, branch, defs) == value:
+                return value
+        return constrained(value, branches[0], defs)
+    if "enum" in schema:
+        return value if value in schema["enum"] else schema["enum"][0]
+    if "const" in schema:
+        return schema["const"]
+    kind = schema.get("type")
+    if kind == "object" or "properties" in schema:
+        given = value if isinstance(value, dict) else {}
+        props = schema.get("properties", {})
+        out = {k: constrained(v, props[k], defs) for k, v in given.items() if k in props}
+        for name in schema.get("required", []):
+            if name not in out:
+                out[name] = constrained(None, props.get(name, {}), defs)
+        return out
+    if kind == "array":
+        items = value if isinstance(value, list) else []
+        return [constrained(v, schema.get("items", {}), defs) for v in items]
+    return _scalar(value, kind, schema)
+
+
+def _scalar(value: Any, kind: Any, schema: dict[str, Any]) -> Any:
+    number = isinstance(value, int | float) and not isinstance(value, bool)
+    if kind == "string":
+        return value if isinstance(value, str) else "x"
+    if kind == "integer":
+        return value if number and isinstance(value, int) else int(schema.get("minimum", 1))
+    if kind == "number":
+        return value if number else 1
+    if kind == "boolean":
+        return value if isinstance(value, bool) else False
+    if kind == "null":
+        return None
+    return value
