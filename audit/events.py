@@ -54,6 +54,13 @@ EventKind = Literal[
     "memory_forgotten",  # payload: memory_ids, by, all (no text); in the user's chain
     "operator_read",  # payload: by (operator id), conversation_id, what (no content); in the
     # user's chain: who read the customer's context, transcript or memories, and when
+    # Before the bot acts or speaks (issue 41, docs/safeguards.md).
+    "confirmation",  # payload: status (asked | confirmed | declined | expired | corrected),
+    # category, question (asked) or asked_in (the user message id of the turn that asked)
+    "reply_approved",  # payload: text (an `Outcome.reply`, sent verbatim: no response expert)
+    "review",  # payload: attempt (1 or 2), approved, note (the review expert's verdict)
+    "screen",  # payload: action (allow | refuse | handoff), reason, mode (enforce | shadow)
+    "spend_limit",  # payload: tokens, cost_usd, per, retry_after (the turn called no model)
 ]
 
 # A `model_attempt` payload holds: expert, model, attempt, settings, prompt {name, version,

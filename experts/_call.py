@@ -15,6 +15,7 @@ from typing import Protocol
 from pydantic import BaseModel
 
 from frontdesk import telemetry
+from frontdesk.errors import TruncatedOutput
 from frontdesk.experts.providers.base import (
     Message,
     Model,
@@ -152,6 +153,40 @@ class ExpertCall:
         return response
 
     async def _answer(self, request: ModelRequest, on_delta: OnDelta | None) -> ModelResponse:
-        if on_delta is None:
-            return await self.model.request(request)
-        return await request_streaming(self.model, request, on_delta)
+        """The model's answer, bounded: one over `max_tokens` x `CHARS_PER_TOKEN` characters
+        (an endpoint that ignores `max_tokens`: a self-hosted server, a proxy) is asked for
+        once more, then refused as `TruncatedOutput` (a streamed one at once: its text was
+        shown); it is never parsed into a request or stored as a reply."""
+        bound = request.settings.max_tokens * CHARS_PER_TOKEN
+        for attempt in (1, 2):
+            if on_delta is None:
+                response = await self.model.request(request)
+            else:
+                response = await request_streaming(self.model, request, on_delta)
+            size = _size(response.output)
+            if size <= bound:
+                return response
+            if on_delta is not None or attempt == 2:
+                raise TruncatedOutput(
+                    f"{response.model or self.model.name}: the {self.expert} expert's answer"
+                    f" is {size} characters, over {bound} (max_tokens"
+                    f" {request.settings.max_tokens} x {CHARS_PER_TOKEN}): the endpoint did not"
+                    " keep to max_tokens; the answer is refused, never stored",
+                    model=response.model or self.model.name,
+                    attempts=response.attempts,
+                )
+        raise AssertionError("unreachable")
+
+
+CHARS_PER_TOKEN = 8
+"""The most characters an answer may have per token of `max_tokens` (a token is 3-4
+characters of English; 8 leaves room for long words, other scripts and JSON)."""
+
+
+def _size(output: object) -> int:
+    """How many characters an answer has (a structured one as its JSON)."""
+    if isinstance(output, str):
+        return len(output)
+    if isinstance(output, BaseModel):
+        return len(output.model_dump_json())
+    return len(str(output))

@@ -54,10 +54,23 @@ class Outcome(BaseModel):
         return {key: _json_value(value, f"data[{key!r}]") for key, value in data.items()}
 
     reply: str | None = None
-    """Exact words for the customer, used only when the response expert cannot write the
-    reply (its model failed or was cut off after the handler acted); `None`: the
-    instruction is said plainly instead (docs/providers.md, "Failing softly"). Not stored
-    with the turn: a retry of the turn falls back to the plain instruction."""
+    """Approved words for the customer, sent as the reply verbatim (the app templates them
+    with the request's fields): no response expert call, streamed as one delta, audited as
+    approved; for wording a compliance team signed off (a disclosure, a fee). `None`: the
+    response expert writes the reply from `instruction`. The same words are the fallback
+    when the response expert cannot write a reply after the handler acted
+    (docs/providers.md, "Failing softly"). Stored with the turn: a retry sends them again."""
+
+    @field_validator("reply", mode="after")
+    @classmethod
+    def _some_reply(cls, reply: str | None) -> str | None:
+        if reply is not None and not reply.strip():
+            raise InvalidOutcome(
+                "Outcome reply is empty; give the words to send, or None to let the"
+                " response expert write the reply",
+                key="reply",
+            )
+        return reply
 
     handoff: str | None = None
     """Why a person should take over, or None. Set, the conversation is handed off with
@@ -240,6 +253,11 @@ class Category:
         memory: Send the request expert what is remembered about the customer (the
             default); `False` sends it no remembered fact at all, so that every field comes
             from this conversation (a payment's accounts and amount).
+        confirm: Run the handler only after the customer confirms the extracted request
+            (a payment, a transfer): `True` asks a question built from the request's fields
+            (through the response expert); a callable `(request) -> str` returns the
+            question, sent verbatim. Only a "yes" on the next turn runs the handler, once,
+            with the request that was asked about (docs/adding-a-category.md).
     """
 
     name: str
@@ -250,6 +268,7 @@ class Category:
     request_prompt: str | None = None
     knowledge: bool = False
     memory: bool = True
+    confirm: bool | Callable[[BaseModel], str] = False
 
     def __post_init__(self) -> None:
         problems = []
@@ -275,6 +294,16 @@ class Category:
             problems.append(
                 f"category {self.name!r}: knowledge=True needs a request model (it is for the"
                 " request expert)"
+            )
+        if not (isinstance(self.confirm, bool) or callable(self.confirm)):
+            problems.append(
+                f"category {self.name!r}: confirm must be True, False or a callable"
+                " (request) -> question"
+            )
+        elif self.confirm is not False and self.handler is None:
+            problems.append(
+                f"category {self.name!r}: confirm needs a request model and a handler (it"
+                " holds the request until the customer says yes)"
             )
         if problems:
             raise ConfigError("; ".join(problems))

@@ -26,6 +26,8 @@ from frontdesk.orchestrator import (  # noqa: E402
     Orchestrator,
     Profile,
     Reply,
+    Screen,
+    SpendLimit,
     SyncOrchestrator,
     Timeouts,
 )
@@ -55,6 +57,8 @@ __all__ = [
     "RedactionPolicy",
     "Redactor",
     "Reply",
+    "Screen",
+    "SpendLimit",
     "SyncOrchestrator",
     "Timeouts",
     "__version__",

@@ -126,6 +126,7 @@ __all__ = [
     "ReplayError",
     "SchemaAhead",
     "SchemaOutdated",
+    "SpendLimitReached",
     "StoreError",
     "StoreUnavailable",
     "StreamInterrupted",
@@ -147,6 +148,34 @@ class FrontdeskError(Exception):
 
 class UserError(FrontdeskError):
     """A mistake by the caller; the message says what to change."""
+
+
+class SpendLimitReached(FrontdeskError):
+    """The user (or conversation) spent its `SpendLimit` over the window: no model is
+    called for this turn (`Orchestrator(spend_limit=...)`; the service answers 429).
+
+    The message is stored (with the failed turn's safe reply under it); send it again after
+    `retry_after` seconds, when the oldest counted spend leaves the window."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        retry_after: float,
+        tokens: int,
+        cost_usd: float,
+        user_id: str | None,
+        conversation_id: str,
+    ) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+        """Seconds until the spend counted now starts to leave the window."""
+        self.tokens = tokens
+        """Tokens counted in the window."""
+        self.cost_usd = cost_usd
+        """Estimated USD counted in the window (list prices; unknown models count 0)."""
+        self.user_id = user_id
+        self.conversation_id = conversation_id
 
 
 class ConfigError(UserError):

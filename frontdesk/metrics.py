@@ -45,6 +45,7 @@ __all__ = [
     "first_token",
     "job",
     "rate_limited",
+    "screen_verdict",
     "turn",
 ]
 
@@ -117,6 +118,12 @@ class _Instruments:
             "frontdesk_rate_limited_requests",
             "Requests refused with 429 by the per-user rate limit.",
         )
+        self.screen_verdicts = _prom.Counter(
+            "frontdesk_screen_verdicts",
+            "Verdicts of the screen run before triage (`Orchestrator(screen=...)`), by"
+            " action (allow, refuse, handoff) and mode (enforce, shadow).",
+            ["frontdesk_screen_action", "frontdesk_screen_mode"],
+        )
 
 
 _instruments: _Instruments | None = _Instruments() if _prom is not None else None
@@ -180,6 +187,12 @@ def cost(*, expert: str, model: str, usd: float) -> None:
     """Add one attempt's estimated cost."""
     if _instruments is not None and usd > 0:
         _instruments.cost.labels(expert, model).inc(usd)
+
+
+def screen_verdict(*, action: str, mode: str) -> None:
+    """Count one verdict of the screen before triage."""
+    if _instruments is not None:
+        _instruments.screen_verdicts.labels(action, mode).inc()
 
 
 def rate_limited() -> None:

@@ -20,6 +20,8 @@ from frontdesk.orchestrator.profile import (
     Timeouts,
 )
 from frontdesk.orchestrator.reply import Reply
+from frontdesk.orchestrator.screen import HeuristicScreen, Screen, ScreenContext
+from frontdesk.orchestrator.spend import SpendLimit
 from frontdesk.orchestrator.stream import TurnEvent
 from frontdesk.orchestrator.sync import SyncOrchestrator
 
@@ -33,6 +35,7 @@ __all__ = [
     "ForbiddenCharacters",
     "Handoff",
     "HandoffPolicy",
+    "HeuristicScreen",
     "InputTooLarge",
     "InvalidUserText",
     "JobSettings",
@@ -40,6 +43,9 @@ __all__ = [
     "Profile",
     "Reply",
     "RetentionPolicy",
+    "Screen",
+    "ScreenContext",
+    "SpendLimit",
     "SyncOrchestrator",
     "Timeouts",
     "TurnEvent",

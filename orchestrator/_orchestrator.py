@@ -460,6 +460,11 @@ class Orchestrator:
             knowledge=self._library if profile.knowledge else None,
             past=self._past if profile.memory and profile.past_conversations else None,
             profile=name,
+            confirm_ttl=profile.confirm_window,
+            screen=profile.screen,
+            screen_mode=profile.screen_mode,
+            spend_limit=profile.spend_limit,
+            review=w.review,
         )
 
     def _job_kinds(

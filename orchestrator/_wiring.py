@@ -27,6 +27,7 @@ from frontdesk.experts.providers.base import json_schema_of, settings_of
 from frontdesk.experts.request import RequestExpert, extraction_type
 from frontdesk.experts.request import prompt_variables as request_variables
 from frontdesk.experts.response import ResponseExpert
+from frontdesk.experts.review import ReviewExpert
 from frontdesk.experts.triage import TriageExpert, triage_output_type
 from frontdesk.experts.triage import prompt_variables as triage_variables
 from frontdesk.orchestrator.config import (
@@ -38,6 +39,7 @@ from frontdesk.orchestrator.config import (
 )
 from frontdesk.orchestrator.errors import InputTooLarge
 from frontdesk.orchestrator.profile import Profile
+from frontdesk.orchestrator.review import Review
 from frontdesk.prompts import Prompt, RenderedPrompt, load_prompt, parse_prompt
 from frontdesk.threads.budget import Budget, budget_for, fit_to_window, question_tokens
 from frontdesk.threads.tokens import CalibratedCounter, TokenCounter
@@ -113,6 +115,10 @@ class Wiring:
     def memory_expert(self) -> MemoryExpert:
         """The memory expert with its versioned prompt (run after replies)."""
         return MemoryExpert(call=self.call("memory", self.prompt("memory").render()))
+
+    def review_expert(self) -> ReviewExpert:
+        """The review expert with its versioned prompt (`Orchestrator(review=True)`)."""
+        return ReviewExpert(call=self.call("review", self.prompt("review").render()))
 
     def check_budgets(self, experts: Experts, budgets: Mapping[str, Budget]) -> None:
         """Refuse a system prompt over its expert's allowance (`ConfigError`)."""
@@ -235,6 +241,8 @@ class Wired:
     offline_by_default: bool
     experts: Experts
     memory_expert: MemoryExpert
+    review: Review | None
+    """The review expert and its rules (`Profile.review`), or `None`."""
     counter: TokenCounter
     business_name: str
     prompts_dir: Path | None
@@ -285,6 +293,13 @@ def wire(profile: Profile) -> Wired:
         offline_by_default=offline_by_default(choice),
         experts=experts,
         memory_expert=wiring.memory_expert(),
+        review=Review(
+            expert=wiring.review_expert(),
+            rules=tuple(profile.review_rules),
+            fallback=profile.review_fallback,
+        )
+        if profile.review
+        else None,
         counter=counter,
         business_name=wiring.business_name,
         prompts_dir=prompts_dir,

@@ -17,6 +17,9 @@ log = structlog.get_logger("frontdesk.orchestrator")
 
 MEMORY = "memory"
 """The memory expert: a model map may name it; else `default`, else the summariser's model."""
+REVIEW = "review"
+"""The review expert (`Orchestrator(review=True)`): a model map may name it; else
+`default`, else the response expert's model."""
 
 ModelSpec = str | Model | list[str | Model] | tuple[str | Model, ...]
 """A spec string, a `Model`, or a list tried in order (e.g. `["anthropic:...", "offline"]`:
@@ -46,12 +49,12 @@ def resolve_models(choice: ModelChoice) -> dict[str, Model]:
         choice = default_model_choice()
     if not isinstance(choice, Mapping):
         model = _model(choice)
-        return dict.fromkeys((*EXPERTS, MEMORY), model)
-    unknown = sorted(set(choice) - {*EXPERTS, MEMORY, "default"})
+        return dict.fromkeys((*EXPERTS, MEMORY, REVIEW), model)
+    unknown = sorted(set(choice) - {*EXPERTS, MEMORY, REVIEW, "default"})
     if unknown:
         raise ConfigError(
             f"model map names unknown experts {unknown};"
-            f" use {', '.join((*EXPERTS, MEMORY))} or 'default'"
+            f" use {', '.join((*EXPERTS, MEMORY, REVIEW))} or 'default'"
         )
     missing = [e for e in EXPERTS if e not in choice and "default" not in choice]
     if missing:
@@ -71,6 +74,12 @@ def resolve_models(choice: ModelChoice) -> dict[str, Model]:
     else:
         key = hash(spec) if isinstance(spec, str) else id(spec)
         models[MEMORY] = cache[key] if key in cache else _model(spec)
+    spec = choice.get(REVIEW, choice.get("default"))
+    if spec is None:  # No review model named: the response expert's model reviews.
+        models[REVIEW] = models["response"]
+    else:
+        key = hash(spec) if isinstance(spec, str) else id(spec)
+        models[REVIEW] = cache[key] if key in cache else _model(spec)
     return models
 
 
@@ -118,6 +127,7 @@ class ExpertSettings:
     response: ModelSettings = field(default_factory=lambda: ModelSettings(max_tokens=512))
     summariser: ModelSettings = field(default_factory=lambda: ModelSettings(max_tokens=1024))
     memory: ModelSettings = field(default_factory=lambda: ModelSettings(max_tokens=512))
+    review: ModelSettings = field(default_factory=lambda: ModelSettings(max_tokens=256))
 
     def for_expert(self, expert: str) -> ModelSettings:
         """The settings of one expert."""

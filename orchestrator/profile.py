@@ -24,9 +24,13 @@ from frontdesk.experts.category import check_registry
 from frontdesk.memory_policy import MemoryPolicy
 from frontdesk.orchestrator._input import DEFAULT_MAX_MESSAGE_CHARS
 from frontdesk.orchestrator.config import ExpertSettings, ModelChoice
+from frontdesk.orchestrator.confirmation import DEFAULT_TTL as DEFAULT_CONFIRM_TTL
 from frontdesk.orchestrator.fallbacks import Unreadable
 from frontdesk.orchestrator.jobs import DEFAULT_CONCURRENCY, JOBS_MODES, JobsMode
 from frontdesk.orchestrator.past_conversations import IDLE_AFTER
+from frontdesk.orchestrator.review import DEFAULT_FALLBACK as DEFAULT_REVIEW_FALLBACK
+from frontdesk.orchestrator.screen import ScreenFunction, ScreenMode, check_mode
+from frontdesk.orchestrator.spend import SpendLimit
 from frontdesk.threads.budget import Budget
 from frontdesk.threads.compaction import CompactionPolicy
 from frontdesk.threads.handoff import HandoffPolicy
@@ -120,6 +124,25 @@ class Profile:
             retries does: `"ask"` (the default) asks the customer again (for the request's
             missing fields, or to say it another way), and a fourth unreadable turn in a
             row hands off; `"handoff"` hands off to a person at once.
+
+    Safeguards before the bot acts or speaks (docs/safeguards.md):
+
+    Args:
+        confirm_ttl: How long a request of a `Category(confirm=...)` waits for the
+            customer's yes (a `timedelta` or seconds; 15 minutes); a later yes asks again.
+        screen: A check of each customer message before triage, `async (text, context)
+            -> Screen` (`HeuristicScreen` is built in): `refuse` stores the message and a
+            safe reply with no model call, `handoff` hands off.
+        screen_mode: `"enforce"` acts on the verdicts; `"shadow"` only audits and counts
+            them (`frontdesk_screen_verdicts_total`).
+        spend_limit: Tokens and estimated cost per user (or conversation) over a window
+            (`SpendLimit`), counted from the stored turns' usage; over it, a turn raises
+            `SpendLimitReached` before any model call.
+        review: Check each draft reply with the review expert (`"review"` in the model
+            map; else `default`, else the response expert's model); a rejected draft is
+            written again once with the reviewer's note, then `review_fallback` is sent.
+        review_rules: The business's rules every reply must keep, for the reviewer.
+        review_fallback: What is sent when two drafts in a row fail the review.
     """
 
     categories: Sequence[Category]
@@ -145,6 +168,14 @@ class Profile:
     memory_policy: MemoryPolicy | None = None
     past_conversations: bool = True
     on_unreadable: Unreadable = "ask"
+    # Safeguards (docs/safeguards.md).
+    confirm_ttl: timedelta | float = DEFAULT_CONFIRM_TTL
+    screen: ScreenFunction | None = None
+    screen_mode: ScreenMode = "enforce"
+    spend_limit: SpendLimit | None = None
+    review: bool = False
+    review_rules: Sequence[str] = ()
+    review_fallback: str = DEFAULT_REVIEW_FALLBACK
 
     def __post_init__(self) -> None:
         categories = tuple(check_registry(list(self.categories)).values())
@@ -181,6 +212,38 @@ class Profile:
             raise ConfigError(f"memory_policy must be a frontdesk.MemoryPolicy, not {kind}")
         if not isinstance(self.past_conversations, bool):
             raise ConfigError("past_conversations must be True or False")
+        self._check_safeguards()
+
+    def _check_safeguards(self) -> None:
+        ttl = self.confirm_ttl
+        if isinstance(ttl, bool) or not isinstance(ttl, timedelta | int | float):
+            raise ConfigError(
+                f"confirm_ttl must be a timedelta or a number of seconds, got {ttl!r}"
+            )
+        if not isinstance(ttl, timedelta):
+            ttl = timedelta(seconds=ttl)
+        if ttl <= timedelta(0):
+            raise ConfigError(f"confirm_ttl must be positive, got {self.confirm_ttl!r}")
+        object.__setattr__(self, "confirm_ttl", ttl)
+        if self.screen is not None and not callable(self.screen):
+            raise ConfigError(
+                f"screen must be an async (text, context) -> Screen, not {self.screen!r}"
+            )
+        check_mode(self.screen_mode)
+        if self.spend_limit is not None and not isinstance(self.spend_limit, SpendLimit):
+            raise ConfigError(f"spend_limit must be a SpendLimit, not {self.spend_limit!r}")
+        if not isinstance(self.review_fallback, str) or not self.review_fallback.strip():
+            raise ConfigError("review_fallback must be a non-empty text")
+        rules = tuple(self.review_rules)
+        if any(not isinstance(r, str) or not r.strip() for r in rules):
+            raise ConfigError("review_rules must be non-empty texts")
+        object.__setattr__(self, "review_rules", rules)
+
+    @property
+    def confirm_window(self) -> timedelta:
+        """`confirm_ttl` as a `timedelta` (seconds given are turned into one)."""
+        ttl = self.confirm_ttl
+        return ttl if isinstance(ttl, timedelta) else timedelta(seconds=ttl)
 
     def replace(self, **changes: Any) -> Profile:
         """A copy with `changes` (the same names as the constructor)."""

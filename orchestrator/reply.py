@@ -49,6 +49,16 @@ class Reply:
     handler_failed: bool = False
     """The category's handler raised: `outcome` is the library's apology (nothing the
     handler decided), and the user was asked to try again or ask for a person."""
+    reviewed: bool = False
+    """The review expert checked this reply (`Orchestrator(review=True)`)."""
+    confirmation: str | None = None
+    """The confirmation question, on the turn that asks the customer to confirm a request
+    of a `Category(confirm=...)` (its handler has not run); `None` on any other turn."""
+
+    @property
+    def awaiting_confirmation(self) -> bool:
+        """Whether the request waits for the customer's yes or no (show Yes / No buttons)."""
+        return self.confirmation is not None
 
     @property
     def tokens(self) -> int:

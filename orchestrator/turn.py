@@ -21,6 +21,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import datetime
+import functools
 import hashlib
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
@@ -59,9 +61,19 @@ from frontdesk.experts.response import ResponseExpert, ResponseResult
 from frontdesk.experts.triage import TriageExpert
 from frontdesk.knowledge import Passage
 from frontdesk.memory import Memory
-from frontdesk.orchestrator import _listen, fallbacks, handler_errors, handoff
+from frontdesk.orchestrator import (
+    _listen,
+    approved,
+    confirmation,
+    fallbacks,
+    handler_errors,
+    handoff,
+    spend,
+)
 from frontdesk.orchestrator import knowledge as _knowledge
 from frontdesk.orchestrator import memory as _memory
+from frontdesk.orchestrator import review as _review
+from frontdesk.orchestrator import screen as _screen
 from frontdesk.orchestrator._compaction import BackgroundCompaction, compaction_spec
 from frontdesk.orchestrator._recorder import (
     TurnRecorder,
@@ -88,6 +100,7 @@ from frontdesk.threads.jobs import JobSpec
 from frontdesk.threads.store import (
     ConversationStore,
     MessageRecord,
+    Previous,
     TurnLease,
     TurnOutcome,
     TurnRecord,
@@ -123,6 +136,7 @@ async def run_turn(p: Pipeline, conversation_id: str, start: Start) -> Reply:
                 )
                 return _traced(span, reply, held=s.answered_now)
             t = _turn(s, lease, await _recall(p, s), await _lookup(p, s), p.app)
+            t = await _awaiting(p, s, t)
             span.audit_event(t.recorder.events[0].event_id)  # `turn_started`: the question.
             try:
                 # The experts, under the turn deadline; a stored outcome skips to the reply.
@@ -219,6 +233,7 @@ async def start_message(
         passages=read.passages,
         previous_category=begun.previous_category,
         guessed=begun.path is not None,
+        previous=begun.previous,
     )
 
 
@@ -263,6 +278,7 @@ async def start_edit(
         passages=read.passages,
         previous_category=begun.previous_category,
         guessed=True,
+        previous=begun.previous,
     )
 
 
@@ -392,6 +408,25 @@ async def begin(
     )
 
 
+async def _awaiting(p: Pipeline, s: Started, t: Turn) -> Turn:
+    """`t` with the request the turn before left waiting for this turn's yes, if any
+    (`orchestrator/confirmation.py`): read by the start with the guess of the category (no
+    read of its own), or, for a resumed turn, here when a category confirms."""
+    previous = s.previous
+    if not s.guessed and p.confirms and s.stored.outcome is None:
+        before = _previous_question(t)
+        if before is not None:
+            record = await p.store.turn_record(before)
+            if record.outcome is not None:
+                previous = Previous(
+                    user_message_id=before,
+                    category=record.outcome.category,
+                    confirmation=record.outcome.confirmation,
+                )
+    pending = confirmation.pending_of(previous, s.question.id)
+    return t if pending is None else dataclasses.replace(t, pending=pending)
+
+
 async def _recall(p: Pipeline, s: Started) -> list[Document]:
     """The user's facts, ranked for this turn's question (`orchestrator/memory.py`)."""
     if p.memory is None:
@@ -452,8 +487,43 @@ def _turn(
 async def _experts(
     p: Pipeline, t: Turn, earlier: TurnOutcome | None
 ) -> tuple[Decided, ResponseResult]:
+    # Before any model call (spend.py); not for a retry whose outcome is stored: what the
+    # handler did must still be told.
+    if p.spend_limit is not None and earlier is None:
+        await spend.check(
+            p.spend_limit,
+            p.store,
+            t.recorder,
+            user_id=t.user_id,
+            conversation_id=t.conversation_id,
+        )
     decided = await _decide_once(p, t, earlier)
-    return decided, await _respond(p, t, decided)
+    if p.review is None or decided.outcome.reply is not None:
+        return decided, await _respond(p, t, decided)
+    return await _reviewed(p, t, p.review, decided)
+
+
+async def _reviewed(
+    p: Pipeline, t: Turn, review: _review.Review, decided: Decided
+) -> tuple[Decided, ResponseResult]:
+    """The reply once the review expert approved it (review.py); its verdicts' usage is
+    the turn's `review` usage."""
+
+    def draft(note: str | None) -> Awaitable[ResponseResult]:
+        return _respond(p, t, decided, note=note, stream=False)
+
+    done = await _review.reviewed(
+        review,
+        t.recorder,
+        thread=_turns(_view(p, t, "response")),
+        instruction=decided.outcome.instruction,
+        metadata=_meta(t),
+        draft=draft,
+        sink=_first_token_timed(_listen.delta_sink(), since=t.lease.started),
+        user_message_id=t.user_message.id,
+    )
+    answered = {**decided.answered, "review": done.review}
+    return dataclasses.replace(decided, answered=answered), done.answer
 
 
 async def _decide_once(p: Pipeline, t: Turn, earlier: TurnOutcome | None) -> Decided:
@@ -468,6 +538,25 @@ async def _decide_once(p: Pipeline, t: Turn, earlier: TurnOutcome | None) -> Dec
         if decided.category in p.requests:
             _listen.extracted(decided.request, decided.missing)
         return decided
+    if p.screen is not None:  # The app's check before triage (screen.py).
+        stopped = await _screen.screened(
+            p.screen, p.screen_mode, t.recorder, t.user_message.content, _screen_context(t)
+        )
+        if stopped is not None:  # Refused or handed off: no expert decides.
+            return await _settled(p, t, _builtin(t, stopped))
+    if t.pending is not None:  # The customer answers a confirmation question.
+        said = await confirmation.answer(
+            p.store,
+            p.categories,
+            t.recorder,
+            t.pending,
+            t.user_message.content,
+            turn_id=t.user_message.id,
+            lease=t.lease,
+            ttl=p.confirm_ttl,
+        )
+        if said is not None:
+            return await _confirmed(p, t, said)
     meta = _meta(t)
     answered: dict[str, ModelResponse] = {}
     view, request_view = _view(p, t, "triage"), _view(p, t, "request")
@@ -493,20 +582,83 @@ async def _decide_once(p: Pipeline, t: Turn, earlier: TurnOutcome | None) -> Dec
         **({"from_memory": list(from_memory)} if from_memory else {}),
         **field_rules_of(request),  # What `audit show` and the exports redact of it.
     )
-    outcome, handler_ran, handler_failed = await _decide(
-        p, t, category, request, missing, reason, from_memory, unreadable=unreadable
+    asked = confirmation.ask(p.categories, t.recorder, category, request, missing)
+    if asked is None:
+        outcome, handler_ran, handler_failed = await _decide(
+            p, t, category, request, missing, reason, from_memory, unreadable=unreadable
+        )
+    else:  # A `confirm` category: the question, not the handler (confirmation.py).
+        outcome, handler_ran, handler_failed = asked.outcome, False, False
+    return await _settled(
+        p,
+        t,
+        Decided(
+            category=category,
+            request=request,
+            missing=missing,
+            outcome=outcome,
+            handler_ran=handler_ran,
+            handler_failed=handler_failed,
+            answered=answered,
+            confirmation=None if asked is None else asked.record,
+        ),
     )
-    t.recorder.note(
-        "outcome", category=category, instruction=outcome.instruction, data=jsonable(outcome.data)
+
+
+def _screen_context(t: Turn) -> _screen.ScreenContext:
+    return _screen.ScreenContext(
+        conversation_id=t.conversation_id, user_id=t.user_id, thread=t.thread.messages
     )
-    decided = Decided(
+
+
+def _builtin(t: Turn, outcome: Outcome) -> Decided:
+    """A turn decided before triage: handed off (`HUMAN`) or answered as `OTHER`."""
+    category = HUMAN if outcome.handoff is not None else OTHER
+    _listen.routed(category)
+    return Decided(
         category=category,
-        request=request,
-        missing=missing,
+        request=None,
+        missing=None,
+        outcome=outcome,
+        handler_ran=False,
+        answered={},
+    )
+
+
+async def _confirmed(p: Pipeline, t: Turn, said: confirmation.Answered) -> Decided:
+    """The answer to a confirmation question: on "yes" the handler, with the request that
+    was asked about; else the outcome `confirmation.answer` decided."""
+    _listen.routed(said.category)
+    _listen.extracted(said.request, None)
+    if said.run:
+        outcome, handler_ran, handler_failed = await _decide(
+            p, t, said.category, said.request, None, "confirmed"
+        )
+    else:
+        assert said.outcome is not None
+        outcome, handler_ran, handler_failed = said.outcome, False, False
+    decided = Decided(
+        category=said.category,
+        request=said.request,
+        missing=None,
         outcome=outcome,
         handler_ran=handler_ran,
         handler_failed=handler_failed,
-        answered=answered,
+        answered={},
+        confirmation=said.record,
+    )
+    return await _settled(p, t, decided)
+
+
+async def _settled(p: Pipeline, t: Turn, decided: Decided) -> Decided:
+    """`decided`, audited; stored at once when the handler ran (the developer's code acted:
+    a retry of the turn must reuse it, never run it again)."""
+    outcome, handler_ran = decided.outcome, decided.handler_ran
+    t.recorder.note(
+        "outcome",
+        category=decided.category,
+        instruction=outcome.instruction,
+        data=jsonable(outcome.data),
     )
     if handler_ran:  # The developer's code acted: keep what it decided before going on.
         try:
@@ -677,19 +829,28 @@ def _previous_questions(t: Turn, limit: int) -> list[str]:
     return ids
 
 
-async def _respond(p: Pipeline, t: Turn, decided: Decided) -> ResponseResult:
+async def _respond(
+    p: Pipeline, t: Turn, decided: Decided, *, note: str | None = None, stream: bool = True
+) -> ResponseResult:
     """The reply: the thread plus ONE assistant instruction message, sent to the response
-    expert. After the handler acted, a failed or cut-off answer falls back to a plain reply
-    built from the outcome (`fallbacks.plain_reply`): the action happened, so the customer
-    hears of it rather than getting a failed turn (a stream already shown is the exception:
-    its `StreamInterrupted` fails the turn as before)."""
+    expert; or the outcome's approved words, verbatim (`Outcome.reply`: no model call).
+    After the handler acted, a failed or cut-off answer falls back to a plain reply built
+    from the outcome (`fallbacks.plain_reply`): the action happened, so the customer hears
+    of it rather than getting a failed turn (a stream already shown is the exception: its
+    `StreamInterrupted` fails the turn as before). `note`: a reviewer's on the draft before
+    (review.py), whose drafts are not streamed."""
+    if decided.outcome.reply is not None:
+        return await approved.reply(t.recorder, decided.outcome.reply, _listen.delta_sink())
     view = _view(p, t, "response")
     # The passages the budget kept, after the question: reference text, not in the thread.
     messages, passages = _knowledge.fold(_turns(view), t.passages, view.fit.documents)
-    sink = _listen.delta_sink()
+    sink = _listen.delta_sink() if stream else None
+    instruction = decided.outcome.instruction
+    if note is not None:  # A reviewer rejected the draft before (review.py).
+        instruction += f"\n\nA reviewer rejected the previous draft: {note} Fix that."
     call = p.response.run(
         messages,
-        decided.outcome.instruction,
+        instruction,
         metadata=_meta(t),
         cache_prefix=view.cache_prefix_messages,
         on_delta=_first_token_timed(sink, since=t.lease.started),
@@ -1032,6 +1193,21 @@ class Pipeline:
     profile: str | None = None
     """The profile (business) answering: recorded on a new conversation by its first
     transaction, checked on an existing one (`ProfileMismatch`)."""
+    confirm_ttl: datetime.timedelta = confirmation.DEFAULT_TTL
+    """How long a request of a `confirm` category waits for the customer's yes."""
+    screen: _screen.ScreenFunction | None = None
+    """The app's check of each message before triage (`None`: none)."""
+    screen_mode: _screen.ScreenMode = "enforce"
+    """`enforce` acts on the screen's verdict; `shadow` only audits and counts it."""
+    spend_limit: spend.SpendLimit | None = None
+    """Tokens and cost per user or conversation over a window (`None`: no limit)."""
+    review: _review.Review | None = None
+    """The review expert that checks each draft reply (`None`: none)."""
+
+    @functools.cached_property
+    def confirms(self) -> bool:
+        """Whether any category asks for confirmation (`Category.confirm`)."""
+        return any(c.confirm is not False for c in self.categories.values())
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -1055,6 +1231,8 @@ class Started:
     passages: Sequence[Passage] | None = None
     """The business's passages for the question, read the same way (`None`: looked up after
     the start)."""
+    previous: Previous | None = None
+    """The turn before (its category and confirmation), when the start read it (`guessed`)."""
 
 
 Start = Callable[[TurnLease], Awaitable[Started]]
@@ -1082,6 +1260,8 @@ class Turn:
     """The business's passages for the question, best first."""
     documents: Sequence[Document] = ()
     """`passages` as ranked budget items (the response expert's budget keeps what fits)."""
+    pending: confirmation.Pending | None = None
+    """The request the turn before asked the customer to confirm (`confirmation.py`)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -1099,6 +1279,8 @@ class Decided:
     """The handler raised; `outcome` is the library's apology."""
     earlier: TurnOutcome | None = None
     """The stored outcome this turn reuses, if any."""
+    confirmation: dict[str, Any] | None = None
+    """The request held for the customer's yes, or the answer to one (`confirmation.py`)."""
 
 
 # -- helpers -----------------------------------------------------------------------------
@@ -1157,6 +1339,8 @@ def reply_from_records(
         author=reply.author,
         sources=[] if outcome is None else _knowledge.from_json(outcome.sources),
         handler_failed=bool(decided and decided.handler_failed),
+        reviewed=outcome is not None and "review" in outcome.models,
+        confirmation=None if outcome is None else confirmation.awaiting(outcome.confirmation),
     )
 
 
@@ -1170,11 +1354,17 @@ def _decided_from(p: Pipeline, stored: TurnOutcome) -> Decided:
         category=stored.category,
         request=request,
         missing=missing,
-        outcome=Outcome(instruction=stored.instruction, data=stored.data, handoff=stored.handoff),
+        outcome=Outcome(
+            instruction=stored.instruction,
+            data=stored.data,
+            handoff=stored.handoff,
+            reply=stored.reply,
+        ),
         handler_ran=stored.handler_ran,
         handler_failed=stored.handler_failed,
         answered={},
         earlier=stored,
+        confirmation=stored.confirmation,
     )
 
 
@@ -1199,6 +1389,8 @@ def _stored(t: Turn, d: Decided, sources: Sequence[Passage] = ()) -> TurnOutcome
         usage=usage,
         models=models,
         sources=_knowledge.to_json(sources),
+        confirmation=d.confirmation,
+        reply=d.outcome.reply,
     )
 
 

@@ -39,6 +39,7 @@ from frontdesk.errors import (
     MessageNotFound,
     NotHandedOff,
     QuestionOverBudget,
+    SpendLimitReached,
     StoreError,
     StoreUnavailable,
     TurnFailed,
@@ -49,6 +50,7 @@ from frontdesk.orchestrator.errors import SAFE_REPLY
 # Most specific first: the first class an error is an instance of decides its status.
 STATUS: tuple[tuple[type[FrontdeskError], int], ...] = (
     (InvalidToken, 401),
+    (SpendLimitReached, 429),
     (ConversationNotFound, 404),
     (MessageNotFound, 404),
     (MemoryNotFound, 404),
@@ -160,6 +162,9 @@ def error_response(error: FrontdeskError, store: str | None = None) -> JSONRespo
         headers["Retry-After"] = "1"
     elif isinstance(error, ConversationNotFound | MessageNotFound):
         body["detail"] = "no such conversation or message for this user"
+    elif isinstance(error, SpendLimitReached):
+        body["detail"] = "this account has used its allowance for now; try again later"
+        headers["Retry-After"] = str(max(1, round(error.retry_after)))
     elif isinstance(error, MemoryNotFound):
         body["detail"] = "no such memory for this user"
     elif isinstance(error, OUTAGES):

@@ -38,6 +38,14 @@ class ReplyOut(BaseModel):
     message_id: str = Field(description="The assistant message's id (for regenerate).")
     user_message_id: str = Field(description="The user message's id (for edit).")
     handoff: bool = Field(description="Whether a person has the conversation now.")
+    confirmation: str | None = Field(
+        default=None,
+        description="The confirmation question, when the request waits for the customer's"
+        " yes or no (its handler has not run); else null.",
+    )
+    awaiting_confirmation: bool = Field(
+        default=False, description="Whether to offer Yes / No: the reply asks to confirm."
+    )
 
 
 class ThreadMessageOut(BaseModel):

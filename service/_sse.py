@@ -37,6 +37,8 @@ def reply_json(reply: Reply) -> dict[str, Any]:
         "message_id": reply.message_id,
         "user_message_id": reply.user_message_id,
         "handoff": reply.handoff,
+        "confirmation": reply.confirmation,
+        "awaiting_confirmation": reply.awaiting_confirmation,
     }
 
 

@@ -44,6 +44,8 @@ class TurnOutcome:
     data: dict[str, Any] = field(default_factory=dict)
     handler_ran: bool = False
     """Whether a category handler (the developer's code) produced this outcome."""
+    reply: str | None = None
+    """`Outcome.reply`: the approved words, sent verbatim (again on a retry)."""
     handoff: str | None = None
     """Why a person takes over: storing the outcome opens the hand-off (one transaction)."""
     handler_failed: bool = False
@@ -52,6 +54,9 @@ class TurnOutcome:
     models: dict[str, str] = field(default_factory=dict)
     sources: list[dict[str, Any]] = field(default_factory=list)
     """The passages the reply was given (id, source, title, text, version, sha256, score)."""
+    confirmation: dict[str, Any] | None = None
+    """A `confirm` category's pending request (the turn that asks) or the answer to it
+    (`orchestrator/confirmation.py` reads and writes it); `None` for any other turn."""
 
     @classmethod
     def from_row(cls, row: Any) -> TurnOutcome:
@@ -70,6 +75,8 @@ class TurnOutcome:
             usage=row["usage"] or {},
             models=row["models"] or {},
             sources=row.get("sources") or [],
+            confirmation=row.get("confirmation"),
+            reply=row.get("reply"),
         )
 
 
@@ -140,6 +147,8 @@ def _params(outcome: TurnOutcome) -> dict[str, Any]:
         "usage": outcome.usage,
         "models": outcome.models,
         "sources": outcome.sources or None,
+        "confirmation": outcome.confirmation,
+        "reply": outcome.reply,
         "created_at": utcnow(),
     }
 
@@ -172,20 +181,52 @@ _EXISTS = Statement(
 )
 
 
-# The category a turn was routed to (its stored outcome's): one primary-key read.
+# The category a turn was routed to (its stored outcome's) and its confirmation, if any:
+# one primary-key read.
 _CATEGORY = Statement(
-    sa.select(_out.c.category).where(_out.c.user_message_id == sa.bindparam("user_message_id"))
+    sa.select(_out.c.category, _out.c.confirmation).where(
+        _out.c.user_message_id == sa.bindparam("user_message_id")
+    )
 )
 
 
-def previous_category(conn: Connection, path: list[MessageRecord]) -> str | None:
-    """The category the user message before the last one on `path` was routed to, if any
-    (the guess of the request expert a turn runs alongside triage)."""
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Previous:
+    """The turn before on a path, as a new turn's start reads it (`previous_turn`)."""
+
+    user_message_id: str
+    category: str | None
+    confirmation: dict[str, Any] | None = None
+    """Its `TurnOutcome.confirmation`: a request waiting for this turn's yes, or none."""
+
+
+def previous_turn(conn: Connection, path: list[MessageRecord]) -> Previous | None:
+    """The user message before the last one on `path`, with the category it was routed to
+    (the guess of the request expert a turn runs alongside triage) and its confirmation."""
     for m in reversed(path[:-1]):
         if m.role == "user":
             row = _CATEGORY.first(conn, {"user_message_id": m.id})
-            return None if row is None else str(row["category"])
+            if row is None:
+                return Previous(user_message_id=m.id, category=None)
+            return Previous(
+                user_message_id=m.id,
+                category=str(row["category"]),
+                confirmation=row["confirmation"],
+            )
     return None
+
+
+_SET_CONFIRMATION = Statement(
+    sa.update(_out)
+    .where(_out.c.user_message_id == sa.bindparam("user_message_id"))
+    .values(confirmation=sa.bindparam("confirmation", type_=sa.JSON))
+)
+
+
+def set_confirmation(conn: Connection, user_message_id: str, confirmation: dict[str, Any]) -> None:
+    """Replace the confirmation of the turn `user_message_id` (its pending request, now
+    answered: a later branch of the conversation finds it answered, not pending)."""
+    _SET_CONFIRMATION.run(conn, {"user_message_id": user_message_id, "confirmation": confirmation})
 
 
 # The newest real reply under a question, and a turn's outcome: built once.

@@ -78,6 +78,8 @@ _OUTCOME_ERASED: dict[str, Any] = {
     "need_more_info": None,
     "instruction": ERASED,
     "data": {"erased": ERASED},
+    "confirmation": None,  # A pending request holds the customer's fields too.
+    "reply": None,
 }
 
 

@@ -138,6 +138,9 @@ class TurnOutcomeRow(SQLModel, table=True):
     """
 
     __tablename__ = "turn_outcome"
+    __table_args__ = (
+        sa.Index("ix_turn_outcome_conversation_created", "conversation_id", "created_at"),
+    )
 
     user_message_id: str = Field(
         primary_key=True, foreign_key="message.id", max_length=36, ondelete="CASCADE"
@@ -160,6 +163,10 @@ class TurnOutcomeRow(SQLModel, table=True):
     created_at: datetime = Field(sa_type=UTCDateTime)
     sources: Any = Field(default=None, sa_type=sa.JSON)
     """The passages the reply was given (`Reply.sources`), as JSON (revision 0013)."""
+    confirmation: Any = Field(default=None, sa_type=sa.JSON)
+    """A `confirm` category's pending request or the answer to it (revision 0025)."""
+    reply: str | None = Field(default=None, sa_type=sa.Text)
+    """`Outcome.reply`, the approved words sent verbatim (revision 0025)."""
 
 
 class HandoffRow(SQLModel, table=True):

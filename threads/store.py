@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any, TypeVar
 
 import sqlalchemy as sa
@@ -22,11 +23,11 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from frontdesk.db import create_engine, dispose_engine
 from frontdesk.schema import ensure_schema
-from frontdesk.threads import _lease, _outcomes, _writes
+from frontdesk.threads import _lease, _outcomes, _writes, spend
 from frontdesk.threads import handoff as handoff_sql
 from frontdesk.threads import jobs as _jobs
 from frontdesk.threads._lease import TurnLease
-from frontdesk.threads._outcomes import TurnOutcome, TurnRecord
+from frontdesk.threads._outcomes import Previous, TurnOutcome, TurnRecord
 from frontdesk.threads._records import (
     ConversationRecord,
     MessageRecord,
@@ -53,6 +54,7 @@ from frontdesk.threads.handoff import (
 )
 from frontdesk.threads.jobs import JobSpec
 from frontdesk.threads.models import Conversation, Message, utcnow
+from frontdesk.threads.spend import Spent
 from frontdesk.threads.summaries import PathSinceSummary, path_since_newest_sync
 
 __all__ = [
@@ -64,6 +66,7 @@ __all__ = [
     "HandlerState",
     "HandlerStore",
     "MessageRecord",
+    "Previous",
     "TurnLease",
     "TurnOutcome",
     "TurnRecord",
@@ -114,6 +117,9 @@ class TurnStart:
     previous_category: str | None = None
     """The category the user message before `message` on `path` was routed to (its stored
     outcome's), read in the same transaction; `None` without a path or such an outcome."""
+    previous: Previous | None = None
+    """The turn before on `path` (its category and confirmation), read with
+    `previous_category`."""
     stored: TurnRecord | None = None
     """For an idempotent repeat, what is stored of its turn (reply and outcome: two indexed
     reads in the same transaction, so a replay needs no read of its own); else `None`."""
@@ -333,6 +339,7 @@ class ConversationStore:
             # A message kept for a person runs no expert, and a replay answers from the
             # records: nothing to recall for either.
             replayed = stored is not None and stored.reply is not None
+            previous = None if path is None else _outcomes.previous_turn(conn, path.messages)
             begun = TurnStart(
                 message=message,
                 created=created,
@@ -340,9 +347,8 @@ class ConversationStore:
                 handoff=held,
                 answer=answer,
                 handed_back=handed_back,
-                previous_category=None
-                if path is None
-                else _outcomes.previous_category(conn, path.messages),
+                previous_category=None if previous is None else previous.category,
+                previous=previous,
                 stored=stored,
                 recalled=None if recall is None or answer is not None or replayed else recall(conn),
             )
@@ -449,6 +455,35 @@ class ConversationStore:
             return _outcomes.save(conn, outcome)
 
         return await run_sync_tx(self.engine, work)
+
+    async def answer_confirmation(
+        self, user_message_id: str, confirmation: dict[str, Any], *, lease: TurnLease
+    ) -> None:
+        """Record the answer to the confirmation the turn `user_message_id` asked for
+        (`TurnOutcome.confirmation`), fenced by the answering turn's `lease`: written before
+        a confirmed handler runs, so no other branch of the conversation (an edit of the
+        "yes") finds the request still pending and runs it again.
+
+        Raises:
+            LeaseLost: `lease` was taken over meanwhile; nothing was written.
+        """
+
+        def work(conn: Connection) -> None:
+            lease.fence(conn)
+            _outcomes.set_confirmation(conn, user_message_id, confirmation)
+
+        await run_sync_tx(self.engine, work)
+
+    async def spent_since(
+        self, since: datetime, *, user_id: str | None, conversation_id: str | None
+    ) -> list[Spent]:
+        """The usage of the turns stored since `since`: of every conversation of `user_id`
+        when given, else of `conversation_id` (`threads/spend.py`; a spend limit)."""
+        return await self._read(
+            lambda conn: spend.spent_since(
+                conn, since=since, user_id=user_id, conversation_id=conversation_id
+            )
+        )
 
     async def turn_record(self, user_message_id: str) -> TurnRecord:
         """The newest real reply to `user_message_id` and the turn's stored outcome.

@@ -179,8 +179,27 @@ async function ensureConversation() {
   return conversation;
 }
 
+// A request waiting for the customer's yes (Category(confirm=...)): Yes / No send those
+// words as the next message (typing them works the same); either answer removes the buttons.
+function offerConfirmation(div) {
+  const row = document.createElement("div");
+  row.className = "confirm";
+  for (const [word, label] of [["Yes", "Yes, go ahead"], ["No", "No, cancel"]]) {
+    const b = document.createElement("button");
+    b.type = "button";
+    b.textContent = label;
+    b.addEventListener("click", () => {
+      for (const other of document.querySelectorAll(".confirm")) other.remove();
+      submit(word, crypto.randomUUID());
+    });
+    row.append(b);
+  }
+  div.append(row);
+}
+
 let busy = false;
 async function submit(text, key) {
+  for (const row of document.querySelectorAll(".confirm")) row.remove();
   if (busy) return;
   busy = true;
   $("go").disabled = true;
@@ -245,6 +264,8 @@ async function exchange(text, key) {
                          kind: event.handoff ? "handoff" : "message" });
           answer.dataset.parent = event.user_message_id;
         } else if (answer) answer.remove();
+        const shown = byId(event.message_id);
+        if (event.awaiting_confirmation && shown) offerConfirmation(shown);
         answered(key);
         setTimeout(loadMemories, 1000);  // what it learnt is stored just after the reply (a job:
         setTimeout(loadMemories, 4000);  // usually within a second, later on a busy server)

@@ -9,6 +9,8 @@ counted across processes, and a way to stall or fail a turn.
     "count flaky ..."   -> COUNT, and the response expert's stream breaks while the file
                            $FRONTDESK_TEST_FLAKY exists (the handler has run by then)
     "remember that X"   -> the memory expert remembers X (after the reply)
+    "send ..."          -> SEND (confirm first: "Send £5 to Bob?"; its handler's reply
+                           is approved wording, "Sent £5 to Bob.")
     anything else       -> OTHER
 The reply is "You said: <text>." (streamed in chunks by the FunctionModel).
 """
@@ -57,6 +59,29 @@ COUNT = Category(
 )
 
 
+class SendRequest(BaseModel):
+    """A payment (always £5 to Bob here)."""
+
+    amount: int = 5
+    payee: str = "Bob"
+
+
+async def send(request: SendRequest, context: HandlerContext) -> Outcome:
+    record_run(context.conversation_id)
+    text = f"Sent £{request.amount} to {request.payee}."
+    return Outcome(instruction="Say it was sent.", reply=text)
+
+
+SEND = Category(
+    name="SEND",
+    description="Sending money",
+    request=SendRequest,
+    handler=send,
+    examples=["send 5 to Bob"],
+    confirm=lambda r: f"Send £{r.amount} to {r.payee}?",  # type: ignore[attr-defined]
+)
+
+
 def last_user_text(request: ModelRequest) -> str:
     """The last user turn's own text (without the memory blocks that open it)."""
     users = [m["content"] for m in request.messages if m["role"] == "user"]
@@ -71,9 +96,13 @@ def answer(request: ModelRequest) -> Any:
             return {"category": "HUMAN", "reason": "asked for a person"}
         if text.startswith("count"):
             return {"category": "COUNT", "reason": "counting"}
+        if text.startswith("send"):
+            return {"category": "SEND", "reason": "a payment"}
         return {"category": "OTHER", "reason": "chat"}
     if request.expert == "request":
-        return {"request": {"note": "x"}}
+        return {
+            "request": {"amount": 5, "payee": "Bob"} if text.startswith("send") else {"note": "x"}
+        }
     if request.expert == "summariser":
         return "summary"
     if request.expert == "memory":  # after each reply of a turn with a user id
@@ -98,7 +127,7 @@ def shop_model() -> FunctionModel:
 
 def build(store: str, model: Any = None) -> Orchestrator:
     """The test shop on `store` (the `--app` factory; `model` is ignored: always the double)."""
-    return Orchestrator([COUNT], model=shop_model(), store=store, lock_timeout=30.0)
+    return Orchestrator([COUNT, SEND], model=shop_model(), store=store, lock_timeout=30.0)
 
 
 INSTANCE = Orchestrator([COUNT], model=shop_model(), store="sqlite:///never-opened.db")

@@ -16,6 +16,8 @@ pytestmark = pytest.mark.anyio
 
 REPLY_KEYS = {
     "text",
+    "confirmation",
+    "awaiting_confirmation",
     "category",
     "request",
     "need_more_info",

@@ -8,7 +8,7 @@ from typing import Any
 import httpx
 import pytest
 
-from frontdesk.errors import AuditWriteError, StoreError, StoreUnavailable
+from frontdesk.errors import AuditWriteError, SpendLimitReached, StoreError, StoreUnavailable
 from tests.service.conftest import Api, auth
 
 pytestmark = pytest.mark.anyio
@@ -107,6 +107,30 @@ async def test_a_store_or_audit_outage_is_503_with_retry_after_and_the_safe_repl
         assert body["type"] == type(outage).__name__
         assert body["text"] and body["detail"] == body["text"]
         assert "database" not in body["text"] and "audit" not in body["text"]
+
+
+async def test_a_spend_limit_is_429_with_retry_after(
+    api: Api, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async def spent(*args: object, **kwargs: object) -> None:
+        raise SpendLimitReached(
+            "user 'u1' spent 2100 tokens",
+            retry_after=3599.6,
+            tokens=2100,
+            cost_usd=0.0,
+            user_id="u1",
+            conversation_id="c",
+        )
+
+    monkeypatch.setattr(api.orch, "handle", spent)
+    r = await api.client.post(
+        f"/v1/conversations/{api.cid()}/messages",
+        json={"text": "hello"},
+        headers={**auth("u1"), "Idempotency-Key": "k1"},
+    )
+    assert r.status_code == 429, r.text
+    assert r.headers["Retry-After"] == "3600"
+    assert r.json()["type"] == "SpendLimitReached" and "2100" not in r.json()["detail"]
 
 
 async def test_a_bug_is_a_json_500(api: Api, monkeypatch: pytest.MonkeyPatch) -> None:

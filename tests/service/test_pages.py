@@ -90,6 +90,22 @@ def test_the_chat_page_streams_a_reply_and_escapes_it(
     page.close()
 
 
+def test_the_chat_page_offers_yes_and_no_for_a_request_to_confirm(
+    browser: Browser, base_url: str, shots: Path
+) -> None:
+    page = chat(browser, base_url, "alice", "confirm-1")
+    say(page, "send 5 to bob")
+    asked = page.locator(".msg.assistant").last
+    expect(asked).to_contain_text("Send £5 to Bob?")
+    expect(asked.locator(".confirm button")).to_have_count(2)
+    page.screenshot(path=str(shots / "chat-confirm.png"))
+    asked.locator(".confirm button", has_text="Yes").click()
+    expect(page.locator(".msg.assistant").last).to_contain_text("Sent £5 to Bob.")
+    expect(page.locator(".confirm")).to_have_count(0)  # Answered: no second yes to click.
+    expect(page.locator(".msg.user .text").last).to_have_text("Yes")
+    page.close()
+
+
 def test_a_person_takes_over_answers_and_hands_back(
     browser: Browser, base_url: str, shots: Path
 ) -> None:

@@ -5,6 +5,7 @@ acts only on those conversations; operator reads are audited; erasure needs `pri
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -31,9 +32,18 @@ def auth(user: str, **claims: Any) -> dict[str, str]:
     return {"Authorization": f"Bearer {mint_token(SECRET, user, extra=claims)}"}
 
 
+@pytest.fixture(params=["sqlite", "postgresql"])
+def own_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A database of this test's own: the hand-offs it leaves open stay out of the queue
+    other tests read (the session's PostgreSQL database is shared)."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'desks.db'}"
+    return str(request.getfixturevalue("fresh_pg_url"))
+
+
 @pytest.fixture
-async def api(store_url: str) -> AsyncIterator[Api]:
-    async for opened in open_api(desks(model=FunctionModel(answer), store=store_url)):
+async def api(own_url: str) -> AsyncIterator[Api]:
+    async for opened in open_api(desks(model=FunctionModel(answer), store=own_url)):
         yield opened
 
 

@@ -1,0 +1,88 @@
+"""Spend limits (`Orchestrator(spend_limit=SpendLimit(...))`): counted from the stored turns'
+usage, across orchestrators on one database, checked before any model call."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator
+from datetime import timedelta
+
+import pytest
+
+from frontdesk import Orchestrator, SpendLimit
+from frontdesk.errors import ConfigError, SpendLimitReached
+from frontdesk.examples.potato_shop import categories
+from frontdesk.experts.providers import FunctionModel, ModelRequest, ModelResponse, Usage
+from frontdesk.experts.providers.function import to_response
+from tests._pg import create_database, drop_database
+from tests.orchestrator.conftest import FakeTeam
+
+pytestmark = pytest.mark.anyio
+
+MODEL = "anthropic:claude-haiku-4-5"
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
+def any_url(request: pytest.FixtureRequest, db_url: str) -> Iterator[str]:
+    if request.param == "sqlite":
+        yield db_url
+        return
+    url = create_database()
+    try:
+        yield url
+    finally:
+        drop_database(url)
+
+
+def costly(team: FakeTeam) -> FunctionModel:
+    """The team's answers, each reporting 300 input and 50 output tokens (350 a call)."""
+
+    def answer(request: ModelRequest) -> ModelResponse:
+        response = to_response(team(request), request, MODEL)
+        return dataclasses.replace(response, usage=Usage(input_tokens=300, output_tokens=50))
+
+    return FunctionModel(answer)
+
+
+async def test_the_turn_after_the_limit_raises_before_any_model_call(
+    team: FakeTeam, any_url: str
+) -> None:
+    limit = SpendLimit(tokens=2000, per="user", window="1d")
+    first = Orchestrator(categories(), model=costly(team), store=any_url, spend_limit=limit)
+    second = Orchestrator(categories(), model=costly(team), store=any_url, spend_limit=limit)
+    for n in range(3):  # 2 calls (triage, response) of 350 tokens a turn: 2100 after 3.
+        orch = first if n % 2 == 0 else second  # Two processes' worth: one count.
+        await orch.handle(f"c-{n}", "hello", user_id="alice")
+    calls = len(team.calls)
+    with pytest.raises(SpendLimitReached) as reached:
+        await second.handle("c-9", "hello again", user_id="alice")
+    assert len(team.calls) == calls  # No model call at all.
+    assert reached.value.tokens == 2100 and reached.value.user_id == "alice"
+    assert 0 < reached.value.retry_after <= timedelta(days=1).total_seconds()
+    kept = await second.transcript("c-9", user_id="alice")
+    assert [m.content for m in kept][0] == "hello again"  # The message is stored.
+    # Another user is not limited by alice's spend.
+    await second.handle("c-b", "hello", user_id="bob")
+    await first.aclose()
+    await second.aclose()
+
+
+async def test_a_cost_limit_and_a_per_conversation_limit(team: FakeTeam, db_url: str) -> None:
+    limit = SpendLimit(cost_usd=0.0001, per="conversation", window="1h")
+    orch = Orchestrator(categories(), model=costly(team), store=db_url, spend_limit=limit)
+    await orch.handle("c-1", "hello", user_id="alice")  # Haiku list price: about $0.0007.
+    with pytest.raises(SpendLimitReached) as reached:
+        await orch.handle("c-1", "hello", user_id="alice")
+    await orch.handle("c-2", "hello", user_id="alice")  # Another conversation: its own count.
+    await orch.aclose()
+    assert reached.value.cost_usd > 0.0001
+
+
+def test_bad_spend_limits_are_refused() -> None:
+    with pytest.raises(ConfigError, match="needs tokens= or cost_usd="):
+        SpendLimit()
+    with pytest.raises(ConfigError, match="window"):
+        SpendLimit(tokens=10, window="a day")
+    with pytest.raises(ConfigError, match="per must be"):
+        SpendLimit(tokens=10, per="team")  # type: ignore[arg-type]
+    assert SpendLimit(tokens=1, window="12h").span == timedelta(hours=12)
