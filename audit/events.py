@@ -52,6 +52,9 @@ EventKind = Literal[
     "memory_refused",  # payload: refused [{reason, why, key}] (the memory policy; no text)
     "memory_corrected",  # payload: memory_id, by (no text)
     "memory_forgotten",  # payload: memory_ids, by, all (no text); in the user's chain
+    # Did it help (issue 45). `turn_id` is the rated answer's question.
+    "feedback",  # payload: message_id, rating (1-5), comment (or null), resolved (bool)
+    "resolution",  # payload: resolution, by (a hand-back's, a sweep's), previous
     "operator_read",  # payload: by (operator id), conversation_id, what (no content); in the
     # user's chain: who read the customer's context, transcript or memories, and when
     # Before the bot acts or speaks (issue 41, docs/safeguards.md).

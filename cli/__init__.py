@@ -17,11 +17,13 @@ from frontdesk.cli import (
     chat,
     conversations,
     db,
+    evaluation,
     init,
     jobs,
     knowledge,
     memory,
     privacy,
+    report,
     serve,
     test,
     thread,
@@ -65,6 +67,7 @@ app.command("init")(init.init)
 app.command("demo")(chat.demo)
 app.command("chat")(chat.chat)
 app.command("conversations")(conversations.conversations)
+app.command("report")(report.report)
 app.command("serve")(serve.serve)
 app.command("worker")(jobs.worker)
 app.add_typer(jobs.app, name="jobs", help="List, retry and cancel background jobs.")
@@ -74,6 +77,9 @@ audit.app.command("retention")(privacy.retention)
 audit.app.command("rotate-key")(privacy.rotate_key)
 app.add_typer(thread.app, name="thread", help="Show and compact conversation threads.")
 app.add_typer(audit.app, name="audit", help="Show, export, verify and replay the audit log.")
+app.add_typer(
+    evaluation.app, name="eval", help="Score triage and extraction on labelled data sets."
+)
 app.add_typer(db.app, name="db", help="Database schema migrations.")
 app.add_typer(memory.app, name="memory", help="Show and forget what is remembered.")
 app.add_typer(knowledge.app, name="knowledge", help="Add, list, search and remove documents.")

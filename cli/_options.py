@@ -8,6 +8,7 @@ so each option is a function of its help; the flag's name and type are written o
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import json
 import shlex
 import shutil
@@ -22,8 +23,10 @@ from rich.measure import Measurement
 from rich.table import Table
 from sqlalchemy.engine import make_url
 
-from frontdesk.errors import UserError
+from frontdesk.errors import ConfigError, UserError
+from frontdesk.experts.providers import Model
 from frontdesk.orchestrator.app import default_db
+from frontdesk.orchestrator.config import ModelChoice
 
 DB_HELP = "Database URL (default: $FRONTDESK_DB or sqlite:///frontdesk.db)."
 JSON_HELP = "One JSON document on stdout."
@@ -67,6 +70,34 @@ RetentionTranscriptsOption = Annotated[
 DbOption = Annotated[str | None, db_option()]
 JsonOption = Annotated[bool, json_option()]
 ModelOption = Annotated[str | None, model_option()]
+
+
+def model_choice(spec: str | None) -> ModelChoice:
+    """What `--model` names: a model spec (`offline`, `anthropic:NAME`, ...), or
+    `module:attr` naming a `Model` (a test double of the developer's own) or a function
+    returning one; `None` leaves the app's or the environment's models.
+
+    Raises:
+        ConfigError: `module:attr` cannot be imported or is not a Model.
+    """
+    if spec is None:
+        return None
+    module_name, sep, attr = spec.partition(":")
+    if not sep or module_name.lower() in ("anthropic", "openai", "offline") or "." in attr:
+        return spec
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError:
+        return spec  # Not a module: the spec's own check names the valid forms.
+    target = getattr(module, attr, None)
+    if callable(target) and not isinstance(target, Model):
+        target = target()
+    if not isinstance(target, Model):
+        raise ConfigError(
+            f"--model {spec!r}: {module_name}.{attr} is not a Model (an object with `name` and"
+            " `async request(ModelRequest)`), nor a function returning one"
+        )
+    return target
 
 
 def db_url(db: str | None) -> str:

@@ -87,6 +87,7 @@ def conversations(
     table.add_column("last message", no_wrap=True)
     for name in ("messages", "user turns"):
         table.add_column(name, justify="right")
+    table.add_column("resolution", no_wrap=True)
     for r in rows:
         table.add_row(
             escape(r.conversation_id),
@@ -95,5 +96,6 @@ def conversations(
             (r.last_message_at or r.created_at)[:19].replace("T", " "),
             str(r.messages),
             str(r.user_turns),
+            r.resolution if r.resolved_by is None else f"{r.resolution} ({r.resolved_by})",
         )
     print_table(table)

@@ -13,7 +13,9 @@ from typing import Annotated
 
 import typer
 
-from frontdesk.cli._options import MODEL_HELP, app_option
+from frontdesk.cli._options import MODEL_HELP, app_option, model_choice
+from frontdesk.errors import UserError
+from frontdesk.experts.providers import Model, model_from_spec
 from frontdesk.orchestrator import Orchestrator
 from frontdesk.orchestrator.app import DEFAULT_APP, load_app
 from frontdesk.orchestrator.config import ModelChoice
@@ -31,8 +33,24 @@ def run_tests(
         str | None,
         typer.Option(
             "--model",
-            help=MODEL_HELP + " Evaluates it; without it the triage and request experts"
-            " answer what the file expects.",
+            help=MODEL_HELP + " Or module:attr naming a Model. Evaluates it; without it the"
+            " triage and request experts answer what the file expects.",
+        ),
+    ] = None,
+    user: Annotated[
+        str | None,
+        typer.Option(
+            "--user",
+            help="The simulated customer of `simulate:` conversations: a model spec or"
+            " module:attr naming a Model (default: the app's model map's \"user\").",
+        ),
+    ] = None,
+    judge: Annotated[
+        str | None,
+        typer.Option(
+            "--judge",
+            help="The judge of `judge:` criteria: a model spec or module:attr naming a Model"
+            " (default: the app's model map's \"judge\").",
         ),
     ] = None,
     repeat: Annotated[
@@ -44,16 +62,35 @@ def run_tests(
 ) -> None:
     """Run conversation tests; exit 0 when every check passes, 1 when one does not."""
     files = [load_file(path) for path in paths]
+    choice = model_choice(model)
+    players = [_player(model_choice(spec)) for spec in (user, judge)]
 
     def build(choice: ModelChoice) -> Orchestrator:
         return load_app(app_spec, model=choice)
 
     with tempfile.TemporaryDirectory(prefix="frontdesk-test-") as workdir:
         report = asyncio.run(
-            run_files(files, build, workdir=Path(workdir), model=model, repeat=repeat)
+            run_files(
+                files,
+                build,
+                workdir=Path(workdir),
+                model=choice,
+                repeat=repeat,
+                user=players[0],
+                judge=players[1],
+            )
         )
     typer.echo(report.text())
     if junit is not None:
         write_junit(report, junit)
         typer.echo(f"JUnit report: {junit}")
     raise typer.Exit(0 if report.passed else 1)
+
+
+def _player(choice: ModelChoice) -> Model | None:
+    """The `--user` / `--judge` model (a spec is resolved the way `--model`'s is)."""
+    if choice is None or isinstance(choice, Model):
+        return choice
+    if isinstance(choice, str):
+        return model_from_spec(choice)
+    raise UserError("--user and --judge take one model spec or module:attr, not a map")

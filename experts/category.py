@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import enum
+import inspect
 import math
 import re
 import uuid
@@ -76,6 +77,10 @@ class Outcome(BaseModel):
     """Why a person should take over, or None. Set, the conversation is handed off with
     this reason in the same transaction that stores the outcome (`Reply.handoff` is True),
     and a retry of the turn opens no second hand-off."""
+
+    resolves: bool = False
+    """The handler's effect completes what the customer came for: the conversation's
+    `resolution` becomes `resolved` (by `handler`) in the turn's last transaction."""
 
 
 _AS_TEXT = (Decimal, dt.datetime, dt.date, dt.time, dt.timedelta, uuid.UUID)
@@ -282,6 +287,11 @@ class Category:
             problems.append(
                 f"category {self.name!r} needs both a request model and a handler (or neither)"
             )
+        if self.handler is not None and not _is_async(self.handler):
+            problems.append(
+                f"category {self.name!r}: the handler {_name_of(self.handler)} is not async;"
+                " declare it `async def` (a turn awaits it)"
+            )
         if self.request is not None and not (
             isinstance(self.request, type) and issubclass(self.request, BaseModel)
         ):
@@ -308,6 +318,18 @@ class Category:
         if problems:
             raise ConfigError("; ".join(problems))
         object.__setattr__(self, "examples", tuple(self.examples))
+
+
+def _is_async(handler: object) -> bool:
+    """An `async def` function, a partial of one, or an object whose `__call__` is one."""
+    if inspect.iscoroutinefunction(handler):
+        return True
+    call = getattr(handler, "__call__", None)  # noqa: B004 (a callable object's method)
+    return not inspect.isfunction(handler) and inspect.iscoroutinefunction(call)
+
+
+def _name_of(handler: object) -> str:
+    return str(getattr(handler, "__qualname__", None) or repr(handler))
 
 
 OTHER = "OTHER"

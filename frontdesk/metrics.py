@@ -23,7 +23,7 @@ the jobs) is the same from any worker and is not kept in those files.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,6 +42,7 @@ __all__ = [
     "cost",
     "expert_call",
     "exposition",
+    "feedback",
     "first_token",
     "job",
     "rate_limited",
@@ -118,6 +119,11 @@ class _Instruments:
             "frontdesk_rate_limited_requests",
             "Requests refused with 429 by the per-user rate limit.",
         )
+        self.feedback = _prom.Counter(
+            "frontdesk_feedback",
+            "Customers' ratings of bot answers (1-5; thumbs up is 5, down is 1), by rating.",
+            ["frontdesk_rating"],
+        )
         self.screen_verdicts = _prom.Counter(
             "frontdesk_screen_verdicts",
             "Verdicts of the screen run before triage (`Orchestrator(screen=...)`), by"
@@ -189,6 +195,12 @@ def cost(*, expert: str, model: str, usd: float) -> None:
         _instruments.cost.labels(expert, model).inc(usd)
 
 
+def feedback(rating: int) -> None:
+    """Count one customer's rating of a bot answer."""
+    if _instruments is not None:
+        _instruments.feedback.labels(str(rating)).inc()
+
+
 def screen_verdict(*, action: str, mode: str) -> None:
     """Count one verdict of the screen before triage."""
     if _instruments is not None:
@@ -213,6 +225,8 @@ class OperationsSnapshot:
     """Background jobs not done yet (`None`: this store keeps no jobs)."""
     jobs_failed: int | None = None
     """Background jobs that failed for good (`None`: this store keeps no jobs)."""
+    conversations: Mapping[str, int] | None = None
+    """Conversations by resolution (`open`, `resolved`, ...; `None`: not read)."""
 
 
 if _prom is not None:
@@ -249,6 +263,16 @@ if _prom is not None:
             for name, doc, value in gauges:
                 if value is not None:
                     yield GaugeMetricFamily(name, doc, value=float(value))
+            if s.conversations is not None:
+                by = GaugeMetricFamily(
+                    "frontdesk_conversations_total",
+                    "Conversations by resolution (open, resolved, assumed_resolved,"
+                    " handed_off, abandoned), as the database holds them now.",
+                    labels=["resolution"],
+                )
+                for resolution, count in sorted(s.conversations.items()):
+                    by.add_metric([resolution], float(count))
+                yield by
 
 
 def exposition(snapshot: OperationsSnapshot | None) -> bytes:

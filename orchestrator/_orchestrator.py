@@ -32,10 +32,15 @@ from frontdesk.experts import Category
 from frontdesk.experts.providers import Model
 from frontdesk.memory import Memory, MemorySource, MemoryTrust
 from frontdesk.memory_policy import MemoryPolicy
-from frontdesk.orchestrator import _wiring, erasure, handoff, turn
+from frontdesk.orchestrator import _wiring, erasure, handoff, resolution, turn
 from frontdesk.orchestrator._compaction import BackgroundCompaction, Compactor, summariser_expert
 from frontdesk.orchestrator._input import check_user_text
-from frontdesk.orchestrator.config import EXPERTS, ExpertSettings, warn_offline_once
+from frontdesk.orchestrator.config import (
+    EXPERTS,
+    ExpertSettings,
+    warn_offline_once,
+    warn_without_examples,
+)
 from frontdesk.orchestrator.erasure import Privacy
 from frontdesk.orchestrator.handoff import Claim, Handoff, Handoffs
 from frontdesk.orchestrator.jobs import DrainTimeout, JobKind, Jobs, JobsMode, PeriodicJob
@@ -63,7 +68,13 @@ from frontdesk.threads.handoff import HandoffPolicy
 from frontdesk.threads.jobs import JobStore
 from frontdesk.threads.knowledge import FullTextPassageRetriever, KnowledgeStore
 from frontdesk.threads.memory import FullTextRetriever, MemoryStore
-from frontdesk.threads.store import ConversationStore, MessageRecord, TurnLease
+from frontdesk.threads.resolution import Feedback
+from frontdesk.threads.store import (
+    ConversationRecord,
+    ConversationStore,
+    MessageRecord,
+    TurnLease,
+)
 from frontdesk.threads.tokens import TokenCounter
 
 log = structlog.get_logger("frontdesk.orchestrator")
@@ -124,6 +135,8 @@ class Orchestrator:
         self.app_spec: str | None = None
         """The `module:attr` this orchestrator was loaded from (`load_app`), recorded with
         each turn so that `frontdesk audit replay` can load the same app again."""
+        for named in self.profiles.values():
+            warn_without_examples(named.categories)
         self._wired = {name: _wiring.wire(p) for name, p in self.profiles.items()}
         self.redactor: Redactor = redactor_of(self._audit_settings.redaction)
         if isinstance(store, str):
@@ -460,6 +473,7 @@ class Orchestrator:
             knowledge=self._library if profile.knowledge else None,
             past=self._past if profile.memory and profile.past_conversations else None,
             profile=name,
+            variants=w.variants,
             confirm_ttl=profile.confirm_window,
             screen=profile.screen,
             screen_mode=profile.screen_mode,
@@ -482,6 +496,7 @@ class Orchestrator:
         if p.handoff.timeout is not None:
             periodic.append(handoff.timeouts_job(p, p.handoff, p.lease))
         kinds.append(erasure.erase_job_kind(p.store.engine, self._audit))
+        periodic.append(resolution.assume_job(p, self._assume_after()))
         if self.retention is not None and self._audit is not None:
             periodic.append(erasure.retention_job(p.store.engine, self._audit, self.retention))
         if p.past is not None:  # Idle conversations' summaries kept as memories.
@@ -786,9 +801,58 @@ class Orchestrator:
         """`handoffs.reply` (an alias kept for one release)."""
         return await self.handoffs.reply(conversation_id, text, operator_id=operator_id)
 
-    async def hand_back(self, conversation_id: str, *, operator_id: str | None = None) -> None:
+    async def hand_back(
+        self, conversation_id: str, *, operator_id: str | None = None, resolved: bool = False
+    ) -> None:
         """`handoffs.hand_back` (an alias kept for one release)."""
-        await self.handoffs.hand_back(conversation_id, operator_id=operator_id)
+        await self.handoffs.hand_back(conversation_id, operator_id=operator_id, resolved=resolved)
+
+    def _assume_after(self) -> float:
+        """The assume sweep's wait: the default profile's `assume_after` (one sweep reads
+        every conversation)."""
+        return resolution.assume_seconds(self.profiles[self._default].assume_after)
+
+    # -- did it help (docs/outcomes.md) --------------------------------------------------
+
+    async def conversation(
+        self, conversation_id: str, *, user_id: str | None = None
+    ) -> ConversationRecord:
+        """The conversation's own row: its owner, its `resolution` (`open`, `resolved`,
+        `assumed_resolved`, `handed_off`, `abandoned`), `resolved_at` and `resolved_by`.
+
+        Raises:
+            ConversationNotFound: no such conversation for `user_id`.
+        """
+        p = await self._open()
+        await p.store.check_owner(conversation_id, user_id)
+        found = await p.store.conversation(conversation_id)
+        if found is None:
+            raise ConversationNotFound(
+                f"no conversation {conversation_id!r}", conversation_id=conversation_id
+            )
+        return found
+
+    async def feedback(
+        self,
+        message_id: str,
+        rating: int,
+        *,
+        user_id: str | None,
+        comment: str | None = None,
+    ) -> Feedback:
+        """A customer's rating of one bot answer: 1-5 (thumbs up is 5, down is 1), with an
+        optional comment. Stored with the message (a repeated rating replaces the last),
+        audited as `feedback`, counted (`frontdesk_feedback`); a rating of 4 or 5 makes the
+        conversation `resolved` by `customer`.
+
+        Raises:
+            ConversationNotFound: no such message in a conversation of `user_id`.
+            UserError: the message is not a bot answer, the rating not 1-5, or the comment
+                not storable text.
+        """
+        p = await self._open()
+        message = await turn._owned_message(p, message_id, user_id)
+        return await resolution.feedback(p, message, rating, user_id=user_id, comment=comment)
 
     def _check_operator_text(self, text: str) -> str:
         return check_user_text(text, max_chars=self.max_message_chars)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from pydantic import BaseModel
@@ -39,6 +39,7 @@ from frontdesk.orchestrator.config import (
 )
 from frontdesk.orchestrator.errors import InputTooLarge
 from frontdesk.orchestrator.profile import Profile
+from frontdesk.orchestrator.resolution import check_variants
 from frontdesk.orchestrator.review import Review
 from frontdesk.prompts import Prompt, RenderedPrompt, load_prompt, parse_prompt
 from frontdesk.threads.budget import Budget, budget_for, fit_to_window, question_tokens
@@ -87,10 +88,7 @@ class Wiring:
     def build(self) -> Experts:
         """Every expert, with its prompt rendered now."""
         listed = list(self.categories)
-        triage = TriageExpert(
-            call=self.call("triage", self.prompt("triage").render(**triage_variables(listed))),
-            output_type=triage_output_type(listed),
-        )
+        triage = self.triage()
         requests = {}
         for category in listed:
             if category.request is None:
@@ -100,17 +98,45 @@ class Wiring:
             requests[category.name] = RequestExpert(
                 category=category, call=self.call("request", rendered)
             )
-        response = ResponseExpert(
+        return triage, requests, self.response()
+
+    def triage(self, prompt: str = "triage") -> TriageExpert:
+        """The triage expert with the prompt `prompt` (a variant's, or the default)."""
+        listed = list(self.categories)
+        return TriageExpert(
+            call=self.call("triage", self.prompt(prompt).render(**triage_variables(listed))),
+            output_type=triage_output_type(listed),
+        )
+
+    def response(self, prompt: str = "response") -> ResponseExpert:
+        """The response expert with the prompt `prompt` (a variant's, or the default)."""
+        return ResponseExpert(
             call=self.call(
                 "response",
-                self.prompt("response").render(
+                self.prompt(prompt).render(
                     # `shop_name` too: a prompts_dir file written before the rename still renders.
                     business_name=self.business_name,
                     shop_name=self.business_name,
                 ),
             )
         )
-        return triage, requests, response
+
+    def variants(
+        self, experts: Experts, variants: Mapping[str, Mapping[str, str]]
+    ) -> dict[str, tuple[TriageExpert, ResponseExpert]]:
+        """Variant name -> its triage and response experts (`Orchestrator(variants=...)`):
+        the named prompt for an expert with variants, the default experts' otherwise."""
+        triage, _, response = experts
+        names = next(iter(variants.values()), {})
+        built = {}
+        for name in names:
+            t = variants["triage"][name] if "triage" in variants else None
+            r = variants["response"][name] if "response" in variants else None
+            built[name] = (
+                triage if t is None else self.triage(t),
+                response if r is None else self.response(r),
+            )
+        return built
 
     def memory_expert(self) -> MemoryExpert:
         """The memory expert with its versioned prompt (run after replies)."""
@@ -246,6 +272,8 @@ class Wired:
     counter: TokenCounter
     business_name: str
     prompts_dir: Path | None
+    variants: Mapping[str, tuple[TriageExpert, ResponseExpert]] = field(default_factory=dict)
+    """Prompt variant name -> its triage and response experts (`Profile.variants`)."""
     budgets: Mapping[str, Budget]
     """The profile's budgets, each cut to its model's `context_tokens` where one is set."""
     one_at_a_time: bool = False
@@ -285,6 +313,7 @@ def wire(profile: Profile) -> Wired:
     budgets = wiring.fit_budgets(experts, profile.budgets or {})
     wiring.check_budgets(experts, budgets)
     return Wired(
+        variants=wiring.variants(experts, check_variants(profile.variants)),
         budgets=budgets,
         one_at_a_time=any(wiring.effective(e).concurrency == 1 for e in ("triage", "request")),
         profile=profile,

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 import structlog
 
 from frontdesk.errors import ConfigError
+from frontdesk.experts.category import Category
 from frontdesk.experts.providers import Model, ModelSettings
 
 EXPERTS = ("triage", "request", "response", "summariser")
@@ -16,6 +17,9 @@ EXPERTS = ("triage", "request", "response", "summariser")
 log = structlog.get_logger("frontdesk.orchestrator")
 
 MEMORY = "memory"
+SIMULATION = ("user", "judge")
+"""The conversation tests' simulated customer and judge (`frontdesk test`, `simulate:`),
+given in the model map only by name; no turn calls them."""
 """The memory expert: a model map may name it; else `default`, else the summariser's model."""
 REVIEW = "review"
 """The review expert (`Orchestrator(review=True)`): a model map may name it; else
@@ -50,11 +54,11 @@ def resolve_models(choice: ModelChoice) -> dict[str, Model]:
     if not isinstance(choice, Mapping):
         model = _model(choice)
         return dict.fromkeys((*EXPERTS, MEMORY, REVIEW), model)
-    unknown = sorted(set(choice) - {*EXPERTS, MEMORY, REVIEW, "default"})
+    unknown = sorted(set(choice) - {*EXPERTS, MEMORY, REVIEW, *SIMULATION, "default"})
     if unknown:
         raise ConfigError(
             f"model map names unknown experts {unknown};"
-            f" use {', '.join((*EXPERTS, MEMORY, REVIEW))} or 'default'"
+            f" use {', '.join((*EXPERTS, MEMORY, REVIEW, *SIMULATION))} or 'default'"
         )
     missing = [e for e in EXPERTS if e not in choice and "default" not in choice]
     if missing:
@@ -80,10 +84,30 @@ def resolve_models(choice: ModelChoice) -> dict[str, Model]:
     else:
         key = hash(spec) if isinstance(spec, str) else id(spec)
         models[REVIEW] = cache[key] if key in cache else _model(spec)
+    for expert in SIMULATION:  # Only when named: a turn never calls them.
+        spec = choice.get(expert)
+        if spec is not None:
+            key = hash(spec) if isinstance(spec, str) else id(spec)
+            models[expert] = cache[key] if key in cache else _model(spec)
     return models
 
 
 _warned: list[bool] = []
+_without_examples: set[str] = set()
+
+
+def warn_without_examples(categories: Iterable[Category]) -> None:
+    """Say (once per category, when an app is built) that a category has no examples:
+    triage then routes to it on its description alone, which models do badly."""
+    for category in categories:
+        if not category.examples and category.name not in _without_examples:
+            _without_examples.add(category.name)
+            log.warning(
+                "category.no_examples",
+                category=category.name,
+                detail="this category has no examples; triage routes to it on its description"
+                " alone; add a few typical customer messages (Category(examples=[...]))",
+            )
 
 
 def warn_offline_once() -> None:

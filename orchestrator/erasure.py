@@ -88,6 +88,8 @@ class ErasureReport:
     """User-scoped handler values deleted, plus conversation-scoped values erased."""
     handoffs: int = 0
     """Hand-off reasons erased."""
+    feedback: int = 0
+    """Ratings whose comment was erased (the rating itself stays, for the reports)."""
     audit_keys: int = 0
     """Data keys destroyed: every audit payload under them is unreadable for good."""
     audit_rows_in_clear: int = 0
@@ -111,6 +113,8 @@ class RetentionReport:
     summaries: int = 0
     outcomes: int = 0
     dry_run: bool = False
+    feedback: int = 0
+    """Ratings' comments (the ratings stay)."""
 
     def counts(self) -> dict[str, int]:
         """The counts by kind."""
@@ -119,6 +123,7 @@ class RetentionReport:
             "messages": self.messages,
             "summaries": self.summaries,
             "outcomes": self.outcomes,
+            "feedback": self.feedback,
         }
 
 
@@ -154,6 +159,7 @@ STORE_STEPS: list[Step] = [
     Step("memories", store_erasure.erase_memories),
     Step("handler_state", store_erasure.erase_handler_state),
     Step("handoffs", store_erasure.erase_handoffs),
+    Step("feedback", store_erasure.erase_feedback),
 ]
 """The erasure steps on the conversation database, in order; the conversations' own rows
 are taken last (`threads.erasure.disown_conversations`), so a re-run after a crash still
@@ -407,7 +413,7 @@ async def apply_retention(
     )
     if audit.keys is not None and not dry_run:
         audit.keys.forget()
-    counts = {"messages": 0, "summaries": 0, "outcomes": 0}
+    counts = {"messages": 0, "summaries": 0, "outcomes": 0, "feedback": 0}
     if transcripts and engine is not None:
 
         def store_work(conn: Connection) -> dict[str, int]:

@@ -48,6 +48,7 @@ def checked(outcome: Any) -> Outcome:
         instruction=outcome.instruction,
         data=outcome.data,
         handoff=outcome.handoff,
+        resolves=outcome.resolves,
         reply=outcome.reply,
     )
 

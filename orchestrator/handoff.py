@@ -292,16 +292,17 @@ async def hand_back(
     by: str,
     message: str | None = None,
     operator_id: str | None = None,
+    resolved: bool = False,
 ) -> HandedBack:
     """Close the conversation's hand-off (under its lease) and audit it, naming the
-    operator who handed it back."""
+    operator who handed it back (`resolved`: they marked the conversation resolved)."""
     store = p.store.handoffs
     try:
         return await audited(
             p,
             conversation_id,
             lambda also: store.close(
-                conversation_id, by=by, message=message, lease=lease, also=also
+                conversation_id, by=by, message=message, lease=lease, also=also, resolved=resolved
             ),
             lambda back: handed_back_events(back, operator_id),
             lambda back: back.handoff.user_id,
@@ -413,6 +414,7 @@ def handed_back_events(back: HandedBack, operator_id: str | None = None) -> list
             handoff_id=back.handoff.id,
             by=back.handoff.closed_by,
             operator_id=operator_id,
+            **({"resolved": True} if back.resolved else {}),
         )
     )
     return batch
@@ -519,9 +521,13 @@ class Handoffs:
         )
         return placed.message.id
 
-    async def hand_back(self, conversation_id: str, *, operator_id: str | None = None) -> None:
+    async def hand_back(
+        self, conversation_id: str, *, operator_id: str | None = None, resolved: bool = False
+    ) -> None:
         """Give the conversation back to the bot: the next user message is answered by the
         experts, with the whole thread (operator turns included). Audited as `hand_back`.
+        With `resolved`, the operator says the customer's matter is done: the conversation
+        is `resolved` by `operator` (else it is `open` again).
 
         Raises:
             ConversationNotFound: no such conversation.
@@ -530,7 +536,9 @@ class Handoffs:
         """
         p = await self._opened()
         lease = p.lease(conversation_id)
-        await hand_back(p, lease, conversation_id, by="operator", operator_id=operator_id)
+        await hand_back(
+            p, lease, conversation_id, by="operator", operator_id=operator_id, resolved=resolved
+        )
         if p.past is not None:  # What was said with the person is kept for later (memory).
             p.past.schedule(conversation_id)
 

@@ -28,6 +28,7 @@ from frontdesk.orchestrator.confirmation import DEFAULT_TTL as DEFAULT_CONFIRM_T
 from frontdesk.orchestrator.fallbacks import Unreadable
 from frontdesk.orchestrator.jobs import DEFAULT_CONCURRENCY, JOBS_MODES, JobsMode
 from frontdesk.orchestrator.past_conversations import IDLE_AFTER
+from frontdesk.orchestrator.resolution import ASSUME_AFTER, assume_seconds, check_variants
 from frontdesk.orchestrator.review import DEFAULT_FALLBACK as DEFAULT_REVIEW_FALLBACK
 from frontdesk.orchestrator.screen import ScreenFunction, ScreenMode, check_mode
 from frontdesk.orchestrator.spend import SpendLimit
@@ -114,6 +115,10 @@ class Profile:
         embeddings: An embeddings endpoint combined with the full text's ranking.
         summarise_idle_after: How long a conversation goes without a message before its
             summary is kept as a memory of its user.
+        assume_after: Seconds (or a timedelta) with no customer message after a bot
+            answer before the conversation is `assumed_resolved` (default 24 h).
+        variants: Prompt variants per expert (`{"response": {"a": "response", "b":
+            "response_v2"}}`): one per conversation, by a stable hash of its id.
         memory_policy: What the memory expert may keep (`MemoryPolicy`; `None`: the
             default policy, which refuses claims of status, permissions, limits, roles or
             verification, identifiers and secrets). See docs/memory.md.
@@ -165,6 +170,9 @@ class Profile:
     knowledge: bool = True
     embeddings: Embedder | None = None
     summarise_idle_after: timedelta = IDLE_AFTER
+    # Did it help (issue 45, docs/outcomes.md).
+    assume_after: float | timedelta = ASSUME_AFTER
+    variants: Mapping[str, Mapping[str, str]] | None = None
     memory_policy: MemoryPolicy | None = None
     past_conversations: bool = True
     on_unreadable: Unreadable = "ask"
@@ -202,6 +210,10 @@ class Profile:
                 "summarise_idle_after must be a positive timedelta,"
                 f" got {self.summarise_idle_after!r}"
             )
+        if self.knowledge_source is not None:
+            check_profile_name(self.knowledge_source)
+        assume_seconds(self.assume_after)
+        check_variants(self.variants)
         if self.knowledge_source is not None:  # Refused rather than silently ignored.
             raise ConfigError(
                 "knowledge_source is not supported yet: every profile of an orchestrator"

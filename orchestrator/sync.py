@@ -31,7 +31,8 @@ from frontdesk.threads.builder import UserThread
 from frontdesk.threads.compaction import CompactionPolicy
 from frontdesk.threads.handoff import HandoffPolicy
 from frontdesk.threads.memory import MemoryStore
-from frontdesk.threads.store import ConversationStore, MessageRecord
+from frontdesk.threads.resolution import Feedback
+from frontdesk.threads.store import ConversationRecord, ConversationStore, MessageRecord
 from frontdesk.threads.tokens import TokenCounter
 
 
@@ -357,9 +358,27 @@ class SyncOrchestrator:
             self.orchestrator.operator_reply(conversation_id, text, operator_id=operator_id)
         )
 
-    def hand_back(self, conversation_id: str, *, operator_id: str | None = None) -> None:
+    def hand_back(
+        self, conversation_id: str, *, operator_id: str | None = None, resolved: bool = False
+    ) -> None:
         """Blocking `Orchestrator.hand_back`."""
-        self._runner.run(self.orchestrator.hand_back(conversation_id, operator_id=operator_id))
+        self._runner.run(
+            self.orchestrator.hand_back(conversation_id, operator_id=operator_id, resolved=resolved)
+        )
+
+    def conversation(
+        self, conversation_id: str, *, user_id: str | None = None
+    ) -> ConversationRecord:
+        """Blocking `Orchestrator.conversation`."""
+        return self._runner.run(self.orchestrator.conversation(conversation_id, user_id=user_id))
+
+    def feedback(
+        self, message_id: str, rating: int, *, user_id: str | None, comment: str | None = None
+    ) -> Feedback:
+        """Blocking `Orchestrator.feedback`."""
+        return self._runner.run(
+            self.orchestrator.feedback(message_id, rating, user_id=user_id, comment=comment)
+        )
 
     def erase_user(self, user_id: str, *, requested_by: str | None = None) -> ErasureReport:
         """Blocking `Orchestrator.erase_user`."""
@@ -522,9 +541,13 @@ class SyncHandoffs:
             self._handoffs.reply(conversation_id, text, operator_id=operator_id)
         )
 
-    def hand_back(self, conversation_id: str, *, operator_id: str | None = None) -> None:
+    def hand_back(
+        self, conversation_id: str, *, operator_id: str | None = None, resolved: bool = False
+    ) -> None:
         """Blocking `Handoffs.hand_back`."""
-        self._runner.run(self._handoffs.hand_back(conversation_id, operator_id=operator_id))
+        self._runner.run(
+            self._handoffs.hand_back(conversation_id, operator_id=operator_id, resolved=resolved)
+        )
 
 
 class SyncPrivacy:

@@ -33,6 +33,7 @@ import structlog
 from pydantic import BaseModel, ValidationError
 
 from frontdesk import metrics, telemetry
+from frontdesk.audit.events import AuditEvent
 from frontdesk.audit.store import AuditLog
 from frontdesk.db import Connection, reads_beside_writes
 from frontdesk.errors import (
@@ -86,6 +87,7 @@ from frontdesk.orchestrator.errors import TurnFailed
 from frontdesk.orchestrator.jobs import Jobs
 from frontdesk.orchestrator.past_conversations import PastConversations
 from frontdesk.orchestrator.reply import Reply
+from frontdesk.orchestrator.resolution import variant_of
 from frontdesk.threads.budget import Budget, Document
 from frontdesk.threads.builder import (
     ExpertView,
@@ -125,6 +127,7 @@ async def run_turn(p: Pipeline, conversation_id: str, start: Start) -> Reply:
     recorded in the reply's own transaction. All of it is one `frontdesk.turn` span (the
     expert calls' spans are its children)."""
     with telemetry.turn(conversation_id) as span:
+        p, variant = _variant(p, conversation_id)  # Prompt variants: one per conversation.
         span.profile = p.profile or ""
         lease = p.lease(conversation_id)
         try:
@@ -135,7 +138,7 @@ async def run_turn(p: Pipeline, conversation_id: str, start: Start) -> Reply:
                     p, s.question, s.stored.reply, s.stored.outcome, replayed=not s.answered_now
                 )
                 return _traced(span, reply, held=s.answered_now)
-            t = _turn(s, lease, await _recall(p, s), await _lookup(p, s), p.app)
+            t = _turn(s, lease, await _recall(p, s), await _lookup(p, s), p.app, variant)
             t = await _awaiting(p, s, t)
             span.audit_event(t.recorder.events[0].event_id)  # `turn_started`: the question.
             try:
@@ -455,6 +458,7 @@ def _turn(
     memory: Sequence[Document],
     passages: Sequence[Passage],
     app: Mapping[str, object],
+    variant: str | None = None,
 ) -> Turn:
     recorder = TurnRecorder(turn_id=s.question.id)
     recorder.note(
@@ -478,7 +482,26 @@ def _turn(
         guessed=s.guessed,
         passages=passages,
         documents=_knowledge.ranked(passages),
+        variant=variant,
     )
+
+
+def _variant(p: Pipeline, conversation_id: str) -> tuple[Pipeline, str | None]:
+    """The pipeline with the conversation's prompt variant's experts (`variant_of`: a
+    stable hash of its id), and the variant's name; unchanged without variants."""
+    if not p.variants:
+        return p, None
+    name = variant_of(conversation_id, list(p.variants))
+    triage, response = p.variants[name]
+    return dataclasses.replace(p, triage=triage, response=response), name
+
+
+def _stamped(t: Turn) -> list[AuditEvent]:
+    """The turn's audit events, each stamped with the conversation's variant (if any)."""
+    if t.variant is not None:
+        for event in t.recorder.events:
+            event.payload["variant"] = t.variant
+    return t.recorder.events
 
 
 # -- the experts -------------------------------------------------------------------------
@@ -1069,12 +1092,14 @@ async def _finish(
         t.user_message,
         answer.text,
         model=answer.response.model or None,
-        prompt_versions=_prompt_versions(p, decided.category),
+        prompt_versions=_prompt_versions(p, decided.category, t.variant),
     )
     t.recorder.note("reply", assistant_message_id=reply.id, text=answer.text, model=reply.model)
     answered = {**decided.answered, "response": answer.response}
     outcome = _stored(t, dataclasses.replace(decided, answered=answered), answer.passages)
     jobs = _jobs_after(p, t, reply)
+    if decided.outcome.resolves:  # The handler's effect completes what the customer came for.
+        t.recorder.note("resolution", resolution="resolved", by="handler")
     if p.audit is not None:
         await p.audit.prepare_key(t.user_id)  # Only a user's first turn (per process) writes.
 
@@ -1093,7 +1118,7 @@ async def _finish(
             p,
             t.conversation_id,
             write,
-            lambda opened: [*t.recorder.events, *handoff.opened_events(opened)],
+            lambda opened: [*_stamped(t), *handoff.opened_events(opened)],
             lambda _: t.user_id,
             apart_if_joint_fails=True,  # The reply must land: a batch that cannot join waits.
         )
@@ -1119,7 +1144,7 @@ async def _fail(p: Pipeline, t: Turn, error: Exception) -> None:
         log.exception("turn.marker_failed", conversation_id=t.conversation_id)
     if p.audit is not None:
         try:
-            await p.audit.append(t.conversation_id, t.recorder.events, user_id=t.user_id)
+            await p.audit.append(t.conversation_id, _stamped(t), user_id=t.user_id)
         except Exception:  # The turn's own error is the one the caller must see.
             log.exception("audit.failed_turn_not_written", conversation_id=t.conversation_id)
 
@@ -1187,6 +1212,10 @@ class Pipeline:
     """What the audit records of the app with each turn (`app_record`)."""
     handler_errors: handler_errors.HandlerErrors = "reply"
     """A handler's failure: the apology (`reply`) or `HandlerFailed` (`raise`)."""
+    variants: Mapping[str, tuple[TriageExpert, ResponseExpert]] = dataclasses.field(
+        default_factory=dict
+    )
+    """Variant name -> its triage and response experts (`Orchestrator(variants=...)`)."""
     on_unreadable: fallbacks.Unreadable = "ask"
     """An unreadable triage or request answer: ask the customer again (`ask`, a hand-off
     after three in a row) or hand off at once (`handoff`)."""
@@ -1260,6 +1289,8 @@ class Turn:
     """The business's passages for the question, best first."""
     documents: Sequence[Document] = ()
     """`passages` as ranked budget items (the response expert's budget keeps what fits)."""
+    variant: str | None = None
+    """The conversation's prompt variant, stamped on every audit event of the turn."""
     pending: confirmation.Pending | None = None
     """The request the turn before asked the customer to confirm (`confirmation.py`)."""
 
@@ -1358,6 +1389,7 @@ def _decided_from(p: Pipeline, stored: TurnOutcome) -> Decided:
             instruction=stored.instruction,
             data=stored.data,
             handoff=stored.handoff,
+            resolves=stored.resolves,
             reply=stored.reply,
         ),
         handler_ran=stored.handler_ran,
@@ -1389,6 +1421,7 @@ def _stored(t: Turn, d: Decided, sources: Sequence[Passage] = ()) -> TurnOutcome
         usage=usage,
         models=models,
         sources=_knowledge.to_json(sources),
+        resolves=d.outcome.resolves,
         confirmation=d.confirmation,
         reply=d.outcome.reply,
     )
@@ -1457,12 +1490,15 @@ def app_record(
     }
 
 
-def _prompt_versions(p: Pipeline, category: str) -> dict[str, str]:
-    """Which prompt versions produced this reply (kept on the assistant message)."""
+def _prompt_versions(p: Pipeline, category: str, variant: str | None = None) -> dict[str, str]:
+    """Which prompt versions produced this reply (kept on the assistant message), and the
+    conversation's variant when it has one (what `frontdesk report --by variant` reads)."""
     versions = {
         "triage": p.triage.call.prompt.name + "@" + p.triage.call.prompt.version,
         "response": p.response.call.prompt.name + "@" + p.response.call.prompt.version,
     }
+    if variant is not None:
+        versions["variant"] = variant
     expert = p.requests.get(category)
     if expert is not None:
         versions["request"] = expert.call.prompt.name + "@" + expert.call.prompt.version

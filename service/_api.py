@@ -1,5 +1,5 @@
 """The `/v1` routes a customer's client calls: messages (JSON or SSE), thread, transcript,
-edit and regenerate.
+edit and regenerate, the conversation's state and a rating of an answer.
 
 The user is always the token's `sub`; a conversation of another user is answered as a
 missing one (404). Operators may read any conversation's thread and transcript.
@@ -21,6 +21,9 @@ from frontdesk.service._schemas import (
     EVERY_ROUTE,
     WITH_BODY,
     ConversationOut,
+    ConversationStateOut,
+    FeedbackIn,
+    FeedbackOut,
     MessageIn,
     ReplyOut,
     ThreadMessageOut,
@@ -247,3 +250,43 @@ async def regenerate_message(
     profile = customer_profile(orch, principal)
     reply = await orch.regenerate(message_id, user_id=principal.user_id, profile=profile)
     return reply_json(reply)
+
+
+@router.get(
+    "/conversations/{conversation_id}",
+    response_model=ConversationStateOut,
+    responses=ERRORS,
+    summary="The conversation's state: its resolution, when and by whom",
+)
+async def get_conversation(
+    conversation_id: str, principal: Caller, orch: Orch
+) -> ConversationStateOut:
+    user_id = await _reader(orch, conversation_id, principal, "state")
+    conv = await orch.conversation(conversation_id, user_id=user_id)
+    return ConversationStateOut(
+        conversation_id=conv.id,
+        created_at=conv.created_at.isoformat(),
+        resolution=conv.resolution,
+        resolved_at=None if conv.resolved_at is None else conv.resolved_at.isoformat(),
+        resolved_by=conv.resolved_by,
+    )
+
+
+@router.post(
+    "/conversations/{conversation_id}/messages/{message_id}/feedback",
+    response_model=FeedbackOut,
+    responses=ERRORS,
+    summary="Rate a bot answer (1-5, thumbs as 1 or 5), with an optional comment",
+)
+async def post_feedback(
+    conversation_id: str, message_id: str, body: FeedbackIn, principal: Caller, orch: Orch
+) -> FeedbackOut:
+    """Only the conversation's own customer may rate its answers (404 for anyone else's);
+    a repeated rating replaces the last. A rating of 4 or 5 resolves the conversation."""
+    await _message_in(orch, conversation_id, message_id)
+    fb = await orch.feedback(
+        message_id, body.rating, user_id=principal.user_id, comment=body.comment
+    )
+    return FeedbackOut(
+        message_id=fb.message_id, rating=fb.rating, comment=fb.comment, resolved=fb.resolved
+    )

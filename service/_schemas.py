@@ -81,6 +81,35 @@ class TranscriptOut(BaseModel):
     handoff: bool = Field(description="Whether a person has the conversation now.")
 
 
+class ConversationStateOut(BaseModel):
+    """A conversation's own state: did it help."""
+
+    conversation_id: str
+    created_at: str
+    resolution: str = Field(
+        description="`open`, `resolved`, `assumed_resolved`, `handed_off` or `abandoned`."
+    )
+    resolved_at: str | None = Field(description="When it was resolved (ISO 8601, UTC).")
+    resolved_by: str | None = Field(
+        description="`customer`, `handler`, `operator` or `timeout` (or null)."
+    )
+
+
+class FeedbackIn(BaseModel):
+    """A customer's rating of one bot answer; a repeated rating replaces the last."""
+
+    model_config = ConfigDict(extra="forbid")
+    rating: int = Field(description="1 to 5; thumbs up is 5, thumbs down is 1.")
+    comment: str | None = Field(default=None, description="Optional, at most 4,000 characters.")
+
+
+class FeedbackOut(BaseModel):
+    message_id: str
+    rating: int
+    comment: str | None
+    resolved: bool = Field(description="This rating resolved the conversation.")
+
+
 class ErrorOut(BaseModel):
     detail: str
     type: str

@@ -24,6 +24,7 @@ from frontdesk import metrics
 from frontdesk.orchestrator import Orchestrator
 from frontdesk.service._deps import orchestrator
 from frontdesk.threads.handoff import HandoffStore
+from frontdesk.threads.resolution import ResolutionStore
 
 log = structlog.get_logger("frontdesk.service")
 
@@ -38,6 +39,7 @@ async def snapshot(orch: Orchestrator) -> metrics.OperationsSnapshot | None:
     try:
         await orch.open()
         records = await HandoffStore(orch.store.engine).open_ones()
+        conversations = await ResolutionStore(orch.store.engine).counts()
     except Exception as e:  # The scrape says so (frontdesk_store_up 0) rather than fail.
         log.warning("metrics.store_unreadable", error=type(e).__name__)
         return None
@@ -46,6 +48,7 @@ async def snapshot(orch: Orchestrator) -> metrics.OperationsSnapshot | None:
     return metrics.OperationsSnapshot(
         handoff_queue_length=len(records),
         handoff_longest_wait_seconds=max(waits, default=0.0),
+        conversations=conversations,
     )
 
 

@@ -33,7 +33,7 @@ ALLOWED = {
 }
 
 # The public face re-exports from every folder, so it sits above them all.
-FACE = {"__init__.py", "__main__.py", "testing.py"}  # `python -m frontdesk` runs the CLI
+FACE = {"__init__.py", "__main__.py", "eval.py", "testing.py"}  # `python -m frontdesk` runs the CLI
 
 
 def _imports(path: Path) -> list[str]:

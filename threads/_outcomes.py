@@ -54,6 +54,8 @@ class TurnOutcome:
     models: dict[str, str] = field(default_factory=dict)
     sources: list[dict[str, Any]] = field(default_factory=list)
     """The passages the reply was given (id, source, title, text, version, sha256, score)."""
+    resolves: bool = False
+    """The handler said its effect completes what the customer came for (revision 0026)."""
     confirmation: dict[str, Any] | None = None
     """A `confirm` category's pending request (the turn that asks) or the answer to it
     (`orchestrator/confirmation.py` reads and writes it); `None` for any other turn."""
@@ -75,6 +77,7 @@ class TurnOutcome:
             usage=row["usage"] or {},
             models=row["models"] or {},
             sources=row.get("sources") or [],
+            resolves=bool(row.get("resolves")),
             confirmation=row.get("confirmation"),
             reply=row.get("reply"),
         )
@@ -150,6 +153,7 @@ def _params(outcome: TurnOutcome) -> dict[str, Any]:
         "confirmation": outcome.confirmation,
         "reply": outcome.reply,
         "created_at": utcnow(),
+        "resolves": outcome.resolves,
     }
 
 

@@ -96,6 +96,11 @@ class ConversationRecord:
     metadata: dict[str, Any]
     active_leaf_id: str | None
     """The message the next user message answers to (`None` before the first message)."""
+    resolution: str = "open"
+    """`open`, `resolved`, `assumed_resolved`, `handed_off` or `abandoned`."""
+    resolved_at: datetime | None = None
+    resolved_by: str | None = None
+    """`customer`, `handler`, `operator` or `timeout`."""
     profile: str | None = None
     """The profile (business) answering it (`None`: a conversation from before profiles)."""
 

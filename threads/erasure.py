@@ -28,6 +28,7 @@ from frontdesk.threads.handler_state import (
 from frontdesk.threads.memory import delete_user_memories
 from frontdesk.threads.models import (
     Conversation,
+    FeedbackRow,
     HandoffRow,
     Message,
     TurnOutcomeRow,
@@ -43,6 +44,7 @@ __all__ = [
     "conversation_ids",
     "disown_conversations",
     "erase_handler_state",
+    "erase_feedback",
     "erase_handoffs",
     "erase_memories",
     "erase_messages",
@@ -58,6 +60,7 @@ _msg = Message.__table__  # type: ignore[attr-defined]
 _outcome = TurnOutcomeRow.__table__  # type: ignore[attr-defined]
 _handoff = HandoffRow.__table__  # type: ignore[attr-defined]
 _summary = Summary.__table__  # type: ignore[attr-defined]
+_feedback = FeedbackRow.__table__  # type: ignore[attr-defined]
 
 _requests = sa.Table(
     "erasure_request",
@@ -128,6 +131,21 @@ def erase_handoffs(conn: Connection, ids: Sequence[str], _user_id: str) -> int:
     return _rows(conn.execute(sa.update(_handoff).where(where).values(reason=ERASED)))
 
 
+def erase_feedback(conn: Connection, ids: Sequence[str], _user_id: str) -> int:
+    """A rating's comment is the customer's own words; the rating (a number) stays for
+    the reports, no longer tied to the user's id."""
+    where = sa.and_(
+        _feedback.c.conversation_id.in_(ids),
+        sa.or_(_feedback.c.comment.is_(None), _feedback.c.comment != ERASED),
+    )
+    has_comment = sa.and_(where, _feedback.c.comment.is_not(None))
+    erased = _rows(conn.execute(sa.update(_feedback).where(has_comment).values(comment=ERASED)))
+    conn.execute(
+        sa.update(_feedback).where(_feedback.c.conversation_id.in_(ids)).values(user_id=None)
+    )
+    return erased
+
+
 def disown_conversations(
     conn: Connection, user_id: str, owner: str, *, also: Sequence[str] = ()
 ) -> int:
@@ -149,6 +167,17 @@ def age_out(conn: Connection, cutoff: datetime, *, dry_run: bool = False) -> dic
             out[name] = int(conn.execute(sa.select(sa.func.count()).where(where)).scalar_one())
         else:
             out[name] = _rows(conn.execute(sa.update(table).where(where).values({column: ERASED})))
+    where = sa.and_(
+        _feedback.c.created_at < cutoff,
+        _feedback.c.comment.is_not(None),
+        _feedback.c.comment != ERASED,
+    )
+    if dry_run:
+        out["feedback"] = int(conn.execute(sa.select(sa.func.count()).where(where)).scalar_one())
+    else:
+        out["feedback"] = _rows(
+            conn.execute(sa.update(_feedback).where(where).values(comment=ERASED))
+        )
     where = sa.and_(_outcome.c.created_at < cutoff, _outcome.c.instruction != ERASED)
     if dry_run:
         out["outcomes"] = int(conn.execute(sa.select(sa.func.count()).where(where)).scalar_one())

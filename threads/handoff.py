@@ -37,6 +37,7 @@ from frontdesk.threads._records import BOT, MessageRecord, check_id, check_text,
 from frontdesk.threads._tx import run_sync_tx
 from frontdesk.threads.errors import ConfigError, HandoffClaimed, NotHandedOff
 from frontdesk.threads.models import Conversation, HandoffRow, Message, utcnow
+from frontdesk.threads.resolution import resolve
 
 _conv = Conversation.__table__  # type: ignore[attr-defined]
 _msg = Message.__table__  # type: ignore[attr-defined]
@@ -180,6 +181,8 @@ class HandedBack:
     turn_id: str
     """The audit turn of the active leaf after the hand-back (see `turn_at_leaf`)."""
     placed: Placed | None = None
+    resolved: bool = False
+    """The operator marked the conversation resolved as they handed it back."""
 
 
 _COLUMNS = (*(c for c in _handoff.c), _conv.c.user_id, _conv.c.profile)
@@ -268,6 +271,7 @@ def open_handoff(conn: Connection, conversation_id: str, reason: str) -> Opened:
         "claimed_at": None,
     }
     conn.execute(sa.insert(_handoff).values(**values))
+    resolve(conn, conversation_id, "handed_off", None)
     record = current(conn, conversation_id)
     assert record is not None, "the hand-off was just opened"
     return Opened(handoff=record, created=True, turn_id=turn_id)
@@ -383,9 +387,15 @@ def operator_reply(
 
 
 def close(
-    conn: Connection, conversation_id: str, *, by: str, message: str | None = None
+    conn: Connection,
+    conversation_id: str,
+    *,
+    by: str,
+    message: str | None = None,
+    resolved: bool = False,
 ) -> HandedBack:
-    """Close the open hand-off (`by`: `operator` or `timeout`), leaving `message` if given.
+    """Close the open hand-off (`by`: `operator` or `timeout`), leaving `message` if given;
+    the conversation is `resolved` by the operator when they say so, else `open` again.
 
     Raises:
         ConversationNotFound: no such conversation.
@@ -398,6 +408,10 @@ def close(
     conn.execute(
         sa.update(_handoff).where(_handoff.c.id == handoff.id).values(closed_at=now, closed_by=by)
     )
+    if resolved:
+        resolve(conn, conversation_id, "resolved", "operator")
+    else:
+        resolve(conn, conversation_id, "open", None)
     closed = HandoffRecord(
         id=handoff.id,
         conversation_id=handoff.conversation_id,
@@ -411,7 +425,12 @@ def close(
         claimed_by=handoff.claimed_by,
         claimed_at=handoff.claimed_at,
     )
-    return HandedBack(handoff=closed, placed=placed, turn_id=turn_at_leaf(conn, conversation_id))
+    return HandedBack(
+        handoff=closed,
+        placed=placed,
+        turn_id=turn_at_leaf(conn, conversation_id),
+        resolved=resolved,
+    )
 
 
 def expire_due(conn: Connection, conversation_id: str, policy: HandoffPolicy) -> HandedBack | None:
@@ -551,9 +570,11 @@ class HandoffStore:
         message: str | None = None,
         lease: TurnLease,
         also: Also[HandedBack] | None = None,
+        resolved: bool = False,
     ) -> HandedBack:
         """Hand the conversation back to the bot (`by`: `operator` or `timeout`), leaving
-        `message` as an assistant message when given. Takes `lease` as `operator_reply`.
+        `message` as an assistant message when given (`resolved`: the operator says the
+        customer's matter is done). Takes `lease` as `operator_reply`.
 
         Raises:
             ConversationNotFound: no such conversation.
@@ -563,7 +584,7 @@ class HandoffStore:
         check_id(conversation_id, "conversation_id")
 
         def work(conn: Connection) -> HandedBack:
-            result = close(conn, conversation_id, by=by, message=message)
+            result = close(conn, conversation_id, by=by, message=message, resolved=resolved)
             if also is not None:
                 also(conn, result)
             return result

@@ -26,6 +26,9 @@ class ConversationRow:
     messages: int
     user_turns: int
     """User messages on every branch (edits included); compactions are not messages here."""
+    resolution: str = "open"
+    """`open`, `resolved`, `assumed_resolved`, `handed_off` or `abandoned` (issue 45)."""
+    resolved_by: str | None = None
     profile: str | None = None
     """The profile answering it (`None`: from before profiles)."""
 
@@ -48,13 +51,22 @@ async def list_conversations(
             conv.c.id,
             conv.c.user_id,
             conv.c.created_at,
+            conv.c.resolution,
+            conv.c.resolved_by,
             conv.c.profile,
             last.label("last"),
             sa.func.count(msg.c.id).label("messages"),
             sa.func.sum(sa.case((msg.c.role == "user", 1), else_=0)).label("users"),
         )
         .select_from(conv.outerjoin(msg, msg.c.conversation_id == conv.c.id))
-        .group_by(conv.c.id, conv.c.user_id, conv.c.created_at, conv.c.profile)
+        .group_by(
+            conv.c.id,
+            conv.c.user_id,
+            conv.c.created_at,
+            conv.c.resolution,
+            conv.c.resolved_by,
+            conv.c.profile,
+        )
         .order_by(sa.func.coalesce(last, conv.c.created_at).desc(), conv.c.id)
         .limit(limit)
     )
@@ -78,6 +90,8 @@ async def list_conversations(
             iso(r.last),
             r.messages,
             int(r.users or 0),
+            r.resolution,
+            r.resolved_by,
             r.profile,
         )
         for r in rows

@@ -16,6 +16,7 @@ from sqlmodel import Field, SQLModel
 
 __all__ = [
     "Conversation",
+    "FeedbackRow",
     "HandlerData",
     "HandoffRow",
     "Lease",
@@ -64,6 +65,16 @@ class Conversation(SQLModel, table=True):
     """Free-form JSON about the conversation (the column is named `metadata`)."""
     active_leaf_id: str | None = Field(default=None, max_length=36)
     """The message the next user message answers to; switching branches moves it."""
+    resolution: str = Field(
+        default="open",
+        sa_column=sa.Column(
+            "resolution", sa.String(20), nullable=False, server_default="open", index=True
+        ),
+    )
+    """`open`, `resolved`, `assumed_resolved`, `handed_off` or `abandoned` (revision 0026)."""
+    resolved_at: datetime | None = Field(default=None, sa_type=UTCDateTime)
+    resolved_by: str | None = Field(default=None, max_length=16)
+    """`customer`, `handler`, `operator` or `timeout`."""
     profile: str | None = Field(default=None, max_length=64)
     """The profile (business) that answers it, set by its first transaction (`None`: a
     conversation from before profiles, which any profile may answer)."""
@@ -163,6 +174,11 @@ class TurnOutcomeRow(SQLModel, table=True):
     created_at: datetime = Field(sa_type=UTCDateTime)
     sources: Any = Field(default=None, sa_type=sa.JSON)
     """The passages the reply was given (`Reply.sources`), as JSON (revision 0013)."""
+    resolves: bool = Field(
+        default=False,
+        sa_column=sa.Column("resolves", sa.Boolean(), nullable=False, server_default=sa.false()),
+    )
+    """The handler's `Outcome(resolves=True)` (revision 0026)."""
     confirmation: Any = Field(default=None, sa_type=sa.JSON)
     """A `confirm` category's pending request or the answer to it (revision 0025)."""
     reply: str | None = Field(default=None, sa_type=sa.Text)
@@ -201,3 +217,21 @@ class HandoffRow(SQLModel, table=True):
     claimed_by: str | None = Field(default=None, max_length=255)
     """The operator who has claimed it (revision 0015): only they may answer."""
     claimed_at: datetime | None = Field(default=None, sa_type=UTCDateTime)
+
+
+class FeedbackRow(SQLModel, table=True):
+    """A customer's rating of one bot answer (revision 0026): a repeated rating replaces it."""
+
+    __tablename__ = "feedback"
+    __table_args__ = (sa.CheckConstraint("rating BETWEEN 1 AND 5", name="ck_feedback_rating"),)
+
+    message_id: str = Field(
+        primary_key=True, foreign_key="message.id", max_length=36, ondelete="CASCADE"
+    )
+    conversation_id: str = Field(
+        foreign_key="conversation.id", max_length=255, ondelete="CASCADE", index=True
+    )
+    user_id: str | None = Field(default=None, max_length=255)
+    rating: int
+    comment: str | None = Field(default=None, sa_type=sa.Text)
+    created_at: datetime = Field(sa_type=UTCDateTime)

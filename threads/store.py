@@ -54,6 +54,7 @@ from frontdesk.threads.handoff import (
 )
 from frontdesk.threads.jobs import JobSpec
 from frontdesk.threads.models import Conversation, Message, utcnow
+from frontdesk.threads.resolution import resolve
 from frontdesk.threads.spend import Spent
 from frontdesk.threads.summaries import PathSinceSummary, path_since_newest_sync
 
@@ -91,6 +92,8 @@ class FinishedTurn:
     jobs: list[_jobs.Deferred] = field(default_factory=list)
     """The jobs recorded with the reply (`threads.jobs`; one whose queueing lock has a
     job waiting is not among them)."""
+    resolved: bool = False
+    """The outcome's `resolves` made the conversation `resolved` (it was not already)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -524,12 +527,15 @@ class ConversationStore:
 
         opened: list[Opened | None] = [None]
         ids: list[_jobs.Deferred] = []
+        resolved = [False]
 
         def work(conn: Connection) -> None:
             if not release:
                 lease.fence(conn)  # `lease.release` checks the fence itself.
             if outcome is not None:
                 opened[0] = _outcomes.save(conn, outcome)
+                if outcome.resolves:  # Only a resolving turn: a plain one writes nothing more.
+                    resolved[0] = resolve(conn, outcome.conversation_id, "resolved", "handler")
             if reply is not None:
                 _outcomes.write_reply(conn, reply)
             ids[:] = _jobs.defer(conn, jobs)
@@ -540,7 +546,7 @@ class ConversationStore:
             await lease.release(work)
         else:
             await run_sync_tx(self.engine, work)
-        return FinishedTurn(opened=opened[0], jobs=ids)
+        return FinishedTurn(opened=opened[0], jobs=ids, resolved=resolved[0])
 
     async def mark_failed(
         self, question: MessageRecord, safe_reply: str, *, lease: TurnLease | None = None
@@ -740,6 +746,9 @@ class ConversationStore:
                 created_at=row["created_at"],
                 metadata=row["metadata"] or {},
                 active_leaf_id=row["active_leaf_id"],
+                resolution=row["resolution"],
+                resolved_at=row["resolved_at"],
+                resolved_by=row["resolved_by"],
                 profile=row["profile"],
             )
 

@@ -17,18 +17,29 @@ writes with `[offline]`:
 
 from __future__ import annotations
 
+import datetime as dt
 import enum
-import math
 import re
 import time
 import types
 import typing
 from collections.abc import AsyncIterator, Sequence
+from decimal import Decimal
+from functools import lru_cache
 from typing import Any, Literal, get_args, get_origin
 
 from pydantic import BaseModel, ValidationError
 
 from frontdesk.experts.errors import OutputValidationError
+from frontdesk.experts.providers import _offline_values as values
+from frontdesk.experts.providers._offline_routing import (
+    CONFIDENT,
+    OUT_OF_SCOPE,
+    Index,
+    answers_question,
+    build_index,
+    wants_person,
+)
 from frontdesk.experts.providers.base import (
     Message,
     ModelRequest,
@@ -54,11 +65,6 @@ _STOP = frozenset(
     "a an and are as at be but by can could do does for from have i i'd i'm in is it its"
     " me my of on or our please so that the this to was we what when where which will with"
     " would you your yours it's im id like want need get just also some any hi hello thanks".split()
-)
-_HUMAN = re.compile(
-    r"\b(human|person|people|agent|someone|somebody|representative|operator|supervisor|"
-    r"manager|real\s+person|staff)\b",
-    re.IGNORECASE,
 )
 _BACK_TO_FIRST = re.compile(r"\b(first|original|initial|earlier)\b|\bgo(ing)?\s+back\b", re.I)
 _ONES = [
@@ -96,8 +102,12 @@ def _stem(word: str) -> str:
 
 
 def _tokens(text: str) -> set[str]:
+    return set(_token_list(text))
+
+
+def _token_list(text: str) -> list[str]:
     words = re.findall(r"[a-z0-9]+(?:'[a-z]+)?", text.lower())
-    return {_stem(w.removesuffix("'s")) for w in words if w not in _STOP}
+    return [_stem(w.removesuffix("'s")) for w in words if w not in _STOP]
 
 
 def _estimated_usage(request: ModelRequest, raw: Any) -> Usage:
@@ -113,7 +123,21 @@ def _estimated_usage(request: ModelRequest, raw: Any) -> Usage:
 
 
 class OfflineModel:
-    """The `offline` model: deterministic, no network, clearly labelled as a stand-in."""
+    """The `offline` model: deterministic, no network, clearly labelled as a stand-in.
+
+    Args:
+        today: The day relative dates ("tomorrow", "next Friday") count from; the real
+            date when not given (an evaluation on a data set passes the set's own day).
+        out_of_scope: Triage answers `OTHER` when the nearest examples share less than
+            this part of the message's words (weighted by rarity); 0 never does.
+    """
+
+    def __init__(self, *, today: dt.date | None = None, out_of_scope: float = OUT_OF_SCOPE) -> None:
+        self.today = today
+        self.out_of_scope = out_of_scope
+
+    def _today(self) -> dt.date:
+        return self.today or dt.date.today()
 
     @property
     def name(self) -> str:
@@ -171,11 +195,15 @@ class OfflineModel:
             return output_type.model_validate({"facts": facts_in(" ".join(user_texts))})
         schema = json_schema_of(output_type)
         if "x-frontdesk-categories" in schema or "category" in output_type.model_fields:
-            return triage(output_type, schema, user_texts[-1] if user_texts else "")
+            thread = [m for m in request.messages if m["role"] in ("user", "assistant")]
+            latest = user_texts[-1] if user_texts else ""
+            return triage(
+                output_type, schema, latest, thread=thread, out_of_scope=self.out_of_scope
+            )
         request_model = _request_model_of(output_type)
         if request_model is not None:
-            return extract_wrapped(output_type, request_model, user_texts)
-        data, _missing = extract_fields(output_type, user_texts)
+            return extract_wrapped(output_type, request_model, user_texts, today=self._today())
+        data, _missing = extract_fields(output_type, user_texts, today=self._today())
         try:
             return output_type.model_validate(data)
         except ValidationError as exc:
@@ -297,50 +325,99 @@ def reference_note(request: ModelRequest) -> str:
     return f" {LABEL} From our help pages ({best.source}, {best.title}): {quoted}"
 
 
-def triage(output_type: type[BaseModel], schema: dict[str, Any], text: str) -> BaseModel:
-    """Route `text` to the category sharing the most distinctive words with it."""
-    enum_values = _choices(output_type.model_fields["category"].annotation)
-    names = [str(_choice_value(v)) for v in enum_values]
-    categories: dict[str, Any] = schema.get("x-frontdesk-categories") or {}
-    if "HUMAN" in names and _HUMAN.search(text):
+def triage(
+    output_type: type[BaseModel],
+    schema: dict[str, Any],
+    text: str,
+    *,
+    thread: Sequence[Message] = (),
+    out_of_scope: float = OUT_OF_SCOPE,
+) -> BaseModel:
+    """Route `text` to the category of its nearest examples (BM25), `OTHER` when they share
+    less than `out_of_scope` of its words' weight. `thread`, the messages `text` ends,
+    keeps an answer to the assistant's question in the category that asked, and lets a
+    message that goes on with the previous one's topic stay in it on less evidence."""
+    names = [
+        str(_choice_value(v)) for v in _choices(output_type.model_fields["category"].annotation)
+    ]
+    if "HUMAN" in names and wants_person(text):
         return output_type.model_validate(
             {"category": "HUMAN", "reason": f"{LABEL} the user asks for a person"}
         )
-    vocab = {
-        name: _tokens(
-            " ".join(
-                [name.replace("_", " "), str(info.get("description", ""))]
-                + [str(e) for e in info.get("examples", [])]
-            )
+    index = _index_of(output_type, tuple(names))
+    route = index.route(_token_list(text))
+    asked = _asking_category(index, thread, out_of_scope) if thread else None
+    if asked is not None and (
+        answers_question(thread) == "value"
+        or route is None
+        or route.share < CONFIDENT
+        or route.category in (asked, "OTHER")
+    ):
+        return output_type.model_validate(
+            {"category": asked, "reason": f"{LABEL} answers the question {asked} asked"}
         )
-        for name, info in categories.items()
-        if name in names
-    }
-    message = _tokens(text)
-    count = len(vocab)
-    best, best_score, best_words = "OTHER", 0.0, list[str]()
-    for name, words in vocab.items():
-        shared = sorted(message & words)
-        score = sum(
-            math.log((count + 1) / sum(1 for v in vocab.values() if w in v)) for w in shared
-        )
-        if score > best_score:
-            best, best_score, best_words = name, score, shared
-    if best_score < 0.5 or best not in names:
+    weak = route is None or route.share < out_of_scope
+    if weak and route is not None and route.category == _previous(index, thread, out_of_scope):
+        weak = False  # The same topic as the message before: no need to say it all again.
+    if route is None or weak or route.category not in names:
         fallback = "OTHER" if "OTHER" in names else names[0]
         return output_type.model_validate(
             {"category": fallback, "reason": f"{LABEL} no category matched the message"}
         )
     return output_type.model_validate(
-        {"category": best, "reason": f"{LABEL} shared words: {', '.join(best_words)}"}
+        {
+            "category": route.category,
+            "reason": f"{LABEL} nearest example shares: {', '.join(route.words)}",
+        }
     )
 
 
+def _previous(index: Index, thread: Sequence[Message], out_of_scope: float) -> str | None:
+    """The topic the user's messages before the latest one were on, if any: each message
+    is on the topic it matches clearly, or stays on the one before when it matches that."""
+    topic: str | None = None
+    for message in [m for m in thread if m["role"] == "user"][:-1]:
+        route = index.route(_token_list(_said(message["content"])))
+        if route is None or route.category == "OTHER":
+            topic = None
+        elif route.share >= out_of_scope or route.category == topic:
+            topic = route.category
+        else:
+            topic = None
+    return topic
+
+
+def _asking_category(index: Index, thread: Sequence[Message], out_of_scope: float) -> str | None:
+    """The category the conversation was in when the assistant asked the question the
+    latest message answers (followed back through earlier answers), if any."""
+    end = len(thread)
+    while end >= 3 and answers_question(thread[:end]):
+        end -= 2
+        text = _said(thread[end - 1]["content"])
+        if wants_person(text):
+            return None
+        route = index.route(_token_list(text))
+        if route is not None and route.share >= out_of_scope and route.category != "OTHER":
+            return route.category if route.category != "HUMAN" else None
+    return None
+
+
+@lru_cache(maxsize=64)
+def _index_of(output_type: type[BaseModel], names: tuple[str, ...]) -> Index:
+    """The BM25 index of one triage output type (built once: the app's categories)."""
+    schema = json_schema_of(output_type)
+    return build_index(schema.get("x-frontdesk-categories") or {}, names, _token_list)
+
+
 def extract_wrapped(
-    output_type: type[BaseModel], request_model: type[BaseModel], user_texts: Sequence[str]
+    output_type: type[BaseModel],
+    request_model: type[BaseModel],
+    user_texts: Sequence[str],
+    *,
+    today: dt.date | None = None,
 ) -> BaseModel:
     """Fill the `<Request>Extraction` wrapper: the request, or `need_more_info`."""
-    data, missing = extract_fields(request_model, user_texts)
+    data, missing = extract_fields(request_model, user_texts, today=today)
     if not missing:
         try:
             request = request_model.model_validate(data)
@@ -359,14 +436,35 @@ def extract_wrapped(
 
 
 def extract_fields(
-    model: type[BaseModel], user_texts: Sequence[str]
+    model: type[BaseModel], user_texts: Sequence[str], *, today: dt.date | None = None
 ) -> tuple[dict[str, Any], list[str]]:
-    """Values found in the user turns for `model`'s fields, and the required ones missing."""
+    """Values found in the user turns for `model`'s fields, and the required ones missing.
+
+    Dates, times and sums of money are shared out among the fields of their kind (one
+    mention per field: `date_from` the one after "from"); digit ids too, so two `*number*`
+    fields never get the same digits."""
     data: dict[str, Any] = {}
+    kinds: dict[str, list[str]] = {}
     for name, info in model.model_fields.items():
+        kind = _kind_of(name, info.annotation)
+        if kind:
+            kinds.setdefault(kind, []).append(name)
+            continue
         value = _find(name, info.annotation, user_texts)
         if value is not None:
             data[name] = value
+    day = today or dt.date.today()
+    finders = {
+        "date": lambda text: values.dates_in(text, day),
+        "time": values.times_in,
+        "amount": values.amounts_in,
+    }
+    for kind, names in kinds.items():
+        if kind == "digits":
+            data.update(_digit_ids(names, user_texts))
+            continue
+        for text in user_texts:  # A later turn's value replaces an earlier one.
+            data.update(values.assign(names, finders[kind](text)))
     # Drop values the model rejects (e.g. out of range), so they are asked for again.
     for _ in range(len(data) + 1):
         try:
@@ -382,6 +480,56 @@ def extract_fields(
     return data, missing
 
 
+_MONEY = re.compile(r"amount|price|cost|total|fee|refund|sum|balance|payment|charge|budget")
+_DIGIT_ID = re.compile(r"number|(^|_)(id|no|ref|reference|code|pin|phone|account)($|_)")
+
+
+def _kind_of(name: str, annotation: Any) -> str:
+    """Which shared-out kind a field is: date, time, amount, digits, or "" (on its own)."""
+    annotation = _unwrap_optional(annotation)
+    if annotation is dt.date:
+        return "date"
+    if annotation is dt.time:
+        return "time"
+    if annotation is Decimal or (annotation in (int, float) and _MONEY.search(name.lower())):
+        return "amount"
+    if annotation is str and _DIGIT_ID.search(name.lower()):
+        return "digits"
+    return ""
+
+
+def _digit_ids(names: Sequence[str], texts: Sequence[str]) -> dict[str, str]:
+    """Runs of 4+ digits for id fields: the run right after a field's own words ("PIN
+    4321", "phone number 0123 456") first, then the latest run no other field took."""
+    found: dict[str, str] = {}
+    taken: set[str] = set()
+    for name in names:
+        words = [w for w in name.lower().split("_") if w not in ("number", "no", "the", "my")]
+        if not words:
+            continue
+        label = r"[\s_-]*".join(re.escape(w) for w in words)
+        pattern = re.compile(
+            rf"\b{label}\w*(?:\s+(?:number|no\.?|is|was|:|#))*\s*#?\s*(\d[\d -]{{2,}}\d)", re.I
+        )
+        for text in texts:
+            for match in pattern.finditer(text):
+                digits = re.sub(r"\D", "", match.group(1))
+                if len(digits) >= 4 and digits not in taken:
+                    found[name] = digits
+        if name in found:
+            taken.add(found[name])
+    for name in names:
+        if name in found:
+            continue
+        for text in reversed(texts):
+            runs = [r for r in re.findall(r"(?<![\d.])\d{4,}(?![\d.])", text) if r not in taken]
+            if runs:
+                found[name] = runs[-1]
+                taken.add(runs[-1])
+                break
+    return found
+
+
 def _find(name: str, annotation: Any, texts: Sequence[str]) -> Any:
     annotation = _unwrap_optional(annotation)
     choices = _choices(annotation)
@@ -391,11 +539,11 @@ def _find(name: str, annotation: Any, texts: Sequence[str]) -> Any:
         return _affirmed(name, texts[-1]) if texts else None
     if annotation in (int, float):
         return _number_near(name, texts)
-    if annotation is str and re.search(r"number|(^|_)(id|no|ref|reference|code)$", name):
+    if annotation is str:
         for text in reversed(texts):
-            runs = re.findall(r"(?<![\d.])\d{4,}(?![\d.])", text)
-            if runs:
-                return runs[-1]
+            found = values.string_for(name, text)
+            if found is not None:
+                return found
     return None
 
 
@@ -439,6 +587,19 @@ def _latest_choice(choices: list[Any], texts: Sequence[str]) -> Any:
     return None if value is None else _choice_value(value)
 
 
+_NOUN_SYNONYMS = {
+    "kid": ("child", "children", "kids"),
+    "child": ("kid", "kids", "children"),
+    "people": ("person", "persons", "guest", "guests", "of us"),
+    "person": ("people", "persons", "guest", "guests"),
+    "guest": ("people", "person", "persons", "guests"),
+    "adult": ("adults", "grown-ups", "grownups"),
+    "room": ("rooms", "suite", "suites"),
+    "night": ("nights",),
+}
+"""Words that name the same thing as a field's noun ("2 children" for `kids`)."""
+
+
 def _number_near(name: str, texts: Sequence[str]) -> int | None:
     parts = [
         p
@@ -449,6 +610,7 @@ def _number_near(name: str, texts: Sequence[str]) -> int | None:
     for part in parts or [name.lower()]:
         singular = part[:-1] if part.endswith("s") and len(part) > 3 else part
         nouns.update({singular, singular + "s", singular + "es", part})
+        nouns.update(_NOUN_SYNONYMS.get(singular, ()))
     noun_alt = "|".join(re.escape(n) for n in sorted(nouns, key=len, reverse=True))
     pattern = re.compile(
         rf"\b(?P<n>\d+|{_NUMBER_ALT})\s+(?:[a-z]+\s+)?(?:{noun_alt})\b", re.IGNORECASE

@@ -88,7 +88,61 @@ function draw(m) {
       if (retry) retry.remove();
     }
   }
+  offerRating(div);
   log.scrollTop = log.scrollHeight;
+}
+
+// -- feedback: thumbs on each bot answer, then an optional comment --------------------------
+// A rating replaces the last one given to the same answer (the server keeps one per answer).
+function offerRating(div) {
+  const cls = div.classList;
+  if (!div.dataset.id || div.dataset.streaming || div.querySelector(".rate")
+      || !cls.contains("assistant") || cls.contains("operator") || cls.contains("waiting")
+      || cls.contains("failed")) return;
+  const row = fd.el("div", "rate");
+  const up = fd.el("button", "quiet", "Helpful");
+  const down = fd.el("button", "quiet", "Not helpful");
+  const note = fd.el("span", "rated");
+  note.setAttribute("role", "status");
+  for (const [button, rating] of [[up, 5], [down, 1]]) {
+    button.type = "button";
+    button.setAttribute("aria-pressed", "false");
+    button.addEventListener("click", () => rate(div, rating, null));
+  }
+  row.append(up, down, note);
+  div.append(row);
+}
+
+async function rate(div, rating, comment) {
+  const row = div.querySelector(".rate"), note = row.querySelector(".rated");
+  const url = `/v1/conversations/${encodeURIComponent(conversation)}/messages/`
+    + `${encodeURIComponent(div.dataset.id)}/feedback`;
+  let r;
+  try {
+    r = await fd.api(url, { method: "POST", headers: { "Content-Type": "application/json" },
+                            body: JSON.stringify({ rating, comment }) });
+  } catch (err) { r = null; }
+  if (!r || !r.ok) { note.textContent = "Your rating could not be saved. Please try again."; return; }
+  const [up, down] = row.querySelectorAll("button");
+  up.setAttribute("aria-pressed", String(rating === 5));
+  down.setAttribute("aria-pressed", String(rating === 1));
+  div.dataset.rating = String(rating);
+  note.textContent = comment ? "Thanks, your comment is saved." : "Thanks for telling us.";
+  if (row.querySelector("form")) return;
+  const form = fd.el("form", "comment");
+  const field = fd.el("input");
+  field.type = "text";
+  field.maxLength = 4000;
+  field.setAttribute("aria-label", "Anything to add? (optional)");
+  field.placeholder = "Anything to add? (optional)";
+  const send = fd.el("button", "quiet", "Send comment");
+  send.type = "submit";
+  form.append(field, send);
+  form.addEventListener("submit", (e) => {
+    e.preventDefault();
+    if (field.value.trim()) rate(div, Number(div.dataset.rating), field.value.trim());
+  });
+  row.append(form);
 }
 
 function showBanner() {
@@ -263,6 +317,7 @@ async function exchange(text, key) {
           fill(answer, { role: "assistant", author: "bot", text: event.text, id: event.message_id,
                          kind: event.handoff ? "handoff" : "message" });
           answer.dataset.parent = event.user_message_id;
+          if (!event.handoff) offerRating(answer);
         } else if (answer) answer.remove();
         const shown = byId(event.message_id);
         if (event.awaiting_confirmation && shown) offerConfirmation(shown);

@@ -43,11 +43,13 @@ def test_conversations_lists_newest_first_with_counts(db: str) -> None:
     assert [r["conversation_id"] for r in rows] == ["b-1", "a-1"]
     a = rows[1]
     assert (a["user_id"], a["messages"], a["user_turns"]) == ("ann", 4, 2)
+    assert (a["resolution"], a["resolved_by"]) == ("open", None)
     anns = _json("conversations", "--json", "--user", "ann", "--db", db)
     assert [r["conversation_id"] for r in anns] == ["a-1"]
     assert _json("conversations", "--json", "--since", "2999-01-01", "--db", db) == []
     table = runner.invoke(app, ["conversations", "--db", db], env={"COLUMNS": "200"})
     assert table.exit_code == 0 and "a-1" in table.output and "bob" in table.output
+    assert "resolution" in table.output and "open" in table.output
     bad = runner.invoke(app, ["conversations", "--since", "yesterday", "--db", db])
     assert bad.exit_code == 2 and "--since 'yesterday'" in bad.output
 

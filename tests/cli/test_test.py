@@ -117,3 +117,42 @@ def test_a_broken_handler_fails_its_turn_and_logs_the_traceback(tmp_path: Path) 
     assert "handler.failed" in done.stderr and "category=BROKEN" in done.stderr
     assert "Traceback (most recent call last)" in done.stderr
     assert 'settings["missing"]' in done.stderr  # The frame; the message only in the audit.
+
+
+SIMULATED = """
+conversations:
+  - name: a customer freezes a lost card
+    user_id: alice
+    simulate: {persona: "A worried customer", goal: "Freeze the lost card", max_turns: 4}
+    expect: {category: CARD_FREEZE, request: {last_four: "4242"}, handler_calls: 1}
+    judge: ['The assistant says "frozen"']
+"""
+
+
+def test_a_simulated_customer_with_a_python_model_user_and_judge(tmp_path: Path) -> None:
+    path = _file(tmp_path, SIMULATED)
+    result = runner.invoke(
+        app,
+        ["test", str(path), "--app", APP, "--model", "tests.orchestrator._players:offline",
+         "--user", "tests.orchestrator._players:user", "--judge",
+         "tests.orchestrator._players:judge", "--repeat", "2"],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert "pass^1 1.00, pass^2 1.00" in result.stdout
+    assert "judge PASS 'The assistant says \"frozen\"'" in result.stdout
+
+
+def test_a_model_attribute_that_is_not_a_model_is_named(tmp_path: Path) -> None:
+    result = runner.invoke(
+        app,
+        [
+            "test",
+            str(_file(tmp_path)),
+            "--app",
+            APP,
+            "--model",
+            "tests.orchestrator._players:LINES",
+        ],
+    )
+    assert result.exit_code != 0
+    assert "_players.LINES is not a Model" in result.output

@@ -58,6 +58,9 @@ async def test_an_oversized_request_is_not_acted_on(db_url: str) -> None:
     team.extract = lambda r: {"request": request}
     orch = bank.build(model=team.model(), store=db_url)
     reply = await orch.handle("c", "send 50 to 12345678")
+    state = orch.store.handler_state("TRANSFER", conversation_id="c", user_id=None)
+    sent = await state.conversation.items("transfer:")
     await orch.aclose()
-    assert reply.request is None and reply.handoff  # Unusable: a person, never the handler.
+    # Unusable: the customer is asked again (on_unreadable="ask"), never the handler run.
+    assert reply.request is None and not reply.awaiting_confirmation and sent == []
     assert len(team.of("request")) == 2

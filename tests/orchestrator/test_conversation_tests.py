@@ -76,9 +76,9 @@ async def test_a_scripted_file_tests_handlers_state_handoffs_and_replies(tmp_pat
     assert report.scripted
     assert [len(c.runs) for c in report.conversations] == [1, 1, 1]
     freeze = report.conversations[0].runs[0].turns
-    # The response expert answers with the handler's instruction.
-    assert freeze[0].reply == "Tell the user card ending 4242 is frozen."
-    assert freeze[1].reply == "Tell the user card ending 4242 is already frozen."
+    # The response expert says the handler's instruction, as the offline stand-in does.
+    assert freeze[0].reply == "[offline] Card ending 4242 is frozen."
+    assert freeze[1].reply == "[offline] Card ending 4242 is already frozen."
     accuracy = report.field_accuracy()
     assert accuracy["category"] == (6, 6) and accuracy["handoff"] == (2, 2)
     assert report.text().splitlines()[-1] == "all passed"
@@ -118,7 +118,7 @@ async def test_a_script_the_request_model_refuses_is_reported_not_hidden(tmp_pat
     report = await run_files([load_file(_file(tmp_path, text))], _bank.build, workdir=tmp_path)
     turn = report.conversations[0].runs[0].turns[0]
     assert not turn.passed
-    assert "request: expected {'last_four': '42'}, got None" in turn.describe()
+    assert "request: last_four: the expected '42' is not valid (String should" in turn.describe()
 
 
 async def test_a_broken_handler_fails_its_turn_with_the_exception(tmp_path: Path) -> None:

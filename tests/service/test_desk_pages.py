@@ -282,9 +282,10 @@ def test_a_phone_the_keyboard_and_a_message_over_the_limit(
         no_sideways_scroll(desk)
         axe(desk, "console at 390 px, conversation open", shots)
         desk.screenshot(path=str(shots / "console-390.png"), full_page=True)
-        # Keyboard alone on the chat page: Tab reaches the box and Enter sends.
+        # Keyboard alone on the chat page: Tab reaches the box and Enter sends (past each
+        # answer's two rating buttons).
         chat.locator("body").focus()
-        for _ in range(10):
+        for _ in range(30):
             chat.keyboard.press("Tab")
             if chat.evaluate("() => document.activeElement.id") == "text":
                 break

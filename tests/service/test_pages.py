@@ -5,7 +5,9 @@ Screenshots go to a temporary folder (or to $FRONTDESK_SCREENSHOTS when set, to 
 
 from __future__ import annotations
 
+import json
 import os
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -175,6 +177,32 @@ def test_the_user_sees_and_deletes_what_is_remembered(
     page.click("#forget-all")
     page.get_by_role("button", name="Yes, delete everything").click()
     expect(page.locator("#memories")).to_contain_text("Nothing remembered.")
+    page.close()
+
+
+def test_the_customer_rates_an_answer_with_a_comment(
+    browser: Browser, base_url: str, shots: Path
+) -> None:
+    page = chat(browser, base_url, "erin", "rated")
+    say(page, "hello there")
+    answer = page.locator(".msg.assistant").last
+    expect(answer).to_contain_text("You said: hello there.")
+    answer.get_by_role("button", name="Not helpful").click()
+    expect(answer.locator(".rated")).to_have_text("Thanks for telling us.")
+    answer.get_by_role("button", name="Helpful", exact=True).click()  # Changed mind.
+    expect(answer.get_by_role("button", name="Helpful", exact=True)).to_have_attribute(
+        "aria-pressed", "true"
+    )
+    answer.get_by_label("Anything to add? (optional)").fill("Quick and clear")
+    answer.get_by_role("button", name="Send comment").click()
+    expect(answer.locator(".rated")).to_have_text("Thanks, your comment is saved.")
+    page.screenshot(path=str(shots / "chat-rated.png"))
+    request = urllib.request.Request(
+        f"{base_url}/v1/conversations/rated", headers={"Authorization": f"Bearer {token('erin')}"}
+    )
+    with urllib.request.urlopen(request) as response:
+        state = json.loads(response.read())
+    assert (state["resolution"], state["resolved_by"]) == ("resolved", "customer")
     page.close()
 
 
