@@ -19,6 +19,7 @@ import pytest
 from pydantic import BaseModel
 
 from frontdesk import Category, HandlerContext, MemoryPolicy, Orchestrator, Outcome, Redact
+from frontdesk.errors import ConfigError
 from frontdesk.experts.providers import FunctionModel, ModelRequest
 from frontdesk.labels import (
     CUSTOMER_MEMORY_END,
@@ -27,6 +28,7 @@ from frontdesk.labels import (
     VERIFIED_MEMORY_END,
     VERIFIED_MEMORY_LABEL,
 )
+from frontdesk.orchestrator import Profile
 from tests._pg import create_database, drop_database
 
 pytestmark = pytest.mark.anyio
@@ -376,3 +378,26 @@ async def test_the_memory_expert_is_sent_the_customers_words_with_labels_marked(
     (said,) = [m["content"] for m in learning.messages]
     assert said.count(VERIFIED_MEMORY_LABEL) == 1 and said.startswith(VERIFIED_MEMORY_LABEL)
     assert QUOTED_MARK in said
+
+
+async def test_the_settings_are_profile_fields_and_flat_keywords(db_url: str) -> None:
+    narrow = MemoryPolicy(allowed_keys={"language"})
+    bank = Bank()
+    profile = Profile(
+        bank.categories(), model=FunctionModel(bank), memory_policy=narrow,
+        past_conversations=False,
+    )  # fmt: skip
+    flat = Orchestrator(
+        bank.categories(), model=FunctionModel(bank), store=db_url, memory_policy=narrow,
+        past_conversations=False,
+    )  # fmt: skip
+    assert flat.profile.memory_policy is narrow and flat.profile.past_conversations is False
+    async with Orchestrator(profile=profile, store=db_url) as orch:
+        await orch.handle("c1", POISON, user_id="eve")
+        await orch.memory.wait()
+        assert await orch.memories("eve") == []
+        events = await orch.audit_log.events("c1")  # type: ignore[union-attr]
+    (refused,) = [e for e in events if e.kind == "memory_refused"]
+    assert {r["reason"] for r in refused.payload["refused"]} == {"key_not_allowed"}
+    with pytest.raises(ConfigError):
+        Profile(bank.categories(), memory_policy="strict")  # type: ignore[arg-type]
