@@ -55,8 +55,8 @@ from frontdesk.threads.handoff import (
 )
 from frontdesk.threads.jobs import JobSpec
 from frontdesk.threads.models import Conversation, Message, utcnow
-from frontdesk.threads.ruled_values import Scrub
 from frontdesk.threads.resolution import resolve
+from frontdesk.threads.ruled_values import Scrub
 from frontdesk.threads.spend import Spent
 from frontdesk.threads.summaries import PathSinceSummary, path_since_newest_sync
 
