@@ -6,10 +6,8 @@ drivers) and the SQLite settings that make several writers safe live here, once.
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from pathlib import Path
 from typing import Any, TypeVar
 
 from sqlalchemy import Connection
@@ -17,9 +15,9 @@ from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
-from frontdesk._driver import postgres, reader, writer
+from frontdesk._driver import postgres, probe, reader, writer
 from frontdesk._driver.writer import SQLITE_BUSY_TIMEOUT_MS, install_hooks, write_slot
-from frontdesk.errors import ConfigError, StoreUnavailable
+from frontdesk.errors import ConfigError
 from frontdesk.masking import scrub
 
 __all__ = [
@@ -88,33 +86,6 @@ def normalise_url(url: str) -> str:
     return parsed.set(drivername=driver).render_as_string(hide_password=False)
 
 
-def _can_open_sqlite(path: str) -> None:
-    """Open the SQLite file once, synchronously, before any async connection is made.
-
-    A file that cannot be opened (its folder missing, no permission, not a database) is
-    said here as one error: through aiosqlite the failed connect leaves its thread posting
-    to an event loop that `asyncio.run` has closed by then, and Python prints that thread's
-    traceback ("Event loop is closed") before the command's own one-line error.
-
-    Raises:
-        StoreUnavailable: the file cannot be opened or read.
-    """
-    if path.startswith("file:"):
-        return  # A URI filename with its own options: left to the driver.
-    try:
-        conn = sqlite3.connect(path, timeout=0)
-        try:
-            conn.execute("PRAGMA schema_version").fetchone()
-        finally:
-            conn.close()
-    except sqlite3.Error as e:
-        if "locked" in str(e):
-            return  # It opens; waiting for a lock is the connections' busy timeout's job.
-        folder = Path(path).parent
-        why = f"; the folder {folder} does not exist" if not folder.is_dir() else ""
-        raise StoreUnavailable(f"cannot open the database file {path}: {e}{why}") from None
-
-
 def create_engine(url: str, **kwargs: Any) -> AsyncEngine:
     """An async engine for `url` (any accepted form).
 
@@ -132,7 +103,7 @@ def create_engine(url: str, **kwargs: Any) -> AsyncEngine:
     """
     normalised = normalise_url(url)
     if normalised.startswith("sqlite"):
-        _can_open_sqlite(make_url(normalised).database or "")
+        probe.can_open_sqlite(make_url(normalised).database or "")
         # Every transaction ends in an explicit COMMIT or ROLLBACK, so the pool's extra
         # rollback on check-in would only cost one more round trip to the driver thread.
         kwargs.setdefault("pool_reset_on_return", None)

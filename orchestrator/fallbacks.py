@@ -12,6 +12,7 @@ from typing import Literal
 from pydantic import BaseModel
 
 from frontdesk.experts import Category, NeedMoreInfo, Outcome
+from frontdesk.experts.providers.offline import LABEL as OFFLINE_LABEL
 from frontdesk.labels import INSTRUCTION_LABEL
 
 Unreadable = Literal["ask", "handoff"]
@@ -194,7 +195,10 @@ _ECHO_CHARS = 40
 
 def echoes_instruction(reply: str, instruction: str) -> bool:
     """Whether a reply repeats the handler's instruction (its label, or its first words
-    verbatim, ignoring case and spacing): a small model may copy what it was given."""
+    verbatim, ignoring case and spacing): a small model may copy what it was given. The
+    offline stand-in says its instruction on purpose, labelled `[offline]`: not an echo."""
+    if reply.startswith(OFFLINE_LABEL):
+        return False
     if INSTRUCTION_LABEL in reply:
         return True
     head = " ".join(instruction.split())[:_ECHO_CHARS].lower()

@@ -61,6 +61,8 @@ async def _model(request: ModelRequest) -> Any:
         return {"request": {"topic": "anything"}}
     if request.expert == "memory":
         text = str(request.messages[-1]["content"])
+        if request.memory:  # The remembered facts' blocks open the last user turn.
+            text = text.removeprefix(request.memory + "\n\n")
         _log(f"started {text}")
         sleep = os.environ.get("FRONTDESK_TEST_LEARN_SLEEP")
         await asyncio.sleep(float(sleep) if sleep else random.uniform(0.0, 0.05))

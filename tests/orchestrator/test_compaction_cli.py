@@ -72,5 +72,5 @@ def test_compact_of_an_unknown_conversation_fails_clearly(tmp_path: Path) -> Non
     result = CliRunner().invoke(
         app, ["thread", "compact", "nope", "--db", url, "--model", "offline"], env=WIDE
     )
-    assert result.exit_code == 1
+    assert result.exit_code == 2  # Unknown conversation: exit 2, as the README says.
     assert "no conversation 'nope'" in result.output

@@ -78,7 +78,7 @@ async def test_retention_counts_in_a_dry_run_and_erases_only_what_is_older(
     future = utcnow() + timedelta(days=1)
 
     none = await run_write(store.engine, lambda c: erasure.age_out(c, past, dry_run=True))
-    assert none == {"messages": 0, "summaries": 0, "outcomes": 0}
+    assert none == {"messages": 0, "summaries": 0, "outcomes": 0, "feedback": 0}
     assert (await run_write(store.engine, lambda c: erasure.age_out(c, past))) == none
     dry = await run_write(store.engine, lambda c: erasure.age_out(c, future, dry_run=True))
     assert dry["messages"] == 2 and {m.content for m in await store.messages(conv)} == before

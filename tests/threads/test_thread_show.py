@@ -71,8 +71,9 @@ def test_all_branches_shows_every_message_nested_at_branch_points(tmp_path: Path
 
 def test_an_unknown_conversation_says_so(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'frontdesk.db'}"
+    asyncio.run(_conversation(url))  # A database that holds another conversation.
     result = CliRunner().invoke(app, ["thread", "show", "nope", "--db", url])
-    assert result.exit_code == 1
+    assert result.exit_code == 2  # Unknown conversation: exit 2, as the README says.
     assert "no conversation 'nope'" in result.output
 
 
