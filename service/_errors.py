@@ -216,6 +216,10 @@ def install(app: FastAPI) -> None:
 
     async def frontdesk_error(request: Request, error: Exception) -> JSONResponse:
         assert isinstance(error, FrontdeskError)
+        if isinstance(error, AuditWriteError) and store_outage(error):
+            # The audit (of an operator's read, say) could not be written because the
+            # database is locked or gone: the client sees the outage it is, naming the store.
+            return outage_response(request, error)
         return error_response(error, _store_name(request))
 
     async def driver_error(request: Request, error: Exception) -> JSONResponse:

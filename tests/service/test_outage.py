@@ -96,8 +96,10 @@ async def test_sqlite_locked_past_the_busy_timeout_is_503_never_500(
         finally:
             holder.execute("ROLLBACK")
             holder.close()
-        # WAL: reads go on beside a held write lock; every write is refused, never a 500.
+        # WAL: reads go on beside a held write lock; every write is refused, never a 500. An
+        # operator's read of a customer's context is audited (a write): refused with them.
         writes = {"POST messages", "DELETE memories", "POST conversations", "POST handoff"}
+        writes |= {"GET context"}
         _assert_all_503({k: r for k, r in answers.items() if k in writes}, "sqlite")
         assert all(r.status_code == 200 for k, r in answers.items() if k not in writes), {
             k: r.text for k, r in answers.items() if k not in writes
