@@ -66,6 +66,8 @@ class PastConversations:
 
     store: ConversationStore
     memory: MemoryStore
+    """The default profile's: each summary is kept for its conversation's profile (this
+    one for a conversation from before profiles)."""
     summariser: SummariserExpert
     audit: AuditLog | None = None
     idle_after: timedelta = IDLE_AFTER
@@ -133,7 +135,7 @@ class PastConversations:
     async def _remember(self, conversation_id: str, user_id: str, leaf_id: str) -> Memory | None:
         current = [
             m
-            for m in await self.memory.current(user_id)
+            for m in await MemoryStore(self.memory.engine, profile=None).current(user_id)
             if m.source == SUMMARY_SOURCE and m.conversation_id == conversation_id
         ]
         if any(m.message_id == leaf_id for m in current):

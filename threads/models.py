@@ -15,6 +15,7 @@ from sqlalchemy.engine import Dialect
 from sqlmodel import Field, SQLModel
 
 __all__ = [
+    "DEFAULT_PROFILE",
     "Conversation",
     "FeedbackRow",
     "HandlerData",
@@ -25,6 +26,11 @@ __all__ = [
     "UTCDateTime",
     "utcnow",
 ]
+
+
+DEFAULT_PROFILE = "default"
+"""The name of an orchestrator's one profile, and the profile of the facts and documents
+stored before they carried one (revision `0030_profile_data`)."""
 
 
 def utcnow() -> datetime:
