@@ -596,9 +596,7 @@ class LongTermMemory:
             return [m for m in current if not m.is_past_conversation]
         return await memories.recall(user_id, query)
 
-    async def past_conversations(
-        self, user_id: str, *, profile: str | None = None
-    ) -> list[Memory]:
+    async def past_conversations(self, user_id: str, *, profile: str | None = None) -> list[Memory]:
         """The kept summaries of `user_id`'s past conversations with `profile`, the newest
         first (each with its `conversation_id`; `forget` deletes one, erasure all)."""
         current = await (await self._opened(profile)).store.current(user_id)
