@@ -65,4 +65,5 @@ async def delete_memory(memory_id: str, principal: Caller, orch: Orch) -> Delete
     "/memories", response_model=DeletedOut, responses=ERRORS, summary="Forget every fact"
 )
 async def delete_memories(principal: Caller, orch: Orch) -> DeletedOut:
-    return DeletedOut(deleted=await orch.forget_all(principal.user_id))
+    profile = customer_profile(orch, principal)
+    return DeletedOut(deleted=await orch.memory.forget_all(principal.user_id, profile=profile))
