@@ -18,7 +18,7 @@ from typing import Any, Literal, Protocol
 
 from pydantic_core import to_jsonable_python
 
-from frontdesk.audit.errors import AuditPayloadError
+from frontdesk.errors import AuditPayloadError
 
 GENESIS_HASH = "0" * 64
 """The `prev_hash` of a conversation's first row."""

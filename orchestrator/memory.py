@@ -41,6 +41,7 @@ from frontdesk.audit.events import AuditEvent
 from frontdesk.audit.refs import UNKEYED, UserRefs
 from frontdesk.audit.store import AuditLog
 from frontdesk.db import Connection
+from frontdesk.errors import MessageNotFound
 from frontdesk.experts import MemoryBlock
 from frontdesk.experts.memory import Fact, MemoryExpert
 from frontdesk.experts.providers import Message
@@ -60,7 +61,6 @@ from frontdesk.ruled import RuledValues, replaced
 from frontdesk.threads import ERASED_MARKER, ConversationRecord
 from frontdesk.threads.budget import Document
 from frontdesk.threads.builder import ExpertView
-from frontdesk.threads.errors import MessageNotFound
 from frontdesk.threads.jobs import JobSpec, mark_done
 from frontdesk.threads.memory import FullTextRetriever, MemoryStore, Retriever
 from frontdesk.threads.store import MessageRecord

@@ -40,19 +40,18 @@ from frontdesk.errors import (
     IdempotencyConflict,
     LeaseLost,
     MessageNotFound,
-    StoreError,
-    UserError,
-)
-from frontdesk.experts import HandlerContext, NeedMoreInfo, Outcome
-from frontdesk.experts.category import HUMAN, OTHER
-from frontdesk.experts.errors import (
     ModelError,
     OutputValidationError,
     ProviderQuotaExhausted,
     Refusal,
+    StoreError,
     StreamInterrupted,
     TruncatedOutput,
+    TurnFailed,
+    UserError,
 )
+from frontdesk.experts import HandlerContext, NeedMoreInfo, Outcome
+from frontdesk.experts.category import HUMAN, OTHER
 from frontdesk.experts.providers import Message, ModelResponse, Speculation, Usage
 from frontdesk.experts.providers.base import OnDelta
 from frontdesk.experts.request import RequestExpert
@@ -83,7 +82,6 @@ from frontdesk.orchestrator._recorder import (
     usage_dict,
 )
 from frontdesk.orchestrator.audited import Also, audited
-from frontdesk.orchestrator.errors import TurnFailed
 from frontdesk.orchestrator.reply import Reply
 from frontdesk.orchestrator.resolution import variant_of
 from frontdesk.orchestrator.ruled_values import model_of

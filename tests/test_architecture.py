@@ -447,3 +447,14 @@ def test_migrations_import_no_live_code() -> None:
             wrong[path.name] = sorted(live)
     assert wrong == {}
     assert all((versions / name).exists() for name in MIGRATIONS_ON_LIVE_AUDIT)
+
+
+def test_errors_are_imported_from_the_one_tree() -> None:
+    """`frontdesk.errors` is the one import path for errors; the folders' `errors` modules
+    only re-export it for code written against them, and no module of ours uses them."""
+    rooms = {f"frontdesk.{folder}.errors" for folder in FOLDERS}
+    tracked = subprocess.run(
+        ["git", "ls-files", "*.py"], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout.split()
+    users = {path for path in tracked if rooms & set(_imports(ROOT / path))}
+    assert users == {"tests/test_migrations.py"}  # It checks the re-export is the same class.

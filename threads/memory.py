@@ -26,7 +26,7 @@ from sqlalchemy import Connection, RowMapping
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from frontdesk._driver import Statement
-from frontdesk.errors import MemoryNotFound
+from frontdesk.errors import InvalidInput, MemoryNotFound
 from frontdesk.memory import (
     MAX_FACT_CHARS,
     MAX_SUMMARY_CHARS,
@@ -39,7 +39,6 @@ from frontdesk.memory import (
 )
 from frontdesk.threads._records import check_id, check_text, new_id
 from frontdesk.threads._tx import run_sync_tx
-from frontdesk.threads.errors import InvalidInput
 from frontdesk.threads.models import DEFAULT_PROFILE, Conversation, Message, UTCDateTime, utcnow
 
 __all__ = [

@@ -22,6 +22,7 @@ from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from frontdesk.db import create_engine, dispose_engine
+from frontdesk.errors import InvalidInput, MessageNotFound, StoreError, StoreUnavailable
 from frontdesk.schema import ensure_schema
 from frontdesk.threads import _lease, _outcomes, _writes, spend
 from frontdesk.threads import handoff as handoff_sql
@@ -38,7 +39,6 @@ from frontdesk.threads._records import (
 )
 from frontdesk.threads._tx import run_sync_tx
 from frontdesk.threads._writes import UNSET, ParentId
-from frontdesk.threads.errors import InvalidInput, MessageNotFound, StoreError, StoreUnavailable
 from frontdesk.threads.handler_state import (
     ERASED_MARKER,
     HandlerState,

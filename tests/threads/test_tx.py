@@ -13,8 +13,8 @@ from sqlalchemy.exc import IntegrityError, OperationalError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from frontdesk.db import create_engine, dispose_engine
+from frontdesk.errors import StoreError, StoreUnavailable
 from frontdesk.threads._tx import run_sync_tx
-from frontdesk.threads.errors import StoreError, StoreUnavailable
 
 pytestmark = pytest.mark.anyio
 
