@@ -12,26 +12,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Any
 
+from frontdesk.audit.chain import AuditRow
 from frontdesk.audit.pricing import Cost, cost_of
-
-
-class AuditRow(Protocol):
-    """What a transcript needs from a stored row (`StoredAuditEvent` has it)."""
-
-    @property
-    def seq(self) -> int: ...
-    @property
-    def kind(self) -> str: ...
-    @property
-    def turn_id(self) -> str: ...
-    @property
-    def created_at(self) -> str: ...
-    @property
-    def payload(self) -> dict[str, Any]: ...
-    @property
-    def system_prompt(self) -> str | None: ...
 
 
 @dataclass(frozen=True)
