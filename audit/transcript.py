@@ -78,7 +78,7 @@ class Attempt:
     response_body: Any
     output: Any
     speculation: str | None = None
-    """`kept` or `discarded` for a speculative request call (issue 14), else `None`."""
+    """`kept` or `discarded` for a speculative request call, else `None`."""
     documents: list[dict[str, Any]] = field(default_factory=list)
     """The passages sent (id, source, title, version, sha256); their text is in `messages`."""
 

@@ -179,7 +179,7 @@ def reads_beside_writes(engine: AsyncEngine) -> bool:
     first transaction) runs better beside it, as a read of its own (`run_read`).
 
     PostgreSQL: yes, the server ranks on a second connection while the first one writes
-    (a memory turn went from 1.31x to 1.21x a bare turn, docs/benchmarks.md). SQLite: no,
+    (docs/benchmarks.md). SQLite: no,
     the reader and the writer threads contend for one interpreter lock, and inside the
     writer's transaction the read costs no hop of its own (concurrent memory turns lost
     about 8 % beside it; alone they were level)."""

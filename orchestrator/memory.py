@@ -121,8 +121,7 @@ class Remembered(Document):
 
 SecretsOf = Callable[[str], Awaitable[Collection[str]]]
 """`secrets(message_id)`: the values the memory expert must never keep from that user
-message (the `Redact("drop")` fields of its turn's request). The hook the secrets work
-extends (issue 40)."""
+message (the `Redact("drop")` fields of its turn's request)."""
 
 
 def ranked(

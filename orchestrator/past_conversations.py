@@ -10,8 +10,8 @@ supersedes the older (one key per conversation); a conversation already kept up 
 newest message is not summarised again.
 
 The idle trigger is background work: `remember_idle` is the function a periodic job calls
-(`Orchestrator.remember_idle_conversations`; the durable jobs runner of issue 22 schedules
-it, and until then an application may call it on a timer). A database lease per
+(`Orchestrator.remember_idle_conversations`; the jobs runner schedules it,
+docs/jobs.md). A database lease per
 conversation (`summary-memory:<id>`) keeps two processes from summarising the same one.
 The summariser's call and the write are audited in the conversation's chain, under the
 user's data key; a failure is logged and audited (`memory_failed`), never raised to a turn.

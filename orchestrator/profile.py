@@ -176,7 +176,7 @@ class Profile:
     knowledge: bool = True
     embeddings: Embedder | None = None
     summarise_idle_after: timedelta = IDLE_AFTER
-    # Did it help (issue 45, docs/outcomes.md).
+    # Did it help (docs/outcomes.md).
     assume_after: float | timedelta = ASSUME_AFTER
     variants: Mapping[str, Mapping[str, str]] | None = None
     memory_policy: MemoryPolicy | None = None

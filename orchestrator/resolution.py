@@ -1,5 +1,5 @@
 """Did it help: the customer's rating, the assume sweep, and the prompt variant of a
-conversation (issue 45).
+conversation (docs/outcomes.md).
 
 A conversation's resolution changes inside the writes that cause it (`threads/resolution.py`
 says where); this module holds what the orchestrator adds: `feedback` (a customer rates a

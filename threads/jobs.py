@@ -263,7 +263,7 @@ _DEFER_ONE = Statement(
     columns=_DEFER_COLUMNS,
 )
 """`defer`'s insert of one job (SQLite), built once: building a multi-row insert costs
-about 0.3 ms, more than SQLite's work."""
+more than SQLite's work."""
 
 
 # -- idempotency ----------------------------------------------------------------------
@@ -469,7 +469,7 @@ _NEXT = Statement(
     .limit(1)
 )
 """The job `claim` takes. Statements built once: building and cache-keying these cost
-more than SQLite's work (about 0.5 ms each), and a runner looks after every job."""
+more than SQLite's work, and a runner looks after every job."""
 _TAKE = Statement(
     sa.update(_j)
     .where(_j.c.id == sa.bindparam("job"))
