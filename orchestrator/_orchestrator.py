@@ -30,6 +30,8 @@ from frontdesk.errors import (
 )
 from frontdesk.experts import Category
 from frontdesk.experts.providers import Model
+from frontdesk.jobs.runner import DrainTimeout, JobKind, Jobs, JobsMode, PeriodicJob
+from frontdesk.jobs.store import JobStore
 from frontdesk.memory import Memory, MemorySource, MemoryTrust
 from frontdesk.memory_policy import MemoryPolicy
 from frontdesk.orchestrator import _wiring, erasure, handoff, resolution, turn
@@ -43,7 +45,6 @@ from frontdesk.orchestrator.config import (
 )
 from frontdesk.orchestrator.erasure import Privacy
 from frontdesk.orchestrator.handoff import Claim, Handoff, Handoffs
-from frontdesk.orchestrator.jobs import DrainTimeout, JobKind, Jobs, JobsMode, PeriodicJob
 from frontdesk.orchestrator.knowledge import HybridRetriever, Knowledge, Library
 from frontdesk.orchestrator.memory import CLOSE_TIMEOUT, LongTermMemory, Memories
 from frontdesk.orchestrator.past_conversations import PastConversations
@@ -66,7 +67,6 @@ from frontdesk.threads.budget import Budget
 from frontdesk.threads.builder import UserThread, build_thread
 from frontdesk.threads.compaction import CompactionPolicy
 from frontdesk.threads.handoff import HandoffPolicy
-from frontdesk.threads.jobs import JobStore
 from frontdesk.threads.knowledge import FullTextPassageRetriever, KnowledgeStore
 from frontdesk.threads.memory import FullTextRetriever, MemoryStore
 from frontdesk.threads.resolution import Feedback

@@ -46,12 +46,12 @@ from frontdesk.audit.refs import UNKEYED, JobLockPurpose, UserRefs, legacy
 from frontdesk.audit.store import AuditLog
 from frontdesk.db import AsyncEngine, Connection, run_write
 from frontdesk.errors import ConfigError
-from frontdesk.orchestrator.jobs import JobKind, PeriodicJob
+from frontdesk.jobs import store as job_rows
+from frontdesk.jobs.runner import JobKind, PeriodicJob
+from frontdesk.jobs.store import JobSpec, rename_lock
 from frontdesk.orchestrator.ruled_values import Secrets
 from frontdesk.ruled import RuledValues
 from frontdesk.threads import erasure as store_erasure
-from frontdesk.threads import jobs as job_rows
-from frontdesk.threads.jobs import JobSpec, rename_lock
 from frontdesk.threads.listing import list_conversations
 from frontdesk.threads.memory import MemoryStore
 from frontdesk.threads.models import utcnow

@@ -45,6 +45,8 @@ from frontdesk.errors import MessageNotFound
 from frontdesk.experts import MemoryBlock
 from frontdesk.experts.memory import Fact, MemoryExpert
 from frontdesk.experts.providers import Message
+from frontdesk.jobs.runner import DrainTimeout, JobKind, Jobs
+from frontdesk.jobs.store import JobSpec, mark_done
 from frontdesk.labels import (
     CUSTOMER_MEMORY_END,
     CUSTOMER_MEMORY_LABEL,
@@ -55,13 +57,11 @@ from frontdesk.labels import (
 from frontdesk.memory import Memory, MemorySource, MemoryTrust
 from frontdesk.memory_policy import MemoryPolicy
 from frontdesk.orchestrator._recorder import TurnRecorder, observing
-from frontdesk.orchestrator.jobs import DrainTimeout, JobKind, Jobs
 from frontdesk.orchestrator.ruled_values import Secrets
 from frontdesk.ruled import RuledValues, replaced
 from frontdesk.threads import ERASED_MARKER, ConversationRecord
 from frontdesk.threads.budget import Document
 from frontdesk.threads.builder import ExpertView
-from frontdesk.threads.jobs import JobSpec, mark_done
 from frontdesk.threads.memory import FullTextRetriever, MemoryStore, Retriever
 from frontdesk.threads.store import MessageRecord
 

@@ -21,12 +21,12 @@ from typing import TYPE_CHECKING, Any, Literal
 from frontdesk.errors import ConfigError
 from frontdesk.experts import Category
 from frontdesk.experts.category import check_registry
+from frontdesk.jobs.runner import DEFAULT_CONCURRENCY, JOBS_MODES, JobsMode
 from frontdesk.memory_policy import MemoryPolicy
 from frontdesk.orchestrator._input import DEFAULT_MAX_MESSAGE_CHARS
 from frontdesk.orchestrator.config import ExpertSettings, ModelChoice
 from frontdesk.orchestrator.confirmation import DEFAULT_TTL as DEFAULT_CONFIRM_TTL
 from frontdesk.orchestrator.fallbacks import Unreadable
-from frontdesk.orchestrator.jobs import DEFAULT_CONCURRENCY, JOBS_MODES, JobsMode
 from frontdesk.orchestrator.past_conversations import IDLE_AFTER
 from frontdesk.orchestrator.resolution import ASSUME_AFTER, assume_seconds, check_variants
 from frontdesk.orchestrator.review import DEFAULT_FALLBACK as DEFAULT_REVIEW_FALLBACK

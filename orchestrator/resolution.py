@@ -20,8 +20,8 @@ import structlog
 from frontdesk import metrics
 from frontdesk.audit.events import AuditEvent
 from frontdesk.errors import ConfigError, UserError
+from frontdesk.jobs.runner import PeriodicJob
 from frontdesk.orchestrator.audited import Records, audited
-from frontdesk.orchestrator.jobs import PeriodicJob
 from frontdesk.threads.models import utcnow
 from frontdesk.threads.resolution import Feedback, ResolutionStore
 from frontdesk.threads.store import MessageRecord

@@ -18,13 +18,13 @@ from typing import Any, Concatenate, Generic, Literal, ParamSpec, Self, TypeVar,
 from frontdesk.audit.store import AuditLog
 from frontdesk.experts import Category
 from frontdesk.experts.providers import Model
+from frontdesk.jobs.runner import Jobs, JobsMode
 from frontdesk.orchestrator import _wiring
 from frontdesk.orchestrator._compaction import BackgroundCompaction
 from frontdesk.orchestrator._orchestrator import Orchestrator
 from frontdesk.orchestrator.config import ExpertSettings
 from frontdesk.orchestrator.erasure import Privacy, RetentionPolicy
 from frontdesk.orchestrator.handoff import Handoff, Handoffs
-from frontdesk.orchestrator.jobs import Jobs, JobsMode
 from frontdesk.orchestrator.knowledge import Knowledge
 from frontdesk.orchestrator.memory import LongTermMemory
 from frontdesk.orchestrator.profile import JobSettings, Profile, Timeouts

@@ -57,6 +57,7 @@ from frontdesk.experts.providers.base import OnDelta
 from frontdesk.experts.request import RequestExpert
 from frontdesk.experts.response import ResponseExpert, ResponseResult
 from frontdesk.experts.triage import TriageExpert
+from frontdesk.jobs.store import JobSpec
 from frontdesk.knowledge import Passage
 from frontdesk.memory import Memory
 from frontdesk.orchestrator import (
@@ -96,7 +97,6 @@ from frontdesk.threads.builder import (
     thread_since,
 )
 from frontdesk.threads.handoff import Opened
-from frontdesk.threads.jobs import JobSpec
 from frontdesk.threads.ruled_values import Scrub
 from frontdesk.threads.store import (
     MessageRecord,

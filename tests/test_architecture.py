@@ -14,20 +14,33 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 # The design card's folders, each installed as `frontdesk.<folder>`.
-FOLDERS = ("experts", "orchestrator", "threads", "audit", "prompts", "examples", "service", "cli")
+FOLDERS = (
+    "experts",
+    "jobs",
+    "orchestrator",
+    "threads",
+    "audit",
+    "prompts",
+    "examples",
+    "service",
+    "cli",
+)
 
 # What each folder may import from the project (besides itself). "core" is the package root's
 # plumbing (`frontdesk.errors`, `.logs`, `.db`, `.schema`), which every folder may use.
 ALLOWED = {
     "core": set(),
     "prompts": {"core"},
-    "threads": {"core"},
+    # The job rows and their runner: below the store, which records a turn's jobs in the
+    # turn's own transaction.
+    "jobs": {"core"},
+    "threads": {"core", "jobs"},
     "audit": {"core"},
     "experts": {"core", "prompts"},
-    "orchestrator": {"core", "prompts", "experts", "threads", "audit"},
+    "orchestrator": {"core", "prompts", "experts", "jobs", "threads", "audit"},
     "examples": {"core", "experts", "orchestrator"},
     # The HTTP service sits on the orchestrator; only the CLI above imports it.
-    "service": {"core", "prompts", "experts", "threads", "audit", "orchestrator"},
+    "service": {"core", "prompts", "experts", "jobs", "threads", "audit", "orchestrator"},
     # The command line sits on top of everything; nothing imports it.
     "cli": {*FOLDERS, "core"} - {"cli"},
 }

@@ -35,10 +35,10 @@ from sqlalchemy import Connection, RowMapping
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from frontdesk._driver import Statement
+from frontdesk._driver.tx import run_sync_tx
 from frontdesk.errors import InvalidInput
 from frontdesk.knowledge import MAX_PASSAGE_CHARS, MAX_SOURCE_CHARS, Passage
 from frontdesk.threads._records import check_id, check_text, new_id
-from frontdesk.threads._tx import run_sync_tx
 from frontdesk.threads.memory import match_query, query_words
 from frontdesk.threads.models import DEFAULT_PROFILE, UTCDateTime, utcnow
 

@@ -26,6 +26,7 @@ from sqlalchemy import Connection, RowMapping
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from frontdesk._driver import Statement
+from frontdesk._driver.tx import run_sync_tx
 from frontdesk.errors import InvalidInput, MemoryNotFound
 from frontdesk.memory import (
     MAX_FACT_CHARS,
@@ -38,7 +39,6 @@ from frontdesk.memory import (
     default_trust,
 )
 from frontdesk.threads._records import check_id, check_text, new_id
-from frontdesk.threads._tx import run_sync_tx
 from frontdesk.threads.models import DEFAULT_PROFILE, Conversation, Message, UTCDateTime, utcnow
 
 __all__ = [
@@ -351,7 +351,7 @@ class MemoryStore:
         trust: MemoryTrust | None = None,
     ) -> list[tuple[Memory, list[str]]]:
         """Store several `(text, key)` facts in one transaction (see `add`); `also` runs in
-        it too (a job's idempotency key, `threads.jobs.mark_done`)."""
+        it too (a job's idempotency key, `jobs.store.mark_done`)."""
         check_id(user_id, "user_id")
         if source not in SOURCES:
             raise InvalidInput(f"memory source must be one of {', '.join(SOURCES)}, not {source!r}")

@@ -32,8 +32,8 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from frontdesk._driver import Statement
-from frontdesk.threads._tx import run_sync_tx
-from frontdesk.threads.models import UTCDateTime, utcnow
+from frontdesk._driver.tx import run_sync_tx
+from frontdesk.db import UTCDateTime, utcnow
 
 __all__ = [
     "PERIODIC_QUEUE",
