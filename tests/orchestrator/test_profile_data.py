@@ -5,7 +5,6 @@ customer's rights (export, erasure) still cover every profile. SQLite and Postgr
 from __future__ import annotations
 
 import json
-from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -141,30 +140,27 @@ async def test_handlers_and_the_memory_expert_write_for_the_conversations_profil
 
 async def test_past_conversations_stay_with_their_profile(url: str) -> None:
     team = Team()
-    now = timedelta(microseconds=1)  # Every conversation is idle at once.
-    orch = Orchestrator(
-        profiles={
-            "shop": Profile(
-                potato_categories(), model=FunctionModel(team), summarise_idle_after=now
-            ),
-            "bank": Profile(potato_categories(), model=FunctionModel(team)),
-        },
-        store=url,
-    )
+    orch = desks(url, team)
     try:
         await orch.handle("bank-1", "my card is lost", user_id="u", profile="bank")
-        assert await orch.remember_idle_conversations() == 1
-        past = await orch.memory.past_conversations("u", profile="bank")
-        assert [m.conversation_id for m in past] == ["bank-1"]
-        assert await orch.memory.past_conversations("u") == []
-        team.seen()
         await orch.handle("shop-1", "hello", user_id="u", profile="shop")
+        assert await orch.memory.wait() == 0
+        # What the idle sweep does for each idle conversation (here at once, not after a day).
+        past = orch._past
+        assert past is not None
+        kept = await past.remember("bank-1")
+        assert kept is not None and kept.profile == "bank"
+        assert [m.conversation_id for m in await orch.memory.past_conversations("u")] == []
+        [summary] = await orch.memory.past_conversations("u", profile="bank")
+        assert summary.conversation_id == "bank-1"
+        team.seen()
+        await orch.handle("shop-2", "hello", user_id="u", profile="shop")
         assert "replacement card" not in team.seen()
-        assert await orch.remember_idle_conversations() == 1  # shop-1's, for the shop.
-        [shops] = await orch.memory.past_conversations("u")
-        assert shops.conversation_id == "shop-1" and shops.profile == "shop"
         await orch.handle("bank-2", "hello", user_id="u", profile="bank")
         assert "replacement card" in team.seen()
+        shops = await past.remember("shop-1")
+        assert shops is not None and shops.profile == "shop"
+        assert await past.remember("shop-1") is None  # Kept already.
     finally:
         await orch.aclose()
 
