@@ -118,6 +118,37 @@ _CUES = re.compile(
 # "I'm Priya", "Hi, I am Ade": a capitalised word after "I'm" (not a sentence's first word).
 _NAMED = re.compile(r"\bI(?:'m| am) ([A-Z][a-z]+)\b")
 _NOT_NAMES = frozenset({"Not", "So", "Still", "Very", "Really", "Just", "Sorry", "Afraid"})
+# More ways to ask for something to be kept or done from now on.
+_KEEP = re.compile(
+    r"\b(?:large print|braille|easy[- ]read)\b|\bstop (?:sending|calling|texting|emailing"
+    r"|posting)\b|\bnew (?:mobile|e-?mail|address|number|phone|landline)\b|\b(?:record|save"
+    r"|keep) my\b|\buse my (?:\w+ )?name\b|\bfuture (?:letters|post|deliveries|orders"
+    r"|statements|calls|emails|messages|correspondence)\b"
+)
+# A clause about the speaker ...
+_ABOUT_ME = re.compile(r"\b(?:i|i'm|im|i've|i'd|i'll|me|my|mine|we|we're|we've|our|us)\b")
+# ... that is a request, an event or a complaint rather than a lasting fact: an action on
+# an account or an order, something that happened, went wrong or is wanted now.
+_EVENT = re.compile(
+    r"\b(?:(?:over|under|double[- ])?charged?|charges|(?:double[- ])?billed|refunds?|refunded"
+    r"|paid|pay|paying|payments?|transactions?|transfer(?:red|s)?|debit|declined|blocked"
+    r"|frozen|freeze|fail(?:ed|s|ing)?|bounced|receiv(?:e|ed|ing)|arriv(?:e|ed|es)|order(?:s|ed)?"
+    r"|cancel(?:led|ling)?|dispute|fraud\w*|scam\w*|stolen|lost|broken|damaged|rotten|mouldy"
+    r"|wrong|error|errors|crash\w*|wait(?:ed|ing)?|hold|promised|missing|late|locked|log(?:ged)?"
+    r" (?:in|out)|login|reset|password|pin|code|codes|fees?|balance|owe|arrears|overdue"
+    r"|complain\w*|unhappy|upset|furious|disappointed|fed up|annoyed|ridiculous|rude|problem"
+    r"|issue|parcel|package|loan|mortgage|callback|call (?:me )?back|report|statement"
+    r"|want|wanted|wants|need|needs|'d like|would like|try|trying|tried|think|called|calling"
+    r"|today|yesterday|tomorrow|tonight|last (?:night|week|month|time)|this (?:time|once|one)"
+    r"|again|still (?:waiting|not|no|hasn't|haven't)|keeps?|kept|hasn't|haven't|didn't"
+    r"|isn't working|not working|won't|doesn't work|never (?:got|received|agreed|asked"
+    r"|authori[sz]ed|signed|came|arrived)|not (?:right|happy|getting|received)"
+    r"|(?:doesn't|does not|don't) (?:look|seem) right|customer|been with you|send|check"
+    r"|help|sort|fix|explain|tell me|let me know|account|card|app|stuck|stopped|report|away|sent)\b"
+)
+# Standing wishes still worth a look when they come as a question ("Could you write in
+# French from now on?").
+_STANDING = re.compile(r"\bfrom now on\b|\bgoing forward\b|\bin (?:the )?future\b|\bfuture \w+")
 # A clause: a sentence, or a part of one after a comma or semicolon.
 _CLAUSE = re.compile(r"[^.!?;,]+[.!?;,]*")
 
@@ -128,14 +159,23 @@ def may_state_a_fact(text: str) -> bool:
     (a model call) runs only on those. A request or a complaint ("I was charged twice",
     "I want to cancel") does not, and neither does a question ("Can I pay with a gift
     card?"). Cheap and pure (no model, no I/O), so it is decided in the turn, whatever
-    schedules the learning."""
+    schedules the learning.
+
+    A clause passes on a cue of a stable fact (`_CUES`, `_KEEP`, a name after "I'm"), or
+    when it speaks of the speaker and shows no sign of a request, an event or a complaint
+    (`_EVENT`): unknown ways of telling a fact get the benefit of the doubt."""
     said = text.replace("\u2019", "'")
     for clause in _CLAUSE.findall(said):
+        folded = clause.casefold()
         if clause.rstrip().endswith("?"):
+            if _STANDING.search(folded):
+                return True
             continue
-        if _CUES.search(clause.casefold()):
+        if _CUES.search(folded) or _KEEP.search(folded):
             return True
         named = _NAMED.search(clause)
         if named is not None and named.group(1) not in _NOT_NAMES:
+            return True
+        if _ABOUT_ME.search(folded) and not _EVENT.search(folded):
             return True
     return False
