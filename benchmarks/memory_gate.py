@@ -172,6 +172,7 @@ async def complaint_run(folder: Path, decide: Gate, turns: int) -> dict[str, flo
         [BILLING], model=FunctionModel(model), store=f"sqlite:///{folder}/c.db", memory=True
     )
     times = []
+    clock = time.process_time()
     try:
         with gate(decide):
             for i in range(1, turns + 1):
@@ -182,10 +183,12 @@ async def complaint_run(folder: Path, decide: Gate, turns: int) -> dict[str, flo
                 times.append((time.perf_counter() - started) * 1000)
                 assert reply.text == REPLY, reply.text
             await orch.memory.wait()
+        cpu = (time.process_time() - clock) * 1000 / turns  # The turns and all they left.
     finally:
         await orch.aclose()
     return {
         "t10_ms": statistics.median(times[5:15]),
+        "cpu_ms": cpu,
         "calls_per_message": model.memory_calls / turns,
     }
 
@@ -208,6 +211,7 @@ async def complaints(turns: int, rounds: int) -> dict[str, Any]:
     return {
         name: {
             "t10_ms": statistics.median(r["t10_ms"] for r in results),
+            "cpu_ms": statistics.median(r["cpu_ms"] for r in results),
             "calls_per_message": statistics.mean(r["calls_per_message"] for r in results),
             "scenario_calls": sum(GATES[name](text) for text in said),
             "scenario_messages": len(said),
@@ -310,6 +314,8 @@ def report(figures: dict[str, Any]) -> str:
         f" | {c['after']['calls_per_message']:.2f} | |",
         f"| SQLite turn 10, memory on (ms) | {c['before']['t10_ms']:.2f}"
         f" | {c['after']['t10_ms']:.2f} | {c['after']['t10_ms'] / c['before']['t10_ms']:.2f}x |",
+        f"| CPU per message, the turn and its background work (ms) | {c['before']['cpu_ms']:.2f}"
+        f" | {c['after']['cpu_ms']:.2f} | {c['after']['cpu_ms'] / c['before']['cpu_ms']:.2f}x |",
         f"| seed scenarios: memory calls | {c['before']['scenario_calls']} of"
         f" {c['before']['scenario_messages']} | {c['after']['scenario_calls']} of"
         f" {c['after']['scenario_messages']} | |",
