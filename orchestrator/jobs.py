@@ -258,10 +258,15 @@ class Jobs:
     async def quiet(self, within: float = YIELD_WAIT) -> None:
         """Wait, at most `within` seconds, until no turn is in flight here (a turn waiting
         for its user's jobs in `settle` does not count: it waits for them)."""
-        if self._foreground <= self._settling:
-            return
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._quiet.wait(), within)
+        deadline = time.monotonic() + within
+        # Checked again on waking: a turn that started in the same loop tick as the last
+        # one ended counts (the event was set, and cleared, before this task ran).
+        while self._foreground > self._settling:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._quiet.wait(), left)
 
     async def settle(self, lock: str, within: float = SETTLE_WAIT) -> None:
         """Wait, at most `within` seconds, for the jobs of `lock` this process recorded (so
