@@ -45,12 +45,20 @@ from sqlalchemy.engine import make_url
 from benchmarks import knowledge as kb
 from benchmarks import memory as mem
 from benchmarks.service import serving
-from benchmarks.turns import BILLING, PG_DEFAULT, REPLY, _admin_dsn, _model, _reachable
-from benchmarks.turns import _user_message, pg_database
+from benchmarks.turns import (
+    BILLING,
+    PG_DEFAULT,
+    REPLY,
+    _admin_dsn,
+    _model,
+    _reachable,
+    _user_message,
+    pg_database,
+)
 from frontdesk.experts.providers import FunctionModel
-from frontdesk.threads.knowledge import FullTextPassageRetriever, KnowledgeStore
 from frontdesk.orchestrator import Orchestrator
 from frontdesk.service import mint_token
+from frontdesk.threads.knowledge import FullTextPassageRetriever, KnowledgeStore
 from frontdesk.threads.store import ConversationStore
 
 PARTS = ("knowledge", "memory", "store", "sse")
@@ -205,8 +213,7 @@ async def _plans(url: str) -> dict[str, str]:
     try:
         out = {}
         for name, sql in {
-            "thread": "SELECT * FROM message WHERE conversation_id = 'g4242'"
-            " ORDER BY created_at",
+            "thread": "SELECT * FROM message WHERE conversation_id = 'g4242' ORDER BY created_at",
             "idempotency": "SELECT id FROM message WHERE conversation_id = 'g4242'"
             " AND client_message_id = 'x'",
             "user's conversations": "SELECT id FROM conversation WHERE user_id = 'gu42'",
@@ -267,13 +274,14 @@ async def _sse_clients(url: str, token: str, clients: int, root: int) -> dict[st
                     open_count += 1
                     if open_count == clients:
                         opened.set()
-                    seen = False
+                    seen = response.status_code != 200  # An error's body is no event.
                     async for line in response.aiter_lines():
                         if line.startswith("event:") and not seen:
                             seen = True
                             first.append(time.perf_counter() - started)
-                    last.append(time.perf_counter() - started)
-                    if response.status_code != 200:
+                    if response.status_code == 200:
+                        last.append(time.perf_counter() - started)
+                    else:
                         failed.append(str(response.status_code))
             except httpx.HTTPError as e:
                 failed.append(type(e).__name__)
@@ -294,9 +302,9 @@ async def _sse_clients(url: str, token: str, clients: int, root: int) -> dict[st
         return ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1000 if values else 0.0
 
     return {
-        "completed": len(last) - len(failed),
+        "completed": len(last),
         "failed": len(failed),
-        "errors": sorted(set(failed))[:5],
+        "errors": {e: failed.count(e) for e in sorted(set(failed))},
         "first_event_p50_ms": pct(first, 0.5),
         "first_event_p95_ms": pct(first, 0.95),
         "last_event_p50_ms": pct(last, 0.5),
@@ -391,7 +399,7 @@ def report(figures: dict[str, Any]) -> str:
         e = figures["sse"]
         lines.append(
             f"| SSE turns at once, `--workers 2` | {e['clients']:,} clients | PostgreSQL |"
-            f" {e['completed']:,} completed, {e['failed']} failed; first event p50"
+            f" {e['completed']:,} completed, {e['failed']} failed {e['errors']}; first event p50"
             f" {e['first_event_p50_ms']:.0f} ms, p95 {e['first_event_p95_ms']:.0f} ms; last"
             f" event p50 {e['last_event_p50_ms']:.0f} ms, p95 {e['last_event_p95_ms']:.0f} ms;"
             f" memory {e['warm_rss_mb']:.0f} -> {e['peak_rss_mb']:.0f} MB"
