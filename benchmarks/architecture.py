@@ -65,7 +65,7 @@ def trace_one_turn(tree: Path) -> dict[str, int]:
             asyncio.run(run(f"sqlite:///{folder}/turn.db"))
         finally:
             sys.setprofile(None)
-            threading.setprofile(None)  # type: ignore[arg-type]
+            threading.setprofile(None)
     switches = sum(1 for a, b in zip(seen, seen[1:], strict=False) if a[0] != b[0])
     return {
         **facade(tree),

@@ -1120,13 +1120,19 @@ async def test_0030_gives_facts_and_passages_a_profile_and_takes_it_back(empty_u
     try:
         await upgrade_schema(engine, _before(revision))
         async with engine.begin() as conn:
-            await conn.execute(sa.text(conversation), {"id": "bank-1", "profile": "bank", **now})
-            await conn.execute(sa.text(conversation), {"id": "old-1", "profile": None, **now})
+            conversations: list[dict[str, Any]] = [
+                {"id": "bank-1", "profile": "bank", **now},
+                {"id": "old-1", "profile": None, **now},
+            ]
+            for values in conversations:
+                await conn.execute(sa.text(conversation), values)
             for fact_id, conversation_id in (("in-bank", "bank-1"), ("in-old", "old-1")):
-                values = {"id": fact_id, "text": fact_id, "conversation_id": conversation_id}
-                await conn.execute(sa.text(fact), {**values, **now})
-            values = {"id": "app", "text": "app", "conversation_id": None}
-            await conn.execute(sa.text(fact), {**values, **now})
+                row: dict[str, Any] = {"id": fact_id, "text": fact_id}
+                await conn.execute(
+                    sa.text(fact), {**row, "conversation_id": conversation_id, **now}
+                )
+            app_fact: dict[str, Any] = {"id": "app", "text": "app", "conversation_id": None}
+            await conn.execute(sa.text(fact), {**app_fact, **now})
             await conn.execute(sa.text(passage), now)
         await upgrade_schema(engine, revision)
         async with engine.begin() as conn:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 import pytest
@@ -18,7 +18,7 @@ runner = CliRunner()
 @pytest.fixture(scope="module")
 def db(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> str:
     """A SQLite database filled once per test module by its `record(url)` coroutine."""
-    record: Callable[[str], Awaitable[None]] = request.module.record
+    record: Callable[[str], Coroutine[Any, Any, None]] = request.module.record
     name = request.module.__name__.rpartition(".")[2]
     url = f"sqlite:///{tmp_path_factory.mktemp(name) / 'fd.db'}"
     asyncio.run(record(url))
