@@ -88,7 +88,7 @@ from frontdesk.orchestrator.errors import TurnFailed
 from frontdesk.orchestrator.jobs import Jobs
 from frontdesk.orchestrator.past_conversations import PastConversations
 from frontdesk.orchestrator.reply import Reply
-from frontdesk.orchestrator.resolution import variant_of
+from frontdesk.orchestrator.resolution import closed_by_customer, variant_of
 from frontdesk.orchestrator.ruled_values import Secrets, model_of
 from frontdesk.ruled import TurnSecrets
 from frontdesk.threads.budget import Budget, Document
@@ -1162,6 +1162,7 @@ async def _finish(
     jobs = _jobs_after(p, t, reply)
     if decided.outcome.resolves:  # The handler's effect completes what the customer came for.
         t.recorder.note("resolution", resolution="resolved", by="handler")
+    closes = closed_by_customer(t.recorder, decided.outcome, answer)  # "That's all."
     if p.audit is not None:
         await p.audit.prepare_key(t.user_id)  # Only a user's first turn (per process) writes.
 
@@ -1169,7 +1170,14 @@ async def _finish(
         # Written apart, the batch goes in under the lease (`run_turn` gives it back after).
         release = also is not None or p.audit is None
         finished = await p.store.finish_turn(
-            lease, reply, outcome=outcome, also=also, release=release, jobs=jobs, scrub=scrub
+            lease,
+            reply,
+            outcome=outcome,
+            also=also,
+            release=release,
+            jobs=jobs,
+            scrub=scrub,
+            closes=closes,
         )
         if p.jobs is not None and finished.jobs:
             p.jobs.recorded(finished.jobs)  # Committed: this runner looks at once.

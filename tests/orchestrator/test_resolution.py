@@ -203,3 +203,68 @@ async def test_variants_are_stable_per_conversation_and_stamped(url: str, tmp_pa
         build(url, variants={"request": {"a": "request", "b": "request"}})
     with pytest.raises(ConfigError):
         build(url, assume_after=0)
+
+
+class Closer(Team):
+    """`Team`, whose response expert judges "that's all" a closing (it writes the tag),
+    streamed in pieces that split the tag."""
+
+    def __call__(self, request: ModelRequest) -> Any:
+        if request.expert != "response":
+            return super().__call__(request)
+        said = [str(m["content"]) for m in request.messages if m["role"] == "user"][-1]
+        if "that's all" in said:
+            return "You're welcome, goodbye! [clo" + "SES]"
+        return "ok"
+
+
+async def test_that_is_all_thanks_resolves_by_the_customer(url: str) -> None:
+    orch = build(url, Closer())
+    first = await orch.handle("c", "I want an order", user_id="u")
+    assert (await orch.conversation("c", user_id="u")).resolution == "open"
+    reply = await orch.handle("c", "that's all, thanks", user_id="u")
+    assert reply.text == "You're welcome, goodbye!"  # The tag is the model's word to us only.
+    conv = await orch.conversation("c", user_id="u")
+    assert (conv.resolution, conv.resolved_by) == ("resolved", "customer")
+    assert orch.audit_log is not None
+    events = await orch.audit_log.events("c")
+    judged = [(e.turn_id, e.payload) for e in events if e.kind == "resolution"]
+    assert judged == [
+        (
+            reply.user_message_id,
+            {"resolution": "resolved", "by": "customer", "judged_by": "response"},
+        )
+    ]
+    assert first.user_message_id != reply.user_message_id
+    thread = await orch.transcript("c", user_id="u")
+    assert all("[closes]" not in m.content.lower() for m in thread)
+    # A hand-off is the person's to settle: "that's all" does not resolve it.
+    await orch.handle("h", "a human please", user_id="u")
+    await orch.hand_back("h", operator_id="sam")
+    await orch.handle("h", "a human again", user_id="u")
+    assert (await orch.conversation("h", user_id="u")).resolution == "handed_off"
+    await orch.aclose()
+
+
+async def test_the_offline_stand_in_judges_the_closing_by_its_phrases(url: str) -> None:
+    orch = Orchestrator(CATEGORIES, model="offline", store=url, memory=False)
+    await orch.handle("c", "thanks, but where is my order?", user_id="u")
+    assert (await orch.conversation("c", user_id="u")).resolution == "open"
+    reply = await orch.handle("c", "No, that's all, thanks. Bye!", user_id="u")
+    assert "[closes]" not in reply.text.lower() and reply.text
+    conv = await orch.conversation("c", user_id="u")
+    assert (conv.resolution, conv.resolved_by) == ("resolved", "customer")
+    await orch.aclose()
+
+
+async def test_a_streamed_closing_never_shows_the_tag(url: str) -> None:
+    orch = build(url, Closer())
+    await orch.handle("c", "I want an order", user_id="u")
+    pieces: list[str] = []
+    async for event in orch.stream("c", "that's all, thanks", user_id="u"):
+        if event.type == "delta":
+            pieces.append(event.text)
+    assert "".join(pieces) == "You're welcome, goodbye!"
+    conv = await orch.conversation("c", user_id="u")
+    assert (conv.resolution, conv.resolved_by) == ("resolved", "customer")
+    await orch.aclose()
