@@ -121,7 +121,8 @@ async def feedback(
         events,
         lambda _: user_id,
     )
-    metrics.feedback(fb.rating)
+    variant = (message.prompt_versions or {}).get("variant", "")  # Stamped on the answer.
+    metrics.feedback(fb.rating, str(variant))
     return fb
 
 

@@ -133,6 +133,7 @@ async def run_turn(p: Pipeline, conversation_id: str, start: Start) -> Reply:
     with telemetry.turn(conversation_id) as span:
         p, variant = _variant(p, conversation_id)  # Prompt variants: one per conversation.
         span.profile = p.profile or ""
+        span.set_variant(variant)  # A label of the turn's metrics.
         lease = p.lease(conversation_id)
         try:
             # Start: the lease, the user message and its path, in one transaction.
