@@ -246,6 +246,18 @@ UNREADABLE = "[stored payload does not inflate]"
 not JSON, so `audit verify` reports the row as edited."""
 
 
+_EXPERT = re.compile(r'"expert":"([^"\\]*)"')
+"""An attempt's expert in its payload's canonical JSON (the first such key: the clear
+fields' own, sorted before any text that could hold one escaped)."""
+
+
+def _names_one_of(stored: bytes | str, experts: frozenset[str]) -> bool:
+    """Whether a `model_attempt` row's payload is a call of one of `experts`, by its
+    `expert` key found in the text (no JSON parse: most rows are a turn's own calls)."""
+    named = _EXPERT.search(_stored_text(stored))
+    return named is not None and named.group(1) in experts
+
+
 def _stored_text(stored: bytes | str) -> str:
     """A row's payload text from its stored form (`compact`), or `UNREADABLE`."""
     try:
@@ -1101,6 +1113,8 @@ class AuditLog:
         async with self._read() as conn:
             rows = await conn.execute(query)
             for conversation_id, stored in rows:
+                if not _names_one_of(stored, experts):  # Most are a turn's: left unread.
+                    continue
                 try:
                     payload = json.loads(_stored_text(stored))
                 except ValueError:  # An edited row: `audit verify` reports it.
