@@ -35,6 +35,7 @@ from frontdesk.memory_policy import MemoryPolicy
 from frontdesk.orchestrator import _wiring, erasure, handoff, resolution, turn
 from frontdesk.orchestrator._compaction import BackgroundCompaction, Compactor, summariser_expert
 from frontdesk.orchestrator._input import check_user_text
+from frontdesk.orchestrator._pipeline import Pipeline
 from frontdesk.orchestrator.config import (
     EXPERTS,
     ExpertSettings,
@@ -60,7 +61,7 @@ from frontdesk.orchestrator.profile import (
 from frontdesk.orchestrator.reply import Reply
 from frontdesk.orchestrator.ruled_values import Secrets
 from frontdesk.orchestrator.stream import TurnEvent, stream_turn
-from frontdesk.orchestrator.turn import Pipeline, app_record
+from frontdesk.orchestrator.turn import app_record
 from frontdesk.redaction import Redactor, field_rules, redactor_of
 from frontdesk.threads.budget import Budget
 from frontdesk.threads.builder import UserThread, build_thread
