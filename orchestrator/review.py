@@ -117,7 +117,12 @@ async def reviewed(
     if sink is not None:
         await sink(text)
     return Reviewed(
-        answer=ResponseResult(text=text, response=response, passages=answer.passages),
+        answer=ResponseResult(
+            text=text,
+            response=response,
+            passages=answer.passages,
+            closes=answer.closes and text == answer.text,  # The approved draft's judgement.
+        ),
         review=spent or ModelResponse(output=None, model=""),
     )
 

@@ -84,7 +84,7 @@ from frontdesk.orchestrator._recorder import (
 )
 from frontdesk.orchestrator.audited import Also, audited
 from frontdesk.orchestrator.reply import Reply
-from frontdesk.orchestrator.resolution import variant_of
+from frontdesk.orchestrator.resolution import closed_by_customer, variant_of
 from frontdesk.orchestrator.ruled_values import model_of
 from frontdesk.orchestrator.speculation import SpeculativeRequest
 from frontdesk.ruled import TurnSecrets
@@ -126,6 +126,7 @@ async def run_turn(p: Pipeline, conversation_id: str, start: Start) -> Reply:
     with telemetry.turn(conversation_id) as span:
         p, variant = _variant(p, conversation_id)  # Prompt variants: one per conversation.
         span.profile = p.profile or ""
+        span.set_variant(variant)  # A label of the turn's metrics.
         lease = p.lease(conversation_id)
         try:
             # Start: the lease, the user message and its path, in one transaction.
@@ -1012,6 +1013,7 @@ async def _finish(
     jobs = _jobs_after(p, t, reply)
     if decided.outcome.resolves:  # The handler's effect completes what the customer came for.
         t.recorder.note("resolution", resolution="resolved", by="handler")
+    closes = closed_by_customer(t.recorder, decided.outcome, answer)  # "That's all."
     if p.audit is not None:
         await p.audit.prepare_key(t.user_id)  # Only a user's first turn (per process) writes.
 
@@ -1019,7 +1021,14 @@ async def _finish(
         # Written apart, the batch goes in under the lease (`run_turn` gives it back after).
         release = also is not None or p.audit is None
         finished = await p.store.finish_turn(
-            lease, reply, outcome=outcome, also=also, release=release, jobs=jobs, scrub=scrub
+            lease,
+            reply,
+            outcome=outcome,
+            also=also,
+            release=release,
+            jobs=jobs,
+            scrub=scrub,
+            closes=closes,
         )
         if p.jobs is not None and finished.jobs:
             p.jobs.recorded(finished.jobs)  # Committed: this runner looks at once.

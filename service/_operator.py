@@ -23,6 +23,7 @@ from frontdesk.service._schemas import (
     ContextOut,
     ContextTurnOut,
     ErasureOut,
+    HandBackIn,
     HandBackOut,
     HandoffIn,
     HandoffOut,
@@ -159,6 +160,9 @@ async def context(conversation_id: str, principal: Operator, orch: Orch) -> Cont
             for f in facts
         ],
         turns=turns,
+        resolution=conversation.resolution,
+        resolved_by=conversation.resolved_by,
+        resolved_at=_iso(conversation.resolved_at),
     )
 
 
@@ -182,12 +186,23 @@ async def post_operator_message(
     "/conversations/{conversation_id}/hand-back",
     response_model=HandBackOut,
     responses=ERRORS,
-    summary="Give the conversation back to the bot",
+    summary="Give the conversation back to the bot (marked resolved, or open again)",
 )
-async def post_hand_back(conversation_id: str, principal: Operator, orch: Orch) -> HandBackOut:
+async def post_hand_back(
+    conversation_id: str, principal: Operator, orch: Orch, body: HandBackIn | None = None
+) -> HandBackOut:
+    """With `{"resolved": true}` the operator says the customer's matter is done: the
+    conversation is `resolved` by `operator`, in the hand-back's own transaction."""
     await in_scope(orch, principal, conversation_id)
-    await orch.handoffs.hand_back(conversation_id, operator_id=principal.user_id)
-    return HandBackOut(conversation_id=conversation_id, handoff=False)
+    resolved = body is not None and body.resolved
+    await orch.handoffs.hand_back(conversation_id, operator_id=principal.user_id, resolved=resolved)
+    now = await orch.store.conversation(conversation_id)  # In scope: checked above.
+    return HandBackOut(
+        conversation_id=conversation_id,
+        handoff=False,
+        resolution="open" if now is None else now.resolution,
+        resolved_by=None if now is None else now.resolved_by,
+    )
 
 
 @router.post(

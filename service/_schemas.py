@@ -210,6 +210,14 @@ class ContextOut(BaseModel):
     turns: list[ContextTurnOut] = Field(
         description="Each user message of the active path with what its turn decided."
     )
+    resolution: str = Field(
+        default="open",
+        description="`open`, `resolved`, `assumed_resolved`, `handed_off` or `abandoned`.",
+    )
+    resolved_by: str | None = Field(
+        default=None, description="`customer`, `handler`, `operator` or `timeout` (or null)."
+    )
+    resolved_at: str | None = Field(default=None, description="When (ISO 8601, UTC).")
 
 
 class HandoffsOut(BaseModel):
@@ -226,9 +234,22 @@ class OperatorMessageOut(BaseModel):
     author: str
 
 
+class HandBackIn(BaseModel):
+    """How the operator hands the conversation back."""
+
+    model_config = ConfigDict(extra="forbid")
+    resolved: bool = Field(
+        default=False,
+        description="The customer's matter is done: the conversation is `resolved` by"
+        " `operator` (else it is `open` again).",
+    )
+
+
 class HandBackOut(BaseModel):
     conversation_id: str
     handoff: bool
+    resolution: str = Field(default="open", description="The conversation's resolution now.")
+    resolved_by: str | None = None
 
 
 class ErasureOut(BaseModel):

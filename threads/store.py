@@ -95,7 +95,8 @@ class FinishedTurn:
     """The jobs recorded with the reply (`jobs.store`; one whose queueing lock has a
     job waiting is not among them)."""
     resolved: bool = False
-    """The outcome's `resolves` made the conversation `resolved` (it was not already)."""
+    """The outcome's `resolves` (or the customer's closing) made the conversation `resolved`
+    (it was not already)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -516,6 +517,7 @@ class ConversationStore:
         release: bool = True,
         jobs: Sequence[JobSpec] = (),
         scrub: Scrub | None = None,
+        closes: bool = False,
     ) -> FinishedTurn:
         """End a turn in one transaction: store `outcome` (or its usage; one with `handoff`
         opens the hand-off here too), store `reply` (from `stage_reply`) as the active leaf
@@ -528,6 +530,8 @@ class ConversationStore:
         `release=False` the lease stays held (for a last write elsewhere, then
         `lease.aclose()`). On failure nothing of it is written and the lease is still held.
         `scrub` (a turn with ruled values) keeps their digests and rewrites the user message.
+        `closes` (the response expert judged that the customer closed the conversation)
+        makes it `resolved` by the customer, unless it is resolved or handed off already.
 
         The transaction is fenced: it first checks that `lease` still holds with the token
         it was taken with (and row-locks it), so a turn whose lease expired and was taken
@@ -550,6 +554,9 @@ class ConversationStore:
                 opened[0] = _outcomes.save(conn, outcome)
                 if outcome.resolves:  # Only a resolving turn: a plain one writes nothing more.
                     resolved[0] = resolve(conn, outcome.conversation_id, "resolved", "handler")
+            if closes and reply is not None:  # Only a closing turn: a plain one writes no more.
+                cid = reply.conversation_id
+                resolved[0] = resolve(conn, cid, "resolved", "customer", unless=("handed_off",))
             if reply is not None:
                 _outcomes.write_reply(conn, reply)
             ids[:] = _jobs.defer(conn, jobs)

@@ -8,7 +8,10 @@ writes with `[offline]`:
 - request extraction: fills the category's request model by field type from the user turns
   (choices most recently named, numbers next to the field's noun, 4+ digit ids); asks for
   whatever required field is still missing.
-- response: rephrases the handler's instruction (the trailing assistant message).
+- response: rephrases the handler's instruction (the trailing assistant message); when the
+  customer's latest message closes the conversation by a fixed phrase ("that's all,
+  thanks", "nothing else, bye") and asks nothing more, it ends the reply with the closing
+  tag, as the real response expert is asked to (`closes_conversation`).
 - summariser: an extractive summary keeping names, numbers and the user's requests.
 - memory: simple stable facts the user states ("I prefer Hindi", "I'm allergic to
   peanuts", "I live in Pune"); the response then names the remembered facts that share
@@ -50,6 +53,7 @@ from frontdesk.experts.providers.base import (
 )
 from frontdesk.experts.providers.function import report_call, stream_reply
 from frontdesk.labels import (
+    CLOSES_TAG,
     CUSTOMER_MEMORY_END,
     CUSTOMER_MEMORY_LABEL,
     DOCUMENTS_LABEL,
@@ -183,7 +187,8 @@ class OfflineModel:
                 return summarise(_without_request(request.messages))
             if request.messages and request.messages[-1]["role"] == "assistant":
                 reply = reply_from_instruction(request.messages[-1]["content"])
-                return reply + remembered_note(request) + reference_note(request)
+                reply += remembered_note(request) + reference_note(request)
+                return reply + (f"\n{CLOSES_TAG}" if _closes(request.messages) else "")
             return (
                 f"{LABEL} I am the offline stand-in model, so I can only follow the assistant's"
                 " instructions; set an API key for a real model to get free-form answers."
@@ -288,6 +293,36 @@ def _said(content: str) -> str:
         if end in content:  # A genuine delimiter (customer text has them neutralised).
             content = content.rsplit(end, 1)[1].lstrip("\n")
     return content.split(f"\n\n{DOCUMENTS_LABEL}", 1)[0]
+
+
+_CLOSING = re.compile(
+    r"\b(?:that(?:'s| is| was| will be|'ll be) (?:all|everything|it)|nothing (?:else|more)"
+    r"|(?:i )?(?:don't|do not) need anything (?:else|more)|no more questions"
+    r"|(?:i'm|i am|we're|we are) (?:all )?(?:set|sorted|done)|all (?:sorted|good|done)"
+    r"|(?:good)?bye|have a (?:good|nice) (?:day|one))\b",
+    re.IGNORECASE,
+)
+_STILL_ASKING = re.compile(r"\?|\b(?:but|still|however|although|not|never|why)\b|n't\b", re.I)
+
+
+def closes_conversation(text: str) -> bool:
+    """Whether a customer's message closes the conversation: a closing phrase ("that's
+    all, thanks", "nothing else, bye", "I'm all set") and, besides it, no request ("I want
+    3 bags, that's all"), question, "but", "still" or negation (those ask for more, or
+    leave unhappy)."""
+    text = text.replace("\u2019", "'")
+    if _CLOSING.search(text) is None:
+        return False
+    rest = _CLOSING.sub(" ", text)
+    return _STILL_ASKING.search(rest) is None and _REQUEST_CUE.search(rest) is None
+
+
+def _closes(messages: Sequence[Message]) -> bool:
+    """Whether the latest user turn before the instruction closes the conversation."""
+    for m in reversed(messages):
+        if m["role"] == "user":
+            return closes_conversation(_said(m["content"]))
+    return False
 
 
 def _memory_lines(messages: Sequence[Message]) -> list[str]:
