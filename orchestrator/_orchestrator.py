@@ -495,6 +495,9 @@ class Orchestrator:
             screen_mode=profile.screen_mode,
             spend_limit=profile.spend_limit,
             review=w.review,
+            multi_intent=profile.multi_intent,
+            languages=None if profile.languages is None else tuple(profile.languages),
+            pending_ttl=profile.pending_window,
         )
 
     def _job_kinds(

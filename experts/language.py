@@ -1,0 +1,92 @@
+"""The language of a customer's message: a BCP 47 tag (`en`, `cy`, `es`, `hi`).
+
+Triage's structured answer carries the language it read (`TriageResult.language`); this
+detector keeps the label honest where no model reads it: the offline stand-in's triage, a
+turn routed without triage (an answer to the bot's own question), and a triage answer
+that gave none. It runs `langdetect` (Google's language-detection profiles, 55 languages,
+among them Welsh and Hindi) with a fixed seed, so the same text always gets the same
+label. A message too short to tell ("£12", "yes") gets `None`: the turn keeps the
+conversation's language (`orchestrator/language.py`).
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+import threading
+from typing import Any
+
+MIN_LETTERS = 12
+"""Fewer letters than this say too little about a language to label it."""
+MIN_CONFIDENCE = 0.80
+"""A label less probable than this is no label."""
+
+NAMES = {
+    "en": "English", "cy": "Welsh", "es": "Spanish", "hi": "Hindi", "fr": "French",
+    "de": "German", "it": "Italian", "pt": "Portuguese", "nl": "Dutch", "pl": "Polish",
+    "ar": "Arabic", "ur": "Urdu", "bn": "Bengali", "ta": "Tamil", "te": "Telugu",
+    "mr": "Marathi", "gu": "Gujarati", "pa": "Punjabi", "kn": "Kannada", "ml": "Malayalam",
+    "ga": "Irish", "zh": "Chinese", "ja": "Japanese", "ko": "Korean", "tr": "Turkish",
+    "ru": "Russian", "uk": "Ukrainian", "sv": "Swedish", "da": "Danish", "no": "Norwegian",
+    "fi": "Finnish", "el": "Greek", "he": "Hebrew", "ro": "Romanian", "cs": "Czech",
+}  # fmt: skip
+"""Names of common languages, for the response expert's instruction."""
+
+_TAG = re.compile(r"^[A-Za-z]{2,3}(-[A-Za-z0-9]{2,8})*$")
+_LETTERS = re.compile(r"[^\W\d_]", re.UNICODE)
+_LOCK = threading.Lock()
+
+
+def name_of(tag: str) -> str:
+    """The language's English name ("Welsh"), or the tag itself when not listed."""
+    return NAMES.get(primary(tag), tag)
+
+
+def primary(tag: str) -> str:
+    """The tag's language subtag, lower case (`"en-GB"` -> `"en"`)."""
+    return tag.split("-", 1)[0].lower()
+
+
+def valid_tag(tag: object) -> str | None:
+    """`tag` normalised (`"EN-gb"` -> `"en-GB"`) when it looks like a BCP 47 language tag,
+    else `None` (a model's free text is no label)."""
+    if not isinstance(tag, str) or not _TAG.match(tag.strip()):
+        return None
+    first, *rest = tag.strip().split("-")
+    return "-".join([first.lower(), *(r.upper() if len(r) == 2 else r for r in rest)])
+
+
+@functools.cache
+def _factory() -> Any:
+    """The detector's profiles, loaded once per process (about half a second)."""
+    from langdetect import DetectorFactory
+    from langdetect.detector_factory import PROFILES_DIRECTORY
+
+    factory = DetectorFactory()
+    factory.load_profile(PROFILES_DIRECTORY)
+    factory.seed = 0  # The same text, the same label.
+    return factory
+
+
+def detect(text: str) -> str | None:
+    """The language of `text` (a BCP 47 primary tag), or `None` when it is too short or
+    the detector is not sure."""
+    if len(_LETTERS.findall(text)) < MIN_LETTERS:
+        return None
+    from langdetect.lang_detect_exception import LangDetectException
+
+    with _LOCK:  # One detector at a time: its random source is the factory's.
+        detector = _factory().create()
+        detector.append(text)
+        try:
+            best = detector.get_probabilities()
+        except LangDetectException:
+            return None
+    if not best or best[0].prob < MIN_CONFIDENCE:
+        return None
+    return str(best[0].lang).split("-", 1)[0]
+
+
+def warm() -> None:
+    """Load the detector's profiles now (an orchestrator's open), not in the first turn."""
+    _factory()
