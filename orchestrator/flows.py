@@ -157,3 +157,19 @@ def with_step(
     if step.outcome.handoff is not None and outcome.handoff is None:
         outcome = outcome.model_copy(update={"handoff": step.outcome.handoff})
     return dataclasses.replace(first, flow=flow, outcome=outcome)
+
+
+_AUDITED = ("how", "language", "language_by", "reply_in", "categories", "clarify", "cancelled")
+
+
+def audited(flow: Mapping[str, Any] | None) -> dict[str, Any]:
+    """What the turn's `outcome` event records of its flow: how it was routed, its
+    language, categories, question of which, cancellation, and the category of the request
+    in progress it leaves (its fields are in the `request` events, with their rules)."""
+    if not flow:
+        return {}
+    noted = {k: flow[k] for k in _AUDITED if flow.get(k) not in (None, [], False)}
+    held = flow.get("pending")
+    if held:
+        noted["pending"] = held["category"]
+    return {"flow": noted}

@@ -681,12 +681,11 @@ async def _routed(
             break
         plain = dataclasses.replace(route, in_progress=None, kept=None, digressed_from=None)
         step = await _step(p, t, plain, category, view, meta, answered, index=index)
-        t.recorder.note(
-            "outcome", category=category, instruction=step.outcome.instruction, step=index
-        )
-        steps.append((category, step.outcome))
         key = idempotency_key(t.conversation_id, f"{t.user_message.id}#{index}")
         stored_steps.append(flows.step_record(p, step, key))
+        shown = stored_steps[-1]["instruction"]  # Its ruled values reach the handler only.
+        t.recorder.note("outcome", category=category, instruction=shown, step=index)
+        steps.append((category, step.outcome.model_copy(update={"instruction": shown})))
         first = flows.with_step(p.categories, t, first, step, stored_steps)
         if step.handler_ran:  # Each handler's outcome is stored before the next one runs.
             await p.store.save_outcome(_stored(p, t, first), lease=t.lease)
@@ -774,8 +773,7 @@ def _language_of(p: Pipeline, t: Turn, said: str | None, *, how: str) -> dict[st
     before = None if t.before is None else t.before.get("language")
     language, by = _language.of_turn(said, t.user_message.content, before)
     reply_in = _language.answered_in(language, p.languages)
-    t.recorder.note("language", language=language, by=by, reply_in=reply_in)
-    return {"how": how, "language": language, "reply_in": reply_in}
+    return {"how": how, "language": language, "language_by": by, "reply_in": reply_in}
 
 
 def _screen_context(t: Turn) -> _screen.ScreenContext:
@@ -848,6 +846,7 @@ async def _settled(p: Pipeline, t: Turn, decided: Decided) -> Decided:
         category=decided.category,
         instruction=outcome.instruction,
         data=jsonable(outcome.data),
+        **flows.audited(decided.flow),  # How it was routed, its language (`audit replay`).
     )
     if handler_ran:  # The developer's code acted: keep what it decided before going on.
         try:
