@@ -112,7 +112,7 @@ def triage_output_type(categories: Sequence[Category]) -> type[TriageDecision]:
         category=(category_enum, Field(description="The category of the latest user message.")),
         reason=(str, Field(default="", description="One short sentence: why this category.")),
         categories=(
-            list[category_enum],  # type: ignore[valid-type]
+            list[category_enum],
             Field(
                 default_factory=list,
                 max_length=MAX_CATEGORIES,
@@ -121,7 +121,7 @@ def triage_output_type(categories: Sequence[Category]) -> type[TriageDecision]:
             ),
         ),
         clarify=(
-            list[category_enum],  # type: ignore[valid-type]
+            list[category_enum],
             Field(
                 default_factory=list,
                 max_length=MAX_CATEGORIES,

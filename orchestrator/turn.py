@@ -463,10 +463,10 @@ async def _awaiting(p: Pipeline, s: Started, t: Turn) -> Turn:
                     flow=record.outcome.flow,
                 )
     held = confirmation.pending_of(previous, s.question.id)
-    before = None if previous is None else previous.flow
-    if held is None and before is None:
+    flow = None if previous is None else previous.flow
+    if held is None and flow is None:
         return t
-    return dataclasses.replace(t, pending=held, before=before)
+    return dataclasses.replace(t, pending=held, before=flow)
 
 
 async def _recall(p: Pipeline, s: Started) -> list[Document]:
