@@ -34,8 +34,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ValidationError
 
-from frontdesk.experts import Category, NeedMoreInfo
-from frontdesk.experts._call import MemoryBlock
+from frontdesk.experts import Category, MemoryBlock, NeedMoreInfo
 from frontdesk.orchestrator._recorder import jsonable
 from frontdesk.redaction import field_rules, mask
 from frontdesk.threads.models import utcnow
