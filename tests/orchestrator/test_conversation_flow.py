@@ -325,3 +325,98 @@ async def test_a_language_not_listed_is_answered_in_the_first_listed(
     assert welsh.language == "cy" and spanish.language == "es"
     instructions = [c.messages[-1]["content"] for c in team.of("response")]
     assert "Welsh (cy)" in instructions[0] and "Welsh (cy)" not in instructions[1]
+
+
+async def test_audit_replay_reproduces_the_routes_made_without_triage(
+    team: FakeTeam, db_url: str
+) -> None:
+    from frontdesk.audit.replay import ReplayReport, replay_transcript
+    from frontdesk.audit.transcript import build_transcript
+    from frontdesk.orchestrator.replay import build_runner
+
+    desk = Desk()
+    dispute_team(team)
+    orch = Orchestrator(desk.categories(), model=team.model(), store=db_url)
+    await orch.handle("c", "I want to dispute a charge: I never made those calls")
+    await orch.handle("c", "wait, what's your returns policy?")
+    await orch.handle("c", "Hoffwn i wybod balans fy nghyfrif cyfredol os gwelwch yn dda")
+    await orch.handle("c", "cancel")
+    try:
+        assert orch.audit_log is not None
+        transcript = build_transcript("c", await orch.audit_log.events("c"))
+        flows = [t.flow or {} for t in transcript.turns]
+        assert [f.get("how") for f in flows] == ["triage", "triage", "triage", "cancel"]
+        assert [f.get("language") for f in flows][2:] == ["cy", "cy"]
+        assert [f.get("pending") for f in flows] == ["DISPUTE", "DISPUTE", "DISPUTE", None]
+        calls = len(team.calls)
+        report = ReplayReport(
+            await replay_transcript(transcript, build_runner(orch, models="recorded"))
+        )
+        assert len(team.calls) == calls  # No model call: every decision from the record.
+        for diff in report.diffs:
+            assert diff.error is None, diff.error
+            assert not diff.gating, diff
+        assert report.diffs[-1].after is not None
+        assert report.diffs[-1].after.category == "DISPUTE"  # The cancel, without triage.
+    finally:
+        await orch.aclose()
+
+
+async def test_a_correction_during_a_confirmation_goes_through_the_same_path(
+    team: FakeTeam, db_url: str
+) -> None:
+    ran: list[tuple[Any, HandlerContext]] = []
+
+    class Transfer(BaseModel):
+        amount: int
+        account_number: str
+
+    async def transfer(request: Transfer, context: HandlerContext) -> Outcome:
+        ran.append((request, context))
+        return Outcome(instruction="Say it was sent.")
+
+    category = Category(
+        name="TRANSFER",
+        description="Send money to another account",
+        request=Transfer,
+        handler=transfer,
+        confirm=True,
+    )
+    team.route = lambda r: "TRANSFER"
+    team.extract = lambda r: {"request": {"amount": 5000, "account_number": "99998888"}}
+    orch = Orchestrator([category], model=team.model(), store=db_url)
+    await orch.handle("c", "send 5000 to 99998888")
+    team.extract = lambda r: {"request": {"amount": 50, "account_number": "99998888"}}
+    triaged = len(team.of("triage"))
+    fixed = await orch.handle("c", "sorry, make it 50")
+    assert len(team.of("triage")) == triaged  # The held request, re-extracted: no triage.
+    assert "request in progress" in last_user(team.of("request")[-1])
+    assert fixed.awaiting_confirmation
+    await orch.handle("c", "yes")
+    declined_orch = await orch.handle("c", "send 70 to 99998888")
+    no = await orch.handle("c", "no")
+    await orch.aclose()
+    [(request, context)] = ran
+    assert request.amount == 50 and context.corrected == frozenset({"amount"})
+    assert declined_orch.awaiting_confirmation and no.cancelled is True
+
+
+async def test_service_answers_carry_the_new_fields() -> None:
+    from frontdesk.orchestrator.reply import Reply
+    from frontdesk.service._sse import reply_json
+
+    reply = Reply(
+        text="t",
+        category="CARD_FREEZE",
+        request=None,
+        message_id="m",
+        user_message_id="u",
+        conversation_id="c",
+        categories=["CARD_FREEZE", "BALANCE"],
+        pending="DISPUTE",
+        language="cy",
+    )
+    body = reply_json(reply)
+    assert body["categories"] == ["CARD_FREEZE", "BALANCE"]
+    assert body["pending"] == "DISPUTE" and body["language"] == "cy"
+    assert body["clarify"] == [] and body["cancelled"] is False
