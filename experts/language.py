@@ -14,12 +14,21 @@ from __future__ import annotations
 import functools
 import re
 import threading
+import unicodedata
 from typing import Any
 
 MIN_LETTERS = 12
 """Fewer letters than this say too little about a language to label it."""
-MIN_CONFIDENCE = 0.80
-"""A label less probable than this is no label."""
+MIN_CONFIDENCE = 0.90
+"""A label less probable than this is no label (short English is often read as Norwegian
+or Afrikaans at 0.4 to 0.86: `_plainly_english` settles those)."""
+
+_ENGLISH = frozenset(
+    "the you your my me to is are do does can could would like want what where when how"
+    " please some order and of for on it this that with have has not from about".split()
+)
+"""English function words: two of them in a message the detector is unsure of make it
+English (none is a Welsh, Spanish or Hindi word)."""
 
 NAMES = {
     "en": "English", "cy": "Welsh", "es": "Spanish", "hi": "Hindi", "fr": "French",
@@ -33,7 +42,6 @@ NAMES = {
 """Names of common languages, for the response expert's instruction."""
 
 _TAG = re.compile(r"^[A-Za-z]{2,3}(-[A-Za-z0-9]{2,8})*$")
-_LETTERS = re.compile(r"[^\W\d_]", re.UNICODE)
 _LOCK = threading.Lock()
 
 
@@ -71,7 +79,7 @@ def _factory() -> Any:
 def detect(text: str) -> str | None:
     """The language of `text` (a BCP 47 primary tag), or `None` when it is too short or
     the detector is not sure."""
-    if len(_LETTERS.findall(text)) < MIN_LETTERS:
+    if sum(1 for c in text if unicodedata.category(c)[0] in "LM") < MIN_LETTERS:
         return None
     from langdetect.lang_detect_exception import LangDetectException
 
@@ -83,8 +91,13 @@ def detect(text: str) -> str | None:
         except LangDetectException:
             return None
     if not best or best[0].prob < MIN_CONFIDENCE:
-        return None
+        return "en" if _plainly_english(text) else None
     return str(best[0].lang).split("-", 1)[0]
+
+
+def _plainly_english(text: str) -> bool:
+    words = set(re.findall(r"[a-z]+", text.casefold()))
+    return text.isascii() and len(words & _ENGLISH) >= 2
 
 
 def warm() -> None:

@@ -84,7 +84,7 @@ async def route(
     before: Mapping[str, Any] | None,
     held: InProgress | None,
     ttl: Any,
-    triage: Callable[[], Awaitable[Triaged]],
+    triage: Callable[[bool], Awaitable[Triaged]],
     extract: Callable[[str, InProgress], Awaitable[Extracted]],
 ) -> Route:
     """The turn's route (see the module docstring). `held`: a request held for the
@@ -140,7 +140,8 @@ async def route(
                 in_progress=in_progress,
                 kept=kept,
             )
-    triaged = await triage()
+    # The request expert already ran for the request in progress: no guess beside triage.
+    triaged = await triage(kept is None)
     recorder.note("triage", category=triaged.category, reason=triaged.reason)
     listed = multi_intent.handled(triaged.categories or (triaged.category,), categories)
     common = {

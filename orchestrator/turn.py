@@ -625,8 +625,8 @@ async def _decide_once(p: Pipeline, t: Turn, earlier: TurnOutcome | None) -> Dec
     # A message that is not a yes or no to a held request corrects it (confirmation.py).
     held = None if t.pending is None else pending.held(t.pending)
 
-    async def triage() -> routing.Triaged:
-        speculate = p.speculate and held is None
+    async def triage(guess_request: bool) -> routing.Triaged:
+        speculate = p.speculate and guess_request
         guess = SpeculativeRequest.start(p, t, request_view, meta, _extract) if speculate else None
         try:
             triaged = await _triage(p, t, view, meta, answered)
