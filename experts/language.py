@@ -20,15 +20,16 @@ from typing import Any
 MIN_LETTERS = 12
 """Fewer letters than this say too little about a language to label it."""
 MIN_CONFIDENCE = 0.90
-"""A label less probable than this is no label (short English is often read as Norwegian
-or Afrikaans at 0.4 to 0.86: `_plainly_english` settles those)."""
+"""A label less probable than this is no label."""
 
 _ENGLISH = frozenset(
-    "the you your my me to is are do does can could would like want what where when how"
-    " please some order and of for on it this that with have has not from about".split()
+    "the you your my are do does can could would like want what where when how please"
+    " some and of it this that with have has not from about there their which".split()
 )
-"""English function words: two of them in a message the detector is unsure of make it
-English (none is a Welsh, Spanish or Hindi word)."""
+"""English function words (none is a word of Welsh, Spanish or Hindi in Latin script): an
+ASCII message with two of them is English, without running the detector (most messages,
+at a set's cost; the detector takes about a millisecond), and so is one the detector is
+unsure of (short English is often read as Norwegian or Afrikaans at 0.4 to 0.86)."""
 
 NAMES = {
     "en": "English", "cy": "Welsh", "es": "Spanish", "hi": "Hindi", "fr": "French",
@@ -81,6 +82,8 @@ def detect(text: str) -> str | None:
     the detector is not sure."""
     if sum(1 for c in text if unicodedata.category(c)[0] in "LM") < MIN_LETTERS:
         return None
+    if _plainly_english(text):
+        return "en"
     from langdetect.lang_detect_exception import LangDetectException
 
     with _LOCK:  # One detector at a time: its random source is the factory's.
@@ -91,7 +94,7 @@ def detect(text: str) -> str | None:
         except LangDetectException:
             return None
     if not best or best[0].prob < MIN_CONFIDENCE:
-        return "en" if _plainly_english(text) else None
+        return None
     return str(best[0].lang).split("-", 1)[0]
 
 
