@@ -104,5 +104,18 @@ def _plainly_english(text: str) -> bool:
 
 
 def warm() -> None:
-    """Load the detector's profiles now (an orchestrator's open), not in the first turn."""
-    _factory()
+    """Load the detector's profiles now, not in the first turn that needs them."""
+    with _LOCK:
+        _factory()
+
+
+_warming: list[threading.Thread] = []
+
+
+def warm_in_background() -> None:
+    """`warm` in a daemon thread, once per process (an orchestrator's open): a turn that
+    needs the detector meanwhile waits for it rather than loading it twice."""
+    if not _warming:
+        thread = threading.Thread(target=warm, name="frontdesk-language", daemon=True)
+        _warming.append(thread)
+        thread.start()

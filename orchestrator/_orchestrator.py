@@ -29,6 +29,7 @@ from frontdesk.errors import (
     UserError,
 )
 from frontdesk.experts import Category
+from frontdesk.experts.language import warm_in_background as warm_language_detector
 from frontdesk.experts.providers import Model
 from frontdesk.memory import Memory, MemorySource, MemoryTrust
 from frontdesk.memory_policy import MemoryPolicy
@@ -380,6 +381,7 @@ class Orchestrator:
                 return self._pipeline
             if self.offline_by_default:  # No model named, no key: say so, once.
                 warn_offline_once()
+            warm_language_detector()  # In a thread: a first Welsh turn does not load it.
             store = self._store_spec
             if isinstance(store, str):
                 store = await ConversationStore.open(store)
