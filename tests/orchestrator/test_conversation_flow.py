@@ -420,3 +420,28 @@ async def test_service_answers_carry_the_new_fields() -> None:
     assert body["categories"] == ["CARD_FREEZE", "BALANCE"]
     assert body["pending"] == "DISPUTE" and body["language"] == "cy"
     assert body["clarify"] == [] and body["cancelled"] is False
+
+
+@pytest.mark.parametrize(
+    ("setting", "fix"),
+    [
+        ({"multi_intent": "parallel"}, "'sequential' or 'ask'"),
+        ({"languages": "cy"}, "non-empty list of BCP 47 tags"),
+        ({"languages": ["Welsh!"]}, "not a BCP 47 language tag"),
+        ({"pending_ttl": 0}, "pending_ttl must be positive"),
+    ],
+)
+def test_bad_settings_say_what_to_fix(setting: dict[str, Any], fix: str) -> None:
+    from frontdesk.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=fix):
+        Orchestrator(Desk().categories(), model="offline", **setting)
+
+
+def test_cancel_and_resume_are_read_by_rule() -> None:
+    from frontdesk.orchestrator.pending import said
+
+    assert said("Cancel!") == "cancel" and said("never mind") == "cancel"
+    assert said("Forget it.") == "cancel" and said("olvídalo") == "cancel"
+    assert said("Yes, carry on") == "resume" and said("£12") is None
+    assert said("cancel my card") is None  # A request, not a cancellation.
