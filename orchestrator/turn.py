@@ -4,7 +4,10 @@
              for a new message, an edit or a regeneration; a message sent while a person
              has the conversation is kept for them with its waiting marker (no expert runs)
     experts  triage -> request -> handler, whose outcome is stored before going on;
-             then the response expert (a retry reuses the stored outcome and calls only it)
+             then the response expert (a retry reuses the stored outcome and calls only it);
+             what the turn before left is read first (routing.py: a request in progress
+             answered, corrected, cancelled or resumed; an answer to "which one?"), and a
+             message's several categories are handled in turn (multi_intent.py)
     finish   the reply, the outcome's usage, the jobs that follow it (the memory expert,
              compaction: docs/jobs.md), the audit batch and the lease release
              (1 transaction when the audit log shares the conversation database)
