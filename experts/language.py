@@ -113,8 +113,10 @@ _warming: list[threading.Thread] = []
 
 
 def warm_in_background() -> None:
-    """`warm` in a daemon thread, once per process (an orchestrator's open): a turn that
-    needs the detector meanwhile waits for it rather than loading it twice."""
+    """`warm` in a daemon thread, once per process (the open of an orchestrator with
+    `languages`): a turn that needs the detector meanwhile waits for it rather than
+    loading it twice. Elsewhere the first message that needs it (not plainly English)
+    loads it, about a second once per process; most turns never do."""
     if not _warming:
         thread = threading.Thread(target=warm, name="frontdesk-language", daemon=True)
         _warming.append(thread)

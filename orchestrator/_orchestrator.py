@@ -381,7 +381,8 @@ class Orchestrator:
                 return self._pipeline
             if self.offline_by_default:  # No model named, no key: say so, once.
                 warn_offline_once()
-            warm_language_detector()  # In a thread: a first Welsh turn does not load it.
+            if any(p.languages for p in self.profiles.values()):  # A multilingual business:
+                warm_language_detector()  # loaded in a thread, not by its first Welsh turn.
             store = self._store_spec
             if isinstance(store, str):
                 store = await ConversationStore.open(store)
