@@ -66,6 +66,15 @@ EventKind = Literal[
     "review",  # payload: attempt (1 or 2), approved, note (the review expert's verdict)
     "screen",  # payload: action (allow | refuse | handoff), reason, mode (enforce | shadow)
     "spend_limit",  # payload: tokens, cost_usd, per, retry_after (the turn called no model)
+    # Conversations as people have them (issue 44, docs/conversations.md). The turn's
+    # `outcome` event carries `flow` {how, language, language_by, reply_in, categories,
+    # clarify, cancelled, pending}: how it was routed and in which language it is answered.
+    "pending",  # payload: status (started | kept | continued | offered | resumed | completed
+    # | cancelled | expired | digression | replaced | dropped), category, missing, fields
+    # (names only: the values are in the `request` events, with their rules)
+    "clarify",  # payload: status (asked | answered | unmatched), candidates or category
+    "multi_intent",  # payload: mode (sequential | ask), categories; or status stopped,
+    # not_handled (the categories after a step that needs more information)
 ]
 
 # A `model_attempt` payload holds: expert, model, attempt, settings, prompt {name, version,

@@ -30,6 +30,7 @@ from frontdesk.errors import (
     UserError,
 )
 from frontdesk.experts import Category
+from frontdesk.experts.language import warm_in_background as warm_language_detector
 from frontdesk.experts.providers import Model
 from frontdesk.jobs.runner import DrainTimeout, JobKind, Jobs, JobsMode, PeriodicJob
 from frontdesk.jobs.store import JobStore
@@ -381,6 +382,8 @@ class Orchestrator:
                 return self._pipeline
             if self.offline_by_default:  # No model named, no key: say so, once.
                 warn_offline_once()
+            if any(p.languages for p in self.profiles.values()):  # A multilingual business:
+                warm_language_detector()  # loaded in a thread, not by its first Welsh turn.
             store = self._store_spec
             if isinstance(store, str):
                 store = await ConversationStore.open(store)
@@ -499,6 +502,9 @@ class Orchestrator:
             screen_mode=profile.screen_mode,
             spend_limit=profile.spend_limit,
             review=w.review,
+            multi_intent=profile.multi_intent,
+            languages=None if profile.languages is None else tuple(profile.languages),
+            pending_ttl=profile.pending_window,
         )
 
     def _job_kinds(

@@ -27,7 +27,11 @@ from frontdesk.orchestrator._input import DEFAULT_MAX_MESSAGE_CHARS
 from frontdesk.orchestrator.config import ExpertSettings, ModelChoice
 from frontdesk.orchestrator.confirmation import DEFAULT_TTL as DEFAULT_CONFIRM_TTL
 from frontdesk.orchestrator.fallbacks import Unreadable
+from frontdesk.orchestrator.language import check_languages
+from frontdesk.orchestrator.multi_intent import MultiIntent
+from frontdesk.orchestrator.multi_intent import check_mode as check_multi_intent
 from frontdesk.orchestrator.past_conversations import IDLE_AFTER
+from frontdesk.orchestrator.pending import DEFAULT_TTL as DEFAULT_PENDING_TTL
 from frontdesk.orchestrator.resolution import ASSUME_AFTER, assume_seconds, check_variants
 from frontdesk.orchestrator.review import DEFAULT_FALLBACK as DEFAULT_REVIEW_FALLBACK
 from frontdesk.orchestrator.screen import ScreenFunction, ScreenMode, check_mode
@@ -154,6 +158,16 @@ class Profile:
             written again once with the reviewer's note, then `review_fallback` is sent.
         review_rules: The business's rules every reply must keep, for the reviewer.
         review_fallback: What is sent when two drafts in a row fail the review.
+
+    Conversations as people have them (docs/conversations.md):
+
+    Args:
+        multi_intent: A message with several requests (up to 3): `"sequential"` (the
+            default) handles each in turn in one reply; `"ask"` asks which first.
+        languages: The languages the bot answers in (BCP 47 tags, `["en", "cy"]`); a
+            message in another is answered in the first listed. `None`: any language.
+        pending_ttl: How long a request in progress (missing fields) waits for the
+            customer to come back to it (a `timedelta` or seconds; 30 minutes).
     """
 
     categories: Sequence[Category]
@@ -191,6 +205,10 @@ class Profile:
     review: bool = False
     review_rules: Sequence[str] = ()
     review_fallback: str = DEFAULT_REVIEW_FALLBACK
+    # Conversations as people have them (docs/conversations.md).
+    multi_intent: MultiIntent = "sequential"
+    languages: Sequence[str] | None = None
+    pending_ttl: timedelta | float = DEFAULT_PENDING_TTL
 
     def __post_init__(self) -> None:
         categories = tuple(check_registry(list(self.categories)).values())
@@ -227,6 +245,17 @@ class Profile:
         if not isinstance(self.past_conversations, bool):
             raise ConfigError("past_conversations must be True or False")
         self._check_safeguards()
+        check_multi_intent(self.multi_intent)
+        object.__setattr__(self, "languages", check_languages(self.languages))
+        ttl = self.pending_ttl
+        if isinstance(ttl, bool) or not isinstance(ttl, timedelta | int | float):
+            raise ConfigError(
+                f"pending_ttl must be a timedelta or a number of seconds, got {ttl!r}"
+            )
+        ttl = ttl if isinstance(ttl, timedelta) else timedelta(seconds=ttl)
+        if ttl <= timedelta(0):
+            raise ConfigError(f"pending_ttl must be positive, got {self.pending_ttl!r}")
+        object.__setattr__(self, "pending_ttl", ttl)
 
     def _check_safeguards(self) -> None:
         ttl = self.confirm_ttl
@@ -257,6 +286,12 @@ class Profile:
     def confirm_window(self) -> timedelta:
         """`confirm_ttl` as a `timedelta` (seconds given are turned into one)."""
         ttl = self.confirm_ttl
+        return ttl if isinstance(ttl, timedelta) else timedelta(seconds=ttl)
+
+    @property
+    def pending_window(self) -> timedelta:
+        """`pending_ttl` as a `timedelta` (seconds given are turned into one)."""
+        ttl = self.pending_ttl
         return ttl if isinstance(ttl, timedelta) else timedelta(seconds=ttl)
 
     def replace(self, **changes: Any) -> Profile:

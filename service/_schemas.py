@@ -46,6 +46,25 @@ class ReplyOut(BaseModel):
     awaiting_confirmation: bool = Field(
         default=False, description="Whether to offer Yes / No: the reply asks to confirm."
     )
+    categories: list[str] = Field(
+        default_factory=list,
+        description="Every category of the message in order (several requests in one"
+        " message); the first is `category`.",
+    )
+    clarify: list[str] = Field(
+        default_factory=list,
+        description="The categories the reply asks the customer to choose between; else empty.",
+    )
+    pending: str | None = Field(
+        default=None,
+        description="The category of the request in progress that still misses fields.",
+    )
+    cancelled: bool = Field(
+        default=False, description="The customer cancelled the request in progress."
+    )
+    language: str | None = Field(
+        default=None, description="The message's language (BCP 47: en, cy, es, hi)."
+    )
 
 
 class ThreadMessageOut(BaseModel):

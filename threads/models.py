@@ -164,6 +164,8 @@ class TurnOutcomeRow(SQLModel, table=True):
     """A `confirm` category's pending request or the answer to it (revision 0025)."""
     reply: str | None = Field(default=None, sa_type=sa.Text)
     """`Outcome.reply`, the approved words sent verbatim (revision 0025)."""
+    flow: Any = Field(default=None, sa_type=sa.JSON)
+    """The request in progress, the categories, the language (revision 0028)."""
 
 
 class HandoffRow(SQLModel, table=True):

@@ -34,6 +34,7 @@ from typing import Any, Literal, get_args, get_origin
 from pydantic import BaseModel, ValidationError
 
 from frontdesk.errors import OutputValidationError
+from frontdesk.experts.language import detect as detect_language
 from frontdesk.experts.providers import _offline_values as values
 from frontdesk.experts.providers._offline_routing import (
     CONFIDENT,
@@ -202,9 +203,12 @@ class OfflineModel:
         if "x-frontdesk-categories" in schema or "category" in output_type.model_fields:
             thread = [m for m in request.messages if m["role"] in ("user", "assistant")]
             latest = user_texts[-1] if user_texts else ""
-            return triage(
+            routed = triage(
                 output_type, schema, latest, thread=thread, out_of_scope=self.out_of_scope
             )
+            if "language" in output_type.model_fields:  # The label kept honest: a detector.
+                routed = routed.model_copy(update={"language": detect_language(latest)})
+            return routed
         request_model = _request_model_of(output_type)
         if request_model is not None:
             return extract_wrapped(output_type, request_model, user_texts, today=self._today())
