@@ -70,7 +70,7 @@ _VALUE = re.compile(
 def stem(word: str) -> str:
     """A light suffix stripper: plural, -ed and -ing off, a doubled consonant undone, a
     final e dropped, so the forms of one verb or noun meet ("charge"/"charged"/"charges",
-    "cancel"/"cancelled", "top"/"topped", "verify"/"verified")."""
+    "cancel"/"cancelled", "top"/"topped", "verify"/"verified"). Lighter than Porter's."""
     if len(word) > 4 and word.endswith(("ies", "ied")):
         word = word[:-3] + "y"
     else:
@@ -85,6 +85,8 @@ def stem(word: str) -> str:
                 ):
                     word = word[:-1]
                 break
+    if len(word) > 5 and word.endswith("ll"):
+        word = word[:-1]  # "cancell(ed)", "travell(ing)", "install" (but "call", "still")
     if len(word) > 3 and word.endswith("e"):
         word = word[:-1]
     return word
@@ -97,11 +99,13 @@ def tokens(text: str) -> list[str]:
         word = word.removesuffix("'s")
         for clitic in _CLITICS:
             word = word.removesuffix(clitic)
-        if word.endswith("n't"):
-            found.append("not")
+        negated = word.endswith("n't")
+        if negated:
             word = _NOT.get(word, word[:-3])
         if word and word not in STOP:
             found.append(stem(word))
+        if negated:
+            found.append("not")
     return found
 
 
@@ -190,9 +194,7 @@ def build_index(
                     used_by.setdefault(w, set()).add(name)
                 documents.append((name, len(words)))
     n, c = len(documents), len({name for name, _length in documents})
-    idf = {
-        w: (_idf(n, len(found)) + _idf(c, len(used_by[w]))) / 2 for w, found in postings.items()
-    }
+    idf = {w: (_idf(n, len(found)) + _idf(c, len(used_by[w]))) / 2 for w, found in postings.items()}
     average = sum(length for _n, length in documents) / n if n else 1.0
     return Index(
         documents=tuple(documents),
