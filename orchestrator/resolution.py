@@ -20,7 +20,7 @@ import structlog
 from frontdesk import metrics
 from frontdesk.audit.events import AuditEvent
 from frontdesk.errors import ConfigError, UserError
-from frontdesk.orchestrator import handoff
+from frontdesk.orchestrator.audited import Records, audited
 from frontdesk.orchestrator.jobs import PeriodicJob
 from frontdesk.threads.models import utcnow
 from frontdesk.threads.resolution import Feedback, ResolutionStore
@@ -65,7 +65,7 @@ def sweep_every(assume_after: float) -> int:
 
 
 async def feedback(
-    p: handoff.Records,
+    p: Records,
     message: MessageRecord,
     rating: int,
     *,
@@ -93,7 +93,7 @@ async def feedback(
         }
         return [AuditEvent(kind="feedback", turn_id=turn_id, payload=payload)]
 
-    fb = await handoff.audited(
+    fb = await audited(
         p,
         message.conversation_id,
         lambda also: store.rate(
@@ -106,7 +106,7 @@ async def feedback(
     return fb
 
 
-def assume_job(p: handoff.Records, assume_after: float) -> PeriodicJob:
+def assume_job(p: Records, assume_after: float) -> PeriodicJob:
     """`conversations.assume_resolved`: one UPDATE over the open conversations whose last
     bot answer is older than `assume_after` (derived from the rows, so a missed tick is
     caught up by the next); each change audited as a `resolution` event."""

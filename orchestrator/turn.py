@@ -21,8 +21,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import datetime
-import functools
 import hashlib
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
@@ -34,7 +32,6 @@ from pydantic import BaseModel, ValidationError
 
 from frontdesk import metrics, telemetry
 from frontdesk.audit.events import AuditEvent
-from frontdesk.audit.store import AuditLog
 from frontdesk.db import Connection, reads_beside_writes
 from frontdesk.errors import (
     SAFE_REPLY,
@@ -46,7 +43,7 @@ from frontdesk.errors import (
     StoreError,
     UserError,
 )
-from frontdesk.experts import Category, HandlerContext, NeedMoreInfo, Outcome
+from frontdesk.experts import HandlerContext, NeedMoreInfo, Outcome
 from frontdesk.experts.category import HUMAN, OTHER
 from frontdesk.experts.errors import (
     ModelError,
@@ -76,7 +73,8 @@ from frontdesk.orchestrator import knowledge as _knowledge
 from frontdesk.orchestrator import memory as _memory
 from frontdesk.orchestrator import review as _review
 from frontdesk.orchestrator import screen as _screen
-from frontdesk.orchestrator._compaction import BackgroundCompaction, compaction_spec
+from frontdesk.orchestrator._compaction import compaction_spec
+from frontdesk.orchestrator._pipeline import Decided, Extracted, Pipeline, Start, Started, Turn
 from frontdesk.orchestrator._recorder import (
     TurnRecorder,
     field_rules_of,
@@ -84,14 +82,14 @@ from frontdesk.orchestrator._recorder import (
     observing,
     usage_dict,
 )
+from frontdesk.orchestrator.audited import Also, audited
 from frontdesk.orchestrator.errors import TurnFailed
-from frontdesk.orchestrator.jobs import Jobs
-from frontdesk.orchestrator.past_conversations import PastConversations
 from frontdesk.orchestrator.reply import Reply
 from frontdesk.orchestrator.resolution import variant_of
-from frontdesk.orchestrator.ruled_values import Secrets, model_of
+from frontdesk.orchestrator.ruled_values import model_of
+from frontdesk.orchestrator.speculation import SpeculativeRequest
 from frontdesk.ruled import TurnSecrets
-from frontdesk.threads.budget import Budget, Document
+from frontdesk.threads.budget import Document
 from frontdesk.threads.builder import (
     ExpertView,
     ThreadMessage,
@@ -99,12 +97,10 @@ from frontdesk.threads.builder import (
     build_thread,
     thread_since,
 )
-from frontdesk.threads.compaction import CompactionPolicy
-from frontdesk.threads.handoff import HandoffPolicy, Opened
+from frontdesk.threads.handoff import Opened
 from frontdesk.threads.jobs import JobSpec
 from frontdesk.threads.ruled_values import Scrub
 from frontdesk.threads.store import (
-    ConversationStore,
     MessageRecord,
     Previous,
     TurnLease,
@@ -113,7 +109,6 @@ from frontdesk.threads.store import (
     TurnStart,
 )
 from frontdesk.threads.summaries import SummaryStore
-from frontdesk.threads.tokens import TokenCounter
 
 log = structlog.get_logger("frontdesk.orchestrator")
 
@@ -423,9 +418,9 @@ async def begin(
 ) -> TurnStart:
     """A new message's first transaction: `ConversationStore.start_turn`, which also reads
     the hand-off (keeping the message for a person, or handing a timed-out one back), with
-    the audit events of what it wrote for one (`handoff.audited`)."""
+    the audit events of what it wrote for one (`audited`)."""
 
-    def write(also: handoff.Also[TurnStart] | None) -> Awaitable[TurnStart]:
+    def write(also: Also[TurnStart] | None) -> Awaitable[TurnStart]:
         return p.store.start_turn(
             conversation_id,
             text,
@@ -437,7 +432,7 @@ async def begin(
             **kwargs,
         )
 
-    return await handoff.audited(
+    return await audited(
         p,
         conversation_id,
         write,
@@ -452,7 +447,7 @@ async def _awaiting(p: Pipeline, s: Started, t: Turn) -> Turn:
     read of its own), or, for a resumed turn, here when a category confirms."""
     previous = s.previous
     if not s.guessed and p.confirms and s.stored.outcome is None:
-        before = _previous_question(t)
+        before = t.previous_question
         if before is not None:
             record = await p.store.turn_record(before)
             if record.outcome is not None:
@@ -618,7 +613,7 @@ async def _decide_once(p: Pipeline, t: Turn, earlier: TurnOutcome | None) -> Dec
     meta = _meta(t)
     answered: dict[str, ModelResponse] = {}
     view, request_view = _view(p, t, "triage"), _view(p, t, "request")
-    guess = _Speculation.start(p, t, request_view, meta) if p.speculate else None
+    guess = SpeculativeRequest.start(p, t, request_view, meta, _extract) if p.speculate else None
     try:
         category, reason, unreadable = await _triage(p, t, view, meta, answered)
         t.recorder.note("triage", category=category, reason=reason)
@@ -996,149 +991,6 @@ async def _stage(stage: str, t: Turn, call: Awaitable[T], *, fallback: bool = Fa
         raise TurnFailed(str(e), user_message_id=t.user_message.id, stage=stage) from e
 
 
-Extracted = tuple[BaseModel | None, NeedMoreInfo | None, tuple[str, ...]]
-"""The request, or what is missing; and the fields filled from a remembered fact."""
-
-
-@dataclass(kw_only=True)
-class _Speculation:
-    """The request expert of the conversation's current category, run alongside triage.
-
-    Most turns stay in the category of the turn before, so the extraction usually starts
-    a triage call earlier. The call gets the very `ModelRequest` it would get after triage
-    (same view, metadata and cache prefix), so the prompt-cache layout does not change. Its
-    attempts go to a recorder of its own, merged into the turn's when it settles, so a
-    cancelled call's attempt rows (its cost) stay in the audit log; a `speculation` note
-    says whether it was kept.
-    """
-
-    recorder: TurnRecorder
-    answered: dict[str, ModelResponse] = dataclasses.field(default_factory=dict)
-    ticket: Speculation = dataclasses.field(default_factory=Speculation)
-    """On the call's `ModelRequest`: tells the model whether its answer was used (a
-    `ScriptedModel` gives a discarded call's step back)."""
-    task: asyncio.Task[Extracted | None] = dataclasses.field(init=False)
-    category: str | None = None
-    """The guessed category, once read (`None` before, or on a first turn)."""
-    known: asyncio.Event = dataclasses.field(default_factory=asyncio.Event)
-    """Set once the guess is read (two indexed reads: well within a triage call)."""
-    closed: bool = False
-
-    @classmethod
-    def start(
-        cls, p: Pipeline, t: Turn, view: ExpertView, meta: dict[str, str]
-    ) -> _Speculation | None:
-        """The speculative call as a task, or `None` when there is no turn before."""
-        if t.guessed:  # The start read the route of the turn before: no read here.
-            if t.previous_category is None or t.previous_category not in p.requests:
-                return None
-            spec = cls(recorder=TurnRecorder(turn_id=t.recorder.turn_id))
-            spec.category = t.previous_category
-            spec.known.set()
-            spec.task = asyncio.create_task(spec._extract(p, t, t.previous_category, view, meta))
-            return spec
-        previous = _previous_question(t)
-        if previous is None:  # A first turn: no current category, nothing to guess.
-            return None
-        spec = cls(recorder=TurnRecorder(turn_id=t.recorder.turn_id))
-        spec.task = asyncio.create_task(spec._run(p, t, previous, view, meta))
-        return spec
-
-    async def _run(
-        self, p: Pipeline, t: Turn, previous: str, view: ExpertView, meta: dict[str, str]
-    ) -> Extracted | None:
-        """The guess read apart (a resumed or regenerated turn), then the extraction."""
-        try:
-            try:  # Two reads by index, while triage is on the wire.
-                stored = await p.store.turn_record(previous)
-            except StoreError as e:  # Only a guess is lost: the turn extracts after triage.
-                log.warning("turn.speculation_skipped", conversation_id=t.conversation_id, error=e)
-                return None
-            category = None if stored.outcome is None else stored.outcome.category
-            if category is None or category not in p.requests:
-                return None
-            self.category = category
-        finally:
-            self.known.set()
-        return await self._extract(p, t, category, view, meta)
-
-    async def _extract(
-        self, p: Pipeline, t: Turn, category: str, view: ExpertView, meta: dict[str, str]
-    ) -> Extracted | None:
-        with observing(self.recorder):
-            spec_turn = dataclasses.replace(t, recorder=self.recorder)
-            return await _extract(
-                p, spec_turn, category, view, meta, self.answered, speculation=self.ticket
-            )
-
-    async def settle(
-        self, t: Turn, category: str, answered: dict[str, ModelResponse]
-    ) -> Extracted | None:
-        """The speculative extraction when triage routed to its category (its errors are
-        the turn's, as they would be after triage); else `None`, the call cancelled.
-
-        A triage faster than the guess's read waits for the read (it is short) rather than
-        losing a guess that may well be right."""
-        await self.known.wait()
-        # Let a call that has not started yet start (a triage answered at once, by a double):
-        # the guess is always sent alongside triage, as with a real model's latency.
-        await asyncio.sleep(0)
-        if self.category != category:
-            await self.discard(t, triage=category)
-            return None
-        try:
-            result = await self.task
-        finally:
-            self._close(t, kept=True, triage=category)
-        answered.update(self.answered)
-        return result
-
-    async def discard(self, t: Turn, *, triage: str | None) -> None:
-        """Cancel the call (a no-op once settled) and keep its attempts in the audit."""
-        if self.closed:
-            return
-        self.task.cancel()
-        try:
-            await self.task
-        except (asyncio.CancelledError, Exception):  # Its answer, or failure, is not used.
-            pass
-        self._close(t, kept=False, triage=triage)
-
-    def _close(self, t: Turn, *, kept: bool, triage: str | None) -> None:
-        self.closed = True
-        if kept:
-            self.ticket.keep()
-        else:
-            self.ticket.discard()
-        t.recorder.events.extend(self.recorder.events)
-        if self.category is None:  # No call was made (no category to guess).
-            return
-        usage: dict[str, int] = {}
-        for event in self.recorder.events:
-            # Every row of the call says so: a replay skips a discarded answer, and the
-            # views show its answer (or error) as one the turn did not use.
-            event.payload["speculation"] = "kept" if kept else "discarded"
-            if event.kind == "model_attempt":
-                for key, value in event.payload.get("usage", {}).items():
-                    usage[key] = usage.get(key, 0) + value
-        t.recorder.note(
-            "speculation",
-            expert="request",
-            category=self.category,
-            triage_category=triage,
-            kept=kept,
-            usage=usage,
-        )
-
-
-def _previous_question(t: Turn) -> str | None:
-    """The id of the user message answered before this one on the thread, if any."""
-    for m in reversed(t.thread.messages[:-1]):
-        if m.role == "user" and m.message_id is not None:
-            return m.message_id
-    return None
-
-
 # -- finish ------------------------------------------------------------------------------
 
 
@@ -1147,7 +999,7 @@ async def _finish(
 ) -> Reply:
     """Store the reply, the outcome and the jobs that follow it, write the audit batch and
     give the lease back: one transaction when the audit log shares the conversation
-    database, else in that order (`handoff.audited`, the path of a hand-off's writes too)."""
+    database, else in that order (`audited`, the path of a hand-off's writes too)."""
     text = answer.text if decided.secrets is None else decided.secrets.text(answer.text)
     reply = p.store.stage_reply(
         t.user_message,
@@ -1165,7 +1017,7 @@ async def _finish(
     if p.audit is not None:
         await p.audit.prepare_key(t.user_id)  # Only a user's first turn (per process) writes.
 
-    async def write(also: handoff.Also[Opened | None] | None) -> Opened | None:
+    async def write(also: Also[Opened | None] | None) -> Opened | None:
         # Written apart, the batch goes in under the lease (`run_turn` gives it back after).
         release = also is not None or p.audit is None
         finished = await p.store.finish_turn(
@@ -1176,7 +1028,7 @@ async def _finish(
         return finished.opened
 
     try:
-        await handoff.audited(
+        await audited(
             p,
             t.conversation_id,
             write,
@@ -1231,153 +1083,6 @@ def _jobs_after(p: Pipeline, t: Turn, reply: MessageRecord) -> list[JobSpec]:
     if p.compaction_policy.plan(after, p.counter) is not None:
         jobs.append(compaction_spec(t.conversation_id, reply.id, p.profile))
     return jobs
-
-
-# -- what a turn carries -----------------------------------------------------------------
-
-
-@dataclass(frozen=True, kw_only=True)
-class Pipeline:
-    """Everything a turn needs, built once by the Orchestrator when it opens."""
-
-    store: ConversationStore
-    audit: AuditLog | None
-    categories: Mapping[str, Category]
-    triage: TriageExpert
-    requests: Mapping[str, RequestExpert]
-    response: ResponseExpert
-    context_extras: Mapping[str, object]
-    counters: Mapping[str, TokenCounter]
-    budgets: Mapping[str, Budget]
-    lease: Callable[[str], TurnLease]
-    """A conversation's lease, not yet taken (the orchestrator's lock settings)."""
-    handoff: HandoffPolicy
-    """What a message sent while a person has the conversation gets, and the timeout."""
-    counter: TokenCounter
-    """Counts a stored message's tokens (the compaction policy reads them)."""
-    compaction: BackgroundCompaction
-    compaction_policy: CompactionPolicy
-    deadline: float | None = None
-    """Seconds the turn's expert calls may take in all (`None`: no deadline)."""
-    speculate: bool = True
-    """Start the request expert of the conversation's current category alongside triage
-    (`_Speculation`); off, the two run one after the other."""
-    memory: _memory.Memories | None = None
-    """The users' long-term memory (`None`: none is read or written)."""
-    knowledge: _knowledge.Library | None = None
-    """The business's documents (`None`: no turn reads any)."""
-    past: PastConversations | None = None
-    """Keeps a handed-back conversation's summary as a memory of its user."""
-    jobs: Jobs | None = None
-    """The background jobs: a reply records its own in its transaction (docs/jobs.md)."""
-    app: Mapping[str, object] = dataclasses.field(default_factory=dict)
-    """What the audit records of the app with each turn (`app_record`)."""
-    handler_errors: handler_errors.HandlerErrors = "reply"
-    """A handler's failure: the apology (`reply`) or `HandlerFailed` (`raise`)."""
-    secrets: Secrets | None = None
-    """Ruled request values (`Redact`): shown as their rules say, scrubbed from what is kept."""
-    variants: Mapping[str, tuple[TriageExpert, ResponseExpert]] = dataclasses.field(
-        default_factory=dict
-    )
-    """Variant name -> its triage and response experts (`Orchestrator(variants=...)`)."""
-    on_unreadable: fallbacks.Unreadable = "ask"
-    """An unreadable triage or request answer: ask the customer again (`ask`, a hand-off
-    after three in a row) or hand off at once (`handoff`)."""
-    profile: str | None = None
-    """The profile (business) answering: recorded on a new conversation by its first
-    transaction, checked on an existing one (`ProfileMismatch`)."""
-    confirm_ttl: datetime.timedelta = confirmation.DEFAULT_TTL
-    """How long a request of a `confirm` category waits for the customer's yes."""
-    screen: _screen.ScreenFunction | None = None
-    """The app's check of each message before triage (`None`: none)."""
-    screen_mode: _screen.ScreenMode = "enforce"
-    """`enforce` acts on the screen's verdict; `shadow` only audits and counts it."""
-    spend_limit: spend.SpendLimit | None = None
-    """Tokens and cost per user or conversation over a window (`None`: no limit)."""
-    review: _review.Review | None = None
-    """The review expert that checks each draft reply (`None`: none)."""
-
-    @functools.cached_property
-    def confirms(self) -> bool:
-        """Whether any category asks for confirmation (`Category.confirm`)."""
-        return any(c.confirm is not False for c in self.categories.values())
-
-
-@dataclass(frozen=True, kw_only=True)
-class Started:
-    """What a turn's start read and wrote: the question, its thread, what is stored of it."""
-
-    question: MessageRecord
-    user_id: str | None
-    thread: UserThread
-    stored: TurnRecord
-    """The question's reply and outcome from an earlier try (both `None` for a new one)."""
-    answered_now: bool = False
-    """The start itself stored `stored.reply`: a message kept for a person (hand-off)."""
-    memories: Sequence[Memory] | None = None
-    """The user's facts for the question, when the start looked them up alongside its own
-    transaction (`None`: the turn looks them up after the start)."""
-    previous_category: str | None = None
-    """The route of the turn before, when the start read it (`guessed`)."""
-    guessed: bool = False
-    """The start read `previous_category` in its own transaction: no read for the guess."""
-    passages: Sequence[Passage] | None = None
-    """The business's passages for the question, read the same way (`None`: looked up after
-    the start)."""
-    previous: Previous | None = None
-    """The turn before (its category and confirmation), when the start read it (`guessed`)."""
-
-
-Start = Callable[[TurnLease], Awaitable[Started]]
-"""A turn's first transaction (new message, edit or regeneration), under the given lease."""
-
-
-@dataclass(frozen=True, kw_only=True)
-class Turn:
-    """One user message being answered."""
-
-    conversation_id: str
-    user_id: str | None
-    user_message: MessageRecord
-    thread: UserThread
-    recorder: TurnRecorder
-    lease: TurnLease
-    """The conversation's lease: every write of the turn is fenced by it."""
-    memory: Sequence[Document] = ()
-    """The user's facts for this turn, ranked (each expert's budget keeps what fits)."""
-    previous_category: str | None = None
-    """The route of the turn before, when the start read it (`guessed`)."""
-    guessed: bool = False
-    """The start read `previous_category`: the speculation needs no read of its own."""
-    passages: Sequence[Passage] = ()
-    """The business's passages for the question, best first."""
-    documents: Sequence[Document] = ()
-    """`passages` as ranked budget items (the response expert's budget keeps what fits)."""
-    variant: str | None = None
-    """The conversation's prompt variant, stamped on every audit event of the turn."""
-    pending: confirmation.Pending | None = None
-    """The request the turn before asked the customer to confirm (`confirmation.py`)."""
-
-
-@dataclass(frozen=True, kw_only=True)
-class Decided:
-    """What the experts before the reply decided (or what an earlier try stored)."""
-
-    category: str
-    request: BaseModel | None
-    missing: NeedMoreInfo | None
-    outcome: Outcome
-    handler_ran: bool
-    answered: dict[str, ModelResponse]
-    """Expert -> the response it got in this try."""
-    handler_failed: bool = False
-    """The handler raised; `outcome` is the library's apology."""
-    earlier: TurnOutcome | None = None
-    """The stored outcome this turn reuses, if any."""
-    secrets: TurnSecrets | None = None
-    """The request's ruled values in clear (`None`: it has none, or a reused outcome)."""
-    confirmation: dict[str, Any] | None = None
-    """The request held for the customer's yes, or the answer to one (`confirmation.py`)."""
 
 
 # -- helpers -----------------------------------------------------------------------------
