@@ -42,6 +42,7 @@ from frontdesk.experts.providers._offline_routing import (
     Index,
     answers_question,
     build_index,
+    tokens,
     wants_person,
 )
 from frontdesk.experts.providers.base import (
@@ -384,7 +385,7 @@ def triage(
             {"category": "HUMAN", "reason": f"{LABEL} the user asks for a person"}
         )
     index = _index_of(output_type, tuple(names))
-    route = index.route(_token_list(text))
+    route = index.route(tokens(text))
     asked = _asking_category(index, thread, out_of_scope) if thread else None
     if asked is not None and (
         answers_question(thread) == "value"
@@ -416,7 +417,7 @@ def _previous(index: Index, thread: Sequence[Message], out_of_scope: float) -> s
     is on the topic it matches clearly, or stays on the one before when it matches that."""
     topic: str | None = None
     for message in [m for m in thread if m["role"] == "user"][:-1]:
-        route = index.route(_token_list(_said(message["content"])))
+        route = index.route(tokens(_said(message["content"])))
         if route is None or route.category == "OTHER":
             topic = None
         elif route.share >= out_of_scope or route.category == topic:
@@ -435,7 +436,7 @@ def _asking_category(index: Index, thread: Sequence[Message], out_of_scope: floa
         text = _said(thread[end - 1]["content"])
         if wants_person(text):
             return None
-        route = index.route(_token_list(text))
+        route = index.route(tokens(text))
         if route is not None and route.share >= out_of_scope and route.category != "OTHER":
             return route.category if route.category != "HUMAN" else None
     return None
@@ -445,7 +446,7 @@ def _asking_category(index: Index, thread: Sequence[Message], out_of_scope: floa
 def _index_of(output_type: type[BaseModel], names: tuple[str, ...]) -> Index:
     """The BM25 index of one triage output type (built once: the app's categories)."""
     schema = json_schema_of(output_type)
-    return build_index(schema.get("x-frontdesk-categories") or {}, names, _token_list)
+    return build_index(schema.get("x-frontdesk-categories") or {}, names, tokens)
 
 
 def extract_wrapped(
