@@ -13,7 +13,7 @@ profile). Indexes: the lookups of a turn filter by user and profile, a library's
 by profile and source.
 
 Revision ID: 0030_profile_data
-Revises: 0027_ruled_values
+Revises: 0028_conversation_flow
 Create Date: 2026-12-06
 """
 
@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from alembic import op
 
 revision: str = "0030_profile_data"
-down_revision: str | Sequence[str] | None = "0027_ruled_values"
+down_revision: str | Sequence[str] | None = "0028_conversation_flow"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
