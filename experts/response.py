@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from frontdesk.experts._call import CallObserver, ExpertCall, MemoryBlock
+from frontdesk.experts.citations import CitedDeltas, strip_citations
 from frontdesk.experts.providers.base import Message, ModelResponse, OnDelta
 from frontdesk.knowledge import Passage
 
@@ -26,6 +27,9 @@ class ResponseResult:
     response: ModelResponse
     passages: tuple[Passage, ...] = ()
     """The passages of the business's documents the request carried (`Reply.sources`)."""
+    cited: tuple[str, ...] = ()
+    """The passage numbers the reply cites, as the model wrote them (`experts.citations`;
+    checked against `passages` by the orchestrator): empty when no passage was sent."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -49,7 +53,9 @@ class ResponseExpert:
         """Answer the last user message of `messages`, following `instruction`.
 
         With `on_delta`, the text is streamed to it (see the module docstring); a model that
-        cannot stream hands its whole text over as one piece.
+        cannot stream hands its whole text over as one piece. With `passages`, the reply's
+        citation markers are taken out of its text (and of the stream) and returned as
+        `cited` (`experts.citations`).
         """
         with_instruction: list[Message] = [
             *messages,
@@ -63,11 +69,17 @@ class ResponseExpert:
             memory=memory,
             passages=passages,
         )
-        response = await self.call.send(
-            request, observer, on_delta=None if on_delta is None else Trimmed(on_delta)
+        sink = None if on_delta is None else Trimmed(on_delta)
+        deltas = None if sink is None or not passages else CitedDeltas(sink)
+        response = await self.call.send(request, observer, on_delta=deltas or sink)
+        if deltas is not None:
+            await deltas.finish()
+        text, cited = str(response.output), []
+        if passages:  # Only a reply that was sent passages is read for citations.
+            text, cited = strip_citations(text)
+        return ResponseResult(
+            text=text.strip(), response=response, passages=request.passages, cited=tuple(cited)
         )
-        text = str(response.output).strip()
-        return ResponseResult(text=text, response=response, passages=request.passages)
 
 
 class Trimmed:

@@ -921,7 +921,7 @@ async def _respond(
     if decided.secrets is not None:  # Ruled values reach the handler only.
         turns = [Message(role=m["role"], content=decided.secrets.text(m["content"])) for m in turns]
     # The passages the budget kept, after the question: reference text, not in the thread.
-    messages, passages = _knowledge.fold(turns, t.passages, view.fit.documents)
+    messages, passages = _knowledge.fold(turns, t.passages, view.fit.documents, cite=True)
     sink = _listen.delta_sink() if stream else None
     instruction = decided.outcome.instruction
     if note is not None:  # A reviewer rejected the draft before (review.py).
@@ -1007,9 +1007,12 @@ async def _finish(
         model=answer.response.model or None,
         prompt_versions=_prompt_versions(p, decided.category, t.variant),
     )
-    t.recorder.note("reply", assistant_message_id=reply.id, text=text, model=reply.model)
+    cited = _knowledge.citation_payload(answer.passages, answer.cited)  # Checked, audited.
+    t.recorder.note("reply", assistant_message_id=reply.id, text=text, model=reply.model, **cited)
     answered = {**decided.answered, "response": answer.response}
-    outcome = _stored(p, t, dataclasses.replace(decided, answered=answered), answer.passages)
+    outcome = _stored(
+        p, t, dataclasses.replace(decided, answered=answered), answer.passages, answer.cited
+    )
     scrub = _scrub(p, t, decided.secrets)
     jobs = _jobs_after(p, t, reply)
     if decided.outcome.resolves:  # The handler's effect completes what the customer came for.
@@ -1142,6 +1145,7 @@ def reply_from_records(
         or reply.operator_id is not None,
         author=reply.author,
         sources=[] if outcome is None else _knowledge.from_json(outcome.sources),
+        citations=[] if outcome is None else _knowledge.citations_from_json(outcome.sources),
         handler_failed=bool(decided and decided.handler_failed),
         reviewed=outcome is not None and "review" in outcome.models,
         confirmation=None if outcome is None else confirmation.awaiting(outcome.confirmation),
@@ -1173,9 +1177,12 @@ def _decided_from(p: Pipeline, stored: TurnOutcome) -> Decided:
     )
 
 
-def _stored(p: Pipeline, t: Turn, d: Decided, sources: Sequence[Passage] = ()) -> TurnOutcome:
+def _stored(
+    p: Pipeline, t: Turn, d: Decided, sources: Sequence[Passage] = (), cited: Sequence[str] = ()
+) -> TurnOutcome:
     """`d` as the store keeps it (an earlier try's usage kept for the experts not rerun),
-    with the passages its reply was given; its ruled values shown, with `scrub_secrets`."""
+    with the passages its reply was given (those it cites marked); its ruled values
+    shown, with `scrub_secrets`."""
     usage = dict(d.earlier.usage) if d.earlier else {}
     models = dict(d.earlier.models) if d.earlier else {}
     usage.update({e: usage_dict(r.usage) for e, r in d.answered.items()})
@@ -1195,7 +1202,7 @@ def _stored(p: Pipeline, t: Turn, d: Decided, sources: Sequence[Passage] = ()) -
         handler_failed=d.handler_failed,
         usage=usage,
         models=models,
-        sources=_knowledge.to_json(sources),
+        sources=_knowledge.to_json(sources, _knowledge.cited(sources, cited)[0]),
         resolves=d.outcome.resolves,
         confirmation=d.confirmation,
         reply=d.outcome.reply,

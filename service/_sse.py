@@ -39,6 +39,10 @@ def reply_json(reply: Reply) -> dict[str, Any]:
         "handoff": reply.handoff,
         "confirmation": reply.confirmation,
         "awaiting_confirmation": reply.awaiting_confirmation,
+        "citations": [
+            {"id": p.id, "source": p.source, "title": p.title, "version": p.version}
+            for p in reply.citations
+        ],
     }
 
 
