@@ -607,6 +607,7 @@ async def _decide_once(p: Pipeline, t: Turn, earlier: TurnOutcome | None) -> Dec
             turn_id=t.user_message.id,
             lease=t.lease,
             ttl=p.confirm_ttl,
+            keeper=_keeper(p, t),
         )
         if said is not None:
             return await _confirmed(p, t, said)
@@ -642,8 +643,9 @@ async def _decide_once(p: Pipeline, t: Turn, earlier: TurnOutcome | None) -> Dec
             p, t, category, request, missing, reason, from_memory, secrets, unreadable=unreadable
         )
     else:  # A `confirm` category: the question, not the handler (confirmation.py); the
-        # request held for the customer's yes keeps its values (the handler needs them).
-        outcome, handler_ran, handler_failed, secrets = asked.outcome, False, False, None
+        # request's ruled values held apart for the yes (the turn is scrubbed as any other).
+        asked = await confirmation.hold(asked, request, _keeper(p, t), asked_in=t.user_message.id)
+        outcome, handler_ran, handler_failed = asked.outcome, False, False
     return await _settled(
         p,
         t,
@@ -706,7 +708,10 @@ async def _confirmed(p: Pipeline, t: Turn, said: confirmation.Answered) -> Decid
         confirmation=said.record,
         secrets=secrets,
     )
-    return await _settled(p, t, decided)
+    decided = await _settled(p, t, decided)
+    if said.release is not None and handler_ran:  # Its outcome stored: the values go.
+        await p.store.answer_confirmation(said.asked_in, said.release, lease=t.lease)
+    return decided
 
 
 async def _settled(p: Pipeline, t: Turn, decided: Decided) -> Decided:
@@ -1241,6 +1246,18 @@ def _secrets_of(p: Pipeline, t: Turn, request: BaseModel | None) -> TurnSecrets 
         user_id=t.user_id,
         conversation_id=t.conversation_id,
         message_id=t.user_message.id,
+    )
+
+
+def _keeper(p: Pipeline, t: Turn) -> confirmation.Keeper | None:
+    """How a `confirm` request's ruled values are held for the yes (`None`: no rules)."""
+    if p.secrets is None:
+        return None
+    return confirmation.Keeper(
+        vault=p.audit,
+        user_id=t.user_id,
+        conversation_id=t.conversation_id,
+        secrets_of=lambda request: _secrets_of(p, t, request),
     )
 
 
