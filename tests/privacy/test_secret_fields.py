@@ -285,6 +285,37 @@ async def test_a_confirm_category_holds_the_pin_sealed_until_the_yes(
     assert [p for p in json.loads(out.stdout)["places"] if p["count"]] == []
 
 
+async def test_reveal_on_the_operator_routes_needs_its_role_and_is_audited(
+    served: tuple[httpx.AsyncClient, Telco, Orchestrator],
+) -> None:
+    client, _telco, orch = served
+    r = await client.post(
+        "/v1/conversations/c-1/messages", json={"text": ASKED}, headers=auth("alice")
+    )
+    assert r.status_code == 200 and PIN not in r.text
+    operator = auth("sam", roles=OPERATOR)
+    revealer = auth("rae", roles=(*OPERATOR, "reveal"))
+    for route in ("context", "transcript"):
+        url = f"/v1/conversations/c-1/{route}"
+        assert (
+            await client.get(url, headers=operator, params={"reveal": "true"})
+        ).status_code == 403
+        customer = await client.get(url, headers=auth("alice"), params={"reveal": "true"})
+        assert customer.status_code in (403, 404)
+        plain = await client.get(url, headers=revealer)
+        assert plain.status_code == 200 and PIN not in plain.text  # Only when asked.
+        shown = await client.get(url, headers=revealer, params={"reveal": "true"})
+        assert shown.status_code == 200 and PIN in shown.text and PHONE in shown.text
+    context = (
+        await client.get("/v1/conversations/c-1/context", headers=revealer, params={"reveal": 1})
+    ).json()
+    assert context["turns"][0]["request"] == {"pin": PIN, "phone": PHONE}
+    assert orch.audit_log is not None
+    shows = [e.payload for e in await orch.audit_log.events("c-1") if e.kind == "revealed"]
+    assert [s["view"] for s in shows] == ["context", "transcript", "context"]
+    assert {s["by"] for s in shows} == {"operator:rae"}
+
+
 async def test_a_retry_of_a_scrubbed_turn_finds_its_outcome(store_url: str) -> None:
     telco = Telco(handoff=False)
     failing = {"response": 1}
