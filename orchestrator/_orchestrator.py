@@ -37,7 +37,6 @@ from frontdesk.orchestrator._compaction import BackgroundCompaction, Compactor, 
 from frontdesk.orchestrator._input import check_user_text
 from frontdesk.orchestrator._pipeline import Pipeline
 from frontdesk.orchestrator.config import (
-    EXPERTS,
     ExpertSettings,
     warn_offline_once,
     warn_without_examples,
@@ -478,7 +477,7 @@ class Orchestrator:
             requests=requests,
             response=response,
             context_extras=dict(profile.context or {}),
-            counters={e: w.counter_for(e) for e in EXPERTS},
+            counters=w.counters,
             budgets=dict(w.budgets),
             lease=partial(self._lease, store),
             handoff=profile.handoff,
