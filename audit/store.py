@@ -754,9 +754,9 @@ class AuditLog:
         ref = self._refs.ref("data_key", user_id)
         period = crypto.period_of(_utc_text(datetime.now(UTC)))
         await self.prepare_key(user_id)
-        kid = keys.cached(ref, period) if keys.ready(ref, period) else None
-        if kid is not None:
-            aead = keys.cipher_of(kid)
+        cached = keys.cached(ref, period) if keys.ready(ref, period) else None
+        if cached is not None:
+            kid, aead = cached, keys.cipher_of(cached)
         else:  # Not prepared (the key table was busy): made in a write of its own.
             memo: dict[tuple[str, str], crypto.Cached] = {}
             kid, aead = await run_write(

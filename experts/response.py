@@ -74,7 +74,7 @@ class ResponseExpert:
         response = await self.call.send(request, observer, on_delta=deltas or sink)
         if deltas is not None:
             await deltas.finish()
-        text, cited = str(response.output), []
+        text, cited = str(response.output), list[str]()
         if passages:  # Only a reply that was sent passages is read for citations.
             text, cited = strip_citations(text)
         return ResponseResult(

@@ -173,13 +173,15 @@ class Keeper:
     secrets_of: Callable[[BaseModel], TurnSecrets | None]
 
 
-async def hold(asked: Asked, request: BaseModel, keeper: Keeper | None, *, asked_in: str) -> Asked:
+async def hold(
+    asked: Asked, request: BaseModel | None, keeper: Keeper | None, *, asked_in: str
+) -> Asked:
     """`asked` with its request's ruled values out of what is stored in clear: the record
     keeps the request as shown (`[PIN]`), the question and reply with the values replaced,
     and the values themselves under `held` (sealed by the vault, the audit log's per-user
     keys, when it has a master key); unchanged for a request without ruled values."""
-    secrets = None if keeper is None else keeper.secrets_of(request)
-    if secrets is None or keeper is None:
+    secrets = None if keeper is None or request is None else keeper.secrets_of(request)
+    if secrets is None or keeper is None or request is None:
         return asked
     vault = keeper.vault
     full = jsonable(request)
