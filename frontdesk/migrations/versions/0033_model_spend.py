@@ -7,7 +7,7 @@ too, kept here per call, by conversation and time, so that a spend limit counts 
 usage, erasure keeps it.
 
 Revision ID: 0033_model_spend
-Revises: 0027_ruled_values
+Revises: 0030_profile_data
 Create Date: 2026-12-06
 """
 
@@ -19,7 +19,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "0033_model_spend"
-down_revision: str | Sequence[str] | None = "0027_ruled_values"
+down_revision: str | Sequence[str] | None = "0030_profile_data"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
