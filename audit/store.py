@@ -56,7 +56,7 @@ from frontdesk.audit.events import AuditEvent
 from frontdesk.audit.refs import UNKEYED, UserRefs, load_refs, master_of, read_refs
 from frontdesk.audit.spool import Spool
 from frontdesk.audit.tables import audit_event, audit_head, audit_prompt
-from frontdesk.db import create_engine, dispose_engine, run_write, writes_to
+from frontdesk.db import create_engine, dispose_engine, run_read, run_write, writes_to
 from frontdesk.errors import AuditConfigError, AuditKeyError, AuditWriteError
 from frontdesk.schema import ensure_schema
 
@@ -749,6 +749,51 @@ class AuditLog:
             return
         for entry in memo.values():
             entry.confirmed = True
+
+    async def seal_for_user(
+        self, user_id: str | None, content: Mapping[str, Any], associated: bytes
+    ) -> dict[str, Any] | None:
+        """`content` sealed like an audit payload, under the user's data key for this month
+        (an envelope to keep elsewhere: the values a request held for the customer's yes
+        keeps, `orchestrator/confirmation.py`); `None` without a master key. Erasing the
+        user destroys the key, so the envelope can never be opened again.
+
+        `associated` binds the ciphertext to where it is kept (`open_for_user` must be
+        given the same)."""
+        if self._keys is None:
+            return None
+        keys = self._keys
+        ref = self._refs.ref("data_key", user_id)
+        period = crypto.period_of(_utc_text(datetime.now(UTC)))
+        await self.prepare_key(user_id)
+        cached = keys.cached(ref, period) if keys.ready(ref, period) else None
+        if cached is not None:
+            kid, aead = cached, keys.cipher_of(cached)
+        else:  # Not prepared (the key table was busy): made in a write of its own.
+            memo: dict[tuple[str, str], crypto.Cached] = {}
+            kid, aead = await run_write(
+                self._engine, lambda conn: keys.for_writing(conn, ref, period, memo)
+            )
+            for entry in memo.values():
+                entry.confirmed = True
+        parts = crypto.split({"sealed": dict(content)})
+        return crypto.seal(parts, kid=kid, aead=aead, associated=associated, deflate=False)
+
+    async def open_for_user(
+        self, envelope: Mapping[str, Any], associated: bytes
+    ) -> dict[str, Any] | None:
+        """What `seal_for_user` sealed; `None` once the user's key is destroyed (erased).
+
+        Raises:
+            AuditKeyError: no master key is configured, or the envelope was moved or edited.
+        """
+        kid = str(envelope.get("kid"))
+        rows = await run_read(self._engine, lambda conn: crypto.load_rows(conn, [kid]))
+        opened = PayloadOpener(self._keys, rows).open(envelope, associated)
+        if opened.get("erased"):
+            return None
+        sealed = opened.get("sealed")
+        return dict(sealed) if isinstance(sealed, Mapping) else None
 
     def joinable(self, engine: AsyncEngine) -> bool:
         """Whether a batch may be written in a transaction of `engine` (see `append`).

@@ -7,9 +7,9 @@ Not part of `make test` or `python -m benchmarks` (which skips it without `--mod
 
     python -m benchmarks.real_model --model 'openai:smollm2@http://127.0.0.1:8090/v1?output=json_object'
 
-It uses only what every version of frontdesk has (`Orchestrator`, `handle`, `Reply`), so
-the same file measures the code before and after a change. docs/benchmarks.md, "A real
-model", has a run and how to build the server.
+The bank desk is the example bank's card freeze and balance (`frontdesk.examples.bank`);
+the rest uses only what every version of frontdesk has (`Orchestrator`, `handle`, `Reply`).
+docs/benchmarks.md, "A real model", has a run and how to build the server.
 """
 
 from __future__ import annotations
@@ -23,10 +23,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, Field
-
-from frontdesk import Category, HandlerContext, Orchestrator, Outcome
+from frontdesk import Category, Orchestrator
 from frontdesk.errors import FrontdeskError
+from frontdesk.examples import bank
 from frontdesk.examples.potato_shop import categories as potato_categories
 
 POTATO_TURNS = (
@@ -55,61 +54,9 @@ BANK_TURNS = (
 )
 
 
-class FreezeCard(BaseModel):
-    """Freeze a card."""
-
-    last_four: str = Field(pattern=r"^\d{4}$", description="Last four digits of the card.")
-
-
-class Balance(BaseModel):
-    """An account balance."""
-
-    account: str = Field(description="Which account: current or savings.")
-
-
-async def freeze_card(request: FreezeCard, context: HandlerContext) -> Outcome:
-    """Freeze once per card."""
-    key = f"frozen:{request.last_four}"
-    if await context.state.conversation.get(key) is not None:
-        return Outcome(
-            instruction=f"Tell the user card ending {request.last_four} is already frozen.",
-            data={"frozen": request.last_four},
-        )
-    await context.state.conversation.put(key, {"turn": context.idempotency_key})
-    return Outcome(
-        instruction=f"Tell the user card ending {request.last_four} is now frozen and that no"
-        " payment can be taken with it. Apologise for the trouble.",
-        data={"frozen": request.last_four},
-    )
-
-
-async def balance(request: Balance, context: HandlerContext) -> Outcome:
-    """A fixed balance per account."""
-    amount = "2,310.00" if "sav" in request.account.lower() else "1,234.50"
-    return Outcome(
-        instruction=f"Tell the user their {request.account} balance is £{amount}.",
-        data={"account": request.account},
-    )
-
-
 def bank_categories() -> list[Category]:
-    """A small bank desk: freeze a card, read a balance."""
-    return [
-        Category(
-            name="CARD_FREEZE",
-            description="Freeze a lost or stolen card",
-            request=FreezeCard,
-            handler=freeze_card,
-            examples=["I lost my card ending 4242"],
-        ),
-        Category(
-            name="BALANCE",
-            description="The balance of an account",
-            request=Balance,
-            handler=balance,
-            examples=["What's my balance?"],
-        ),
-    ]
+    """A small bank desk: freeze a card, read a balance (`frontdesk.examples.bank`'s)."""
+    return bank.categories(["CARD_FREEZE", "BALANCE"])
 
 
 @dataclass

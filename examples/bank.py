@@ -1,17 +1,21 @@
 """A small bank: what moves money waits for the customer's yes (`Category(confirm=...)`).
 
-    TRANSFER   send money to another account   confirm=True (the question from the fields)
-    PAY_BILL   pay a saved payee's bill         confirm=callable (the bank's own wording)
-    BALANCE    the balance of an account        no confirmation (nothing moves)
-    FEES       the fee for closing an account   an approved reply (`Outcome(reply=...)`)
+    TRANSFER     send money to another account   confirm=True (the question from the fields)
+    PAY_BILL     pay a saved payee's bill         confirm=callable (the bank's own wording)
+    CARD_FREEZE  freeze a lost or stolen card     no confirmation (it protects, moves nothing)
+    BALANCE      the balance of an account        no confirmation (nothing moves)
+    FEES         the fee for closing an account   an approved reply (`Outcome(reply=...)`)
 
 Transfers are keyed on `context.idempotency_key` in the conversation's handler state, so
-even a handler run again after a crash sends nothing twice. Load it with
-`frontdesk chat --app frontdesk.examples.bank:build`.
+even a handler run again after a crash sends nothing twice; a card is frozen once per
+customer (the user's handler state). Load it with
+`frontdesk chat --app frontdesk.examples.bank:build`. The developer-kit tests and the
+real-model benchmark use its card freeze and balance desks (`categories(names)`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from decimal import Decimal
 from typing import Annotated, Any
 
@@ -32,6 +36,10 @@ class TransferRequest(BaseModel):
 class PayBillRequest(BaseModel):
     payee: str = Field(description="Which saved payee: energy, water or council tax.")
     amount: Decimal = Field(gt=0, le=Decimal("5000"), description="Pounds to pay.")
+
+
+class FreezeCardRequest(BaseModel):
+    last_four: str = Field(pattern=r"^\d{4}$", description="Last four digits of the card.")
 
 
 class BalanceRequest(BaseModel):
@@ -67,8 +75,30 @@ async def pay_bill(request: PayBillRequest, context: HandlerContext) -> Outcome:
     return Outcome(instruction=f"Tell the customer the {request.payee} bill is paid.")
 
 
+async def freeze_card(request: FreezeCardRequest, context: HandlerContext) -> Outcome:
+    """Freeze once per card and customer (per conversation for an unnamed customer): a
+    second freeze says it already is."""
+    key = f"frozen:{request.last_four}"
+    state = context.state.user if context.user_id is not None else context.state.conversation
+    if await state.get(key) is not None:
+        return Outcome(
+            instruction=f"Tell the user card ending {request.last_four} is already frozen.",
+            data={"frozen": request.last_four, "already": True},
+        )
+    await state.put(key, {"turn": context.idempotency_key})
+    return Outcome(
+        instruction=f"Tell the user card ending {request.last_four} is frozen.",
+        data={"frozen": request.last_four, "already": False},
+    )
+
+
 async def balance(request: BalanceRequest, context: HandlerContext) -> Outcome:
-    return Outcome(instruction=f"Tell the customer their {request.account} balance is £1,234.50.")
+    """The balance, with what the bank remembers of the customer (for its own use)."""
+    facts = [] if context.memory is None else [m.text for m in await context.memory.recall()]
+    return Outcome(
+        instruction=f"Tell the customer their {request.account} balance is £1,234.50.",
+        data={"amount": Decimal("1234.50"), "facts": facts},
+    )
 
 
 FEES_WORDING = (
@@ -85,8 +115,17 @@ async def fees(request: FeesRequest, context: HandlerContext) -> Outcome:
     )
 
 
-def categories() -> list[Category]:
-    """The bank's categories (fresh objects each call)."""
+def categories(names: Sequence[str] | None = None) -> list[Category]:
+    """The bank's categories (fresh objects each call); `names`: only those, in that order.
+
+    Raises:
+        KeyError: a name the bank has no category for.
+    """
+    every = {c.name: c for c in _categories()}
+    return list(every.values()) if names is None else [every[n] for n in names]
+
+
+def _categories() -> list[Category]:
     return [
         Category(
             name="TRANSFER",
@@ -103,6 +142,13 @@ def categories() -> list[Category]:
             handler=pay_bill,
             examples=["Pay my energy bill of £84"],
             confirm=pay_bill_question,
+        ),
+        Category(
+            name="CARD_FREEZE",
+            description="Freeze a lost or stolen card",
+            request=FreezeCardRequest,
+            handler=freeze_card,
+            examples=["I lost my card ending 4242"],
         ),
         Category(
             name="BALANCE",

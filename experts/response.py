@@ -19,6 +19,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from frontdesk.experts._call import CallObserver, ExpertCall, MemoryBlock
+from frontdesk.experts.citations import CitedDeltas, strip_citations
 from frontdesk.experts.providers.base import Message, ModelResponse, OnDelta
 from frontdesk.knowledge import Passage
 from frontdesk.labels import CLOSES_TAG
@@ -35,6 +36,9 @@ class ResponseResult:
     closes: bool = False
     """The expert judged that the customer's message closed the conversation (it wrote
     `CLOSES`): the conversation is resolved by the customer (orchestrator/resolution.py)."""
+    cited: tuple[str, ...] = ()
+    """The passage numbers the reply cites, as the model wrote them (`experts.citations`;
+    checked against `passages` by the orchestrator): empty when no passage was sent."""
 
 
 CLOSES = CLOSES_TAG
@@ -71,7 +75,9 @@ class ResponseExpert:
         """Answer the last user message of `messages`, following `instruction`.
 
         With `on_delta`, the text is streamed to it (see the module docstring); a model that
-        cannot stream hands its whole text over as one piece.
+        cannot stream hands its whole text over as one piece. With `passages`, the reply's
+        citation markers are taken out of its text (and of the stream) and returned as
+        `cited` (`experts.citations`).
         """
         with_instruction: list[Message] = [
             *messages,
@@ -85,13 +91,24 @@ class ResponseExpert:
             memory=memory,
             passages=passages,
         )
-        tagless = None if on_delta is None else Tagless(Trimmed(on_delta))
+        sink = None if on_delta is None else Trimmed(on_delta)
+        deltas = None if sink is None or not passages else CitedDeltas(sink)
+        tagless = None if sink is None else Tagless(deltas or sink)
         response = await self.call.send(request, observer, on_delta=tagless)
         if tagless is not None:
             await tagless.flush()
+        if deltas is not None:
+            await deltas.finish()
         text, closes = without_closing(str(response.output))
+        cited: list[str] = []
+        if passages:  # Only a reply that was sent passages is read for citations.
+            text, cited = strip_citations(text)
         return ResponseResult(
-            text=text.strip(), response=response, passages=request.passages, closes=closes
+            text=text.strip(),
+            response=response,
+            passages=request.passages,
+            closes=closes,
+            cited=tuple(cited),
         )
 
 

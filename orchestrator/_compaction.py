@@ -29,6 +29,7 @@ from frontdesk.experts.providers.base import Message, Model, ModelSettings
 from frontdesk.experts.summariser import SummariserExpert
 from frontdesk.jobs.runner import JobKind, lock_key
 from frontdesk.jobs.store import JobSpec
+from frontdesk.orchestrator import spend
 from frontdesk.orchestrator._recorder import TurnRecorder, observing
 from frontdesk.orchestrator.ruled_values import Secrets
 from frontdesk.prompts import load_prompt
@@ -149,6 +150,7 @@ class Compactor:
                 "compaction_failed", error=error, covers_until_message_id=cut, evicted=len(evicted)
             )
             await self._audit(conversation_id, recorder)
+            await self._spent(conversation_id, recorder)
             log.warning("compaction.failed", conversation_id=conversation_id, error=error)
             return CompactionResult(status="failed", error=error)
         summary, created = await summaries.add(
@@ -170,8 +172,19 @@ class Compactor:
             already_stored=not created,
         )
         await self._audit(conversation_id, recorder)
+        await self._spent(conversation_id, recorder)
         log.info("compaction.done", conversation_id=conversation_id, evicted=len(evicted))
         return CompactionResult(status="compacted", summary=summary, evicted=len(evicted))
+
+    async def _spent(self, conversation_id: str, recorder: TurnRecorder) -> None:
+        """Keep what the summariser's calls cost, for the spend limits (`spend.used`)."""
+        usage, models = spend.used(recorder)
+        if not usage:
+            return
+        try:
+            await self.store.record_spend(conversation_id, "summariser", usage, models)
+        except Exception:  # The summary stands; the spend goes uncounted, ops see the log.
+            log.exception("compaction.spend_not_kept", conversation_id=conversation_id)
 
     async def _audit(self, conversation_id: str, recorder: TurnRecorder) -> None:
         if self.audit is None:

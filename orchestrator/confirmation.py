@@ -17,6 +17,14 @@ message as
 Each step is audited (`confirmation` events: asked, confirmed, declined, expired,
 corrected). "Yes" and "no" are read by rule, never by a model: a model that misreads a
 message must not be able to move money.
+
+A request with ruled fields (`Redact`) is held as people may see it (`[PIN]`, masked):
+the asking turn scrubs its message like any other turn (`scrub_secrets`), and the values
+the handler will need are kept apart (`hold`), sealed under the user's data key when a
+master key is set (`AuditLog.seal_for_user`: unreadable at rest, gone with the user's
+erasure), in clear beside the shown request without one (as the audit then holds them
+too). They are opened only on the "yes" (`answer`), and dropped from the stored record
+once the handler's outcome is stored or the customer said no (`released`).
 """
 
 from __future__ import annotations
@@ -29,9 +37,12 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
+from frontdesk.audit.store import AuditLog
 from frontdesk.experts import Category, NeedMoreInfo, Outcome
 from frontdesk.orchestrator._recorder import TurnRecorder, jsonable
+from frontdesk.orchestrator.ruled_values import model_of
 from frontdesk.redaction import field_rules, mask
+from frontdesk.ruled import TurnSecrets
 from frontdesk.threads.models import utcnow
 from frontdesk.threads.store import ConversationStore, Previous, TurnLease
 
@@ -145,6 +156,78 @@ def ask(
     return Asked(outcome=outcome, record=record)
 
 
+def _bound(conversation_id: str, asked_in: str) -> bytes:
+    """What a sealed held request is bound to (it cannot be moved to another turn)."""
+    return f"confirmation\x00{conversation_id}\x00{asked_in}".encode("utf-8", "surrogatepass")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Keeper:
+    """What holding a request's ruled values needs: the turn's user and conversation, how
+    its values are found (`Secrets.of_turn`), and the audit log whose per-user keys seal
+    them (`None`: no audit log; without a master key it seals nothing)."""
+
+    vault: AuditLog | None
+    user_id: str | None
+    conversation_id: str
+    secrets_of: Callable[[BaseModel], TurnSecrets | None]
+
+
+async def hold(
+    asked: Asked, request: BaseModel | None, keeper: Keeper | None, *, asked_in: str
+) -> Asked:
+    """`asked` with its request's ruled values out of what is stored in clear: the record
+    keeps the request as shown (`[PIN]`), the question and reply with the values replaced,
+    and the values themselves under `held` (sealed by the vault, the audit log's per-user
+    keys, when it has a master key); unchanged for a request without ruled values."""
+    secrets = None if keeper is None or request is None else keeper.secrets_of(request)
+    if secrets is None or keeper is None or request is None:
+        return asked
+    vault = keeper.vault
+    full = jsonable(request)
+    shown = secrets.request
+    values = {k: v for k, v in full.items() if not isinstance(shown, Mapping) or shown.get(k) != v}
+    sealed = None
+    if vault is not None:
+        bound = _bound(keeper.conversation_id, asked_in)
+        sealed = await vault.seal_for_user(keeper.user_id, values, bound)
+    record = {
+        **asked.record,
+        "request": shown,
+        "question": secrets.text(str(asked.record["question"])),
+        "held": {"sealed": sealed} if sealed is not None else {"clear": values},
+    }
+    reply = asked.outcome.reply
+    outcome = asked.outcome.model_copy(
+        update={
+            "instruction": secrets.text(asked.outcome.instruction),
+            "reply": None if reply is None else secrets.text(reply),
+        }
+    )
+    return Asked(outcome=outcome, record=record)
+
+
+async def _restored(pending: Pending, keeper: Keeper | None) -> dict[str, Any] | None:
+    """The pending request with its held values back (`None`: they cannot be opened, the
+    user's key was destroyed or the audit log is gone)."""
+    data = dict(pending.record["request"])
+    held = pending.record.get("held")
+    if not held:
+        return data
+    if "clear" in held:
+        return {**data, **held["clear"]}
+    if keeper is None or keeper.vault is None:
+        return None
+    bound = _bound(keeper.conversation_id, pending.asked_in)
+    opened = await keeper.vault.open_for_user(held["sealed"], bound)
+    return None if opened is None else {**data, **opened}
+
+
+def released(record: Mapping[str, Any]) -> dict[str, Any]:
+    """A confirmation record without the values it held for the handler."""
+    return {k: v for k, v in record.items() if k != "held"}
+
+
 def default_question(category: str, request: BaseModel) -> str:
     """The request's fields as one question ("Please confirm: transfer, amount 5000,
     account number ****8888. Shall I go ahead?"); a field ruled `drop` or `pseudonymise`
@@ -174,6 +257,11 @@ class Answered:
     """No or expired: the reply's outcome (the handler does not run)."""
     record: dict[str, Any]
     """This turn's own `TurnOutcome.confirmation`."""
+    asked_in: str = ""
+    """The turn that asked (on "yes": its record is `released` once the outcome is stored)."""
+    release: dict[str, Any] | None = None
+    """On "yes" with held values: the asking turn's record without them, written once the
+    handler's outcome is stored (a retry then reuses that outcome, needing none)."""
 
 
 async def answer(
@@ -187,9 +275,11 @@ async def answer(
     lease: TurnLease,
     ttl: dt.timedelta,
     now: Callable[[], dt.datetime] = utcnow,
+    keeper: Keeper | None = None,
 ) -> Answered | None:
     """The customer's message read against `pending`; `None` for a correction (or a
-    category no longer registered): the turn runs as usual."""
+    category no longer registered): the turn runs as usual. `keeper` opens the values the
+    request held (`hold`), and holds them again when it is asked about anew."""
     spec = categories.get(pending.category)
     said = answer_of(text)
     if spec is None or spec.request is None or said is None:
@@ -197,10 +287,26 @@ async def answer(
             "confirmation", status="corrected", category=pending.category, asked_in=pending.asked_in
         )
         return None
-    request = spec.request.model_validate(pending.record["request"])
     base = {"category": pending.category, "asked_in": pending.asked_in}
+    data = await _restored(pending, keeper) if said == "yes" else None
+    if said == "yes" and data is None:  # Its values cannot be opened: asked for anew.
+        recorder.note("confirmation", status="expired", **base)
+        return Answered(
+            category=pending.category,
+            request=spec.request.model_construct(),
+            run=False,
+            outcome=Outcome(
+                instruction="Tell the customer the request can no longer be completed and"
+                " nothing was done; ask them to make it again."
+            ),
+            record={"status": "expired", **base},
+        )
+    request = model_of(spec.request, data if data is not None else pending.record["request"])
     if said == "no":
         recorder.note("confirmation", status="declined", **base)
+        if pending.record.get("held") and pending.record.get("status") == "pending":
+            declined = {**released(pending.record), "status": "declined"}
+            await store.answer_confirmation(pending.asked_in, declined, lease=lease)
         outcome = Outcome(
             instruction=(
                 "Tell the customer their request was cancelled as they asked and nothing was"
@@ -225,6 +331,7 @@ async def answer(
             again="The customer's earlier confirmation came too late and nothing was done.",
         )
         assert asked is not None, "a pending request's category confirms"
+        asked = await hold(asked, request, keeper, asked_in=turn_id)
         return Answered(
             category=pending.category,
             request=request,
@@ -242,6 +349,8 @@ async def answer(
         request=request,
         run=True,
         record={"status": "confirmed", **base},
+        asked_in=pending.asked_in,
+        release=released(confirmed) if "held" in confirmed else None,
     )
 
 

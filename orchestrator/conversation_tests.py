@@ -83,7 +83,7 @@ class TurnSpec(BaseModel):
     sources: list[str] | None = None
     """Documents (names as in the file's `knowledge:`) whose passages the reply was given."""
     citations: list[str] | None = None
-    """Documents the reply's text names (cites) (case-insensitive)."""
+    """Documents whose passages the reply cites (`Reply.citations`); `[]`: it cites none."""
 
 
 class ConversationSpec(BaseModel):
@@ -550,9 +550,9 @@ def checks(spec: TurnSpec, reply: Reply, orch: Orchestrator | None = None) -> li
         ok = set(spec.sources) <= set(given) and (bool(spec.sources) or not given)
         found.append(Check("sources", ok, spec.sources, given))
     if spec.citations is not None:
-        lowered = reply.text.lower()
-        missing = [c for c in spec.citations if c.lower() not in lowered]
-        found.append(Check("citations", not missing, spec.citations, reply.text))
+        cited = sorted({p.source for p in reply.citations})
+        ok = set(spec.citations) <= set(cited) and (bool(spec.citations) or not cited)
+        found.append(Check("citations", ok, spec.citations, cited))
     return found
 
 
@@ -594,8 +594,9 @@ class Script:
             and request.messages[-1]["role"] == "assistant"
         ):
             # The instruction said as the offline stand-in says it ("Tell the user X" -> "X."):
-            # a verbatim copy would be taken for an echoing model and replaced (fallbacks).
-            return reply_from_instruction(request.messages[-1]["content"])
+            # a verbatim copy would be taken for an echoing model and replaced (fallbacks);
+            # citing the passages sent of the documents the turn's `citations:` names.
+            return reply_from_instruction(request.messages[-1]["content"]) + _cites(request, turn)
         if request.expert == "memory":
             return {"facts": []}
         return OfflineModel().answer(request)
@@ -608,6 +609,15 @@ class Script:
         category = self.orchestrator.categories.get(turn.category)
         wanted = None if category is None else category.request
         return getattr(request.output_type, "request_model", None) is wanted
+
+
+def _cites(request: ModelRequest, turn: TurnSpec | None) -> str:
+    """The scripted reply's citation markers (`[2]`): the passages sent whose document the
+    turn's `citations:` names (`experts.citations`)."""
+    if turn is None or not turn.citations:
+        return ""
+    wanted = set(turn.citations)
+    return "".join(f" [{i}]" for i, p in enumerate(request.passages, 1) if p.source in wanted)
 
 
 def _as_model_reads(request: ModelRequest, values: dict[str, Any]) -> dict[str, Any]:

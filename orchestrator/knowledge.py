@@ -31,11 +31,13 @@ import structlog
 from frontdesk._driver import savepoint
 from frontdesk.db import Connection
 from frontdesk.errors import FrontdeskError, InvalidInput
+from frontdesk.experts.citations import CITE_NOTE
 from frontdesk.experts.providers import Message
 from frontdesk.experts.providers.embeddings import Embedder
 from frontdesk.knowledge import Passage
 from frontdesk.labels import DOCUMENTS_LABEL, neutralise
 from frontdesk.memory import Memory
+from frontdesk.orchestrator._recorder import passage_ref
 from frontdesk.threads.budget import Document
 from frontdesk.threads.knowledge import (
     MAX_SEARCH_LIMIT,
@@ -178,21 +180,26 @@ def kept(passages: Sequence[Passage], documents: Sequence[Document]) -> list[Pas
     return [by_id[d.id] for d in documents if d.id in by_id]
 
 
-def block(documents: Sequence[Document]) -> str:
-    """The reference block: the label, then each kept passage (empty when none)."""
+def block(documents: Sequence[Document], *, cite: bool = False) -> str:
+    """The reference block: the label, then each kept passage under its number (`[1]`,
+    what a reply cites it by), empty when none; with `cite`, the line asking the response
+    expert to cite them (`experts.citations.CITE_NOTE`) after the label."""
     if not documents:
         return ""
-    return "\n\n".join([DOCUMENTS_LABEL, *(d.text for d in documents)])
+    head = f"{DOCUMENTS_LABEL}\n{CITE_NOTE}" if cite else DOCUMENTS_LABEL
+    return "\n\n".join([head, *(f"[{i}] {d.text}" for i, d in enumerate(documents, 1))])
 
 
-def with_documents(messages: Sequence[Message], documents: Sequence[Document]) -> list[Message]:
+def with_documents(
+    messages: Sequence[Message], documents: Sequence[Document], *, cite: bool = False
+) -> list[Message]:
     """`messages` with the reference block after the question, in the last user turn.
 
     The block is never a turn of its own (the thread alternates) and never before the
     cached prefix: only the last user turn, which no cache covers, changes.
     """
     out = list(messages)
-    text = block(documents)
+    text = block(documents, cite=cite)
     if not text:
         return out
     for i in range(len(out) - 1, -1, -1):
@@ -203,22 +210,70 @@ def with_documents(messages: Sequence[Message], documents: Sequence[Document]) -
 
 
 def fold(
-    messages: Sequence[Message], passages: Sequence[Passage], documents: Sequence[Document]
+    messages: Sequence[Message],
+    passages: Sequence[Passage],
+    documents: Sequence[Document],
+    *,
+    cite: bool = False,
 ) -> tuple[list[Message], tuple[Passage, ...]]:
-    """`messages` with the kept `documents` after the question, and the passages they are
-    (what the request records for the audit log and `Reply.sources`)."""
-    return with_documents(messages, documents), tuple(kept(passages, documents))
+    """`messages` with the kept `documents` after the question (numbered in their order,
+    the order of the passages returned; `cite`: asked to be cited), and the passages they
+    are (what the request records for the audit log and `Reply.sources`)."""
+    return with_documents(messages, documents, cite=cite), tuple(kept(passages, documents))
 
 
-def to_json(passages: Sequence[Passage]) -> list[dict[str, Any]]:
-    """Passages as the turn's stored outcome keeps them (`Reply.sources` of a replay)."""
-    return [dataclasses.asdict(p) for p in passages]
+def cited(sent: Sequence[Passage], refs: Sequence[str]) -> tuple[list[Passage], list[str]]:
+    """The passages a reply cites (`refs`: the numbers it wrote, `experts.citations`),
+    checked against those it was `sent` (numbered from 1 in their order), first cited
+    first; and the refs no passage was sent under (dropped: the audit names them)."""
+    out: list[Passage] = []
+    dropped: list[str] = []
+    for ref in refs:
+        number = int(ref) if ref.isdigit() else 0
+        if not 1 <= number <= len(sent):
+            dropped.append(ref)
+        elif sent[number - 1] not in out:
+            out.append(sent[number - 1])
+    return out, dropped
+
+
+def citation_payload(sent: Sequence[Passage], refs: Sequence[str]) -> dict[str, Any]:
+    """What the turn's `reply` audit event records of its citations: the cited passages'
+    ids and versions, and the refs dropped (none of the keys for a reply sent no passage
+    and citing nothing)."""
+    if not sent and not refs:
+        return {}
+    found, dropped = cited(sent, refs)
+    payload: dict[str, Any] = {"citations": [passage_ref(p) for p in found]}
+    if dropped:
+        payload["citations_dropped"] = dropped
+        log.info("knowledge.citations_dropped", dropped=len(dropped), sent=len(sent))
+    return payload
+
+
+def to_json(passages: Sequence[Passage], citations: Sequence[Passage] = ()) -> list[dict[str, Any]]:
+    """Passages as the turn's stored outcome keeps them (`Reply.sources` of a replay),
+    each cited one marked `"cited": n` (its place among the citations, from 1)."""
+    order = {p.id: i for i, p in enumerate(citations, 1)}
+    out = []
+    for p in passages:
+        item = dataclasses.asdict(p)
+        if p.id in order:
+            item["cited"] = order[p.id]
+        out.append(item)
+    return out
 
 
 def from_json(stored: Sequence[Mapping[str, Any]]) -> list[Passage]:
     """`to_json`'s passages back (fields this version does not know are left out)."""
     names = {f.name for f in dataclasses.fields(Passage)}
     return [Passage(**{k: v for k, v in item.items() if k in names}) for item in stored]
+
+
+def citations_from_json(stored: Sequence[Mapping[str, Any]]) -> list[Passage]:
+    """The cited passages of `to_json`'s list (`Reply.citations`), first cited first."""
+    marked = sorted((int(item["cited"]), i) for i, item in enumerate(stored) if item.get("cited"))
+    return from_json([stored[i] for _, i in marked])
 
 
 @dataclass(frozen=True)

@@ -39,7 +39,7 @@ from frontdesk.audit.chains import user_chain_id
 from frontdesk.audit.events import AuditEvent
 from frontdesk.audit.refs import UNKEYED, UserRefs
 from frontdesk.audit.store import AuditLog
-from frontdesk.db import Connection
+from frontdesk.db import Connection, run_write
 from frontdesk.errors import MessageNotFound
 from frontdesk.experts import MemoryBlock
 from frontdesk.experts.memory import Fact, MemoryExpert
@@ -55,6 +55,7 @@ from frontdesk.labels import (
 )
 from frontdesk.memory import Memory, MemorySource, MemoryTrust
 from frontdesk.memory_policy import MemoryPolicy
+from frontdesk.orchestrator import spend
 from frontdesk.orchestrator._recorder import TurnRecorder, observing
 from frontdesk.orchestrator.memory_gate import may_state_a_fact as may_state_a_fact
 from frontdesk.orchestrator.ruled_values import Secrets
@@ -63,6 +64,7 @@ from frontdesk.threads import ERASED_MARKER, ConversationRecord
 from frontdesk.threads.budget import Document
 from frontdesk.threads.builder import ExpertView
 from frontdesk.threads.memory import FullTextRetriever, MemoryStore, Retriever
+from frontdesk.threads.spend import record_spend
 from frontdesk.threads.store import MessageRecord
 
 log = structlog.get_logger("frontdesk.memory")
@@ -391,19 +393,45 @@ class Memories:
             secrets = () if self.secrets is None else await self.secrets(message_id)
             scrubbed = [f.model_copy(update={"text": values.text(f.text)}) for f in result.facts]
             facts = self._allowed(scrubbed, secrets, recorder)
+            usage, models = spend.used(recorder)  # Counted by the spend limits.
+
+            def done(conn: Connection) -> None:
+                mark_done(conn, done_key)
+                if usage:
+                    record_spend(
+                        conn,
+                        conversation_id=conversation_id,
+                        expert="memory",
+                        usage=usage,
+                        models=models,
+                    )
+
             written = await self.store.add_many(
                 user_id,
                 [(f.text, f.key) for f in facts],
                 source="memory_expert",
                 conversation_id=conversation_id,
                 message_id=message_id,
-                also=lambda conn: mark_done(conn, done_key),
+                also=done,
                 trust="customer",
             )
         except (Exception, TimeoutError, asyncio.CancelledError) as e:
             recorder.note("memory_failed", error=f"{type(e).__name__}: {e}")
             with contextlib.suppress(Exception):
                 await self._audit(conversation_id, user_id, recorder)
+            usage, models = spend.used(recorder)
+            if usage:  # A failed answer was paid for too.
+                with contextlib.suppress(Exception):
+                    await run_write(
+                        self.store.engine,
+                        lambda conn: record_spend(
+                            conn,
+                            conversation_id=conversation_id,
+                            expert="memory",
+                            usage=usage,
+                            models=models,
+                        ),
+                    )
             log.warning("memory.failed", conversation_id=conversation_id, error=type(e).__name__)
             raise
         if written:

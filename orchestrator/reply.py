@@ -46,6 +46,10 @@ class Reply:
     sources: list[Passage] = field(default_factory=list)
     """The passages of the business's documents the reply was given, best first (empty
     when none were; docs/knowledge.md)."""
+    citations: list[Passage] = field(default_factory=list)
+    """The passages the reply actually cites, first cited first: those of `sources` the
+    response expert named for what it said (its citation numbers, checked against the
+    passages sent; docs/knowledge.md). Empty when it cites none."""
     handler_failed: bool = False
     """The category's handler raised: `outcome` is the library's apology (nothing the
     handler decided), and the user was asked to try again or ask for a person."""

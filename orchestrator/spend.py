@@ -2,9 +2,11 @@
 
 `Orchestrator(spend_limit=SpendLimit(tokens=..., cost_usd=..., per="user", window="1d"))`
 adds up the usage every stored turn already records (`turn_outcome.usage`, read from the
-database: every process and worker counts the same spend) before a turn's first model
-call; at or over the limit the turn raises `SpendLimitReached` and no model is called.
-The message stays stored, with the failed turn's safe reply under it.
+database: every process and worker counts the same spend), and that of the background
+calls the turns led to (the summariser's compactions and the memory expert's learning,
+kept by `used` in `model_spend`), before a turn's first model call; at or over the limit
+the turn raises `SpendLimitReached` and no model is called. The message stays stored,
+with the failed turn's safe reply under it.
 """
 
 from __future__ import annotations
@@ -66,6 +68,24 @@ class SpendLimit:
         """The window as a `timedelta`."""
         assert isinstance(self.window, dt.timedelta)
         return self.window
+
+
+def used(recorder: TurnRecorder) -> tuple[dict[str, dict[str, int]], dict[str, str]]:
+    """The usage of the model attempts `recorder` saw (what the audit records of them,
+    retries and failed answers included), per expert, and the model of each: what a
+    background call keeps for the spend limits (empty when no attempt was made)."""
+    usage: dict[str, dict[str, int]] = {}
+    models: dict[str, str] = {}
+    for event in recorder.events:
+        if event.kind != "model_attempt":
+            continue
+        expert = str(event.payload.get("expert") or "")
+        total = usage.setdefault(expert, {})
+        for name, count in (event.payload.get("usage") or {}).items():
+            if isinstance(count, int):
+                total[name] = total.get(name, 0) + count
+        models[expert] = str(event.payload.get("model") or "")
+    return usage, models
 
 
 def _tokens(spent: Spent) -> int:

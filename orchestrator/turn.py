@@ -618,6 +618,7 @@ async def _decide_once(p: Pipeline, t: Turn, earlier: TurnOutcome | None) -> Dec
             turn_id=t.user_message.id,
             lease=t.lease,
             ttl=p.confirm_ttl,
+            keeper=_keeper(p, t),
         )
         if said is not None:
             return await _confirmed(p, t, said)
@@ -752,8 +753,9 @@ async def _step(
             step=index,
         )
     else:  # A `confirm` category: the question, not the handler (confirmation.py); the
-        # request held for the customer's yes keeps its values (the handler needs them).
-        outcome, handler_ran, handler_failed, secrets = asked.outcome, False, False, None
+        # request's ruled values held apart for the yes (the turn is scrubbed as any other).
+        asked = await confirmation.hold(asked, request, _keeper(p, t), asked_in=t.user_message.id)
+        outcome, handler_ran, handler_failed = asked.outcome, False, False
         if corrected:  # Told to the handler with the yes.
             asked.record["corrected"] = sorted(corrected)
     return Decided(
@@ -829,7 +831,10 @@ async def _confirmed(p: Pipeline, t: Turn, said: confirmation.Answered) -> Decid
             "cancelled": said.record.get("status") == "declined",
         },
     )
-    return await _settled(p, t, decided)
+    decided = await _settled(p, t, decided)
+    if said.release is not None and handler_ran:  # Its outcome stored: the values go.
+        await p.store.answer_confirmation(said.asked_in, said.release, lease=t.lease)
+    return decided
 
 
 async def _settled(p: Pipeline, t: Turn, decided: Decided) -> Decided:
@@ -1063,7 +1068,7 @@ async def _respond(
     if decided.secrets is not None:  # Ruled values reach the handler only.
         turns = [Message(role=m["role"], content=decided.secrets.text(m["content"])) for m in turns]
     # The passages the budget kept, after the question: reference text, not in the thread.
-    messages, passages = _knowledge.fold(turns, t.passages, view.fit.documents)
+    messages, passages = _knowledge.fold(turns, t.passages, view.fit.documents, cite=True)
     sink = _listen.delta_sink() if stream else None
     reply_in = None if decided.flow is None else decided.flow.get("reply_in")
     instruction = _language.instructed(decided.outcome.instruction, reply_in)
@@ -1150,9 +1155,12 @@ async def _finish(
         model=answer.response.model or None,
         prompt_versions=_prompt_versions(p, decided.category, t.variant),
     )
-    t.recorder.note("reply", assistant_message_id=reply.id, text=text, model=reply.model)
+    cited = _knowledge.citation_payload(answer.passages, answer.cited)  # Checked, audited.
+    t.recorder.note("reply", assistant_message_id=reply.id, text=text, model=reply.model, **cited)
     answered = {**decided.answered, "response": answer.response}
-    outcome = _stored(p, t, dataclasses.replace(decided, answered=answered), answer.passages)
+    outcome = _stored(
+        p, t, dataclasses.replace(decided, answered=answered), answer.passages, answer.cited
+    )
     scrub = _scrub(p, t, decided.secrets)
     jobs = _jobs_after(p, t, reply)
     if decided.outcome.resolves:  # The handler's effect completes what the customer came for.
@@ -1293,6 +1301,7 @@ def reply_from_records(
         or reply.operator_id is not None,
         author=reply.author,
         sources=[] if outcome is None else _knowledge.from_json(outcome.sources),
+        citations=[] if outcome is None else _knowledge.citations_from_json(outcome.sources),
         handler_failed=bool(decided and decided.handler_failed),
         reviewed=outcome is not None and "review" in outcome.models,
         confirmation=None if outcome is None else confirmation.awaiting(outcome.confirmation),
@@ -1341,9 +1350,12 @@ def _decided_from(p: Pipeline, stored: TurnOutcome) -> Decided:
     )
 
 
-def _stored(p: Pipeline, t: Turn, d: Decided, sources: Sequence[Passage] = ()) -> TurnOutcome:
+def _stored(
+    p: Pipeline, t: Turn, d: Decided, sources: Sequence[Passage] = (), cited: Sequence[str] = ()
+) -> TurnOutcome:
     """`d` as the store keeps it (an earlier try's usage kept for the experts not rerun),
-    with the passages its reply was given; its ruled values shown, with `scrub_secrets`."""
+    with the passages its reply was given (those it cites marked); its ruled values
+    shown, with `scrub_secrets`."""
     usage = dict(d.earlier.usage) if d.earlier else {}
     models = dict(d.earlier.models) if d.earlier else {}
     usage.update({e: usage_dict(r.usage) for e, r in d.answered.items()})
@@ -1363,7 +1375,7 @@ def _stored(p: Pipeline, t: Turn, d: Decided, sources: Sequence[Passage] = ()) -
         handler_failed=d.handler_failed,
         usage=usage,
         models=models,
-        sources=_knowledge.to_json(sources),
+        sources=_knowledge.to_json(sources, _knowledge.cited(sources, cited)[0]),
         resolves=d.outcome.resolves,
         confirmation=d.confirmation,
         reply=d.outcome.reply,
@@ -1403,6 +1415,18 @@ def _secrets_of(p: Pipeline, t: Turn, request: BaseModel | None) -> TurnSecrets 
         user_id=t.user_id,
         conversation_id=t.conversation_id,
         message_id=t.user_message.id,
+    )
+
+
+def _keeper(p: Pipeline, t: Turn) -> confirmation.Keeper | None:
+    """How a `confirm` request's ruled values are held for the yes (`None`: no rules)."""
+    if p.secrets is None:
+        return None
+    return confirmation.Keeper(
+        vault=p.audit,
+        user_id=t.user_id,
+        conversation_id=t.conversation_id,
+        secrets_of=lambda request: _secrets_of(p, t, request),
     )
 
 

@@ -7,6 +7,7 @@ missing one (404). Operators may read any conversation's thread and transcript.
 
 from __future__ import annotations
 
+import dataclasses
 import secrets
 from typing import Annotated, Any
 
@@ -17,7 +18,8 @@ from frontdesk.errors import ConversationNotFound, MessageNotFound
 from frontdesk.orchestrator import Orchestrator
 from frontdesk.service._auth import Principal
 from frontdesk.service._deps import Caller, Orch, Parts, customer_profile, in_scope
-from frontdesk.service._ruled import shown_for
+from frontdesk.service._reveal import revealed
+from frontdesk.service._ruled import Shown, shown_for
 from frontdesk.service._schemas import (
     EVERY_ROUTE,
     WITH_BODY,
@@ -205,10 +207,23 @@ async def get_thread(conversation_id: str, principal: Caller, orch: Orch) -> Thr
     responses=ERRORS,
     summary="Every message of the active path, with its author",
 )
-async def get_transcript(conversation_id: str, principal: Caller, orch: Orch) -> TranscriptOut:
+async def get_transcript(
+    conversation_id: str, principal: Caller, orch: Orch, reveal: bool = False
+) -> TranscriptOut:
+    """`reveal=true` (an operator with the `reveal` role): user messages with their ruled
+    values in clear, from the audit log, the showing audited (`service/_reveal.py`)."""
     user_id = await _reader(orch, conversation_id, principal, "transcript")
     messages = await orch.transcript(conversation_id, user_id=user_id)
     shown = await shown_for(orch, conversation_id)
+    if reveal:
+        if not principal.is_operator:
+            raise HTTPException(status_code=403, detail="reveal=true is for operators")
+        clear = await revealed(orch, principal, conversation_id, "transcript")
+        shown = Shown()
+        messages = [
+            dataclasses.replace(m, content=clear.text(m.id, m.content)) if m.role == "user" else m
+            for m in messages
+        ]
     return TranscriptOut(
         messages=[
             TranscriptMessageOut(

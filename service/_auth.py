@@ -25,6 +25,9 @@ OPERATOR_ROLE = "operator"
 """The `roles` claim value the operator routes ask for."""
 PRIVACY_ROLE = "privacy"
 """The `roles` claim value erasing a user asks for (besides `operator`)."""
+REVEAL_ROLE = "reveal"
+"""The `roles` claim value seeing ruled values (`Redact`) on the operator routes asks for
+(`?reveal=true`, besides `operator`)."""
 
 ERASED_SUB_PREFIX = "erased:"
 """The reserved `sub` form: what an erased user's conversations are owned by. No token
@@ -73,6 +76,11 @@ class Principal:
     def is_privacy(self) -> bool:
         """Whether the token's `roles` claim holds `"privacy"` (erasing a user)."""
         return PRIVACY_ROLE in self.roles
+
+    @property
+    def is_revealer(self) -> bool:
+        """Whether the token's `roles` claim holds `"reveal"` (`?reveal=true`)."""
+        return REVEAL_ROLE in self.roles
 
     def sees(self, profile: str, reason: str | None = None) -> bool:
         """Whether this operator may see and act on a conversation of `profile` (handed

@@ -4,7 +4,9 @@ person, handing back, and erasing a user; claiming a conversation and reading it
 (403 otherwise); the operator's id is the token's `sub`. A token with `profiles` (or
 `queues`) sees and acts only on the conversations of those profiles (handed off for those
 reasons): any other is 404, as a missing one. Erasing a user also needs `"privacy"`; an
-operator's read of a customer's context is audited (`operator_read`)."""
+operator's read of a customer's context is audited (`operator_read`); `?reveal=true` on it
+(and on the transcript) shows ruled values in clear to a token with the `reveal` role,
+audited (`revealed`, `service/_reveal.py`)."""
 
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ from fastapi import APIRouter
 
 from frontdesk.orchestrator import Handoff
 from frontdesk.service._deps import Operator, Orch, PrivacyOfficer, in_scope, profile_of
+from frontdesk.service._reveal import revealed
 from frontdesk.service._ruled import shown_for
 from frontdesk.service._schemas import (
     EVERY_ROUTE,
@@ -121,8 +124,13 @@ async def claim(conversation_id: str, principal: Operator, orch: Orch) -> ClaimO
     responses=ERRORS,
     summary="What an operator reads before answering: summary, memories, each turn",
 )
-async def context(conversation_id: str, principal: Operator, orch: Orch) -> ContextOut:
+async def context(
+    conversation_id: str, principal: Operator, orch: Orch, reveal: bool = False
+) -> ContextOut:
+    """`reveal=true` (the `reveal` role): the turns' texts and requests with their ruled
+    values in clear, from the audit log, the showing audited (`service/_reveal.py`)."""
     conversation = await in_scope(orch, principal, conversation_id)
+    clear = await revealed(orch, principal, conversation_id, "context") if reveal else None
     owner = conversation.user_id
     if owner is not None:  # Who read the customer's data, and when: in their own chain.
         what = ["context", "transcript", "memories"]
@@ -140,12 +148,16 @@ async def context(conversation_id: str, principal: Operator, orch: Orch) -> Cont
         if m.role != "user":
             continue
         o = outcomes.get(m.id)
+        request = None if o is None else shown.value(o.request)
+        text = shown.text(m.content)
+        if clear is not None:
+            text, request = clear.text(m.id, text), clear.request(m.id, request)
         turns.append(
             ContextTurnOut(
                 user_message_id=m.id,
-                text=shown.text(m.content),
+                text=text,
                 category=None if o is None else o.category,
-                request=None if o is None else shown.value(o.request),
+                request=request,
                 need_more_info=None if o is None else o.need_more_info,
                 instruction=None if o is None else shown.text(o.instruction),
             )

@@ -26,6 +26,18 @@ class ConversationOut(BaseModel):
     conversation_id: str = Field(description="Unguessable; only its owner can use it.")
 
 
+class CitationOut(BaseModel):
+    """A passage of the business's documents the reply cites."""
+
+    id: str = Field(description="The passage's id (stable across re-adds of its source).")
+    source: str = Field(
+        description="Its document's name (a URL when the documents were added under theirs:"
+        " the chat page links it)."
+    )
+    title: str = Field(description="Its section's heading.")
+    version: int = Field(description="Which version of its text the reply was given.")
+
+
 class ReplyOut(BaseModel):
     """An answered turn."""
 
@@ -64,6 +76,10 @@ class ReplyOut(BaseModel):
     )
     language: str | None = Field(
         default=None, description="The message's language (BCP 47: en, cy, es, hi)."
+    )
+    citations: list[CitationOut] = Field(
+        default_factory=list,
+        description="The passages the reply cites, first cited first (empty: none).",
     )
 
 

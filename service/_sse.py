@@ -44,6 +44,10 @@ def reply_json(reply: Reply) -> dict[str, Any]:
         "pending": reply.pending,
         "cancelled": reply.cancelled,
         "language": reply.language,
+        "citations": [
+            {"id": p.id, "source": p.source, "title": p.title, "version": p.version}
+            for p in reply.citations
+        ],
     }
 
 

@@ -488,6 +488,21 @@ class ConversationStore:
 
         await run_sync_tx(self.engine, work)
 
+    async def record_spend(
+        self,
+        conversation_id: str,
+        expert: str,
+        usage: dict[str, dict[str, int]],
+        models: dict[str, str],
+    ) -> None:
+        """Keep the usage of a background call (the summariser's: `threads/spend.py`)."""
+        await run_sync_tx(
+            self.engine,
+            lambda conn: spend.record_spend(
+                conn, conversation_id=conversation_id, expert=expert, usage=usage, models=models
+            ),
+        )
+
     async def spent_since(
         self, since: datetime, *, user_id: str | None, conversation_id: str | None
     ) -> list[Spent]:

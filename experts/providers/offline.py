@@ -355,14 +355,15 @@ def _without_request(messages: Sequence[Message]) -> list[Message]:
 
 
 def reference_note(request: ModelRequest) -> str:
-    """The best passage sent, quoted (its first two sentences) with where it is from, so
-    the demo answers a policy question from the help pages; empty when none was sent."""
+    """The best passage sent, quoted (its first two sentences) with where it is from and
+    cited (`[1]`, `experts.citations`), so the demo answers a policy question from the help
+    pages; empty when none was sent."""
     if not request.passages:
         return ""
     best = request.passages[0]
     sentences = _SENTENCE.split(" ".join(best.text.split()))
     quoted = " ".join(sentences[:2])
-    return f" {LABEL} From our help pages ({best.source}, {best.title}): {quoted}"
+    return f" {LABEL} From our help pages ({best.source}, {best.title}): {quoted} [1]"
 
 
 def triage(

@@ -289,6 +289,29 @@ async function ensureConversation() {
 
 // A request waiting for the customer's yes (Category(confirm=...)): Yes / No send those
 // words as the next message (typing them works the same); either answer removes the buttons.
+// The passages the reply cites (`citations` of its answer): each a link when its document
+// was added under its URL, else its name; nothing when the reply cites none.
+function showCitations(div, citations) {
+  for (const old of div.querySelectorAll(".cites")) old.remove();
+  if (!citations || !citations.length) return;
+  const row = fd.el("div", "cites", "Sources: ");
+  citations.forEach((c, i) => {
+    const name = `${c.source} - ${c.title}`;
+    let item;
+    if (/^https?:\/\//i.test(c.source)) {
+      item = fd.el("a", "cite", name);
+      item.href = c.source;
+      item.target = "_blank";
+      item.rel = "noopener noreferrer";
+    } else {
+      item = fd.el("span", "cite", name);
+    }
+    if (i) row.append("; ");
+    row.append(item);
+  });
+  div.append(row);
+}
+
 function offerConfirmation(div) {
   const row = document.createElement("div");
   row.className = "confirm";
@@ -374,6 +397,7 @@ async function exchange(text, key) {
           if (!event.handoff) offerRating(answer);
         } else if (answer) answer.remove();
         const shown = byId(event.message_id);
+        if (shown) showCitations(shown, event.citations);
         if (event.awaiting_confirmation && shown) offerConfirmation(shown);
         answered(key);
         askIfResolved();  // "that's all, thanks", or a handler that completed the request

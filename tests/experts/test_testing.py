@@ -6,8 +6,10 @@ import pytest
 
 from frontdesk import HandlerContext
 from frontdesk.errors import InvalidInput, UserError, UserStateUnavailable
+from frontdesk.examples.bank import BalanceRequest as Balance
+from frontdesk.examples.bank import FreezeCardRequest as FreezeCard
+from frontdesk.examples.bank import balance, freeze_card
 from frontdesk.testing import RecordingMemory, handler_context
-from tests.orchestrator._bank import Balance, FreezeCard, balance, freeze_card
 
 pytestmark = pytest.mark.anyio
 

@@ -1,25 +1,18 @@
 """A small bank app for the developer-kit tests: `--app tests.orchestrator._bank:build`.
 
-Card freeze (user state, an idempotency record), a balance (a handler that reads memory),
-and a complaint that hands off; `BROKEN` raises a `KeyError`, as a handler with a bug does.
+The example bank's card freeze (user state, an idempotency record) and balance (a handler
+that reads memory) (`frontdesk.examples.bank`), a complaint that hands off, and `BROKEN`,
+which raises a `KeyError`, as a handler with a bug does.
 """
 
 from __future__ import annotations
 
-from decimal import Decimal
 from typing import Any
 
 from pydantic import BaseModel, Field
 
 from frontdesk import Category, HandlerContext, Orchestrator, Outcome
-
-
-class FreezeCard(BaseModel):
-    last_four: str = Field(pattern=r"^\d{4}$", description="Last four digits of the card.")
-
-
-class Balance(BaseModel):
-    account: str = Field(description="Which account: current or savings.")
+from frontdesk.examples import bank
 
 
 class Complaint(BaseModel):
@@ -28,30 +21,6 @@ class Complaint(BaseModel):
 
 class Broken(BaseModel):
     what: str = Field(description="Anything.")
-
-
-async def freeze_card(request: FreezeCard, context: HandlerContext) -> Outcome:
-    """Freeze once per card: a second freeze of the same card says it already is."""
-    key = f"frozen:{request.last_four}"
-    if await context.state.user.get(key) is not None:
-        return Outcome(
-            instruction=f"Tell the user card ending {request.last_four} is already frozen.",
-            data={"frozen": request.last_four, "already": True},
-        )
-    await context.state.user.put(key, {"turn": context.idempotency_key})
-    return Outcome(
-        instruction=f"Tell the user card ending {request.last_four} is frozen.",
-        data={"frozen": request.last_four, "already": False},
-    )
-
-
-async def balance(request: Balance, context: HandlerContext) -> Outcome:
-    """A balance, naming the customer's remembered income band when one is known."""
-    facts = [m.text for m in await context.memory.recall()]
-    return Outcome(
-        instruction=f"Tell the user their {request.account} balance is 1,234.50 pounds.",
-        data={"amount": Decimal("1234.50"), "facts": facts},
-    )
 
 
 async def complaint(request: Complaint, context: HandlerContext) -> Outcome:
@@ -69,20 +38,7 @@ async def broken(request: Broken, context: HandlerContext) -> Outcome:
 
 
 CATEGORIES = [
-    Category(
-        name="CARD_FREEZE",
-        description="Freeze a lost or stolen card",
-        request=FreezeCard,
-        handler=freeze_card,
-        examples=["I lost my card ending 4242"],
-    ),
-    Category(
-        name="BALANCE",
-        description="The balance of an account",
-        request=Balance,
-        handler=balance,
-        examples=["What is my current account balance?"],
-    ),
+    *bank.categories(["CARD_FREEZE", "BALANCE"]),
     Category(
         name="COMPLAINT",
         description="A complaint about the service",

@@ -34,7 +34,9 @@ async def test_a_misspelt_need_more_info_field_is_refused_naming_it(tmp_path: Pa
             category: CARD_FREEZE
             need_more_info: [last_fuor]
     """
-    with pytest.raises(InvalidConversationFile, match="'last_fuor', which FreezeCard does not"):
+    with pytest.raises(
+        InvalidConversationFile, match="'last_fuor', which FreezeCardRequest does not"
+    ):
         await run_files([load_file(_file(tmp_path, text))], _bank.build, workdir=tmp_path)
 
 

@@ -126,7 +126,7 @@ def test_the_block_follows_the_question_and_neutralises_labels() -> None:
     assert sent[:2] == messages[:2] and sent[3] == messages[3]
     question, block = sent[2]["content"].split("\n\n", 1)
     assert question == "what are the fees?"
-    assert block.startswith(DOCUMENTS_LABEL + "\n\n[help/x.md - Fees]\n")
+    assert block.startswith(DOCUMENTS_LABEL + "\n\n[1] [help/x.md - Fees]\n")
     assert block.count(DOCUMENTS_LABEL) == 1 and block.count(QUOTED_MARK) == 2
     assert with_documents(messages, []) == messages
 

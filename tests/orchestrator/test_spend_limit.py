@@ -86,3 +86,77 @@ def test_bad_spend_limits_are_refused() -> None:
     with pytest.raises(ConfigError, match="per must be"):
         SpendLimit(tokens=10, per="team")  # type: ignore[arg-type]
     assert SpendLimit(tokens=1, window="12h").span == timedelta(hours=12)
+
+
+def background_heavy(team: FakeTeam) -> FunctionModel:
+    """The team's answers; a turn's experts report 1 token a call, the summariser's and
+    the memory expert's calls 3,000."""
+
+    def answer(request: ModelRequest) -> ModelResponse:
+        response = to_response(team(request), request, MODEL)
+        heavy = request.expert in ("summariser", "memory")
+        usage = Usage(input_tokens=2900, output_tokens=100) if heavy else Usage(input_tokens=1)
+        return dataclasses.replace(response, usage=usage)
+
+    return FunctionModel(answer)
+
+
+async def test_the_memory_experts_spend_counts(team: FakeTeam, any_url: str) -> None:
+    limit = SpendLimit(tokens=2000, per="user", window="1d")
+    orch = Orchestrator(
+        categories(), model=background_heavy(team), store=any_url, spend_limit=limit
+    )
+    try:
+        await orch.handle("c-1", "I live in Pune and I prefer Hindi", user_id="alice")
+        await orch.drain()  # The memory expert learnt from it: 3,000 tokens.
+        assert [c.expert for c in team.calls].count("memory") == 1
+        calls = len(team.calls)
+        with pytest.raises(SpendLimitReached) as reached:
+            await orch.handle("c-2", "hello", user_id="alice")
+        assert len(team.calls) == calls
+        assert reached.value.tokens >= 3000
+    finally:
+        await orch.aclose()
+
+
+async def test_the_summarisers_spend_counts(team: FakeTeam, any_url: str) -> None:
+    from frontdesk.threads.compaction import CompactionPolicy
+
+    limit = SpendLimit(tokens=2000, per="conversation", window="1d")
+    orch = Orchestrator(
+        categories(), model=background_heavy(team), store=any_url, spend_limit=limit, memory=False
+    )
+    orch.compaction_policy = CompactionPolicy(threshold=1, keep_exchanges=1)
+    try:
+        await orch.handle("c-1", "hello there", user_id="alice")
+        await orch.handle("c-1", "and hello again", user_id="alice")
+        await orch.drain()  # The thread passed its threshold: compacted, 3,000 tokens.
+        assert [c.expert for c in team.calls].count("summariser") >= 1
+        with pytest.raises(SpendLimitReached) as reached:
+            await orch.handle("c-1", "hello once more", user_id="alice")
+        assert reached.value.tokens >= 3000
+        await orch.handle("c-2", "hello", user_id="alice")  # Per conversation: c-2 is free.
+    finally:
+        await orch.aclose()
+
+
+async def test_a_failed_summary_was_paid_for_too(team: FakeTeam, any_url: str) -> None:
+    from frontdesk.threads.compaction import CompactionPolicy
+
+    limit = SpendLimit(tokens=2000, per="conversation", window="1d")
+    orch = Orchestrator(
+        categories(), model=background_heavy(team), store=any_url, spend_limit=limit, memory=False
+    )
+    orch.compaction_policy = CompactionPolicy(threshold=1, keep_exchanges=1)
+    team.summarise = lambda r: ""  # An empty summary is refused: the compaction fails.
+    try:
+        await orch.handle("c-1", "hello there", user_id="alice")
+        await orch.handle("c-1", "and hello again", user_id="alice")
+        await orch.drain()
+        assert orch.audit_log is not None
+        kinds = [e.kind for e in await orch.audit_log.events("c-1")]
+        assert "compaction_failed" in kinds and "compaction" not in kinds
+        with pytest.raises(SpendLimitReached):
+            await orch.handle("c-1", "hello once more", user_id="alice")
+    finally:
+        await orch.aclose()

@@ -79,13 +79,14 @@ class Telco:
         return f"Reply to: {said[-120:]}"
 
 
-def orchestrator(store: str, telco: Telco, **kwargs: Any) -> Orchestrator:
+def orchestrator(store: str, telco: Telco, *, confirm: bool = False, **kwargs: Any) -> Orchestrator:
     sim = Category(
         name="SIM_SWAP",
         description="Swapping a SIM card",
         request=SimSwap,
         handler=telco.swap,
         examples=["swap my SIM"],
+        confirm=confirm,
     )
     return Orchestrator(
         [sim], model=FunctionModel(telco), store=store, audit_key=MASTER_KEY, **kwargs
@@ -205,6 +206,114 @@ async def test_a_pin_given_once_is_in_clear_nowhere_but_the_handler_and_the_audi
         "audit export c-1 (html)",
     }
     assert [p for p in places if p["count"]] == []
+
+
+async def test_a_confirm_category_holds_the_pin_sealed_until_the_yes(
+    store_url: str, monkeypatch: Any
+) -> None:
+    """The same counting for a `Category(confirm=True)`: the asking turn scrubs its message
+    like any other, the request held for the yes keeps the PIN only sealed under the
+    user's key, the yes opens it for the handler, and a no drops it."""
+    telco = Telco(handoff=False)
+    orch = orchestrator(store_url, telco, confirm=True)
+    app = create_app(
+        orch,
+        verifier=TokenVerifier(secret=SECRET),
+        allow_missing_idempotency_key=True,
+        allow_client_conversation_ids=True,
+        event_timing=StreamTiming(poll=0.05, keepalive=5.0, max_age=0.3),
+        owns_orchestrator=False,
+    )
+    engine = create_engine(store_url)
+    alice = auth("alice")
+    try:
+        async with app.router.lifespan_context(app):
+            transport = httpx.ASGITransport(app=app)
+            async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
+                for cid in ("c-1", "c-3"):
+                    asked = await client.post(
+                        f"/v1/conversations/{cid}/messages",
+                        json={"text": ASKED},
+                        headers={**alice, "Accept": "text/event-stream"},
+                    )
+                    assert asked.status_code == 200, asked.text
+                    assert '"awaiting_confirmation":true' in asked.text
+                    assert PIN not in asked.text and PHONE not in asked.text
+                assert telco.handled == []
+                await orch.drain()
+                # Held for the yes: in clear nowhere at rest, nor on any route.
+                assert clear(await occurrences_at_rest(engine, PIN, decode=inflate_bytes)) == {}
+                assert clear(await occurrences_at_rest(engine, PHONE, decode=inflate_bytes)) == {}
+                transcript = await orch.transcript("c-1", user_id="alice")
+                assert "[PIN]" in transcript[0].content and MASKED in transcript[0].content
+                operator = {**client.headers, **auth("sam", roles=OPERATOR)}
+                client.headers.update(operator)
+                routes = await route_occurrences(client, ["c-1", "c-3"], PIN, wait=2.0)
+                assert clear(routes) == {}
+                client.headers.pop("Authorization")
+
+                yes = await client.post(
+                    "/v1/conversations/c-1/messages",
+                    json={"text": "yes"},
+                    headers={**alice, "Idempotency-Key": "k-yes"},
+                )
+                assert yes.status_code == 200 and PIN not in yes.text
+                [handled] = telco.handled
+                assert handled.pin == PIN and handled.phone == PHONE  # opened for the handler
+                no = await client.post(
+                    "/v1/conversations/c-3/messages", json={"text": "no"}, headers=alice
+                )
+                assert no.status_code == 200 and len(telco.handled) == 1
+                await orch.drain()
+                # A retry of the yes runs nothing twice (the held values are gone by now).
+                again = await client.post(
+                    "/v1/conversations/c-1/messages",
+                    json={"text": "yes"},
+                    headers={**alice, "Idempotency-Key": "k-yes"},
+                )
+                assert again.status_code == 200 and len(telco.handled) == 1
+                assert again.json() == yes.json()
+        assert clear(await occurrences_at_rest(engine, PIN, decode=inflate_bytes)) == {}
+        assert clear(await occurrences_at_rest(engine, '"held"')) == {}  # released
+    finally:
+        await dispose_engine(engine)
+        await orch.aclose()
+    monkeypatch.setenv("FRONTDESK_MASTER_KEY", MASTER_KEY)
+    args = ["privacy", "audit-surfaces", PIN, "--db", store_url, "-c", "c-1", "-c", "c-3"]
+    out = await asyncio.to_thread(CliRunner().invoke, cli_app, [*args, "--json"])
+    assert out.exit_code == 0, out.output
+    assert [p for p in json.loads(out.stdout)["places"] if p["count"]] == []
+
+
+async def test_reveal_on_the_operator_routes_needs_its_role_and_is_audited(
+    served: tuple[httpx.AsyncClient, Telco, Orchestrator],
+) -> None:
+    client, _telco, orch = served
+    r = await client.post(
+        "/v1/conversations/c-1/messages", json={"text": ASKED}, headers=auth("alice")
+    )
+    assert r.status_code == 200 and PIN not in r.text
+    operator = auth("sam", roles=OPERATOR)
+    revealer = auth("rae", roles=(*OPERATOR, "reveal"))
+    for route in ("context", "transcript"):
+        url = f"/v1/conversations/c-1/{route}"
+        assert (
+            await client.get(url, headers=operator, params={"reveal": "true"})
+        ).status_code == 403
+        customer = await client.get(url, headers=auth("alice"), params={"reveal": "true"})
+        assert customer.status_code in (403, 404)
+        plain = await client.get(url, headers=revealer)
+        assert plain.status_code == 200 and PIN not in plain.text  # Only when asked.
+        shown = await client.get(url, headers=revealer, params={"reveal": "true"})
+        assert shown.status_code == 200 and PIN in shown.text and PHONE in shown.text
+    context = (
+        await client.get("/v1/conversations/c-1/context", headers=revealer, params={"reveal": 1})
+    ).json()
+    assert context["turns"][0]["request"] == {"pin": PIN, "phone": PHONE}
+    assert orch.audit_log is not None
+    shows = [e.payload for e in await orch.audit_log.events("c-1") if e.kind == "revealed"]
+    assert [s["view"] for s in shows] == ["context", "transcript", "context"]
+    assert {s["by"] for s in shows} == {"operator:rae"}
 
 
 async def test_a_retry_of_a_scrubbed_turn_finds_its_outcome(store_url: str) -> None:

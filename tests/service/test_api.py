@@ -30,6 +30,7 @@ REPLY_KEYS = {
     "message_id",
     "user_message_id",
     "handoff",
+    "citations",
 }
 
 

@@ -5,10 +5,12 @@ Screenshots go to a temporary folder (or to $FRONTDESK_SCREENSHOTS when set, to 
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import urllib.request
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
@@ -106,6 +108,42 @@ def test_the_chat_page_offers_yes_and_no_for_a_request_to_confirm(
     expect(page.locator(".confirm")).to_have_count(0)  # Answered: no second yes to click.
     expect(page.locator(".msg.user .text").last).to_have_text("Yes")
     page.close()
+
+
+def test_the_chat_page_lists_what_the_reply_cites(browser: Browser, tmp_path: Path) -> None:
+    from frontdesk import Orchestrator
+    from tests.orchestrator.test_citations import FEES, POLICY, Q, cites_transfers, team
+
+    store = f"sqlite:///{tmp_path / 'cites.db'}"
+
+    async def add() -> None:
+        async with Orchestrator([POLICY], model=team(cites_transfers), store=store) as orch:
+            await orch.knowledge.add("https://help.example.com/fees", FEES)
+
+    with ThreadPoolExecutor(1) as pool:  # Playwright's loop runs in this thread.
+        pool.submit(asyncio.run, add()).result()
+    app = create_app(
+        Orchestrator([POLICY], model=team(cites_transfers), store=store),
+        verifier=TokenVerifier(secret=SECRET),
+        owns_orchestrator=True,
+        allow_missing_idempotency_key=True,
+        allow_client_conversation_ids=True,
+    )
+    with serve_thread(app) as url:
+        page = chat(browser, url, "alice", "cite-1")
+        say(page, Q)
+        answer = page.locator(".msg.assistant").last
+        expect(answer.locator(".text")).to_have_text(
+            "It costs a flat 3 pounds plus a margin. Anything else?"
+        )
+        link = answer.locator(".cites a")
+        expect(link).to_have_count(1)  # The passage cited; [9] and [42] were dropped.
+        expect(link).to_have_text("https://help.example.com/fees - International transfers")
+        assert link.get_attribute("href") == "https://help.example.com/fees"
+        say(page, "hello")  # Cites nothing: shows nothing.
+        expect(page.locator(".msg.assistant:not(#greeting)")).to_have_count(2)
+        expect(page.locator(".msg.assistant").last.locator(".cites")).to_have_count(0)
+        page.close()
 
 
 def test_a_person_takes_over_answers_and_hands_back(
