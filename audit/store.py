@@ -784,14 +784,14 @@ class AuditLog:
             row, prev = self._row(conversation_id, seq, prev, item)
             rows.append(row)
         made = {ref: blob for item in batch for ref, blob in item.blobs.items()}
-        blob_rows = [
-            {"ref": ref, "kid": kid, "body": compact.deflate(text)}
-            for ref, (kid, text) in made.items()
-            if ref not in self._stored.known
-        ]
-        if any(row["kid"] is not None for row in blob_rows):
+        fresh = {ref: blob for ref, blob in made.items() if ref not in self._stored.known}
+        if any(kid is not None for kid, _ in fresh.values()):
             return None  # Sealed blobs: `append_sync` seals them.
-        written = [row["ref"] for row in blob_rows]
+        blob_rows: list[dict[str, Any]] = [
+            {"ref": ref, "kid": None, "body": compact.deflate(text)}
+            for ref, (_, text) in fresh.items()
+        ]
+        written = list(fresh)
         self._stored.pending.update(written)  # Probed by the next batch unless committed.
         self._moved[conversation_id] = (seq, prev)
         return Ahead(

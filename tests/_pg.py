@@ -87,7 +87,7 @@ class RoundTrips:
         parsed = make_url(target)
         self._upstream = (parsed.host or "127.0.0.1", parsed.port or 5432)
         self._target = parsed
-        self._server: asyncio.AbstractServer | None = None
+        self._server: asyncio.Server | None = None
         self.on = False
         self.count = 0
         self.log: list[bytes] | None = None
@@ -134,9 +134,7 @@ class RoundTrips:
             finally:
                 dst.close()
 
-        await asyncio.gather(
-            pump(reader, up_writer, "client"), pump(up_reader, writer, "server")
-        )
+        await asyncio.gather(pump(reader, up_writer, "client"), pump(up_reader, writer, "server"))
 
 
 @contextlib.contextmanager

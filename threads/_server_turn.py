@@ -72,7 +72,7 @@ def _start_statement() -> Any:
     text = sa.text(
         f"SELECT {', '.join(spread + extra)} FROM frontdesk_start_turn({call}) AS r"
     ).bindparams(*binds)
-    columns = [c for c in _msg.c]
+    columns: list[Any] = list(_msg.c)
     columns += [sa.column(f"summary_{c.name}", c.type) for c in _summary.c]
     columns += [
         sa.column("lease_token", sa.BigInteger),
@@ -143,9 +143,7 @@ def start(
             summary=None, messages=[MessageRecord.from_row(r) for r in rows], replaced=0
         )
     else:
-        summary = SummaryRecord.from_row(
-            {c.name: top[f"summary_{c.name}"] for c in _summary.c}
-        )
+        summary = SummaryRecord.from_row({c.name: top[f"summary_{c.name}"] for c in _summary.c})
         replaced = summary.covered_messages
         if replaced is None:  # A summary written before the count was kept.
             replaced = depth_of(conn, top["id"])
@@ -215,7 +213,7 @@ _EVENT_COLUMNS = {
 
 
 def _finish_statement() -> Any:
-    binds = [
+    binds: list[sa.BindParameter[Any]] = [
         sa.bindparam("lease_name", type_=sa.String),
         sa.bindparam("lease_owner", type_=sa.String),
         sa.bindparam("lease_token", type_=sa.BigInteger),

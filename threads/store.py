@@ -18,7 +18,9 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, TypeVar
 
+import anyio
 import sqlalchemy as sa
+import structlog
 from sqlalchemy import Connection
 from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -79,6 +81,7 @@ __all__ = [
 ]
 
 T = TypeVar("T")
+_log = structlog.get_logger("threads.store")
 
 DEFAULT_LEASE_TTL = _lease.DEFAULT_TTL
 """Seconds a turn's lease lives without its heartbeat (renewed every third of it)."""
@@ -320,6 +323,8 @@ class ConversationStore:
         """
         _check_user_message(conversation_id, content, user_id, client_message_id)
         if parent_id is UNSET and one_call_turns(self.engine):
+            # The lookups are no part of the turn's rows: read beside the call, alone.
+            beside = None if recall is None else _beside(self.engine, recall)
             try:
                 return await self._start_in_one_call(
                     conversation_id,
@@ -330,11 +335,19 @@ class ConversationStore:
                     token_count=token_count,
                     handoff=handoff,
                     also=also,
-                    recall=recall,
+                    beside=beside,
                     profile=profile,
                 )
             except _server_turn.Fallback:
-                pass  # Not the usual start: the general one below, which knows every case.
+                # Not the usual start: the general one below, which knows every case,
+                # with what the lookups read (none of it again).
+                if beside is not None:
+                    ok, read = await _settled(beside)
+                    if ok:
+                        recall = lambda _conn: read  # noqa: E731
+            finally:
+                if beside is not None and not beside.done():  # Not left on a connection.
+                    await _settled(beside)
 
         def work(conn: Connection) -> TurnStart:
             handed_back = None
@@ -392,12 +405,12 @@ class ConversationStore:
         token_count: int,
         handoff: HandoffPolicy | None,
         also: Callable[[Connection, TurnStart], None] | None,
-        recall: Callable[[Connection], Any] | None,
+        beside: asyncio.Task[Any] | None,
         profile: str | None,
     ) -> TurnStart:
         """`start_turn`'s usual case as one call of the database's function (the lease,
         the message under the leaf, its path and the turn before: `threads/_server_turn.py`),
-        with `recall` read beside it on a second connection, each its own transaction.
+        with what `beside` (the lookups on a second connection) read.
 
         Raises:
             Fallback: not the usual start; nothing was written.
@@ -437,18 +450,10 @@ class ConversationStore:
                 also(conn, begun)
             return token, begun
 
-        beside = None
-        if recall is not None:  # Knowledge is no part of the turn's rows: read beside.
-            beside = asyncio.ensure_future(run_sync_tx(self.engine, recall, alone=True))
-        try:
-            begun = await lease.take_with(work, alone=True)
-        except BaseException:
-            if beside is not None:
-                beside.cancel()
-            raise
+        begun = await lease.take_with(work, alone=True)
         assert begun is not None, "take_with returns what the first write returned"
-        if beside is not None:
-            begun = dataclasses.replace(begun, recalled=await beside)
+        if beside is not None:  # A lookup that failed finds nothing (as in a savepoint).
+            begun = dataclasses.replace(begun, recalled=(await _settled(beside))[1])
         return begun
 
     async def add_assistant_message(
@@ -963,6 +968,23 @@ class ConversationStore:
             return [MessageRecord.from_row(r) for r in conn.execute(stmt).mappings()]
 
         return await self._read(work)
+
+
+def _beside(engine: AsyncEngine, read: Callable[[Connection], T]) -> asyncio.Task[T]:
+    """`read` started now on a connection of its own, alone (autocommit: one round trip)."""
+    return asyncio.ensure_future(run_sync_tx(engine, read, alone=True))
+
+
+async def _settled(task: asyncio.Task[T]) -> tuple[bool, T | None]:
+    """Wait for `task` (shielded: a read is never left half-done on a pooled connection);
+    `(True, its result)`, or `(False, None)` when it failed (logged)."""
+    with anyio.CancelScope(shield=True):
+        await asyncio.wait([task])
+    error = task.exception()
+    if error is not None:
+        _log.warning("turn.lookup_failed", error=type(error).__name__)
+        return False, None
+    return True, task.result()
 
 
 async def _taking(lease: TurnLease, work: Callable[[Connection], T]) -> T:

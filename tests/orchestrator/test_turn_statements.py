@@ -275,7 +275,9 @@ async def test_a_warm_postgresql_turn_takes_at_most_six_round_trips() -> None:
                     wire.start()
                     await orch.handle("c", f"refund order A-9{i}", client_message_id=f"m-9{i}")
                     counted.append(wire.stop())
-                path = await orch.store.path((await orch.store.active_leaf("c")).id)
+                leaf = await orch.store.active_leaf("c")
+                assert leaf is not None
+                path = await orch.store.path(leaf.id)
                 replayed = await orch.handle("c", "refund order A-91", client_message_id="m-91")
             finally:
                 await orch.aclose()
