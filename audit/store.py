@@ -52,12 +52,12 @@ from frontdesk.audit.chain import (
     verify_chain,
 )
 from frontdesk.audit.crypto import DataKeys, KeyProvider, PayloadOpener
-from frontdesk.audit.errors import AuditConfigError, AuditKeyError, AuditWriteError
 from frontdesk.audit.events import AuditEvent
 from frontdesk.audit.refs import UNKEYED, UserRefs, load_refs, master_of, read_refs
 from frontdesk.audit.spool import Spool
 from frontdesk.audit.tables import audit_event, audit_head, audit_prompt
 from frontdesk.db import create_engine, dispose_engine, run_write, writes_to
+from frontdesk.errors import AuditConfigError, AuditKeyError, AuditWriteError
 from frontdesk.schema import ensure_schema
 
 log = structlog.get_logger("audit")
@@ -244,6 +244,18 @@ def _check_blobs(
 UNREADABLE = "[stored payload does not inflate]"
 """What a row's payload text reads as when its stored bytes are not a stored form (edited):
 not JSON, so `audit verify` reports the row as edited."""
+
+
+_EXPERT = re.compile(r'"expert":"([^"\\]*)"')
+"""An attempt's expert in its payload's canonical JSON (the first such key: the clear
+fields' own, sorted before any text that could hold one escaped)."""
+
+
+def _names_one_of(stored: bytes | str, experts: frozenset[str]) -> bool:
+    """Whether a `model_attempt` row's payload is a call of one of `experts`, by its
+    `expert` key found in the text (no JSON parse: most rows are a turn's own calls)."""
+    named = _EXPERT.search(_stored_text(stored))
+    return named is not None and named.group(1) in experts
 
 
 def _stored_text(stored: bytes | str) -> str:
@@ -1174,6 +1186,42 @@ class AuditLog:
         ]
         await conn.run_sync(_expand_all, stored, opener)
         return stored
+
+    async def attempt_usage(
+        self, conversation_ids: Sequence[str], experts: frozenset[str]
+    ) -> dict[str, list[tuple[str, str, dict[str, int]]]]:
+        """Per conversation, the (expert, model, usage) of every model attempt the audit
+        recorded for one of `experts` (the summariser's and the memory expert's calls,
+        which no turn outcome holds), read from the payloads' clear fields: no master
+        key is needed, and a shredded payload still counts. One read of the
+        conversations' `model_attempt` rows (their chain index); a caller pages the ids."""
+        if not conversation_ids:
+            return {}
+        query = select(audit_event.c.conversation_id, audit_event.c.payload_json).where(
+            audit_event.c.conversation_id.in_(list(conversation_ids)),
+            audit_event.c.kind == "model_attempt",
+        )
+        found: dict[str, list[tuple[str, str, dict[str, int]]]] = {}
+        async with self._read() as conn:
+            rows = await conn.execute(query)
+            for conversation_id, stored in rows:
+                if not _names_one_of(stored, experts):  # Most are a turn's: left unread.
+                    continue
+                try:
+                    payload = json.loads(_stored_text(stored))
+                except ValueError:  # An edited row: `audit verify` reports it.
+                    continue
+                if crypto.is_envelope(payload):
+                    payload = payload.get("clear") or {}
+                expert = str(payload.get("expert", ""))
+                usage = payload.get("usage")
+                if expert not in experts or not isinstance(usage, dict):
+                    continue
+                counts = {k: int(v) for k, v in usage.items() if isinstance(v, int | float)}
+                found.setdefault(conversation_id, []).append(
+                    (expert, str(payload.get("model", "")), counts)
+                )
+        return found
 
     async def heads(self) -> dict[str, Head]:
         """Each conversation's head (last seq and hash): keep a copy elsewhere as an anchor."""

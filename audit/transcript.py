@@ -12,26 +12,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Any
 
+from frontdesk.audit.chain import AuditRow
 from frontdesk.audit.pricing import Cost, cost_of
-
-
-class AuditRow(Protocol):
-    """What a transcript needs from a stored row (`StoredAuditEvent` has it)."""
-
-    @property
-    def seq(self) -> int: ...
-    @property
-    def kind(self) -> str: ...
-    @property
-    def turn_id(self) -> str: ...
-    @property
-    def created_at(self) -> str: ...
-    @property
-    def payload(self) -> dict[str, Any]: ...
-    @property
-    def system_prompt(self) -> str | None: ...
 
 
 @dataclass(frozen=True)
@@ -94,7 +78,7 @@ class Attempt:
     response_body: Any
     output: Any
     speculation: str | None = None
-    """`kept` or `discarded` for a speculative request call (issue 14), else `None`."""
+    """`kept` or `discarded` for a speculative request call, else `None`."""
     documents: list[dict[str, Any]] = field(default_factory=list)
     """The passages sent (id, source, title, version, sha256); their text is in `messages`."""
 
@@ -232,6 +216,9 @@ class TurnView:
     the timeout): part of `wall_ms`, but no model's or frontdesk's time."""
     wait_from: str = ""
     """When the hand-off the turn waits on began (while it is still open)."""
+    flow: dict[str, Any] | None = None
+    """How the turn was routed and in which language it was answered (the `outcome`
+    event's `flow`: docs/conversations.md); `None` for turns recorded before."""
 
     @property
     def working_ms(self) -> float:
@@ -331,9 +318,10 @@ def _apply(turn: TurnView, row: AuditRow) -> None:
         turn.add_attempt(Attempt.of(row), str(p.get("expert") or "?"))
     elif kind == "triage":
         turn.category, turn.reason = p.get("category"), p.get("reason")
-    elif kind == "request":
-        turn.request, turn.need_more_info = p.get("request"), p.get("need_more_info")
-        turn.request_from_memory = list(p.get("from_memory") or [])
+    elif kind in ("request", "outcome") and p.get("step"):  # A later request of the message.
+        turn.events.append(f"{kind} (request {int(p['step']) + 1}): {p.get('category')}")
+    elif kind in ("request", "outcome"):
+        _apply_decision(turn, kind, p)
     elif kind == "request_failed" and p.get("speculation") == "discarded":
         # The speculative extraction's failure: its answer was never used by the turn.
         turn.events.append(f"speculative request (discarded): {p.get('error') or ''}".rstrip(": "))
@@ -345,8 +333,6 @@ def _apply(turn: TurnView, row: AuditRow) -> None:
             f"speculation: request for {p.get('category')} {used}"
             + ("" if p.get("kept") else f" (triage chose {p.get('triage_category') or '-'})")
         )
-    elif kind == "outcome":
-        turn.instruction, turn.outcome_data = p.get("instruction"), p.get("data")
     elif kind == "handler_error":
         turn.handler_error, turn.handler_traceback = p.get("error"), p.get("traceback")
     elif kind == "reply":
@@ -358,6 +344,18 @@ def _apply(turn: TurnView, row: AuditRow) -> None:
     else:
         detail = p.get("error") or p.get("summary_id") or ""
         turn.events.append(f"{kind}: {detail}".rstrip(": "))
+
+
+def _apply_decision(turn: TurnView, kind: str, p: dict[str, Any]) -> None:
+    """A `request` or `outcome` row (the turn's first request: its own)."""
+    if kind == "request":
+        turn.request, turn.need_more_info = p.get("request"), p.get("need_more_info")
+        turn.request_from_memory = list(p.get("from_memory") or [])
+        return
+    turn.instruction, turn.outcome_data = p.get("instruction"), p.get("data")
+    turn.flow = p.get("flow")
+    if turn.category is None or (turn.flow and turn.flow.get("how") != "triage"):
+        turn.category = p.get("category")  # Routed by rule, without triage (issue 44).
 
 
 def _ms_between(start: str, end: str) -> float:

@@ -14,6 +14,7 @@ from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
+from frontdesk.audit.store import AuditLog
 from frontdesk.cli._options import DbOption, existing_db, print_table
 from frontdesk.errors import UserError
 from frontdesk.orchestrator.report import Report, build_report, render_html
@@ -40,8 +41,11 @@ async def _build(
     until: datetime | None,
     profile: str | None,
     by_variant: bool,
+    audit_url: str,
 ) -> Report:
     store = await ConversationStore.open(url)
+    # The log the summariser's and memory expert's calls are in (their usage is in clear).
+    audit = await AuditLog.open(audit_url)
     try:
         with Progress(console=Console(stderr=True), transient=True) as bar:
             task = bar.add_task("reading conversations", total=None)
@@ -57,8 +61,10 @@ async def _build(
                 profile=profile,
                 by_variant=by_variant,
                 progress=progress,
+                audit=audit,
             )
     finally:
+        await audit.aclose()
         await store.aclose()
 
 
@@ -85,6 +91,14 @@ def report(
         typer.Option("--by", help="Also group by `variant` (prompt variants compared)."),
     ] = None,
     db: DbOption = None,
+    audit_db: Annotated[
+        str | None,
+        typer.Option(
+            "--audit-db",
+            help="The audit log's database when it is not the conversations' (--db): the"
+            " summariser's and memory expert's costs are read from it.",
+        ),
+    ] = None,
 ) -> None:
     """Did it help: resolution, containment, hand-offs, ratings and cost per resolution."""
     if by not in (None, "variant"):
@@ -92,7 +106,9 @@ def report(
     start, end = _when("--since", since), _when("--until", until)
     if start is not None and end is not None and end <= start:
         raise UserError(f"--until {until} is not after --since {since}")
-    built = asyncio.run(_build(existing_db(db), start, end, profile, by == "variant"))
+    url = existing_db(db)
+    audit_url = url if audit_db is None else existing_db(audit_db)
+    built = asyncio.run(_build(url, start, end, profile, by == "variant", audit_url))
     doc = built.as_json()
     if json_file is not None:
         json_file.write_text(json.dumps(doc, indent=2, ensure_ascii=False) + "\n")

@@ -235,6 +235,10 @@ class HandlerContext:
     this conversation. Remembered facts may be the customer's own unverified words: check
     such a field (an account number, a limit) against the account data of `user_id`, or
     ask, before acting on it (docs/adding-a-category.md)."""
+    corrected: frozenset[str] = frozenset()
+    """The request fields the customer changed since the last extraction ("make it three
+    bags", "no, Idaho"): during a request in progress, or of the request they were asked
+    to confirm (docs/conversations.md)."""
 
 
 Handler = Callable[[Any, HandlerContext], Awaitable[Outcome]]

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cache
 from typing import Any, ClassVar, Literal, cast
 
@@ -41,6 +41,11 @@ class Extraction(BaseModel):
         default_factory=list,
         description="The names of the request fields filled from a remembered fact about the"
         " customer (the remembered block) rather than from this conversation; empty when none.",
+    )
+    known: dict[str, Any] = Field(
+        default_factory=dict,
+        description="With need_more_info: the request's fields the customer has already"
+        " given, by field name (what is known so far); empty when none.",
     )
 
     @model_validator(mode="before")
@@ -83,6 +88,7 @@ class Extraction(BaseModel):
                     "properties": {
                         "kind": {"type": "string", "enum": ["need_more_info"]},
                         "need_more_info": need_schema,
+                        "known": props.get("known", {"type": "object"}),
                     },
                     "required": ["kind", "need_more_info"],
                     "additionalProperties": False,
@@ -172,6 +178,9 @@ class RequestResult:
     from_memory: tuple[str, ...] = ()
     """The request's fields the expert says it filled from a remembered fact (only names
     of fields the request has, and only when a request was extracted)."""
+    known: Mapping[str, Any] = field(default_factory=dict)
+    """With `need_more_info`: the fields the customer has given so far (only names of
+    fields the request has), kept with the request in progress."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -216,9 +225,11 @@ class RequestExpert:
                 f for f in extraction.from_memory if extracted is not None and f in fields
             )
         )
+        known = {} if extracted is not None else extraction.known
         return RequestResult(
             request=extracted,
             need_more_info=extraction.need_more_info,
             response=response,
             from_memory=from_memory,
+            known={k: v for k, v in known.items() if k in fields and v is not None},
         )

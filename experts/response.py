@@ -6,6 +6,11 @@ the thread.
 
 Given `on_delta`, the reply is streamed: each piece of text is handed on as the provider
 sends it, trimmed so that the pieces joined equal the stored (stripped) reply text.
+
+The expert also judges whether the customer closed the conversation ("that's all,
+thanks"): its prompt asks it to end such a reply with the tag `CLOSES` (`[closes]`), which
+is taken off the text (and off the stream: a piece that may begin the tag is held back
+until the next shows it is not) and read as `ResponseResult.closes`.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from dataclasses import dataclass
 from frontdesk.experts._call import CallObserver, ExpertCall, MemoryBlock
 from frontdesk.experts.providers.base import Message, ModelResponse, OnDelta
 from frontdesk.knowledge import Passage
+from frontdesk.labels import CLOSES_TAG
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -26,6 +32,22 @@ class ResponseResult:
     response: ModelResponse
     passages: tuple[Passage, ...] = ()
     """The passages of the business's documents the request carried (`Reply.sources`)."""
+    closes: bool = False
+    """The expert judged that the customer's message closed the conversation (it wrote
+    `CLOSES`): the conversation is resolved by the customer (orchestrator/resolution.py)."""
+
+
+CLOSES = CLOSES_TAG
+"""The tag the response expert ends a reply with when the customer's latest message closes
+the conversation (they have what they came for: "that's all, thanks"); never shown."""
+
+
+def without_closing(text: str) -> tuple[str, bool]:
+    """`text` without any `CLOSES` tag (matched in any letter case), and whether it had one."""
+    closes = False
+    while (at := text.lower().find(CLOSES)) >= 0:
+        text, closes = text[:at] + text[at + len(CLOSES) :], True
+    return text, closes
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -63,11 +85,47 @@ class ResponseExpert:
             memory=memory,
             passages=passages,
         )
-        response = await self.call.send(
-            request, observer, on_delta=None if on_delta is None else Trimmed(on_delta)
+        tagless = None if on_delta is None else Tagless(Trimmed(on_delta))
+        response = await self.call.send(request, observer, on_delta=tagless)
+        if tagless is not None:
+            await tagless.flush()
+        text, closes = without_closing(str(response.output))
+        return ResponseResult(
+            text=text.strip(), response=response, passages=request.passages, closes=closes
         )
-        text = str(response.output).strip()
-        return ResponseResult(text=text, response=response, passages=request.passages)
+
+
+class Tagless:
+    """Hands on text pieces without the `CLOSES` tag: what may be the start of one is held
+    back until the next piece shows whether it is; `flush` hands on what is held at the end.
+    Joined, the pieces are `without_closing` of the whole text."""
+
+    def __init__(self, on_delta: OnDelta) -> None:
+        self._on_delta = on_delta
+        self._held = ""
+
+    async def __call__(self, text: str) -> None:
+        text, _ = without_closing(self._held + text)
+        keep = _tag_start(text)
+        self._held = text[len(text) - keep :] if keep else ""
+        out = text[: len(text) - keep]
+        if out:
+            await self._on_delta(out)
+
+    async def flush(self) -> None:
+        """Hand on what was held as a possible tag start (the text ended without the tag)."""
+        held, self._held = self._held, ""
+        if held:
+            await self._on_delta(held)
+
+
+def _tag_start(text: str) -> int:
+    """The length of the longest end of `text` that begins `CLOSES` (0: none)."""
+    low = text[-(len(CLOSES) - 1) :].lower()
+    for size in range(len(low), 0, -1):
+        if CLOSES.startswith(low[-size:]):
+            return size
+    return 0
 
 
 class Trimmed:

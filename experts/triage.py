@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict, Field, create_model
+from pydantic import BaseModel, ConfigDict, Field, create_model, model_validator
 from pydantic.config import JsonDict
 
 from frontdesk.experts._call import CallObserver, ExpertCall, MemoryBlock
@@ -30,6 +30,21 @@ BUILTIN_DESCRIPTIONS: Mapping[str, tuple[str, tuple[str, ...]]] = {
 }
 
 
+MAX_CATEGORIES = 3
+"""The most requests triage reads in one message (`categories`)."""
+
+
+@dataclass(frozen=True)
+class Clarify:
+    """Triage's answer when two (or more) categories fit the message and the thread cannot
+    decide: the reply asks the customer to choose (`Reply.clarify`), and their answer is
+    routed without another triage call. A scripted triage may return one as its output."""
+
+    candidates: Sequence[str]
+    """The categories that fit, most likely first."""
+    reason: str = ""
+
+
 class TriageDecision(BaseModel):
     """Base of the generated triage output types."""
 
@@ -38,12 +53,43 @@ class TriageDecision(BaseModel):
     category_names: ClassVar[tuple[str, ...]] = ()
     category: Any
     reason: str = ""
+    categories: list[Any] = []
+    clarify: list[Any] = []
+    language: str | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _first_is_category(cls, data: Any) -> Any:
+        """`category` may be left out when `categories` (or `clarify`) names it first."""
+        if isinstance(data, Clarify):
+            data = {"clarify": list(data.candidates), "reason": data.reason}
+        if isinstance(data, dict) and data.get("category") is None:
+            listed = data.get("categories") or data.get("clarify")
+            if isinstance(listed, list) and listed:
+                data = {**data, "category": listed[0]}
+        return data
 
     @property
     def name(self) -> str:
         """The chosen category's name."""
-        value = self.category
-        return str(value.value if isinstance(value, enum.Enum) else value)
+        return _name(self.category)
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """Every category of the message in order, the first being `name` (at most
+        `MAX_CATEGORIES`, no repeats)."""
+        listed = [self.name, *(_name(c) for c in self.categories)]
+        return tuple(dict.fromkeys(listed))[:MAX_CATEGORIES]
+
+    @property
+    def candidates(self) -> tuple[str, ...]:
+        """The categories to ask the customer to choose between (two or more), or `()`."""
+        listed = tuple(dict.fromkeys(_name(c) for c in self.clarify))
+        return listed if len(listed) >= 2 else ()
+
+
+def _name(value: Any) -> str:
+    return str(value.value if isinstance(value, enum.Enum) else value)
 
 
 def triage_output_type(categories: Sequence[Category]) -> type[TriageDecision]:
@@ -65,6 +111,31 @@ def triage_output_type(categories: Sequence[Category]) -> type[TriageDecision]:
         __base__=TriageDecision,
         category=(category_enum, Field(description="The category of the latest user message.")),
         reason=(str, Field(default="", description="One short sentence: why this category.")),
+        categories=(
+            list[category_enum],
+            Field(
+                default_factory=list,
+                max_length=MAX_CATEGORIES,
+                description="Only when the latest message makes several requests: every"
+                " category it asks for, in the order asked (the first is `category`).",
+            ),
+        ),
+        clarify=(
+            list[category_enum],
+            Field(
+                default_factory=list,
+                max_length=MAX_CATEGORIES,
+                description="Only when two categories fit equally and the conversation"
+                " cannot decide: both, to ask the customer which they mean.",
+            ),
+        ),
+        language=(
+            str | None,
+            Field(
+                default=None,
+                description="The language of the latest message as a BCP 47 tag (en, cy, es, hi).",
+            ),
+        ),
     )
     model.model_config["json_schema_extra"] = extra
     model.model_rebuild(force=True)
@@ -92,6 +163,12 @@ class TriageResult:
     category: str
     reason: str
     response: ModelResponse
+    categories: tuple[str, ...] = ()
+    """Every category of the message in order (the first is `category`)."""
+    clarify: tuple[str, ...] = ()
+    """The categories to ask the customer to choose between (`Clarify`), or `()`."""
+    language: str | None = None
+    """The message's language as triage read it (BCP 47), or `None`."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -120,4 +197,11 @@ class TriageExpert:
         )
         response = await self.call.send(request, observer)
         decision = self.output_type.model_validate(response.output)
-        return TriageResult(category=decision.name, reason=decision.reason, response=response)
+        return TriageResult(
+            category=decision.name,
+            reason=decision.reason,
+            response=response,
+            categories=decision.names,
+            clarify=decision.candidates,
+            language=decision.language,
+        )

@@ -25,6 +25,7 @@ import re
 from collections.abc import Iterable
 
 __all__ = [
+    "CLOSES_TAG",
     "CUSTOMER_MEMORY_END",
     "CUSTOMER_MEMORY_LABEL",
     "DOCUMENTS_LABEL",
@@ -35,6 +36,11 @@ __all__ = [
     "VERIFIED_MEMORY_LABEL",
     "neutralise",
 ]
+
+CLOSES_TAG = "[closes]"
+"""The one tag a model writes rather than reads: the response expert ends a reply with it
+when the customer's latest message closes the conversation ("that's all, thanks"); it is
+taken off the reply (`experts.response`) and never shown."""
 
 INSTRUCTION_LABEL = "[Instruction for your reply, from the system - not written by the user]"
 """Heads the response expert's instruction when it is folded into the last user turn."""

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator, Mapping, Sequence
+from contextvars import ContextVar, Token
 from dataclasses import dataclass
 from typing import Any
 
@@ -46,8 +47,10 @@ __all__ = [
     "first_token",
     "job",
     "rate_limited",
+    "reset_variant",
     "screen_verdict",
     "turn",
+    "turn_variant",
 ]
 
 MULTIPROCESS_ENV = "PROMETHEUS_MULTIPROC_DIR"
@@ -84,8 +87,9 @@ class _Instruments:
         self.turns = _prom.Counter(
             "frontdesk_turns",
             "Turns by category and outcome (answered, need_more_info, handoff, held,"
-            " replayed, failed), and the profile (business) that answered.",
-            ["frontdesk_category", "frontdesk_outcome", "frontdesk_profile"],
+            " replayed, failed), the profile (business) that answered, and the"
+            " conversation's prompt variant (empty without variants).",
+            ["frontdesk_category", "frontdesk_outcome", "frontdesk_profile", "frontdesk_variant"],
         )
         self.turn_duration = _prom.Histogram(
             "frontdesk_turn_duration_seconds",
@@ -100,8 +104,9 @@ class _Instruments:
         )
         self.cost = _prom.Counter(
             "frontdesk_cost_usd",
-            "Estimated USD spent on model calls (list prices, audit/pricing.py), by expert.",
-            ["frontdesk_expert", "gen_ai_request_model"],
+            "Estimated USD spent on model calls (list prices, audit/pricing.py), by expert,"
+            " and the conversation's prompt variant for a turn's calls (empty otherwise).",
+            ["frontdesk_expert", "gen_ai_request_model", "frontdesk_variant"],
         )
         self.job_runs = _prom.Counter(
             "frontdesk_job_runs",
@@ -121,8 +126,9 @@ class _Instruments:
         )
         self.feedback = _prom.Counter(
             "frontdesk_feedback",
-            "Customers' ratings of bot answers (1-5; thumbs up is 5, down is 1), by rating.",
-            ["frontdesk_rating"],
+            "Customers' ratings of bot answers (1-5; thumbs up is 5, down is 1), by rating"
+            " and the prompt variant of the rated answer (empty without variants).",
+            ["frontdesk_rating", "frontdesk_variant"],
         )
         self.screen_verdicts = _prom.Counter(
             "frontdesk_screen_verdicts",
@@ -165,12 +171,15 @@ def expert_call(
         )
 
 
-def turn(*, category: str, outcome: str, seconds: float, profile: str = "") -> None:
-    """Count one turn (by the profile that answered it) and its duration."""
+def turn(
+    *, category: str, outcome: str, seconds: float, profile: str = "", variant: str = ""
+) -> None:
+    """Count one turn (by the profile that answered it and its conversation's variant) and
+    its duration."""
     m = _instruments
     if m is None:
         return
-    m.turns.labels(category, outcome, profile).inc()
+    m.turns.labels(category, outcome, profile, variant).inc()
     m.turn_duration.labels(outcome).observe(seconds)
 
 
@@ -190,15 +199,31 @@ def first_token(seconds: float) -> None:
 
 
 def cost(*, expert: str, model: str, usd: float) -> None:
-    """Add one attempt's estimated cost."""
+    """Add one attempt's estimated cost (labelled with the variant of the turn it is
+    made in: `turn_variant`)."""
     if _instruments is not None and usd > 0:
-        _instruments.cost.labels(expert, model).inc(usd)
+        _instruments.cost.labels(expert, model, _variant.get()).inc(usd)
 
 
-def feedback(rating: int) -> None:
-    """Count one customer's rating of a bot answer."""
+def feedback(rating: int, variant: str = "") -> None:
+    """Count one customer's rating of a bot answer (of prompt variant `variant`)."""
     if _instruments is not None:
-        _instruments.feedback.labels(str(rating)).inc()
+        _instruments.feedback.labels(str(rating), variant).inc()
+
+
+_variant: ContextVar[str] = ContextVar("frontdesk_metrics_variant", default="")
+
+
+def turn_variant(variant: str) -> Token[str]:
+    """Label the cost of the expert calls made from here on in this context (a turn and
+    the tasks it starts) with the conversation's prompt variant; `reset_variant` ends it.
+    Variant names come from `variants=` only, so the label's values stay few."""
+    return _variant.set(variant)
+
+
+def reset_variant(token: Token[str]) -> None:
+    """End `turn_variant`'s labelling."""
+    _variant.reset(token)
 
 
 def screen_verdict(*, action: str, mode: str) -> None:

@@ -35,6 +35,7 @@ import json
 import os
 import time
 from collections.abc import Iterator, Mapping, Sequence
+from contextvars import Token
 from dataclasses import dataclass
 from typing import Any
 
@@ -80,8 +81,8 @@ _tracer: Any = _trace.get_tracer(TRACER_NAME) if _trace is not None else None
 def _active_tracer() -> Any:
     """The tracer, or `None` while no SDK tracer provider is installed: the API's proxy
     would make spans that record nothing, and their context managers and context switches
-    cost a turn about 2 % of its CPU (issue 20). A provider installed later is seen at
-    the next span."""
+    cost a turn a measurable part of its CPU (docs/benchmarks.md). A provider installed
+    later is seen at the next span."""
     if _tracer is None:
         return None
     provider = _trace.get_tracer_provider()
@@ -150,6 +151,8 @@ class TurnSpan:
         "span",
         "started",
         "turn_id",
+        "variant",
+        "_variant_token",
     )
 
     def __init__(self, span: Any) -> None:
@@ -163,6 +166,22 @@ class TurnSpan:
         self.outcome = "answered"
         self.replayed = False
         self.held = False
+        self.variant = ""
+        """The conversation's prompt variant (a label of the turn and cost metrics)."""
+        self._variant_token: Token[str] | None = None
+
+    def set_variant(self, variant: str | None) -> None:
+        """The conversation's prompt variant (`None`: none): a label of this turn's count
+        and of the cost of every expert call made in it, until the turn ends."""
+        self.variant = variant or ""
+        if variant:
+            self._variant_token = metrics.turn_variant(self.variant)
+
+    def _end(self) -> None:
+        _count_turn(self)
+        if self._variant_token is not None:
+            metrics.reset_variant(self._variant_token)
+            self._variant_token = None
 
     def audit_event(self, event_id: str) -> None:
         """The audit row that holds the turn's user message (`turn_started`)."""
@@ -194,7 +213,7 @@ def turn(conversation_id: str) -> Iterator[TurnSpan]:
             handle.outcome = "failed"
             raise
         finally:
-            _count_turn(handle)
+            handle._end()
         return
     with tracer.start_as_current_span(
         "frontdesk.turn", record_exception=False, set_status_on_exception=False
@@ -207,7 +226,7 @@ def turn(conversation_id: str) -> Iterator[TurnSpan]:
             _span_error(span, e)
             raise
         finally:
-            _count_turn(handle)
+            handle._end()
             if span.is_recording():
                 attributes: Attributes = {
                     "gen_ai.conversation.id": conversation_id,
@@ -230,6 +249,7 @@ def _count_turn(handle: TurnSpan) -> None:
         outcome=handle.outcome,
         seconds=time.perf_counter() - handle.started,
         profile=handle.profile,
+        variant=handle.variant,
     )
 
 

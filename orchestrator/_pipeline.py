@@ -21,16 +21,17 @@ from frontdesk.experts.providers import ModelResponse
 from frontdesk.experts.request import RequestExpert
 from frontdesk.experts.response import ResponseExpert
 from frontdesk.experts.triage import TriageExpert
+from frontdesk.jobs.runner import Jobs
 from frontdesk.knowledge import Passage
 from frontdesk.memory import Memory
-from frontdesk.orchestrator import confirmation, fallbacks, handler_errors, spend
+from frontdesk.orchestrator import confirmation, fallbacks, handler_errors, pending, spend
 from frontdesk.orchestrator import knowledge as _knowledge
 from frontdesk.orchestrator import memory as _memory
 from frontdesk.orchestrator import review as _review
 from frontdesk.orchestrator import screen as _screen
 from frontdesk.orchestrator._compaction import BackgroundCompaction
 from frontdesk.orchestrator._recorder import TurnRecorder
-from frontdesk.orchestrator.jobs import Jobs
+from frontdesk.orchestrator.multi_intent import MultiIntent
 from frontdesk.orchestrator.past_conversations import PastConversations
 from frontdesk.orchestrator.ruled_values import Secrets
 from frontdesk.ruled import TurnSecrets
@@ -48,8 +49,9 @@ from frontdesk.threads.store import (
 )
 from frontdesk.threads.tokens import TokenCounter
 
-Extracted = tuple[BaseModel | None, NeedMoreInfo | None, tuple[str, ...]]
-"""The request, or what is missing; and the fields filled from a remembered fact."""
+Extracted = tuple[BaseModel | None, NeedMoreInfo | None, tuple[str, ...], Mapping[str, Any]]
+"""The request, or what is missing; the fields filled from a remembered fact; and, with
+what is missing, the fields known so far."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -112,6 +114,12 @@ class Pipeline:
     """Tokens and cost per user or conversation over a window (`None`: no limit)."""
     review: _review.Review | None = None
     """The review expert that checks each draft reply (`None`: none)."""
+    multi_intent: MultiIntent = "sequential"
+    """A message with several requests: handled in turn (`sequential`) or asked about."""
+    languages: tuple[str, ...] | None = None
+    """The languages the bot answers in (`None`: the customer's, whichever it is)."""
+    pending_ttl: datetime.timedelta = pending.DEFAULT_TTL
+    """How long a request in progress waits for the customer to come back to it."""
 
     @functools.cached_property
     def confirms(self) -> bool:
@@ -173,6 +181,9 @@ class Turn:
     """The conversation's prompt variant, stamped on every audit event of the turn."""
     pending: confirmation.Pending | None = None
     """The request the turn before asked the customer to confirm (`confirmation.py`)."""
+    before: Mapping[str, Any] | None = None
+    """The turn before's `TurnOutcome.flow`: the request in progress it left, the
+    categories it asked the customer to choose between, its language (`pending.py`)."""
 
     @property
     def previous_question(self) -> str | None:
@@ -202,3 +213,7 @@ class Decided:
     """The request's ruled values in clear (`None`: it has none, or a reused outcome)."""
     confirmation: dict[str, Any] | None = None
     """The request held for the customer's yes, or the answer to one (`confirmation.py`)."""
+    flow: dict[str, Any] | None = None
+    """The turn's place in the conversation (`TurnOutcome.flow`: `pending.py`)."""
+    known: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    """With `missing`: the fields the customer has given so far."""

@@ -21,13 +21,17 @@ from typing import TYPE_CHECKING, Any, Literal
 from frontdesk.errors import ConfigError
 from frontdesk.experts import Category
 from frontdesk.experts.category import check_registry
+from frontdesk.jobs.runner import DEFAULT_CONCURRENCY, JOBS_MODES, JobsMode
 from frontdesk.memory_policy import MemoryPolicy
 from frontdesk.orchestrator._input import DEFAULT_MAX_MESSAGE_CHARS
 from frontdesk.orchestrator.config import ExpertSettings, ModelChoice
 from frontdesk.orchestrator.confirmation import DEFAULT_TTL as DEFAULT_CONFIRM_TTL
 from frontdesk.orchestrator.fallbacks import Unreadable
-from frontdesk.orchestrator.jobs import DEFAULT_CONCURRENCY, JOBS_MODES, JobsMode
+from frontdesk.orchestrator.language import check_languages
+from frontdesk.orchestrator.multi_intent import MultiIntent
+from frontdesk.orchestrator.multi_intent import check_mode as check_multi_intent
 from frontdesk.orchestrator.past_conversations import IDLE_AFTER
+from frontdesk.orchestrator.pending import DEFAULT_TTL as DEFAULT_PENDING_TTL
 from frontdesk.orchestrator.resolution import ASSUME_AFTER, assume_seconds, check_variants
 from frontdesk.orchestrator.review import DEFAULT_FALLBACK as DEFAULT_REVIEW_FALLBACK
 from frontdesk.orchestrator.screen import ScreenFunction, ScreenMode, check_mode
@@ -35,6 +39,7 @@ from frontdesk.orchestrator.spend import SpendLimit
 from frontdesk.threads.budget import Budget
 from frontdesk.threads.compaction import CompactionPolicy
 from frontdesk.threads.handoff import HandoffPolicy
+from frontdesk.threads.models import DEFAULT_PROFILE as _DEFAULT_PROFILE
 from frontdesk.threads.store import DEFAULT_LEASE_TTL
 
 if TYPE_CHECKING:
@@ -58,7 +63,7 @@ __all__ = [
     "flat_settings",
 ]
 
-DEFAULT_PROFILE = "default"
+DEFAULT_PROFILE = _DEFAULT_PROFILE
 """The name of an orchestrator's one profile (`Orchestrator(profile=...)`, or flat keywords)."""
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
@@ -97,9 +102,9 @@ class Profile:
             they may wait (`handoff_message=`, `handoff_timeout=`,
             `handoff_timeout_message=` in the flat form).
         compaction: When and how the summariser compacts long threads.
-        knowledge_source: Reserved for the library of documents this profile's turns read;
-            today every profile reads the orchestrator's one library, so only `None` is
-            accepted (docs/profiles.md).
+        knowledge_source: The library of documents this profile's turns read and
+            `orch.knowledge` writes for it: another profile's name shares that profile's
+            documents; `None` (the default) its own name (docs/profiles.md).
         settings: Per-expert model settings.
         context: Extra data handed to every handler in `HandlerContext.extras`.
         handler_errors: What a handler's exception does: `"reply"` answers the apology
@@ -153,6 +158,16 @@ class Profile:
             written again once with the reviewer's note, then `review_fallback` is sent.
         review_rules: The business's rules every reply must keep, for the reviewer.
         review_fallback: What is sent when two drafts in a row fail the review.
+
+    Conversations as people have them (docs/conversations.md):
+
+    Args:
+        multi_intent: A message with several requests (up to 3): `"sequential"` (the
+            default) handles each in turn in one reply; `"ask"` asks which first.
+        languages: The languages the bot answers in (BCP 47 tags, `["en", "cy"]`); a
+            message in another is answered in the first listed. `None`: any language.
+        pending_ttl: How long a request in progress (missing fields) waits for the
+            customer to come back to it (a `timedelta` or seconds; 30 minutes).
     """
 
     categories: Sequence[Category]
@@ -175,7 +190,7 @@ class Profile:
     knowledge: bool = True
     embeddings: Embedder | None = None
     summarise_idle_after: timedelta = IDLE_AFTER
-    # Did it help (issue 45, docs/outcomes.md).
+    # Did it help (docs/outcomes.md).
     assume_after: float | timedelta = ASSUME_AFTER
     variants: Mapping[str, Mapping[str, str]] | None = None
     memory_policy: MemoryPolicy | None = None
@@ -190,6 +205,10 @@ class Profile:
     review: bool = False
     review_rules: Sequence[str] = ()
     review_fallback: str = DEFAULT_REVIEW_FALLBACK
+    # Conversations as people have them (docs/conversations.md).
+    multi_intent: MultiIntent = "sequential"
+    languages: Sequence[str] | None = None
+    pending_ttl: timedelta | float = DEFAULT_PENDING_TTL
 
     def __post_init__(self) -> None:
         categories = tuple(check_registry(list(self.categories)).values())
@@ -220,17 +239,23 @@ class Profile:
             check_profile_name(self.knowledge_source)
         assume_seconds(self.assume_after)
         check_variants(self.variants)
-        if self.knowledge_source is not None:  # Refused rather than silently ignored.
-            raise ConfigError(
-                "knowledge_source is not supported yet: every profile of an orchestrator"
-                " reads its one library of documents (docs/profiles.md); leave it None"
-            )
         if self.memory_policy is not None and not isinstance(self.memory_policy, MemoryPolicy):
             kind = type(self.memory_policy).__name__
             raise ConfigError(f"memory_policy must be a frontdesk.MemoryPolicy, not {kind}")
         if not isinstance(self.past_conversations, bool):
             raise ConfigError("past_conversations must be True or False")
         self._check_safeguards()
+        check_multi_intent(self.multi_intent)
+        object.__setattr__(self, "languages", check_languages(self.languages))
+        ttl = self.pending_ttl
+        if isinstance(ttl, bool) or not isinstance(ttl, timedelta | int | float):
+            raise ConfigError(
+                f"pending_ttl must be a timedelta or a number of seconds, got {ttl!r}"
+            )
+        ttl = ttl if isinstance(ttl, timedelta) else timedelta(seconds=ttl)
+        if ttl <= timedelta(0):
+            raise ConfigError(f"pending_ttl must be positive, got {self.pending_ttl!r}")
+        object.__setattr__(self, "pending_ttl", ttl)
 
     def _check_safeguards(self) -> None:
         ttl = self.confirm_ttl
@@ -261,6 +286,12 @@ class Profile:
     def confirm_window(self) -> timedelta:
         """`confirm_ttl` as a `timedelta` (seconds given are turned into one)."""
         ttl = self.confirm_ttl
+        return ttl if isinstance(ttl, timedelta) else timedelta(seconds=ttl)
+
+    @property
+    def pending_window(self) -> timedelta:
+        """`pending_ttl` as a `timedelta` (seconds given are turned into one)."""
+        ttl = self.pending_ttl
         return ttl if isinstance(ttl, timedelta) else timedelta(seconds=ttl)
 
     def replace(self, **changes: Any) -> Profile:

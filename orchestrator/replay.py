@@ -18,9 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from frontdesk.audit.errors import ReplayError
 from frontdesk.audit.replay import RecordedTurn, ReplayResult
-from frontdesk.errors import ConfigError
+from frontdesk.errors import ConfigError, ReplayError
 from frontdesk.experts import NeedMoreInfo
 from frontdesk.experts.category import HUMAN, OTHER
 from frontdesk.experts.providers import FunctionModel, Message, ModelRequest
@@ -107,10 +106,16 @@ class ReplayRunner:
             self.recorded.start(turn)
         triage, requests, response = self.orchestrator.experts
         meta = {"conversation_id": turn.conversation_id, "turn_id": turn.view.turn_id}
-        try:
-            category = (await triage.run(_sent(turn, "triage"), metadata=meta)).category
-        except CONTENT_ERRORS:
-            category = HUMAN
+        flow = turn.view.flow or {}
+        if flow.get("how", "triage") != "triage" and turn.view.category is not None:
+            # Routed by rule (a request in progress, an answer to "which?", a cancel, a
+            # confirmation): the recorded decision, reproduced without a triage call.
+            category = turn.view.category
+        else:
+            try:
+                category = (await triage.run(_sent(turn, "triage"), metadata=meta)).category
+            except CONTENT_ERRORS:
+                category = HUMAN
         request: dict[str, Any] | None = None
         missing: dict[str, Any] | None = None
         expert = requests.get(category)
@@ -136,13 +141,16 @@ class ReplayRunner:
         builtin: bool,
     ) -> tuple[str | None, str | None]:
         """The response expert's instruction, without calling any handler."""
+        view = turn.view
+        flow = view.flow or {}
+        if (flow.get("clarify") or flow.get("cancelled")) and category == view.category:
+            return view.instruction, None  # A question of which, or a cancellation: no handler.
         if category == HUMAN or (not builtin and request is None and missing is None):
             return fallbacks.handoff("replay").instruction, None
         if category == OTHER:
             return fallbacks.small_talk(self.orchestrator.categories.values()).instruction, None
         if missing is not None:
             return fallbacks.ask_for(NeedMoreInfo.model_validate(missing)).instruction, None
-        view = turn.view
         if category == view.category and request == view.request and view.instruction:
             return view.instruction, None
         return None, "reply not re-run: the route changed and handlers are not called in replay"

@@ -54,6 +54,21 @@ class Reply:
     confirmation: str | None = None
     """The confirmation question, on the turn that asks the customer to confirm a request
     of a `Category(confirm=...)` (its handler has not run); `None` on any other turn."""
+    categories: list[str] = field(default_factory=list)
+    """Every category of the message in order, the first being `category` (several
+    requests in one message: each handled in turn, or asked about; docs/conversations.md)."""
+    clarify: list[str] = field(default_factory=list)
+    """The categories the reply asks the customer to choose between (triage's `Clarify`,
+    or `multi_intent="ask"`); empty on any other turn."""
+    pending: str | None = None
+    """The category of the request in progress that still misses fields after this turn
+    (kept with the conversation until done, cancelled or `pending_ttl` passes)."""
+    cancelled: bool = False
+    """The customer cancelled the request in progress (or declined a confirmation):
+    nothing ran."""
+    language: str | None = None
+    """The message's language (BCP 47: `"en"`, `"cy"`, `"hi"`), detected per turn; `None`
+    when it could not be told (a short first message) or for a replay without a record."""
 
     @property
     def awaiting_confirmation(self) -> bool:

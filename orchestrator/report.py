@@ -1,12 +1,14 @@
-"""Did it help, for a period: `frontdesk report` (issue 45).
+"""Did it help, for a period: `frontdesk report` (docs/outcomes.md).
 
 Per category, per day (and per prompt variant): conversations, resolution rate (confirmed
 by the customer, a handler or an operator; assumed after `assume_after`), containment
 (resolved without a person), hand-off rate and median wait for a person, average rating
 and comments, turns per conversation, failed turns, and the model cost per conversation
 and per resolution (each turn's usage, as the audit recorded it, priced by
-`audit/pricing.py`). The facts are read a page of conversations at a time
-(`threads/report.py`); only the groups' sums are kept.
+`audit/pricing.py`; with the audit log, the calls no turn outcome holds too: the
+summariser's compactions and the memory expert's learning, `JOB_EXPERTS`). The facts are
+read a page of conversations at a time (`threads/report.py`, and the page's attempts of
+those experts from the audit log); only the groups' sums are kept.
 """
 
 from __future__ import annotations
@@ -20,10 +22,26 @@ from datetime import datetime
 from typing import Any
 
 from frontdesk.audit.pricing import cost_of
-from frontdesk.threads.report import ConversationFacts, conversation_facts, count_in_period
+from frontdesk.audit.store import AuditLog
+from frontdesk.threads.report import (
+    ConversationFacts,
+    TurnCost,
+    conversation_facts,
+    count_in_period,
+)
 from frontdesk.threads.store import ConversationStore
 
-__all__ = ["Line", "Report", "build_report", "render_html", "two_proportion_p"]
+__all__ = [
+    "JOB_EXPERTS",
+    "Line",
+    "Report",
+    "build_report",
+    "render_html",
+    "two_proportion_p",
+]
+
+JOB_EXPERTS = frozenset({"summariser", "memory"})
+"""The experts that run after a reply, as jobs: their calls are in the audit log only."""
 
 NO_CATEGORY = "(none)"
 """The category of a conversation no turn of which was routed (all failed, or empty)."""
@@ -119,6 +137,9 @@ class Report:
     by_variant: dict[str, Line] | None = None
     unknown_models: set[str] = field(default_factory=set)
     """Models the price table does not list: priced 0, so the cost is a lower bound."""
+    job_costs: bool = False
+    """The summariser's and the memory expert's calls are counted (read from the audit
+    log); without the log the cost covers the turns' own calls only."""
 
     def add(self, fact: ConversationFacts) -> None:
         """Count one conversation in every group it belongs to."""
@@ -182,6 +203,7 @@ class Report:
             "by_category": [line.as_json() for _, line in sorted(self.by_category.items())],
             "by_day": [line.as_json() for _, line in sorted(self.by_day.items())],
             "unknown_models": sorted(self.unknown_models),
+            "job_costs_counted": self.job_costs,
         }
         if self.by_variant is not None:
             doc["by_variant"] = [line.as_json() for _, line in sorted(self.by_variant.items())]
@@ -210,12 +232,19 @@ async def build_report(
     profile: str | None = None,
     by_variant: bool = False,
     progress: Callable[[int, int], None] | None = None,
+    audit: AuditLog | None = None,
 ) -> Report:
     """The report of the conversations begun in [since, until) (of `profile`, when
-    named), read a page at a time; `progress(done, total)` after each page."""
+    named), read a page at a time; `progress(done, total)` after each page. With `audit`
+    (the log the conversations are audited in), each page's summariser and memory-expert
+    calls are read from it and priced with the turns'."""
     engine = store.engine
     report = Report(
-        since=since, until=until, profile=profile, by_variant={} if by_variant else None
+        since=since,
+        until=until,
+        profile=profile,
+        by_variant={} if by_variant else None,
+        job_costs=audit is not None,
     )
     total = await count_in_period(engine, since, until, profile) if progress is not None else 0
     done = 0
@@ -223,7 +252,10 @@ async def build_report(
         engine, since=since, until=until, profile=profile, variants=by_variant
     )
     async for page in pages:
+        jobs = {} if audit is None else await audit.attempt_usage([f.id for f in page], JOB_EXPERTS)
         for fact in page:
+            for _expert, model, usage in jobs.get(fact.id, ()):
+                fact.calls.append(TurnCost(model, usage))
             report.add(fact)
         done += len(page)
         if progress is not None:

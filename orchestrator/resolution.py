@@ -1,12 +1,14 @@
 """Did it help: the customer's rating, the assume sweep, and the prompt variant of a
-conversation (issue 45).
+conversation (docs/outcomes.md).
 
 A conversation's resolution changes inside the writes that cause it (`threads/resolution.py`
 says where); this module holds what the orchestrator adds: `feedback` (a customer rates a
 bot answer: stored, audited, counted; a positive rating resolves the conversation by the
 customer), the periodic job `conversations.assume_resolved` (no customer message for
 `assume_after` after a bot answer: `assumed_resolved`, or `abandoned` when the customer
-left mid-request), and `variant_of` (the stable choice of a prompt variant).
+left mid-request), `closed_by_customer` (the response expert judged that the customer's
+message closed the conversation: resolved by the customer in the turn's own last
+transaction), and `variant_of` (the stable choice of a prompt variant).
 """
 
 from __future__ import annotations
@@ -20,8 +22,11 @@ import structlog
 from frontdesk import metrics
 from frontdesk.audit.events import AuditEvent
 from frontdesk.errors import ConfigError, UserError
+from frontdesk.experts import Outcome
+from frontdesk.experts.response import ResponseResult
+from frontdesk.jobs.runner import PeriodicJob
+from frontdesk.orchestrator._recorder import TurnRecorder
 from frontdesk.orchestrator.audited import Records, audited
-from frontdesk.orchestrator.jobs import PeriodicJob
 from frontdesk.threads.models import utcnow
 from frontdesk.threads.resolution import Feedback, ResolutionStore
 from frontdesk.threads.store import MessageRecord
@@ -33,6 +38,7 @@ __all__ = [
     "ASSUMED",
     "Variants",
     "assume_job",
+    "closed_by_customer",
     "feedback",
     "variant_of",
 ]
@@ -44,6 +50,19 @@ ASSUMED = "conversations.assume_resolved"
 """The periodic job that assumes the quiet conversations resolved."""
 VARIANT_EXPERTS = ("triage", "response")
 """The experts whose prompt can have variants (one prompt each per orchestrator)."""
+
+
+def closed_by_customer(recorder: TurnRecorder, outcome: Outcome, answer: ResponseResult) -> bool:
+    """Whether the turn resolves its conversation by the customer: the response expert
+    judged that the customer's message closed it ("that's all, thanks": it wrote the
+    closing tag, `ResponseResult.closes`). The judgement is audited with the turn
+    (`resolution`, by `customer`, judged by `response`); the turn's last transaction then
+    writes it (`ConversationStore.finish_turn(closes=True)`: no write on any other turn).
+    A handler that resolved it in the same turn, or a hand-off it opened, comes first."""
+    if not answer.closes or outcome.resolves or outcome.handoff is not None:
+        return False
+    recorder.note("resolution", resolution="resolved", by="customer", judged_by="response")
+    return True
 
 
 def assume_seconds(value: float | timedelta) -> float:
@@ -102,7 +121,8 @@ async def feedback(
         events,
         lambda _: user_id,
     )
-    metrics.feedback(fb.rating)
+    variant = (message.prompt_versions or {}).get("variant", "")  # Stamped on the answer.
+    metrics.feedback(fb.rating, str(variant))
     return fb
 
 

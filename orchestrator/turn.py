@@ -4,7 +4,10 @@
              for a new message, an edit or a regeneration; a message sent while a person
              has the conversation is kept for them with its waiting marker (no expert runs)
     experts  triage -> request -> handler, whose outcome is stored before going on;
-             then the response expert (a retry reuses the stored outcome and calls only it)
+             then the response expert (a retry reuses the stored outcome and calls only it);
+             what the turn before left is read first (routing.py: a request in progress
+             answered, corrected, cancelled or resumed; an answer to "which one?"), and a
+             message's several categories are handled in turn (multi_intent.py)
     finish   the reply, the outcome's usage, the jobs that follow it (the memory expert,
              compaction: docs/jobs.md), the audit batch and the lease release
              (1 transaction when the audit log shares the conversation database)
@@ -40,24 +43,24 @@ from frontdesk.errors import (
     IdempotencyConflict,
     LeaseLost,
     MessageNotFound,
-    StoreError,
-    UserError,
-)
-from frontdesk.experts import HandlerContext, NeedMoreInfo, Outcome
-from frontdesk.experts.category import HUMAN, OTHER
-from frontdesk.experts.errors import (
     ModelError,
     OutputValidationError,
     ProviderQuotaExhausted,
     Refusal,
+    StoreError,
     StreamInterrupted,
     TruncatedOutput,
+    TurnFailed,
+    UserError,
 )
+from frontdesk.experts import HandlerContext, NeedMoreInfo, Outcome
+from frontdesk.experts.category import HUMAN, OTHER
 from frontdesk.experts.providers import Message, ModelResponse, Speculation, Usage
 from frontdesk.experts.providers.base import OnDelta
 from frontdesk.experts.request import RequestExpert
 from frontdesk.experts.response import ResponseExpert, ResponseResult
 from frontdesk.experts.triage import TriageExpert
+from frontdesk.jobs.store import JobSpec
 from frontdesk.knowledge import Passage
 from frontdesk.memory import Memory
 from frontdesk.orchestrator import (
@@ -65,11 +68,16 @@ from frontdesk.orchestrator import (
     approved,
     confirmation,
     fallbacks,
+    flows,
     handler_errors,
     handoff,
+    multi_intent,
+    pending,
+    routing,
     spend,
 )
 from frontdesk.orchestrator import knowledge as _knowledge
+from frontdesk.orchestrator import language as _language
 from frontdesk.orchestrator import memory as _memory
 from frontdesk.orchestrator import review as _review
 from frontdesk.orchestrator import screen as _screen
@@ -83,9 +91,8 @@ from frontdesk.orchestrator._recorder import (
     usage_dict,
 )
 from frontdesk.orchestrator.audited import Also, audited
-from frontdesk.orchestrator.errors import TurnFailed
 from frontdesk.orchestrator.reply import Reply
-from frontdesk.orchestrator.resolution import variant_of
+from frontdesk.orchestrator.resolution import closed_by_customer, variant_of
 from frontdesk.orchestrator.ruled_values import model_of
 from frontdesk.orchestrator.speculation import SpeculativeRequest
 from frontdesk.ruled import TurnSecrets
@@ -98,7 +105,6 @@ from frontdesk.threads.builder import (
     thread_since,
 )
 from frontdesk.threads.handoff import Opened
-from frontdesk.threads.jobs import JobSpec
 from frontdesk.threads.ruled_values import Scrub
 from frontdesk.threads.store import (
     MessageRecord,
@@ -128,6 +134,7 @@ async def run_turn(p: Pipeline, conversation_id: str, start: Start) -> Reply:
     with telemetry.turn(conversation_id) as span:
         p, variant = _variant(p, conversation_id)  # Prompt variants: one per conversation.
         span.profile = p.profile or ""
+        span.set_variant(variant)  # A label of the turn's metrics.
         lease = p.lease(conversation_id)
         try:
             # Start: the lease, the user message and its path, in one transaction.
@@ -446,7 +453,7 @@ async def _awaiting(p: Pipeline, s: Started, t: Turn) -> Turn:
     (`orchestrator/confirmation.py`): read by the start with the guess of the category (no
     read of its own), or, for a resumed turn, here when a category confirms."""
     previous = s.previous
-    if not s.guessed and p.confirms and s.stored.outcome is None:
+    if not s.guessed and s.stored.outcome is None:
         before = t.previous_question
         if before is not None:
             record = await p.store.turn_record(before)
@@ -455,9 +462,13 @@ async def _awaiting(p: Pipeline, s: Started, t: Turn) -> Turn:
                     user_message_id=before,
                     category=record.outcome.category,
                     confirmation=record.outcome.confirmation,
+                    flow=record.outcome.flow,
                 )
-    pending = confirmation.pending_of(previous, s.question.id)
-    return t if pending is None else dataclasses.replace(t, pending=pending)
+    held = confirmation.pending_of(previous, s.question.id)
+    flow = None if previous is None else previous.flow
+    if held is None and flow is None:
+        return t
+    return dataclasses.replace(t, pending=held, before=flow)
 
 
 async def _recall(p: Pipeline, s: Started) -> list[Document]:
@@ -613,18 +624,105 @@ async def _decide_once(p: Pipeline, t: Turn, earlier: TurnOutcome | None) -> Dec
     meta = _meta(t)
     answered: dict[str, ModelResponse] = {}
     view, request_view = _view(p, t, "triage"), _view(p, t, "request")
-    guess = SpeculativeRequest.start(p, t, request_view, meta, _extract) if p.speculate else None
-    try:
-        category, reason, unreadable = await _triage(p, t, view, meta, answered)
-        t.recorder.note("triage", category=category, reason=reason)
-        _listen.routed(category)
-        kept = None if guess is None else await guess.settle(t, category, answered)
-        if kept is None:
-            kept = await _extract(p, t, category, request_view, meta, answered)
-    finally:
-        if guess is not None:  # The turn failed or was cut off: the call must not outlive it.
-            await guess.discard(t, triage=None)
-    request, missing, from_memory = kept
+    # A message that is not a yes or no to a held request corrects it (confirmation.py).
+    held = None if t.pending is None else pending.held(t.pending)
+
+    async def triage(guess_request: bool) -> routing.Triaged:
+        speculate = p.speculate and guess_request
+        guess = SpeculativeRequest.start(p, t, request_view, meta, _extract) if speculate else None
+        try:
+            triaged = await _triage(p, t, view, meta, answered)
+            _listen.routed(triaged.category)
+            kept = None if guess is None else await guess.settle(t, triaged.category, answered)
+        finally:
+            if guess is not None:  # The turn failed or was cut off: the call must not outlive it.
+                await guess.discard(t, triage=None)
+        return dataclasses.replace(triaged, kept=kept)
+
+    def extract(category: str, in_progress: pending.InProgress) -> Awaitable[Extracted]:
+        return _extract(p, t, category, request_view, meta, answered, in_progress=in_progress)
+
+    # What the turn before left (a request in progress, a question of which), then triage.
+    route = await routing.route(
+        p.categories,
+        t.recorder,
+        t.user_message.content,
+        before=t.before,
+        held=held,
+        ttl=p.pending_ttl,
+        triage=triage,
+        extract=extract,
+    )
+    return await _routed(p, t, route, request_view, meta, answered)
+
+
+async def _routed(
+    p: Pipeline,
+    t: Turn,
+    route: routing.Route,
+    view: ExpertView,
+    meta: dict[str, str],
+    answered: dict[str, ModelResponse],
+) -> Decided:
+    """The route's categories handled in turn (`multi_intent.py`), each step's outcome
+    stored once its handler ran; or the question the route asks (which one, which first),
+    or the cancellation of the request in progress."""
+    flow = _language_of(p, t, route.language, how=route.how)
+    asked = flows.asked(p.categories, p.multi_intent, t.recorder, route, flow)
+    if asked is not None:  # Nothing runs: cancelled, or the customer is asked to choose.
+        _listen.routed(asked.category)
+        return await _settled(p, t, dataclasses.replace(asked, answered=answered))
+    categories = route.categories or (route.category,)
+    first = await _step(p, t, route, categories[0], view, meta, answered)
+    steps: list[tuple[str, Outcome]] = [(first.category, first.outcome)]
+    first = await _settled(p, t, flows.after(p.categories, t, route, first, flow))
+    stored_steps: list[dict[str, Any]] = []
+    for index, category in enumerate(categories[1:], start=1):
+        if not flows.goes_on(first, stored_steps):  # Needs more, a person, or not done.
+            t.recorder.note("multi_intent", status="stopped", not_handled=list(categories[index:]))
+            break
+        plain = dataclasses.replace(route, in_progress=None, kept=None, digressed_from=None)
+        step = await _step(p, t, plain, category, view, meta, answered, index=index)
+        key = idempotency_key(t.conversation_id, f"{t.user_message.id}#{index}")
+        stored_steps.append(flows.step_record(p, step, key))
+        shown = stored_steps[-1]["instruction"]  # Its ruled values reach the handler only.
+        t.recorder.note("outcome", category=category, instruction=shown, step=index)
+        steps.append((category, step.outcome.model_copy(update={"instruction": shown})))
+        first = flows.with_step(p.categories, t, first, step, stored_steps)
+        if step.handler_ran:  # Each handler's outcome is stored before the next one runs.
+            await p.store.save_outcome(_stored(p, t, first), lease=t.lease)
+    if len(steps) > 1:
+        combined = multi_intent.combined(steps, p.categories)
+        first = dataclasses.replace(
+            first, outcome=first.outcome.model_copy(update={"instruction": combined})
+        )
+    return first
+
+
+async def _step(
+    p: Pipeline,
+    t: Turn,
+    route: routing.Route,
+    category: str,
+    view: ExpertView,
+    meta: dict[str, str],
+    answered: dict[str, ModelResponse],
+    *,
+    index: int = 0,
+) -> Decided:
+    """One category of the message: its request (extracted, or the one made while
+    routing), then its handler, or the confirmation question (confirmation.py)."""
+    in_progress = route.in_progress
+    kept = route.kept if route.kept is not None and index == 0 else None
+    if kept is None:
+        kept = await _extract(p, t, category, view, meta, answered, in_progress=in_progress)
+    request, missing, from_memory, known = kept
+    corrected: frozenset[str] = frozenset()
+    if in_progress is not None:  # Answered or corrected: the handler learns which changed.
+        corrected = pending.corrected(in_progress.fields, request, known)
+        if request is None and route.how == "resume":
+            request = pending.completed(p.categories[category].request, in_progress.fields, known)
+            missing = None if request is not None else missing
     secrets = None if missing is not None else _secrets_of(p, t, request)
     if category in p.requests:
         _listen.extracted(_shown(p, request, t.user_id), missing)
@@ -634,31 +732,50 @@ async def _decide_once(p: Pipeline, t: Turn, earlier: TurnOutcome | None) -> Dec
         request=jsonable(request),
         need_more_info=jsonable(missing),
         **({"from_memory": list(from_memory)} if from_memory else {}),
+        **({"corrected": sorted(corrected)} if corrected else {}),
+        **({"step": index} if index else {}),
         **field_rules_of(request),  # What `audit show` and the exports redact of it.
     )
     asked = confirmation.ask(p.categories, t.recorder, category, request, missing)
     if asked is None:
         outcome, handler_ran, handler_failed = await _decide(
-            p, t, category, request, missing, reason, from_memory, secrets, unreadable=unreadable
+            p,
+            t,
+            category,
+            request,
+            missing,
+            route.reason,
+            from_memory,
+            secrets,
+            unreadable=route.unreadable,
+            corrected=corrected,
+            step=index,
         )
     else:  # A `confirm` category: the question, not the handler (confirmation.py); the
         # request held for the customer's yes keeps its values (the handler needs them).
         outcome, handler_ran, handler_failed, secrets = asked.outcome, False, False, None
-    return await _settled(
-        p,
-        t,
-        Decided(
-            category=category,
-            request=request,
-            missing=missing,
-            outcome=outcome,
-            handler_ran=handler_ran,
-            handler_failed=handler_failed,
-            answered=answered,
-            confirmation=None if asked is None else asked.record,
-            secrets=secrets,
-        ),
+        if corrected:  # Told to the handler with the yes.
+            asked.record["corrected"] = sorted(corrected)
+    return Decided(
+        category=category,
+        request=request,
+        missing=missing,
+        outcome=outcome,
+        handler_ran=handler_ran,
+        handler_failed=handler_failed,
+        answered=answered,
+        confirmation=None if asked is None else asked.record,
+        secrets=secrets,
+        known=dict(known),
     )
+
+
+def _language_of(p: Pipeline, t: Turn, said: str | None, *, how: str) -> dict[str, Any]:
+    """The turn's flow record so far: how it was routed, and its language (audited)."""
+    before = None if t.before is None else t.before.get("language")
+    language, by = _language.of_turn(said, t.user_message.content, before)
+    reply_in = _language.answered_in(language, p.languages)
+    return {"how": how, "language": language, "language_by": by, "reply_in": reply_in}
 
 
 def _screen_context(t: Turn) -> _screen.ScreenContext:
@@ -687,10 +804,11 @@ async def _confirmed(p: Pipeline, t: Turn, said: confirmation.Answered) -> Decid
     _listen.routed(said.category)
     _listen.extracted(_shown(p, said.request, t.user_id), None)
     secrets = None
+    corrected = frozenset(t.pending.record.get("corrected") or ()) if t.pending else frozenset()
     if said.run:
         secrets = _secrets_of(p, t, said.request)
         outcome, handler_ran, handler_failed = await _decide(
-            p, t, said.category, said.request, None, "confirmed", (), secrets
+            p, t, said.category, said.request, None, "confirmed", (), secrets, corrected=corrected
         )
     else:
         assert said.outcome is not None
@@ -705,6 +823,11 @@ async def _confirmed(p: Pipeline, t: Turn, said: confirmation.Answered) -> Decid
         answered={},
         confirmation=said.record,
         secrets=secrets,
+        flow={
+            **_language_of(p, t, None, how="confirmation"),
+            "categories": [said.category],
+            "cancelled": said.record.get("status") == "declined",
+        },
     )
     return await _settled(p, t, decided)
 
@@ -725,6 +848,7 @@ async def _settled(p: Pipeline, t: Turn, decided: Decided) -> Decided:
         category=decided.category,
         instruction=outcome.instruction,
         data=jsonable(outcome.data),
+        **flows.audited(decided.flow),  # How it was routed, its language (`audit replay`).
     )
     if handler_ran:  # The developer's code acted: keep what it decided before going on.
         try:
@@ -741,7 +865,7 @@ async def _settled(p: Pipeline, t: Turn, decided: Decided) -> Decided:
 
 async def _triage(
     p: Pipeline, t: Turn, view: ExpertView, meta: dict[str, str], answered: dict[str, ModelResponse]
-) -> tuple[str, str, bool]:
+) -> routing.Triaged:
     """The category and why; when the triage answer is unusable, `OTHER` marked unreadable
     (`on_unreadable="ask"`: the customer is asked again) or `HUMAN` (a safe default)."""
     try:
@@ -759,10 +883,18 @@ async def _triage(
         )
     except CONTENT_ERRORS as e:
         if p.on_unreadable == "ask":
-            return OTHER, f"triage answer unusable ({type(e).__name__}); asking again", True
-        return HUMAN, f"triage answer unusable ({type(e).__name__}); handing off", False
+            why = f"triage answer unusable ({type(e).__name__}); asking again"
+            return routing.Triaged(category=OTHER, reason=why, unreadable=True)
+        why = f"triage answer unusable ({type(e).__name__}); handing off"
+        return routing.Triaged(category=HUMAN, reason=why)
     answered["triage"] = result.response
-    return result.category, result.reason, False
+    return routing.Triaged(
+        category=result.category,
+        reason=result.reason,
+        categories=result.categories,
+        clarify=result.clarify,
+        language=result.language,
+    )
 
 
 async def _extract(
@@ -774,16 +906,20 @@ async def _extract(
     answered: dict[str, ModelResponse],
     *,
     speculation: Speculation | None = None,
+    in_progress: pending.InProgress | None = None,
 ) -> Extracted:
-    """The category's request, or what is missing; nothing for the built-ins."""
+    """The category's request, or what is missing; nothing for the built-ins. A request
+    in progress goes with the thread as a labelled block (`pending.block`)."""
     expert = p.requests.get(category)
     if expert is None:
-        return None, None, ()
+        return None, None, (), {}
     # Passages only for a category that asked for them (`Category(knowledge=True)`).
     sent = view.fit.documents if p.categories[category].knowledge else []
     messages, passages = _knowledge.fold(_turns(view), t.passages, sent)
     # Remembered facts only for a category that takes them (`Category(memory=False)`).
     memory = _memory.block(view) if p.categories[category].memory else None
+    if in_progress is not None:
+        memory = pending.joined(memory, pending.block(in_progress, p.categories))
     try:
         result = await _stage(
             "request",
@@ -801,12 +937,12 @@ async def _extract(
         )
     except CONTENT_ERRORS as e:
         t.recorder.note("request_failed", category=category, error=f"{type(e).__name__}: {e}")
-        return None, None, ()
+        return None, None, (), {}
     answered["request"] = result.response
     from_memory = result.from_memory
     if memory is not None:  # What the model did not own up to, found by value.
         from_memory += _memory.filled_from(result.request, memory, messages, from_memory)
-    return result.request, result.need_more_info, from_memory
+    return result.request, result.need_more_info, from_memory, result.known
 
 
 async def _decide(
@@ -820,6 +956,8 @@ async def _decide(
     secrets: TurnSecrets | None = None,
     *,
     unreadable: bool = False,
+    corrected: frozenset[str] = frozenset(),
+    step: int = 0,
 ) -> tuple[Outcome, bool, bool]:
     """The handler's outcome ("TradCode"), or the built-in outcome for this route; whether
     the handler ran, and whether it failed. A hand-off's outcome carries triage's `reason`
@@ -847,7 +985,10 @@ async def _decide(
         store=p.store.handler_store(category),
         state=p.store.handler_state(category, conversation_id=t.conversation_id, user_id=t.user_id),
         extras=p.context_extras,
-        idempotency_key=idempotency_key(t.conversation_id, t.user_message.id),
+        # Each request of a message with several has its own key (`multi_intent.py`).
+        idempotency_key=idempotency_key(
+            t.conversation_id, t.user_message.id + (f"#{step}" if step else "")
+        ),
         **_memory.for_handler(
             p.memory,
             t.user_id,
@@ -856,6 +997,7 @@ async def _decide(
             {} if secrets is None else secrets.known,
         ),
         from_memory=frozenset(from_memory),
+        corrected=corrected,
     )
     try:
         outcome = handler_errors.checked(await handler(request, context))
@@ -923,7 +1065,8 @@ async def _respond(
     # The passages the budget kept, after the question: reference text, not in the thread.
     messages, passages = _knowledge.fold(turns, t.passages, view.fit.documents)
     sink = _listen.delta_sink() if stream else None
-    instruction = decided.outcome.instruction
+    reply_in = None if decided.flow is None else decided.flow.get("reply_in")
+    instruction = _language.instructed(decided.outcome.instruction, reply_in)
     if note is not None:  # A reviewer rejected the draft before (review.py).
         instruction += f"\n\nA reviewer rejected the previous draft: {note} Fix that."
     call = p.response.run(
@@ -1014,6 +1157,7 @@ async def _finish(
     jobs = _jobs_after(p, t, reply)
     if decided.outcome.resolves:  # The handler's effect completes what the customer came for.
         t.recorder.note("resolution", resolution="resolved", by="handler")
+    closes = closed_by_customer(t.recorder, decided.outcome, answer)  # "That's all."
     if p.audit is not None:
         await p.audit.prepare_key(t.user_id)  # Only a user's first turn (per process) writes.
 
@@ -1021,7 +1165,14 @@ async def _finish(
         # Written apart, the batch goes in under the lease (`run_turn` gives it back after).
         release = also is not None or p.audit is None
         finished = await p.store.finish_turn(
-            lease, reply, outcome=outcome, also=also, release=release, jobs=jobs, scrub=scrub
+            lease,
+            reply,
+            outcome=outcome,
+            also=also,
+            release=release,
+            jobs=jobs,
+            scrub=scrub,
+            closes=closes,
         )
         if p.jobs is not None and finished.jobs:
             p.jobs.recorded(finished.jobs)  # Committed: this runner looks at once.
@@ -1145,7 +1296,23 @@ def reply_from_records(
         handler_failed=bool(decided and decided.handler_failed),
         reviewed=outcome is not None and "review" in outcome.models,
         confirmation=None if outcome is None else confirmation.awaiting(outcome.confirmation),
+        **_flow_fields(outcome),
     )
+
+
+def _flow_fields(outcome: TurnOutcome | None) -> dict[str, Any]:
+    """`Reply.categories`, `clarify`, `pending`, `cancelled` and `language` from the
+    stored flow (the same on a first try and a replay)."""
+    flow = {} if outcome is None else (outcome.flow or {})
+    categories = list(flow.get("categories") or ([outcome.category] if outcome else []))
+    held = flow.get("pending")
+    return {
+        "categories": categories,
+        "clarify": list(flow.get("clarify") or ()),
+        "pending": None if not held else str(held["category"]),
+        "cancelled": bool(flow.get("cancelled")),
+        "language": flow.get("language"),
+    }
 
 
 def _decided_from(p: Pipeline, stored: TurnOutcome) -> Decided:
@@ -1170,6 +1337,7 @@ def _decided_from(p: Pipeline, stored: TurnOutcome) -> Decided:
         answered={},
         earlier=stored,
         confirmation=stored.confirmation,
+        flow=stored.flow,
     )
 
 
@@ -1199,6 +1367,7 @@ def _stored(p: Pipeline, t: Turn, d: Decided, sources: Sequence[Passage] = ()) -
         resolves=d.outcome.resolves,
         confirmation=d.confirmation,
         reply=d.outcome.reply,
+        flow=d.flow,
     )
 
 

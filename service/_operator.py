@@ -19,9 +19,11 @@ from frontdesk.service._schemas import (
     EVERY_ROUTE,
     WITH_BODY,
     ClaimOut,
+    ContextFactOut,
     ContextOut,
     ContextTurnOut,
     ErasureOut,
+    HandBackIn,
     HandBackOut,
     HandoffIn,
     HandoffOut,
@@ -128,7 +130,8 @@ async def context(conversation_id: str, principal: Operator, orch: Orch) -> Cont
             owner, by=f"operator:{principal.user_id}", what=what, conversation_id=conversation_id
         )
     thread = await orch.user_thread(conversation_id, user_id=owner)
-    facts = [] if owner is None else [m.text for m in await orch.memory.recall(owner)]
+    profile = profile_of(orch, conversation.profile)
+    facts = [] if owner is None else await orch.memory.recall(owner, profile=profile)
     messages = await orch.transcript(conversation_id, user_id=owner)
     outcomes = await turn_outcomes(orch.store.engine, conversation_id)
     shown = await shown_for(orch, conversation_id)
@@ -151,8 +154,15 @@ async def context(conversation_id: str, principal: Operator, orch: Orch) -> Cont
         conversation_id=conversation_id,
         user_id=owner,
         summary=None if thread.summary is None else shown.text(thread.summary),
-        memories=[shown.text(f) for f in facts],
+        memories=[shown.text(f.text) for f in facts],
+        facts=[
+            ContextFactOut(id=f.id, text=shown.text(f.text), key=f.key, trust=f.trust)
+            for f in facts
+        ],
         turns=turns,
+        resolution=conversation.resolution,
+        resolved_by=conversation.resolved_by,
+        resolved_at=_iso(conversation.resolved_at),
     )
 
 
@@ -176,12 +186,23 @@ async def post_operator_message(
     "/conversations/{conversation_id}/hand-back",
     response_model=HandBackOut,
     responses=ERRORS,
-    summary="Give the conversation back to the bot",
+    summary="Give the conversation back to the bot (marked resolved, or open again)",
 )
-async def post_hand_back(conversation_id: str, principal: Operator, orch: Orch) -> HandBackOut:
+async def post_hand_back(
+    conversation_id: str, principal: Operator, orch: Orch, body: HandBackIn | None = None
+) -> HandBackOut:
+    """With `{"resolved": true}` the operator says the customer's matter is done: the
+    conversation is `resolved` by `operator`, in the hand-back's own transaction."""
     await in_scope(orch, principal, conversation_id)
-    await orch.handoffs.hand_back(conversation_id, operator_id=principal.user_id)
-    return HandBackOut(conversation_id=conversation_id, handoff=False)
+    resolved = body is not None and body.resolved
+    await orch.handoffs.hand_back(conversation_id, operator_id=principal.user_id, resolved=resolved)
+    now = await orch.store.conversation(conversation_id)  # In scope: checked above.
+    return HandBackOut(
+        conversation_id=conversation_id,
+        handoff=False,
+        resolution="open" if now is None else now.resolution,
+        resolved_by=None if now is None else now.resolved_by,
+    )
 
 
 @router.post(

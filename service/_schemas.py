@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -45,6 +45,25 @@ class ReplyOut(BaseModel):
     )
     awaiting_confirmation: bool = Field(
         default=False, description="Whether to offer Yes / No: the reply asks to confirm."
+    )
+    categories: list[str] = Field(
+        default_factory=list,
+        description="Every category of the message in order (several requests in one"
+        " message); the first is `category`.",
+    )
+    clarify: list[str] = Field(
+        default_factory=list,
+        description="The categories the reply asks the customer to choose between; else empty.",
+    )
+    pending: str | None = Field(
+        default=None,
+        description="The category of the request in progress that still misses fields.",
+    )
+    cancelled: bool = Field(
+        default=False, description="The customer cancelled the request in progress."
+    )
+    language: str | None = Field(
+        default=None, description="The message's language (BCP 47: en, cy, es, hi)."
     )
 
 
@@ -186,14 +205,38 @@ class ContextTurnOut(BaseModel):
     instruction: str | None
 
 
+class ContextFactOut(BaseModel):
+    id: str
+    text: str
+    key: str | None
+    trust: Literal["customer", "verified"] = Field(
+        description="`verified`: the business's record; `customer`: the customer's own,"
+        " unverified word."
+    )
+
+
 class ContextOut(BaseModel):
     conversation_id: str
     user_id: str | None
     summary: str | None = Field(description="The current summary of older turns, if any.")
-    memories: list[str] = Field(description="What is remembered about the customer.")
+    memories: list[str] = Field(
+        description="The texts of `facts` (kept for one release: read `facts`)."
+    )
+    facts: list[ContextFactOut] = Field(
+        description="What the conversation's profile remembers about the customer, the most"
+        " recently updated first, each with whose word it is."
+    )
     turns: list[ContextTurnOut] = Field(
         description="Each user message of the active path with what its turn decided."
     )
+    resolution: str = Field(
+        default="open",
+        description="`open`, `resolved`, `assumed_resolved`, `handed_off` or `abandoned`.",
+    )
+    resolved_by: str | None = Field(
+        default=None, description="`customer`, `handler`, `operator` or `timeout` (or null)."
+    )
+    resolved_at: str | None = Field(default=None, description="When (ISO 8601, UTC).")
 
 
 class HandoffsOut(BaseModel):
@@ -210,9 +253,22 @@ class OperatorMessageOut(BaseModel):
     author: str
 
 
+class HandBackIn(BaseModel):
+    """How the operator hands the conversation back."""
+
+    model_config = ConfigDict(extra="forbid")
+    resolved: bool = Field(
+        default=False,
+        description="The customer's matter is done: the conversation is `resolved` by"
+        " `operator` (else it is `open` again).",
+    )
+
+
 class HandBackOut(BaseModel):
     conversation_id: str
     handoff: bool
+    resolution: str = Field(default="open", description="The conversation's resolution now.")
+    resolved_by: str | None = None
 
 
 class ErasureOut(BaseModel):

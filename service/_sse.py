@@ -39,6 +39,11 @@ def reply_json(reply: Reply) -> dict[str, Any]:
         "handoff": reply.handoff,
         "confirmation": reply.confirmation,
         "awaiting_confirmation": reply.awaiting_confirmation,
+        "categories": list(reply.categories),
+        "clarify": list(reply.clarify),
+        "pending": reply.pending,
+        "cancelled": reply.cancelled,
+        "language": reply.language,
     }
 
 

@@ -59,6 +59,10 @@ class TurnOutcome:
     confirmation: dict[str, Any] | None = None
     """A `confirm` category's pending request (the turn that asks) or the answer to it
     (`orchestrator/confirmation.py` reads and writes it); `None` for any other turn."""
+    flow: dict[str, Any] | None = None
+    """The turn's place in the conversation (revision 0028): the request in progress it
+    leaves, its categories, language, clarification or cancellation
+    (`orchestrator/pending.py`); `None` for a turn with nothing to carry."""
 
     @classmethod
     def from_row(cls, row: Any) -> TurnOutcome:
@@ -80,6 +84,7 @@ class TurnOutcome:
             resolves=bool(row.get("resolves")),
             confirmation=row.get("confirmation"),
             reply=row.get("reply"),
+            flow=row.get("flow"),
         )
 
 
@@ -105,6 +110,8 @@ def _on_conflict(stmt: Any) -> Any:
             "usage": stmt.excluded.usage,
             "models": stmt.excluded.models,
             "sources": stmt.excluded.sources,
+            # A message with several requests stores its outcome again after each handler.
+            "flow": stmt.excluded.flow,
         },
     )
 
@@ -157,6 +164,7 @@ def _params(outcome: TurnOutcome) -> dict[str, Any]:
         "sources": outcome.sources or None,
         "confirmation": outcome.confirmation,
         "reply": outcome.reply,
+        "flow": outcome.flow,
         "created_at": utcnow(),
         "resolves": outcome.resolves,
     }
@@ -190,10 +198,10 @@ _EXISTS = Statement(
 )
 
 
-# The category a turn was routed to (its stored outcome's) and its confirmation, if any:
-# one primary-key read.
+# The category a turn was routed to (its stored outcome's), its confirmation and its flow
+# (the request in progress it left), if any: one primary-key read.
 _CATEGORY = Statement(
-    sa.select(_out.c.category, _out.c.confirmation).where(
+    sa.select(_out.c.category, _out.c.confirmation, _out.c.flow).where(
         _out.c.user_message_id == sa.bindparam("user_message_id")
     )
 )
@@ -207,6 +215,9 @@ class Previous:
     category: str | None
     confirmation: dict[str, Any] | None = None
     """Its `TurnOutcome.confirmation`: a request waiting for this turn's yes, or none."""
+    flow: dict[str, Any] | None = None
+    """Its `TurnOutcome.flow`: the request in progress it left, or the categories it asked
+    the customer to choose between (`orchestrator/pending.py`)."""
 
 
 def previous_turn(conn: Connection, path: list[MessageRecord]) -> Previous | None:
@@ -221,6 +232,7 @@ def previous_turn(conn: Connection, path: list[MessageRecord]) -> Previous | Non
                 user_message_id=m.id,
                 category=str(row["category"]),
                 confirmation=row["confirmation"],
+                flow=row["flow"],
             )
     return None
 

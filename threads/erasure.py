@@ -83,6 +83,7 @@ _OUTCOME_ERASED: dict[str, Any] = {
     "data": {"erased": ERASED},
     "confirmation": None,  # A pending request holds the customer's fields too.
     "reply": None,
+    "flow": None,  # A request in progress holds the customer's fields too.
 }
 
 

@@ -25,11 +25,14 @@ from sqlalchemy import Connection
 from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from frontdesk._driver.tx import run_sync_tx
 from frontdesk.db import create_engine, dispose_engine, one_call_turns
+from frontdesk.errors import InvalidInput, MessageNotFound, StoreError, StoreUnavailable
+from frontdesk.jobs import store as _jobs
+from frontdesk.jobs.store import JobSpec
 from frontdesk.schema import ensure_schema
 from frontdesk.threads import _lease, _outcomes, _server_turn, _writes, spend
 from frontdesk.threads import handoff as handoff_sql
-from frontdesk.threads import jobs as _jobs
 from frontdesk.threads import ruled_values as _ruled
 from frontdesk.threads._lease import TurnLease
 from frontdesk.threads._outcomes import Previous, TurnOutcome, TurnRecord
@@ -40,9 +43,7 @@ from frontdesk.threads._records import (
     check_text,
     new_id,
 )
-from frontdesk.threads._tx import run_sync_tx
 from frontdesk.threads._writes import UNSET, ParentId
-from frontdesk.threads.errors import InvalidInput, MessageNotFound, StoreError, StoreUnavailable
 from frontdesk.threads.handler_state import (
     ERASED_MARKER,
     HandlerState,
@@ -57,7 +58,6 @@ from frontdesk.threads.handoff import (
     HandoffStore,
     Opened,
 )
-from frontdesk.threads.jobs import JobSpec
 from frontdesk.threads.models import Conversation, Message, utcnow
 from frontdesk.threads.resolution import resolve
 from frontdesk.threads.ruled_values import Scrub
@@ -97,10 +97,11 @@ class FinishedTurn:
     opened: Opened | None = None
     """The hand-off the stored outcome opened (`Outcome(handoff=...)`, the HUMAN route)."""
     jobs: list[_jobs.Deferred] = field(default_factory=list)
-    """The jobs recorded with the reply (`threads.jobs`; one whose queueing lock has a
+    """The jobs recorded with the reply (`jobs.store`; one whose queueing lock has a
     job waiting is not among them)."""
     resolved: bool = False
-    """The outcome's `resolves` made the conversation `resolved` (it was not already)."""
+    """The outcome's `resolves` (or the customer's closing) made the conversation `resolved`
+    (it was not already)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -609,11 +610,12 @@ class ConversationStore:
         release: bool = True,
         jobs: Sequence[JobSpec] = (),
         scrub: Scrub | None = None,
+        closes: bool = False,
     ) -> FinishedTurn:
         """End a turn in one transaction: store `outcome` (or its usage; one with `handoff`
         opens the hand-off here too), store `reply` (from `stage_reply`) as the active leaf
         in place of any failed-turn marker, record `jobs` (what runs after the reply:
-        `threads.jobs`), run `also` (the turn's audit batch, given the hand-off this
+        `jobs.store`), run `also` (the turn's audit batch, given the hand-off this
         transaction opened), and give the lease back. Returns that hand-off and the recorded
         jobs' ids.
 
@@ -621,6 +623,8 @@ class ConversationStore:
         `release=False` the lease stays held (for a last write elsewhere, then
         `lease.aclose()`). On failure nothing of it is written and the lease is still held.
         `scrub` (a turn with ruled values) keeps their digests and rewrites the user message.
+        `closes` (the response expert judged that the customer closed the conversation)
+        makes it `resolved` by the customer, unless it is resolved or handed off already.
 
         The transaction is fenced: it first checks that `lease` still holds with the token
         it was taken with (and row-locks it), so a turn whose lease expired and was taken
@@ -657,6 +661,9 @@ class ConversationStore:
                 opened[0] = _outcomes.save(conn, outcome)
                 if outcome.resolves:  # Only a resolving turn: a plain one writes nothing more.
                     resolved[0] = resolve(conn, outcome.conversation_id, "resolved", "handler")
+            if closes and reply is not None:  # Only a closing turn: a plain one writes no more.
+                cid = reply.conversation_id
+                resolved[0] = resolve(conn, cid, "resolved", "customer", unless=("handed_off",))
             if reply is not None:
                 _outcomes.write_reply(conn, reply)
             ids[:] = _jobs.defer(conn, jobs)

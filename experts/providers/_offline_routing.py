@@ -1,9 +1,15 @@
 """The offline stand-in's triage: BM25 nearest neighbour over each category's examples.
 
 Every example of every category, and each category's name with its description, is a
-short document; a message goes to the category of the document that BM25 scores highest
-against it (Robertson and Zaragoza's Okapi weighting). When the best document shares too
-little of the message's (rarer) words, the message is out of scope: `OTHER`.
+short document; a message goes to the category whose documents BM25 scores highest
+against it (Robertson and Zaragoza's Okapi weighting; a word's weight is the mean of its
+rarity among the documents and among the categories, so a word that many examples of
+one category repeat still counts). When the category's documents share too little of the
+message's (rarer) words, the message is out of scope: `OTHER`.
+
+Words are lower-cased, stripped of common function words, and stemmed lightly
+("charged", "charges", "charge" -> "charg"; "verified" -> "verify"; "stopped" -> "stop");
+"n't" becomes the word "not" ("hasn't arrived" -> "has", "not", "arriv").
 
 Conversations are not single messages: when the assistant has just asked a question and
 the user's answer carries a value (a number, an amount, a date, quoted text), or is short
@@ -28,9 +34,21 @@ from frontdesk.experts.providers.base import Message
 K1 = 1.2
 B = 0.75
 DECAY = 0.7
-OUT_OF_SCOPE = 0.2
+OUT_OF_SCOPE = 0.22
 """Below this share of the message's IDF weight matched, the message is out of scope
-(chosen on CLINC150's validation split: in-scope accuracy against out-of-scope recall)."""
+(chosen on CLINC150's `val` and `oos_val` + `oos_train`, never its test split: in-scope
+accuracy against out-of-scope recall; docs/benchmarks.md)."""
+
+STOP = frozenset(
+    "a an and are as at be but by can could do does for from have i i'd i'm in is it its"
+    " me my of on or our please so that the this to was we will with would you your yours"
+    " it's im id like want need get just also some any hi hello thanks".split()
+)
+"""Words that say nothing about the topic. The question words ("what", "when", "where",
+"which") are kept: "when will my card arrive" and "where is my card" are different asks."""
+_NOT = {"can't": "can", "won't": "will", "ain't": "is", "shan't": "shall"}
+_CLITICS = ("'ve", "'ll", "'re", "'d", "'m")
+_VOWELS = frozenset("aeiou")
 CONFIDENT = 0.5
 """An answer whose own best match covers this share of its words may change the category."""
 
@@ -49,6 +67,48 @@ _VALUE = re.compile(
 )
 
 
+def stem(word: str) -> str:
+    """A light suffix stripper: plural, -ed and -ing off, a doubled consonant undone, a
+    final e dropped, so the forms of one verb or noun meet ("charge"/"charged"/"charges",
+    "cancel"/"cancelled", "top"/"topped", "verify"/"verified"). Lighter than Porter's."""
+    if len(word) > 4 and word.endswith(("ies", "ied")):
+        word = word[:-3] + "y"
+    else:
+        for suffix in ("ing", "ed", "es", "s"):
+            if len(word) > len(suffix) + 2 and word.endswith(suffix) and not word.endswith("ss"):
+                word = word[: -len(suffix)]
+                if (
+                    len(word) > 3
+                    and word[-1] == word[-2]
+                    and word[-1] not in _VOWELS
+                    and word[-1] not in "lsz"
+                ):
+                    word = word[:-1]
+                break
+    if len(word) > 5 and word.endswith("ll"):
+        word = word[:-1]  # "cancell(ed)", "travell(ing)", "install" (but "call", "still")
+    if len(word) > 3 and word.endswith("e"):
+        word = word[:-1]
+    return word
+
+
+def tokens(text: str) -> list[str]:
+    """The words of `text` that routing compares, in order (stop words out, stemmed)."""
+    found = []
+    for word in re.findall(r"[a-z0-9]+(?:'[a-z]+)?", text.lower().replace("\u2019", "'")):
+        word = word.removesuffix("'s")
+        for clitic in _CLITICS:
+            word = word.removesuffix(clitic)
+        negated = word.endswith("n't")
+        if negated:
+            word = _NOT.get(word, word[:-3])
+        if word and word not in STOP:
+            found.append(stem(word))
+        if negated:
+            found.append("not")
+    return found
+
+
 @dataclass(frozen=True)
 class Route:
     """A category and how sure the match is (the share of the message's weight matched)."""
@@ -62,8 +122,10 @@ class Route:
 class Index:
     """BM25 statistics over the categories' documents."""
 
-    documents: tuple[tuple[str, Counter[str], int], ...]
-    """(category, term counts, length) per document."""
+    documents: tuple[tuple[str, int], ...]
+    """(category, length) per document."""
+    postings: Mapping[str, tuple[tuple[int, int], ...]]
+    """Per word, (document, count) of each document that has it."""
     idf: Mapping[str, float]
     average_length: float
 
@@ -71,36 +133,40 @@ class Index:
         """The best category for `words`, or None when no document shares a word.
 
         A category scores the sum of its documents' BM25 scores, the best counted in full
-        and each next one by `DECAY` less (several close examples outvote one)."""
+        and each next one by `DECAY` less (several close examples outvote one); its share
+        is the weight of the message's words that its documents have, over the weight of
+        them all (a word no document has weighs as much as the rarest)."""
         unique = list(dict.fromkeys(words))
         query = [w for w in unique if w in self.idf]
         if not query:
             return None
-        scores: dict[str, list[tuple[float, tuple[str, ...]]]] = {}
-        for category, counts, length in self.documents:
-            score, shared = 0.0, []
-            norm = K1 * (1 - B + B * length / self.average_length)
-            for w in query:
-                tf = counts.get(w, 0)
-                if tf:
-                    score += self.idf[w] * tf * (K1 + 1) / (tf + norm)
-                    shared.append(w)
-            if score > 0:
-                scores.setdefault(category, []).append((score, tuple(shared)))
-        if not scores:
-            return None
+        scores: dict[int, float] = {}
+        shared: dict[int, list[str]] = {}
+        for w in query:
+            weight = self.idf[w] * (K1 + 1)
+            for document, tf in self.postings[w]:
+                length = self.documents[document][1]
+                norm = K1 * (1 - B + B * length / self.average_length)
+                scores[document] = scores.get(document, 0.0) + weight * tf / (tf + norm)
+                shared.setdefault(document, []).append(w)
+        by_category: dict[str, list[tuple[float, int]]] = {}
+        for document, score in scores.items():
+            by_category.setdefault(self.documents[document][0], []).append((score, document))
         best, best_total = "", 0.0
-        best_words: tuple[str, ...] = ()
-        for category, found in scores.items():
-            found.sort(key=lambda s: -s[0])
-            total = sum(score * DECAY**i for i, (score, _w) in enumerate(found))
+        best_found: list[tuple[float, int]] = []
+        for category, found in by_category.items():
+            found.sort(key=lambda s: (-s[0], s[1]))
+            total = sum(score * DECAY**i for i, (score, _d) in enumerate(found))
             if total > best_total:
-                words = tuple(dict.fromkeys(w for _s, shared in found[:3] for w in shared))
-                best, best_total, best_words = category, total, words
-        unknown = _unknown_weight(len(self.documents))
-        possible = sum(self.idf[w] for w in query) + unknown * (len(unique) - len(query))
-        matched = sum(self.idf[w] for w in best_words)
-        return Route(category=best, share=matched / possible, words=best_words)
+                best, best_total, best_found = category, total, found
+        words = tuple(dict.fromkeys(w for _s, document in best_found for w in shared[document]))
+        # A word no document has counts against the share (it may be what the message is
+        # about), a number does not (it is a value: an order number, a sum).
+        unknown = [w for w in unique if w not in self.idf and not w.isdigit()]
+        weight = _unknown_weight(len(self.documents))
+        possible = sum(self.idf[w] for w in query) + weight * len(unknown)
+        matched = sum(self.idf[w] for w in words)
+        return Route(category=best, share=matched / possible, words=words)
 
 
 def _unknown_weight(n: int) -> float:
@@ -112,7 +178,9 @@ def build_index(
     categories: Mapping[str, Any], names: Sequence[str], tokens: Callable[[str], list[str]]
 ) -> Index:
     """Index each example, and each name with its description, as a document."""
-    documents = []
+    documents: list[tuple[str, int]] = []
+    postings: dict[str, list[tuple[int, int]]] = {}
+    used_by: dict[str, set[str]] = {}
     for name, info in categories.items():
         if name not in names:
             continue
@@ -121,14 +189,23 @@ def build_index(
         for text in texts:
             words = tokens(text)
             if words:
-                documents.append((name, Counter(words), len(words)))
-    n = len(documents)
-    df: Counter[str] = Counter()
-    for _name, counts, _length in documents:
-        df.update(counts.keys())
-    idf = {w: math.log(1 + (n - d + 0.5) / (d + 0.5)) for w, d in df.items()}
-    average = sum(length for _n, _c, length in documents) / n if n else 1.0
-    return Index(documents=tuple(documents), idf=idf, average_length=average or 1.0)
+                for w, count in Counter(words).items():
+                    postings.setdefault(w, []).append((len(documents), count))
+                    used_by.setdefault(w, set()).add(name)
+                documents.append((name, len(words)))
+    n, c = len(documents), len({name for name, _length in documents})
+    idf = {w: (_idf(n, len(found)) + _idf(c, len(used_by[w]))) / 2 for w, found in postings.items()}
+    average = sum(length for _n, length in documents) / n if n else 1.0
+    return Index(
+        documents=tuple(documents),
+        postings={w: tuple(found) for w, found in postings.items()},
+        idf=idf,
+        average_length=average or 1.0,
+    )
+
+
+def _idf(total: int, having: int) -> float:
+    return math.log(1 + (total - having + 0.5) / (having + 0.5))
 
 
 def wants_person(text: str) -> bool:

@@ -21,7 +21,7 @@ from typing import Any, TypeAlias
 
 from pydantic import BaseModel, ValidationError
 
-from frontdesk.experts.errors import ModelError, OutputValidationError, StreamInterrupted
+from frontdesk.errors import ModelError, OutputValidationError, StreamInterrupted
 from frontdesk.experts.providers._http import describe_validation_error, strip_code_fence
 from frontdesk.experts.providers.base import (
     AttemptEvent,
@@ -93,8 +93,8 @@ def to_response(reply: Any, request: ModelRequest, model: str) -> ModelResponse:
             output = output_type.model_validate_json(strip_code_fence(reply))
         elif isinstance(reply, BaseModel):
             output = output_type.model_validate(reply.model_dump())
-        elif isinstance(reply, dict):
-            output = output_type.model_validate(reply)
+        elif isinstance(reply, dict) or dataclasses.is_dataclass(reply):
+            output = output_type.model_validate(reply)  # A dataclass: triage's `Clarify`.
         else:
             raise OutputValidationError(
                 f"{model}: cannot turn {type(reply).__name__} into {output_type.__name__};"

@@ -8,7 +8,10 @@ writes with `[offline]`:
 - request extraction: fills the category's request model by field type from the user turns
   (choices most recently named, numbers next to the field's noun, 4+ digit ids); asks for
   whatever required field is still missing.
-- response: rephrases the handler's instruction (the trailing assistant message).
+- response: rephrases the handler's instruction (the trailing assistant message); when the
+  customer's latest message closes the conversation by a fixed phrase ("that's all,
+  thanks", "nothing else, bye") and asks nothing more, it ends the reply with the closing
+  tag, as the real response expert is asked to (`closes_conversation`).
 - summariser: an extractive summary keeping names, numbers and the user's requests.
 - memory: simple stable facts the user states ("I prefer Hindi", "I'm allergic to
   peanuts", "I live in Pune"); the response then names the remembered facts that share
@@ -30,7 +33,8 @@ from typing import Any, Literal, get_args, get_origin
 
 from pydantic import BaseModel, ValidationError
 
-from frontdesk.experts.errors import OutputValidationError
+from frontdesk.errors import OutputValidationError
+from frontdesk.experts.language import detect as detect_language
 from frontdesk.experts.providers import _offline_values as values
 from frontdesk.experts.providers._offline_routing import (
     CONFIDENT,
@@ -38,6 +42,7 @@ from frontdesk.experts.providers._offline_routing import (
     Index,
     answers_question,
     build_index,
+    tokens,
     wants_person,
 )
 from frontdesk.experts.providers.base import (
@@ -50,6 +55,7 @@ from frontdesk.experts.providers.base import (
 )
 from frontdesk.experts.providers.function import report_call, stream_reply
 from frontdesk.labels import (
+    CLOSES_TAG,
     CUSTOMER_MEMORY_END,
     CUSTOMER_MEMORY_LABEL,
     DOCUMENTS_LABEL,
@@ -183,7 +189,8 @@ class OfflineModel:
                 return summarise(_without_request(request.messages))
             if request.messages and request.messages[-1]["role"] == "assistant":
                 reply = reply_from_instruction(request.messages[-1]["content"])
-                return reply + remembered_note(request) + reference_note(request)
+                reply += remembered_note(request) + reference_note(request)
+                return reply + (f"\n{CLOSES_TAG}" if _closes(request.messages) else "")
             return (
                 f"{LABEL} I am the offline stand-in model, so I can only follow the assistant's"
                 " instructions; set an API key for a real model to get free-form answers."
@@ -197,9 +204,12 @@ class OfflineModel:
         if "x-frontdesk-categories" in schema or "category" in output_type.model_fields:
             thread = [m for m in request.messages if m["role"] in ("user", "assistant")]
             latest = user_texts[-1] if user_texts else ""
-            return triage(
+            routed = triage(
                 output_type, schema, latest, thread=thread, out_of_scope=self.out_of_scope
             )
+            if "language" in output_type.model_fields:  # The label kept honest: a detector.
+                routed = routed.model_copy(update={"language": detect_language(latest)})
+            return routed
         request_model = _request_model_of(output_type)
         if request_model is not None:
             return extract_wrapped(output_type, request_model, user_texts, today=self._today())
@@ -290,6 +300,36 @@ def _said(content: str) -> str:
     return content.split(f"\n\n{DOCUMENTS_LABEL}", 1)[0]
 
 
+_CLOSING = re.compile(
+    r"\b(?:that(?:'s| is| was| will be|'ll be) (?:all|everything|it)|nothing (?:else|more)"
+    r"|(?:i )?(?:don't|do not) need anything (?:else|more)|no more questions"
+    r"|(?:i'm|i am|we're|we are) (?:all )?(?:set|sorted|done)|all (?:sorted|good|done)"
+    r"|(?:good)?bye|have a (?:good|nice) (?:day|one))\b",
+    re.IGNORECASE,
+)
+_STILL_ASKING = re.compile(r"\?|\b(?:but|still|however|although|not|never|why)\b|n't\b", re.I)
+
+
+def closes_conversation(text: str) -> bool:
+    """Whether a customer's message closes the conversation: a closing phrase ("that's
+    all, thanks", "nothing else, bye", "I'm all set") and, besides it, no request ("I want
+    3 bags, that's all"), question, "but", "still" or negation (those ask for more, or
+    leave unhappy)."""
+    text = text.replace("\u2019", "'")
+    if _CLOSING.search(text) is None:
+        return False
+    rest = _CLOSING.sub(" ", text)
+    return _STILL_ASKING.search(rest) is None and _REQUEST_CUE.search(rest) is None
+
+
+def _closes(messages: Sequence[Message]) -> bool:
+    """Whether the latest user turn before the instruction closes the conversation."""
+    for m in reversed(messages):
+        if m["role"] == "user":
+            return closes_conversation(_said(m["content"]))
+    return False
+
+
 def _memory_lines(messages: Sequence[Message]) -> list[str]:
     """The lines inside the memory blocks of the last user turn."""
     users = [m["content"] for m in messages if m["role"] == "user"]
@@ -345,7 +385,7 @@ def triage(
             {"category": "HUMAN", "reason": f"{LABEL} the user asks for a person"}
         )
     index = _index_of(output_type, tuple(names))
-    route = index.route(_token_list(text))
+    route = index.route(tokens(text))
     asked = _asking_category(index, thread, out_of_scope) if thread else None
     if asked is not None and (
         answers_question(thread) == "value"
@@ -377,7 +417,7 @@ def _previous(index: Index, thread: Sequence[Message], out_of_scope: float) -> s
     is on the topic it matches clearly, or stays on the one before when it matches that."""
     topic: str | None = None
     for message in [m for m in thread if m["role"] == "user"][:-1]:
-        route = index.route(_token_list(_said(message["content"])))
+        route = index.route(tokens(_said(message["content"])))
         if route is None or route.category == "OTHER":
             topic = None
         elif route.share >= out_of_scope or route.category == topic:
@@ -396,7 +436,7 @@ def _asking_category(index: Index, thread: Sequence[Message], out_of_scope: floa
         text = _said(thread[end - 1]["content"])
         if wants_person(text):
             return None
-        route = index.route(_token_list(text))
+        route = index.route(tokens(text))
         if route is not None and route.share >= out_of_scope and route.category != "OTHER":
             return route.category if route.category != "HUMAN" else None
     return None
@@ -406,7 +446,7 @@ def _asking_category(index: Index, thread: Sequence[Message], out_of_scope: floa
 def _index_of(output_type: type[BaseModel], names: tuple[str, ...]) -> Index:
     """The BM25 index of one triage output type (built once: the app's categories)."""
     schema = json_schema_of(output_type)
-    return build_index(schema.get("x-frontdesk-categories") or {}, names, _token_list)
+    return build_index(schema.get("x-frontdesk-categories") or {}, names, tokens)
 
 
 def extract_wrapped(

@@ -128,6 +128,7 @@ async function rate(div, rating, comment) {
   down.setAttribute("aria-pressed", String(rating === 1));
   div.dataset.rating = String(rating);
   note.textContent = comment ? "Thanks, your comment is saved." : "Thanks for telling us.";
+  if ((await r.clone().json().catch(() => ({}))).resolved) askIfResolved();
   if (row.querySelector("form")) return;
   const form = fd.el("form", "comment");
   const field = fd.el("input");
@@ -143,6 +144,58 @@ async function rate(div, rating, comment) {
     if (field.value.trim()) rate(div, Number(div.dataset.rating), field.value.trim());
   });
   row.append(form);
+}
+
+// -- the 1-5 question, once the conversation is resolved ------------------------------------
+// Asked when the conversation's state (GET /v1/conversations/{cid}) says it is resolved (the
+// customer said "that's all", a handler or an agent settled it, or it was assumed). The
+// answer rates the conversation's last answer (stored with that message, like the thumbs,
+// which it then shows: 5 is "Helpful", 1 "Not helpful"); answering again replaces it.
+const survey = $("survey"), surveyNote = $("survey-note");
+async function askIfResolved() {
+  if (!conversation) return;
+  const cid = conversation;
+  let r;
+  try { r = await fd.api(`/v1/conversations/${encodeURIComponent(cid)}`); } catch (err) { return; }
+  if (!r.ok || cid !== conversation) return;
+  const state = await r.json();
+  const done = state.resolution === "resolved" || state.resolution === "assumed_resolved";
+  if (done && lastAnswer() && survey.hidden) { survey.hidden = false; surveyNote.textContent = ""; }
+}
+function lastAnswer() {
+  const answers = [...log.querySelectorAll(".msg.assistant[data-id]")]
+    .filter((d) => !d.classList.contains("waiting") && !d.classList.contains("failed"));
+  return answers.length ? answers[answers.length - 1] : null;
+}
+for (const b of survey.querySelectorAll("button[data-rating]")) {
+  b.addEventListener("click", async () => {
+    const div = lastAnswer();
+    if (!div || !conversation) return;
+    const rating = Number(b.dataset.rating);
+    const url = `/v1/conversations/${encodeURIComponent(conversation)}/messages/`
+      + `${encodeURIComponent(div.dataset.id)}/feedback`;
+    let r;
+    try {
+      r = await fd.api(url, { method: "POST", headers: { "Content-Type": "application/json" },
+                              body: JSON.stringify({ rating }) });
+    } catch (err) { r = null; }
+    if (!r || !r.ok) { surveyNote.textContent = "Your rating could not be saved. Please try again."; return; }
+    for (const other of survey.querySelectorAll("button[data-rating]")) {
+      other.setAttribute("aria-pressed", String(other === b));
+    }
+    surveyNote.textContent = `Thank you: you rated this conversation ${rating} out of 5.`;
+    div.dataset.rating = String(rating);
+    const thumbs = div.querySelectorAll(".rate button");
+    if (thumbs.length === 2) {
+      thumbs[0].setAttribute("aria-pressed", String(rating === 5));
+      thumbs[1].setAttribute("aria-pressed", String(rating === 1));
+    }
+  });
+}
+function resetSurvey() {
+  survey.hidden = true;
+  surveyNote.textContent = "";
+  for (const b of survey.querySelectorAll("button[data-rating]")) b.setAttribute("aria-pressed", "false");
 }
 
 function showBanner() {
@@ -168,6 +221,7 @@ function onEvent(e) {
     else if (e.state === "claimed" || e.state === "answered") handoff.state = "claimed";
     else if (handoff.state === "opened" || handoff.state === "claimed") {
       handoff = { state: "back", position: null, since: null };  // a person handed it back
+      askIfResolved();  // an agent may have marked it resolved
     } else if (handoff.state !== "back") handoff = { state: null, position: null, since: null };
     showBanner();
   } else if (e.type === "queue_position") { handoff.position = e.position; showBanner(); }
@@ -322,6 +376,7 @@ async function exchange(text, key) {
         const shown = byId(event.message_id);
         if (event.awaiting_confirmation && shown) offerConfirmation(shown);
         answered(key);
+        askIfResolved();  // "that's all, thanks", or a handler that completed the request
         setTimeout(loadMemories, 1000);  // what it learnt is stored just after the reply (a job:
         setTimeout(loadMemories, 4000);  // usually within a second, later on a busy server)
       } else if (frame.type === "failed") {
@@ -411,6 +466,7 @@ $("new-conversation").addEventListener("click", async () => {
   fresh = true;
   handoff = { state: null, position: null, since: null };
   showBanner();
+  resetSurvey();
   status.textContent = hint.textContent = "";
   failure = null;
   for (const d of [...log.children]) if (d.id !== "greeting") d.remove();
@@ -430,5 +486,6 @@ async function start() {
   }
   followConversation();
   loadMemories();
+  setTimeout(askIfResolved, 1500);  // a resolved conversation reopened: once its answers are drawn
 }
 start();

@@ -132,14 +132,31 @@ function onThread(e) {
   else if (e.type === "handoff") {
     const h = handoffOf(current);
     if (e.state === "handed_back" || e.state === "timed_out") {
-      status.textContent = e.state === "timed_out" ? "Handed back: nobody answered in time." : "Handed back to the bot.";
+      if (e.state === "timed_out") status.textContent = "Handed back: nobody answered in time.";
+      else if (!status.textContent.startsWith("Handed back")) status.textContent = "Handed back to the bot.";
       queue = queue.filter((q) => q.conversation_id !== current);
       sync();
+      loadContext();  // its resolution now
     } else if (e.state === "claimed" && e.claimed_by && h) { h.claimed_by = e.claimed_by; sync(); }
   }
 }
 
-function enable(on) { for (const id of ["reply", "send", "hand-back"]) $(id).disabled = !on; }
+function enable(on) {
+  for (const id of ["reply", "send", "hand-back", "hand-back-resolved"]) $(id).disabled = !on;
+}
+
+// Did it help: the open conversation's resolution and who settled it (the context says).
+const RESOLUTION = {
+  open: "open", resolved: "resolved", assumed_resolved: "assumed resolved (no reply within a day)",
+  handed_off: "handed to a person", abandoned: "abandoned (left mid-request)",
+};
+const BY = { customer: "the customer", handler: "the bot's action", operator: "an agent", timeout: "timeout" };
+function showResolution(c) {
+  const state = RESOLUTION[c.resolution] || c.resolution || "open";
+  const by = c.resolved_by ? ` by ${BY[c.resolved_by] || c.resolved_by}` : "";
+  $("resolution").textContent = `Resolution: ${state}${by}.`;
+  $("resolution").dataset.resolution = c.resolution || "open";
+}
 
 async function takeOver(cid) {
   const r = await fd.api(`/v1/conversations/${encodeURIComponent(cid)}/claim`, { method: "POST" });
@@ -159,6 +176,7 @@ async function open(cid) {
   if (thread) thread.stop();
   current = cid;
   status.textContent = "";
+  $("resolution").textContent = "";
   $("title").textContent = "Conversation " + cid;
   $("log").replaceChildren();
   $("confirm-take").hidden = true;
@@ -175,11 +193,18 @@ async function loadContext() {
   const r = await fd.api(`/v1/conversations/${encodeURIComponent(cid)}/context`);
   if (!r.ok || cid !== current) return;
   const c = await r.json();
+  showResolution(c);
   $("summary").textContent = c.summary || "Nothing summarised yet.";
   const facts = $("facts");
   facts.replaceChildren();
-  if (!c.memories.length) facts.append(fd.el("li", "muted", "Nothing remembered."));
-  for (const f of c.memories) facts.append(fd.el("li", "", f));
+  if (!c.facts.length) facts.append(fd.el("li", "muted", "Nothing remembered."));
+  for (const f of c.facts) {
+    // Whose word it is: the business's record, or what the customer said (not verified).
+    const li = fd.el("li");
+    li.append(fd.el("span", "trust", f.trust === "verified" ? "verified" : "customer's word"));
+    li.append(document.createTextNode(" " + f.text));
+    facts.append(li);
+  }
   const turns = $("turns");
   turns.replaceChildren();
   for (const t of c.turns) {
@@ -210,14 +235,23 @@ $("reply").addEventListener("keydown", (e) => {
   if (e.key === "Enter" && !e.shiftKey) { e.preventDefault(); $("answer").requestSubmit(); }
 });
 
-$("hand-back").addEventListener("click", async () => {
+// Hand back: the conversation is open again for the bot, or (the customer's matter is done)
+// resolved by the operator.
+async function handBack(resolved) {
   if (!current) return;
-  const r = await fd.api(`/v1/conversations/${encodeURIComponent(current)}/hand-back`, { method: "POST" });
+  const r = await fd.api(`/v1/conversations/${encodeURIComponent(current)}/hand-back`, {
+    method: "POST", headers: { "Content-Type": "application/json" },
+    body: JSON.stringify({ resolved }),
+  });
   if (!r.ok) return fail(r, "hand it back");
-  status.textContent = "Handed back to the bot.";
+  const back = await r.json();
+  showResolution(back);
+  status.textContent = resolved ? "Handed back to the bot, marked resolved." : "Handed back to the bot.";
   queue = queue.filter((q) => q.conversation_id !== current);
   sync();
-});
+}
+$("hand-back").addEventListener("click", () => handBack(false));
+$("hand-back-resolved").addEventListener("click", () => handBack(true));
 
 $("takeover").addEventListener("submit", async (e) => {
   e.preventDefault();

@@ -19,9 +19,11 @@ from frontdesk.cli import app
 from frontdesk.errors import ModelConnectionError, TurnFailed
 from frontdesk.experts.providers import FunctionModel, ModelRequest, Usage
 from frontdesk.experts.providers.function import to_response
-from frontdesk.orchestrator.report import two_proportion_p
+from frontdesk.orchestrator.report import build_report, two_proportion_p
+from frontdesk.threads.compaction import CompactionPolicy
 from frontdesk.threads.models import utcnow
 from frontdesk.threads.resolution import ResolutionStore
+from frontdesk.threads.store import ConversationStore
 
 runner = CliRunner()
 
@@ -167,3 +169,65 @@ def test_two_proportion_p_value() -> None:
     assert two_proportion_p(60, 100, 40, 100) == pytest.approx(0.004678, abs=1e-5)
     assert two_proportion_p(5, 10, 5, 10) == pytest.approx(1.0)
     assert two_proportion_p(0, 0, 1, 2) is None
+
+
+def with_jobs(request: ModelRequest) -> Any:
+    """`answer`, and the experts that run after a reply: the memory expert (one fact) and
+    the summariser, each 1,000 input and 100 output tokens too."""
+    if request.expert == "memory":
+        reply: Any = {"facts": [{"text": "Lives in Pune", "key": "home_city"}]}
+    elif request.expert == "summariser":
+        reply = "The customer said hello twice."
+    else:
+        return answer(request)
+    response = to_response(reply, request, MODEL)
+    return dataclasses.replace(response, usage=Usage(input_tokens=1000, output_tokens=100))
+
+
+async def script_with_jobs(url: str) -> dict[str, int]:
+    """One conversation of two OTHER turns (2 calls each); the first states a fact (the
+    memory expert, 1 call), the second passes the compaction threshold (the summariser,
+    1 call). Returns the calls each expert got."""
+    calls: dict[str, int] = {}
+
+    def counted(request: ModelRequest) -> Any:
+        calls[request.expert] = calls.get(request.expert, 0) + 1
+        return with_jobs(request)
+
+    orch = Orchestrator([], model=FunctionModel(counted, name=MODEL), store=url, speculate=False)
+    orch.compaction_policy = CompactionPolicy(threshold=1, keep_exchanges=1)
+    await orch.handle("j1", "I live in Pune", user_id="u")
+    await orch.drain()
+    await orch.handle("j1", "hello", user_id="u")
+    await orch.drain()
+    await ResolutionStore(orch.store.engine).assume(utcnow() + timedelta(seconds=1))
+    await orch.aclose()
+    return calls
+
+
+def test_the_summariser_and_memory_expert_cost_counts_per_resolution(
+    url: str, tmp_path: Path
+) -> None:
+    calls = asyncio.run(script_with_jobs(url))
+    # By hand: 2 turns of triage + response, 1 memory call, 1 summary: 6 calls of $0.0015.
+    assert calls == {"triage": 2, "response": 2, "memory": 1, "summariser": 1}
+    out = tmp_path / "jobs.json"
+    result = runner.invoke(app, ["report", "--json", str(out), "--db", url])
+    assert result.exit_code == 0, result.output
+    doc = json.loads(out.read_text())
+    t = doc["total"]
+    assert (t["conversations"], t["assumed_resolved"]) == (1, 1)
+    assert t["cost_usd"] == pytest.approx(6 * CALL_USD)  # $0.009
+    assert t["cost_per_conversation"] == pytest.approx(0.009)
+    assert t["cost_per_resolution"] == pytest.approx(0.009)
+    assert doc["job_costs_counted"] is True
+
+    async def without_log() -> float:
+        store = await ConversationStore.open(url)
+        try:
+            return (await build_report(store)).total.cost_usd
+        finally:
+            await store.aclose()
+
+    # The turns' outcomes alone hold the 4 turn calls: the other 2 are the audit's.
+    assert asyncio.run(without_log()) == pytest.approx(4 * CALL_USD)

@@ -184,7 +184,7 @@ def test_metrics_port_serves_the_scrape_apart_from_the_api(tmp_path: Path) -> No
     assert scrape.status_code == 200 and scrape.headers["content-type"].startswith("text/plain")
     assert (
         'frontdesk_turns_total{frontdesk_category="COUNT",frontdesk_outcome="answered",'
-        'frontdesk_profile="default"} 1.0'
+        'frontdesk_profile="default",frontdesk_variant=""} 1.0'
     ) in scrape.text
     assert "gen_ai_client_token_usage_bucket" in scrape.text
 

@@ -4,15 +4,18 @@ variants, on SQLite and PostgreSQL."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from pathlib import Path
 from typing import Any
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 from pydantic import BaseModel
 
-from frontdesk import Category, HandlerContext, Orchestrator, Outcome
+from frontdesk import Category, HandlerContext, Orchestrator, Outcome, metrics
 from frontdesk.errors import ConfigError, ConversationNotFound, UserError
-from frontdesk.experts.providers import FunctionModel, ModelRequest
+from frontdesk.experts.providers import FunctionModel, ModelRequest, Usage
+from frontdesk.experts.providers.function import to_response
 from frontdesk.orchestrator.report import build_report
 from frontdesk.orchestrator.resolution import variant_of
 from frontdesk.threads.erasure import ERASED
@@ -203,3 +206,125 @@ async def test_variants_are_stable_per_conversation_and_stamped(url: str, tmp_pa
         build(url, variants={"request": {"a": "request", "b": "request"}})
     with pytest.raises(ConfigError):
         build(url, assume_after=0)
+
+
+class Closer(Team):
+    """`Team`, whose response expert judges "that's all" a closing (it writes the tag),
+    streamed in pieces that split the tag."""
+
+    def __call__(self, request: ModelRequest) -> Any:
+        if request.expert != "response":
+            return super().__call__(request)
+        said = [str(m["content"]) for m in request.messages if m["role"] == "user"][-1]
+        if "that's all" in said:
+            return "You're welcome, goodbye! [clo" + "SES]"
+        return "ok"
+
+
+async def test_that_is_all_thanks_resolves_by_the_customer(url: str) -> None:
+    orch = build(url, Closer())
+    first = await orch.handle("c", "I want an order", user_id="u")
+    assert (await orch.conversation("c", user_id="u")).resolution == "open"
+    reply = await orch.handle("c", "that's all, thanks", user_id="u")
+    assert reply.text == "You're welcome, goodbye!"  # The tag is the model's word to us only.
+    conv = await orch.conversation("c", user_id="u")
+    assert (conv.resolution, conv.resolved_by) == ("resolved", "customer")
+    assert orch.audit_log is not None
+    events = await orch.audit_log.events("c")
+    judged = [(e.turn_id, e.payload) for e in events if e.kind == "resolution"]
+    assert judged == [
+        (
+            reply.user_message_id,
+            {"resolution": "resolved", "by": "customer", "judged_by": "response"},
+        )
+    ]
+    assert first.user_message_id != reply.user_message_id
+    thread = await orch.transcript("c", user_id="u")
+    assert all("[closes]" not in m.content.lower() for m in thread)
+    # A hand-off is the person's to settle: "that's all" does not resolve it.
+    await orch.handle("h", "a human please", user_id="u")
+    await orch.hand_back("h", operator_id="sam")
+    await orch.handle("h", "a human again", user_id="u")
+    assert (await orch.conversation("h", user_id="u")).resolution == "handed_off"
+    await orch.aclose()
+
+
+async def test_the_offline_stand_in_judges_the_closing_by_its_phrases(url: str) -> None:
+    orch = Orchestrator(CATEGORIES, model="offline", store=url, memory=False)
+    await orch.handle("c", "thanks, but where is my order?", user_id="u")
+    assert (await orch.conversation("c", user_id="u")).resolution == "open"
+    reply = await orch.handle("c", "No, that's all, thanks. Bye!", user_id="u")
+    assert "[closes]" not in reply.text.lower() and reply.text
+    conv = await orch.conversation("c", user_id="u")
+    assert (conv.resolution, conv.resolved_by) == ("resolved", "customer")
+    await orch.aclose()
+
+
+async def test_a_streamed_closing_never_shows_the_tag(url: str) -> None:
+    orch = build(url, Closer())
+    await orch.handle("c", "I want an order", user_id="u")
+    pieces: list[str] = []
+    async for event in orch.stream("c", "that's all, thanks", user_id="u"):
+        if event.type == "delta":
+            pieces.append(event.text)
+    assert "".join(pieces) == "You're welcome, goodbye!"
+    conv = await orch.conversation("c", user_id="u")
+    assert (conv.resolution, conv.resolved_by) == ("resolved", "customer")
+    await orch.aclose()
+
+
+def _sample(name: str, **labels: str) -> float:
+    text = metrics.exposition(None).decode()
+    return sum(
+        s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+        if s.name == name and set(labels.items()) <= set(s.labels.items())
+    )
+
+
+async def test_the_variant_labels_the_turn_cost_and_rating_metrics(
+    url: str, tmp_path: Path
+) -> None:
+    prompts = tmp_path / "prompts"
+    prompts.mkdir()
+    (prompts / "response_v2.md").write_text(
+        "---\nname: response_v2\nversion: 1\n---\nYou are the B variant for {{ business_name }}.\n"
+    )
+    team = Team()
+
+    def priced(request: ModelRequest) -> Any:
+        response = to_response(team(request), request, "anthropic:claude-haiku-4-5")
+        return dataclasses.replace(response, usage=Usage(input_tokens=1000, output_tokens=100))
+
+    ids = [f"v{n}" for n in range(6)]
+    chosen = {cid: variant_of(cid, ["a", "b"]) for cid in ids}
+    orch = Orchestrator(
+        CATEGORIES,
+        model=FunctionModel(priced, name="anthropic:claude-haiku-4-5"),
+        store=url,
+        memory=False,
+        variants={"response": {"a": "response", "b": "response_v2"}},
+        prompts_dir=prompts,
+    )
+    labels = ("a", "b", "")
+    turns = {v: _sample("frontdesk_turns_total", frontdesk_variant=v) for v in labels}
+    cost = {v: _sample("frontdesk_cost_usd_total", frontdesk_variant=v) for v in labels}
+    rated = {v: _sample("frontdesk_feedback_total", frontdesk_variant=v) for v in labels}
+    replies = {cid: await orch.handle(cid, "hello", user_id="u") for cid in ids}
+    for reply in replies.values():
+        await orch.feedback(reply.message_id, 5, user_id="u")
+    for v in ("a", "b"):
+        n = list(chosen.values()).count(v)
+        assert _sample("frontdesk_turns_total", frontdesk_variant=v) - turns[v] == n
+        assert _sample("frontdesk_feedback_total", frontdesk_variant=v) - rated[v] == n
+        spent = _sample("frontdesk_cost_usd_total", frontdesk_variant=v) - cost[v]
+        assert spent == pytest.approx(n * 2 * (1000 / 1e6 + 100 * 5 / 1e6))  # triage, response
+    assert _sample("frontdesk_turns_total", frontdesk_variant="") == turns[""]  # None unlabelled.
+    assert _sample("frontdesk_cost_usd_total", frontdesk_variant="") == cost[""]
+    await orch.aclose()
+    # Without variants, the label is empty (one value, whatever the conversation).
+    plain = build(url)
+    await plain.handle("p", "hello", user_id="u")
+    assert _sample("frontdesk_turns_total", frontdesk_variant="") == turns[""] + 1
+    await plain.aclose()

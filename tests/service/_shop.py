@@ -11,6 +11,8 @@ counted across processes, and a way to stall or fail a turn.
     "remember that X"   -> the memory expert remembers X (after the reply)
     "send ..."          -> SEND (confirm first: "Send £5 to Bob?"; its handler's reply
                            is approved wording, "Sent £5 to Bob.")
+    "that's all ..."    -> OTHER; the response expert judges that the customer closed
+                           the conversation (its reply ends with the closing tag)
     anything else       -> OTHER
 The reply is "You said: <text>." (streamed in chunks by the FunctionModel).
 """
@@ -118,6 +120,8 @@ def answer(request: ModelRequest) -> Any:
         )
     if text.startswith("outage"):
         raise ProviderOverloaded("overloaded", status_code=529, model="function")
+    if text.startswith("that's all"):  # The closing tag, split across the 4-character chunks.
+        return f"You said: {text}. Goodbye! [closes]"
     return f"You said: {text}."
 
 

@@ -16,6 +16,12 @@ pytestmark = pytest.mark.anyio
 
 REPLY_KEYS = {
     "text",
+    # Conversations as people have them (issue 44, docs/conversations.md).
+    "categories",
+    "clarify",
+    "pending",
+    "cancelled",
+    "language",
     "confirmation",
     "awaiting_confirmation",
     "category",

@@ -8,10 +8,12 @@ Screenshots and the axe-core counts go to a temporary folder (or $FRONTDESK_SCRE
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +21,8 @@ import httpx
 import pytest
 from playwright.sync_api import Browser, BrowserContext, Page, expect, sync_playwright
 
+from frontdesk.threads.resolution import ResolutionStore
+from frontdesk.threads.store import ConversationStore
 from tests._pg import fresh_database
 from tests.service._server import serve_process
 from tests.service._shop import FLAKY_ENV, RUNS_ENV
@@ -43,6 +47,10 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("desk")
 
 
+DATABASE: dict[str, str] = {}
+"""The served database's URL (`server`), for reading what the pages stored."""
+
+
 @pytest.fixture(scope="module")
 def server(files: Path) -> Iterator[str]:
     env = {
@@ -55,6 +63,7 @@ def server(files: Path) -> Iterator[str]:
     # A database of its own: the served app holds a master key (its audit is encrypted),
     # and the session's shared database is read by tests that run without one.
     with fresh_database() as db:
+        DATABASE["url"] = db
         args = ["--workers", "2", "--db", db, "--app", "tests.service._shop:build"]
         with serve_process(args, env, workers=2) as (url, _process):
             yield url
@@ -326,3 +335,91 @@ def test_a_failed_payment_is_retried_with_its_key_and_moves_money_once(
         if flaky.exists():
             flaky.unlink()
         c_ctx.close()
+
+
+def ratings_of(cid: str) -> list[tuple[int, str | None]]:
+    """The ratings stored for a conversation's answers, read from the served database."""
+
+    async def read() -> list[tuple[int, str | None]]:
+        store = await ConversationStore.open(DATABASE["url"])
+        try:
+            return [
+                (r.rating, r.comment)
+                for r in await ResolutionStore(store.engine).of_conversation(cid)
+            ]
+        finally:
+            await store.aclose()
+
+    with ThreadPoolExecutor(1) as pool:  # Playwright's own loop runs in this thread.
+        return pool.submit(asyncio.run, read()).result()
+
+
+def test_that_is_all_resolves_asks_one_to_five_and_the_desk_hands_back_resolved(
+    browser: Browser, server: str, shots: Path
+) -> None:
+    user = f"done{time.time_ns() % 10**8}"
+    c_ctx, chat = customer(browser, server, user)
+    p_ctx, person = customer(browser, server, user + "p")
+    o_ctx, desk = console(browser, server, "sam")
+    survey = chat.locator("#survey")
+    try:
+        say(chat, "hello")
+        expect(chat.locator(".msg.assistant").last).to_contain_text("You said: hello.")
+        expect(survey).to_be_hidden()  # An open conversation is not asked about.
+        say(chat, "that's all, thanks")
+        last = chat.locator(".msg.assistant").last
+        expect(last).to_contain_text("You said: that's all, thanks. Goodbye!")
+        expect(survey).to_be_visible()  # The response expert judged it closed.
+        assert "[closes]" not in chat.locator("#log").inner_text().lower()  # streamed, too
+        cid = conversation_of(chat)
+        state = httpx.get(f"{server}/v1/conversations/{cid}", headers=auth(user), timeout=30.0)
+        assert (state.json()["resolution"], state.json()["resolved_by"]) == (
+            "resolved",
+            "customer",
+        )
+        axe(chat, "chat, resolved: the 1-5 question", shots)
+        survey.get_by_role("button", name="4").click()
+        expect(chat.locator("#survey-note")).to_have_text(
+            "Thank you: you rated this conversation 4 out of 5."
+        )
+        survey.get_by_role("button", name="2").click()  # Changed their mind: replaced.
+        expect(chat.locator("#survey-note")).to_contain_text("2 out of 5")
+        expect(survey.get_by_role("button", name="2")).to_have_attribute("aria-pressed", "true")
+        expect(survey.get_by_role("button", name="4")).to_have_attribute("aria-pressed", "false")
+        axe(chat, "chat, resolved and rated", shots)
+        chat.screenshot(path=str(shots / "chat-resolved-rated.png"), full_page=True)
+        assert ratings_of(cid) == [(2, None)]  # One rating, the last one.
+        mid = last.get_attribute("data-id")
+        refused = httpx.post(  # Someone else's conversation: as if it did not exist.
+            f"{server}/v1/conversations/{cid}/messages/{mid}/feedback",
+            json={"rating": 5},
+            headers=auth(user + "p"),
+            timeout=30.0,
+        )
+        assert refused.status_code == 404
+        assert ratings_of(cid) == [(2, None)]
+
+        # The desk: the resolution of the conversation it opens, and a resolved hand-back.
+        say(person, "a person please")
+        handed = conversation_of(person)
+        desk.locator("#queue li", has_text=handed).locator("button").click()
+        expect(desk.locator("#resolution")).to_have_text("Resolution: handed to a person.")
+        axe(desk, "console, a handed-off conversation's resolution", shots)
+        desk.get_by_role("button", name="Take this conversation").click()
+        expect(desk.locator("#claim")).to_contain_text("You have this conversation")
+        desk.fill("#reply", "Done: your order is on its way.")
+        desk.click("#send")
+        expect(person.locator(".msg.operator")).to_contain_text("on its way")
+        desk.get_by_role("button", name="Hand back as resolved").click()
+        expect(desk.locator("#status")).to_have_text("Handed back to the bot, marked resolved.")
+        expect(desk.locator("#resolution")).to_have_text("Resolution: resolved by an agent.")
+        axe(desk, "console, handed back as resolved", shots)
+        desk.screenshot(path=str(shots / "console-resolved.png"), full_page=True)
+        expect(person.locator("#survey")).to_be_visible()  # Asked once an agent resolved it.
+        axe(person, "chat, resolved by an agent: the 1-5 question", shots)
+        person.locator("#survey").get_by_role("button", name="5").click()
+        expect(person.locator("#survey-note")).to_contain_text("5 out of 5")
+        assert ratings_of(handed) == [(5, None)]
+    finally:
+        for ctx in (c_ctx, p_ctx, o_ctx):
+            ctx.close()

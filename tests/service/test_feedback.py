@@ -52,4 +52,4 @@ async def test_a_customer_rates_their_own_answer_and_resolves_it(strict_api: Api
     assert operator.status_code == 200 and operator.json()["resolution"] == "resolved"
     scrape = (await api.client.get("/metrics")).text
     assert 'frontdesk_conversations_total{resolution="resolved"}' in scrape
-    assert 'frontdesk_feedback_total{frontdesk_rating="5"}' in scrape
+    assert 'frontdesk_feedback_total{frontdesk_rating="5",frontdesk_variant=""}' in scrape

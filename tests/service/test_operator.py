@@ -135,3 +135,30 @@ async def test_an_operator_erases_a_user(api: Api) -> None:
     assert [m.content for m in await api.orch.transcript(other, user_id="bob")][0] == "hello"
     again = await api.client.post(url, headers=auth("sam", roles=PRIVACY))
     assert again.status_code == 200 and again.json()["messages"] == 0
+
+
+async def test_the_desk_reads_the_resolution_and_hands_back_resolved(api: Api) -> None:
+    cid = api.cid()
+    await say(api, cid, "can I talk to a person please")
+    desk = auth("sam", roles=OPERATOR)
+    context = (await api.client.get(f"/v1/conversations/{cid}/context", headers=desk)).json()
+    assert (context["resolution"], context["resolved_by"]) == ("handed_off", None)
+    wrong = await api.client.post(
+        f"/v1/conversations/{cid}/hand-back", json={"resolved": "maybe"}, headers=desk
+    )
+    assert wrong.status_code == 422
+    back = await api.client.post(
+        f"/v1/conversations/{cid}/hand-back", json={"resolved": True}, headers=desk
+    )
+    assert back.status_code == 200, back.text
+    assert back.json() == {
+        "conversation_id": cid,
+        "handoff": False,
+        "resolution": "resolved",
+        "resolved_by": "operator",
+    }
+    context = (await api.client.get(f"/v1/conversations/{cid}/context", headers=desk)).json()
+    assert (context["resolution"], context["resolved_by"]) == ("resolved", "operator")
+    assert context["resolved_at"] is not None
+    state = (await api.client.get(f"/v1/conversations/{cid}", headers=auth("alice"))).json()
+    assert (state["resolution"], state["resolved_by"]) == ("resolved", "operator")

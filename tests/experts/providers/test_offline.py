@@ -18,6 +18,7 @@ from frontdesk.experts.providers import (
     model_from_spec,
     observe_attempts,
 )
+from frontdesk.experts.providers._offline_routing import tokens
 from frontdesk.experts.providers.offline import LABEL, OfflineModel
 
 pytestmark = pytest.mark.anyio
@@ -125,6 +126,70 @@ async def test_triage_human_and_other(text: str, category: str) -> None:
         request([{"role": "user", "content": text}], Triage, "triage")
     )
     assert routed.output.category.value == category
+
+
+class CardCategory(enum.StrEnum):
+    CARD_ARRIVAL = "CARD_ARRIVAL"
+    CARD_CHARGE = "CARD_CHARGE"
+    CANCEL_TRANSFER = "CANCEL_TRANSFER"
+    VERIFY_IDENTITY = "VERIFY_IDENTITY"
+    OTHER = "OTHER"
+    HUMAN = "HUMAN"
+
+
+class CardTriage(BaseModel):
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-frontdesk-categories": {
+                "CARD_ARRIVAL": {
+                    "description": "When a card ordered will come",
+                    "examples": ["When will my new card arrive?"],
+                },
+                "CARD_CHARGE": {
+                    "description": "An unexpected card fee",
+                    "examples": ["Why is there a charge for my card?"],
+                },
+                "CANCEL_TRANSFER": {
+                    "description": "Stop a payment that went out",
+                    "examples": ["Please cancel the transfer I made"],
+                },
+                "VERIFY_IDENTITY": {
+                    "description": "Proving who you are",
+                    "examples": ["How do I verify my identity?"],
+                },
+                "OTHER": {"description": "Anything else", "examples": ["Hello!"]},
+                "HUMAN": {"description": "A person", "examples": ["Can I talk to a human?"]},
+            }
+        }
+    )
+    category: CardCategory
+    reason: str
+
+
+@pytest.mark.parametrize(
+    ("text", "category"),
+    [
+        # Another form of the example's word: -ed, -es, a doubled consonant, -ied.
+        ("I was charged for my card twice", "CARD_CHARGE"),
+        ("The card charges look wrong", "CARD_CHARGE"),
+        ("I cancelled a transfer by mistake, can it be undone?", "CANCEL_TRANSFER"),
+        ("My identity still isn't verified", "VERIFY_IDENTITY"),
+        # A number is a value, not a topic: it does not push the message out of scope.
+        ("Card 4242 ordered on 3 March has not arrived after 14 days", "CARD_ARRIVAL"),
+    ],
+)
+async def test_triage_meets_the_forms_of_a_word(text: str, category: str) -> None:
+    routed = await OfflineModel().request(
+        request([{"role": "user", "content": text}], CardTriage, "triage")
+    )
+    assert routed.output.category.value == category, routed.output.reason
+
+
+def test_routing_words_are_stemmed_and_read_not_as_a_word() -> None:
+    assert tokens("My card hasn't arrived") == ["card", "has", "not", "arriv"]
+    assert tokens("charge charged charges charging") == ["charg"] * 4
+    assert tokens("Where is it? When did it go?") == ["wher", "when", "did", "go"]
+    assert tokens("I’ve topped up, it won’t show") == ["top", "up", "not", "show"]
 
 
 async def test_missing_fields_ask_with_choices() -> None:
