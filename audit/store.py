@@ -345,6 +345,9 @@ PROMPT_DIGEST = 32
 uuid hex (16)."""
 
 GENESIS_BYTES = hash_bytes(GENESIS_HASH)
+
+_HEADS_KEPT = 10_000
+"""Conversations whose committed head a log remembers (`AuditLog.ahead`)."""
 """A new head's stored hash (`GENESIS_HASH`, what the first row continues from)."""
 
 
@@ -363,6 +366,23 @@ def _retryable(error: BaseException) -> bool:
         return False
     code = getattr(error.orig, "sqlstate", None) or getattr(error.orig, "pgcode", None)
     return bool(error.connection_invalidated) or code in {"40001", "40P01"}
+
+
+@dataclass(frozen=True, slots=True)
+class Ahead:
+    """A batch chained and packed before its transaction (`AuditLog.ahead`): the rows to
+    insert and the head they continue, which the writer checks under its lock."""
+
+    conversation_id: str
+    head_seq: int
+    head_hash: str
+    """The head the rows continue (its hash as hex, as `audit_lock_head` returns it)."""
+    events: list[dict[str, Any]]
+    """The `audit_event` rows, in order."""
+    blobs: list[dict[str, Any]]
+    """The `audit_blob` rows not known to be stored (inserted unless they are)."""
+    written: list[str]
+    """The refs of `blobs`, for `AuditLog.committed`."""
 
 
 @dataclass(frozen=True)
@@ -505,6 +525,12 @@ class AuditLog:
         so the same few system prompts are inserted once per process, not once per turn."""
         self._address_cache: dict[str | None, blobs.Addresses] = {}
         self._stored = blobs.Stored()
+        self._heads: dict[str, tuple[int, str]] = {}
+        """conversation -> the head (seq, hash) of its last batch this log saw committed:
+        a batch chained ahead of its transaction (`ahead`) continues it, and the server
+        refuses the batch when another writer moved the head meanwhile."""
+        self._moved: dict[str, tuple[int, str]] = {}
+        """conversation -> the head its batch in a transaction not yet committed moves to."""
 
     @classmethod
     async def open(
@@ -716,14 +742,78 @@ class AuditLog:
         batch = [self._prepare(e, False, user_id) for e in events]
         return self._write_in(conn, conversation_id, batch, False, user_id)
 
-    def committed(self, events: Sequence[AuditEvent], blobs_written: Sequence[str] = ()) -> None:
-        """Say that a batch written with `append_sync` was committed: its system prompts
-        and the blobs it wrote (`blobs_written`, what `append_sync` returned) are stored,
-        and later batches of this log neither insert nor look for them again."""
+    def committed(
+        self,
+        events: Sequence[AuditEvent],
+        blobs_written: Sequence[str] = (),
+        conversation_id: str | None = None,
+    ) -> None:
+        """Say that a batch written with `append_sync` (or `ahead`) was committed: its
+        system prompts and the blobs it wrote (`blobs_written`, what `append_sync` returned)
+        are stored, and later batches of this log neither insert nor look for them again;
+        with `conversation_id`, the head it moved is that conversation's now."""
         self._stored_prompts.update(
             sha256_text(e.system_prompt) for e in events if e.system_prompt is not None
         )
         self._stored.committed(blobs_written)
+        if conversation_id is not None:
+            self._head_committed(conversation_id)
+
+    def _head_committed(self, conversation_id: str) -> None:
+        moved = self._moved.pop(conversation_id, None)
+        if moved is None:
+            return
+        if len(self._heads) >= _HEADS_KEPT:  # Bounded: start afresh rather than grow.
+            self._heads.clear()
+        self._heads[conversation_id] = moved
+
+    def ahead(
+        self, conversation_id: str, events: Sequence[AuditEvent], *, user_id: str | None = None
+    ) -> Ahead | None:
+        """The batch's rows, chained from the head of the conversation's last batch this log
+        saw committed, to be written by one call of the server's (`frontdesk_finish_turn`,
+        revision 0031), which refuses them if the head moved meanwhile; `None` when they
+        cannot be made without reading the database (no such head, a system prompt or a
+        blob whose storing is unknown, payloads to encrypt): then `append_sync`.
+
+        Raises:
+            AuditKeyError: see `check_writable`.
+            AuditPayloadError: an event's payload is not JSON.
+        """
+        head = self._heads.get(conversation_id)
+        if not events or head is None or self._keys is not None or self._stored.pending:
+            return None
+        if not self.joinable(self._engine):
+            return None
+        self.check_writable()
+        batch = [self._prepare(e, False, user_id) for e in events]
+        if any(p.prompt_sha256 not in self._stored_prompts for p in batch if p.prompt_sha256):
+            return None
+        seq, prev = head
+        rows = []
+        for item in batch:
+            seq += 1
+            row, prev = self._row(conversation_id, seq, prev, item)
+            rows.append(row)
+        made = {ref: blob for item in batch for ref, blob in item.blobs.items()}
+        fresh = {ref: blob for ref, blob in made.items() if ref not in self._stored.known}
+        if any(kid is not None for kid, _ in fresh.values()):
+            return None  # Sealed blobs: `append_sync` seals them.
+        blob_rows: list[dict[str, Any]] = [
+            {"ref": ref, "kid": None, "body": compact.deflate(text)}
+            for ref, (_, text) in fresh.items()
+        ]
+        written = list(fresh)
+        self._stored.pending.update(written)  # Probed by the next batch unless committed.
+        self._moved[conversation_id] = (seq, prev)
+        return Ahead(
+            conversation_id=conversation_id,
+            head_seq=head[0],
+            head_hash=head[1],
+            events=rows,
+            blobs=blob_rows,
+            written=written,
+        )
 
     async def prepare_key(self, user_id: str | None) -> None:
         """Make (and commit) the user's data key for this month unless it is cached.
@@ -919,6 +1009,7 @@ class AuditLog:
                 await run_write(self._engine, work)
         self._stored_prompts.update(p.prompt_sha256 for p in batch if p.prompt_sha256)
         self._stored.committed(written)
+        self._head_committed(conversation_id)
         for entry in memo.values():  # Committed with the batch: no re-insert from now on.
             entry.confirmed = True
 
@@ -957,6 +1048,7 @@ class AuditLog:
             row, prev = self._row(conversation_id, seq, prev, item)
             rows.append(row)
         moved = {"conversation": conversation_id, "seq": seq, "hash": hash_bytes(prev)}
+        self._moved[conversation_id] = (seq, prev)
         if prompts:
             _PROMPT.run_many(conn, prompts)
         made = {ref: blob for item in batch for ref, blob in item.blobs.items()}

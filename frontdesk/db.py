@@ -32,6 +32,7 @@ __all__ = [
     "create_engine",
     "dispose_engine",
     "normalise_url",
+    "one_call_turns",
     "read_transaction",
     "reads_beside_writes",
     "run_alone",
@@ -188,6 +189,16 @@ def reads_beside_writes(engine: AsyncEngine) -> bool:
     writer's transaction the read costs no hop of its own (concurrent memory turns lost
     about 8 % beside it; alone they were level)."""
     return engine.dialect.name != "sqlite"
+
+
+def one_call_turns(engine: AsyncEngine) -> bool:
+    """Whether a warm turn's start runs as one call of the database's own function
+    (`threads/_server_turn.py`, revision 0031) rather than as a transaction of statements.
+
+    PostgreSQL: yes, every statement is a round trip there, mostly the client's CPU (a
+    start went from twelve round trips to one, docs/benchmarks.md). SQLite: no, it has no
+    functions, and a statement there is a call into the library, no round trip."""
+    return engine.dialect.name == "postgresql"
 
 
 def writes_to(conn: Connection, engine: AsyncEngine) -> bool:

@@ -8,12 +8,12 @@ else right after it, under the data key of the conversation's owner.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Protocol, TypeVar
+from typing import Generic, Protocol, TypeVar
 
 import structlog
 
 from frontdesk.audit.events import AuditEvent
-from frontdesk.audit.store import AuditLog
+from frontdesk.audit.store import Ahead, AuditLog
 from frontdesk.db import Connection
 from frontdesk.errors import LeaseLost
 from frontdesk.threads.store import ConversationStore
@@ -57,16 +57,7 @@ async def audited(
         return await write(None)
     if audit.joinable(p.store.engine):
         written: list[tuple[Sequence[AuditEvent], list[str]]] = []
-
-        def also(conn: Connection, result: R) -> None:
-            batch = events(result)
-            blobs = (
-                audit.append_sync(conn, conversation_id, batch, user_id=owner(result))
-                if batch
-                else []
-            )
-            written.append((batch, blobs))
-
+        also = _Joint(audit, conversation_id, events, owner, written)
         try:
             result = await write(also)
         except LeaseLost:  # Another turn has the conversation: nothing may be written.
@@ -78,7 +69,7 @@ async def audited(
         else:
             if written:
                 # Its prompts and blobs are stored: neither inserted nor looked for again.
-                audit.committed(*written[-1])
+                audit.committed(*written[-1], conversation_id)
                 return result
             batch = events(result)  # The write did not run `also`: audit it apart.
             if batch:
@@ -89,3 +80,40 @@ async def audited(
     if batch:
         await audit.append(conversation_id, batch, user_id=owner(result))
     return result
+
+
+class _Joint(Generic[R]):
+    """The audit batch of a store write, in the write's own transaction: `__call__` writes
+    it on the transaction's connection (`AuditLog.append_sync`); `ahead` gives its rows
+    before the transaction, for a write made by one call of the database's own
+    (`threads/_server_turn.py`), or `None` when they need the database to be made."""
+
+    def __init__(
+        self,
+        audit: AuditLog,
+        conversation_id: str,
+        events: Callable[[R], Sequence[AuditEvent]],
+        owner: Callable[[R], str | None],
+        written: list[tuple[Sequence[AuditEvent], list[str]]],
+    ) -> None:
+        self.audit = audit
+        self.conversation_id = conversation_id
+        self.events = events
+        self.owner = owner
+        self.written = written
+
+    def __call__(self, conn: Connection, result: R) -> None:
+        batch = self.events(result)
+        blobs = (
+            self.audit.append_sync(conn, self.conversation_id, batch, user_id=self.owner(result))
+            if batch
+            else []
+        )
+        self.written.append((batch, blobs))
+
+    def ahead(self, result: R) -> Ahead | None:
+        batch = self.events(result)
+        rows = self.audit.ahead(self.conversation_id, batch, user_id=self.owner(result))
+        if rows is not None:
+            self.written.append((batch, rows.written))
+        return rows

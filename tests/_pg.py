@@ -77,6 +77,66 @@ async def terminate_backends(url: str) -> int:
     return ended
 
 
+class RoundTrips:
+    """A TCP relay in front of the server that counts round trips: one each time a
+    connection's client speaks after the server did (or first), whatever the driver, the
+    statement or the transaction control it sends. Point a URL at it with `url`; count
+    between `start` and `stop` (`count`)."""
+
+    def __init__(self, target: str) -> None:
+        parsed = make_url(target)
+        self._upstream = (parsed.host or "127.0.0.1", parsed.port or 5432)
+        self._target = parsed
+        self._server: asyncio.Server | None = None
+        self.on = False
+        self.count = 0
+        self.log: list[bytes] | None = None
+
+    async def __aenter__(self) -> RoundTrips:
+        self._server = await asyncio.start_server(self._relay, "127.0.0.1", 0)
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        assert self._server is not None
+        self._server.close()
+
+    @property
+    def url(self) -> str:
+        """The target URL, through the relay."""
+        assert self._server is not None
+        port = self._server.sockets[0].getsockname()[1]
+        relayed = self._target.set(host="127.0.0.1", port=port)
+        return relayed.render_as_string(hide_password=False)
+
+    def start(self) -> None:
+        self.count, self.on = 0, True
+
+    def stop(self) -> int:
+        self.on = False
+        return self.count
+
+    async def _relay(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        up_reader, up_writer = await asyncio.open_connection(*self._upstream)
+        last = ["server"]  # Who spoke last on this connection.
+
+        async def pump(src: asyncio.StreamReader, dst: asyncio.StreamWriter, side: str) -> None:
+            try:
+                while data := await src.read(65536):
+                    if side == "client" and last[0] == "server" and self.on:
+                        self.count += 1
+                        if self.log is not None:
+                            self.log.append(data[:160])
+                    last[0] = side
+                    dst.write(data)
+                    await dst.drain()
+            except (ConnectionError, asyncio.CancelledError):
+                pass
+            finally:
+                dst.close()
+
+        await asyncio.gather(pump(reader, up_writer, "client"), pump(up_reader, writer, "server"))
+
+
 @contextlib.contextmanager
 def fresh_database() -> Iterator[str]:
     """The URL of a fresh database for the duration of the block."""

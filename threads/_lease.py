@@ -235,6 +235,19 @@ class TurnLease:
                 return None, None
             return token, None if first is None else first(conn)
 
+        return await self.take_with(work)
+
+    async def take_with(
+        self, work: Callable[[Connection], tuple[int | None, T]], *, alone: bool = False
+    ) -> T | None:
+        """`take` with `work` taking the lease itself (`claim`'s parameters) and running the
+        first write: it returns the fencing token (`None`: another owner holds the lease,
+        nothing written) and what it wrote. With `alone`, `work` is one statement, its own
+        transaction (`run_sync_tx(alone=True)`: the start as one call of the server's).
+
+        Raises:
+            ConversationBusy: the lease was not free within `wait` seconds.
+        """
         started = time.monotonic()
         delay = 0.002
         while True:
@@ -242,7 +255,7 @@ class TurnLease:
             # gives it back in `aclose` (deleting a lease one does not hold does nothing).
             self.held = True
             try:
-                token, result = await run_sync_tx(self.engine, work)
+                token, result = await run_sync_tx(self.engine, work, alone=alone)
             except BaseException as e:
                 self.held = isinstance(e, asyncio.CancelledError)
                 raise
@@ -273,6 +286,17 @@ class TurnLease:
         """
         token = self._taken()
         fence(conn, self.name, self.owner, token, self.ttl, self.subject, give_back=give_back)
+
+    def claim(self) -> dict[str, Any]:
+        """The parameters of a server-side take of this lease (`take_with`): its name and
+        owner, the expiry a take gives it, and now (an expired lease may be taken)."""
+        now = time.time()
+        return {
+            "lease_name": self.name,
+            "lease_owner": self.owner,
+            "lease_expires": now + self.ttl,
+            "lease_now": now,
+        }
 
     def fence_params(self) -> dict[str, Any]:
         """The parameters of `FENCE_CTE` for this claim (renewing it).
@@ -313,6 +337,20 @@ class TurnLease:
         self.held = False
         _released(self.engine, self.name)
         return result
+
+    async def release_with(self, work: Callable[[Connection], bool]) -> None:
+        """`release` as one call of the database's (`work`, its own transaction, fences
+        and gives the lease back with the last writes; `False`: the lease was lost and
+        nothing was written).
+
+        Raises:
+            LeaseLost: the lease was taken over meanwhile; nothing was written.
+        """
+        self._stop_renewing()
+        if not await run_sync_tx(self.engine, work, alone=True):
+            raise self.lost()
+        self.held = False
+        _released(self.engine, self.name)
 
     async def aclose(self) -> None:
         """Give the lease back if it is still held (shielded from cancellation)."""

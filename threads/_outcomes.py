@@ -142,6 +142,11 @@ def save(conn: Connection, outcome: TurnOutcome) -> Opened | None:
     return None
 
 
+def row_values(outcome: TurnOutcome) -> dict[str, Any]:
+    """The `turn_outcome` row of `outcome` (its values by column; stored now)."""
+    return _params(outcome)
+
+
 def _params(outcome: TurnOutcome) -> dict[str, Any]:
     return {
         "user_message_id": outcome.user_message_id,

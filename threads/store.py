@@ -10,24 +10,28 @@ because SQLite ignores `SELECT ... FOR UPDATE`).
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, TypeVar
 
+import anyio
 import sqlalchemy as sa
+import structlog
 from sqlalchemy import Connection
 from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from frontdesk._driver.tx import run_sync_tx
-from frontdesk.db import create_engine, dispose_engine
+from frontdesk.db import create_engine, dispose_engine, one_call_turns
 from frontdesk.errors import InvalidInput, MessageNotFound, StoreError, StoreUnavailable
 from frontdesk.jobs import store as _jobs
 from frontdesk.jobs.store import JobSpec
 from frontdesk.schema import ensure_schema
-from frontdesk.threads import _lease, _outcomes, _writes, spend
+from frontdesk.threads import _lease, _outcomes, _server_turn, _writes, spend
 from frontdesk.threads import handoff as handoff_sql
 from frontdesk.threads import ruled_values as _ruled
 from frontdesk.threads._lease import TurnLease
@@ -77,6 +81,7 @@ __all__ = [
 ]
 
 T = TypeVar("T")
+_log = structlog.get_logger("threads.store")
 
 DEFAULT_LEASE_TTL = _lease.DEFAULT_TTL
 """Seconds a turn's lease lives without its heartbeat (renewed every third of it)."""
@@ -318,6 +323,32 @@ class ConversationStore:
         in the same upsert.
         """
         _check_user_message(conversation_id, content, user_id, client_message_id)
+        if parent_id is UNSET and one_call_turns(self.engine):
+            # The lookups are no part of the turn's rows: read beside the call, alone.
+            beside = None if recall is None else _beside(self.engine, recall)
+            try:
+                return await self._start_in_one_call(
+                    conversation_id,
+                    content,
+                    lease=lease,
+                    user_id=user_id,
+                    client_message_id=client_message_id,
+                    token_count=token_count,
+                    handoff=handoff,
+                    also=also,
+                    beside=beside,
+                    profile=profile,
+                )
+            except _server_turn.Fallback:
+                # Not the usual start: the general one below, which knows every case,
+                # with what the lookups read (none of it again).
+                if beside is not None:
+                    ok, read = await _settled(beside)
+                    if ok:
+                        recall = lambda _conn: read  # noqa: E731
+            finally:
+                if beside is not None and not beside.done():  # Not left on a connection.
+                    await _settled(beside)
 
         def work(conn: Connection) -> TurnStart:
             handed_back = None
@@ -363,6 +394,68 @@ class ConversationStore:
             return begun
 
         return await _retrying_a_new_conversation(lambda: _taking(lease, work), client_message_id)
+
+    async def _start_in_one_call(
+        self,
+        conversation_id: str,
+        content: str,
+        *,
+        lease: TurnLease,
+        user_id: str | None,
+        client_message_id: str | None,
+        token_count: int,
+        handoff: HandoffPolicy | None,
+        also: Callable[[Connection, TurnStart], None] | None,
+        beside: asyncio.Task[Any] | None,
+        profile: str | None,
+    ) -> TurnStart:
+        """`start_turn`'s usual case as one call of the database's function (the lease,
+        the message under the leaf, its path and the turn before: `threads/_server_turn.py`),
+        with what `beside` (the lookups on a second connection) read.
+
+        Raises:
+            Fallback: not the usual start; nothing was written.
+        """
+        message = MessageRecord(
+            id=new_id(),
+            created_at=utcnow(),
+            conversation_id=conversation_id,
+            parent_id=None,  # The conversation's leaf, read by the function.
+            role="user",
+            content=content,
+            token_count=token_count,
+            client_message_id=client_message_id,
+            model=None,
+            prompt_versions=None,
+        )
+
+        def work(conn: Connection) -> tuple[int | None, TurnStart | None]:
+            token, done = _server_turn.start(
+                conn,
+                lease.claim(),
+                message=message,
+                user_id=user_id,
+                profile=profile,
+                check_handoff=handoff is not None,
+            )
+            if done is None:
+                return token, None
+            begun = TurnStart(
+                message=done.message,
+                created=True,
+                path=done.path,
+                previous_category=None if done.previous is None else done.previous.category,
+                previous=done.previous,
+            )
+            if also is not None:  # A usual start opens or closes no hand-off: no events.
+                also(conn, begun)
+            return token, begun
+
+        begun = await lease.take_with(work, alone=True)
+        assert begun is not None, "take_with returns what the first write returned"
+        if beside is not None:  # A lookup that failed finds nothing (as in a savepoint).
+            begun = dataclasses.replace(begun, recalled=(await _settled(beside))[1])
+        return begun
 
     async def add_assistant_message(
         self,
@@ -556,6 +649,20 @@ class ConversationStore:
             LeaseLost: the lease was taken over meanwhile; nothing was written.
         """
 
+        if (
+            release
+            and reply is not None
+            and scrub is None
+            and not jobs
+            and (outcome is None or (outcome.handoff is None and not outcome.resolves))
+            and one_call_turns(self.engine)
+        ):
+            try:
+                await self._finish_in_one_call(lease, reply, outcome, also)
+                return FinishedTurn()
+            except _server_turn.Fallback:
+                pass  # Not the usual finish: the general one below, which knows every case.
+
         opened: list[Opened | None] = [None]
         ids: list[_jobs.Deferred] = []
         resolved = [False]
@@ -583,6 +690,36 @@ class ConversationStore:
         else:
             await run_sync_tx(self.engine, work)
         return FinishedTurn(opened=opened[0], jobs=ids, resolved=resolved[0])
+
+    async def _finish_in_one_call(
+        self,
+        lease: TurnLease,
+        reply: MessageRecord,
+        outcome: TurnOutcome | None,
+        also: Callable[[Connection, Opened | None], None] | None,
+    ) -> None:
+        """`finish_turn`'s usual case (no hand-off, resolution, jobs or scrub) as one call
+        of the database's function, its audit batch made ahead (`_server_turn.AlsoAhead`).
+
+        Raises:
+            LeaseLost: the lease was taken over meanwhile; nothing was written.
+            Fallback: not the usual finish (or the batch cannot be made ahead); nothing
+                was written.
+        """
+        rows = None
+        if also is not None:
+            if not isinstance(also, _server_turn.AlsoAhead):
+                raise _server_turn.Fallback("the audit batch needs the transaction")
+            rows = also.ahead(None)  # The usual finish opens no hand-off.
+            if rows is None:
+                raise _server_turn.Fallback("the audit batch needs the database to be made")
+        values = None if outcome is None else _outcomes.row_values(outcome)
+        fence = lease.fence_params()
+
+        def work(conn: Connection) -> bool:
+            return _server_turn.finish(conn, fence, reply=reply, outcome=values, audit=rows)
+
+        await lease.release_with(work)
 
     async def mark_failed(
         self, question: MessageRecord, safe_reply: str, *, lease: TurnLease | None = None
@@ -853,6 +990,23 @@ class ConversationStore:
             return [MessageRecord.from_row(r) for r in conn.execute(stmt).mappings()]
 
         return await self._read(work)
+
+
+def _beside(engine: AsyncEngine, read: Callable[[Connection], T]) -> asyncio.Task[T]:
+    """`read` started now on a connection of its own, alone (autocommit: one round trip)."""
+    return asyncio.ensure_future(run_sync_tx(engine, read, alone=True))
+
+
+async def _settled(task: asyncio.Task[T]) -> tuple[bool, T | None]:
+    """Wait for `task` (shielded: a read is never left half-done on a pooled connection);
+    `(True, its result)`, or `(False, None)` when it failed (logged)."""
+    with anyio.CancelScope(shield=True):
+        await asyncio.wait([task])
+    error = task.exception()
+    if error is not None:
+        _log.warning("turn.lookup_failed", error=type(error).__name__)
+        return False, None
+    return True, task.result()
 
 
 async def _taking(lease: TurnLease, work: Callable[[Connection], T]) -> T:

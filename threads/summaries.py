@@ -241,7 +241,7 @@ def path_since_newest_sync(conn: Connection, leaf_id: str) -> PathSinceSummary:
     summary = SummaryRecord.from_row({name: top[label] for name, label in _SUMMARY_LABELS})
     replaced = summary.covered_messages
     if replaced is None:  # A summary written before the count was kept.
-        replaced = _depth(conn, top["id"])
+        replaced = depth_of(conn, top["id"])
     return PathSinceSummary(
         summary=summary, messages=[MessageRecord.from_row(r) for r in rows[1:]], replaced=replaced
     )
@@ -285,7 +285,7 @@ _PATH_SINCE_SUMMARY = Statement(_path_since_summary())
 _SUMMARY_LABELS = [(c.name, f"summary_{c.name}") for c in _summary.c]
 
 
-def _depth(conn: Connection, message_id: str) -> int:
+def depth_of(conn: Connection, message_id: str) -> int:
     """How many messages the path from the root to `message_id` holds (it included)."""
     walk = sa.select(_msg.c.id, _msg.c.parent_id).where(_msg.c.id == message_id).cte(recursive=True)
     up = _msg.alias("up")

@@ -79,8 +79,13 @@ def savepoint(conn: Connection) -> Iterator[None]:
 
     Where statements run straight on the driver (`_dbapi_connection`) it is the driver's own
     `SAVEPOINT` (as the SQLite writer's per-job ones are): SQLAlchemy's `begin_nested`
-    costs more than the lookup it guards. Elsewhere it is `begin_nested`.
+    costs more than the lookup it guards. Elsewhere it is `begin_nested`. On a connection
+    in autocommit (`frontdesk.db.run_alone`) each statement is a transaction of its own: a
+    failed one leaves nothing to roll back to, so there is no savepoint (nor its round trips).
     """
+    if conn.get_execution_options().get("isolation_level") == "AUTOCOMMIT":
+        yield
+        return
     dbapi = _dbapi_connection(conn)
     if dbapi is None:
         with conn.begin_nested():

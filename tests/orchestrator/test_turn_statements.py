@@ -28,7 +28,7 @@ from sqlalchemy.engine import Connection, Engine
 
 from frontdesk import Category, HandlerContext, Orchestrator, Outcome
 from frontdesk.experts.providers import FunctionModel, ModelRequest
-from tests._pg import create_database, drop_database
+from tests._pg import RoundTrips, create_database, drop_database
 
 pytestmark = pytest.mark.anyio
 
@@ -65,22 +65,28 @@ PINNED: dict[str, dict[str, tuple[int, int, int]]] = {
         "memory and a user id": (31, 3, 0),
     },
     "postgresql": {
-        # As on SQLite, but: the 9 audit rows are one executemany statement (8 fewer), the
-        # audit head is moved by the link trigger (1 fewer), and the new blobs are one
-        # executemany statement (4 fewer); the outcome's fence and upsert are one statement
-        # (the upsert selects from the fence's UPDATE, a CTE), run alone in autocommit,
-        # its own transaction without a BEGIN or COMMIT round trip (1 fewer; issue 20); a
-        # message's insert and its leaf move are one statement (the UPDATE reads the new
-        # id from the INSERT, a CTE), in the start and in the finish (2 fewer; issue 20).
-        "new message": (16, 3, 0),
-        "replay": (7, 2, 0),
-        "edit": (18, 3, 2),
-        # The same: the new message's plus the memory lookup and the job row (recorded
-        # through Procrastinate's defer function in the reply's transaction). Here the
-        # lookup is a read of its own on a second connection, run beside the start's write
-        # (`db.reads_beside_writes`: the server ranks while the start writes; issue 20):
-        # 1 read transaction.
-        "memory and a user id": (18, 3, 1),
+        # Issue 47: the start is one call of `frontdesk_start_turn` (revision 0031: lease,
+        # message under the leaf, path, the turn before) and the finish one call of
+        # `frontdesk_finish_turn` (fence given back, outcome usage, reply, the audit batch
+        # chained ahead from the head this process saw committed), each alone in
+        # autocommit; the knowledge lookup is a read beside the start, alone too; the
+        # outcome's fenced upsert as before (issue 20). 4 statements, each its own
+        # transaction (SQLAlchemy's `begin` fires without a BEGIN in autocommit), and
+        # 4 round trips (`ROUND_TRIPS`).
+        "new message": (4, 4, 0),
+        # The start's call finds the client message id stored and refuses (nothing kept):
+        # the general start follows (7 as before: lease, leaf, lock, hand-off, reply and
+        # outcome, lease given back), with the knowledge lookup read beside for nothing:
+        # 2 more statements than the general path alone, only for a retried message.
+        "replay": (9, 4, 0),
+        # An edit hangs under the original's parent: the general start (BEGIN, 9
+        # statements with the savepoint's lookup, COMMIT), then the outcome and the
+        # finish as one call each.
+        "edit": (12, 3, 2),
+        # A turn that records a job (`memory.learn`) finishes by the general path (the
+        # job's row goes through Procrastinate's defer function), its start is one call;
+        # the memory lookup is a read transaction beside the start, as before (issue 20).
+        "memory and a user id": (12, 4, 1),
     },
 }
 
@@ -243,3 +249,47 @@ async def test_a_warm_turn_makes_the_pinned_statements_and_transactions(
             await orch.aclose()
     report = "\n".join(f"{k}: {v}\n  " + "\n  ".join(listed[k]) for k, v in seen.items())
     assert seen == pinned, f"(statements, write tx, read tx) per turn changed:\n{report}"
+
+
+ROUND_TRIPS = 4
+"""A warm new-message turn on PostgreSQL, counted on the wire (`tests._pg.RoundTrips`):
+the start's call, the knowledge lookup beside it, the outcome, the finish's call (22
+before issue 47: 12 in the start, 1 for the outcome, 9 in the finish)."""
+
+
+@pytest.mark.postgres
+async def test_a_warm_postgresql_turn_takes_at_most_six_round_trips() -> None:
+    assert ROUND_TRIPS <= 6  # Issue 47's bound; the pin below is what the turn does today.
+    url = create_database()
+    try:
+        async with RoundTrips(url) as wire:
+            orch = Orchestrator(
+                [BILLING], model=FunctionModel(model), store=wire.url, memory=False, jobs="worker"
+            )
+            try:
+                await warm(orch, "c")
+                for i in range(4):  # Each pooled connection has prepared the turn's SQL.
+                    await orch.handle("c", f"refund order B-{i}", client_message_id=f"b-{i}")
+                counted = []
+                for i in range(3):  # Every warm turn alike, not one lucky one.
+                    wire.start()
+                    await orch.handle("c", f"refund order A-9{i}", client_message_id=f"m-9{i}")
+                    counted.append(wire.stop())
+                leaf = await orch.store.active_leaf("c")
+                assert leaf is not None
+                path = await orch.store.path(leaf.id)
+                replayed = await orch.handle("c", "refund order A-91", client_message_id="m-91")
+            finally:
+                await orch.aclose()
+    finally:
+        drop_database(url)
+    assert counted == [ROUND_TRIPS] * 3, f"round trips per warm turn: {counted}"
+    # What the calls wrote reads back as the general path writes it: alternating turns
+    # under one another, the retried message answered from the records.
+    assert [m.role for m in path] == ["user", "assistant"] * 10
+    assert [m.content for m in path if m.role == "user"][-3:] == [
+        "refund order A-90",
+        "refund order A-91",
+        "refund order A-92",
+    ]
+    assert replayed.message_id == path[-3].id

@@ -1,0 +1,288 @@
+"""A warm turn's start and finish as one call each to the server's own functions
+(PostgreSQL, revision `0031_turn_functions`): the SQL of `ConversationStore.start_turn`'s
+and `finish_turn`'s usual case, run where the rows are, in one round trip each instead of
+twelve and nine.
+
+The store decides when (`frontdesk.db.one_call_turns`: the database has the functions)
+and falls back to its general start, the one that knows every case, whenever the function
+refuses (`Fallback`: nothing of the call was kept).
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from typing import Any, Protocol, runtime_checkable
+
+import sqlalchemy as sa
+from sqlalchemy import Connection
+from sqlalchemy.dialects import postgresql
+from sqlalchemy.exc import DBAPIError
+
+from frontdesk._driver import Statement
+from frontdesk.threads._outcomes import Previous
+from frontdesk.threads._records import MessageRecord
+from frontdesk.threads.handoff import Opened
+from frontdesk.threads.models import Message, UTCDateTime
+from frontdesk.threads.summaries import PathSinceSummary, Summary, SummaryRecord, depth_of
+
+__all__ = [
+    "FALLBACK",
+    "AlsoAhead",
+    "AuditRows",
+    "Fallback",
+    "StartedOnServer",
+    "finish",
+    "start",
+]
+
+FALLBACK = "FD001"
+"""The SQLSTATE the functions raise for "not the usual turn" (revision 0031)."""
+
+_msg = Message.__table__  # type: ignore[attr-defined]
+_summary = Summary.__table__  # type: ignore[attr-defined]
+
+
+class Fallback(Exception):
+    """The function refused (an unusual turn): run the general path; nothing was kept."""
+
+
+def _start_statement() -> Any:
+    """`SELECT` of `frontdesk_start_turn`'s rows, its two row columns spread out (the
+    summary's as `summary_<column>`, as `path_since_newest_sync` reads them)."""
+    binds = [
+        sa.bindparam("lease_name", type_=sa.String),
+        sa.bindparam("lease_owner", type_=sa.String),
+        sa.bindparam("lease_expires", type_=sa.Float),
+        sa.bindparam("lease_now", type_=sa.Float),
+        sa.bindparam("new_id", type_=sa.String),
+        sa.bindparam("conversation_id", type_=sa.String),
+        sa.bindparam("content", type_=sa.Text),
+        sa.bindparam("created_at", type_=UTCDateTime),
+        sa.bindparam("token_count", type_=sa.Integer),
+        sa.bindparam("client_message_id", type_=sa.String),
+        sa.bindparam("user_id", type_=sa.String),
+        sa.bindparam("profile", type_=sa.String),
+        sa.bindparam("check_handoff", type_=sa.Boolean),
+    ]
+    spread = [f"(r.m).{c.name} AS {c.name}" for c in _msg.c]
+    spread += [f"(r.s).{c.name} AS summary_{c.name}" for c in _summary.c]
+    extra = ["r.lease_token", "r.previous_id", "r.previous_category", "r.previous_confirmation"]
+    call = ", ".join(f":{b.key}" for b in binds)
+    text = sa.text(
+        f"SELECT {', '.join(spread + extra)} FROM frontdesk_start_turn({call}) AS r"
+    ).bindparams(*binds)
+    columns: list[Any] = list(_msg.c)
+    columns += [sa.column(f"summary_{c.name}", c.type) for c in _summary.c]
+    columns += [
+        sa.column("lease_token", sa.BigInteger),
+        sa.column("previous_id", sa.String),
+        sa.column("previous_category", sa.String),
+        sa.column("previous_confirmation", sa.JSON),
+    ]
+    return text.columns(*columns)
+
+
+_START = Statement(_start_statement(), sqlite=False)
+
+
+class StartedOnServer:
+    """What `frontdesk_start_turn` wrote and read: the new message, its path, the turn
+    before on that path."""
+
+    __slots__ = ("message", "path", "previous")
+
+    def __init__(
+        self, message: MessageRecord, path: PathSinceSummary, previous: Previous | None
+    ) -> None:
+        self.message = message
+        self.path = path
+        self.previous = previous
+
+
+def start(
+    conn: Connection,
+    claim: dict[str, Any],
+    *,
+    message: MessageRecord,
+    user_id: str | None,
+    profile: str | None,
+    check_handoff: bool,
+) -> tuple[int | None, StartedOnServer | None]:
+    """One call, its own transaction: take the lease of `claim` (`TurnLease.claim`), add
+    `message` (its id, text, time and client id; its parent is the conversation's leaf)
+    and read its path. Returns the fencing token and what was done, or `(None, None)`
+    when another owner holds the lease (nothing written).
+
+    Raises:
+        Fallback: not the usual start (see revision 0031); nothing was written.
+    """
+    params = {
+        **claim,
+        "new_id": message.id,
+        "conversation_id": message.conversation_id,
+        "content": message.content,
+        "created_at": message.created_at,
+        "token_count": message.token_count,
+        "client_message_id": message.client_message_id,
+        "user_id": user_id,
+        "profile": profile,
+        "check_handoff": check_handoff,
+    }
+    try:
+        rows = _START.rows(conn, params)
+    except DBAPIError as e:
+        if getattr(e.orig, "sqlstate", None) == FALLBACK:
+            raise Fallback(str(e.orig)) from None
+        raise
+    if not rows:
+        return None, None
+    top, last = rows[0], rows[-1]
+    if top["summary_id"] is None:
+        path = PathSinceSummary(
+            summary=None, messages=[MessageRecord.from_row(r) for r in rows], replaced=0
+        )
+    else:
+        summary = SummaryRecord.from_row({c.name: top[f"summary_{c.name}"] for c in _summary.c})
+        replaced = summary.covered_messages
+        if replaced is None:  # A summary written before the count was kept.
+            replaced = depth_of(conn, top["id"])
+        path = PathSinceSummary(
+            summary=summary,
+            messages=[MessageRecord.from_row(r) for r in rows[1:]],
+            replaced=replaced,
+        )
+    previous = None
+    if last["previous_id"] is not None:
+        previous = Previous(
+            user_message_id=last["previous_id"],
+            category=last["previous_category"],
+            confirmation=last["previous_confirmation"],
+        )
+    return int(last["lease_token"]), StartedOnServer(path.messages[-1], path, previous)
+
+
+class AuditRows(Protocol):
+    """A turn's audit batch, chained and packed before its last transaction (made by the
+    audit log: `frontdesk.audit.store.Ahead`)."""
+
+    @property
+    def conversation_id(self) -> str: ...
+    @property
+    def head_seq(self) -> int: ...
+    @property
+    def head_hash(self) -> str: ...
+    @property
+    def events(self) -> list[dict[str, Any]]: ...
+    @property
+    def blobs(self) -> list[dict[str, Any]]: ...
+
+
+@runtime_checkable
+class AlsoAhead(Protocol):
+    """A finish's `also` that can give its audit rows before the transaction (`ahead`:
+    `None` when it cannot), so the whole finish is one call."""
+
+    def __call__(self, conn: Connection, opened: Opened | None) -> None: ...
+    def ahead(self, opened: Opened | None) -> AuditRows | None: ...
+
+
+_ARRAYS = {
+    "blob_refs": sa.String,
+    "blob_kids": sa.String,
+    "blob_bodies": sa.LargeBinary,
+    "event_seqs": sa.Integer,
+    "event_ids": sa.LargeBinary,
+    "event_kinds": sa.String,
+    "event_turns": sa.LargeBinary,
+    "event_times": sa.LargeBinary,
+    "event_payloads": sa.LargeBinary,
+    "event_prompts": sa.LargeBinary,
+    "event_hashes": sa.LargeBinary,
+}
+_EVENT_COLUMNS = {
+    "event_seqs": "seq",
+    "event_ids": "event_id",
+    "event_kinds": "kind",
+    "event_turns": "turn_id",
+    "event_times": "created_at",
+    "event_payloads": "payload_json",
+    "event_prompts": "prompt_sha256",
+    "event_hashes": "hash",
+}
+
+
+def _finish_statement() -> Any:
+    binds: list[sa.BindParameter[Any]] = [
+        sa.bindparam("lease_name", type_=sa.String),
+        sa.bindparam("lease_owner", type_=sa.String),
+        sa.bindparam("lease_token", type_=sa.BigInteger),
+        sa.bindparam("outcome", type_=sa.Text),
+        sa.bindparam("reply", type_=sa.Text),
+        sa.bindparam("audit_conversation", type_=sa.String),
+        sa.bindparam("audit_seq", type_=sa.Integer),
+        sa.bindparam("audit_hash", type_=sa.String),
+        *(sa.bindparam(name, type_=postgresql.ARRAY(kind)) for name, kind in _ARRAYS.items()),
+    ]
+    # The outcome and the reply go as JSON text, made rows by the function
+    # (`json_populate_record`): the tables' own columns, whatever they are.
+    call = ", ".join(
+        f"CAST(:{b.key} AS json)" if b.key in ("outcome", "reply") else f":{b.key}" for b in binds
+    )
+    return (
+        sa.text(f"SELECT frontdesk_finish_turn({call}) AS held")
+        .bindparams(*binds)
+        .columns(sa.column("held", sa.Boolean))
+    )
+
+
+_FINISH = Statement(_finish_statement(), sqlite=False)
+
+
+def finish(
+    conn: Connection,
+    fence: dict[str, Any],
+    *,
+    reply: MessageRecord,
+    outcome: dict[str, Any] | None,
+    audit: AuditRows | None,
+) -> bool:
+    """One call, its own transaction: behind the lease's fence (`fence`: its name, owner
+    and token), given back with it, store `outcome` (the row's values; its usage when one
+    is stored), `reply` as the new leaf, and the audit rows. Returns whether the lease
+    held (when not, nothing was written).
+
+    Raises:
+        Fallback: not the usual finish (a failed-turn marker to supersede, an audit head
+            moved); nothing was written.
+    """
+    params: dict[str, Any] = {
+        **fence,
+        "outcome": None if outcome is None else json.dumps(outcome, default=_jsonable),
+        "reply": json.dumps(
+            {name: getattr(reply, name) for name in MessageRecord.__slots__}, default=_jsonable
+        ),
+        "audit_conversation": None if audit is None else audit.conversation_id,
+        "audit_seq": None if audit is None else audit.head_seq,
+        "audit_hash": None if audit is None else audit.head_hash,
+    }
+    blobs = [] if audit is None else audit.blobs
+    events = [] if audit is None else audit.events
+    params["blob_refs"] = [b["ref"] for b in blobs]
+    params["blob_kids"] = [b["kid"] for b in blobs]
+    params["blob_bodies"] = [b["body"] for b in blobs]
+    for name, column in _EVENT_COLUMNS.items():
+        params[name] = [e[column] for e in events]
+    try:
+        row = _FINISH.first(conn, params)
+    except DBAPIError as e:
+        if getattr(e.orig, "sqlstate", None) == FALLBACK:
+            raise Fallback(str(e.orig)) from None
+        raise
+    return row is not None and bool(row["held"])
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return value.astimezone(UTC).isoformat()
+    raise TypeError(f"not JSON: {type(value).__name__}")
