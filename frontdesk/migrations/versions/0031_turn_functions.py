@@ -27,7 +27,7 @@ before the call ends, so nothing of it is kept, and the store runs its general s
 nothing changes there.
 
 Revision ID: 0031_turn_functions
-Revises: 0027_ruled_values
+Revises: 0030_profile_data
 Create Date: 2026-12-06
 """
 
@@ -38,7 +38,7 @@ from collections.abc import Sequence
 from alembic import op
 
 revision: str = "0031_turn_functions"
-down_revision: str | Sequence[str] | None = "0027_ruled_values"
+down_revision: str | Sequence[str] | None = "0030_profile_data"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

@@ -7,7 +7,7 @@ too, kept here per call, by conversation and time, so that a spend limit counts 
 usage, erasure keeps it.
 
 Revision ID: 0033_model_spend
-Revises: 0030_profile_data
+Revises: 0031_turn_functions
 Create Date: 2026-12-06
 """
 
@@ -19,7 +19,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "0033_model_spend"
-down_revision: str | Sequence[str] | None = "0030_profile_data"
+down_revision: str | Sequence[str] | None = "0031_turn_functions"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
