@@ -68,6 +68,7 @@ def _start_statement() -> Any:
     spread = [f"(r.m).{c.name} AS {c.name}" for c in _msg.c]
     spread += [f"(r.s).{c.name} AS summary_{c.name}" for c in _summary.c]
     extra = ["r.lease_token", "r.previous_id", "r.previous_category", "r.previous_confirmation"]
+    extra.append("r.previous_flow")
     call = ", ".join(f":{b.key}" for b in binds)
     text = sa.text(
         f"SELECT {', '.join(spread + extra)} FROM frontdesk_start_turn({call}) AS r"
@@ -79,6 +80,7 @@ def _start_statement() -> Any:
         sa.column("previous_id", sa.String),
         sa.column("previous_category", sa.String),
         sa.column("previous_confirmation", sa.JSON),
+        sa.column("previous_flow", sa.JSON),
     ]
     return text.columns(*columns)
 
@@ -158,6 +160,7 @@ def start(
             user_message_id=last["previous_id"],
             category=last["previous_category"],
             confirmation=last["previous_confirmation"],
+            flow=last["previous_flow"],
         )
     return int(last["lease_token"]), StartedOnServer(path.messages[-1], path, previous)
 

@@ -654,6 +654,7 @@ class ConversationStore:
             and reply is not None
             and scrub is None
             and not jobs
+            and not closes
             and (outcome is None or (outcome.handoff is None and not outcome.resolves))
             and one_call_turns(self.engine)
         ):

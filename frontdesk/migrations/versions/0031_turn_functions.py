@@ -11,7 +11,8 @@ sends alone (autocommit: no BEGIN or COMMIT to wait for):
 - lock the conversation row and insert the user message under its active leaf, as the new
   leaf;
 - return the path from the newest summary's cut point to the new message, with the turn
-  before on that path and its stored category and confirmation.
+  before on that path and its stored category, confirmation and flow (a request in
+  progress).
 
 `frontdesk_finish_turn` is the last transaction of such a turn: behind the lease's fence
 (given back in the same statement; `false` and nothing written when it was lost), the
@@ -53,7 +54,7 @@ CREATE OR REPLACE FUNCTION frontdesk_start_turn(
     caller varchar, caller_profile varchar, check_handoff boolean
 ) RETURNS TABLE (
     m message, s summary, lease_token bigint, previous_id varchar,
-    previous_category varchar, previous_confirmation json
+    previous_category varchar, previous_confirmation json, previous_flow json
 ) LANGUAGE plpgsql AS $$
 DECLARE
     taken bigint;
@@ -109,7 +110,7 @@ BEGIN
         WHERE walk.depth > 0 AND walk.cut IS NULL AND p.role = 'user'
         ORDER BY walk.depth LIMIT 1
     )
-    SELECT row_m, row_s, taken, previous.id, o.category, o.confirmation
+    SELECT row_m, row_s, taken, previous.id, o.category, o.confirmation, o.flow
     FROM walk
         JOIN message row_m ON row_m.id = walk.id
         LEFT JOIN summary row_s ON row_s.id = walk.cut
@@ -158,7 +159,7 @@ BEGIN
         INSERT INTO turn_outcome AS o
         SELECT * FROM json_populate_record(NULL::turn_outcome, outcome)
         ON CONFLICT (user_message_id) DO UPDATE SET usage = excluded.usage,
-            models = excluded.models, sources = excluded.sources;
+            models = excluded.models, sources = excluded.sources, flow = excluded.flow;
     END IF;
     INSERT INTO message SELECT (answered).*;
     UPDATE conversation SET active_leaf_id = answered.id WHERE id = answered.conversation_id;
