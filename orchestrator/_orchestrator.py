@@ -36,6 +36,7 @@ from frontdesk.orchestrator import _wiring, erasure, handoff, resolution, turn
 from frontdesk.orchestrator._compaction import BackgroundCompaction, Compactor, summariser_expert
 from frontdesk.orchestrator._input import check_user_text
 from frontdesk.orchestrator._pipeline import Pipeline
+from frontdesk.orchestrator._router import Router
 from frontdesk.orchestrator.config import (
     EXPERTS,
     ExpertSettings,
@@ -71,6 +72,7 @@ from frontdesk.threads.jobs import JobStore
 from frontdesk.threads.knowledge import FullTextPassageRetriever, KnowledgeStore
 from frontdesk.threads.memory import FullTextRetriever, MemoryStore
 from frontdesk.threads.resolution import Feedback
+from frontdesk.threads.routing import CategoryVectors
 from frontdesk.threads.store import (
     ConversationRecord,
     ConversationStore,
@@ -495,6 +497,9 @@ class Orchestrator:
             screen_mode=profile.screen_mode,
             spend_limit=profile.spend_limit,
             review=w.review,
+            router=None
+            if profile.router is None
+            else Router.bind(profile.router, CategoryVectors(store.engine), profile.categories),
         )
 
     def _job_kinds(

@@ -30,6 +30,7 @@ from frontdesk.orchestrator import review as _review
 from frontdesk.orchestrator import screen as _screen
 from frontdesk.orchestrator._compaction import BackgroundCompaction
 from frontdesk.orchestrator._recorder import TurnRecorder
+from frontdesk.orchestrator._router import Router
 from frontdesk.orchestrator.jobs import Jobs
 from frontdesk.orchestrator.past_conversations import PastConversations
 from frontdesk.orchestrator.ruled_values import Secrets
@@ -112,6 +113,8 @@ class Pipeline:
     """Tokens and cost per user or conversation over a window (`None`: no limit)."""
     review: _review.Review | None = None
     """The review expert that checks each draft reply (`None`: none)."""
+    router: Router | None = None
+    """The router in front of triage (`routing.py`; `None`: triage routes every message)."""
 
     @functools.cached_property
     def confirms(self) -> bool:
@@ -173,6 +176,9 @@ class Turn:
     """The conversation's prompt variant, stamped on every audit event of the turn."""
     pending: confirmation.Pending | None = None
     """The request the turn before asked the customer to confirm (`confirmation.py`)."""
+    asked: str | None = None
+    """The category whose missing field the bot's reply before asked for (with a router,
+    the message keeps it: `routing.py`)."""
 
     @property
     def previous_question(self) -> str | None:

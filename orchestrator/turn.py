@@ -67,6 +67,7 @@ from frontdesk.orchestrator import (
     fallbacks,
     handler_errors,
     handoff,
+    routing,
     spend,
 )
 from frontdesk.orchestrator import knowledge as _knowledge
@@ -513,6 +514,7 @@ def _turn(
         passages=passages,
         documents=_knowledge.ranked(passages),
         variant=variant,
+        asked=None if s.previous is None else s.previous.asked_category,
     )
 
 
@@ -615,7 +617,12 @@ async def _decide_once(p: Pipeline, t: Turn, earlier: TurnOutcome | None) -> Dec
     view, request_view = _view(p, t, "triage"), _view(p, t, "request")
     guess = SpeculativeRequest.start(p, t, request_view, meta, _extract) if p.speculate else None
     try:
-        category, reason, unreadable = await _triage(p, t, view, meta, answered)
+        routed = await routing.before_triage(p, t, answered)  # The router, if any (routing.py).
+        category, reason, unreadable = (
+            (routed.category, routed.reason, False)
+            if routed.category is not None
+            else await _triage(p, t, routed.triage, view, meta, answered)
+        )
         t.recorder.note("triage", category=category, reason=reason)
         _listen.routed(category)
         kept = None if guess is None else await guess.settle(t, category, answered)
@@ -740,7 +747,12 @@ async def _settled(p: Pipeline, t: Turn, decided: Decided) -> Decided:
 
 
 async def _triage(
-    p: Pipeline, t: Turn, view: ExpertView, meta: dict[str, str], answered: dict[str, ModelResponse]
+    p: Pipeline,
+    t: Turn,
+    triage: TriageExpert,
+    view: ExpertView,
+    meta: dict[str, str],
+    answered: dict[str, ModelResponse],
 ) -> tuple[str, str, bool]:
     """The category and why; when the triage answer is unusable, `OTHER` marked unreadable
     (`on_unreadable="ask"`: the customer is asked again) or `HUMAN` (a safe default)."""
@@ -748,7 +760,7 @@ async def _triage(
         result = await _stage(
             "triage",
             t,
-            p.triage.run(
+            triage.run(
                 _turns(view),
                 metadata=meta,
                 cache_prefix=view.cache_prefix_messages,
@@ -1144,6 +1156,7 @@ def reply_from_records(
         sources=[] if outcome is None else _knowledge.from_json(outcome.sources),
         handler_failed=bool(decided and decided.handler_failed),
         reviewed=outcome is not None and "review" in outcome.models,
+        routed_by="router" if outcome is not None and "router" in outcome.models else "triage",
         confirmation=None if outcome is None else confirmation.awaiting(outcome.confirmation),
     )
 

@@ -188,7 +188,7 @@ _EXISTS = Statement(
 # The category a turn was routed to (its stored outcome's) and its confirmation, if any:
 # one primary-key read.
 _CATEGORY = Statement(
-    sa.select(_out.c.category, _out.c.confirmation).where(
+    sa.select(_out.c.category, _out.c.confirmation, _out.c.need_more_info).where(
         _out.c.user_message_id == sa.bindparam("user_message_id")
     )
 )
@@ -202,6 +202,13 @@ class Previous:
     category: str | None
     confirmation: dict[str, Any] | None = None
     """Its `TurnOutcome.confirmation`: a request waiting for this turn's yes, or none."""
+    asked: bool = False
+    """Its reply asked the customer for a missing field of `category`'s request."""
+
+    @property
+    def asked_category(self) -> str | None:
+        """`category` when its reply asked for a missing field, else `None`."""
+        return self.category if self.asked else None
 
 
 def previous_turn(conn: Connection, path: list[MessageRecord]) -> Previous | None:
@@ -216,6 +223,7 @@ def previous_turn(conn: Connection, path: list[MessageRecord]) -> Previous | Non
                 user_message_id=m.id,
                 category=str(row["category"]),
                 confirmation=row["confirmation"],
+                asked=row["need_more_info"] is not None,
             )
     return None
 
