@@ -105,6 +105,7 @@ class EmbeddingRouter:
         from frontdesk.experts.providers.embeddings import embedder_from_spec
 
         self.embedder = embedder_from_spec(embedder)
+        self._owns_embedder = isinstance(embedder, str)
         self.threshold = float(threshold)
         self.margin = float(margin)
         self.candidates = candidates
@@ -114,6 +115,13 @@ class EmbeddingRouter:
             f"EmbeddingRouter({self.embedder.name!r}, threshold={self.threshold},"
             f" margin={self.margin}, candidates={self.candidates})"
         )
+
+    async def aclose(self) -> None:
+        """Close the HTTP client of an embedder built here from a spec (the orchestrator
+        using the router does, in its `aclose`); an embedder passed in is the caller's."""
+        close = getattr(self.embedder, "aclose", None)
+        if self._owns_embedder and close is not None:
+            await close()
 
     @staticmethod
     def texts(categories: Sequence[Category]) -> dict[str, tuple[str, ...]]:

@@ -982,6 +982,10 @@ class Orchestrator:
             close = getattr(model, "aclose", None)
             if close is not None:
                 await close()
+        routers = {id(w.profile.router): w.profile.router for w in self._wired.values()}
+        for router in routers.values():
+            if router is not None:
+                await router.aclose()  # Its embedder's client, when built from a spec.
         self._pipeline = None
         self._pipelines = {}
         self._audit = None

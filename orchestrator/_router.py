@@ -21,14 +21,18 @@ class Router:
     """An `EmbeddingRouter` bound to one profile's categories and the store's vectors."""
 
     router: EmbeddingRouter
-    vectors: CategoryVectors
+    vectors: CategoryVectors | None
+    """Where the vectors are kept (`None`: embedded in this process only, e.g. a replay)."""
     texts: Mapping[str, tuple[str, ...]]
     _index: RouterIndex | None = None
     _lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
     @classmethod
     def bind(
-        cls, router: EmbeddingRouter, vectors: CategoryVectors, categories: Sequence[Category]
+        cls,
+        router: EmbeddingRouter,
+        vectors: CategoryVectors | None,
+        categories: Sequence[Category],
     ) -> Router:
         """`router` over `categories`, its vectors kept by `vectors`."""
         return cls(router=router, vectors=vectors, texts=router.texts(categories))
@@ -42,12 +46,13 @@ class Router:
             if self._index is None:
                 name = self.router.embedder.name
                 keys = {text_key(t): t for each in self.texts.values() for t in each}
-                kept = await self.vectors.read(name, list(keys))
+                kept = {} if self.vectors is None else await self.vectors.read(name, list(keys))
                 fresh = [k for k in keys if k not in kept]
                 if fresh:
                     made = await self.router.embedder.embed([keys[k] for k in fresh])
                     new = dict(zip(fresh, made, strict=True))
-                    await self.vectors.save(name, new)
+                    if self.vectors is not None:
+                        await self.vectors.save(name, new)
                     kept.update(new)
                     log.info("router.embedded", embedder=name, texts=len(fresh))
                 self._index = self.router.index(self.texts, kept)

@@ -27,6 +27,8 @@ from frontdesk.experts.providers import FunctionModel, Message, ModelRequest
 from frontdesk.orchestrator import fallbacks
 from frontdesk.orchestrator._orchestrator import Orchestrator
 from frontdesk.orchestrator._recorder import jsonable
+from frontdesk.orchestrator._router import Router
+from frontdesk.orchestrator.routing import FOLLOW_UP
 from frontdesk.orchestrator.turn import CONTENT_ERRORS
 
 EXPERTS = ("triage", "request", "response", "summariser")
@@ -100,6 +102,8 @@ class ReplayRunner:
 
     orchestrator: Orchestrator
     recorded: RecordedResponses | None = None
+    router: Router | None = None
+    """The app's router (`EmbeddingRouter`), its decisions computed again from the text."""
 
     async def __call__(self, turn: RecordedTurn) -> ReplayResult:
         """Re-run triage, extraction and the reply for one recorded turn."""
@@ -107,10 +111,13 @@ class ReplayRunner:
             self.recorded.start(turn)
         triage, requests, response = self.orchestrator.experts
         meta = {"conversation_id": turn.conversation_id, "turn_id": turn.view.turn_id}
-        try:
-            category = (await triage.run(_sent(turn, "triage"), metadata=meta)).category
-        except CONTENT_ERRORS:
-            category = HUMAN
+        category, candidates = await self._routed(turn)
+        if category is None:
+            asked = triage.for_message(turn.view.user_text or "", candidates)
+            try:
+                category = (await asked.run(_sent(turn, "triage"), metadata=meta)).category
+            except CONTENT_ERRORS:
+                category = HUMAN
         request: dict[str, Any] | None = None
         missing: dict[str, Any] | None = None
         expert = requests.get(category)
@@ -126,6 +133,18 @@ class ReplayRunner:
             sent = _sent(turn, "response")
             reply = (await response.run(sent, instruction, metadata=meta)).text
         return ReplayResult(category, request, missing, reply, note)
+
+    async def _routed(self, turn: RecordedTurn) -> tuple[str | None, tuple[str, ...]]:
+        """The router's decision computed again (with the same embedder): a category routed
+        with no triage call, or the candidates triage chooses among; a follow-up's kept
+        category as recorded (`routing.py`); nothing without a router."""
+        routed = turn.view.routed
+        if routed is not None and routed.get("rule") == FOLLOW_UP:
+            return str(routed["category"]), ()
+        if self.router is None or routed is None:
+            return None, ()
+        decision = await self.router.decide(turn.view.user_text or "")
+        return decision.category, decision.candidates
 
     def _instruction(
         self,
@@ -184,5 +203,9 @@ def build_runner(
         settings=business.settings,
         business_name=business.business_name,
         max_message_chars=business.max_message_chars,
+        budgets=business.budgets,
     )
-    return ReplayRunner(replay, recorded)
+    router = None
+    if business.router is not None:
+        router = Router.bind(business.router, None, list(business.categories))
+    return ReplayRunner(replay, recorded, router)
