@@ -123,7 +123,9 @@ def triage(
             },
             router=None if router is None else _router(router, threshold, margin),
         )
-    key = ["triage", data, app_spec, model, examples, limit, router, threshold, margin]
+    key: list[Any] = ["triage", data, app_spec, model, examples, limit]
+    if router is not None:  # A run without a router keeps the key it always had.
+        key += [router, threshold, margin]
     with _kept(key, "triage", len(loaded.rows)) as (done, keep, progress):
 
         def scored(outcome: TriageOutcome) -> None:

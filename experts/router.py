@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 
 __all__ = ["EmbeddingRouter", "RouteDecision", "RouterIndex", "text_key"]
 
-DEFAULT_THRESHOLD = 0.6
+DEFAULT_THRESHOLD = 0.7
 """all-MiniLM-L6-v2's best cosine a message must reach to be routed (docs/benchmarks.md:
 the accuracy-coverage curve on BANKING77 it was read from)."""
 DEFAULT_MARGIN = 0.08

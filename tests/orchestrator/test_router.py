@@ -21,6 +21,7 @@ from frontdesk import Category, EmbeddingRouter, Orchestrator, Outcome
 from frontdesk.audit.replay import ReplayReport, recorded_turns, replay_transcript
 from frontdesk.audit.transcript import build_transcript
 from frontdesk.errors import ConfigError
+from frontdesk.eval import TriageRow, evaluate_triage
 from frontdesk.experts.category import HandlerContext
 from frontdesk.experts.errors import ModelConnectionError
 from frontdesk.experts.providers import FunctionModel, ModelRequest
@@ -373,3 +374,36 @@ async def test_77_categories_with_10_examples_fit_the_default_triage_allowance(
         assert 0 < len(shown) < 770
         own = next(c for c in categories if c.name == name)
         assert f'"{own.examples[3]}"' in request.system  # The nearest of all is shown.
+
+
+async def test_eval_triage_with_a_router_reports_the_routed_share_and_the_curve() -> None:
+    fake, embedder = team(), AxisEmbedder()
+    orch = Orchestrator(
+        [CARDS, FEES, TRANSFERS],
+        model=fake.model(),
+        audit=False,
+        memory=False,
+        knowledge=False,
+        router=EmbeddingRouter(embedder, threshold=0.8, margin=0.1),
+    )
+    rows = [
+        TriageRow("my card is lost", "CARDS"),  # Routed, right.
+        TriageRow("a transfer please", "TRANSFERS"),  # Routed, right.
+        TriageRow("a transfer fee", "FEES"),  # Between two: triage (answers FEES).
+        TriageRow("card card", "FEES"),  # Routed, wrong.
+    ]
+    report = await evaluate_triage(orch, rows, concurrency=1)
+    assert [o.predicted for o in report.outcomes] == ["CARDS", "TRANSFERS", "FEES", "CARDS"]
+    assert len(fake.of("triage")) == 1 and report.costs.model_calls == 1
+    assert report.accuracy == 0.75
+    figures = report.router
+    assert figures is not None and figures.embedder == "axes"
+    assert figures.routed_share == 0.75 and figures.routed_precision == pytest.approx(2 / 3)
+    low = next(p for p in figures.curve if p.threshold == 0.5)
+    assert low.coverage == 0.75  # The row between two categories is under the margin.
+    assert "routed without a triage call 0.750" in report.text()
+    assert report.to_json()["router"]["routed_share"] == 0.75
+    without = await evaluate_triage(
+        Orchestrator([CARDS, FEES, TRANSFERS], model=fake.model(), audit=False), rows
+    )
+    assert without.router is None and without.costs.model_calls == 4
