@@ -366,7 +366,7 @@ async def test_77_categories_with_10_examples_fit_the_default_triage_allowance(
     allowance = DEFAULT_BUDGETS["triage"].system
     asked = fake.of("triage")
     assert len(asked) == len(messages)
-    for request, (name, text) in zip(asked, messages, strict=True):
+    for request, (name, _text) in zip(asked, messages, strict=True):
         assert counter.count(request.system) <= allowance
         # Every category is described; the examples are a few, nearest the message.
         assert all(f"- {c.name}: {c.description}" in request.system for c in categories)
