@@ -9,6 +9,7 @@ edit, regeneration), a hand-off `orchestrator/handoff.py`.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 from collections.abc import AsyncGenerator, Iterable, Mapping
 from datetime import timedelta
@@ -38,7 +39,6 @@ from frontdesk.orchestrator._input import check_user_text
 from frontdesk.orchestrator._pipeline import Pipeline
 from frontdesk.orchestrator._router import Router
 from frontdesk.orchestrator.config import (
-    EXPERTS,
     ExpertSettings,
     warn_offline_once,
     warn_without_examples,
@@ -480,7 +480,7 @@ class Orchestrator:
             requests=requests,
             response=response,
             context_extras=dict(profile.context or {}),
-            counters={e: w.counter_for(e) for e in EXPERTS},
+            counters=w.counters,
             budgets=dict(w.budgets),
             lease=partial(self._lease, store),
             handoff=profile.handoff,
@@ -653,6 +653,11 @@ class Orchestrator:
 
     # -- public turns -------------------------------------------------------------------
 
+    def _in_flight(self) -> contextlib.AbstractContextManager[None]:
+        """A turn in flight: this process's job runner waits for it to end before it starts
+        a job (`Jobs.foreground`)."""
+        return contextlib.nullcontext() if self._jobs is None else self._jobs.foreground()
+
     async def handle(
         self,
         conversation_id: str,
@@ -698,9 +703,10 @@ class Orchestrator:
         text = check_user_text(text, max_chars=w.profile.max_message_chars)
         w.check_question(text)
         p = await self._pipeline_for(name, conversation_id, user_id)
-        return await turn.handle(
-            p, conversation_id, text, user_id=user_id, client_message_id=client_message_id
-        )
+        with self._in_flight():
+            return await turn.handle(
+                p, conversation_id, text, user_id=user_id, client_message_id=client_message_id
+            )
 
     def stream(
         self,
@@ -745,7 +751,8 @@ class Orchestrator:
         w = self._wired[p.profile or self._default]
         text = check_user_text(text, max_chars=w.profile.max_message_chars)
         w.check_question(text)
-        return await turn.edit(p, user_message_id, text, user_id=user_id)
+        with self._in_flight():
+            return await turn.edit(p, user_message_id, text, user_id=user_id)
 
     async def regenerate(
         self, assistant_message_id: str, *, user_id: str | None = None, profile: str | None = None
@@ -760,7 +767,8 @@ class Orchestrator:
             ProfileMismatch: the conversation records another profile than `profile`.
         """
         p = await self._pipeline_of_message(assistant_message_id, user_id, profile)
-        return await turn.regenerate(p, assistant_message_id, user_id=user_id)
+        with self._in_flight():
+            return await turn.regenerate(p, assistant_message_id, user_id=user_id)
 
     def _named(self, profile: str | None) -> str | None:
         """The profile a call names, checked (`None`: none named).

@@ -7,6 +7,7 @@ over its token allowance or an unknown prompt name fails at start-up rather than
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -302,11 +303,17 @@ class Wired:
 
     def counter_for(self, expert: str) -> TokenCounter:
         """The token counter for one expert's model."""
-        return counter_for(self.counter, self.models[expert].name)
+        made = self.counters.get(expert)
+        return made if made is not None else counter_for(self.counter, self.models[expert].name)
+
+    @functools.cached_property
+    def counters(self) -> Mapping[str, TokenCounter]:
+        """Expert -> its model's counter, made once (each follows later calibration)."""
+        return {e: counter_for(self.counter, self.models[e].name) for e in EXPERTS}
 
     def check_question(self, text: str) -> None:
         """Refuse up front a question some expert could not be sent (`InputTooLarge`)."""
-        check_question(text, {e: self.counter_for(e) for e in EXPERTS}, self.budgets)
+        check_question(text, self.counters, self.budgets)
 
 
 def wire(profile: Profile) -> Wired:

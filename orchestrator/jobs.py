@@ -30,7 +30,7 @@ import contextlib
 import hashlib
 import signal
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -70,6 +70,10 @@ SETTLE_WAIT = 0.1
 SETTLE_LOOK = 0.02
 """Seconds a settling turn waits for this process's runner before it reads the job rows
 (the jobs may have run in another process)."""
+YIELD_WAIT = 0.5
+"""Seconds, at most, this process's runner (SQLite) waits for the turns in flight here to
+end before it starts a job: background work goes between turns, not inside them (under a
+constant stream of turns a job still starts after this wait)."""
 RUNNER_ALIVE = STALLED_AFTER
 """Seconds since its last heartbeat within which a runner counts as alive (a wait for work
 another process owns gives up at once when no runner is)."""
@@ -189,6 +193,9 @@ class Jobs:
     _kinds: dict[int, str] = field(default_factory=dict)
     _by_lock: dict[str, set[int]] = field(default_factory=dict)
     _settled: dict[str, asyncio.Event] = field(default_factory=dict)
+    _foreground: int = 0
+    _settling: int = 0
+    _quiet: asyncio.Event = field(default_factory=asyncio.Event)
 
     def __post_init__(self) -> None:
         if self.mode not in JOBS_MODES:
@@ -230,6 +237,37 @@ class Jobs:
                 if (settled := self._settled.pop(lock, None)) is not None:
                     settled.set()
 
+    @contextlib.contextmanager
+    def foreground(self) -> Iterator[None]:
+        """Mark a turn in flight in this process while the block runs: this process's
+        runner starts no job meanwhile (for at most `YIELD_WAIT`), so the memory expert and
+        compaction of one conversation do not queue another conversation's turn behind
+        their writes (benchmarks.memory_gate measures it)."""
+        self._foreground += 1
+        self._quiet.clear()
+        try:
+            yield
+        finally:
+            self._foreground -= 1
+            self._calm()
+
+    def _calm(self) -> None:
+        if self._foreground <= self._settling:  # Every turn here waits for jobs, or none runs.
+            self._quiet.set()
+
+    async def quiet(self, within: float = YIELD_WAIT) -> None:
+        """Wait, at most `within` seconds, until no turn is in flight here (a turn waiting
+        for its user's jobs in `settle` does not count: it waits for them)."""
+        deadline = time.monotonic() + within
+        # Checked again on waking: a turn that started in the same loop tick as the last
+        # one ended counts (the event was set, and cleared, before this task ran).
+        while self._foreground > self._settling:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._quiet.wait(), left)
+
     async def settle(self, lock: str, within: float = SETTLE_WAIT) -> None:
         """Wait, at most `within` seconds, for the jobs of `lock` this process recorded (so
         a fact said in one turn is usually known in the next).
@@ -239,8 +277,20 @@ class Jobs:
         job rows are read: without that look, every later turn of the user would wait the
         whole `within` for jobs that are long done."""
         settled = self._settled.get(lock) if self.mode == "inline" else None
+        if settled is None or settled.is_set():
+            return
+        self._settling += 1
+        self._calm()
+        try:
+            await self._settle(lock, settled, within)
+        finally:
+            self._settling -= 1
+            if self._foreground > self._settling:
+                self._quiet.clear()
+
+    async def _settle(self, lock: str, settled: asyncio.Event, within: float) -> None:
         deadline = time.monotonic() + within
-        while settled is not None and not settled.is_set():
+        while not settled.is_set():
             left = deadline - time.monotonic()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(settled.wait(), min(SETTLE_LOOK, max(left, 0.0)))
@@ -447,6 +497,7 @@ class _LocalRunner:
         longest = POLL if self.announce else IDLE_POLL
         while not self._stopping:
             await self._slots.acquire()
+            await self.jobs.quiet()  # Between this process's turns, not inside them.
             self._wake.clear()  # Before the look: a job recorded meanwhile still wakes it.
             try:
                 job = await self._next()

@@ -27,7 +27,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import re
 from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -55,6 +54,7 @@ from frontdesk.memory import Memory, MemorySource, MemoryTrust
 from frontdesk.memory_policy import MemoryPolicy
 from frontdesk.orchestrator._recorder import TurnRecorder, observing
 from frontdesk.orchestrator.jobs import DrainTimeout, JobKind, Jobs
+from frontdesk.orchestrator.memory_gate import may_state_a_fact as may_state_a_fact
 from frontdesk.orchestrator.ruled_values import Secrets
 from frontdesk.ruled import RuledValues, replaced
 from frontdesk.threads import ERASED_MARKER, ConversationRecord
@@ -85,30 +85,6 @@ def learn_spec(user_id: str, message_id: str, refs: UserRefs = UNKEYED) -> JobSp
     return JobSpec(
         kind=LEARN, args={"message_id": message_id}, lock=refs.job_lock("memory_lock", user_id)
     )
-
-
-# A statement about the speaker ("I live in Pune", "my son is vegan", "we moved") ...
-_ABOUT_ME = re.compile(r"\b(i|i'm|im|i've|i'd|i'll|me|my|mine|we|we're|we've|our|us)\b")
-# ... or a standing wish said without one ("Please deliver in the evening from now on").
-_STANDING = re.compile(
-    r"\b(prefer|preferably|always|never|from now on|in future|in the future|usually|allerg\w*"
-    r"|vegan|vegetarian|call me|in the (?:morning|afternoon|evening)|after \d|before \d)\b"
-)
-_SENTENCE = re.compile(r"[^.!?]+[.!?]*")
-
-
-def may_state_a_fact(text: str) -> bool:
-    """Whether a user message may tell something worth remembering: the memory expert (a
-    model call) runs only on those. A sentence that is a question ("Can I pay with a gift
-    card?") tells nothing lasting; a statement about the speaker or a standing wish may.
-    Cheap and pure (no model, no I/O), so it is decided in the turn, whatever schedules
-    the learning. It errs towards yes: a missed fact is worse than a call."""
-    for sentence in _SENTENCE.findall(text.casefold().replace("\u2019", "'")):
-        if sentence.rstrip().endswith("?"):
-            continue
-        if _ABOUT_ME.search(sentence) or _STANDING.search(sentence):
-            return True
-    return False
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import contextvars
 import dataclasses
+import functools
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, TypedDict, runtime_checkable
@@ -75,12 +76,16 @@ class ModelSettings:
 
     def recorded(self) -> dict[str, Any]:
         """The settings as the audit log records them (the fields left unset omitted)."""
-        out: dict[str, Any] = {}
-        for f in dataclasses.fields(self):
-            value = getattr(self, f.name)
-            if value is not None or f.name in _ALWAYS_RECORDED:
-                out[f.name] = value
-        return out
+        return dict(self._recorded)
+
+    @functools.cached_property
+    def _recorded(self) -> dict[str, Any]:
+        """`recorded()`, worked out once: every model attempt of every turn records it."""
+        return {
+            f.name: getattr(self, f.name)
+            for f in dataclasses.fields(self)
+            if getattr(self, f.name) is not None or f.name in _ALWAYS_RECORDED
+        }
 
 
 _ALWAYS_RECORDED = ("max_tokens", "temperature", "timeout")
