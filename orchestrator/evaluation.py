@@ -248,7 +248,8 @@ async def evaluate_triage(
 
     async def score(index: int, row: TriageRow) -> TriageOutcome:
         started = time.perf_counter()
-        scored, candidates = None, ()
+        scored: RouterScore | None = None
+        candidates: tuple[str, ...] = ()
         try:
             if bound is not None:  # The router first: a confident route makes no call.
                 decision = await bound.decide(row.text)

@@ -309,7 +309,7 @@ def test_bad_router_settings_are_refused() -> None:
     with pytest.raises(ConfigError, match="candidates"):
         EmbeddingRouter(AxisEmbedder(), candidates=1)
     with pytest.raises(ConfigError, match="EmbeddingRouter"):
-        Orchestrator([CARDS], model="offline", router="minilm")  # type: ignore[arg-type]
+        Orchestrator([CARDS], model="offline", router="minilm")
 
 
 WORDS = (
