@@ -8,14 +8,6 @@ nor `orchestrator`.
 
 from frontdesk.audit.chain import ChainProblem, ConversationVerdict, Head, VerifyReport
 from frontdesk.audit.cost import CostLine, CostReport, cost_report
-from frontdesk.audit.errors import (
-    AuditConfigError,
-    AuditError,
-    AuditPayloadError,
-    AuditWriteError,
-    ReplayError,
-    UnknownConversation,
-)
 from frontdesk.audit.events import AuditEvent, EventKind
 from frontdesk.audit.export import IndexEntry, render_html, render_index, write_jsonl
 from frontdesk.audit.pricing import PRICES, Cost, Price, cost_of, price_of
@@ -30,6 +22,14 @@ from frontdesk.audit.replay import (
 )
 from frontdesk.audit.store import AuditLog, StoredAuditEvent
 from frontdesk.audit.transcript import ExpertCall, Transcript, TurnView, build_transcript
+from frontdesk.errors import (
+    AuditConfigError,
+    AuditError,
+    AuditPayloadError,
+    AuditWriteError,
+    ReplayError,
+    UnknownConversation,
+)
 
 __all__ = [
     "PRICES",

@@ -18,7 +18,7 @@ from typing import Any, Literal, Protocol
 
 from pydantic_core import to_jsonable_python
 
-from frontdesk.audit.errors import AuditPayloadError
+from frontdesk.errors import AuditPayloadError
 
 GENESIS_HASH = "0" * 64
 """The `prev_hash` of a conversation's first row."""
@@ -65,8 +65,9 @@ def sha256_text(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
 
-class ChainRow(Protocol):
-    """The stored columns a row's hash covers."""
+class AuditRow(Protocol):
+    """A stored audit row, as verification (the columns its hash covers) and the transcript
+    views (its opened payload, the system prompt it names) read it: `StoredAuditEvent`."""
 
     @property
     def conversation_id(self) -> str: ...
@@ -88,6 +89,10 @@ class ChainRow(Protocol):
     def prev_hash(self) -> str: ...
     @property
     def hash(self) -> str: ...
+    @property
+    def payload(self) -> dict[str, Any]: ...
+    @property
+    def system_prompt(self) -> str | None: ...
 
 
 def row_hash(
@@ -179,7 +184,7 @@ class VerifyReport:
         return [c for c in self.conversations if not c.ok]
 
 
-def _content_problem(row: ChainRow, prompts: Mapping[str, str]) -> str | None:
+def _content_problem(row: AuditRow, prompts: Mapping[str, str]) -> str | None:
     """Why a row's stored content does not match its hash, or `None` when it does."""
     try:
         payload = json.loads(row.payload_json)
@@ -210,7 +215,7 @@ def _content_problem(row: ChainRow, prompts: Mapping[str, str]) -> str | None:
 
 
 def _row_problem(
-    row: ChainRow, expected: int, prev: str, prompts: Mapping[str, str]
+    row: AuditRow, expected: int, prev: str, prompts: Mapping[str, str]
 ) -> ChainProblem | None:
     """The problem at one row, given the seq and hash the chain expects there."""
     if row.seq < expected:
@@ -248,7 +253,7 @@ def _head_problem(last: int, last_hash: str, head: Head | None, what: str) -> Ch
 
 
 def check_answers(
-    verdict: ConversationVerdict, rows: Sequence[ChainRow], answered: int
+    verdict: ConversationVerdict, rows: Sequence[AuditRow], answered: int
 ) -> ConversationVerdict:
     """`verdict`, or a failing one when the store answered more turns than the log holds.
 
@@ -276,7 +281,7 @@ def check_answers(
 
 def verify_chain(
     conversation_id: str,
-    rows: Sequence[ChainRow],
+    rows: Sequence[AuditRow],
     *,
     head: Head | None,
     prompts: Mapping[str, str],

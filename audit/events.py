@@ -36,7 +36,7 @@ EventKind = Literal[
     "turn_failed",  # payload: error, stage
     "compaction",  # payload: summary_id, covered_until_message_id, evicted, summary text
     "compaction_failed",  # payload: error
-    # Hand-off to a person (issue 15). `turn_id` is the turn of the message they follow:
+    # Hand-off to a person. `turn_id` is the turn of the message they follow:
     # a user message's own id, an assistant message's question when it answers one, else
     # the assistant message's own id (an operator reply after another assistant message).
     "hand_off",  # payload: handoff_id, reason, leaf_turn_id
@@ -58,12 +58,12 @@ EventKind = Literal[
     "memory_forgotten",  # payload: memory_ids, by, all (no text); in the user's chain
     "revealed",  # payload: view (audit show, export, replay), by (the OS user); in clear,
     # no content: who was shown a conversation's personal data without redaction
-    # Did it help (issue 45). `turn_id` is the rated answer's question.
+    # Did it help (docs/outcomes.md). `turn_id` is the rated answer's question.
     "feedback",  # payload: message_id, rating (1-5), comment (or null), resolved (bool)
     "resolution",  # payload: resolution, by (a hand-back's, a sweep's), previous
     "operator_read",  # payload: by (operator id), conversation_id, what (no content); in the
     # user's chain: who read the customer's context, transcript or memories, and when
-    # Before the bot acts or speaks (issue 41, docs/safeguards.md).
+    # Before the bot acts or speaks (docs/safeguards.md).
     "confirmation",  # payload: status (asked | confirmed | declined | expired | corrected),
     # category, question (asked) or asked_in (the user message id of the turn that asked)
     "reply_approved",  # payload: text (an `Outcome.reply`, sent verbatim: no response expert)
@@ -76,10 +76,10 @@ EventKind = Literal[
 # sha256}, messages (exactly as sent), request_body (wire), response_body (raw), output
 # (parsed, JSON-able), usage {input_tokens, output_tokens, cache_read_tokens,
 # cache_write_tokens}, cost_usd, latency_ms, status_code, provider_request_id, stop_reason,
-# error, and for a speculative request call (issue 14) speculation: kept | discarded
+# error, and for a speculative request call speculation: kept | discarded
 # (a replay skips a discarded answer), and when memory was sent, memory {ids} (the blocks'
 # text is in `messages`, at the start of the last user turn), and when passages of the business's
-# documents were sent (issue 24), documents [{id, source, title, version, sha256}] (their
+# documents were sent, documents [{id, source, title, version, sha256}] (their
 # text is in `messages`, in the last user turn). The system prompt text travels in
 # `AuditEvent.system_prompt` and is stored once by hash.
 

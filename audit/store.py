@@ -52,12 +52,12 @@ from frontdesk.audit.chain import (
     verify_chain,
 )
 from frontdesk.audit.crypto import DataKeys, KeyProvider, PayloadOpener
-from frontdesk.audit.errors import AuditConfigError, AuditKeyError, AuditWriteError
 from frontdesk.audit.events import AuditEvent
 from frontdesk.audit.refs import UNKEYED, UserRefs, load_refs, master_of, read_refs
 from frontdesk.audit.spool import Spool
 from frontdesk.audit.tables import audit_event, audit_head, audit_prompt
 from frontdesk.db import create_engine, dispose_engine, run_write, writes_to
+from frontdesk.errors import AuditConfigError, AuditKeyError, AuditWriteError
 from frontdesk.schema import ensure_schema
 
 log = structlog.get_logger("audit")

@@ -12,26 +12,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Any
 
+from frontdesk.audit.chain import AuditRow
 from frontdesk.audit.pricing import Cost, cost_of
-
-
-class AuditRow(Protocol):
-    """What a transcript needs from a stored row (`StoredAuditEvent` has it)."""
-
-    @property
-    def seq(self) -> int: ...
-    @property
-    def kind(self) -> str: ...
-    @property
-    def turn_id(self) -> str: ...
-    @property
-    def created_at(self) -> str: ...
-    @property
-    def payload(self) -> dict[str, Any]: ...
-    @property
-    def system_prompt(self) -> str | None: ...
 
 
 @dataclass(frozen=True)
@@ -94,7 +78,7 @@ class Attempt:
     response_body: Any
     output: Any
     speculation: str | None = None
-    """`kept` or `discarded` for a speculative request call (issue 14), else `None`."""
+    """`kept` or `discarded` for a speculative request call, else `None`."""
     documents: list[dict[str, Any]] = field(default_factory=list)
     """The passages sent (id, source, title, version, sha256); their text is in `messages`."""
 

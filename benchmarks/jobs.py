@@ -33,9 +33,9 @@ from pathlib import Path
 from benchmarks._jobs_app import app
 from benchmarks.turns import PG_DEFAULT, _reachable, pg_database
 from frontdesk.db import run_write
+from frontdesk.jobs import store as rows
 from frontdesk.orchestrator import Orchestrator
 from frontdesk.orchestrator.memory import learn_spec
-from frontdesk.threads import jobs as rows
 
 REPO = Path(__file__).resolve().parents[1]
 MOVE = "I moved to Mumbai last month"

@@ -45,9 +45,9 @@ from typing import Any
 
 from benchmarks.turns import BILLING, REPLY, _model, _user_message
 from frontdesk.experts.providers import FunctionModel, ModelRequest
+from frontdesk.jobs.runner import Jobs
 from frontdesk.orchestrator import Orchestrator
 from frontdesk.orchestrator import memory as memory_module
-from frontdesk.orchestrator.jobs import Jobs
 from frontdesk.orchestrator.memory_gate import may_state_a_fact
 
 DATA = Path(__file__).resolve().parent / "data" / "memory_gate.jsonl"

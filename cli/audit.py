@@ -28,7 +28,6 @@ from rich.text import Text
 
 from frontdesk.audit.chain import Head
 from frontdesk.audit.cost import CostLine, CostReport, cost_report
-from frontdesk.audit.errors import UnknownConversation
 from frontdesk.audit.events import AuditEvent
 from frontdesk.audit.export import IndexEntry, render_html, render_index, write_jsonl
 from frontdesk.audit.redaction import recorded_rules, redact_rows, ruled_values
@@ -51,7 +50,7 @@ from frontdesk.cli._options import (
     id_column,
     print_table,
 )
-from frontdesk.errors import ConfigError, ReplayAppMismatch, UserError
+from frontdesk.errors import ConfigError, ReplayAppMismatch, UnknownConversation, UserError
 from frontdesk.experts.category import HUMAN, OTHER
 from frontdesk.orchestrator import Orchestrator
 from frontdesk.orchestrator.app import DEFAULT_APP, load_app

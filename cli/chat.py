@@ -31,12 +31,17 @@ from frontdesk.cli._options import (
     db_url,
     invocation,
 )
-from frontdesk.errors import ConversationNotFound, FrontdeskError, UserError
+from frontdesk.errors import (
+    ConversationNotFound,
+    FrontdeskError,
+    InvalidUserText,
+    TurnFailed,
+    UserError,
+)
 from frontdesk.masking import mask_url, scrub
 from frontdesk.orchestrator import Orchestrator
 from frontdesk.orchestrator.app import DEFAULT_APP, describe_models, load_app
 from frontdesk.orchestrator.config import offline_by_default
-from frontdesk.orchestrator.errors import InvalidUserText, TurnFailed
 from frontdesk.orchestrator.reply import Reply
 from frontdesk.orchestrator.stream import Delta, Done, Failed
 

@@ -23,10 +23,10 @@ from frontdesk.cli._options import (
     existing_db,
 )
 from frontdesk.errors import ConfigError
+from frontdesk.jobs.runner import DEFAULT_CONCURRENCY, SHUTDOWN_GRACE
+from frontdesk.jobs.store import JobRow, JobStore
 from frontdesk.orchestrator.app import DEFAULT_APP, load_app
 from frontdesk.orchestrator.erasure import retention_policy
-from frontdesk.orchestrator.jobs import DEFAULT_CONCURRENCY, SHUTDOWN_GRACE
-from frontdesk.threads.jobs import JobRow, JobStore
 from frontdesk.threads.store import ConversationStore
 
 app = typer.Typer(help="jobs commands", invoke_without_command=True)

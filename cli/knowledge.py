@@ -1,4 +1,5 @@
-"""`frontdesk knowledge ...`: the business's documents the replies are grounded in."""
+"""`frontdesk knowledge ...`: the business's documents the replies are grounded in (one
+profile's library: `--profile NAME`, the app's default profile without)."""
 
 from __future__ import annotations
 
@@ -25,6 +26,14 @@ app = typer.Typer(help="knowledge commands", no_args_is_help=True)
 AppOption = Annotated[
     str, app_option("module:attr naming an Orchestrator (its store and embeddings).")
 ]
+ProfileOption = Annotated[
+    str | None,
+    typer.Option(
+        "--profile",
+        help="The profile whose documents these are (its library: Profile.knowledge_source);"
+        " default: the app's default profile.",
+    ),
+]
 
 
 def _open(app_spec: str, db: str | None) -> Orchestrator:
@@ -42,10 +51,12 @@ def _read(path: Path) -> str:
         raise UserError(f"cannot read {path}: {e.strerror}") from None
 
 
-async def _add(app_spec: str, db: str | None, files: list[tuple[str, str]]) -> list[int]:
+async def _add(
+    app_spec: str, db: str | None, files: list[tuple[str, str]], profile: str | None
+) -> list[int]:
     orch = _open(app_spec, db)
     try:
-        return [await orch.knowledge.add(source, text) for source, text in files]
+        return [await orch.knowledge.add(s, text, profile=profile) for s, text in files]
     finally:
         await orch.aclose()
 
@@ -116,6 +127,7 @@ def add(
     ] = None,
     db: DbOption = None,
     app_spec: AppOption = DEFAULT_APP,
+    profile: ProfileOption = None,
 ) -> None:
     """Add files as sources (a file added again replaces its passages: unchanged ones keep
     their id and version, changed ones get the next version). A source's name is what a
@@ -123,16 +135,16 @@ def add(
     never the machine's absolute path."""
     names = source_names(paths, root, source)
     files = [(name, _read(path)) for name, path in zip(names, paths, strict=True)]
-    counts = asyncio.run(_add(app_spec, db, files))
+    counts = asyncio.run(_add(app_spec, db, files, profile))
     console = Console(soft_wrap=True)
     for (name, _text), count in zip(files, counts, strict=True):
         console.print(f"{escape(name)}: {count} passage{'s' if count != 1 else ''}")
 
 
-async def _passages(app_spec: str, db: str | None) -> list[Passage]:
+async def _passages(app_spec: str, db: str | None, profile: str | None) -> list[Passage]:
     orch = _open(app_spec, db)
     try:
-        return await orch.knowledge.passages()
+        return await orch.knowledge.passages(profile=profile)
     finally:
         await orch.aclose()
 
@@ -142,9 +154,10 @@ def list_sources(
     db: DbOption = None,
     app_spec: AppOption = DEFAULT_APP,
     json_out: Annotated[bool, json_option("A JSON list of {source, passages} on stdout.")] = False,
+    profile: ProfileOption = None,
 ) -> None:
     """The sources stored, with how many passages each holds."""
-    counts = Counter(p.source for p in asyncio.run(_passages(app_spec, db)))
+    counts = Counter(p.source for p in asyncio.run(_passages(app_spec, db, profile)))
     if json_out:
         emit_json([{"source": s, "passages": n} for s, n in sorted(counts.items())])
         return
@@ -158,10 +171,12 @@ def list_sources(
     console.print(table)
 
 
-async def _search(app_spec: str, db: str | None, query: str, limit: int) -> list[Passage]:
+async def _search(
+    app_spec: str, db: str | None, query: str, limit: int, profile: str | None
+) -> list[Passage]:
     orch = _open(app_spec, db)
     try:
-        return await orch.knowledge.search(query, limit=limit)
+        return await orch.knowledge.search(query, limit=limit, profile=profile)
     finally:
         await orch.aclose()
 
@@ -173,9 +188,10 @@ def search(
     db: DbOption = None,
     app_spec: AppOption = DEFAULT_APP,
     json_out: Annotated[bool, json_option("A JSON list of passages on stdout.")] = False,
+    profile: ProfileOption = None,
 ) -> None:
-    """The passages a turn would find for QUERY, best first."""
-    found = asyncio.run(_search(app_spec, db, query, limit))
+    """The passages a turn of the profile would find for QUERY, best first."""
+    found = asyncio.run(_search(app_spec, db, query, limit, profile))
     if json_out:
         emit_json([dataclasses.asdict(p) for p in found])
         return
@@ -192,10 +208,10 @@ def search(
         console.print()
 
 
-async def _remove(app_spec: str, db: str | None, source: str) -> int:
+async def _remove(app_spec: str, db: str | None, source: str, profile: str | None) -> int:
     orch = _open(app_spec, db)
     try:
-        return await orch.knowledge.remove(source)
+        return await orch.knowledge.remove(source, profile=profile)
     finally:
         await orch.aclose()
 
@@ -205,9 +221,10 @@ def remove(
     source: Annotated[str, typer.Argument(help="The source's name (`frontdesk knowledge list`).")],
     db: DbOption = None,
     app_spec: AppOption = DEFAULT_APP,
+    profile: ProfileOption = None,
 ) -> None:
     """Delete a source and its passages."""
-    count = asyncio.run(_remove(app_spec, db, source))
+    count = asyncio.run(_remove(app_spec, db, source, profile))
     if count == 0:
         raise UserError(f"no source {source!r}; list them with: frontdesk knowledge list")
     Console(soft_wrap=True).print(

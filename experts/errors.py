@@ -1,4 +1,5 @@
-"""The model layer's part of the error tree (defined in `frontdesk.errors`)."""
+"""The model layer's part of the error tree (defined in `frontdesk.errors`),
+re-exported for code written against this module: import from `frontdesk.errors`."""
 
 from frontdesk.errors import (
     EmptySummary,

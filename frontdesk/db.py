@@ -8,10 +8,12 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from datetime import UTC, datetime
 from typing import Any, TypeVar
 
+import sqlalchemy as sa
 from sqlalchemy import Connection
-from sqlalchemy.engine import URL, make_url
+from sqlalchemy.engine import URL, Dialect, make_url
 from sqlalchemy.exc import ArgumentError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
@@ -26,6 +28,7 @@ __all__ = [
     "SQLITE_BUSY_TIMEOUT_MS",
     "AsyncEngine",
     "Connection",
+    "UTCDateTime",
     "create_engine",
     "dispose_engine",
     "normalise_url",
@@ -34,6 +37,7 @@ __all__ = [
     "run_alone",
     "run_read",
     "run_write",
+    "utcnow",
     "write_slot",
     "writes_to",
 ]
@@ -99,7 +103,7 @@ def create_engine(url: str, **kwargs: Any) -> AsyncEngine:
     not by SQLAlchemy's pre-ping: on asyncpg that ping is three round trips (BEGIN, `;`,
     ROLLBACK) per checkout, 9 of a turn's 37. A connection lost during a transaction fails
     it as invalidated, and the store's transactions run again from the start
-    (`threads._tx.is_transient`).
+    (`frontdesk._driver.tx.is_transient`).
     """
     normalised = normalise_url(url)
     if normalised.startswith("sqlite"):
@@ -179,7 +183,7 @@ def reads_beside_writes(engine: AsyncEngine) -> bool:
     first transaction) runs better beside it, as a read of its own (`run_read`).
 
     PostgreSQL: yes, the server ranks on a second connection while the first one writes
-    (a memory turn went from 1.31x to 1.21x a bare turn, docs/benchmarks.md). SQLite: no,
+    (docs/benchmarks.md). SQLite: no,
     the reader and the writer threads contend for one interpreter lock, and inside the
     writer's transaction the read costs no hop of its own (concurrent memory turns lost
     about 8 % beside it; alone they were level)."""
@@ -196,3 +200,32 @@ async def dispose_engine(engine: AsyncEngine) -> None:
     await writer.dispose(engine)
     await reader.dispose(engine)
     await engine.dispose()
+
+
+# -- timestamps as every table stores them (`threads`, `jobs`) ------------------------------
+
+
+def utcnow() -> datetime:
+    """Now, tz-aware UTC."""
+    return datetime.now(UTC)
+
+
+class UTCDateTime(sa.TypeDecorator[datetime]):
+    """A timestamp that is always tz-aware UTC in Python, on SQLite (no time zones) as well."""
+
+    impl = sa.DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError("naive datetime: pass a tz-aware UTC time")
+        value = value.astimezone(UTC)
+        # SQLite stores text; a naive UTC time sorts correctly as text.
+        return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
+
+    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)

@@ -78,6 +78,8 @@ class Memory:
     """`customer`: the customer's word (the memory expert, a past conversation's summary,
     `remember(..., trust="customer")`); `verified`: the business's (a handler's
     `context.memory.remember`, `remember(...)` by default)."""
+    profile: str = "default"
+    """The profile (business) whose turns recall it: another profile never sees it."""
 
     @property
     def is_past_conversation(self) -> bool:

@@ -80,8 +80,8 @@ _tracer: Any = _trace.get_tracer(TRACER_NAME) if _trace is not None else None
 def _active_tracer() -> Any:
     """The tracer, or `None` while no SDK tracer provider is installed: the API's proxy
     would make spans that record nothing, and their context managers and context switches
-    cost a turn about 2 % of its CPU (issue 20). A provider installed later is seen at
-    the next span."""
+    cost a turn a measurable part of its CPU (docs/benchmarks.md). A provider installed
+    later is seen at the next span."""
     if _tracer is None:
         return None
     provider = _trace.get_tracer_provider()

@@ -1,15 +1,15 @@
 """The turn pipeline: thread -> triage -> request -> handler -> response -> thread/audit."""
 
-from frontdesk.orchestrator._orchestrator import Orchestrator
-from frontdesk.orchestrator.config import ExpertSettings
-from frontdesk.orchestrator.erasure import ErasureReport, RetentionPolicy
-from frontdesk.orchestrator.errors import (
+from frontdesk.errors import (
     EmptyMessage,
     ForbiddenCharacters,
     InputTooLarge,
     InvalidUserText,
     TurnFailed,
 )
+from frontdesk.orchestrator._orchestrator import Orchestrator
+from frontdesk.orchestrator.config import ExpertSettings
+from frontdesk.orchestrator.erasure import ErasureReport, RetentionPolicy
 from frontdesk.orchestrator.handoff import Claim, Handoff
 from frontdesk.orchestrator.profile import (
     AuditSettings,

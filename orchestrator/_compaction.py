@@ -27,14 +27,14 @@ from frontdesk.audit.store import AuditLog
 from frontdesk.experts import ExpertCall
 from frontdesk.experts.providers.base import Message, Model, ModelSettings
 from frontdesk.experts.summariser import SummariserExpert
+from frontdesk.jobs.runner import JobKind, lock_key
+from frontdesk.jobs.store import JobSpec
 from frontdesk.orchestrator._recorder import TurnRecorder, observing
-from frontdesk.orchestrator.jobs import JobKind, lock_key
 from frontdesk.orchestrator.ruled_values import Secrets
 from frontdesk.prompts import load_prompt
 from frontdesk.ruled import RuledValues
 from frontdesk.threads.builder import build_thread
 from frontdesk.threads.compaction import CompactionPolicy
-from frontdesk.threads.jobs import JobSpec
 from frontdesk.threads.store import ConversationStore
 from frontdesk.threads.summaries import SummaryRecord, SummaryStore
 from frontdesk.threads.tokens import TokenCounter

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 
-from frontdesk.orchestrator.errors import EmptyMessage, ForbiddenCharacters, InputTooLarge
+from frontdesk.errors import EmptyMessage, ForbiddenCharacters, InputTooLarge
 
 DEFAULT_MAX_MESSAGE_CHARS = 16_000
 

@@ -31,6 +31,8 @@ from frontdesk.errors import (
 )
 from frontdesk.experts import Category
 from frontdesk.experts.providers import Model
+from frontdesk.jobs.runner import DrainTimeout, JobKind, Jobs, JobsMode, PeriodicJob
+from frontdesk.jobs.store import JobStore
 from frontdesk.memory import Memory, MemorySource, MemoryTrust
 from frontdesk.memory_policy import MemoryPolicy
 from frontdesk.orchestrator import _wiring, erasure, handoff, resolution, turn
@@ -45,7 +47,6 @@ from frontdesk.orchestrator.config import (
 )
 from frontdesk.orchestrator.erasure import Privacy
 from frontdesk.orchestrator.handoff import Claim, Handoff, Handoffs
-from frontdesk.orchestrator.jobs import DrainTimeout, JobKind, Jobs, JobsMode, PeriodicJob
 from frontdesk.orchestrator.knowledge import HybridRetriever, Knowledge, Library
 from frontdesk.orchestrator.memory import CLOSE_TIMEOUT, LongTermMemory, Memories
 from frontdesk.orchestrator.past_conversations import PastConversations
@@ -68,7 +69,6 @@ from frontdesk.threads.budget import Budget
 from frontdesk.threads.builder import UserThread, build_thread
 from frontdesk.threads.compaction import CompactionPolicy
 from frontdesk.threads.handoff import HandoffPolicy
-from frontdesk.threads.jobs import JobStore
 from frontdesk.threads.knowledge import FullTextPassageRetriever, KnowledgeStore
 from frontdesk.threads.memory import FullTextRetriever, MemoryStore
 from frontdesk.threads.resolution import Feedback
@@ -152,7 +152,8 @@ class Orchestrator:
         self._open_lock = asyncio.Lock()
         self._compaction: BackgroundCompaction | None = None
         self._memories: Memories | None = None
-        self._library: Library | None = None
+        self._memories_of: dict[str, Memories] = {}
+        self._libraries: dict[str, Library] = {}
         self._knowledge = Knowledge(self._opened_library)
         self._memory = LongTermMemory(self._opened_memories, self._memories_now)
         self._handoffs = Handoffs(self._open, self._check_operator_text)
@@ -408,8 +409,9 @@ class Orchestrator:
             except BaseException:  # Procrastinate missing or PostgreSQL away: close up.
                 await self._close_opened(store)
                 raise
-            assert self._memories is not None
-            self._jobs = self._memories.jobs = jobs
+            self._jobs = jobs
+            for memories in self._memories_of.values():
+                memories.jobs = jobs
             self._pipelines = {
                 name: dataclasses.replace(p, jobs=jobs) for name, p in pipelines.items()
             }
@@ -417,8 +419,9 @@ class Orchestrator:
             return self._pipeline
 
     def _pipeline_of(self, name: str, store: ConversationStore) -> Pipeline:
-        """One profile's pipeline on the opened store. The memory, the knowledge and the
-        past conversations are the default profile's (built with it)."""
+        """One profile's pipeline on the opened store, with its own memory (its facts only)
+        and knowledge (its library's documents). The past conversations' job is built with
+        the default profile (each summary is kept for its conversation's profile)."""
         w = self._wired[name]
         profile = w.profile
         triage, requests, response = w.experts
@@ -438,15 +441,24 @@ class Orchestrator:
                 secrets=secrets,
             )
         )
+        knowledge_store = KnowledgeStore(store.engine, profile.knowledge_source or name)
+        library = self._libraries[name] = Library(
+            store=knowledge_store,
+            retriever=FullTextPassageRetriever(knowledge_store)
+            if profile.embeddings is None
+            else HybridRetriever(store=knowledge_store, embedder=profile.embeddings),
+        )
+        memory_store = MemoryStore(store.engine, profile=name)
+        memories = self._memories_of[name] = Memories(
+            store=memory_store,
+            retriever=profile.retriever or FullTextRetriever(memory_store),
+            expert=w.memory_expert,
+            audit=self._audit,
+            policy=profile.memory_policy or MemoryPolicy(),
+            secrets=partial(_drop_values, store, self._categories_by_name()),
+            ruled=secrets,
+        )
         if name == self._default:
-            knowledge_store = KnowledgeStore(store.engine)
-            self._library = Library(
-                store=knowledge_store,
-                retriever=FullTextPassageRetriever(knowledge_store)
-                if profile.embeddings is None
-                else HybridRetriever(store=knowledge_store, embedder=profile.embeddings),
-            )
-            memory_store = MemoryStore(store.engine)
             self._past = PastConversations(
                 store=store,
                 memory=memory_store,
@@ -455,19 +467,11 @@ class Orchestrator:
                 idle_after=profile.summarise_idle_after,
                 secrets=secrets,
             )
-            self._memories = Memories(
-                store=memory_store,
-                retriever=profile.retriever or FullTextRetriever(memory_store),
-                expert=w.memory_expert,
-                audit=self._audit,
-                policy=profile.memory_policy or MemoryPolicy(),
-                secrets=partial(_drop_values, store, self._categories_by_name()),
-                ruled=secrets,
-            )
+            self._memories = memories
             self._secrets = secrets
         return Pipeline(
             app=app_record(self.app_spec, triage, requests, response, name),
-            memory=self._memories if profile.memory else None,
+            memory=memories if profile.memory else None,
             store=store,
             audit=self._audit,
             deadline=self._timeouts.turn_deadline,
@@ -487,7 +491,7 @@ class Orchestrator:
             counter=w.counter,
             compaction=compaction,
             compaction_policy=profile.compaction,
-            knowledge=self._library if profile.knowledge else None,
+            knowledge=library if profile.knowledge else None,
             past=self._past if profile.memory and profile.past_conversations else None,
             profile=name,
             secrets=secrets,
@@ -510,7 +514,7 @@ class Orchestrator:
         assert self._memories is not None
         compactors = {name: q.compaction.compactor for name, q in pipelines.items()}
         kinds = [
-            self._memories.job_kind(p.store.get, p.store.conversation),
+            self._memories.job_kind(p.store.get, p.store.conversation, self._memories_of_conv),
             p.compaction.job_kind(compactors),
         ]
         periodic = []
@@ -540,14 +544,15 @@ class Orchestrator:
 
     @property
     def knowledge(self) -> Knowledge:
-        """The business's documents: `add`, `remove`, `search`, `sources`, usable before
+        """The businesses' documents: `add`, `remove`, `search`, `sources`, each of one
+        profile's library (`profile=NAME`; the default profile's without), usable before
         `open()` (docs/knowledge.md)."""
         return self._knowledge
 
-    async def _opened_library(self) -> Library:
+    async def _opened_library(self, profile: str | None) -> Library:
+        name = self._named(profile) or self._default
         await self._open()
-        assert self._library is not None
-        return self._library
+        return self._libraries[name]
 
     async def remember_idle_conversations(self, *, limit: int = 50) -> int:
         """Keep the summary of each conversation idle for `summarise_idle_after` as a memory
@@ -957,9 +962,10 @@ class Orchestrator:
 
     async def _opened_records(self) -> erasure.UserRecords:
         p = await self._open()
-        assert self._memories is not None
+        # A subject access request covers the user's facts of every profile.
+        every = MemoryStore(p.store.engine, profile=None)
         return erasure.UserRecords(
-            store=p.store, audit=self._audit, memories=self._memories.store, secrets=self._secrets
+            store=p.store, audit=self._audit, memories=every, secrets=self._secrets
         )
 
     def finish_in_background(self, task: asyncio.Task[Any]) -> None:
@@ -999,7 +1005,8 @@ class Orchestrator:
         self._audit = None
         self._compaction = None
         self._memories = None
-        self._library = None
+        self._memories_of = {}
+        self._libraries = {}
         self._past = None
         self._jobs = None
 
@@ -1019,14 +1026,27 @@ class Orchestrator:
 
     # -- long-term memory: thin aliases of `memory` (docs/memory.md) -------------------
 
-    async def _opened_memories(self) -> Memories:
+    async def _opened_memories(self, profile: str | None) -> Memories:
+        name = self._named(profile)
         await self._open()
-        return self._memories_now()
+        return self._memories_now(name)
 
-    def _memories_now(self) -> Memories:
-        if self._memories is None:
+    def _memories_now(self, profile: str | None) -> Memories:
+        """The memory of `profile` (`None`: the default profile's).
+
+        Raises:
+            ConfigError: no profile of that name.
+            UserError: the orchestrator is not open yet.
+        """
+        name = self._named(profile) or self._default
+        if name not in self._memories_of:
             raise UserError("memory opens with the store; await orch.open() first")
-        return self._memories
+        return self._memories_of[name]
+
+    def _memories_of_conv(self, recorded: str | None) -> Memories:
+        """The memory that learns from a conversation of the `recorded` profile (the
+        default profile's for one from before profiles, or of a profile since removed)."""
+        return self._memories_of.get(recorded or self._default) or self._memories_now(None)
 
     async def remember(
         self,

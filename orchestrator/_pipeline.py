@@ -21,6 +21,7 @@ from frontdesk.experts.providers import ModelResponse
 from frontdesk.experts.request import RequestExpert
 from frontdesk.experts.response import ResponseExpert
 from frontdesk.experts.triage import TriageExpert
+from frontdesk.jobs.runner import Jobs
 from frontdesk.knowledge import Passage
 from frontdesk.memory import Memory
 from frontdesk.orchestrator import confirmation, fallbacks, handler_errors, spend
@@ -31,7 +32,6 @@ from frontdesk.orchestrator import screen as _screen
 from frontdesk.orchestrator._compaction import BackgroundCompaction
 from frontdesk.orchestrator._recorder import TurnRecorder
 from frontdesk.orchestrator._router import Router
-from frontdesk.orchestrator.jobs import Jobs
 from frontdesk.orchestrator.past_conversations import PastConversations
 from frontdesk.orchestrator.ruled_values import Secrets
 from frontdesk.ruled import TurnSecrets

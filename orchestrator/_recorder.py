@@ -185,7 +185,7 @@ class TurnRecorder:
             "error": attempt.error,
             "will_retry": attempt.will_retry,
         }
-        if attempt.first_token_ms is not None:  # a streamed attempt (issue 14)
+        if attempt.first_token_ms is not None:  # a streamed attempt
             payload["first_token_ms"] = round(attempt.first_token_ms, 3)
         system = None
         if request is not None:

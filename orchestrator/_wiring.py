@@ -15,6 +15,7 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
+from frontdesk.errors import InputTooLarge
 from frontdesk.experts import Category, ExpertCall
 from frontdesk.experts.memory import MemoryExpert
 from frontdesk.experts.providers import (
@@ -39,7 +40,6 @@ from frontdesk.orchestrator.config import (
     offline_by_default,
     resolve_models,
 )
-from frontdesk.orchestrator.errors import InputTooLarge
 from frontdesk.orchestrator.profile import Profile
 from frontdesk.orchestrator.resolution import check_variants
 from frontdesk.orchestrator.review import Review

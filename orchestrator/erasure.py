@@ -46,12 +46,12 @@ from frontdesk.audit.refs import UNKEYED, JobLockPurpose, UserRefs, legacy
 from frontdesk.audit.store import AuditLog
 from frontdesk.db import AsyncEngine, Connection, run_write
 from frontdesk.errors import ConfigError
-from frontdesk.orchestrator.jobs import JobKind, PeriodicJob
+from frontdesk.jobs import store as job_rows
+from frontdesk.jobs.runner import JobKind, PeriodicJob
+from frontdesk.jobs.store import JobSpec, rename_lock
 from frontdesk.orchestrator.ruled_values import Secrets
 from frontdesk.ruled import RuledValues
 from frontdesk.threads import erasure as store_erasure
-from frontdesk.threads import jobs as job_rows
-from frontdesk.threads.jobs import JobSpec, rename_lock
 from frontdesk.threads.listing import list_conversations
 from frontdesk.threads.memory import MemoryStore
 from frontdesk.threads.models import utcnow
@@ -561,8 +561,8 @@ class Privacy:
     async def export_user(self, user_id: str) -> dict[str, Any]:
         """Everything stored about `user_id` in clear, as JSON-ready data (a subject
         access request): each of their conversations with every message of every branch,
-        and their current long-term facts. The audit log's copy is exported with
-        `frontdesk audit export`."""
+        and their current long-term facts kept by every profile (each names its profile).
+        The audit log's copy is exported with `frontdesk audit export`."""
         r = await self._opened()
         shown = await self.ruled_values(user_id=user_id)  # `Redact` rules hold here too.
         conversations = []
@@ -595,6 +595,8 @@ class Privacy:
                     "text": f.text,
                     "key": f.key,
                     "source": f.source,
+                    "trust": f.trust,
+                    "profile": f.profile,
                     "updated_at": f.updated_at.isoformat(),
                 }
                 for f in facts

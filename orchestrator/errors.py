@@ -1,4 +1,5 @@
-"""The turn's part of the error tree (defined in `frontdesk.errors`)."""
+"""The turn's part of the error tree (defined in `frontdesk.errors`),
+re-exported for code written against this module: import from `frontdesk.errors`."""
 
 from frontdesk.errors import (
     SAFE_REPLY,

@@ -23,8 +23,8 @@ import structlog
 
 from frontdesk.audit.events import AuditEvent, EventKind
 from frontdesk.errors import ConversationBusy
+from frontdesk.jobs.runner import PeriodicJob
 from frontdesk.orchestrator.audited import Records, audited
-from frontdesk.orchestrator.jobs import PeriodicJob
 from frontdesk.threads.handoff import (
     Claimed,
     HandedBack,

@@ -99,17 +99,22 @@ class Library:
 
 
 class Knowledge:
-    """`Orchestrator.knowledge`: the business's documents, searchable by every turn.
+    """`Orchestrator.knowledge`: the businesses' documents, searchable by their turns.
 
-    Each method opens the orchestrator's store on first use (as `handle` does), so no
-    `open()` is needed before adding documents.
+    Each method works on one profile's library (`profile=NAME`: the documents that
+    profile's turns read, `Profile.knowledge_source`; `None`: the default profile's), and
+    opens the orchestrator's store on first use (as `handle` does), so no `open()` is
+    needed before adding documents.
+
+    Raises (every method):
+        ConfigError: no profile of that name.
     """
 
-    def __init__(self, opened: Callable[[], Awaitable[Library]]) -> None:
-        """`opened`: the orchestrator's store and retriever, opened on first call."""
+    def __init__(self, opened: Callable[[str | None], Awaitable[Library]]) -> None:
+        """`opened`: a profile's store and retriever, the orchestrator opened on first call."""
         self._opened = opened
 
-    async def add(self, source: str, text: str) -> int:
+    async def add(self, source: str, text: str, *, profile: str | None = None) -> int:
         """Store `text` as the passages of `source` (replacing what it held: unchanged
         passages keep their id and version, changed ones their id with the next version);
         returns how many passages it holds now.
@@ -117,13 +122,15 @@ class Knowledge:
         Raises:
             InvalidInput: an empty or over-long text, a bad source name.
         """
-        return len(await (await self._opened()).store.add(source, text))
+        return len(await (await self._opened(profile)).store.add(source, text))
 
-    async def remove(self, source: str) -> int:
+    async def remove(self, source: str, *, profile: str | None = None) -> int:
         """Delete the passages of `source`; how many there were (0 for an unknown source)."""
-        return await (await self._opened()).store.remove(source)
+        return await (await self._opened(profile)).store.remove(source)
 
-    async def search(self, query: str, limit: int = 5) -> list[Passage]:
+    async def search(
+        self, query: str, limit: int = 5, *, profile: str | None = None
+    ) -> list[Passage]:
         """The passages most relevant to `query`, best first (as a turn would find them).
 
         Raises:
@@ -135,15 +142,17 @@ class Knowledge:
             raise InvalidInput(f"limit must be 1 to {MAX_SEARCH_LIMIT}, got {limit}")
         if not isinstance(query, str):
             raise InvalidInput(f"query must be a str, not {type(query).__name__}")
-        return await (await self._opened()).retriever.retrieve(query, limit=limit)
+        return await (await self._opened(profile)).retriever.retrieve(query, limit=limit)
 
-    async def sources(self) -> list[str]:
+    async def sources(self, *, profile: str | None = None) -> list[str]:
         """The names of the sources stored, sorted."""
-        return await (await self._opened()).store.sources()
+        return await (await self._opened(profile)).store.sources()
 
-    async def passages(self, source: str | None = None) -> list[Passage]:
+    async def passages(
+        self, source: str | None = None, *, profile: str | None = None
+    ) -> list[Passage]:
         """The passages of `source` (of every source when `None`), in their order."""
-        return await (await self._opened()).store.passages(source)
+        return await (await self._opened(profile)).store.passages(source)
 
 
 @functools.lru_cache(maxsize=4096)

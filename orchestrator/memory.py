@@ -40,9 +40,12 @@ from frontdesk.audit.events import AuditEvent
 from frontdesk.audit.refs import UNKEYED, UserRefs
 from frontdesk.audit.store import AuditLog
 from frontdesk.db import Connection
+from frontdesk.errors import MessageNotFound
 from frontdesk.experts import MemoryBlock
 from frontdesk.experts.memory import Fact, MemoryExpert
 from frontdesk.experts.providers import Message
+from frontdesk.jobs.runner import DrainTimeout, JobKind, Jobs
+from frontdesk.jobs.store import JobSpec, mark_done
 from frontdesk.labels import (
     CUSTOMER_MEMORY_END,
     CUSTOMER_MEMORY_LABEL,
@@ -53,15 +56,12 @@ from frontdesk.labels import (
 from frontdesk.memory import Memory, MemorySource, MemoryTrust
 from frontdesk.memory_policy import MemoryPolicy
 from frontdesk.orchestrator._recorder import TurnRecorder, observing
-from frontdesk.orchestrator.jobs import DrainTimeout, JobKind, Jobs
 from frontdesk.orchestrator.memory_gate import may_state_a_fact as may_state_a_fact
 from frontdesk.orchestrator.ruled_values import Secrets
 from frontdesk.ruled import RuledValues, replaced
 from frontdesk.threads import ERASED_MARKER, ConversationRecord
 from frontdesk.threads.budget import Document
 from frontdesk.threads.builder import ExpertView
-from frontdesk.threads.errors import MessageNotFound
-from frontdesk.threads.jobs import JobSpec, mark_done
 from frontdesk.threads.memory import FullTextRetriever, MemoryStore, Retriever
 from frontdesk.threads.store import MessageRecord
 
@@ -97,8 +97,7 @@ class Remembered(Document):
 
 SecretsOf = Callable[[str], Awaitable[Collection[str]]]
 """`secrets(message_id)`: the values the memory expert must never keep from that user
-message (the `Redact("drop")` fields of its turn's request). The hook the secrets work
-extends (issue 40)."""
+message (the `Redact("drop")` fields of its turn's request)."""
 
 
 def ranked(
@@ -318,9 +317,11 @@ class Memories:
         self,
         message: Callable[[str], Awaitable[MessageRecord]],
         conversation: Callable[[str], Awaitable[ConversationRecord | None]],
+        of_profile: Callable[[str | None], Memories] | None = None,
     ) -> JobKind:
         """The `memory.learn` job kind, reading the message and its owner through the
-        conversation store's `message` and `conversation`."""
+        conversation store's `message` and `conversation`; the facts are learnt by the
+        memory of the conversation's profile (`of_profile`; this one without it)."""
 
         async def run(args: Mapping[str, Any]) -> None:
             message_id = str(args["message_id"])
@@ -334,7 +335,8 @@ class Memories:
             owner = await conversation(question.conversation_id)
             if owner is None or owner.user_id is None or question.content == ERASED_MARKER:
                 return
-            await self.learn(
+            learner = self if of_profile is None else of_profile(owner.profile)
+            await learner.learn(
                 owner.user_id, question.conversation_id, message_id, question.content, done_key=key
             )
 
@@ -508,23 +510,24 @@ def for_handler(
 
 
 class LongTermMemory:
-    """`Orchestrator.memory`: the users' long-term facts (docs/memory.md). Each method
-    opens the orchestrator on first use."""
+    """`Orchestrator.memory`: the users' long-term facts (docs/memory.md), each kept by one
+    profile: `profile=NAME` picks whose (`None`: the orchestrator's default profile, its
+    only one or its first). Each method opens the orchestrator on first use."""
 
     def __init__(
         self,
-        opened: Callable[[], Awaitable[Memories]],
-        now: Callable[[], Memories],
+        opened: Callable[[str | None], Awaitable[Memories]],
+        now: Callable[[str | None], Memories],
     ) -> None:
-        """`opened`: the orchestrator's memory, opened on first call; `now`: the same,
-        once open (`store`)."""
+        """`opened`: a profile's memory, the orchestrator opened on first call; `now`: the
+        same, once open (`store`)."""
         self._opened = opened
         self._now = now
 
     @property
     def store(self) -> MemoryStore:
-        """The memory table (once the orchestrator is open)."""
-        return self._now().store
+        """The default profile's memory table (once the orchestrator is open)."""
+        return self._now(None).store
 
     async def remember(
         self,
@@ -534,8 +537,10 @@ class LongTermMemory:
         *,
         source: MemorySource = "user",
         trust: MemoryTrust = "verified",
+        profile: str | None = None,
     ) -> Memory:
-        """Remember a fact about `user_id` from the very next turn on.
+        """Remember a fact about `user_id` from the very next turn on (of `profile`'s
+        conversations only).
 
         Args:
             user_id: Whose fact it is.
@@ -545,42 +550,56 @@ class LongTermMemory:
                 `handler` or `memory_expert`.
             trust: `verified` (the default: the application writes it, as the business's
                 record) or `customer` (passed on as the customer's own, unverified word).
+            profile: Which business keeps it (`None`: the default profile).
 
         Raises:
             InvalidInput: empty or over-long text, an unknown source or trust.
+            ConfigError: no profile of that name.
         """
-        memories = await self._opened()
+        memories = await self._opened(profile)
         return await memories.write(user_id, text, key=key, source=source, trust=trust)
 
-    async def recall(self, user_id: str, query: str | None = None) -> list[Memory]:
-        """The current facts about `user_id`: all of them, the most recently updated
-        first (past conversations are not facts: `past_conversations`); or, with `query`,
-        what a turn about it would be given, best first."""
-        memories = await self._opened()
+    async def recall(
+        self, user_id: str, query: str | None = None, *, profile: str | None = None
+    ) -> list[Memory]:
+        """The current facts `profile` keeps about `user_id`: all of them, the most
+        recently updated first (past conversations are not facts: `past_conversations`);
+        or, with `query`, what a turn about it would be given, best first."""
+        memories = await self._opened(profile)
         if query is None:
             current = await memories.store.current(user_id)
             return [m for m in current if not m.is_past_conversation]
         return await memories.recall(user_id, query)
 
-    async def past_conversations(self, user_id: str) -> list[Memory]:
-        """The kept summaries of `user_id`'s past conversations, the newest first (each
-        with its `conversation_id`; `forget` deletes one, erasure all)."""
-        current = await (await self._opened()).store.current(user_id)
+    async def past_conversations(self, user_id: str, *, profile: str | None = None) -> list[Memory]:
+        """The kept summaries of `user_id`'s past conversations with `profile`, the newest
+        first (each with its `conversation_id`; `forget` deletes one, erasure all)."""
+        current = await (await self._opened(profile)).store.current(user_id)
         return [m for m in current if m.is_past_conversation]
 
-    async def correct(self, user_id: str, memory_id: str, text: str, *, by: str = "user") -> Memory:
+    async def correct(
+        self,
+        user_id: str,
+        memory_id: str,
+        text: str,
+        *,
+        by: str = "user",
+        profile: str | None = None,
+    ) -> Memory:
         """Replace the text of one of the user's facts, from the very next turn on.
 
         Raises:
-            MemoryNotFound: no current fact `memory_id` of `user_id`.
+            MemoryNotFound: no current fact `memory_id` of `user_id` kept by `profile`.
         """
-        memories = await self._opened()
+        memories = await self._opened(profile)
         memory = await memories.store.correct(user_id, memory_id, text)
         payload: dict[str, object] = {"memory_id": memory_id, "by": by}
         await memories.note_for_user(user_id, "memory_corrected", payload)
         return memory
 
-    async def forget(self, user_id: str, memory_id: str, *, by: str = "user") -> None:
+    async def forget(
+        self, user_id: str, memory_id: str, *, by: str = "user", profile: str | None = None
+    ) -> None:
         """Delete one of the user's facts (and the older versions it replaced): its text is
         gone from the database; the audit log records only that it was forgotten.
 
@@ -588,16 +607,19 @@ class LongTermMemory:
         event never holds the text (nor the user id: the chain is keyed by a digest).
 
         Raises:
-            MemoryNotFound: no current fact `memory_id` of `user_id`.
+            MemoryNotFound: no current fact `memory_id` of `user_id` kept by `profile`.
         """
-        memories = await self._opened()
+        memories = await self._opened(profile)
         ids = await memories.store.forget(user_id, memory_id)
         payload = {"memory_ids": ids, "by": by, "all": False}
         await memories.note_for_user(user_id, "memory_forgotten", payload)
 
-    async def forget_all(self, user_id: str, *, by: str = "user") -> int:
-        """Delete every fact about `user_id`; returns how many current facts were forgotten."""
-        memories = await self._opened()
+    async def forget_all(
+        self, user_id: str, *, by: str = "user", profile: str | None = None
+    ) -> int:
+        """Delete every fact `profile` keeps about `user_id`; returns how many current facts
+        were forgotten (`privacy.erase_user` erases those of every profile)."""
+        memories = await self._opened(profile)
         count, ids = await memories.store.forget_all(user_id)
         if ids:
             payload = {"memory_ids": ids, "by": by, "all": True}
@@ -607,4 +629,4 @@ class LongTermMemory:
     async def wait(self, within: float = CLOSE_TIMEOUT) -> int:
         """Wait, at most `within` seconds, for the learning recorded so far; how many
         jobs are left (0: every fact said so far is learnt). See `Memories.wait`."""
-        return await (await self._opened()).wait(within)
+        return await (await self._opened(None)).wait(within)

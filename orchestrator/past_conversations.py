@@ -10,8 +10,8 @@ supersedes the older (one key per conversation); a conversation already kept up 
 newest message is not summarised again.
 
 The idle trigger is background work: `remember_idle` is the function a periodic job calls
-(`Orchestrator.remember_idle_conversations`; the durable jobs runner of issue 22 schedules
-it, and until then an application may call it on a timer). A database lease per
+(`Orchestrator.remember_idle_conversations`; the jobs runner schedules it,
+docs/jobs.md). A database lease per
 conversation (`summary-memory:<id>`) keeps two processes from summarising the same one.
 The summariser's call and the write are audited in the conversation's chain, under the
 user's data key; a failure is logged and audited (`memory_failed`), never raised to a turn.
@@ -66,6 +66,8 @@ class PastConversations:
 
     store: ConversationStore
     memory: MemoryStore
+    """The default profile's: each summary is kept for its conversation's profile (this
+    one for a conversation from before profiles)."""
     summariser: SummariserExpert
     audit: AuditLog | None = None
     idle_after: timedelta = IDLE_AFTER
@@ -133,7 +135,7 @@ class PastConversations:
     async def _remember(self, conversation_id: str, user_id: str, leaf_id: str) -> Memory | None:
         current = [
             m
-            for m in await self.memory.current(user_id)
+            for m in await MemoryStore(self.memory.engine, profile=None).current(user_id)
             if m.source == SUMMARY_SOURCE and m.conversation_id == conversation_id
         ]
         if any(m.message_id == leaf_id for m in current):

@@ -21,12 +21,12 @@ from typing import TYPE_CHECKING, Any, Literal
 from frontdesk.errors import ConfigError
 from frontdesk.experts import Category
 from frontdesk.experts.category import check_registry
+from frontdesk.jobs.runner import DEFAULT_CONCURRENCY, JOBS_MODES, JobsMode
 from frontdesk.memory_policy import MemoryPolicy
 from frontdesk.orchestrator._input import DEFAULT_MAX_MESSAGE_CHARS
 from frontdesk.orchestrator.config import ExpertSettings, ModelChoice
 from frontdesk.orchestrator.confirmation import DEFAULT_TTL as DEFAULT_CONFIRM_TTL
 from frontdesk.orchestrator.fallbacks import Unreadable
-from frontdesk.orchestrator.jobs import DEFAULT_CONCURRENCY, JOBS_MODES, JobsMode
 from frontdesk.orchestrator.past_conversations import IDLE_AFTER
 from frontdesk.orchestrator.resolution import ASSUME_AFTER, assume_seconds, check_variants
 from frontdesk.orchestrator.review import DEFAULT_FALLBACK as DEFAULT_REVIEW_FALLBACK
@@ -35,6 +35,7 @@ from frontdesk.orchestrator.spend import SpendLimit
 from frontdesk.threads.budget import Budget
 from frontdesk.threads.compaction import CompactionPolicy
 from frontdesk.threads.handoff import HandoffPolicy
+from frontdesk.threads.models import DEFAULT_PROFILE as _DEFAULT_PROFILE
 from frontdesk.threads.store import DEFAULT_LEASE_TTL
 
 if TYPE_CHECKING:
@@ -59,7 +60,7 @@ __all__ = [
     "flat_settings",
 ]
 
-DEFAULT_PROFILE = "default"
+DEFAULT_PROFILE = _DEFAULT_PROFILE
 """The name of an orchestrator's one profile (`Orchestrator(profile=...)`, or flat keywords)."""
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
@@ -98,9 +99,9 @@ class Profile:
             they may wait (`handoff_message=`, `handoff_timeout=`,
             `handoff_timeout_message=` in the flat form).
         compaction: When and how the summariser compacts long threads.
-        knowledge_source: Reserved for the library of documents this profile's turns read;
-            today every profile reads the orchestrator's one library, so only `None` is
-            accepted (docs/profiles.md).
+        knowledge_source: The library of documents this profile's turns read and
+            `orch.knowledge` writes for it: another profile's name shares that profile's
+            documents; `None` (the default) its own name (docs/profiles.md).
         settings: Per-expert model settings.
         context: Extra data handed to every handler in `HandlerContext.extras`.
         handler_errors: What a handler's exception does: `"reply"` answers the apology
@@ -180,7 +181,7 @@ class Profile:
     knowledge: bool = True
     embeddings: Embedder | None = None
     summarise_idle_after: timedelta = IDLE_AFTER
-    # Did it help (issue 45, docs/outcomes.md).
+    # Did it help (docs/outcomes.md).
     assume_after: float | timedelta = ASSUME_AFTER
     variants: Mapping[str, Mapping[str, str]] | None = None
     memory_policy: MemoryPolicy | None = None
@@ -226,11 +227,6 @@ class Profile:
             check_profile_name(self.knowledge_source)
         assume_seconds(self.assume_after)
         check_variants(self.variants)
-        if self.knowledge_source is not None:  # Refused rather than silently ignored.
-            raise ConfigError(
-                "knowledge_source is not supported yet: every profile of an orchestrator"
-                " reads its one library of documents (docs/profiles.md); leave it None"
-            )
         if self.memory_policy is not None and not isinstance(self.memory_policy, MemoryPolicy):
             kind = type(self.memory_policy).__name__
             raise ConfigError(f"memory_policy must be a frontdesk.MemoryPolicy, not {kind}")

@@ -18,9 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from frontdesk.audit.errors import ReplayError
 from frontdesk.audit.replay import RecordedTurn, ReplayResult
-from frontdesk.errors import ConfigError
+from frontdesk.errors import ConfigError, ReplayError
 from frontdesk.experts import NeedMoreInfo
 from frontdesk.experts.category import HUMAN, OTHER
 from frontdesk.experts.providers import FunctionModel, Message, ModelRequest

@@ -1,4 +1,4 @@
-"""Did it help, for a period: `frontdesk report` (issue 45).
+"""Did it help, for a period: `frontdesk report` (docs/outcomes.md).
 
 Per category, per day (and per prompt variant): conversations, resolution rate (confirmed
 by the customer, a handler or an operator; assumed after `assume_after`), containment

@@ -1,5 +1,5 @@
 """Did it help: the customer's rating, the assume sweep, and the prompt variant of a
-conversation (issue 45).
+conversation (docs/outcomes.md).
 
 A conversation's resolution changes inside the writes that cause it (`threads/resolution.py`
 says where); this module holds what the orchestrator adds: `feedback` (a customer rates a
@@ -20,8 +20,8 @@ import structlog
 from frontdesk import metrics
 from frontdesk.audit.events import AuditEvent
 from frontdesk.errors import ConfigError, UserError
+from frontdesk.jobs.runner import PeriodicJob
 from frontdesk.orchestrator.audited import Records, audited
-from frontdesk.orchestrator.jobs import PeriodicJob
 from frontdesk.threads.models import utcnow
 from frontdesk.threads.resolution import Feedback, ResolutionStore
 from frontdesk.threads.store import MessageRecord

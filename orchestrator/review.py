@@ -18,19 +18,19 @@ from dataclasses import dataclass
 
 from pydantic import ValidationError
 
-from frontdesk.errors import ConfigError
-from frontdesk.experts.errors import (
+from frontdesk.errors import (
+    ConfigError,
     ModelError,
     OutputValidationError,
     Refusal,
     TruncatedOutput,
+    TurnFailed,
 )
 from frontdesk.experts.providers import Message, ModelResponse
 from frontdesk.experts.providers.base import OnDelta
 from frontdesk.experts.response import ResponseResult
 from frontdesk.experts.review import ReviewExpert
 from frontdesk.orchestrator._recorder import TurnRecorder
-from frontdesk.orchestrator.errors import TurnFailed
 
 DEFAULT_FALLBACK = (
     "I'm sorry, I can't give you a reliable answer to that right now. Please ask for a"

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import structlog
 
-from frontdesk.experts.errors import ModelError
+from frontdesk.errors import ModelError
 from frontdesk.experts.providers import ModelResponse
 from frontdesk.experts.triage import TriageExpert
 from frontdesk.orchestrator._pipeline import Pipeline, Turn

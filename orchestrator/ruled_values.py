@@ -1,4 +1,4 @@
-"""A request's ruled values on their way through a turn and after it (issue 40).
+"""A request's ruled values on their way through a turn and after it (docs/privacy.md).
 
 A field marked `Redact("drop")` reaches its handler and nothing else; `mask` and
 `pseudonymise` fields show their masked form or token wherever people look. The turn asks

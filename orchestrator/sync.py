@@ -1,43 +1,88 @@
-"""A blocking wrapper around `Orchestrator`, for scripts and notebooks without an event loop."""
+"""A blocking wrapper around `Orchestrator`, for scripts and notebooks without an event loop.
+
+Each blocking method is the async one run on the wrapper's own event loop (`blocking`), so
+its parameters, defaults and return type are the async method's own: the signatures cannot
+drift (tests/test_architecture.py compares them) and mypy checks every call against them.
+"""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncGenerator, Iterator, Mapping, Sequence
+import inspect
+from collections.abc import AsyncGenerator, Callable, Coroutine, Iterator, Mapping
 from datetime import timedelta
 from functools import partial
 from pathlib import Path
-from typing import Any, Literal, Self
+from typing import Any, Concatenate, Generic, Literal, ParamSpec, Self, TypeVar, overload
 
 from frontdesk.audit.store import AuditLog
 from frontdesk.experts import Category
 from frontdesk.experts.providers import Model
-from frontdesk.knowledge import Passage
-from frontdesk.memory import Memory, MemorySource, MemoryTrust
+from frontdesk.jobs.runner import Jobs, JobsMode
 from frontdesk.orchestrator import _wiring
 from frontdesk.orchestrator._compaction import BackgroundCompaction
 from frontdesk.orchestrator._orchestrator import Orchestrator
 from frontdesk.orchestrator.config import ExpertSettings
-from frontdesk.orchestrator.erasure import ErasureReport, Privacy, RetentionPolicy
-from frontdesk.orchestrator.handoff import Claim, Handoff, Handoffs
-from frontdesk.orchestrator.jobs import Jobs, JobsMode
+from frontdesk.orchestrator.erasure import Privacy, RetentionPolicy
+from frontdesk.orchestrator.handoff import Handoff, Handoffs
 from frontdesk.orchestrator.knowledge import Knowledge
-from frontdesk.orchestrator.memory import CLOSE_TIMEOUT, LongTermMemory
+from frontdesk.orchestrator.memory import LongTermMemory
 from frontdesk.orchestrator.profile import JobSettings, Profile, Timeouts
-from frontdesk.orchestrator.reply import Reply
 from frontdesk.orchestrator.stream import TurnEvent, stream_turn
-from frontdesk.ruled import RuledValues
 from frontdesk.threads.budget import Budget
-from frontdesk.threads.builder import UserThread
 from frontdesk.threads.compaction import CompactionPolicy
 from frontdesk.threads.handoff import HandoffPolicy
 from frontdesk.threads.memory import MemoryStore
-from frontdesk.threads.resolution import Feedback
-from frontdesk.threads.store import ConversationRecord, ConversationStore, MessageRecord
+from frontdesk.threads.store import ConversationStore
 from frontdesk.threads.tokens import TokenCounter
 
+T = TypeVar("T")
+P = ParamSpec("P")
+R = TypeVar("R")
 
-class SyncOrchestrator:
+
+class OnLoop(Generic[T]):
+    """An async object (`_target`) whose `blocking` methods run on an event loop (`_runner`)."""
+
+    def __init__(self, target: T, runner: asyncio.Runner) -> None:
+        self._target, self._runner = target, runner
+
+
+class blocking(Generic[T, P, R]):
+    """`name = blocking(Async.name)` in an `OnLoop[Async]`: the method, blocking.
+
+    Reading it on an instance gives a function of the async method's parameters that runs
+    the coroutine on the instance's loop and returns its result (or raises its error). The
+    signature shown (`inspect.signature`, `help`) is the async method's."""
+
+    def __init__(self, method: Callable[Concatenate[T, P], Coroutine[Any, Any, R]]) -> None:
+        self._method = method
+        self.__signature__ = inspect.signature(method, eval_str=True)
+        self.__doc__ = f"Blocking `{method.__qualname__}`."
+        self.__name__ = method.__name__
+
+    @overload
+    def __get__(self, obj: None, owner: type[Any]) -> Self: ...
+
+    @overload
+    def __get__(self, obj: OnLoop[T], owner: type[Any]) -> Callable[P, R]: ...
+
+    def __get__(self, obj: OnLoop[T] | None, owner: type[Any]) -> Self | Callable[P, R]:
+        if obj is None:
+            return self
+
+        def run(*args: P.args, **kwargs: P.kwargs) -> R:
+            return self(obj, *args, **kwargs)
+
+        run.__doc__, run.__name__ = self.__doc__, self.__name__
+        return run
+
+    def __call__(self, obj: OnLoop[T], /, *args: P.args, **kwargs: P.kwargs) -> R:
+        """Run the async method of `obj`'s target on `obj`'s loop."""
+        return obj._runner.run(self._method(obj._target, *args, **kwargs))
+
+
+class SyncOrchestrator(OnLoop[Orchestrator]):
     """The same API as `Orchestrator`, blocking; one private event loop per instance.
 
     Every public method of `Orchestrator` is here with the same parameters, and raises the
@@ -47,8 +92,8 @@ class SyncOrchestrator:
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         """Build the `Orchestrator` (the same arguments) that this instance runs."""
-        self._runner = asyncio.Runner()
         self.orchestrator = Orchestrator(*args, **kwargs)
+        super().__init__(self.orchestrator, asyncio.Runner())
 
     # -- wiring and lifecycle -----------------------------------------------------------
 
@@ -239,40 +284,15 @@ class SyncOrchestrator:
         """`Orchestrator.jobs` (async: run its calls on your own loop)."""
         return self.orchestrator.jobs
 
-    def drain(self, timeout: float | None = None) -> None:
-        """Blocking `Orchestrator.drain`."""
-        self._runner.run(self.orchestrator.drain(timeout))
+    drain = blocking(Orchestrator.drain)
 
     def finish_in_background(self, task: asyncio.Task[Any]) -> None:
         """`Orchestrator.finish_in_background` (a task of this instance's loop)."""
         self.orchestrator.finish_in_background(task)
 
-    def aclose(self) -> None:
-        """Blocking `Orchestrator.aclose`: the orchestrator may open again on its next call
-        (`close` also ends the event loop)."""
-        self._runner.run(self.orchestrator.aclose())
+    aclose = blocking(Orchestrator.aclose)  # It may open again; `close` ends the loop too.
 
     # -- turns --------------------------------------------------------------------------
-
-    def handle(
-        self,
-        conversation_id: str,
-        text: str,
-        *,
-        user_id: str | None = None,
-        client_message_id: str | None = None,
-        profile: str | None = None,
-    ) -> Reply:
-        """Blocking `Orchestrator.handle`."""
-        return self._runner.run(
-            self.orchestrator.handle(
-                conversation_id,
-                text,
-                user_id=user_id,
-                client_message_id=client_message_id,
-                profile=profile,
-            )
-        )
 
     def stream(
         self,
@@ -307,126 +327,30 @@ class SyncOrchestrator:
         finally:
             self._runner.run(events.aclose())
 
-    def edit(
-        self,
-        user_message_id: str,
-        text: str,
-        *,
-        user_id: str | None = None,
-        profile: str | None = None,
-    ) -> Reply:
-        """Blocking `Orchestrator.edit`."""
-        return self._runner.run(
-            self.orchestrator.edit(user_message_id, text, user_id=user_id, profile=profile)
-        )
+    handle = blocking(Orchestrator.handle)
+    edit = blocking(Orchestrator.edit)
+    regenerate = blocking(Orchestrator.regenerate)
+    user_thread = blocking(Orchestrator.user_thread)
+    transcript = blocking(Orchestrator.transcript)
+    branches = blocking(Orchestrator.branches)
+    switch_branch = blocking(Orchestrator.switch_branch)
+    conversation = blocking(Orchestrator.conversation)
+    feedback = blocking(Orchestrator.feedback)
 
-    def regenerate(
-        self, assistant_message_id: str, *, user_id: str | None = None, profile: str | None = None
-    ) -> Reply:
-        """Blocking `Orchestrator.regenerate`."""
-        return self._runner.run(
-            self.orchestrator.regenerate(assistant_message_id, user_id=user_id, profile=profile)
-        )
+    # -- flat aliases of the namespaces (kept for one release) --------------------------
 
-    def user_thread(self, conversation_id: str, *, user_id: str | None = None) -> UserThread:
-        """Blocking `Orchestrator.user_thread`."""
-        return self._runner.run(self.orchestrator.user_thread(conversation_id, user_id=user_id))
-
-    def transcript(
-        self, conversation_id: str, *, user_id: str | None = None
-    ) -> list[MessageRecord]:
-        """Blocking `Orchestrator.transcript`."""
-        return self._runner.run(self.orchestrator.transcript(conversation_id, user_id=user_id))
-
-    def branches(self, conversation_id: str, *, user_id: str | None = None) -> list[MessageRecord]:
-        """Blocking `Orchestrator.branches`."""
-        return self._runner.run(self.orchestrator.branches(conversation_id, user_id=user_id))
-
-    def switch_branch(
-        self, conversation_id: str, message_id: str, *, user_id: str | None = None
-    ) -> list[MessageRecord]:
-        """Blocking `Orchestrator.switch_branch`."""
-        return self._runner.run(
-            self.orchestrator.switch_branch(conversation_id, message_id, user_id=user_id)
-        )
-
-    def hand_off(self, conversation_id: str, reason: str) -> Handoff:
-        """Blocking `Orchestrator.hand_off`."""
-        return self._runner.run(self.orchestrator.hand_off(conversation_id, reason))
-
-    def claim(self, conversation_id: str, *, operator_id: str) -> Claim:
-        """Blocking `Orchestrator.claim`."""
-        return self._runner.run(self.orchestrator.claim(conversation_id, operator_id=operator_id))
-
-    def operator_reply(self, conversation_id: str, text: str, *, operator_id: str) -> str:
-        """Blocking `Orchestrator.operator_reply`."""
-        return self._runner.run(
-            self.orchestrator.operator_reply(conversation_id, text, operator_id=operator_id)
-        )
-
-    def hand_back(
-        self, conversation_id: str, *, operator_id: str | None = None, resolved: bool = False
-    ) -> None:
-        """Blocking `Orchestrator.hand_back`."""
-        self._runner.run(
-            self.orchestrator.hand_back(conversation_id, operator_id=operator_id, resolved=resolved)
-        )
-
-    def conversation(
-        self, conversation_id: str, *, user_id: str | None = None
-    ) -> ConversationRecord:
-        """Blocking `Orchestrator.conversation`."""
-        return self._runner.run(self.orchestrator.conversation(conversation_id, user_id=user_id))
-
-    def feedback(
-        self, message_id: str, rating: int, *, user_id: str | None, comment: str | None = None
-    ) -> Feedback:
-        """Blocking `Orchestrator.feedback`."""
-        return self._runner.run(
-            self.orchestrator.feedback(message_id, rating, user_id=user_id, comment=comment)
-        )
-
-    def erase_user(self, user_id: str, *, requested_by: str | None = None) -> ErasureReport:
-        """Blocking `Orchestrator.erase_user`."""
-        return self._runner.run(self.orchestrator.erase_user(user_id, requested_by=requested_by))
-
-    def remember(
-        self,
-        user_id: str,
-        text: str,
-        key: str | None = None,
-        *,
-        source: MemorySource = "user",
-        trust: MemoryTrust = "verified",
-    ) -> Memory:
-        """Blocking `Orchestrator.remember`."""
-        return self._runner.run(
-            self.orchestrator.remember(user_id, text, key, source=source, trust=trust)
-        )
-
-    def remember_idle_conversations(self, *, limit: int = 50) -> int:
-        """Blocking `Orchestrator.remember_idle_conversations`."""
-        return self._runner.run(self.orchestrator.remember_idle_conversations(limit=limit))
-
-    def memories(self, user_id: str) -> list[Memory]:
-        """Blocking `Orchestrator.memories`."""
-        return self._runner.run(self.orchestrator.memories(user_id))
-
-    def past_conversations(self, user_id: str) -> list[Memory]:
-        """Blocking `Orchestrator.past_conversations`."""
-        return self._runner.run(self.orchestrator.past_conversations(user_id))
-
-    def correct(self, user_id: str, memory_id: str, text: str, *, by: str = "user") -> Memory:
-        """Blocking `Orchestrator.correct`."""
-        return self._runner.run(self.orchestrator.correct(user_id, memory_id, text, by=by))
-
-    def forget(self, user_id: str, memory_id: str, *, by: str = "user") -> None:
-        """Blocking `Orchestrator.forget`."""
-        self._runner.run(self.orchestrator.forget(user_id, memory_id, by=by))
-
-    def forget_all(self, user_id: str, *, by: str = "user") -> int:
-        """Blocking `Orchestrator.forget_all`."""
-        return self._runner.run(self.orchestrator.forget_all(user_id, by=by))
+    hand_off = blocking(Orchestrator.hand_off)
+    claim = blocking(Orchestrator.claim)
+    operator_reply = blocking(Orchestrator.operator_reply)
+    hand_back = blocking(Orchestrator.hand_back)
+    erase_user = blocking(Orchestrator.erase_user)
+    remember = blocking(Orchestrator.remember)
+    remember_idle_conversations = blocking(Orchestrator.remember_idle_conversations)
+    memories = blocking(Orchestrator.memories)
+    past_conversations = blocking(Orchestrator.past_conversations)
+    correct = blocking(Orchestrator.correct)
+    forget = blocking(Orchestrator.forget)
+    forget_all = blocking(Orchestrator.forget_all)
 
     def close(self) -> None:
         """Close the orchestrator and the event loop."""
@@ -446,142 +370,51 @@ async def _next(events: AsyncGenerator[TurnEvent, None]) -> TurnEvent:
     return await anext(events)
 
 
-class SyncKnowledge:
+class SyncKnowledge(OnLoop[Knowledge]):
     """`Orchestrator.knowledge`, blocking (on the `SyncOrchestrator`'s event loop)."""
 
-    def __init__(self, knowledge: Knowledge, runner: asyncio.Runner) -> None:
-        self._knowledge, self._runner = knowledge, runner
-
-    def add(self, source: str, text: str) -> int:
-        """Blocking `Knowledge.add`."""
-        return self._runner.run(self._knowledge.add(source, text))
-
-    def remove(self, source: str) -> int:
-        """Blocking `Knowledge.remove`."""
-        return self._runner.run(self._knowledge.remove(source))
-
-    def search(self, query: str, limit: int = 5) -> list[Passage]:
-        """Blocking `Knowledge.search`."""
-        return self._runner.run(self._knowledge.search(query, limit))
-
-    def sources(self) -> list[str]:
-        """Blocking `Knowledge.sources`."""
-        return self._runner.run(self._knowledge.sources())
+    add = blocking(Knowledge.add)
+    remove = blocking(Knowledge.remove)
+    search = blocking(Knowledge.search)
+    sources = blocking(Knowledge.sources)
+    passages = blocking(Knowledge.passages)
 
 
-class SyncMemory:
+class SyncMemory(OnLoop[LongTermMemory]):
     """`Orchestrator.memory`, blocking (on the `SyncOrchestrator`'s event loop)."""
-
-    def __init__(self, memory: LongTermMemory, runner: asyncio.Runner) -> None:
-        self._memory, self._runner = memory, runner
 
     @property
     def store(self) -> MemoryStore:
         """`LongTermMemory.store` (async: run its calls on your own loop)."""
-        return self._memory.store
+        return self._target.store
 
-    def remember(
-        self,
-        user_id: str,
-        text: str,
-        key: str | None = None,
-        *,
-        source: MemorySource = "user",
-        trust: MemoryTrust = "verified",
-    ) -> Memory:
-        """Blocking `LongTermMemory.remember`."""
-        return self._runner.run(
-            self._memory.remember(user_id, text, key, source=source, trust=trust)
-        )
-
-    def recall(self, user_id: str, query: str | None = None) -> list[Memory]:
-        """Blocking `LongTermMemory.recall`."""
-        return self._runner.run(self._memory.recall(user_id, query))
-
-    def past_conversations(self, user_id: str) -> list[Memory]:
-        """Blocking `LongTermMemory.past_conversations`."""
-        return self._runner.run(self._memory.past_conversations(user_id))
-
-    def correct(self, user_id: str, memory_id: str, text: str, *, by: str = "user") -> Memory:
-        """Blocking `LongTermMemory.correct`."""
-        return self._runner.run(self._memory.correct(user_id, memory_id, text, by=by))
-
-    def forget(self, user_id: str, memory_id: str, *, by: str = "user") -> None:
-        """Blocking `LongTermMemory.forget`."""
-        self._runner.run(self._memory.forget(user_id, memory_id, by=by))
-
-    def forget_all(self, user_id: str, *, by: str = "user") -> int:
-        """Blocking `LongTermMemory.forget_all`."""
-        return self._runner.run(self._memory.forget_all(user_id, by=by))
-
-    def wait(self, within: float = CLOSE_TIMEOUT) -> int:
-        """Blocking `LongTermMemory.wait`."""
-        return self._runner.run(self._memory.wait(within))
+    remember = blocking(LongTermMemory.remember)
+    recall = blocking(LongTermMemory.recall)
+    past_conversations = blocking(LongTermMemory.past_conversations)
+    correct = blocking(LongTermMemory.correct)
+    forget = blocking(LongTermMemory.forget)
+    forget_all = blocking(LongTermMemory.forget_all)
+    wait = blocking(LongTermMemory.wait)
 
 
-class SyncHandoffs:
+class SyncHandoffs(OnLoop[Handoffs]):
     """`Orchestrator.handoffs`, blocking (on the `SyncOrchestrator`'s event loop)."""
 
-    def __init__(self, handoffs: Handoffs, runner: asyncio.Runner) -> None:
-        self._handoffs, self._runner = handoffs, runner
-
-    def open(self, conversation_id: str, reason: str) -> Handoff:
-        """Blocking `Handoffs.open`."""
-        return self._runner.run(self._handoffs.open(conversation_id, reason))
-
-    def queue(self) -> list[Handoff]:
-        """Blocking `Handoffs.queue`."""
-        return self._runner.run(self._handoffs.queue())
+    open = blocking(Handoffs.open)
+    queue = blocking(Handoffs.queue)
+    claim = blocking(Handoffs.claim)
+    reply = blocking(Handoffs.reply)
+    hand_back = blocking(Handoffs.hand_back)
 
     def __call__(self) -> list[Handoff]:
         """Blocking `Handoffs.queue` (`orch.handoffs()`, the flat method's form)."""
         return self.queue()
 
-    def claim(self, conversation_id: str, *, operator_id: str) -> Claim:
-        """Blocking `Handoffs.claim`."""
-        return self._runner.run(self._handoffs.claim(conversation_id, operator_id=operator_id))
 
-    def reply(self, conversation_id: str, text: str, *, operator_id: str) -> str:
-        """Blocking `Handoffs.reply`."""
-        return self._runner.run(
-            self._handoffs.reply(conversation_id, text, operator_id=operator_id)
-        )
-
-    def hand_back(
-        self, conversation_id: str, *, operator_id: str | None = None, resolved: bool = False
-    ) -> None:
-        """Blocking `Handoffs.hand_back`."""
-        self._runner.run(
-            self._handoffs.hand_back(conversation_id, operator_id=operator_id, resolved=resolved)
-        )
-
-
-class SyncPrivacy:
+class SyncPrivacy(OnLoop[Privacy]):
     """`Orchestrator.privacy`, blocking (on the `SyncOrchestrator`'s event loop)."""
 
-    def __init__(self, privacy: Privacy, runner: asyncio.Runner) -> None:
-        self._privacy, self._runner = privacy, runner
-
-    def erase_user(self, user_id: str, *, requested_by: str | None = None) -> ErasureReport:
-        """Blocking `Privacy.erase_user`."""
-        return self._runner.run(self._privacy.erase_user(user_id, requested_by=requested_by))
-
-    def record_access(
-        self, user_id: str, *, by: str, what: Sequence[str], conversation_id: str | None = None
-    ) -> None:
-        """Blocking `Privacy.record_access`."""
-        self._runner.run(
-            self._privacy.record_access(user_id, by=by, what=what, conversation_id=conversation_id)
-        )
-
-    def export_user(self, user_id: str) -> dict[str, Any]:
-        """Blocking `Privacy.export_user`."""
-        return self._runner.run(self._privacy.export_user(user_id))
-
-    def ruled_values(
-        self, *, user_id: str | None = None, conversation_id: str | None = None
-    ) -> RuledValues:
-        """Blocking `Privacy.ruled_values`."""
-        return self._runner.run(
-            self._privacy.ruled_values(user_id=user_id, conversation_id=conversation_id)
-        )
+    erase_user = blocking(Privacy.erase_user)
+    record_access = blocking(Privacy.record_access)
+    export_user = blocking(Privacy.export_user)
+    ruled_values = blocking(Privacy.ruled_values)

@@ -40,24 +40,24 @@ from frontdesk.errors import (
     IdempotencyConflict,
     LeaseLost,
     MessageNotFound,
-    StoreError,
-    UserError,
-)
-from frontdesk.experts import HandlerContext, NeedMoreInfo, Outcome
-from frontdesk.experts.category import HUMAN, OTHER
-from frontdesk.experts.errors import (
     ModelError,
     OutputValidationError,
     ProviderQuotaExhausted,
     Refusal,
+    StoreError,
     StreamInterrupted,
     TruncatedOutput,
+    TurnFailed,
+    UserError,
 )
+from frontdesk.experts import HandlerContext, NeedMoreInfo, Outcome
+from frontdesk.experts.category import HUMAN, OTHER
 from frontdesk.experts.providers import Message, ModelResponse, Speculation, Usage
 from frontdesk.experts.providers.base import OnDelta
 from frontdesk.experts.request import RequestExpert
 from frontdesk.experts.response import ResponseExpert, ResponseResult
 from frontdesk.experts.triage import TriageExpert
+from frontdesk.jobs.store import JobSpec
 from frontdesk.knowledge import Passage
 from frontdesk.memory import Memory
 from frontdesk.orchestrator import (
@@ -84,7 +84,6 @@ from frontdesk.orchestrator._recorder import (
     usage_dict,
 )
 from frontdesk.orchestrator.audited import Also, audited
-from frontdesk.orchestrator.errors import TurnFailed
 from frontdesk.orchestrator.reply import Reply
 from frontdesk.orchestrator.resolution import variant_of
 from frontdesk.orchestrator.ruled_values import model_of
@@ -99,7 +98,6 @@ from frontdesk.threads.builder import (
     thread_since,
 )
 from frontdesk.threads.handoff import Opened
-from frontdesk.threads.jobs import JobSpec
 from frontdesk.threads.ruled_values import Scrub
 from frontdesk.threads.store import (
     MessageRecord,

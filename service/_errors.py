@@ -24,6 +24,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
 from frontdesk.errors import (
+    SAFE_REPLY,
     AuditWriteError,
     ConversationBusy,
     ConversationHandedOff,
@@ -45,7 +46,6 @@ from frontdesk.errors import (
     TurnFailed,
     UserError,
 )
-from frontdesk.orchestrator.errors import SAFE_REPLY
 
 # Most specific first: the first class an error is an instance of decides its status.
 STATUS: tuple[tuple[type[FrontdeskError], int], ...] = (

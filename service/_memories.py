@@ -1,12 +1,13 @@
-"""`/v1/me/memories`: what is remembered about the caller (the token's `sub`), to see and to
-delete. Another user's memory id is answered 404, as a missing one."""
+"""`/v1/me/memories`: what is remembered about the caller (the token's `sub`) by the business
+their token names (its `profile`; the default profile without), to see and to delete.
+Another user's memory id, or another profile's, is answered 404, as a missing one."""
 
 from __future__ import annotations
 
 from fastapi import APIRouter
 
 from frontdesk.memory import Memory
-from frontdesk.service._deps import Caller, Orch
+from frontdesk.service._deps import Caller, Orch, customer_profile
 from frontdesk.service._schemas import (
     EVERY_ROUTE,
     DeletedOut,
@@ -42,11 +43,12 @@ def memory_json(memory: Memory) -> MemoryOut:
     summary="What is remembered about you (facts, then past conversations apart)",
 )
 async def list_memories(principal: Caller, orch: Orch) -> MemoriesOut:
+    profile = customer_profile(orch, principal)
+    facts = await orch.memory.recall(principal.user_id, profile=profile)
+    past = await orch.memory.past_conversations(principal.user_id, profile=profile)
     return MemoriesOut(
-        memories=[memory_json(m) for m in await orch.memories(principal.user_id)],
-        past_conversations=[
-            memory_json(m) for m in await orch.past_conversations(principal.user_id)
-        ],
+        memories=[memory_json(m) for m in facts],
+        past_conversations=[memory_json(m) for m in past],
     )
 
 
@@ -54,7 +56,8 @@ async def list_memories(principal: Caller, orch: Orch) -> MemoriesOut:
     "/memories/{memory_id}", response_model=DeletedOut, responses=ERRORS, summary="Forget one fact"
 )
 async def delete_memory(memory_id: str, principal: Caller, orch: Orch) -> DeletedOut:
-    await orch.forget(principal.user_id, memory_id)
+    profile = customer_profile(orch, principal)
+    await orch.memory.forget(principal.user_id, memory_id, profile=profile)
     return DeletedOut(deleted=1)
 
 
@@ -62,4 +65,5 @@ async def delete_memory(memory_id: str, principal: Caller, orch: Orch) -> Delete
     "/memories", response_model=DeletedOut, responses=ERRORS, summary="Forget every fact"
 )
 async def delete_memories(principal: Caller, orch: Orch) -> DeletedOut:
-    return DeletedOut(deleted=await orch.forget_all(principal.user_id))
+    profile = customer_profile(orch, principal)
+    return DeletedOut(deleted=await orch.memory.forget_all(principal.user_id, profile=profile))

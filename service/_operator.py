@@ -19,6 +19,7 @@ from frontdesk.service._schemas import (
     EVERY_ROUTE,
     WITH_BODY,
     ClaimOut,
+    ContextFactOut,
     ContextOut,
     ContextTurnOut,
     ErasureOut,
@@ -128,7 +129,8 @@ async def context(conversation_id: str, principal: Operator, orch: Orch) -> Cont
             owner, by=f"operator:{principal.user_id}", what=what, conversation_id=conversation_id
         )
     thread = await orch.user_thread(conversation_id, user_id=owner)
-    facts = [] if owner is None else [m.text for m in await orch.memory.recall(owner)]
+    profile = profile_of(orch, conversation.profile)
+    facts = [] if owner is None else await orch.memory.recall(owner, profile=profile)
     messages = await orch.transcript(conversation_id, user_id=owner)
     outcomes = await turn_outcomes(orch.store.engine, conversation_id)
     shown = await shown_for(orch, conversation_id)
@@ -151,7 +153,11 @@ async def context(conversation_id: str, principal: Operator, orch: Orch) -> Cont
         conversation_id=conversation_id,
         user_id=owner,
         summary=None if thread.summary is None else shown.text(thread.summary),
-        memories=[shown.text(f) for f in facts],
+        memories=[shown.text(f.text) for f in facts],
+        facts=[
+            ContextFactOut(id=f.id, text=shown.text(f.text), key=f.key, trust=f.trust)
+            for f in facts
+        ],
         turns=turns,
     )
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -186,11 +186,27 @@ class ContextTurnOut(BaseModel):
     instruction: str | None
 
 
+class ContextFactOut(BaseModel):
+    id: str
+    text: str
+    key: str | None
+    trust: Literal["customer", "verified"] = Field(
+        description="`verified`: the business's record; `customer`: the customer's own,"
+        " unverified word."
+    )
+
+
 class ContextOut(BaseModel):
     conversation_id: str
     user_id: str | None
     summary: str | None = Field(description="The current summary of older turns, if any.")
-    memories: list[str] = Field(description="What is remembered about the customer.")
+    memories: list[str] = Field(
+        description="The texts of `facts` (kept for one release: read `facts`)."
+    )
+    facts: list[ContextFactOut] = Field(
+        description="What the conversation's profile remembers about the customer, the most"
+        " recently updated first, each with whose word it is."
+    )
     turns: list[ContextTurnOut] = Field(
         description="Each user message of the active path with what its turn decided."
     )

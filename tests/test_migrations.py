@@ -1096,3 +1096,59 @@ async def test_0023_gives_every_fact_its_trust_by_its_source_and_takes_it_back(
     finally:
         await engine.dispose()
     assert "trust" in await _columns(empty_url, "memory")
+
+
+@pytest.mark.anyio
+async def test_0030_gives_facts_and_passages_a_profile_and_takes_it_back(empty_url: str) -> None:
+    """A fact learnt in a conversation takes that conversation's recorded profile; the rest
+    (and a fact of a conversation from before profiles) the default profile."""
+    now = {"now": datetime.now(UTC)}
+    conversation = (
+        "INSERT INTO conversation (id, user_id, created_at, metadata, profile)"
+        " VALUES (:id, 'u', :now, '{}', :profile)"
+    )
+    fact = (
+        "INSERT INTO memory (id, user_id, text, source, conversation_id, created_at, updated_at)"
+        " VALUES (:id, 'u', :text, 'handler', :conversation_id, :now, :now)"
+    )
+    passage = (
+        "INSERT INTO knowledge_passage (id, source, position, title, text, version, sha256,"
+        " created_at, updated_at) VALUES ('p', 'fees.md', 0, 'Fees', 'Free', 1, 'x', :now, :now)"
+    )
+    revision = "0030_profile_data"
+    engine = create_engine(empty_url)
+    try:
+        await upgrade_schema(engine, _before(revision))
+        async with engine.begin() as conn:
+            conversations: list[dict[str, Any]] = [
+                {"id": "bank-1", "profile": "bank", **now},
+                {"id": "old-1", "profile": None, **now},
+            ]
+            for values in conversations:
+                await conn.execute(sa.text(conversation), values)
+            for fact_id, conversation_id in (("in-bank", "bank-1"), ("in-old", "old-1")):
+                row: dict[str, Any] = {"id": fact_id, "text": fact_id}
+                await conn.execute(
+                    sa.text(fact), {**row, "conversation_id": conversation_id, **now}
+                )
+            app_fact: dict[str, Any] = {"id": "app", "text": "app", "conversation_id": None}
+            await conn.execute(sa.text(fact), {**app_fact, **now})
+            await conn.execute(sa.text(passage), now)
+        await upgrade_schema(engine, revision)
+        async with engine.begin() as conn:
+            rows = (await conn.execute(sa.text("SELECT id, profile FROM memory"))).all()
+            profiles: dict[str, str] = {row[0]: row[1] for row in rows}
+            library = await conn.execute(sa.text("SELECT profile FROM knowledge_passage"))
+            assert library.scalar_one() == "default"
+    finally:
+        await engine.dispose()
+    assert profiles == {"in-bank": "bank", "in-old": "default", "app": "default"}
+    await _downgrade_to(empty_url, _before(revision))
+    assert "profile" not in await _columns(empty_url, "memory")
+    assert "profile" not in await _columns(empty_url, "knowledge_passage")
+    engine = create_engine(empty_url)
+    try:
+        await upgrade_schema(engine, "head")
+    finally:
+        await engine.dispose()
+    assert "profile" in await _columns(empty_url, "knowledge_passage")

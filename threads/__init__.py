@@ -4,8 +4,7 @@ The store keeps every message the user and the assistant exchanged as one row of
 per conversation (edits and regenerations are branches), on SQLite or PostgreSQL.
 """
 
-from frontdesk.threads._records import ConversationRecord, MessageRecord
-from frontdesk.threads.errors import (
+from frontdesk.errors import (
     ConversationBusy,
     IdempotencyConflict,
     InvalidInput,
@@ -15,6 +14,7 @@ from frontdesk.threads.errors import (
     StoreError,
     StoreUnavailable,
 )
+from frontdesk.threads._records import ConversationRecord, MessageRecord
 from frontdesk.threads.handler_state import ERASED_MARKER, HandlerState, HandlerStore
 from frontdesk.threads.store import UNSET, ConversationStore
 

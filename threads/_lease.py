@@ -30,8 +30,8 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from frontdesk._driver import Statement
-from frontdesk.threads._tx import run_sync_tx
-from frontdesk.threads.errors import ConversationBusy, LeaseLost
+from frontdesk._driver.tx import run_sync_tx
+from frontdesk.errors import ConversationBusy, LeaseLost
 from frontdesk.threads.models import Lease
 
 _lease = Lease.__table__  # type: ignore[attr-defined]

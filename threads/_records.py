@@ -11,7 +11,7 @@ from typing import Any, Literal, cast
 
 from sqlalchemy import RowMapping
 
-from frontdesk.threads.errors import InvalidInput
+from frontdesk.errors import InvalidInput
 
 Role = Literal["user", "assistant"]
 Kind = Literal["message", "failed", "handoff"]

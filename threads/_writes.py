@@ -16,8 +16,7 @@ from sqlalchemy import Connection
 from sqlalchemy.dialects import postgresql, sqlite
 
 from frontdesk._driver import Statement
-from frontdesk.threads._records import Kind, MessageRecord, new_id
-from frontdesk.threads.errors import (
+from frontdesk.errors import (
     ConversationNotFound,
     IdempotencyConflict,
     InvalidInput,
@@ -25,6 +24,7 @@ from frontdesk.threads.errors import (
     MessageNotInConversation,
     ProfileMismatch,
 )
+from frontdesk.threads._records import Kind, MessageRecord, new_id
 from frontdesk.threads.models import Conversation, Message, utcnow
 
 _conv = Conversation.__table__  # type: ignore[attr-defined]

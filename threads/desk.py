@@ -19,8 +19,8 @@ import sqlalchemy as sa
 from sqlalchemy import Connection
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from frontdesk._driver.tx import run_sync_tx
 from frontdesk.threads._outcomes import TurnOutcome
-from frontdesk.threads._tx import run_sync_tx
 from frontdesk.threads.models import Conversation, HandoffRow, Message, TurnOutcomeRow
 
 _conv = Conversation.__table__  # type: ignore[attr-defined]

@@ -1,4 +1,5 @@
-"""The conversation store's part of the error tree (defined in `frontdesk.errors`)."""
+"""The conversation store's part of the error tree (defined in `frontdesk.errors`),
+re-exported for code written against this module: import from `frontdesk.errors`."""
 
 from frontdesk.errors import (
     ConfigError,

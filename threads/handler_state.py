@@ -17,9 +17,9 @@ from sqlalchemy import Connection
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from frontdesk._driver.tx import run_tx
+from frontdesk.errors import InvalidInput, UserStateUnavailable
 from frontdesk.threads._records import MAX_ID_LENGTH, check_id, check_text
-from frontdesk.threads._tx import run_tx
-from frontdesk.threads.errors import InvalidInput, UserStateUnavailable
 from frontdesk.threads.models import HandlerData, utcnow
 
 _data = HandlerData.__table__  # type: ignore[attr-defined]

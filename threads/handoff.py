@@ -31,11 +31,11 @@ from sqlalchemy import Connection
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from frontdesk._driver import Statement
+from frontdesk._driver.tx import run_sync_tx
+from frontdesk.errors import ConfigError, HandoffClaimed, NotHandedOff
 from frontdesk.threads import _writes
 from frontdesk.threads._lease import TurnLease
 from frontdesk.threads._records import BOT, MessageRecord, check_id, check_text, new_id
-from frontdesk.threads._tx import run_sync_tx
-from frontdesk.threads.errors import ConfigError, HandoffClaimed, NotHandedOff
 from frontdesk.threads.models import Conversation, HandoffRow, Message, utcnow
 from frontdesk.threads.resolution import resolve
 

@@ -14,6 +14,11 @@ bm25 with the title weighted double, PostgreSQL `ts_rank` over a weighted `tsvec
 the query words of `threads.memory.query_words`. `retrieve_sync` runs inside a caller's
 transaction, so a turn's lookup rides its first read. The vectors of an optional embedding
 retriever are kept here too (`knowledge_embedding`, by model and content hash).
+
+Passages belong to a library, named like a profile (revision `0030_profile_data`): a
+`KnowledgeStore` reads and writes one library's (`Profile.knowledge_source`, by default the
+profile's own name), so a source name is one business's and a turn never reads another
+business's documents.
 """
 
 from __future__ import annotations
@@ -30,12 +35,12 @@ from sqlalchemy import Connection, RowMapping
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from frontdesk._driver import Statement
+from frontdesk._driver.tx import run_sync_tx
+from frontdesk.errors import InvalidInput
 from frontdesk.knowledge import MAX_PASSAGE_CHARS, MAX_SOURCE_CHARS, Passage
 from frontdesk.threads._records import check_id, check_text, new_id
-from frontdesk.threads._tx import run_sync_tx
-from frontdesk.threads.errors import InvalidInput
 from frontdesk.threads.memory import match_query, query_words
-from frontdesk.threads.models import UTCDateTime, utcnow
+from frontdesk.threads.models import DEFAULT_PROFILE, UTCDateTime, utcnow
 
 __all__ = [
     "MAX_SEARCH_LIMIT",
@@ -64,6 +69,7 @@ passage_table = sa.Table(
     sa.Column("sha256", sa.String(64), nullable=False),
     sa.Column("created_at", UTCDateTime, nullable=False),
     sa.Column("updated_at", UTCDateTime, nullable=False),
+    sa.Column("profile", sa.String(64), nullable=False),
 )
 embedding_table = sa.Table(
     "knowledge_embedding",
@@ -217,7 +223,8 @@ class FullTextPassageRetriever:
         self.store = store
 
     async def retrieve(self, query: str, *, limit: int) -> list[Passage]:
-        """The passages matching `query`'s words, best first (one read)."""
+        """The passages of the store's library matching `query`'s words, best first (one
+        read)."""
 
         def work(conn: Connection) -> list[Passage]:
             return self.retrieve_sync(conn, query, limit=limit)
@@ -230,7 +237,8 @@ class FullTextPassageRetriever:
         if not words or limit <= 0:
             return []
         query = match_query(words, conn.dialect.name)
-        rows = _MATCHES.rows(conn, {"query": query, "limit": limit})
+        params = {"query": query, "limit": limit, "library": self.store.library}
+        rows = _MATCHES.rows(conn, params)
         return [_passage(row, score=float(row["score"])) for row in rows]
 
 
@@ -241,14 +249,15 @@ def _ranking(dialect: str) -> sa.TextClause:
     if dialect == "postgresql":
         return sa.text(
             f"SELECT {columns}, ts_rank(p.tsv, q) AS score"
-            " FROM knowledge_passage p, to_tsquery('english', :query) q WHERE p.tsv @@ q"
+            " FROM knowledge_passage p, to_tsquery('english', :query) q"
+            " WHERE p.tsv @@ q AND p.profile = :library"
             " ORDER BY score DESC, p.source, p.position LIMIT :limit"
         )
     # bm25 is lower for a better match; the title (column 0) weighs twice the text.
     return sa.text(
         f"SELECT {columns}, -bm25(knowledge_fts, 2.0, 1.0) AS score FROM knowledge_fts"
         " JOIN knowledge_passage p ON p.seq = knowledge_fts.rowid"
-        " WHERE knowledge_fts MATCH :query"
+        " WHERE knowledge_fts MATCH :query AND p.profile = :library"
         " ORDER BY bm25(knowledge_fts, 2.0, 1.0), p.source, p.position LIMIT :limit"
     )
 
@@ -287,11 +296,13 @@ def _lock_sources(conn: Connection) -> None:
 
 
 class KnowledgeStore:
-    """The business's passages in the conversation database (`knowledge_passage`)."""
+    """One library's passages in the conversation database (`knowledge_passage`)."""
 
-    def __init__(self, engine: AsyncEngine) -> None:
-        """`engine`: the conversation store's `AsyncEngine` (its database is at head)."""
+    def __init__(self, engine: AsyncEngine, library: str = DEFAULT_PROFILE) -> None:
+        """`engine`: the conversation store's `AsyncEngine` (its database is at head);
+        `library`: whose documents these are (a profile's name, `Profile.knowledge_source`)."""
         self.engine = engine
+        self.library = library
 
     async def add(self, source: str, text: str) -> list[Passage]:
         """Store `text` as the passages of `source`, replacing what it held; returns them
@@ -311,7 +322,10 @@ class KnowledgeStore:
         sections = split_passages(source, text)
         if not sections:
             raise InvalidInput(f"{source}: no text to store; to drop the source, remove it instead")
-        return await run_sync_tx(self.engine, lambda conn: _replace(conn, source, sections))
+        library = self.library
+        return await run_sync_tx(
+            self.engine, lambda conn: _replace(conn, library, source, sections)
+        )
 
     async def remove(self, source: str) -> int:
         """Delete every passage of `source`; how many there were (0 for an unknown one)."""
@@ -319,7 +333,9 @@ class KnowledgeStore:
 
         def work(conn: Connection) -> int:
             _lock_sources(conn)
-            done = conn.execute(_p.delete().where(_p.c.source == source))
+            done = conn.execute(
+                _p.delete().where(_p.c.profile == self.library, _p.c.source == source)
+            )
             _drop_orphan_vectors(conn)
             return int(done.rowcount or 0)
 
@@ -329,7 +345,12 @@ class KnowledgeStore:
         """Every source's name, sorted."""
 
         def work(conn: Connection) -> list[str]:
-            query = sa.select(_p.c.source).distinct().order_by(_p.c.source)
+            query = (
+                sa.select(_p.c.source)
+                .where(_p.c.profile == self.library)
+                .distinct()
+                .order_by(_p.c.source)
+            )
             return list(conn.execute(query).scalars())
 
         return await run_sync_tx(self.engine, work, readonly=True)
@@ -338,7 +359,11 @@ class KnowledgeStore:
         """The passages of `source` (of every source when `None`), in order."""
 
         def work(conn: Connection) -> list[Passage]:
-            query = sa.select(*_COLUMNS).order_by(_p.c.source, _p.c.position)
+            query = (
+                sa.select(*_COLUMNS)
+                .where(_p.c.profile == self.library)
+                .order_by(_p.c.source, _p.c.position)
+            )
             if source is not None:
                 query = query.where(_p.c.source == source)
             return [_passage(row) for row in conn.execute(query).mappings()]
@@ -350,21 +375,23 @@ class KnowledgeStore:
 
         def work(conn: Connection) -> tuple[int, int, str]:
             row = conn.execute(
-                sa.select(sa.func.count(), sa.func.max(_p.c.seq), sa.func.max(_p.c.updated_at))
+                sa.select(
+                    sa.func.count(), sa.func.max(_p.c.seq), sa.func.max(_p.c.updated_at)
+                ).where(_p.c.profile == self.library)
             ).one()
             return int(row[0]), int(row[1] or 0), str(row[2])
 
         return await run_sync_tx(self.engine, work, readonly=True)
 
     async def vectors(self, model: str) -> dict[str, array.array[float]]:
-        """The stored vectors of `model`, by passage hash (of current passages only)."""
+        """The stored vectors of `model`, by passage hash (of this library's current
+        passages only)."""
 
         def work(conn: Connection) -> dict[str, array.array[float]]:
             e = embedding_table
+            mine = sa.select(_p.c.sha256).where(_p.c.profile == self.library)
             rows = conn.execute(
-                sa.select(e.c.sha256, e.c.vector).where(
-                    e.c.model == model, e.c.sha256.in_(sa.select(_p.c.sha256))
-                )
+                sa.select(e.c.sha256, e.c.vector).where(e.c.model == model, e.c.sha256.in_(mine))
             )
             found: dict[str, array.array[float]] = {}
             for sha, blob in rows:
@@ -403,14 +430,17 @@ class KnowledgeStore:
         await run_sync_tx(self.engine, work)
 
 
-def _replace(conn: Connection, source: str, sections: Sequence[Section]) -> list[Passage]:
-    """Match `sections` to the stored passages of `source` and write the difference."""
+def _replace(
+    conn: Connection, library: str, source: str, sections: Sequence[Section]
+) -> list[Passage]:
+    """Match `sections` to the stored passages of `library`'s `source` and write the
+    difference."""
     _lock_sources(conn)
     stored = [
         dict(row)
         for row in conn.execute(
             sa.select(_p.c.seq, _p.c.position, *_COLUMNS)
-            .where(_p.c.source == source)
+            .where(_p.c.profile == library, _p.c.source == source)
             .order_by(_p.c.position)
         ).mappings()
     ]
@@ -458,6 +488,7 @@ def _replace(conn: Connection, source: str, sections: Sequence[Section]) -> list
                 **values,
                 "id": passage_id,
                 "source": source,
+                "profile": library,
                 "position": position,
                 "version": 1,
                 "created_at": now,

@@ -27,7 +27,7 @@ class ConversationRow:
     user_turns: int
     """User messages on every branch (edits included); compactions are not messages here."""
     resolution: str = "open"
-    """`open`, `resolved`, `assumed_resolved`, `handed_off` or `abandoned` (issue 45)."""
+    """`open`, `resolved`, `assumed_resolved`, `handed_off` or `abandoned` (docs/outcomes.md)."""
     resolved_by: str | None = None
     profile: str | None = None
     """The profile answering it (`None`: from before profiles)."""

@@ -26,7 +26,8 @@ from sqlalchemy import Connection, RowMapping
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from frontdesk._driver import Statement
-from frontdesk.errors import MemoryNotFound
+from frontdesk._driver.tx import run_sync_tx
+from frontdesk.errors import InvalidInput, MemoryNotFound
 from frontdesk.memory import (
     MAX_FACT_CHARS,
     MAX_SUMMARY_CHARS,
@@ -38,9 +39,7 @@ from frontdesk.memory import (
     default_trust,
 )
 from frontdesk.threads._records import check_id, check_text, new_id
-from frontdesk.threads._tx import run_sync_tx
-from frontdesk.threads.errors import InvalidInput
-from frontdesk.threads.models import Conversation, Message, UTCDateTime, utcnow
+from frontdesk.threads.models import DEFAULT_PROFILE, Conversation, Message, UTCDateTime, utcnow
 
 __all__ = [
     "MAX_FACT_CHARS",
@@ -74,6 +73,7 @@ memory_table = sa.Table(
     sa.Column("updated_at", UTCDateTime, nullable=False),
     sa.Column("superseded_by", sa.String(36)),
     sa.Column("trust", sa.String(16), nullable=False),
+    sa.Column("profile", sa.String(64), nullable=False),
 )
 _m = memory_table
 _COLUMNS = [
@@ -87,6 +87,7 @@ _COLUMNS = [
     _m.c.created_at,
     _m.c.updated_at,
     _m.c.trust,
+    _m.c.profile,
 ]
 
 # Words that match almost every fact carry no relevance.
@@ -136,6 +137,7 @@ def _memory(row: RowMapping | Mapping[str, Any]) -> Memory:
         created_at=row["created_at"],
         updated_at=row["updated_at"],
         trust=cast(MemoryTrust, row["trust"]),
+        profile=row["profile"],
     )
 
 
@@ -181,6 +183,8 @@ class Retriever(Protocol):
     """Finds the user's current facts for one turn, best first.
 
     The default is `FullTextRetriever`; an embedding retriever implements the same method.
+    A retriever answers for one profile (`Profile(retriever=...)`): it returns only the
+    facts of that profile (`MemoryStore(engine, profile=NAME)` reads only those).
     """
 
     async def retrieve(self, user_id: str, text: str, *, limit: int) -> list[Memory]:
@@ -192,11 +196,15 @@ class Retriever(Protocol):
 class FullTextRetriever:
     """The databases' own full-text search: SQLite FTS5 (bm25), PostgreSQL `ts_rank`.
 
-    One statement per turn: the best matches and the newest facts, each at most `limit`.
+    One statement per turn: the best matches and the newest facts, each at most `limit`,
+    of the store's profile only.
     """
 
     def __init__(self, store: MemoryStore) -> None:
+        if store.profile is None:
+            raise ValueError("a retriever reads one profile's facts: MemoryStore(profile=NAME)")
         self.store = store
+        self.profile: str = store.profile
 
     async def retrieve(self, user_id: str, text: str, *, limit: int) -> list[Memory]:
         """The facts matching `text`'s words (best first), then the newest (one read)."""
@@ -212,7 +220,12 @@ class FullTextRetriever:
         """`retrieve` inside a transaction of the caller's."""
         words = query_words(text)
         postgresql = conn.dialect.name == "postgresql"
-        params: dict[str, Any] = {"user_id": user_id, "limit": limit, "cap": MATCHES_SCORED}
+        params: dict[str, Any] = {
+            "user_id": user_id,
+            "profile": self.profile,
+            "limit": limit,
+            "cap": MATCHES_SCORED,
+        }
         if words:
             params["query"] = match_query(words, conn.dialect.name)
         rows = (_RANKED if words else _RECENT).rows(conn, params)
@@ -236,7 +249,7 @@ def _ranking(dialect: str, *, words: bool) -> sa.TextualSelect:
     Only what the turn keeps comes back: a lookup whose matches fill the limit reads no
     recent fact, and no row is decoded only to be dropped."""
     columns = ", ".join(f"m.{c.name}" for c in [_m.c.seq, *_COLUMNS])
-    current = "m.user_id = :user_id AND m.superseded_by IS NULL"
+    current = "m.user_id = :user_id AND m.profile = :profile AND m.superseded_by IS NULL"
     newest = " ORDER BY m.updated_at DESC, m.seq DESC"
     recent = f"SELECT {columns}, 1 AS part, 0.0 AS score FROM memory m WHERE {current}"
     if not words:
@@ -275,11 +288,24 @@ _RECENT = Statement(_ranking("sqlite", words=False), postgresql=_ranking("postgr
 
 
 class MemoryStore:
-    """A user's facts in the conversation database (`memory` table)."""
+    """A user's facts in the conversation database (`memory` table), as one profile keeps
+    them: another profile's facts are never read, written, corrected or forgotten here."""
 
-    def __init__(self, engine: AsyncEngine) -> None:
-        """`engine`: the conversation store's `AsyncEngine` (its database is at head)."""
+    def __init__(self, engine: AsyncEngine, profile: str | None = DEFAULT_PROFILE) -> None:
+        """`engine`: the conversation store's `AsyncEngine` (its database is at head);
+        `profile`: the profile whose facts these are (`None`: every profile's, for the
+        reads of an export or a privacy view: such a store writes nothing)."""
         self.engine = engine
+        self.profile = profile
+
+    def _writer(self) -> str:
+        if self.profile is None:
+            raise InvalidInput("a memory is written for one profile: MemoryStore(profile=NAME)")
+        return self.profile
+
+    def _mine(self) -> list[sa.ColumnElement[bool]]:
+        """The filter that keeps a statement to this store's profile."""
+        return [] if self.profile is None else [_m.c.profile == self.profile]
 
     async def add(
         self,
@@ -325,7 +351,7 @@ class MemoryStore:
         trust: MemoryTrust | None = None,
     ) -> list[tuple[Memory, list[str]]]:
         """Store several `(text, key)` facts in one transaction (see `add`); `also` runs in
-        it too (a job's idempotency key, `threads.jobs.mark_done`)."""
+        it too (a job's idempotency key, `jobs.store.mark_done`)."""
         check_id(user_id, "user_id")
         if source not in SOURCES:
             raise InvalidInput(f"memory source must be one of {', '.join(SOURCES)}, not {source!r}")
@@ -336,12 +362,12 @@ class MemoryStore:
                 f" it; verified: the business wrote it), not {trust!r}"
             )
         cleaned = [(_check_fact(text, source), normalise_key(key)) for text, key in facts]
-        how = trust
+        how, profile = trust, self._writer()
 
         def work(conn: Connection) -> list[tuple[Memory, list[str]]]:
             _lock_user(conn, user_id)
             written = [
-                _add(conn, user_id, text, key, source, conversation_id, message_id, how)
+                _add(conn, user_id, text, key, source, conversation_id, message_id, how, profile)
                 for text, key in cleaned
             ]
             if also is not None:
@@ -351,12 +377,13 @@ class MemoryStore:
         return await run_sync_tx(self.engine, work)
 
     async def current(self, user_id: str) -> list[Memory]:
-        """The user's current facts, the most recently updated first."""
+        """The user's current facts (of this store's profile), the most recently updated
+        first."""
 
         def work(conn: Connection) -> list[Memory]:
             rows = conn.execute(
                 sa.select(*_COLUMNS)
-                .where(_m.c.user_id == user_id, _m.c.superseded_by.is_(None))
+                .where(_m.c.user_id == user_id, _m.c.superseded_by.is_(None), *self._mine())
                 .order_by(_m.c.updated_at.desc(), _m.c.seq.desc())
             ).mappings()
             return [_memory(r) for r in rows]
@@ -381,6 +408,7 @@ class MemoryStore:
                     _m.c.id == memory_id,
                     _m.c.user_id == user_id,
                     _m.c.superseded_by.is_(None),
+                    *self._mine(),
                 )
                 .values(text=text, updated_at=now)
             )
@@ -402,10 +430,11 @@ class MemoryStore:
         def work(conn: Connection) -> list[str]:
             _lock_user(conn, user_id)
             row = conn.execute(
-                sa.select(_m.c.key).where(
+                sa.select(_m.c.key, _m.c.profile).where(
                     _m.c.id == memory_id,
                     _m.c.user_id == user_id,
                     _m.c.superseded_by.is_(None),
+                    *self._mine(),
                 )
             ).first()
             if row is None:
@@ -415,6 +444,7 @@ class MemoryStore:
                 older = conn.execute(
                     sa.select(_m.c.id).where(
                         _m.c.user_id == user_id,
+                        _m.c.profile == row.profile,
                         _m.c.key == row.key,
                         _m.c.superseded_by.is_not(None),
                     )
@@ -427,9 +457,12 @@ class MemoryStore:
         return await run_sync_tx(self.engine, work)
 
     async def forget_all(self, user_id: str) -> tuple[int, list[str]]:
-        """Delete every fact of the user; returns how many were current, and every id."""
-
-        return await run_sync_tx(self.engine, lambda conn: delete_user_memories(conn, user_id))
+        """Delete every fact of the user (of this store's profile; of every profile for a
+        store of `None`); returns how many were current, and every id."""
+        profile = self.profile
+        return await run_sync_tx(
+            self.engine, lambda conn: delete_user_memories(conn, user_id, profile=profile)
+        )
 
     async def idle_conversations(
         self, *, idle_before: datetime, skip_owner_prefix: str, limit: int = 100
@@ -446,24 +479,33 @@ class MemoryStore:
     async def keep_summary(
         self, user_id: str, conversation_id: str, leaf_id: str, text: str, *, erased: str
     ) -> tuple[Memory, list[str]] | None:
-        """`keep_summary_sync` in a transaction of its own.
+        """`keep_summary_sync` in a transaction of its own (the summary is the
+        conversation's profile's; this store's profile for one from before profiles).
 
         Raises:
             InvalidInput: an empty or over-long summary.
         """
+        fallback = self.profile or DEFAULT_PROFILE
 
         def work(conn: Connection) -> tuple[Memory, list[str]] | None:
-            return keep_summary_sync(conn, user_id, conversation_id, leaf_id, text, erased=erased)
+            return keep_summary_sync(
+                conn, user_id, conversation_id, leaf_id, text, erased=erased, fallback=fallback
+            )
 
         return await run_sync_tx(self.engine, work)
 
 
-def delete_user_memories(conn: Connection, user_id: str) -> tuple[int, list[str]]:
-    """Delete every fact of the user in `conn`'s transaction (`forget_all`, erasure); how
-    many were current, and every id deleted."""
+def delete_user_memories(
+    conn: Connection, user_id: str, *, profile: str | None = None
+) -> tuple[int, list[str]]:
+    """Delete every fact of the user in `conn`'s transaction: of one profile (`forget_all`)
+    or of every profile (`None`: erasure); how many were current, and every id deleted."""
     _lock_user(conn, user_id)
-    rows = conn.execute(sa.select(_m.c.id, _m.c.superseded_by).where(_m.c.user_id == user_id)).all()
-    conn.execute(_m.delete().where(_m.c.user_id == user_id))
+    whose = [_m.c.user_id == user_id]
+    if profile is not None:
+        whose.append(_m.c.profile == profile)
+    rows = conn.execute(sa.select(_m.c.id, _m.c.superseded_by).where(*whose)).all()
+    conn.execute(_m.delete().where(*whose))
     if rows:
         _purge_index(conn)
     return sum(1 for r in rows if r.superseded_by is None), [r.id for r in rows]
@@ -497,12 +539,14 @@ def _add(
     conversation_id: str | None,
     message_id: str | None,
     trust: MemoryTrust,
+    profile: str,
 ) -> tuple[Memory, list[str]]:
     now = utcnow()
     same = (
         conn.execute(
             sa.select(*_COLUMNS).where(
                 _m.c.user_id == user_id,
+                _m.c.profile == profile,
                 _m.c.superseded_by.is_(None),
                 _m.c.key.is_(None) if key is None else _m.c.key == key,
                 sa.func.lower(_m.c.text) == text.lower(),
@@ -518,7 +562,12 @@ def _add(
     memory_id = new_id()
     superseded: list[str] = []
     if key is not None:
-        replaced = [_m.c.user_id == user_id, _m.c.key == key, _m.c.superseded_by.is_(None)]
+        replaced = [
+            _m.c.user_id == user_id,
+            _m.c.profile == profile,
+            _m.c.key == key,
+            _m.c.superseded_by.is_(None),
+        ]
         if trust == "customer":  # A customer's word never replaces the business's record.
             replaced.append(_m.c.trust == "customer")
         superseded = [r.id for r in conn.execute(sa.select(_m.c.id).where(*replaced))]
@@ -535,6 +584,7 @@ def _add(
         "created_at": now,
         "updated_at": now,
         "trust": trust,
+        "profile": profile,
     }
     conn.execute(_m.insert().values(**values))
     return _memory(values), superseded
@@ -591,20 +641,25 @@ def keep_summary_sync(
     text: str,
     *,
     erased: str,
+    fallback: str = DEFAULT_PROFILE,
 ) -> tuple[Memory, list[str]] | None:
     """Keep `text` as the memory of the conversation up to `leaf_id`, superseding its older
     summary; `None` (nothing written) when the conversation is no longer the user's or its
     leaf was erased meanwhile (`erased`: the erasure marker), so that a summary written
-    while the user is being erased never outlives the erasure."""
+    while the user is being erased never outlives the erasure. The summary belongs to the
+    conversation's profile (`fallback` for a conversation from before profiles)."""
     text = _check_fact(text, SUMMARY_SOURCE)
     _lock_user(conn, user_id)
     conv, msg = Conversation.__table__, Message.__table__  # type: ignore[attr-defined]
     still = conn.execute(
-        sa.select(conv.c.id)
+        sa.select(conv.c.id, conv.c.profile)
         .join(msg, msg.c.id == leaf_id)
         .where(conv.c.id == conversation_id, conv.c.user_id == user_id, msg.c.content != erased)
     ).first()
     if still is None:
         return None
     key = summary_key(conversation_id)
-    return _add(conn, user_id, text, key, SUMMARY_SOURCE, conversation_id, leaf_id, "customer")
+    profile = still.profile or fallback
+    return _add(
+        conn, user_id, text, key, SUMMARY_SOURCE, conversation_id, leaf_id, "customer", profile
+    )

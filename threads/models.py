@@ -7,14 +7,16 @@ their `__table__` with SQLAlchemy Core, which keeps a turn's database time small
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.engine import Dialect
 from sqlmodel import Field, SQLModel
 
+from frontdesk.db import UTCDateTime, utcnow
+
 __all__ = [
+    "DEFAULT_PROFILE",
     "Conversation",
     "FeedbackRow",
     "HandlerData",
@@ -27,30 +29,9 @@ __all__ = [
 ]
 
 
-def utcnow() -> datetime:
-    """Now, tz-aware UTC."""
-    return datetime.now(UTC)
-
-
-class UTCDateTime(sa.TypeDecorator[datetime]):
-    """A timestamp that is always tz-aware UTC in Python, on SQLite (no time zones) as well."""
-
-    impl = sa.DateTime(timezone=True)
-    cache_ok = True
-
-    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
-        if value is None:
-            return None
-        if value.tzinfo is None:
-            raise ValueError("naive datetime: pass a tz-aware UTC time")
-        value = value.astimezone(UTC)
-        # SQLite stores text; a naive UTC time sorts correctly as text.
-        return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
-
-    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
-        if value is None:
-            return None
-        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+DEFAULT_PROFILE = "default"
+"""The name of an orchestrator's one profile, and the profile of the facts and documents
+stored before they carried one (revision `0030_profile_data`)."""
 
 
 class Conversation(SQLModel, table=True):

@@ -19,7 +19,7 @@ import sqlalchemy as sa
 from sqlalchemy import Connection
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from frontdesk.threads._tx import run_sync_tx
+from frontdesk._driver.tx import run_sync_tx
 from frontdesk.threads.models import (
     Conversation,
     FeedbackRow,

@@ -19,8 +19,8 @@ from sqlalchemy import Connection
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from frontdesk.threads._tx import run_sync_tx
-from frontdesk.threads.errors import InvalidInput
+from frontdesk._driver.tx import run_sync_tx
+from frontdesk.errors import InvalidInput
 from frontdesk.threads.models import (
     Conversation,
     FeedbackRow,

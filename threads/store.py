@@ -21,11 +21,14 @@ from sqlalchemy import Connection
 from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from frontdesk._driver.tx import run_sync_tx
 from frontdesk.db import create_engine, dispose_engine
+from frontdesk.errors import InvalidInput, MessageNotFound, StoreError, StoreUnavailable
+from frontdesk.jobs import store as _jobs
+from frontdesk.jobs.store import JobSpec
 from frontdesk.schema import ensure_schema
 from frontdesk.threads import _lease, _outcomes, _writes, spend
 from frontdesk.threads import handoff as handoff_sql
-from frontdesk.threads import jobs as _jobs
 from frontdesk.threads import ruled_values as _ruled
 from frontdesk.threads._lease import TurnLease
 from frontdesk.threads._outcomes import Previous, TurnOutcome, TurnRecord
@@ -36,9 +39,7 @@ from frontdesk.threads._records import (
     check_text,
     new_id,
 )
-from frontdesk.threads._tx import run_sync_tx
 from frontdesk.threads._writes import UNSET, ParentId
-from frontdesk.threads.errors import InvalidInput, MessageNotFound, StoreError, StoreUnavailable
 from frontdesk.threads.handler_state import (
     ERASED_MARKER,
     HandlerState,
@@ -53,7 +54,6 @@ from frontdesk.threads.handoff import (
     HandoffStore,
     Opened,
 )
-from frontdesk.threads.jobs import JobSpec
 from frontdesk.threads.models import Conversation, Message, utcnow
 from frontdesk.threads.resolution import resolve
 from frontdesk.threads.ruled_values import Scrub
@@ -92,7 +92,7 @@ class FinishedTurn:
     opened: Opened | None = None
     """The hand-off the stored outcome opened (`Outcome(handoff=...)`, the HUMAN route)."""
     jobs: list[_jobs.Deferred] = field(default_factory=list)
-    """The jobs recorded with the reply (`threads.jobs`; one whose queueing lock has a
+    """The jobs recorded with the reply (`jobs.store`; one whose queueing lock has a
     job waiting is not among them)."""
     resolved: bool = False
     """The outcome's `resolves` made the conversation `resolved` (it was not already)."""
@@ -520,7 +520,7 @@ class ConversationStore:
         """End a turn in one transaction: store `outcome` (or its usage; one with `handoff`
         opens the hand-off here too), store `reply` (from `stage_reply`) as the active leaf
         in place of any failed-turn marker, record `jobs` (what runs after the reply:
-        `threads.jobs`), run `also` (the turn's audit batch, given the hand-off this
+        `jobs.store`), run `also` (the turn's audit batch, given the hand-off this
         transaction opened), and give the lease back. Returns that hand-off and the recorded
         jobs' ids.
 

@@ -22,9 +22,9 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlmodel import Field, SQLModel
 
 from frontdesk._driver import Statement
+from frontdesk._driver.tx import run_sync_tx, run_tx
+from frontdesk.errors import MessageNotFound, StoreError
 from frontdesk.threads._records import MessageRecord, new_id
-from frontdesk.threads._tx import run_sync_tx, run_tx
-from frontdesk.threads.errors import MessageNotFound, StoreError
 from frontdesk.threads.models import Message, UTCDateTime, utcnow
 
 __all__ = [

@@ -22,7 +22,7 @@ import httpx
 import httpx2
 from pydantic import BaseModel, ValidationError
 
-from frontdesk.experts.errors import (
+from frontdesk.errors import (
     ModelAPIError,
     ModelConnectionError,
     ModelError,

@@ -20,8 +20,7 @@ from typing import Any, Generic, TypeVar
 import structlog
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt
 
-from frontdesk.errors import ConfigError
-from frontdesk.experts.errors import ModelError, RateLimited
+from frontdesk.errors import ConfigError, ModelError, RateLimited
 from frontdesk.experts.providers.base import AttemptEvent, Usage, report_attempt
 
 T = TypeVar("T")

@@ -20,7 +20,7 @@ from typing import Any
 import anthropic
 import httpx2
 
-from frontdesk.experts.errors import MissingAPIKey, Refusal, TruncatedOutput
+from frontdesk.errors import MissingAPIKey, Refusal, TruncatedOutput
 from frontdesk.experts.providers._http import (
     Answer,
     HTTPModel,

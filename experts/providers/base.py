@@ -22,7 +22,7 @@ from typing import Any, Literal, Protocol, TypedDict, runtime_checkable
 
 from pydantic import BaseModel
 
-from frontdesk.experts.errors import ModelRequestsBlocked
+from frontdesk.errors import ModelRequestsBlocked
 from frontdesk.knowledge import Passage
 from frontdesk.redaction import schema_without_rules
 
@@ -313,7 +313,7 @@ class Model(Protocol):
         ...
 
     async def request(self, request: ModelRequest) -> ModelResponse:
-        """Answer one request; raise an `experts.errors.ModelError` on failure."""
+        """Answer one request; raise a `frontdesk.errors.ModelError` on failure."""
         ...
 
 

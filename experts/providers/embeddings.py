@@ -15,8 +15,7 @@ from typing import Protocol
 
 import openai
 
-from frontdesk.errors import ConfigError
-from frontdesk.experts.errors import ModelAPIError, ModelConnectionError, ModelHTTPError
+from frontdesk.errors import ConfigError, ModelAPIError, ModelConnectionError, ModelHTTPError
 from frontdesk.experts.providers.base import check_allow_model_requests
 from frontdesk.experts.providers.openai import PLACEHOLDER_KEY
 from frontdesk.masking import mask_url

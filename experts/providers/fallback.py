@@ -6,8 +6,8 @@ from collections.abc import AsyncIterator
 
 import structlog
 
-from frontdesk.errors import ConfigError
-from frontdesk.experts.errors import (
+from frontdesk.errors import (
+    ConfigError,
     ModelConnectionError,
     ModelError,
     ProviderOverloaded,

@@ -21,7 +21,7 @@ from typing import Any, TypeAlias
 
 from pydantic import BaseModel, ValidationError
 
-from frontdesk.experts.errors import ModelError, OutputValidationError, StreamInterrupted
+from frontdesk.errors import ModelError, OutputValidationError, StreamInterrupted
 from frontdesk.experts.providers._http import describe_validation_error, strip_code_fence
 from frontdesk.experts.providers.base import (
     AttemptEvent,

@@ -30,7 +30,7 @@ from typing import Any, Literal, get_args, get_origin
 
 from pydantic import BaseModel, ValidationError
 
-from frontdesk.experts.errors import OutputValidationError
+from frontdesk.errors import OutputValidationError
 from frontdesk.experts.providers import _offline_values as values
 from frontdesk.experts.providers._offline_routing import (
     CONFIDENT,

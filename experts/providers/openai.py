@@ -21,7 +21,7 @@ from typing import Any
 import httpx2
 import openai
 
-from frontdesk.experts.errors import MissingAPIKey, Refusal, TruncatedOutput
+from frontdesk.errors import MissingAPIKey, Refusal, TruncatedOutput
 from frontdesk.experts.providers._http import (
     Answer,
     HTTPModel,

@@ -16,7 +16,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Iterable
 from typing import Any, TypeAlias
 
-from frontdesk.experts.errors import UnconsumedSteps, UnexpectedModelCall
+from frontdesk.errors import UnconsumedSteps, UnexpectedModelCall
 from frontdesk.experts.providers.base import ModelRequest, ModelResponse, StreamEvent
 from frontdesk.experts.providers.function import (
     DEFAULT_CHUNK_CHARS,

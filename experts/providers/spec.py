@@ -8,7 +8,7 @@ import re
 from typing import Any
 from urllib.parse import parse_qsl
 
-from frontdesk.experts.errors import UnknownModelSpec
+from frontdesk.errors import UnknownModelSpec
 from frontdesk.experts.providers._retry import RetryConfig
 from frontdesk.experts.providers.base import (
     INSTRUCTION_PLACES,

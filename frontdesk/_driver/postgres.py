@@ -4,7 +4,7 @@ SQLAlchemy's pre-ping would ask the server at every checkout: on asyncpg three r
 (BEGIN, `;`, ROLLBACK), 9 of a turn's 37 (docs/benchmarks.md). asyncpg already knows when
 the server closed a connection's socket (a restart, `pg_terminate_backend`), so asking it
 costs nothing; a connection lost during a transaction fails that transaction as
-invalidated, and the store runs it again from its start (`threads._tx.is_transient`).
+invalidated, and the store runs it again from its start (`frontdesk._driver.tx.is_transient`).
 """
 
 from __future__ import annotations

@@ -178,8 +178,14 @@ async function loadContext() {
   $("summary").textContent = c.summary || "Nothing summarised yet.";
   const facts = $("facts");
   facts.replaceChildren();
-  if (!c.memories.length) facts.append(fd.el("li", "muted", "Nothing remembered."));
-  for (const f of c.memories) facts.append(fd.el("li", "", f));
+  if (!c.facts.length) facts.append(fd.el("li", "muted", "Nothing remembered."));
+  for (const f of c.facts) {
+    // Whose word it is: the business's record, or what the customer said (not verified).
+    const li = fd.el("li");
+    li.append(fd.el("span", "trust", f.trust === "verified" ? "verified" : "customer's word"));
+    li.append(document.createTextNode(" " + f.text));
+    facts.append(li);
+  }
   const turns = $("turns");
   turns.replaceChildren();
   for (const t of c.turns) {

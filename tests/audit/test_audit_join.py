@@ -6,10 +6,10 @@ from collections.abc import Callable
 
 import pytest
 
-from frontdesk.audit.errors import AuditConfigError
 from frontdesk.audit.events import AuditEvent
 from frontdesk.audit.store import AuditLog
 from frontdesk.db import create_engine
+from frontdesk.errors import AuditConfigError
 
 pytestmark = pytest.mark.anyio
 

@@ -9,10 +9,10 @@ import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from structlog.testing import capture_logs
 
-from frontdesk.audit.errors import AuditWriteError
 from frontdesk.audit.events import AuditEvent
 from frontdesk.audit.spool import Spool
 from frontdesk.audit.store import AuditLog
+from frontdesk.errors import AuditWriteError
 
 pytestmark = pytest.mark.anyio
 

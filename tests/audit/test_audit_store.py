@@ -12,10 +12,9 @@ from sqlalchemy import text
 
 from frontdesk.audit import compact
 from frontdesk.audit.chain import GENESIS_HASH, Head, sha256_text
-from frontdesk.audit.errors import AuditPayloadError
 from frontdesk.audit.events import AuditEvent
 from frontdesk.audit.store import AuditLog, time_bytes
-from frontdesk.errors import ConfigError
+from frontdesk.errors import AuditPayloadError, ConfigError
 
 pytestmark = pytest.mark.anyio
 

@@ -107,6 +107,10 @@ class _Row:
     """A stored-row stand-in for pure transcript tests (no database needed)."""
 
     def __init__(self, seq: int, event: AuditEvent) -> None:
+        # The columns verification reads (`AuditRow`), unused by the views.
+        self.conversation_id, self.event_id, self.payload_json = "c", event.event_id, ""
+        self.prompt_sha256: str | None = None
+        self.prev_hash = self.hash = ""
         self.seq = seq
         self.kind = event.kind
         self.turn_id = event.turn_id

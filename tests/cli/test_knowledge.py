@@ -100,3 +100,22 @@ def test_sources_are_named_relative_to_root_or_by_a_pattern(tmp_path: Path) -> N
     assert "help/cards: 1 passage" in added and "help/hours: 1 passage" in added
     listed = {s["source"] for s in json.loads(_run("list", "--json", "--db", url))}
     assert not any(str(tmp_path) in source for source in listed), listed
+
+
+def test_each_profile_has_its_own_library(tmp_path: Path) -> None:
+    """`--profile NAME`: the documents of one business of the app (the card desk beside
+    the potato shop); without it, the app's default profile's."""
+    url = f"sqlite:///{tmp_path / 'fd.db'}"
+    fees = tmp_path / "fees.md"
+    fees.write_text(FEES, encoding="utf-8")
+    desks = ["--db", url, "--app", "frontdesk.examples.card_desk:desks"]
+    assert "fees.md: 2 passages" in _run("add", str(fees), "--profile", "cards", *desks)
+    assert json.loads(_run("list", "--json", *desks)) == []
+    listed = json.loads(_run("list", "--json", "--profile", "cards", *desks))
+    assert listed == [{"source": "fees.md", "passages": 2}]
+    assert json.loads(_run("search", "overdraft", "--json", "--profile", "potatoes", *desks)) == []
+    found = json.loads(_run("search", "overdraft", "--json", "--profile", "cards", *desks))
+    assert found[0]["title"] == "Overdraft fees"
+    unknown = runner.invoke(app, ["knowledge", "list", "--profile", "loans", *desks])
+    assert unknown.exit_code != 0 and "no profile 'loans'" in unknown.output
+    assert "removed fees.md" in _run("remove", "fees.md", "--profile", "cards", *desks)

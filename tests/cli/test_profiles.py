@@ -3,20 +3,17 @@ profiles (the potato shop and the card desk) apart."""
 
 from __future__ import annotations
 
-import asyncio
-import json
-from typing import Any
-
-import pytest
 from typer.testing import CliRunner
 
 from frontdesk.cli import app
 from frontdesk.orchestrator.app import load_app
+from tests.cli.conftest import cli_json
 
 runner = CliRunner()
 
 
-async def _record(url: str) -> None:
+async def record(url: str) -> None:
+    """What the module's `db` fixture (tests/cli/conftest.py) holds."""
     orch = load_app("frontdesk.examples.card_desk:desks", model="offline", db=url)
     try:
         await orch.handle("spud-1", "Where is my order 77120?", user_id="ann", profile="potatoes")
@@ -26,31 +23,18 @@ async def _record(url: str) -> None:
         await orch.aclose()
 
 
-@pytest.fixture(scope="module")
-def db(tmp_path_factory: pytest.TempPathFactory) -> str:
-    url = f"sqlite:///{tmp_path_factory.mktemp('profiles') / 'fd.db'}"
-    asyncio.run(_record(url))
-    return url
-
-
-def _json(*args: str) -> Any:
-    result = runner.invoke(app, list(args))
-    assert result.exit_code == 0, result.output
-    return json.loads(result.stdout)
-
-
 def test_conversations_of_one_profile(db: str) -> None:
-    rows = _json("conversations", "--json", "--profile", "cards", "--db", db)
+    rows = cli_json("conversations", "--json", "--profile", "cards", "--db", db)
     assert [(r["conversation_id"], r["profile"]) for r in rows] == [("card-1", "cards")]
-    everyone = _json("conversations", "--json", "--db", db)
+    everyone = cli_json("conversations", "--json", "--db", db)
     assert {r["conversation_id"] for r in everyone} == {"spud-1", "card-1"}
     none = runner.invoke(app, ["conversations", "--profile", "loans", "--db", db])
     assert none.exit_code == 0 and "of profile loans" in none.output
 
 
 def test_audit_commands_take_the_profile(db: str) -> None:
-    potatoes = _json("audit", "cost", "--all", "--profile", "potatoes", "--json", "--db", db)
-    cards = _json("audit", "cost", "--all", "--profile", "cards", "--json", "--db", db)
+    potatoes = cli_json("audit", "cost", "--all", "--profile", "potatoes", "--json", "--db", db)
+    cards = cli_json("audit", "cost", "--all", "--profile", "cards", "--json", "--db", db)
     assert (len(potatoes["by_turn"]), len(cards["by_turn"])) == (1, 2)  # spud-1, card-1
     replayed = runner.invoke(
         app,

@@ -14,8 +14,8 @@ import pytest
 from typer.testing import CliRunner
 
 from frontdesk.cli import app as cli
+from frontdesk.jobs.runner import DrainTimeout
 from frontdesk.orchestrator import Orchestrator
-from frontdesk.orchestrator.jobs import DrainTimeout
 from frontdesk.threads.handoff import DEFAULT_TIMEOUT_MESSAGE, HandoffStore
 from tests._pg import create_database, drop_database
 from tests.orchestrator import _jobs_worker as shop
@@ -119,7 +119,7 @@ def test_frontdesk_jobs_lists_a_failed_job_and_mends_it(url: str, tmp_path: Path
         await orch.open()
         (job,) = await orch.jobs.list()
         # What a worker does after the last of its attempts: failed, with its last error.
-        from frontdesk.threads import jobs as rows
+        from frontdesk.jobs import store as rows
 
         def failed(conn: object) -> None:
             table = "job"

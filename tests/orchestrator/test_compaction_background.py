@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
+from frontdesk.errors import ModelAPIError
 from frontdesk.examples.potato_shop import categories as potato_categories
-from frontdesk.experts.errors import ModelAPIError
 from frontdesk.experts.providers import FunctionModel, ModelRequest
 from frontdesk.orchestrator import Orchestrator
 from frontdesk.threads.builder import SUMMARY_LABEL

@@ -244,7 +244,7 @@ async def test_an_erasure_killed_midway_is_finished_by_the_job_runner(
 async def test_waiting_for_learning_follows_a_worker_and_stops_when_it_dies(
     url: str, tmp_path: Path
 ) -> None:
-    from frontdesk.orchestrator.jobs import RUNNER_ALIVE
+    from frontdesk.jobs.runner import RUNNER_ALIVE
 
     log = tmp_path / "learning"
     orch = shop.app(store=url, jobs="worker")

@@ -1,4 +1,4 @@
-"""The job engine (orchestrator/jobs.py) on SQLite (in process) and PostgreSQL (Procrastinate):
+"""The job engine (jobs/runner.py) on SQLite (in process) and PostgreSQL (Procrastinate):
 one lock's jobs in order, even across two runners; retries then `failed`, kept and listed;
 periodic jobs without traffic; `drain`; a stop gives running jobs back."""
 
@@ -17,9 +17,9 @@ from sqlalchemy.engine import make_url
 
 from frontdesk.db import run_write
 from frontdesk.errors import ConfigError
-from frontdesk.orchestrator.jobs import DrainTimeout, JobKind, Jobs, PeriodicJob
-from frontdesk.threads import jobs as rows
-from frontdesk.threads.jobs import JobSpec, JobStore
+from frontdesk.jobs import store as rows
+from frontdesk.jobs.runner import DrainTimeout, JobKind, Jobs, PeriodicJob
+from frontdesk.jobs.store import JobSpec, JobStore
 from frontdesk.threads.store import ConversationStore
 
 pytestmark = pytest.mark.anyio
@@ -260,7 +260,7 @@ async def test_a_job_behind_its_lock_runs_as_the_one_ahead_ends(
     runner looks again when a job ends. PostgreSQL: Procrastinate wakes its workers only
     for a new job; migration 0021's trigger wakes them when a job of a lock ends (without
     it, the second job here waits the hour and drain times out)."""
-    from frontdesk.orchestrator import jobs as engine
+    from frontdesk.jobs import runner as engine
 
     monkeypatch.setattr(engine, "POLL", 3600.0)
     # A periodic job's insert wakes Procrastinate's worker too: made a day apart here.

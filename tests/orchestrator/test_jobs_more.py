@@ -22,11 +22,11 @@ from frontdesk.audit.chains import user_chain_id
 from frontdesk.audit.store import AuditLog
 from frontdesk.db import create_engine, dispose_engine, run_write
 from frontdesk.errors import ConfigError
+from frontdesk.jobs import store as rows
+from frontdesk.jobs.runner import JobKind, Jobs
+from frontdesk.jobs.store import JobSpec, JobStore
 from frontdesk.orchestrator import Orchestrator, RetentionPolicy, erasure
-from frontdesk.orchestrator.jobs import JobKind, Jobs
 from frontdesk.threads import erasure as store_erasure
-from frontdesk.threads import jobs as rows
-from frontdesk.threads.jobs import JobSpec, JobStore
 from frontdesk.threads.store import ConversationStore
 from tests._otel import recorded_spans
 from tests.orchestrator import _jobs_worker as shop

@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 
 from frontdesk.db import run_write
-from frontdesk.orchestrator.jobs import YIELD_WAIT, JobKind, Jobs
-from frontdesk.threads import jobs as rows
-from frontdesk.threads.jobs import JobSpec, JobStore
+from frontdesk.jobs import store as rows
+from frontdesk.jobs.runner import YIELD_WAIT, JobKind, Jobs
+from frontdesk.jobs.store import JobSpec, JobStore
 from frontdesk.threads.store import ConversationStore
 
 pytestmark = pytest.mark.anyio

@@ -72,7 +72,8 @@ async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator
 async def test_the_facade_adds_searches_lists_and_removes(store: KnowledgeStore) -> None:
     library = Library(store=store, retriever=FullTextPassageRetriever(store))
 
-    async def opened() -> Library:
+    async def opened(profile: str | None) -> Library:
+        assert profile is None  # The default profile's library.
         return library
 
     knowledge = Knowledge(opened)

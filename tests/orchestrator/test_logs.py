@@ -10,9 +10,9 @@ import pytest
 from pydantic import BaseModel
 from structlog.testing import capture_logs
 
+from frontdesk.errors import ProviderOverloaded
 from frontdesk.examples.potato_shop import categories as potato_categories
 from frontdesk.experts import Category, HandlerContext, Outcome
-from frontdesk.experts.errors import ProviderOverloaded
 from frontdesk.experts.providers import FunctionModel, ModelRequest
 from frontdesk.orchestrator import Orchestrator, TurnFailed
 from tests.experts.providers.wire_server import ANTHROPIC_PATH, Reply, WireServer
@@ -82,7 +82,7 @@ async def test_a_rejected_key_is_not_logged(
 
 
 async def test_a_quota_error_raises_an_ops_alert_and_a_safe_reply(team: Any, db_url: str) -> None:
-    from frontdesk.experts.errors import ProviderQuotaExhausted
+    from frontdesk.errors import ProviderQuotaExhausted
 
     def broke(request: ModelRequest) -> Any:
         raise ProviderQuotaExhausted("insufficient_quota", status_code=429, model="openai:x")

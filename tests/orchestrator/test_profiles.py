@@ -200,8 +200,8 @@ def test_an_unknown_keyword_says_where_settings_live(db_url: str) -> None:
         Orchestrator(potato_categories(), store=db_url, timeouts=Timeouts(), lock_ttl=5)
     with pytest.raises(ConfigError, match="profile name"):
         Orchestrator(profiles={"no spaces": Profile(potato_categories())}, store=db_url)
-    with pytest.raises(ConfigError, match="knowledge_source is not supported yet"):
-        Profile(potato_categories(), knowledge_source="help")
+    with pytest.raises(ConfigError, match="profile name"):
+        Profile(potato_categories(), knowledge_source="no spaces")
 
 
 async def test_settings_are_read_once_at_open(db_url: str) -> None:
@@ -224,18 +224,29 @@ def test_profile_mismatch_is_in_the_one_tree() -> None:
     assert ProfileMismatch is TreeProfileMismatch and issubclass(ProfileMismatch, UserError)
 
 
-def test_the_sync_namespaces_have_the_async_ones_names() -> None:
+def test_the_sync_namespaces_have_the_async_ones_names_and_signatures() -> None:
     from frontdesk.orchestrator.erasure import Privacy
     from frontdesk.orchestrator.handoff import Handoffs
+    from frontdesk.orchestrator.knowledge import Knowledge
     from frontdesk.orchestrator.memory import LongTermMemory
-    from frontdesk.orchestrator.sync import SyncHandoffs, SyncMemory, SyncPrivacy
+    from frontdesk.orchestrator.sync import SyncHandoffs, SyncKnowledge, SyncMemory, SyncPrivacy
 
     def public(cls: type) -> set[str]:
         return {n for n in vars(cls) if not n.startswith("_")}
 
-    for ours, theirs in ((LongTermMemory, SyncMemory), (Handoffs, SyncHandoffs)):
-        assert public(ours) == public(theirs)
-    assert public(Privacy) == public(SyncPrivacy)
+    pairs = (
+        (LongTermMemory, SyncMemory),
+        (Handoffs, SyncHandoffs),
+        (Privacy, SyncPrivacy),
+        (Knowledge, SyncKnowledge),
+    )
+    for ours, theirs in pairs:
+        assert public(ours) == public(theirs), theirs.__name__
+        for name in public(ours):
+            if isinstance(vars(ours)[name], property):
+                continue
+            a = inspect.signature(getattr(ours, name), eval_str=True)
+            assert inspect.signature(getattr(theirs, name)) == a, f"{theirs.__name__}.{name}"
 
 
 def test_the_sync_orchestrator_serves_profiles(db_url: str) -> None:

@@ -15,9 +15,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from frontdesk.audit.export import write_jsonl
 from frontdesk.db import create_engine, dispose_engine, normalise_url
-from frontdesk.errors import ConfigError
+from frontdesk.errors import ConfigError, ModelConnectionError, ModelHTTPError
 from frontdesk.examples.potato_shop import categories as potato_categories
-from frontdesk.experts.errors import ModelConnectionError, ModelHTTPError
 from frontdesk.experts.providers import ModelRequest, model_from_spec
 from frontdesk.experts.providers._retry import RetryConfig
 from frontdesk.experts.providers.anthropic import AnthropicModel

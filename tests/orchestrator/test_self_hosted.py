@@ -10,10 +10,9 @@ from typing import Any
 
 import pytest
 
-from frontdesk.errors import ConfigError
+from frontdesk.errors import ConfigError, OutputValidationError, TruncatedOutput
 from frontdesk.examples.potato_shop import categories as potato_categories
 from frontdesk.experts import Category, HandlerContext, Outcome
-from frontdesk.experts.errors import OutputValidationError, TruncatedOutput
 from frontdesk.experts.providers import FunctionModel, ModelRequest, ModelSettings
 from frontdesk.labels import INSTRUCTION_LABEL
 from frontdesk.orchestrator import Orchestrator

@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
+from frontdesk.errors import ModelConnectionError, ProviderOverloaded
 from frontdesk.examples.potato_shop import categories as potato_categories
-from frontdesk.experts.errors import ModelConnectionError, ProviderOverloaded
 from frontdesk.experts.providers import ModelRequest, StreamCut
 from frontdesk.orchestrator import (
     EmptyMessage,

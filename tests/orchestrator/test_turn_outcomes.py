@@ -9,9 +9,8 @@ from typing import Any
 import pytest
 from sqlalchemy import event
 
-from frontdesk.errors import StoreUnavailable
+from frontdesk.errors import ProviderOverloaded, StoreUnavailable, StreamInterrupted
 from frontdesk.examples.potato_shop import categories as potato_categories
-from frontdesk.experts.errors import ProviderOverloaded, StreamInterrupted
 from frontdesk.experts.providers import FunctionModel, ModelRequest
 from frontdesk.orchestrator import Orchestrator, Reply, TurnFailed
 from frontdesk.orchestrator.fallbacks import plain_reply

@@ -9,16 +9,18 @@ from typing import Any
 
 import pytest
 
-from frontdesk.examples.potato_shop import categories as potato_categories
-from frontdesk.experts.errors import (
+from frontdesk.errors import (
+    ConversationBusy,
+    ConversationNotFound,
+    IdempotencyConflict,
     OutputValidationError,
     ProviderOverloaded,
     Refusal,
     TruncatedOutput,
 )
+from frontdesk.examples.potato_shop import categories as potato_categories
 from frontdesk.experts.providers import FunctionModel, ModelRequest
 from frontdesk.orchestrator import Orchestrator, TurnFailed
-from frontdesk.threads.errors import ConversationBusy, ConversationNotFound, IdempotencyConflict
 
 pytestmark = pytest.mark.anyio
 

@@ -21,10 +21,10 @@ from frontdesk.audit.refs import UNKEYED, UserRefs
 from frontdesk.audit.store import AuditLog
 from frontdesk.db import create_engine, dispose_engine, run_write
 from frontdesk.experts.providers import FunctionModel, ModelRequest
+from frontdesk.jobs.store import JobSpec, defer, list_jobs, rename_lock
 from frontdesk.orchestrator import Orchestrator
 from frontdesk.orchestrator.erasure import apply_retention, erased_owner
 from frontdesk.schema import ensure_schema
-from frontdesk.threads.jobs import JobSpec, defer, list_jobs, rename_lock
 from tests.privacy import _app
 from tests.privacy.test_privacy import new_key, verify_all
 
@@ -241,7 +241,7 @@ async def test_an_erasure_after_the_upgrade_finds_and_refiles_what_plain_digests
 
 async def test_a_users_waiting_memory_jobs_are_renamed_to_the_keyed_lock(url: str) -> None:
     """On PostgreSQL a succeeded job's row is deleted; one waiting or failed keeps its lock,
-    so erasure renames it (`threads.jobs.rename_lock`) on either backend."""
+    so erasure renames it (`jobs.store.rename_lock`) on either backend."""
     refs = UserRefs(b"r" * 32)
     old, new = UNKEYED.job_lock("memory_lock", ALICE), refs.job_lock("memory_lock", ALICE)
     assert old == "memory:" + plain(ALICE)[:24] and new != old

@@ -150,3 +150,37 @@ async def test_erasure_needs_the_privacy_role(api: Api) -> None:
     officer = auth("pat", roles=["operator", "privacy"])
     r = await api.client.post(f"/v1/users/{ann}/erase", headers=officer)
     assert r.status_code == 200 and r.json()["conversations"] == 1
+
+
+async def test_a_customers_memories_and_the_operator_context_are_the_profiles_own(
+    api: Api,
+) -> None:
+    """One user id at both desks: `GET /v1/me/memories` and the operator's context list
+    only what the token's (the conversation's) profile keeps, each fact with its trust."""
+    user = "uma-" + api.cid()
+    shop, _ = await start(api, user, "potatoes", "hello")
+    bank, _ = await start(api, user, "cards", "hello")
+    await api.orch.memory.remember(user, "Likes waxy potatoes", profile="potatoes")
+    await api.orch.memory.remember(user, "Card ends 4242", profile="cards", trust="customer")
+    await api.orch.memory.remember(user, "Salary on the 25th", profile="cards")
+    mine = await api.client.get("/v1/me/memories", headers=auth(user, profile="cards"))
+    assert [m["text"] for m in mine.json()["memories"]] == ["Salary on the 25th", "Card ends 4242"]
+    at_shop = await api.client.get("/v1/me/memories", headers=auth(user, profile="potatoes"))
+    [fact] = at_shop.json()["memories"]
+    assert fact["text"] == "Likes waxy potatoes"
+    # Another profile's fact is not this customer's to delete at this desk: 404.
+    r = await api.client.delete(
+        f"/v1/me/memories/{fact['id']}", headers=auth(user, profile="cards")
+    )
+    assert r.status_code == 404
+    desk = auth("sam", roles=["operator"])
+    context = (await api.client.get(f"/v1/conversations/{bank}/context", headers=desk)).json()
+    assert [(f["text"], f["trust"]) for f in context["facts"]] == [
+        ("Salary on the 25th", "verified"),
+        ("Card ends 4242", "customer"),
+    ]
+    assert context["memories"] == ["Salary on the 25th", "Card ends 4242"]
+    context = (await api.client.get(f"/v1/conversations/{shop}/context", headers=desk)).json()
+    assert [(f["text"], f["trust"]) for f in context["facts"]] == [
+        ("Likes waxy potatoes", "verified")
+    ]

@@ -12,8 +12,7 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy import Connection
 
-from frontdesk.errors import SAFE_REPLY
-from frontdesk.threads.errors import ConversationNotFound, LeaseLost
+from frontdesk.errors import SAFE_REPLY, ConversationNotFound, LeaseLost
 from frontdesk.threads.models import Lease
 from frontdesk.threads.store import ConversationStore, TurnOutcome
 

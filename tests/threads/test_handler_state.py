@@ -7,8 +7,8 @@ import uuid
 import pytest
 import sqlalchemy as sa
 
+from frontdesk.errors import InvalidInput, UserStateUnavailable
 from frontdesk.threads import ERASED_MARKER, HandlerState, HandlerStore
-from frontdesk.threads.errors import InvalidInput, UserStateUnavailable
 from frontdesk.threads.store import ConversationStore
 
 pytestmark = pytest.mark.anyio

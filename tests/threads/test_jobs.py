@@ -1,4 +1,4 @@
-"""Job rows (threads/jobs.py) on SQLite and PostgreSQL: recorded in the caller's transaction,
+"""Job rows (jobs/store.py) on SQLite and PostgreSQL: recorded in the caller's transaction,
 listed, retried, cancelled, and (SQLite) claimed one lock at a time, in order."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import pytest
 from sqlalchemy import Connection
 
 from frontdesk.db import run_write
-from frontdesk.threads import jobs
-from frontdesk.threads.jobs import JobSpec
+from frontdesk.jobs import store as jobs
+from frontdesk.jobs.store import JobSpec
 from frontdesk.threads.store import ConversationStore
 
 pytestmark = pytest.mark.anyio

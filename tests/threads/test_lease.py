@@ -8,7 +8,7 @@ import uuid
 import anyio
 import pytest
 
-from frontdesk.threads.errors import ConversationBusy
+from frontdesk.errors import ConversationBusy
 from frontdesk.threads.store import ConversationStore
 
 pytestmark = pytest.mark.anyio

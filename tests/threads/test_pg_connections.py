@@ -19,9 +19,9 @@ from sqlalchemy import Connection
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from frontdesk import Category, HandlerContext, Orchestrator, Outcome
+from frontdesk._driver.tx import run_sync_tx
 from frontdesk.db import create_engine, dispose_engine
 from frontdesk.experts.providers import FunctionModel, ModelRequest
-from frontdesk.threads._tx import run_sync_tx
 from tests._pg import terminate_backends
 
 pytestmark = [pytest.mark.anyio, pytest.mark.postgres]

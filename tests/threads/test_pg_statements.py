@@ -24,9 +24,9 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from frontdesk import Orchestrator
 from frontdesk._driver import Statement, savepoint
+from frontdesk._driver.tx import run_sync_tx
 from frontdesk.db import create_engine, dispose_engine
 from frontdesk.experts.providers import FunctionModel
-from frontdesk.threads._tx import run_sync_tx
 from tests.orchestrator.test_turn_statements import BILLING, model
 
 pytestmark = [pytest.mark.anyio, pytest.mark.postgres]

@@ -110,7 +110,7 @@ async def test_a_reads_own_error_keeps_the_sqlite_readers_connection(
 ) -> None:
     """A read that raises its own error (a message not found) is rolled back and the
     reader keeps its connection; after a database error it starts on a new one."""
-    from frontdesk.threads.errors import MessageNotFound
+    from frontdesk.errors import MessageNotFound
 
     def connection(conn: Connection) -> Connection:
         return conn  # Held by the test: its address is never reused.

@@ -8,7 +8,7 @@ from datetime import UTC
 
 import pytest
 
-from frontdesk.threads.errors import (
+from frontdesk.errors import (
     IdempotencyConflict,
     InvalidInput,
     MessageNotFound,

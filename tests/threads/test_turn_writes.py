@@ -12,9 +12,9 @@ import anyio
 import pytest
 from sqlalchemy import Connection
 
+from frontdesk.errors import ConversationBusy, IdempotencyConflict
 from frontdesk.threads import _lease
 from frontdesk.threads.builder import build_thread, thread_since
-from frontdesk.threads.errors import ConversationBusy, IdempotencyConflict
 from frontdesk.threads.store import ConversationStore, MessageRecord
 from frontdesk.threads.summaries import SummaryRecord, SummaryStore, path_since_newest_sync
 

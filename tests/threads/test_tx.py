@@ -1,4 +1,4 @@
-"""`threads._tx`: a transaction is run again after a transient failure, a bounded number of
+"""`frontdesk._driver.tx`: a transaction is run again after a transient failure, a bounded number of
 times; anything else fails at once as a typed store error."""
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ from sqlalchemy import Connection
 from sqlalchemy.exc import IntegrityError, OperationalError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from frontdesk._driver.tx import run_sync_tx
 from frontdesk.db import create_engine, dispose_engine
-from frontdesk.threads._tx import run_sync_tx
-from frontdesk.threads.errors import StoreError, StoreUnavailable
+from frontdesk.errors import StoreError, StoreUnavailable
 
 pytestmark = pytest.mark.anyio
 

@@ -5,8 +5,7 @@ from __future__ import annotations
 import pytest
 
 from frontdesk.db import normalise_url
-from frontdesk.errors import ConfigError
-from frontdesk.threads.errors import StoreUnavailable
+from frontdesk.errors import ConfigError, StoreUnavailable
 from frontdesk.threads.store import ConversationStore
 
 

@@ -2,30 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Literal
-
-from pydantic import BaseModel, Field
-
-from frontdesk import Category, HandlerContext, Orchestrator, Outcome, Reply
+from frontdesk import Orchestrator, Reply
+from frontdesk.examples.one_screen import orders  # The README's category, as it is written.
 from frontdesk.testing import FunctionModel, ModelRequest
-
-
-class OrderRequest(BaseModel):
-    variety: Literal["purple", "idaho", "maris piper"]
-    bags: int = Field(ge=1, le=50)
-
-
-async def place_order(request: OrderRequest, context: HandlerContext) -> Outcome:
-    return Outcome(instruction=f"Ask the user to confirm {request.bags} bags of {request.variety}")
-
-
-orders = Category(
-    name="ORDERS",
-    description="Buying potatoes",
-    request=OrderRequest,
-    handler=place_order,
-    examples=["I'd like a bag of purple potatoes"],
-)
 
 
 def fake(request: ModelRequest) -> str | dict[str, object]:

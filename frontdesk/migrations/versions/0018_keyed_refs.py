@@ -1,4 +1,4 @@
-"""The ref key: user ids are filed under keyed digests, not plain ones (issue 21).
+"""The ref key: user ids are filed under keyed digests, not plain ones.
 
 A user's data keys, audit chain, erased conversations and memory jobs name the user by a
 digest. A plain SHA-256 of a short id is inverted by trying every id, so with a master key

@@ -37,17 +37,88 @@ Create Date: 2026-12-02
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
+from datetime import UTC, datetime, timedelta
 
 import sqlalchemy as sa
 from alembic import op
-
-from frontdesk.audit.store import PROMPT_DIGEST, id_bytes, time_bytes, time_text
 
 revision: str = "0020_audit_narrow"
 down_revision: str | Sequence[str] | None = "0017_audit_compact"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
+
+
+# -- the stored forms of this revision, copied from `audit/store.py` as it was written ----
+# (a migration never imports live code: the audit code may change, this revision may not)
+
+PROMPT_DIGEST = 32
+"""`prompt_sha256` is stored by `id_bytes` as a sha256 (32 bytes); event and turn ids as
+uuid hex (16)."""
+_HEX = re.compile("[0-9a-f]+")
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MICROSECOND = timedelta(microseconds=1)
+
+
+def id_bytes(value: str, size: int = 16) -> bytes:
+    """An id in its stored form: lowercase hex of `size` bytes (a uuid hex, a sha256) as
+    those bytes, any other text as its UTF-8 (a byte 0xff added when that is `size` bytes
+    too, so the two forms never meet: UTF-8 holds no 0xff)."""
+    if len(value) == 2 * size and _HEX.fullmatch(value):
+        return bytes.fromhex(value)
+    return _text_bytes(value, size)
+
+
+def _text_bytes(value: str, size: int) -> bytes:
+    """A text's UTF-8, with a byte 0xff added when it is `size` bytes (the other form's)."""
+    raw = value.encode("utf-8", "surrogatepass")
+    return raw + b"\xff" if len(raw) == size else raw
+
+
+def _text_of(raw: bytes) -> str:
+    raw = raw[:-1] if raw.endswith(b"\xff") else raw
+    try:
+        return raw.decode("utf-8", "surrogatepass")
+    except UnicodeDecodeError:  # Not written by `_text_bytes` (edited): reads as no id does.
+        return raw.decode("utf-8", "backslashreplace")
+
+
+def _utc_text(moment: datetime) -> str:
+    """The canonical timestamp text (naive datetimes are taken as UTC)."""
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    elif moment.tzinfo is not UTC:
+        moment = moment.astimezone(UTC)
+    return moment.isoformat(timespec="microseconds")
+
+
+def time_bytes(text: str) -> bytes:
+    """`created_at` in its stored form: a canonical UTC timestamp (as `_utc_text` writes
+    it) as 8 bytes, big-endian microseconds since 1970; any other text as its UTF-8 (as
+    `id_bytes` does). `time_text` reverses it exactly."""
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        return _text_bytes(text, 8)
+    if moment.tzinfo is None or _utc_text(moment) != text:
+        return _text_bytes(text, 8)
+    return ((moment - _EPOCH) // _MICROSECOND).to_bytes(8, "big", signed=True)
+
+
+def time_text(stored: bytes | str) -> str:
+    """`created_at` as `time_bytes` stored it (text as it is: a value put there by hand)."""
+    if isinstance(stored, str):
+        return stored
+    raw = bytes(stored)
+    if len(raw) != 8:
+        return _text_of(raw)
+    try:
+        moment = _EPOCH + int.from_bytes(raw, "big", signed=True) * _MICROSECOND
+    except OverflowError:  # Not written by `time_bytes` (edited): reads as no time does.
+        return raw.hex()
+    return moment.isoformat(timespec="microseconds")
+
 
 _GENESIS = "0" * 64
 _SQLITE_TRIGGERS = (

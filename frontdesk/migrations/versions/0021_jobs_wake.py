@@ -5,7 +5,7 @@ ends. A job recorded while another of its lock runs (a conversation's next compa
 recorded by a reply while the last one summarises) is fetched once, found locked, and then
 waits for the workers' next poll: a second in frontdesk's worker. Meanwhile the path read
 by every turn grew past the compaction threshold, and a PostgreSQL turn grew with the
-conversation (6.3 ms at turn 10, 13.3 ms at turn 1000; issue 20).
+conversation.
 
 `frontdesk_wake_lock_waiters` runs when a `doing` job with a lock leaves `doing` (deleted
 on success, finished, or given back to retry): if a `todo` job of the same lock is due,

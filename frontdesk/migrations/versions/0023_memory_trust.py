@@ -1,4 +1,4 @@
-"""Memory trust: whose word each remembered fact is (issue 39).
+"""Memory trust: whose word each remembered fact is.
 
 `memory.trust` is `customer` (the customer said it: the memory expert's facts, the
 summaries of their past conversations, what an application passed on as theirs) or

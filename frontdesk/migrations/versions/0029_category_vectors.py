@@ -6,7 +6,7 @@ instead of embedding again, and a category whose examples changed gets only its 
 embedded (`threads/routing.py`).
 
 Revision ID: 0029_category_vectors
-Revises: 0027_ruled_values
+Revises: 0030_profile_data
 Create Date: 2026-12-06
 """
 
@@ -18,7 +18,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "0029_category_vectors"
-down_revision: str | Sequence[str] | None = "0027_ruled_values"
+down_revision: str | Sequence[str] | None = "0030_profile_data"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

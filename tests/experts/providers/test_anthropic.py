@@ -9,7 +9,7 @@ import pytest
 import structlog
 from pydantic import BaseModel
 
-from frontdesk.experts.errors import (
+from frontdesk.errors import (
     ModelConnectionError,
     ModelHTTPError,
     ModelRequestsBlocked,

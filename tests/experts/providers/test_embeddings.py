@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from frontdesk.experts.errors import ModelAPIError, ModelConnectionError, ModelHTTPError
+from frontdesk.errors import ModelAPIError, ModelConnectionError, ModelHTTPError
 from frontdesk.experts.providers.embeddings import BATCH, OpenAIEmbedder
 from tests.experts.providers.wire_server import (
     EMBEDDINGS_PATH,
@@ -69,7 +69,7 @@ async def test_an_unreachable_endpoint_is_a_connection_error(
 
 
 async def test_requests_are_blocked_where_model_requests_are_off(wire: WireServer) -> None:
-    from frontdesk.experts.errors import ModelRequestsBlocked
+    from frontdesk.errors import ModelRequestsBlocked
     from frontdesk.experts.providers import base
 
     embedder = OpenAIEmbedder("embed-test", base_url=f"{wire.url}/v1")

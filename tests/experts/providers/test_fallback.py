@@ -6,8 +6,7 @@ from collections.abc import Callable
 
 import pytest
 
-from frontdesk.errors import ConfigError
-from frontdesk.experts.errors import ModelHTTPError, ProviderOverloaded
+from frontdesk.errors import ConfigError, ModelHTTPError, ProviderOverloaded
 from frontdesk.experts.providers import (
     AnthropicModel,
     AttemptEvent,

@@ -10,7 +10,7 @@ import pytest
 import structlog
 from pydantic import BaseModel
 
-from frontdesk.experts.errors import (
+from frontdesk.errors import (
     MissingAPIKey,
     ModelConnectionError,
     ModelHTTPError,

@@ -10,8 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from frontdesk.errors import ConfigError
-from frontdesk.experts.errors import ProviderOverloaded, RateLimited
+from frontdesk.errors import ConfigError, ProviderOverloaded, RateLimited
 from frontdesk.experts.providers._http import parse_retry_after, redact
 from frontdesk.experts.providers._retry import (
     AttemptFailure,

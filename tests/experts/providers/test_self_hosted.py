@@ -11,8 +11,8 @@ from typing import Any, Literal
 import pytest
 from pydantic import BaseModel, Field
 
-from frontdesk.errors import ConfigError
-from frontdesk.experts.errors import (
+from frontdesk.errors import (
+    ConfigError,
     OutputValidationError,
     ProviderOverloaded,
     UnknownModelSpec,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from frontdesk.experts.errors import MissingAPIKey, UnknownModelSpec
+from frontdesk.errors import MissingAPIKey, UnknownModelSpec
 from frontdesk.experts.providers import (
     AnthropicModel,
     FunctionModel,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from pydantic import BaseModel
 
-from frontdesk.experts.errors import (
+from frontdesk.errors import (
     ProviderOverloaded,
     Refusal,
     StreamInterrupted,

@@ -14,7 +14,7 @@ from typing import Any, Literal
 import pytest
 from pydantic import BaseModel
 
-from frontdesk.experts.errors import (
+from frontdesk.errors import (
     ModelConnectionError,
     ProviderOverloaded,
     Refusal,

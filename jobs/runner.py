@@ -1,7 +1,7 @@
 """Durable background jobs: their kinds, and the engine that runs them (docs/jobs.md).
 
 Everything that happens after a reply (learning from the user's message, compacting the
-thread) is a job recorded in the reply's own write transaction (`threads.jobs.defer`);
+thread) is a job recorded in the reply's own write transaction (`jobs.store.defer`);
 time-based work (hand-off timeouts) is a periodic job derived from the stored rows. So a
 process killed at any point after that commit loses nothing: the next runner finds it.
 
@@ -38,7 +38,7 @@ import structlog
 
 from frontdesk import telemetry
 from frontdesk.errors import ConfigError
-from frontdesk.threads.jobs import PERIODIC_QUEUE, QUEUE, Deferred, JobRow, JobStore
+from frontdesk.jobs.store import PERIODIC_QUEUE, QUEUE, Deferred, JobRow, JobStore
 
 log = structlog.get_logger("frontdesk.jobs")
 
@@ -170,7 +170,7 @@ class Jobs:
     """The orchestrator's background jobs: recorded with their rows, run by an engine.
 
     Args:
-        store: The job rows (`threads.jobs.JobStore`) of the conversation database.
+        store: The job rows (`jobs.store.JobStore`) of the conversation database.
         mode: `inline` runs the jobs in this process; `worker` leaves them to
             `frontdesk worker` processes (PostgreSQL, or SQLite on this machine).
         conninfo: The libpq URL of the PostgreSQL database (Procrastinate's connection).

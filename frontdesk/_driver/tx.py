@@ -24,7 +24,7 @@ from tenacity import (
 )
 
 from frontdesk.db import read_transaction, run_alone, run_read, run_write, write_slot
-from frontdesk.threads.errors import StoreError, StoreUnavailable
+from frontdesk.errors import StoreError, StoreUnavailable
 
 T = TypeVar("T")
 

@@ -32,8 +32,8 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from frontdesk._driver import Statement
-from frontdesk.threads._tx import run_sync_tx
-from frontdesk.threads.models import UTCDateTime, utcnow
+from frontdesk._driver.tx import run_sync_tx
+from frontdesk.db import UTCDateTime, utcnow
 
 __all__ = [
     "PERIODIC_QUEUE",
@@ -263,7 +263,7 @@ _DEFER_ONE = Statement(
     columns=_DEFER_COLUMNS,
 )
 """`defer`'s insert of one job (SQLite), built once: building a multi-row insert costs
-about 0.3 ms, more than SQLite's work."""
+more than SQLite's work."""
 
 
 # -- idempotency ----------------------------------------------------------------------
@@ -469,7 +469,7 @@ _NEXT = Statement(
     .limit(1)
 )
 """The job `claim` takes. Statements built once: building and cache-keying these cost
-more than SQLite's work (about 0.5 ms each), and a runner looks after every job."""
+more than SQLite's work, and a runner looks after every job."""
 _TAKE = Statement(
     sa.update(_j)
     .where(_j.c.id == sa.bindparam("job"))
