@@ -17,7 +17,7 @@ from sqlalchemy import Connection
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from frontdesk.threads._tx import run_sync_tx
+from frontdesk._driver.tx import run_sync_tx
 from frontdesk.threads.models import UTCDateTime, utcnow
 
 __all__ = ["CategoryVectors", "table"]
