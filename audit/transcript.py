@@ -193,6 +193,8 @@ class TurnView:
     assistant_message_id: str | None = None
     failure: dict[str, Any] | None = None
     calls: list[ExpertCall] = field(default_factory=list)
+    routed: dict[str, Any] | None = None
+    """The router's decision (`EmbeddingRouter`: by, category, embedder, scores), if any."""
     events: list[str] = field(default_factory=list)
     """Other events of the turn (compaction, ...), as `kind: detail` lines."""
     started: bool = False
@@ -342,8 +344,21 @@ def _apply(turn: TurnView, row: AuditRow) -> None:
     elif kind in HANDOFF_KINDS:
         _apply_handoff(turn, kind, p)
     else:
-        detail = p.get("error") or p.get("summary_id") or ""
-        turn.events.append(f"{kind}: {detail}".rstrip(": "))
+        _apply_other(turn, kind, p)
+
+
+def _apply_other(turn: TurnView, kind: str, p: dict[str, Any]) -> None:
+    """An event shown as a `kind: detail` line; the router's decision is also kept whole
+    (`audit replay` computes it again)."""
+    if kind == "routed":
+        turn.routed = dict(p)
+        scores = p.get("scores") or {}
+        best = ", ".join(f"{name} {score:.3f}" for name, score in list(scores.items())[:3])
+        detail = f"by {p.get('by')}" + (f" ({p.get('rule')})" if p.get("rule") else "")
+        turn.events.append(f"routed: {detail}" + (f"; {best}" if best else ""))
+        return
+    detail = p.get("error") or p.get("summary_id") or ""
+    turn.events.append(f"{kind}: {detail}".rstrip(": "))
 
 
 def _apply_decision(turn: TurnView, kind: str, p: dict[str, Any]) -> None:

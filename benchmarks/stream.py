@@ -17,6 +17,12 @@ category does not change. Four rows, p50 and p95 over `--turns` turns each:
 - `lower bound`: the latency model's floor on an unchanged-category turn (triage TTFT +
   response TTFT to the first token; with the request call hidden behind triage).
 
+Then turns whose category changes every turn (ORDERS, ORDER_STATUS, in turn: the
+speculative guess is always wrong), streamed, without and with an `EmbeddingRouter` in
+front of triage (its embedder modelled: `ROUTER_LATENCY` a call, each message next to its
+category): without it, triage, then the request expert, then the response expert; with
+it, no triage call.
+
     python -m benchmarks.stream [--turns 50] [--scale 0.2]
 
 `--scale` shrinks every modelled delay (0.2: 300 ms -> 60 ms) so the run is short; the
@@ -33,11 +39,13 @@ import logging
 import statistics
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import structlog
 
+from frontdesk import EmbeddingRouter
 from frontdesk.examples.potato_shop import categories as potato_categories
 from frontdesk.experts.providers import FunctionModel, Latency, LatencyModel, ModelRequest
 from frontdesk.orchestrator import Orchestrator
@@ -58,10 +66,25 @@ TRIAGE_TTFT, REQUEST_TTFT, RESPONSE_TTFT, TOKENS_PER_SECOND, CHARS_PER_TOKEN = (
 )
 
 
+ORDER, STATUS = "a bag of purple please", "has order 77120 shipped?"
+"""The two messages of the changed-category turns (ORDERS, then ORDER_STATUS, in turn)."""
+ROUTER_LATENCY = 0.02
+"""The modelled embedding of one message by the router (a local all-MiniLM-L6-v2 takes
+10-60 ms on one CPU of the 2-core test machine, `benchmarks/router.py`)."""
+
+
+def _status(request: ModelRequest) -> bool:
+    return "77120" in str(request.messages[-1]["content"])
+
+
 def _answer(request: ModelRequest) -> Any:
     if request.expert == "triage":
+        if _status(request):
+            return {"category": "ORDER_STATUS", "reason": "where is an order"}
         return {"category": "ORDERS", "reason": "buying potatoes"}
     if request.expert == "request":
+        if "OrderStatus" in str(request.output_type):
+            return {"request": {"order_number": "77120"}}
         return {"request": {"variety": "purple", "bags": 1}}
     if request.expert == "summariser":
         return "The user orders purple potatoes."
@@ -119,6 +142,57 @@ async def _run(
     return firsts, totals, kept
 
 
+class _Embedder:
+    """The router's embedder, modelled: `ROUTER_LATENCY` a call, and a vector that puts
+    each message next to its category's examples (an axis per category's words)."""
+
+    name = "modelled"
+
+    def __init__(self, scale: float) -> None:
+        self.scale = scale
+
+    async def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        await asyncio.sleep(ROUTER_LATENCY * self.scale)
+        return [self._vector(t.lower()) for t in texts]
+
+    @staticmethod
+    def _vector(text: str) -> list[float]:
+        axes = [("purple", "bag", "buy", "potato"), ("order", "shipped", "where"), ("refund",)]
+        v = [float(any(w in text for w in words)) for words in axes] + [0.1]
+        norm = sum(x * x for x in v) ** 0.5
+        return [x / norm for x in v]
+
+
+async def _run_changed(turns: int, scale: float, router: bool, db: Path) -> list[float]:
+    """Seconds to the first shown token of streamed turns whose category changes every
+    turn (speculation on: its guess, the category before, is always wrong), with or without
+    the router in front of triage."""
+    orch = Orchestrator(
+        potato_categories(),
+        model=_model(scale),
+        store=f"sqlite:///{db}",
+        router=EmbeddingRouter(_Embedder(scale), threshold=0.8, margin=0.1) if router else None,
+    )
+    await orch.open()
+    firsts: list[float] = []
+    try:
+        for i in range(turns):
+            started = time.perf_counter()
+            first: float | None = None
+            text = STATUS if i % 2 else ORDER
+            async for event in orch.stream(f"c{i % 10}", text):
+                if isinstance(event, Delta) and first is None:
+                    first = time.perf_counter() - started
+                if isinstance(event, Done):
+                    assert event.reply.routed_by == ("router" if router else "triage")
+            assert first is not None
+            if i >= 10:  # Each conversation's first turn has no category to change from.
+                firsts.append(first)
+    finally:
+        await orch.aclose()
+    return firsts
+
+
 def _p(values: list[float], q: int, scale: float) -> float:
     """The q-th percentile in the model's milliseconds."""
     cuts = statistics.quantiles(values, n=100, method="inclusive")
@@ -131,6 +205,9 @@ def measure(turns: int, scale: float) -> dict[str, float]:
         s_first, s_total, kept = asyncio.run(_run(turns, scale, True, True, Path(tmp) / "s.db"))
         n_first, n_total, _ = asyncio.run(_run(turns, scale, True, False, Path(tmp) / "n.db"))
         q_first, q_total, _ = asyncio.run(_run(turns, scale, False, False, Path(tmp) / "q.db"))
+        changed = max(turns, 12)
+        c_first = asyncio.run(_run_changed(changed, scale, False, Path(tmp) / "c.db"))
+        r_first = asyncio.run(_run_changed(changed, scale, True, Path(tmp) / "r.db"))
     figures: dict[str, float] = {}
     for name, values in [
         ("stream_first", s_first),
@@ -141,6 +218,8 @@ def measure(turns: int, scale: float) -> dict[str, float]:
         ("nospec_total", n_total),
         ("sequential_first", q_first),
         ("sequential_total", q_total),
+        ("changed_first", c_first),
+        ("routed_first", r_first),
     ]:
         figures[f"{name}_p50"] = _p(values, 50, scale)
         figures[f"{name}_p95"] = _p(values, 95, scale)
@@ -152,6 +231,9 @@ def measure(turns: int, scale: float) -> dict[str, float]:
     figures["later_vs_bound"] = figures["later_first_p50"] / figures["bound_first"]
     figures["nospec_vs_sequential"] = figures["nospec_first_p50"] / figures["sequential_total_p50"]
     figures["nospec_vs_bound"] = figures["nospec_first_p50"] / figures["bound_first"]
+    figures["changed_bound"] = (TRIAGE_TTFT + REQUEST_TTFT + RESPONSE_TTFT) * 1000
+    figures["routed_bound"] = (ROUTER_LATENCY + REQUEST_TTFT + RESPONSE_TTFT) * 1000
+    figures["routed_vs_changed"] = figures["routed_first_p50"] / figures["changed_first_p50"]
     figures["speculations"] = len(kept)
     figures["speculations_kept"] = sum(kept)
     return figures
@@ -188,6 +270,16 @@ def main(argv: list[str] | None = None) -> None:
         f"without speculation: {f['nospec_vs_sequential']:.2f}x the sequential turn,"
         f" {f['nospec_vs_bound']:.2f}x the lower bound"
     )
+    print(f"changed-category turns (speculation's guess wrong), {max(args.turns, 12) - 10} each:")
+    print(f"{'pipeline':28} {'first p50':>9} {'first p95':>9} {'bound':>9}")
+    for label, key, bound in [
+        ("triage, then request", "changed", "changed_bound"),
+        ("router (no triage call)", "routed", "routed_bound"),
+    ]:
+        print(
+            f"{label:28} {f[key + '_first_p50']:9.0f} {f[key + '_first_p95']:9.0f} {f[bound]:9.0f}"
+        )
+    print(f"first token with the router / without (p50): {f['routed_vs_changed']:.2f}x")
     print(
         f"speculative extractions kept: {f['speculations_kept']:.0f} of"
         f" {f['speculations']:.0f} (a conversation's first turn has none)"

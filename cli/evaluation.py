@@ -26,6 +26,7 @@ from frontdesk.cli._options import MODEL_HELP, app_option, model_choice
 from frontdesk.errors import UserError
 from frontdesk.experts.category import Category, HandlerContext, Outcome
 from frontdesk.experts.providers import OfflineModel
+from frontdesk.experts.router import DEFAULT_MARGIN, DEFAULT_THRESHOLD, EmbeddingRouter
 from frontdesk.orchestrator import Orchestrator
 from frontdesk.orchestrator.app import load_app
 from frontdesk.orchestrator.datasets import load_extraction, load_triage
@@ -87,11 +88,28 @@ def triage(
     json_file: JsonArg = None,
     html_file: HtmlArg = None,
     concurrency: ConcurrencyArg = DEFAULT_CONCURRENCY,
+    router: Annotated[
+        str | None,
+        typer.Option(
+            "--router",
+            help="Route with an EmbeddingRouter first: 'minilm' or 'openai:NAME@URL' (no --app;"
+            " an --app's own router is used as it is). Adds the routed share, its precision"
+            " and the accuracy-coverage curve over thresholds.",
+        ),
+    ] = None,
+    threshold: Annotated[
+        float | None, typer.Option("--threshold", help="The router's threshold (--router).")
+    ] = None,
+    margin: Annotated[
+        float | None, typer.Option("--margin", help="The router's margin (--router).")
+    ] = None,
 ) -> None:
     """Route each row with the app's triage expert; accuracy, macro-F1, confusions, costs."""
     loaded = load_triage(data, examples=examples, limit=limit)
     choice = model_choice(model)
     if app_spec is not None:
+        if router is not None:
+            raise UserError("--router builds the router of a data set's app; an --app has its own")
         orch = load_app(app_spec, model=choice)
     else:
         orch = Orchestrator(
@@ -103,8 +121,11 @@ def triage(
             budgets={
                 "triage": dataclasses.replace(DEFAULT_BUDGETS["triage"], system=_TRIAGE_PROMPT_ROOM)
             },
+            router=None if router is None else _router(router, threshold, margin),
         )
-    key = ["triage", data, app_spec, model, examples, limit]
+    key: list[Any] = ["triage", data, app_spec, model, examples, limit]
+    if router is not None:  # A run without a router keeps the key it always had.
+        key += [router, threshold, margin]
     with _kept(key, "triage", len(loaded.rows)) as (done, keep, progress):
 
         def scored(outcome: TriageOutcome) -> None:
@@ -122,6 +143,15 @@ def triage(
             ),
         )
     _write(report, data, model, json_file, html_file, {"examples": examples, "limit": limit})
+
+
+def _router(spec: str, threshold: float | None, margin: float | None) -> EmbeddingRouter:
+    """`--router` with the `--threshold` and `--margin` given (else the router's defaults)."""
+    return EmbeddingRouter(
+        spec,
+        threshold=DEFAULT_THRESHOLD if threshold is None else threshold,
+        margin=DEFAULT_MARGIN if margin is None else margin,
+    )
 
 
 @app.command("extract")

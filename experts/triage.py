@@ -6,10 +6,12 @@ validation by construction; the two built-ins (`OTHER`, `HUMAN`) are always pres
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from functools import lru_cache
+from typing import Any, ClassVar, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, create_model, model_validator
 from pydantic.config import JsonDict
@@ -17,6 +19,7 @@ from pydantic.config import JsonDict
 from frontdesk.experts._call import CallObserver, ExpertCall, MemoryBlock
 from frontdesk.experts.category import HUMAN, OTHER, Category
 from frontdesk.experts.providers.base import Message, ModelResponse
+from frontdesk.prompts import RenderedPrompt
 
 BUILTIN_DESCRIPTIONS: Mapping[str, tuple[str, tuple[str, ...]]] = {
     OTHER: (
@@ -96,14 +99,25 @@ def triage_output_type(categories: Sequence[Category]) -> type[TriageDecision]:
     """Build the triage output type: an enum of every registered name plus the built-ins."""
     described = {c.name: (c.description, tuple(c.examples)) for c in categories}
     described.update(BUILTIN_DESCRIPTIONS)
-    names = tuple(described)
+    return output_type_of(tuple((name, *each) for name, each in described.items()))
+
+
+Described = tuple[tuple[str, str, tuple[str, ...]], ...]
+"""Categories as a triage prompt shows them: (name, description, examples), in order."""
+
+
+@lru_cache(maxsize=256)
+def output_type_of(described: Described) -> type[TriageDecision]:
+    """The triage output type of exactly these categories (built once per selection: a
+    router's candidates recur)."""
+    names = tuple(name for name, _, _ in described)
     category_enum = enum.Enum(  # type: ignore[misc]
         "CategoryName", {name: name for name in names}, type=str
     )
     extra: JsonDict = {
         "x-frontdesk-categories": {
             name: {"description": desc, "examples": list(examples)}
-            for name, (desc, examples) in described.items()
+            for name, desc, examples in described
         }
     }
     model = create_model(
@@ -156,6 +170,25 @@ def prompt_variables(categories: Sequence[Category]) -> dict[str, Any]:
     return {"categories": listed}
 
 
+class Shortlist(Protocol):
+    """Builds one message's triage prompt from a selection (`triage_fit.TriageShortlist`)."""
+
+    whole_fits: bool
+    """Every category's examples fit the allowance: the whole prompt is sent."""
+
+    def for_message(self, text: str) -> tuple[RenderedPrompt, Described] | None:
+        """Every category, with the examples nearest `text` (`None`: all fit)."""
+        ...
+
+    def for_candidates(self, names: Sequence[str], text: str) -> tuple[RenderedPrompt, Described]:
+        """Only the categories `names`."""
+        ...
+
+    def output_type(self, shown: Described) -> type[TriageDecision]:
+        """The output type of the categories `shown`."""
+        ...
+
+
 @dataclass(frozen=True, kw_only=True)
 class TriageResult:
     """The triage expert's decision and the response that carried it."""
@@ -177,6 +210,29 @@ class TriageExpert:
 
     call: ExpertCall
     output_type: type[TriageDecision]
+    shortlist: Shortlist | None = None
+    """Builds one message's prompt when the categories' examples do not all fit, or from
+    a router's candidates (`triage_fit.py`); `None`: the prompt is always sent whole."""
+
+    def for_message(self, text: str, candidates: Sequence[str] = ()) -> TriageExpert:
+        """This expert with the prompt and output type for the message `text`: only
+        `candidates` (a router's) when given; else every category, with the examples
+        nearest `text` when they do not all fit; itself when they do."""
+        if self.shortlist is None:
+            return self
+        if candidates:
+            picked = self.shortlist.for_candidates(candidates, text)
+        else:
+            found = self.shortlist.for_message(text)
+            if found is None:
+                return self
+            picked = found
+        rendered, shown = picked
+        return dataclasses.replace(
+            self,
+            call=dataclasses.replace(self.call, prompt=rendered),
+            output_type=self.shortlist.output_type(shown),
+        )
 
     async def run(
         self,

@@ -13,6 +13,7 @@ protect_logs()
 from frontdesk.audit.crypto import KeyProvider  # noqa: E402
 from frontdesk.errors import ProfileMismatch  # noqa: E402
 from frontdesk.experts import Category, HandlerContext, NeedMoreInfo, Outcome  # noqa: E402
+from frontdesk.experts.router import EmbeddingRouter  # noqa: E402
 from frontdesk.experts.triage import Clarify  # noqa: E402
 from frontdesk.knowledge import Passage  # noqa: E402
 from frontdesk.memory import Memory  # noqa: E402
@@ -41,6 +42,7 @@ __all__ = [
     "Category",
     "Clarify",
     "CompactionPolicy",
+    "EmbeddingRouter",
     "ErasureReport",
     "HandlerContext",
     "Handoff",

@@ -40,6 +40,7 @@ from frontdesk.orchestrator import _wiring, erasure, handoff, resolution, turn
 from frontdesk.orchestrator._compaction import BackgroundCompaction, Compactor, summariser_expert
 from frontdesk.orchestrator._input import check_user_text
 from frontdesk.orchestrator._pipeline import Pipeline
+from frontdesk.orchestrator._router import Router
 from frontdesk.orchestrator.config import (
     ExpertSettings,
     warn_offline_once,
@@ -72,6 +73,7 @@ from frontdesk.threads.handoff import HandoffPolicy
 from frontdesk.threads.knowledge import FullTextPassageRetriever, KnowledgeStore
 from frontdesk.threads.memory import FullTextRetriever, MemoryStore
 from frontdesk.threads.resolution import Feedback
+from frontdesk.threads.routing import CategoryVectors
 from frontdesk.threads.store import (
     ConversationRecord,
     ConversationStore,
@@ -505,6 +507,9 @@ class Orchestrator:
             multi_intent=profile.multi_intent,
             languages=None if profile.languages is None else tuple(profile.languages),
             pending_ttl=profile.pending_window,
+            router=None
+            if profile.router is None
+            else Router.bind(profile.router, CategoryVectors(store.engine), profile.categories),
         )
 
     def _job_kinds(
@@ -997,6 +1002,10 @@ class Orchestrator:
             close = getattr(model, "aclose", None)
             if close is not None:
                 await close()
+        routers = {id(w.profile.router): w.profile.router for w in self._wired.values()}
+        for router in routers.values():
+            if router is not None:
+                await router.aclose()  # Its embedder's client, when built from a spec.
         self._pipeline = None
         self._pipelines = {}
         self._audit = None

@@ -31,6 +31,7 @@ from frontdesk.orchestrator import review as _review
 from frontdesk.orchestrator import screen as _screen
 from frontdesk.orchestrator._compaction import BackgroundCompaction
 from frontdesk.orchestrator._recorder import TurnRecorder
+from frontdesk.orchestrator._router import Router
 from frontdesk.orchestrator.multi_intent import MultiIntent
 from frontdesk.orchestrator.past_conversations import PastConversations
 from frontdesk.orchestrator.ruled_values import Secrets
@@ -120,6 +121,8 @@ class Pipeline:
     """The languages the bot answers in (`None`: the customer's, whichever it is)."""
     pending_ttl: datetime.timedelta = pending.DEFAULT_TTL
     """How long a request in progress waits for the customer to come back to it."""
+    router: Router | None = None
+    """The router in front of triage (`pre_triage.py`; `None`: triage routes every message)."""
 
     @functools.cached_property
     def confirms(self) -> bool:

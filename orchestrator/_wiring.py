@@ -32,6 +32,7 @@ from frontdesk.experts.response import ResponseExpert
 from frontdesk.experts.review import ReviewExpert
 from frontdesk.experts.triage import TriageExpert, triage_output_type
 from frontdesk.experts.triage import prompt_variables as triage_variables
+from frontdesk.experts.triage_fit import TriageShortlist
 from frontdesk.orchestrator.config import (
     EXPERTS,
     ExpertSettings,
@@ -101,12 +102,26 @@ class Wiring:
             )
         return triage, requests, self.response()
 
-    def triage(self, prompt: str = "triage") -> TriageExpert:
-        """The triage expert with the prompt `prompt` (a variant's, or the default)."""
+    def triage(
+        self, prompt: str = "triage", budgets: Mapping[str, Budget] | None = None
+    ) -> TriageExpert:
+        """The triage expert with the prompt `prompt` (a variant's, or the default); given
+        the budgets, with its shortlist (`experts/triage_fit.py`: one message's prompt when
+        every example does not fit the allowance, or a router's candidates)."""
         listed = list(self.categories)
+        template = self.prompt(prompt)
+        shortlist = None
+        if budgets is not None:
+            shortlist = TriageShortlist(
+                prompt=template,
+                categories=listed,
+                allowance=budget_for("triage", budgets).system,
+                count=self.counter.count,
+            )
         return TriageExpert(
-            call=self.call("triage", self.prompt(prompt).render(**triage_variables(listed))),
+            call=self.call("triage", template.render(**triage_variables(listed))),
             output_type=triage_output_type(listed),
+            shortlist=shortlist,
         )
 
     def response(self, prompt: str = "response") -> ResponseExpert:
@@ -123,7 +138,10 @@ class Wiring:
         )
 
     def variants(
-        self, experts: Experts, variants: Mapping[str, Mapping[str, str]]
+        self,
+        experts: Experts,
+        variants: Mapping[str, Mapping[str, str]],
+        budgets: Mapping[str, Budget] | None = None,
     ) -> dict[str, tuple[TriageExpert, ResponseExpert]]:
         """Variant name -> its triage and response experts (`Orchestrator(variants=...)`):
         the named prompt for an expert with variants, the default experts' otherwise."""
@@ -134,7 +152,7 @@ class Wiring:
             t = variants["triage"][name] if "triage" in variants else None
             r = variants["response"][name] if "response" in variants else None
             built[name] = (
-                triage if t is None else self.triage(t),
+                triage if t is None else self.triage(t, budgets),
                 response if r is None else self.response(r),
             )
         return built
@@ -150,7 +168,9 @@ class Wiring:
     def check_budgets(self, experts: Experts, budgets: Mapping[str, Budget]) -> None:
         """Refuse a system prompt over its expert's allowance (`ConfigError`)."""
         triage, requests, response = experts
-        calls = [triage.call, response.call, *(r.call for r in requests.values())]
+        calls = [response.call, *(r.call for r in requests.values())]
+        if triage.shortlist is None or triage.shortlist.whole_fits:
+            calls.append(triage.call)  # Else each message's prompt is fitted to the allowance.
         summariser = self.prompt("summariser").render()
         sized = [(c.expert, c.prompt.text) for c in calls] + [("summariser", summariser.text)]
         sized.append(("memory", self.prompt("memory").render().text))
@@ -318,9 +338,10 @@ def wire(profile: Profile) -> Wired:
     experts = wiring.build()
     # A model's `context_tokens` (its spec, or the expert's settings) cuts its budget.
     budgets = wiring.fit_budgets(experts, profile.budgets or {})
+    experts = (wiring.triage(budgets=budgets), experts[1], experts[2])
     wiring.check_budgets(experts, budgets)
     return Wired(
-        variants=wiring.variants(experts, check_variants(profile.variants)),
+        variants=wiring.variants(experts, check_variants(profile.variants), budgets),
         budgets=budgets,
         one_at_a_time=any(wiring.effective(e).concurrency == 1 for e in ("triage", "request")),
         profile=profile,

@@ -15,6 +15,7 @@ outcomes: a model that always answers `OTHER` scores exactly the share of `OTHER
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import math
 import time
 from collections import Counter
@@ -30,6 +31,8 @@ from frontdesk.errors import ConfigError
 from frontdesk.experts.category import OTHER
 from frontdesk.experts.providers import Message, ModelResponse
 from frontdesk.orchestrator._orchestrator import Orchestrator
+from frontdesk.orchestrator._router import Router
+from frontdesk.orchestrator.evaluation_routing import RouterFigures, RouterScore, router_figures
 
 DEFAULT_CONCURRENCY = 8
 TOP_CONFUSIONS = 10
@@ -73,6 +76,9 @@ class TriageOutcome:
     """`None` when the call failed (`error` says why); it counts as wrong."""
     usage: Usage
     error: str | None = None
+    router: RouterScore | None = None
+    """The router's best category and scores (an app with a router); when it `routed`,
+    `predicted` is its category and no triage call was made."""
 
 
 @dataclass(frozen=True)
@@ -133,6 +139,8 @@ class TriageReport:
     errors: int
     costs: Costs
     outcomes: list[TriageOutcome] = field(repr=False)
+    router: RouterFigures | None = None
+    """The router's share, precision and curve (an app with a router)."""
 
     def to_json(self) -> dict[str, Any]:
         """The report as a JSON object (the costs' figures at the top level)."""
@@ -154,6 +162,8 @@ class TriageReport:
         if self.errors:
             lines.append(f"{self.errors} call(s) failed (counted as wrong)")
         lines.append(_costs_line(self.costs))
+        if self.router is not None:
+            lines.append(self.router.text())
         if self.confusions:
             lines.append("most frequent confusions (expected -> predicted):")
             lines += [
@@ -233,18 +243,40 @@ async def evaluate_triage(
             f"{' ...' if len(unknown) > 10 else ''} (it has: {', '.join(sorted(known))})"
         )
 
+    router = orch.profile.router
+    bound = None if router is None else Router.bind(router, None, orch.profile.categories)
+
     async def score(index: int, row: TriageRow) -> TriageOutcome:
         started = time.perf_counter()
+        scored: RouterScore | None = None
+        candidates: tuple[str, ...] = ()
         try:
-            result = await triage.run(_thread(row.text), metadata={"evaluation": "triage"})
+            if bound is not None:  # The router first: a confident route makes no call.
+                decision = await bound.decide(row.text)
+                scored, candidates = RouterScore.of(decision), decision.candidates
+                if decision.category is not None:
+                    usage = Usage(seconds=time.perf_counter() - started)
+                    return TriageOutcome(
+                        index, row.category, decision.category, usage, None, scored
+                    )
+            asked = triage.for_message(row.text, candidates)
+            result = await asked.run(_thread(row.text), metadata={"evaluation": "triage"})
         except Exception as e:
             usage = Usage(seconds=time.perf_counter() - started)
-            return TriageOutcome(index, row.category, None, usage, f"{type(e).__name__}: {e}")
+            error = f"{type(e).__name__}: {e}"
+            return TriageOutcome(index, row.category, None, usage, error, scored)
         usage = _usage(result.response, time.perf_counter() - started)
-        return TriageOutcome(index, row.category, result.category, usage)
+        return TriageOutcome(index, row.category, result.category, usage, None, scored)
 
     outcomes = await _run_rows(rows, score, concurrency, done, on_result)
-    return triage_report(outcomes)
+    report = triage_report(outcomes)
+    if router is None:
+        return report
+    scored = [(o.expected, o.router) for o in outcomes if o.router is not None]
+    figures = router_figures(
+        scored, embedder=router.embedder.name, threshold=router.threshold, margin=router.margin
+    )
+    return dataclasses.replace(report, router=figures)
 
 
 async def evaluate_extraction(
@@ -517,8 +549,14 @@ def outcome_from_json(kind: str, data: Mapping[str, Any]) -> TriageOutcome | Ext
     """An outcome kept as JSON (by `dataclasses.asdict`) read back, for a resume."""
     usage = Usage(**data["usage"])
     if kind == "triage":
+        router = data.get("router")
         return TriageOutcome(
-            data["index"], data["expected"], data["predicted"], usage, data.get("error")
+            data["index"],
+            data["expected"],
+            data["predicted"],
+            usage,
+            data.get("error"),
+            None if router is None else RouterScore(**router),
         )
     return ExtractionOutcome(
         data["index"],

@@ -46,6 +46,7 @@ if TYPE_CHECKING:
     from frontdesk.audit.crypto import KeyProvider
     from frontdesk.audit.store import AuditLog
     from frontdesk.experts.providers.embeddings import Embedder
+    from frontdesk.experts.router import EmbeddingRouter
     from frontdesk.orchestrator.erasure import RetentionPolicy
     from frontdesk.redaction import RedactionPolicy, Redactor
     from frontdesk.threads.memory import Retriever
@@ -135,6 +136,10 @@ class Profile:
             later experts, summaries, people and backups never see the values; the audit
             keeps the original (encrypted per user with a master key). `False` keeps the
             message as written (every view still shows the rules). docs/privacy.md.
+        router: A fast first stage in front of the triage expert (`EmbeddingRouter`): a
+            message near one category's examples is routed with no triage call; otherwise
+            triage chooses among the router's candidates only. Off (`None`) by default.
+            docs/routing.md.
         on_unreadable: What a triage or request answer that stays unreadable after its
             retries does: `"ask"` (the default) asks the customer again (for the request's
             missing fields, or to say it another way), and a fourth unreadable turn in a
@@ -197,6 +202,7 @@ class Profile:
     past_conversations: bool = True
     scrub_secrets: bool = True
     on_unreadable: Unreadable = "ask"
+    router: EmbeddingRouter | None = None
     # Safeguards (docs/safeguards.md).
     confirm_ttl: timedelta | float = DEFAULT_CONFIRM_TTL
     screen: ScreenFunction | None = None
@@ -244,6 +250,13 @@ class Profile:
             raise ConfigError(f"memory_policy must be a frontdesk.MemoryPolicy, not {kind}")
         if not isinstance(self.past_conversations, bool):
             raise ConfigError("past_conversations must be True or False")
+        if self.router is not None:
+            from frontdesk.experts.router import EmbeddingRouter
+
+            if not isinstance(self.router, EmbeddingRouter):
+                raise ConfigError(
+                    f"router must be a frontdesk.EmbeddingRouter, not {type(self.router).__name__}"
+                )
         self._check_safeguards()
         check_multi_intent(self.multi_intent)
         object.__setattr__(self, "languages", check_languages(self.languages))

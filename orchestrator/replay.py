@@ -26,6 +26,7 @@ from frontdesk.experts.providers import FunctionModel, Message, ModelRequest
 from frontdesk.orchestrator import fallbacks
 from frontdesk.orchestrator._orchestrator import Orchestrator
 from frontdesk.orchestrator._recorder import jsonable
+from frontdesk.orchestrator._router import Router
 from frontdesk.orchestrator.turn import CONTENT_ERRORS
 
 EXPERTS = ("triage", "request", "response", "summariser")
@@ -99,6 +100,8 @@ class ReplayRunner:
 
     orchestrator: Orchestrator
     recorded: RecordedResponses | None = None
+    router: Router | None = None
+    """The app's router (`EmbeddingRouter`), its decisions computed again from the text."""
 
     async def __call__(self, turn: RecordedTurn) -> ReplayResult:
         """Re-run triage, extraction and the reply for one recorded turn."""
@@ -107,13 +110,18 @@ class ReplayRunner:
         triage, requests, response = self.orchestrator.experts
         meta = {"conversation_id": turn.conversation_id, "turn_id": turn.view.turn_id}
         flow = turn.view.flow or {}
+        category: str | None = None
+        candidates: tuple[str, ...] = ()
         if flow.get("how", "triage") != "triage" and turn.view.category is not None:
             # Routed by rule (a request in progress, an answer to "which?", a cancel, a
             # confirmation): the recorded decision, reproduced without a triage call.
             category = turn.view.category
         else:
+            category, candidates = await self._routed(turn)
+        if category is None:
+            asked = triage.for_message(turn.view.user_text or "", candidates)
             try:
-                category = (await triage.run(_sent(turn, "triage"), metadata=meta)).category
+                category = (await asked.run(_sent(turn, "triage"), metadata=meta)).category
             except CONTENT_ERRORS:
                 category = HUMAN
         request: dict[str, Any] | None = None
@@ -131,6 +139,16 @@ class ReplayRunner:
             sent = _sent(turn, "response")
             reply = (await response.run(sent, instruction, metadata=meta)).text
         return ReplayResult(category, request, missing, reply, note)
+
+    async def _routed(self, turn: RecordedTurn) -> tuple[str | None, tuple[str, ...]]:
+        """The router's decision computed again (with the same embedder): a category routed
+        with no triage call, or the candidates triage chooses among (`pre_triage.py`);
+        nothing without a router."""
+        routed = turn.view.routed
+        if self.router is None or routed is None:
+            return None, ()
+        decision = await self.router.decide(turn.view.user_text or "")
+        return decision.category, decision.candidates
 
     def _instruction(
         self,
@@ -192,5 +210,9 @@ def build_runner(
         settings=business.settings,
         business_name=business.business_name,
         max_message_chars=business.max_message_chars,
+        budgets=business.budgets,
     )
-    return ReplayRunner(replay, recorded)
+    router = None
+    if business.router is not None:
+        router = Router.bind(business.router, None, list(business.categories))
+    return ReplayRunner(replay, recorded, router)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Literal
 
 from pydantic import BaseModel
 
@@ -55,6 +56,10 @@ class Reply:
     handler decided), and the user was asked to try again or ask for a person."""
     reviewed: bool = False
     """The review expert checked this reply (`Orchestrator(review=True)`)."""
+    routed_by: Literal["router", "triage"] = "triage"
+    """Who routed the message: `router` when no triage call was made (an `EmbeddingRouter`
+    was confident, or the message answered the bot's question for a missing field);
+    `triage` otherwise (the default pipeline)."""
     confirmation: str | None = None
     """The confirmation question, on the turn that asks the customer to confirm a request
     of a `Category(confirm=...)` (its handler has not run); `None` on any other turn."""

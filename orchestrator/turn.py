@@ -73,6 +73,7 @@ from frontdesk.orchestrator import (
     handoff,
     multi_intent,
     pending,
+    pre_triage,
     routing,
     spend,
 )
@@ -632,7 +633,12 @@ async def _decide_once(p: Pipeline, t: Turn, earlier: TurnOutcome | None) -> Dec
         speculate = p.speculate and guess_request
         guess = SpeculativeRequest.start(p, t, request_view, meta, _extract) if speculate else None
         try:
-            triaged = await _triage(p, t, view, meta, answered)
+            routed = await pre_triage.before_triage(p, t, answered)  # The router, if any.
+            triaged = (
+                routing.Triaged(category=routed.category, reason=routed.reason)
+                if routed.category is not None
+                else await _triage(p, t, routed.triage, view, meta, answered)
+            )
             _listen.routed(triaged.category)
             kept = None if guess is None else await guess.settle(t, triaged.category, answered)
         finally:
@@ -869,7 +875,12 @@ async def _settled(p: Pipeline, t: Turn, decided: Decided) -> Decided:
 
 
 async def _triage(
-    p: Pipeline, t: Turn, view: ExpertView, meta: dict[str, str], answered: dict[str, ModelResponse]
+    p: Pipeline,
+    t: Turn,
+    triage: TriageExpert,
+    view: ExpertView,
+    meta: dict[str, str],
+    answered: dict[str, ModelResponse],
 ) -> routing.Triaged:
     """The category and why; when the triage answer is unusable, `OTHER` marked unreadable
     (`on_unreadable="ask"`: the customer is asked again) or `HUMAN` (a safe default)."""
@@ -877,7 +888,7 @@ async def _triage(
         result = await _stage(
             "triage",
             t,
-            p.triage.run(
+            triage.run(
                 _turns(view),
                 metadata=meta,
                 cache_prefix=view.cache_prefix_messages,
@@ -1304,6 +1315,7 @@ def reply_from_records(
         citations=[] if outcome is None else _knowledge.citations_from_json(outcome.sources),
         handler_failed=bool(decided and decided.handler_failed),
         reviewed=outcome is not None and "review" in outcome.models,
+        routed_by="router" if outcome is not None and "router" in outcome.models else "triage",
         confirmation=None if outcome is None else confirmation.awaiting(outcome.confirmation),
         **_flow_fields(outcome),
     )

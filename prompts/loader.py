@@ -43,6 +43,13 @@ def _package_files() -> Traversable:
     return resources.files(__package__ or "frontdesk.prompts")
 
 
+@lru_cache(maxsize=64)
+def _compiled(template: str) -> jinja2.Template:
+    """Compiled once: the triage prompt is rendered for each message when its categories do
+    not all fit its allowance (`experts/triage_fit.py`)."""
+    return _ENV.from_string(template)
+
+
 class PromptMeta(BaseModel):
     """A prompt file's front matter."""
 
@@ -106,7 +113,7 @@ class Prompt(BaseModel):
             PromptVariableError: if the template uses a variable not given.
         """
         try:
-            text = _ENV.from_string(self.template).render(**variables)
+            text = _compiled(self.template).render(**variables)
         except jinja2.UndefinedError as e:
             raise PromptVariableError(
                 f"prompt {self.name!r} ({self.source}) needs a variable that was not given: {e}"

@@ -15,12 +15,12 @@ from typing import Protocol
 
 import openai
 
-from frontdesk.errors import ModelAPIError, ModelConnectionError, ModelHTTPError
+from frontdesk.errors import ConfigError, ModelAPIError, ModelConnectionError, ModelHTTPError
 from frontdesk.experts.providers.base import check_allow_model_requests
 from frontdesk.experts.providers.openai import PLACEHOLDER_KEY
 from frontdesk.masking import mask_url
 
-__all__ = ["Embedder", "OpenAIEmbedder", "normalised"]
+__all__ = ["Embedder", "OpenAIEmbedder", "embedder_from_spec", "normalised"]
 
 BATCH = 64
 """Texts sent in one request at most."""
@@ -120,3 +120,37 @@ class OpenAIEmbedder:
                 f"{self.name}: {len(data)} vectors for {len(texts)} texts", model=self.name
             )
         return [normalised(d.embedding) for d in data]
+
+
+def embedder_from_spec(spec: str | Embedder) -> Embedder:
+    """The embedder a spec names (the one place embedder specs are read).
+
+    Args:
+        spec: `"minilm"` (all-MiniLM-L6-v2, run locally: `frontdesk[router]`),
+            `"openai:NAME"` (OpenAI, `OPENAI_API_KEY`), `"openai:NAME@URL"` (any
+            OpenAI-compatible `/v1/embeddings`: llama.cpp's server, vLLM), or an `Embedder`.
+
+    Raises:
+        ConfigError: an unknown spec, or the minilm model not installed.
+    """
+    if not isinstance(spec, str):
+        if not callable(getattr(spec, "embed", None)) or not isinstance(
+            getattr(spec, "name", None), str
+        ):
+            raise ConfigError(
+                f"an embedder is a spec string or has `name` and `async embed(texts)`,"
+                f" not {type(spec).__name__}"
+            )
+        return spec
+    if spec == "minilm":
+        from frontdesk.experts.providers.minilm import MiniLMEmbedder
+
+        return MiniLMEmbedder()
+    provider, sep, rest = spec.partition(":")
+    if provider == "openai" and sep and rest:
+        name, at, url = rest.partition("@")
+        if name and (not at or url.startswith(("http://", "https://"))):
+            return OpenAIEmbedder(name, base_url=url or None)
+    raise ConfigError(
+        f"unknown embedder {spec!r}; use 'minilm', 'openai:NAME' or 'openai:NAME@http://HOST/v1'"
+    )
