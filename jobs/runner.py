@@ -93,6 +93,10 @@ class JobKind:
     """Seconds before the second run; each later one waits twice as long as the last."""
     timeout: float = 120.0
     """Seconds one run may take (a run past it fails, and is retried)."""
+    yields: bool = False
+    """Wait for a moment between this process's turns (at most `YIELD_WAIT`) before each
+    run: work another conversation's next turn should not queue behind (the memory
+    expert). Compaction does not yield: a late summary makes every later turn read more."""
 
     def retry_in(self, runs: int) -> float | None:
         """Seconds before the next run after `runs` failed ones (`None`: failed for good)."""
@@ -240,9 +244,9 @@ class Jobs:
     @contextlib.contextmanager
     def foreground(self) -> Iterator[None]:
         """Mark a turn in flight in this process while the block runs: this process's
-        runner starts no job meanwhile (for at most `YIELD_WAIT`), so the memory expert and
-        compaction of one conversation do not queue another conversation's turn behind
-        their writes (benchmarks.memory_gate measures it)."""
+        runner starts no yielding job meanwhile (for at most `YIELD_WAIT`), so the memory
+        expert of one conversation does not queue another conversation's turn behind its
+        writes (benchmarks.memory_gate measures it)."""
         self._foreground += 1
         self._quiet.clear()
         try:
@@ -497,7 +501,6 @@ class _LocalRunner:
         longest = POLL if self.announce else IDLE_POLL
         while not self._stopping:
             await self._slots.acquire()
-            await self.jobs.quiet()  # Between this process's turns, not inside them.
             self._wake.clear()  # Before the look: a job recorded meanwhile still wakes it.
             try:
                 job = await self._next()
@@ -536,6 +539,8 @@ class _LocalRunner:
             try:
                 if kind is None:
                     raise LookupError(f"no job kind {job.kind!r} is registered in this process")
+                if kind.yields:  # Between this process's turns, not inside them.
+                    await self.jobs.quiet()
                 await asyncio.wait_for(kind.run(job.args), kind.timeout)
             except asyncio.CancelledError:  # Shutdown: give the job back, at once, unharmed.
                 renewing.cancel()

@@ -342,7 +342,7 @@ class Memories:
                 owner.user_id, question.conversation_id, message_id, question.content, done_key=key
             )
 
-        return JobKind(name=LEARN, run=run, timeout=LEARN_TIMEOUT)
+        return JobKind(name=LEARN, run=run, timeout=LEARN_TIMEOUT, yields=True)
 
     async def wait(self, within: float = CLOSE_TIMEOUT) -> int:
         """Wait, at most `within` seconds, for the learning recorded so far; how many

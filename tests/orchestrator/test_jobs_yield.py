@@ -36,7 +36,11 @@ async def _started(store: ConversationStore, **kwargs: Any) -> tuple[Jobs, async
     async def learn(args: Mapping[str, Any]) -> None:
         ran.set()
 
-    jobs = Jobs(store=JobStore(store.engine), kinds=[JobKind(name="t.learn", run=learn)], **kwargs)
+    jobs = Jobs(
+        store=JobStore(store.engine),
+        kinds=[JobKind(name="t.learn", run=learn, yields=True)],
+        **kwargs,
+    )
     await jobs.start()
     return jobs, ran
 
