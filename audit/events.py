@@ -78,7 +78,8 @@ EventKind = Literal[
     # (names only: the values are in the `request` events, with their rules)
     "clarify",  # payload: status (asked | answered | unmatched), candidates or category
     "multi_intent",  # payload: mode (sequential | ask), categories; or status stopped,
-    # not_handled (the categories after a step that needs more information)
+    # not_handled (the categories after a step that needs more information); or status
+    # resumed, categories (a retry of a turn that failed between two handlers: those left)
 ]
 
 # A `model_attempt` payload holds: expert, model, attempt, settings, prompt {name, version,

@@ -71,3 +71,12 @@ def team() -> FakeTeam:
 @pytest.fixture
 def db_url(tmp_path: Path) -> str:
     return f"sqlite:///{tmp_path / 'frontdesk.db'}"
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
+def any_url(request: pytest.FixtureRequest, db_url: str) -> str:
+    """The conversation database on each backend: a SQLite file, or a fresh PostgreSQL
+    database of this test's own (`fresh_pg_url`)."""
+    if request.param == "sqlite":
+        return db_url
+    return str(request.getfixturevalue("fresh_pg_url"))

@@ -5,7 +5,6 @@ in progress answered without triage, a digression and back, a cancellation, a co
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -13,23 +12,9 @@ from pydantic import BaseModel, Field
 
 from frontdesk import Category, Clarify, HandlerContext, Orchestrator, Outcome
 from frontdesk.experts.providers import ModelRequest
-from tests._pg import create_database, drop_database
 from tests.orchestrator.conftest import FakeTeam
 
 pytestmark = pytest.mark.anyio
-
-
-@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
-def any_url(request: pytest.FixtureRequest, db_url: str) -> Iterator[str]:
-    """The conversation database on each backend."""
-    if request.param == "sqlite":
-        yield db_url
-        return
-    url = create_database()
-    try:
-        yield url
-    finally:
-        drop_database(url)
 
 
 class Freeze(BaseModel):
