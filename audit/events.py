@@ -19,7 +19,6 @@ EventKind = Literal[
     "triage",  # payload: category, reason
     "routed",  # payload: by (router | triage), category (the router's, or null), embedder,
     # threshold, margin, scores {category: cosine} (the router's candidates, best first),
-    # rule ("follow-up": the bot's question for a missing field was answered; no embedding),
     # error (the embedder failed: triage ran on every category); `EmbeddingRouter`
     "request",  # payload: category, request (dict) or need_more_info (dict)
     "outcome",  # payload: category, instruction, data

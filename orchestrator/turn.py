@@ -921,6 +921,8 @@ async def _triage(
             fallback=True,
         )
     except CONTENT_ERRORS as e:
+        # Called, if unusable: the turn was routed by triage (`Reply.routed_by`).
+        answered["triage"] = ModelResponse(output=None, model=triage.call.model.name)
         if p.on_unreadable == "ask":
             why = f"triage answer unusable ({type(e).__name__}); asking again"
             return routing.Triaged(category=OTHER, reason=why, unreadable=True)
@@ -1338,7 +1340,7 @@ def reply_from_records(
         citations=[] if outcome is None else _knowledge.citations_from_json(outcome.sources),
         handler_failed=bool(decided and decided.handler_failed),
         reviewed=outcome is not None and "review" in outcome.models,
-        routed_by="router" if outcome is not None and "router" in outcome.models else "triage",
+        routed_by="triage" if outcome is not None and "triage" in outcome.models else "router",
         confirmation=None if outcome is None else confirmation.awaiting(outcome.confirmation),
         **_flow_fields(outcome),
     )

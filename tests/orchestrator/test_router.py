@@ -196,7 +196,7 @@ async def test_the_answer_to_the_bots_question_keeps_its_category_without_any_ca
         assert first.need_more_info is not None and first.routed_by == "router"
         embedded = len(embedder.texts)
         second = await orch.handle("c", "it ends 4321")
-        assert second.category == "CARDS" and second.routed_by == "triage"
+        assert second.category == "CARDS" and second.routed_by == "router"  # No triage call.
         assert second.request is not None and second.request.model_dump() == {"last4": "4321"}
         # The request in progress keeps it (orchestrator/pending.py): the request expert
         # reads the answer, with no embedding and no triage call.
