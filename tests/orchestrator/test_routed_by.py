@@ -58,9 +58,7 @@ async def test_a_cancellation_and_a_resumed_request_make_no_triage_call(
         assert not called and cancelled.cancelled and cancelled.routed_by == "router"
 
 
-async def test_which_one_asked_by_triage_and_answered_by_rule(
-    team: FakeTeam, db_url: str
-) -> None:
+async def test_which_one_asked_by_triage_and_answered_by_rule(team: FakeTeam, db_url: str) -> None:
     original = team.__call__
 
     def answer(r: ModelRequest) -> Any:
@@ -70,9 +68,7 @@ async def test_which_one_asked_by_triage_and_answered_by_rule(
         return original(r)
 
     team.extract = lambda r: {"request": {}}
-    async with Orchestrator(
-        Desk().categories(), model=FunctionModel(answer), store=db_url
-    ) as orch:
+    async with Orchestrator(Desk().categories(), model=FunctionModel(answer), store=db_url) as orch:
         asked, called = await turn(orch, team, "my card")
         assert called and asked.clarify and asked.routed_by == "triage"
         chosen, called = await turn(orch, team, "freeze it")  # Matched by rule.
