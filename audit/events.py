@@ -60,6 +60,9 @@ EventKind = Literal[
     # Did it help (docs/outcomes.md). `turn_id` is the rated answer's question.
     "feedback",  # payload: message_id, rating (1-5), comment (or null), resolved (bool)
     "resolution",  # payload: resolution, by (a hand-back's, a sweep's), previous
+    "resolution_refused",  # payload: by (customer), judged_by (response), why: the reply
+    # ended with the closing tag, which was also in what the expert was sent (the customer's
+    # words): not a closing, the conversation stays as it is
     "operator_read",  # payload: by (operator id), conversation_id, what (no content); in the
     # user's chain: who read the customer's context, transcript or memories, and when
     # Before the bot acts or speaks (docs/safeguards.md).
