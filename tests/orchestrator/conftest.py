@@ -36,6 +36,8 @@ class FakeTeam:
     """One FunctionModel answering for every expert, recording every request."""
 
     route: Callable[[ModelRequest], str] = lambda r: "OTHER"
+    triage: Callable[[ModelRequest], Any] | None = None
+    """The whole triage answer (several categories, a `Clarify`), in place of `route`'s."""
     extract: Callable[[ModelRequest], dict[str, Any]] = lambda r: {}
     summarise: Callable[[ModelRequest], str] = lambda r: "summary"
     calls: list[ModelRequest] = field(default_factory=list)
@@ -47,6 +49,8 @@ class FakeTeam:
     def __call__(self, request: ModelRequest) -> Any:
         self.calls.append(request)
         if request.expert == "triage":
+            if self.triage is not None:
+                return self.triage(request)
             return {"category": self.route(request), "reason": "test"}
         if request.expert == "request":
             return self.extract(request)

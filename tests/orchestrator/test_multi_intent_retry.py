@@ -11,8 +11,8 @@ import pytest
 from frontdesk import Orchestrator
 from frontdesk.errors import ModelConnectionError, StoreError, TurnFailed
 from frontdesk.experts.providers import FunctionModel, ModelRequest
+from tests.orchestrator._desk import Desk, two_requests
 from tests.orchestrator.conftest import FakeTeam
-from tests.orchestrator.test_conversation_flow import Desk
 
 pytestmark = pytest.mark.anyio
 
@@ -24,19 +24,13 @@ class TwoRequests(FakeTeam):
     (a provider outage after the first handler ran and its outcome was stored)."""
 
     def __init__(self) -> None:
-        super().__init__()
+        super().__init__(triage=two_requests, extract=self.extract_or_fail)
         self.balance_down = False
 
-    def __call__(self, request: ModelRequest) -> Any:
-        if request.expert == "triage":
-            self.calls.append(request)
-            return {"categories": ["CARD_FREEZE", "BALANCE"], "reason": "two requests"}
-        if request.expert == "request":
-            self.calls.append(request)
-            if self.balance_down and "Balance" in str(request.output_type):
-                raise ModelConnectionError("provider down", model="function")
-            return {"request": {}}
-        return super().__call__(request)
+    def extract_or_fail(self, request: ModelRequest) -> dict[str, Any]:
+        if self.balance_down and "Balance" in str(request.output_type):
+            raise ModelConnectionError("provider down", model="function")
+        return {"request": {}}
 
 
 def ran(desk: Desk) -> list[tuple[str, str]]:

@@ -5,17 +5,14 @@ rule on what the turn before left, or no routing at all); a replay says the same
 from __future__ import annotations
 
 import uuid
-from typing import Any
 
 import pytest
-from pydantic import BaseModel
 
-from frontdesk import Category, Clarify, HandlerContext, Orchestrator, Outcome
-from frontdesk.experts.providers import FunctionModel, ModelRequest
+from frontdesk import Clarify, Orchestrator
 from frontdesk.orchestrator.reply import Reply
 from frontdesk.orchestrator.screen import Screen, ScreenContext
+from tests.orchestrator._desk import Desk, confirmed_transfer, dispute_team, two_requests
 from tests.orchestrator.conftest import FakeTeam
-from tests.orchestrator.test_conversation_flow import Desk, dispute_team
 
 pytestmark = pytest.mark.anyio
 
@@ -59,16 +56,9 @@ async def test_a_cancellation_and_a_resumed_request_make_no_triage_call(
 
 
 async def test_which_one_asked_by_triage_and_answered_by_rule(team: FakeTeam, db_url: str) -> None:
-    original = team.__call__
-
-    def answer(r: ModelRequest) -> Any:
-        if r.expert == "triage":
-            team.calls.append(r)
-            return Clarify(["CARD_FREEZE", "BALANCE"])
-        return original(r)
-
+    team.triage = lambda r: Clarify(["CARD_FREEZE", "BALANCE"])
     team.extract = lambda r: {"request": {}}
-    async with Orchestrator(Desk().categories(), model=FunctionModel(answer), store=db_url) as orch:
+    async with Orchestrator(Desk().categories(), model=team.model(), store=db_url) as orch:
         asked, called = await turn(orch, team, "my card")
         assert called and asked.clarify and asked.routed_by == "triage"
         chosen, called = await turn(orch, team, "freeze it")  # Matched by rule.
@@ -80,17 +70,9 @@ async def test_which_one_asked_by_triage_and_answered_by_rule(team: FakeTeam, db
 
 
 async def test_which_first_answered_by_rule(team: FakeTeam, db_url: str) -> None:
-    original = team.__call__
-
-    def answer(r: ModelRequest) -> Any:
-        if r.expert == "triage":
-            team.calls.append(r)
-            return {"categories": ["CARD_FREEZE", "BALANCE"], "reason": "two"}
-        return original(r)
-
-    team.extract = lambda r: {"request": {}}
+    team.triage, team.extract = two_requests, lambda r: {"request": {}}
     async with Orchestrator(
-        Desk().categories(), model=FunctionModel(answer), store=db_url, multi_intent="ask"
+        Desk().categories(), model=team.model(), store=db_url, multi_intent="ask"
     ) as orch:
         asked, called = await turn(orch, team, "Freeze my card and tell me my balance")
         assert called and asked.routed_by == "triage"
@@ -99,22 +81,8 @@ async def test_which_first_answered_by_rule(team: FakeTeam, db_url: str) -> None
         assert ordered.routed_by == "router"
 
 
-class Transfer(BaseModel):
-    amount: int
-    account_number: str
-
-
 async def test_a_confirmation_answered_and_corrected(team: FakeTeam, db_url: str) -> None:
-    async def transfer(request: Transfer, context: HandlerContext) -> Outcome:
-        return Outcome(instruction="Say it was sent.")
-
-    category = Category(
-        name="TRANSFER",
-        description="Send money to another account",
-        request=Transfer,
-        handler=transfer,
-        confirm=True,
-    )
+    category = confirmed_transfer([])
     team.route = lambda r: "TRANSFER"
     team.extract = lambda r: {"request": {"amount": 5000, "account_number": "99998888"}}
     async with Orchestrator([category], model=team.model(), store=db_url) as orch:
