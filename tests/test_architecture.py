@@ -18,6 +18,7 @@ FOLDERS = (
     "experts",
     "jobs",
     "orchestrator",
+    "devkit",
     "threads",
     "audit",
     "prompts",
@@ -38,9 +39,13 @@ ALLOWED = {
     "audit": {"core"},
     "experts": {"core", "prompts"},
     "orchestrator": {"core", "prompts", "experts", "jobs", "threads", "audit"},
+    # The developer's kit (loading an app, conversation tests, replay, handler doubles) runs
+    # the orchestrator from outside: nothing below it imports it.
+    "devkit": {"core", "prompts", "experts", "jobs", "threads", "audit", "orchestrator"},
     "examples": {"core", "experts", "orchestrator"},
-    # The HTTP service sits on the orchestrator; only the CLI above imports it.
-    "service": {"core", "prompts", "experts", "jobs", "threads", "audit", "orchestrator"},
+    # The HTTP service sits on the orchestrator (and loads the app with the kit); only the
+    # CLI above imports it.
+    "service": {"core", "prompts", "experts", "jobs", "threads", "audit", "orchestrator", "devkit"},
     # The command line sits on top of everything; nothing imports it.
     "cli": {*FOLDERS, "core"} - {"cli"},
 }
@@ -422,6 +427,27 @@ def test_the_orchestrator_holds_no_cli() -> None:
         if p.stem == "cli" or p.stem.startswith("_cli")
     ]
     assert named == []
+
+
+def test_the_developer_kit_has_its_own_room() -> None:
+    """Loading an app, conversation tests, replay and the handler doubles live in `devkit/`,
+    not in the engine's rooms; `frontdesk.testing` still gives the doubles."""
+    import frontdesk.devkit.doubles
+    import frontdesk.testing
+
+    kit = {"app", "conversation_tests", "replay", "testing"}
+    strays = [
+        str(p.relative_to(ROOT))
+        for room in ("orchestrator", "experts", "threads")
+        for p in (ROOT / room).glob("*.py")
+        if p.stem in kit
+    ]
+    assert strays == []
+    assert {"app", "conversation_tests", "replay", "doubles"} <= {
+        p.stem for p in (ROOT / "devkit").glob("*.py")
+    }
+    for name in frontdesk.devkit.doubles.__all__:
+        assert getattr(frontdesk.testing, name) is getattr(frontdesk.devkit.doubles, name)
 
 
 def test_nothing_imports_the_cli() -> None:
