@@ -61,7 +61,10 @@ def without_closing(text: str) -> tuple[str, bool]:
     """`text` without any `CLOSES` tag (matched in any letter case), and whether it ended
     with one (only a tag at the very end is the expert's closing; one elsewhere, a quote of
     it, is taken off all the same)."""
-    closes = text.rstrip().lower().endswith(CLOSES)
+    lowered = text.lower()
+    if CLOSES not in lowered:  # Almost every reply: one pass over it.
+        return text, False
+    closes = lowered.rstrip().endswith(CLOSES)
     while (at := text.lower().find(CLOSES)) >= 0:
         text = text[:at] + text[at + len(CLOSES) :]
     return text, closes
