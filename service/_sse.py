@@ -1,6 +1,6 @@
 """A turn's stream events as Server-Sent Events: `event: <type>` and one JSON `data:` line.
 
-    event: routed     data: {"category": "ORDERS"}
+    event: routed     data: {"category": "ORDERS", "routed_by": "router" | "triage"}
     event: extracted  data: {"request": {...} | null, "need_more_info": {...} | null}
     event: delta      data: {"text": "Ok great, "}
     event: done       data: <the reply, as the JSON answer of the same POST>
@@ -32,6 +32,7 @@ def reply_json(reply: Reply) -> dict[str, Any]:
     return {
         "text": reply.text,
         "category": reply.category,
+        "routed_by": reply.routed_by,
         "request": reply.request.model_dump(mode="json") if reply.request else None,
         "need_more_info": reply.need_more_info.model_dump() if reply.need_more_info else None,
         "message_id": reply.message_id,
@@ -54,7 +55,7 @@ def reply_json(reply: Reply) -> dict[str, Any]:
 def event_data(event: TurnEvent) -> dict[str, Any]:
     """The JSON `data:` of one stream event."""
     if isinstance(event, Routed):
-        return {"category": event.category}
+        return {"category": event.category, "routed_by": event.routed_by}
     if isinstance(event, Extracted):
         return {
             "request": event.request.model_dump(mode="json") if event.request else None,
