@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from typing import Any
 
 from frontdesk.orchestrator import Orchestrator, Reply, TurnEvent
@@ -95,11 +95,14 @@ async def open_stream(
     user_id: str,
     client_message_id: str | None,
     profile: str | None = None,
+    when_done: Callable[[], None] | None = None,
 ) -> AsyncIterator[bytes]:
     """Start the turn; return its frames once the first event is there.
 
     Errors raised before the turn runs (bad text, idempotency conflict, busy, not found)
     are raised here, so that they are answered with their HTTP status, not as a stream.
+    `when_done` is called once the turn has ended, whether or not the client stayed (it
+    gives the turn's admission place back).
     """
     queue: asyncio.Queue[TurnEvent | BaseException | _End] = asyncio.Queue()
 
@@ -119,6 +122,8 @@ async def open_stream(
             queue.put_nowait(_END)
 
     task = asyncio.create_task(pump())
+    if when_done is not None:  # Even for a task cancelled before it ran.
+        task.add_done_callback(lambda _: when_done())
     orchestrator.finish_in_background(task)
     first = await queue.get()
     if isinstance(first, BaseException):
