@@ -4,10 +4,10 @@ Every turn takes database connections from its worker's pool (its start, its out
 finish; a memory lookup beside the start). A burst of turns larger than the worker can
 serve queued for the pool, and past the pool's timeout (30 s) each was answered 503 after
 all that wait. Here a turn waits for a place among `max_turns` turns in flight for at most
-`queue_seconds`, and is otherwise refused at once with `ServiceBusy` (503, `Retry-After`)
-before anything of it is stored: the client sends the same message again, with the same
-Idempotency-Key, and it runs once. Only the routes that run a turn are limited: reads,
-live events and operator routes never wait here.
+`queue_seconds` (behind at most `max_turns` others), and is otherwise refused with
+`ServiceBusy` (503, `Retry-After`) before anything of it is stored: the client sends the
+same message again, with the same Idempotency-Key, and it runs once. Only the routes that
+run a turn are limited: reads, live events and operator routes never wait here.
 """
 
 from __future__ import annotations
@@ -34,6 +34,9 @@ TURNS_PER_CONNECTION = 2
 """The default limit is this many turns per connection of the store's pool: a turn holds a
 connection only at moments, never during a model call, so two turns per connection keep
 the pool busy without a queue for it that could reach its timeout."""
+LOG_EVERY_SECONDS = 1.0
+"""A burst of refusals is logged as one line a second (`refused`: how many since the last
+line), not one each: a line per refusal cost a third of the refusal's CPU."""
 FALLBACK_CONNECTIONS = 15
 """A pool that does not say its size is taken as SQLAlchemy's default (5 + 10 overflow)."""
 
@@ -89,7 +92,8 @@ def pool_connections(engine: AsyncEngine) -> int:
 
 class TurnGate:
     """At most `max_turns` turns in flight in this process; a turn waits for a place for
-    at most `queue_seconds`, else `ServiceBusy`."""
+    at most `queue_seconds`, else `ServiceBusy`. At most `max_turns` turns wait: one more
+    than that is refused at once (a burst far past the limit gets its 503s without delay)."""
 
     def __init__(self, max_turns: int, queue_seconds: float) -> None:
         self.max_turns = max_turns
@@ -97,6 +101,8 @@ class TurnGate:
         self.in_flight = 0
         self.waiting = 0
         self._places = asyncio.Semaphore(max_turns)
+        self._unlogged = 0
+        self._logged_at = -math.inf
 
     @property
     def retry_after(self) -> int:
@@ -109,7 +115,9 @@ class TurnGate:
         Raises:
             ServiceBusy: no place came free in time (nothing was started).
         """
-        if self._places.locked() and self.queue_seconds <= 0:
+        if self._places.locked() and (
+            self.queue_seconds <= 0 or self.waiting >= self.max_turns
+        ):  # No wait can help: refused at once, not after the queue time.
             self._refuse(route, 0.0)
         started = time.monotonic()
         self.waiting += 1
@@ -138,14 +146,19 @@ class TurnGate:
 
     def _refuse(self, route: str, waited: float) -> None:
         metrics.turn_refused(route)
-        log.warning(
-            "turn.refused",
-            route=route,
-            in_flight=self.in_flight,
-            waiting=self.waiting,
-            max_turns=self.max_turns,
-            waited_seconds=round(waited, 3),
-        )
+        self._unlogged += 1
+        now = time.monotonic()
+        if now - self._logged_at >= LOG_EVERY_SECONDS:
+            log.warning(
+                "turn.refused",
+                route=route,
+                refused=self._unlogged,
+                in_flight=self.in_flight,
+                waiting=self.waiting,
+                max_turns=self.max_turns,
+                waited_seconds=round(waited, 3),
+            )
+            self._unlogged, self._logged_at = 0, now
         raise ServiceBusy(
             f"this server is answering as many messages as it can ({self.max_turns} at once)"
             " and none finished in time: your message was not taken and nothing of it is"

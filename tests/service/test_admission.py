@@ -113,7 +113,7 @@ async def test_at_the_limit_the_next_turn_is_503_at_once_and_runs_once_on_retry(
         streamed = asyncio.create_task(message(api, second, "count two", "k-2", **STREAM))
         await held.until_held(2)
         assert gate_of(api).in_flight == 2
-        refused_before = await refused_count(api, "json")
+        refused_before = {r: await refused_count(api, r) for r in ("json", "stream")}
 
         with capture_logs() as logs:
             started = time.monotonic()
@@ -127,10 +127,12 @@ async def test_at_the_limit_the_next_turn_is_503_at_once_and_runs_once_on_retry(
         assert body["type"] == "ServiceBusy" and body["retry_after"] == 1
         assert "not taken" in body["detail"] and "same Idempotency-Key" in body["detail"]
         assert busy_stream.headers["content-type"].startswith("application/json")
+        # Logged (a burst as one line a second) and counted, by route.
         refusals = [e for e in logs if e["event"] == "turn.refused"]
-        assert [e["route"] for e in refusals] == ["json", "stream"]
+        assert refusals[0]["route"] == "json" and refusals[0]["refused"] == 1
         assert refusals[0]["in_flight"] == 2 and refusals[0]["max_turns"] == 2
-        assert await refused_count(api, "json") == refused_before + 1
+        assert await refused_count(api, "json") == refused_before["json"] + 1
+        assert await refused_count(api, "stream") == refused_before["stream"] + 1
 
         # The refused message never started: no conversation, no message, no handler run.
         assert await api.orch.store.conversation(third) is None
@@ -239,3 +241,24 @@ def test_settings_read_and_check_the_limit() -> None:
     assert "FRONTDESK_TURN_QUEUE_SECONDS='600'" in str(found.value)
     with pytest.raises(ConfigError, match="max_turns must be at least 1"):
         Admission(max_turns=0)
+
+
+async def test_a_burst_past_the_queue_is_refused_without_waiting(
+    tmp_path: Any, held: HeldReplies
+) -> None:
+    """One turn in flight and one waiting (the queue holds as many as the limit): the next
+    is refused at once, not after the queue time."""
+    admission = Admission(max_turns=1, queue_seconds=30)
+    async for api in limited_api(f"sqlite:///{tmp_path / 'a.db'}", held, admission):
+        running = asyncio.create_task(message(api, api.cid(), "hello", "k-1"))
+        await held.until_held(1)
+        queued = asyncio.create_task(message(api, api.cid(), "hello again", "k-2"))
+        deadline = time.monotonic() + 10
+        while gate_of(api).waiting < 1:
+            assert time.monotonic() < deadline
+            await asyncio.sleep(0.01)
+        started = time.monotonic()
+        busy = await message(api, api.cid(), "and again", "k-3")
+        assert busy.status_code == 503 and time.monotonic() - started < 5.0
+        held.release.set()
+        assert (await running).status_code == (await queued).status_code == 200
