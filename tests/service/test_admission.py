@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -79,8 +79,8 @@ def gate_of(api: Api) -> TurnGate:
     return gate
 
 
-def message(api: Api, cid: str, text: str, key: str, **headers: str) -> Awaitable[httpx.Response]:
-    return api.client.post(
+async def message(api: Api, cid: str, text: str, key: str, **headers: str) -> httpx.Response:
+    return await api.client.post(
         f"/v1/conversations/{cid}/messages",
         json={"text": text},
         headers={**auth("u1"), "Idempotency-Key": key, **headers},
