@@ -29,7 +29,7 @@ import hashlib
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 import structlog
 from pydantic import BaseModel, ValidationError
@@ -599,7 +599,8 @@ async def _decide_once(p: Pipeline, t: Turn, earlier: TurnOutcome | None) -> Dec
             "outcome_reused", category=earlier.category, handler_ran=earlier.handler_ran
         )
         decided = _decided_from(p, earlier)
-        _listen.routed(decided.category)  # A stream of a retried turn still shows its route.
+        # A stream of a retried turn still shows its route.
+        _listen.routed(decided.category, by=_routed_by(earlier.models))
         if decided.category in p.requests:
             _listen.extracted(decided.request, decided.missing)
         if flows.unfinished(decided):  # A try failed between two of the message's handlers.
@@ -641,7 +642,7 @@ async def _decide_once(p: Pipeline, t: Turn, earlier: TurnOutcome | None) -> Dec
                 if routed.category is not None
                 else await _triage(p, t, routed.triage, view, meta, answered)
             )
-            _listen.routed(triaged.category)
+            _listen.routed(triaged.category, by="triage" if routed.category is None else "router")
             kept = None if guess is None else await guess.settle(t, triaged.category, answered)
         finally:
             if guess is not None:  # The turn failed or was cut off: the call must not outlive it.
@@ -679,7 +680,7 @@ async def _routed(
     flow = _language_of(p, t, route.language, how=route.how)
     asked = flows.asked(p.categories, p.multi_intent, t.recorder, route, flow)
     if asked is not None:  # Nothing runs: cancelled, or the customer is asked to choose.
-        _listen.routed(asked.category)
+        _listen.routed(asked.category, by=_routed_by(answered))
         return await _settled(p, t, dataclasses.replace(asked, answered=answered))
     categories = route.categories or (route.category,)
     first = await _step(p, t, route, categories[0], view, meta, answered)
@@ -818,7 +819,7 @@ def _screen_context(t: Turn) -> _screen.ScreenContext:
 def _builtin(t: Turn, outcome: Outcome) -> Decided:
     """A turn decided before triage: handed off (`HUMAN`) or answered as `OTHER`."""
     category = HUMAN if outcome.handoff is not None else OTHER
-    _listen.routed(category)
+    _listen.routed(category, by="router")  # No triage call.
     return Decided(
         category=category,
         request=None,
@@ -832,7 +833,7 @@ def _builtin(t: Turn, outcome: Outcome) -> Decided:
 async def _confirmed(p: Pipeline, t: Turn, said: confirmation.Answered) -> Decided:
     """The answer to a confirmation question: on "yes" the handler, with the request that
     was asked about; else the outcome `confirmation.answer` decided."""
-    _listen.routed(said.category)
+    _listen.routed(said.category, by="router")  # The yes or no, read by rule.
     _listen.extracted(_shown(p, said.request, t.user_id), None)
     secrets = None
     corrected = frozenset(t.pending.record.get("corrected") or ()) if t.pending else frozenset()
@@ -1340,10 +1341,16 @@ def reply_from_records(
         citations=[] if outcome is None else _knowledge.citations_from_json(outcome.sources),
         handler_failed=bool(decided and decided.handler_failed),
         reviewed=outcome is not None and "review" in outcome.models,
-        routed_by="triage" if outcome is not None and "triage" in outcome.models else "router",
+        routed_by=_routed_by({} if outcome is None else outcome.models),
         confirmation=None if outcome is None else confirmation.awaiting(outcome.confirmation),
         **_flow_fields(outcome),
     )
+
+
+def _routed_by(called: Mapping[str, object]) -> Literal["router", "triage"]:
+    """`Reply.routed_by` of a turn whose experts `called` names (its outcome's models, or
+    the answers so far): `triage` exactly when the triage expert was called for it."""
+    return "triage" if "triage" in called else "router"
 
 
 def _flow_fields(outcome: TurnOutcome | None) -> dict[str, Any]:
