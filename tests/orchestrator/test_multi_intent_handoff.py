@@ -70,7 +70,8 @@ async def check_one_handoff(orch: Orchestrator, reason: str) -> None:
     assert [(h.conversation_id, h.reason) for h in queue] == [("c", reason)]
     audited = await handed_off(orch, "c")
     assert [e["reason"] for e in audited] == [reason]
-    assert audited[0]["handoff_id"] == queue[0].id
+    current = await orch.store.handoffs.current("c")
+    assert current is not None and audited[0]["handoff_id"] == current.id
 
 
 async def test_the_second_handler_s_handoff_opens_once_audited_and_queued(any_url: str) -> None:
