@@ -44,6 +44,7 @@ from frontdesk.threads.models import DEFAULT_PROFILE, UTCDateTime, utcnow
 
 __all__ = [
     "MAX_SEARCH_LIMIT",
+    "PASSAGES_RANKED",
     "FullTextPassageRetriever",
     "KnowledgeStore",
     "Passage",
@@ -236,29 +237,58 @@ class FullTextPassageRetriever:
         words = query_words(query)
         if not words or limit <= 0:
             return []
-        query = match_query(words, conn.dialect.name)
-        params = {"query": query, "limit": limit, "library": self.store.library}
+        dialect = conn.dialect.name
+        params = {
+            "query": match_query(words, dialect),
+            "every": match_query(words, dialect, every=True),
+            "limit": limit,
+            "cap": PASSAGES_RANKED,
+            "library": self.store.library,
+        }
         rows = _MATCHES.rows(conn, params)
         return [_passage(row, score=float(row["score"])) for row in rows]
 
 
+PASSAGES_RANKED = 300
+"""How many of the passages matching all of a question's words, and how many of those
+matching any of them, are ranked (each, in the index's order). Ranking every match costs a
+lookup time linear in the library's size once common words ("card", "account") match a
+fixed share of it; a library this size or smaller has every match ranked, as before."""
+
+
 def _ranking(dialect: str) -> sa.TextClause:
-    """The best `:limit` matches of `:query` (any of its words), best first, scored
-    higher-is-better."""
+    """The best `:limit` of the candidates, best first, scored higher-is-better: at most
+    `:cap` passages matching `:every` (all the words) and `:cap` matching `:query` (any),
+    each scored against `:query` (so a passage in both has one score)."""
     columns = ", ".join(f"p.{c.name}" for c in _COLUMNS)
     if dialect == "postgresql":
+        # `ts_rank` reads each candidate's `tsvector`; the candidates' LIMITs stop the
+        # GIN index's scans (or a sequential scan) early.
+        candidates = (
+            "SELECT seq FROM knowledge_passage WHERE tsv @@ to_tsquery('english', :{})"
+            " AND profile = :library LIMIT :cap"
+        )
         return sa.text(
             f"SELECT {columns}, ts_rank(p.tsv, q) AS score"
             " FROM knowledge_passage p, to_tsquery('english', :query) q"
-            " WHERE p.tsv @@ q AND p.profile = :library"
+            f" WHERE p.seq IN (({candidates.format('every')})"
+            f" UNION ALL ({candidates.format('query')}))"
             " ORDER BY score DESC, p.source, p.position LIMIT :limit"
         )
-    # bm25 is lower for a better match; the title (column 0) weighs twice the text.
+    # FTS5 reads its matches in rowid order, so a LIMIT on that order stops the scan and
+    # bm25 (lower for a better match; the title, column 0, weighs twice the text) is
+    # computed for the candidates only.
+    candidates = (
+        "SELECT * FROM (SELECT knowledge_fts.rowid AS seq, bm25(knowledge_fts, 2.0, 1.0)"
+        " AS rank FROM knowledge_fts JOIN knowledge_passage p ON p.seq = knowledge_fts.rowid"
+        " WHERE knowledge_fts MATCH :{} AND p.profile = :library"
+        " ORDER BY knowledge_fts.rowid DESC LIMIT :cap)"
+    )
     return sa.text(
-        f"SELECT {columns}, -bm25(knowledge_fts, 2.0, 1.0) AS score FROM knowledge_fts"
-        " JOIN knowledge_passage p ON p.seq = knowledge_fts.rowid"
-        " WHERE knowledge_fts MATCH :query AND p.profile = :library"
-        " ORDER BY bm25(knowledge_fts, 2.0, 1.0), p.source, p.position LIMIT :limit"
+        f"SELECT {columns}, -c.rank AS score FROM (SELECT seq, min(rank) AS rank FROM"
+        f" ({candidates.format('every')} UNION ALL {candidates.format('query')})"
+        " GROUP BY seq) c JOIN knowledge_passage p ON p.seq = c.seq"
+        " ORDER BY c.rank, p.source, p.position LIMIT :limit"
     )
 
 

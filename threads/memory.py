@@ -101,8 +101,8 @@ _STOP = frozenset(
 _WORD = re.compile(r"[^\W_]+(?:'[^\W_]+)?")
 MAX_QUERY_WORDS = 32
 MATCHES_SCORED = 200
-"""On SQLite, of the facts a turn's words match, the newest this many are ranked by
-relevance (so a lookup costs about the same for 1,000 facts and for 100,000)."""
+"""Of the facts a turn's words match, the newest this many are ranked by relevance (so a
+lookup costs about the same for 1,000 facts and for 100,000)."""
 
 
 def query_words(text: str) -> list[str]:
@@ -117,12 +117,13 @@ def query_words(text: str) -> list[str]:
     return list(seen)
 
 
-def match_query(words: Sequence[str], dialect: str) -> str:
-    """`words` as the full-text query that matches any of them: a `to_tsquery` text on
-    PostgreSQL, an FTS5 `MATCH` of quoted terms on SQLite (a quote in a word doubled)."""
+def match_query(words: Sequence[str], dialect: str, *, every: bool = False) -> str:
+    """`words` as the full-text query that matches any of them (all of them with `every`):
+    a `to_tsquery` text on PostgreSQL, an FTS5 `MATCH` of quoted terms on SQLite (a quote
+    in a word doubled)."""
     if dialect == "postgresql":
-        return " | ".join(words)
-    return " OR ".join('"' + w.replace('"', '""') + '"' for w in words)
+        return (" & " if every else " | ").join(words)
+    return (" AND " if every else " OR ").join('"' + w.replace('"', '""') + '"' for w in words)
 
 
 def _memory(row: RowMapping | Mapping[str, Any]) -> Memory:
@@ -256,10 +257,13 @@ def _ranking(dialect: str, *, words: bool) -> sa.TextualSelect:
         sql = f"{recent}{newest} LIMIT :limit"
     else:
         if dialect == "postgresql":
+            # The newest `:cap` matches are ranked (as on SQLite): the user's index read
+            # backwards stops there, so `ts_rank` never reads every matching fact.
             matches = (
-                f"SELECT {columns}, 0 AS part, ts_rank(m.tsv, q) AS score"
+                f"SELECT * FROM (SELECT {columns}, 0 AS part, ts_rank(m.tsv, q) AS score"
                 f" FROM memory m, to_tsquery('english', :query) q WHERE {current} AND m.tsv @@ q"
-                " ORDER BY score DESC, m.updated_at DESC LIMIT :limit"
+                f"{newest} LIMIT :cap) m"
+                " ORDER BY m.score DESC, m.updated_at DESC LIMIT :limit"
             )
         else:  # bm25 is lower for better; the newest `:cap` matches are ranked.
             matches = (
