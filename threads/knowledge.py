@@ -24,6 +24,7 @@ business's documents.
 from __future__ import annotations
 
 import array
+import functools
 import hashlib
 import re
 from collections.abc import Iterable, Mapping, Sequence
@@ -242,10 +243,9 @@ class FullTextPassageRetriever:
             "query": match_query(words, dialect),
             "every": match_query(words, dialect, every=True),
             "limit": limit,
-            "cap": PASSAGES_RANKED,
             "library": self.store.library,
         }
-        rows = _MATCHES.rows(conn, params)
+        rows = _matches(PASSAGES_RANKED).rows(conn, params)
         return [_passage(row, score=float(row["score"])) for row in rows]
 
 
@@ -256,17 +256,20 @@ lookup time linear in the library's size once common words ("card", "account") m
 fixed share of it; a library this size or smaller has every match ranked, as before."""
 
 
-def _ranking(dialect: str) -> sa.TextClause:
+def _ranking(dialect: str, cap: int) -> sa.TextClause:
     """The best `:limit` of the candidates, best first, scored higher-is-better: at most
-    `:cap` passages matching `:every` (all the words) and `:cap` matching `:query` (any),
-    each scored against `:query` (so a passage in both has one score)."""
+    `cap` passages matching `:every` (all the words) and `cap` matching `:query` (any),
+    each scored against `:query` (so a passage in both has one score).
+
+    `cap` is written into the SQL: PostgreSQL's generic plan of a prepared statement, not
+    knowing a bound LIMIT, would scan the table instead of the GIN index."""
     columns = ", ".join(f"p.{c.name}" for c in _COLUMNS)
     if dialect == "postgresql":
-        # `ts_rank` reads each candidate's `tsvector`; the candidates' LIMITs stop the
-        # GIN index's scans (or a sequential scan) early.
+        # The GIN index finds the matches; the LIMITs stop reading their rows (and
+        # `ts_rank`, which reads a row's `tsvector`, runs on the candidates only).
         candidates = (
-            "SELECT seq FROM knowledge_passage WHERE tsv @@ to_tsquery('english', :{})"
-            " AND profile = :library LIMIT :cap"
+            "SELECT c.seq FROM to_tsquery('english', :{}) a, knowledge_passage c"
+            f" WHERE c.tsv @@ a AND c.profile = :library LIMIT {cap:d}"
         )
         return sa.text(
             f"SELECT {columns}, ts_rank(p.tsv, q) AS score"
@@ -282,7 +285,7 @@ def _ranking(dialect: str) -> sa.TextClause:
         "SELECT * FROM (SELECT knowledge_fts.rowid AS seq, bm25(knowledge_fts, 2.0, 1.0)"
         " AS rank FROM knowledge_fts JOIN knowledge_passage p ON p.seq = knowledge_fts.rowid"
         " WHERE knowledge_fts MATCH :{} AND p.profile = :library"
-        " ORDER BY knowledge_fts.rowid DESC LIMIT :cap)"
+        f" ORDER BY knowledge_fts.rowid DESC LIMIT {cap:d})"
     )
     return sa.text(
         f"SELECT {columns}, -c.rank AS score FROM (SELECT seq, min(rank) AS rank FROM"
@@ -292,9 +295,12 @@ def _ranking(dialect: str) -> sa.TextClause:
     )
 
 
-# Built once, and run on the SQLite writer's driver in a turn's first transaction (the
-# lookup is in every turn of an app with knowledge): see `frontdesk._driver.Statement`.
-_MATCHES = Statement(_ranking("sqlite"), postgresql=_ranking("postgresql"))
+@functools.cache
+def _matches(cap: int) -> Statement:
+    """The lookup for `cap` candidates of each kind, built once, and run on the SQLite
+    writer's driver in a turn's first transaction (the lookup is in every turn of an app
+    with knowledge): see `frontdesk._driver.Statement`."""
+    return Statement(_ranking("sqlite", cap), postgresql=_ranking("postgresql", cap))
 
 
 def _passage(row: RowMapping | Mapping[str, Any], *, score: float = 0.0) -> Passage:
