@@ -249,7 +249,7 @@ class FullTextPassageRetriever:
         return [_passage(row, score=float(row["score"])) for row in rows]
 
 
-PASSAGES_RANKED = 300
+PASSAGES_RANKED = 200
 """How many of the passages matching all of a question's words, and how many of those
 matching any of them, are ranked (each, in the index's order). Ranking every match costs a
 lookup time linear in the library's size once common words ("card", "account") match a
@@ -268,15 +268,14 @@ def _ranking(dialect: str, cap: int) -> sa.TextClause:
         # The GIN index finds the matches; the LIMITs stop reading their rows (and
         # `ts_rank`, which reads a row's `tsvector`, runs on the candidates only).
         candidates = (
-            "SELECT c.seq FROM to_tsquery('english', :{}) a, knowledge_passage c"
-            f" WHERE c.tsv @@ a AND c.profile = :library LIMIT {cap:d}"
+            f"SELECT {columns}, p.position, ts_rank(p.tsv, q) AS score"
+            " FROM to_tsquery('english', :query) q, to_tsquery('english', :{}) a,"
+            " knowledge_passage p"
+            f" WHERE p.tsv @@ a AND p.profile = :library LIMIT {cap:d}"
         )
         return sa.text(
-            f"SELECT {columns}, ts_rank(p.tsv, q) AS score"
-            " FROM knowledge_passage p, to_tsquery('english', :query) q"
-            f" WHERE p.seq IN (({candidates.format('every')})"
-            f" UNION ALL ({candidates.format('query')}))"
-            " ORDER BY score DESC, p.source, p.position LIMIT :limit"
+            f"({candidates.format('every')}) UNION ({candidates.format('query')})"
+            " ORDER BY score DESC, source, position LIMIT :limit"
         )
     # FTS5 reads its matches in rowid order, so a LIMIT on that order stops the scan and
     # bm25 (lower for a better match; the title, column 0, weighs twice the text) is
