@@ -197,9 +197,7 @@ def save_fenced(conn: Connection, outcome: TurnOutcome, fence: dict[str, Any]) -
 # A turn's stored outcome's hand-off, no row when none is stored (read only for an outcome
 # that hands off: the hand-off opens with the first of its saves that carries it).
 _STORED_HANDOFF = Statement(
-    sa.select(_out.c.handoff).where(
-        _out.c.user_message_id == sa.bindparam("user_message_id")
-    )
+    sa.select(_out.c.handoff).where(_out.c.user_message_id == sa.bindparam("user_message_id"))
 )
 
 

@@ -141,4 +141,3 @@ async def test_a_retry_after_the_finish_failed_opens_the_handoff_no_second_time(
     assert reply.handoff and names(desk) == ["CARD_FREEZE", "BALANCE"]
     await check_one_handoff(orch, WHY)
     await orch.aclose()
-

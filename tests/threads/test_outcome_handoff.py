@@ -47,8 +47,9 @@ async def test_a_re_save_with_a_later_step_s_handoff_opens_it_once(
     opened = await store.save_outcome(later, lease=lease)
     assert opened is not None and opened.created and opened.handoff.reason == WHY
     # Stored again (a retry), with another reason or none (a usage update): nothing more.
-    assert await store.save_outcome(dataclasses.replace(later, handoff="other"), lease=lease) is None
-    assert await store.save_outcome(dataclasses.replace(later, handoff=None), lease=lease) is None
+    for again in ("other", None):
+        resaved = dataclasses.replace(later, handoff=again)
+        assert await store.save_outcome(resaved, lease=lease) is None
     finished = await store.finish_turn(
         lease, store.stage_reply(start.message, "A person will look."), outcome=later
     )
