@@ -70,7 +70,7 @@ package-check: $(STAMP)
 # mypy reads the package as it is installed: a link tree of the wheel's layout
 # (frontdesk/experts -> experts/, ...), so `mypy -p frontdesk` sees the real import names.
 TYPECHECK := build/typecheck
-FOLDERS := experts jobs orchestrator threads audit prompts examples service cli
+FOLDERS := experts jobs orchestrator devkit threads audit prompts examples service cli
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

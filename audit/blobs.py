@@ -35,7 +35,6 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-import sqlalchemy as sa
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from sqlalchemy import Connection, bindparam, select
@@ -357,11 +356,6 @@ def seal(text: str, ref: str, aead: AESGCM) -> bytes:
     return _encrypt(compact.deflate(text), ref, aead)
 
 
-def seal_text(text: str, ref: str, aead: AESGCM) -> str:
-    """`seal` in the form before migration `0017_audit_compact`: base64 text, plain inside."""
-    return base64.b64encode(_encrypt(text.encode("utf-8", "surrogatepass"), ref, aead)).decode()
-
-
 def _encrypt(data: bytes, ref: str, aead: AESGCM) -> bytes:
     nonce = os.urandom(12)
     return nonce + aead.encrypt(nonce, data, _BLOB_AAD + ref.encode())
@@ -457,24 +451,6 @@ def write(
     if rows:
         _INSERT.run_many(conn, rows)
     return written
-
-
-def write_text_form(
-    conn: Connection,
-    made: Mapping[str, tuple[str | None, str]],
-    seal_with: Callable[[str | None], AESGCM | None],
-) -> None:
-    """Insert blobs in the text form of `0014_audit_blobs` (JSON text, or base64 sealed):
-    what that migration writes, before `0017_audit_compact` turns the column to bytes."""
-    table = sa.table("audit_blob", sa.column("ref"), sa.column("kid"), sa.column("body"))
-    dialect_insert = pg_insert if conn.dialect.name == "postgresql" else sqlite_insert
-    rows = []
-    for ref, (kid, text) in made.items():
-        aead = seal_with(kid)
-        body = text if aead is None else seal_text(text, ref, aead)
-        rows.append({"ref": ref, "kid": kid, "body": body})
-    if rows:
-        conn.execute(dialect_insert(table).on_conflict_do_nothing(), rows)
 
 
 def load(conn: Connection, refs: Iterable[str]) -> dict[str, tuple[str | None, bytes | str]]:

@@ -404,10 +404,6 @@ class PayloadOpener:
         out.update(json.loads(plain.decode("utf-8", "surrogatepass")))
         return out
 
-    def key_row(self, kid: str) -> _KeyRow | None:
-        """The key row of `kid` the rows were read with (destroyed ones included)."""
-        return self._rows.get(kid)
-
     def open_blob(self, kid: str, ref: str, body: bytes | str) -> str | None:
         """A sealed blob's JSON text; `None` once its key is destroyed.
 

@@ -1,11 +1,11 @@
 """Replay: re-run recorded turns and report what changed, so a prompt or model change can
 be gated in CI.
 
-This module knows nothing of experts: a *runner* (built by the orchestrator, see
-`orchestrator/replay.py`) re-runs one recorded turn and returns what it decided. Here the
-recorded turns are read from the audit rows and each result is compared with the record:
-category, request fields, NeedMoreInfo, and the reply (a text diff). A changed category or
-request makes the exit code 1.
+This module knows nothing of experts: a *runner* (built on the application by the
+developer's kit, see `devkit/replay.py`) re-runs one recorded turn and returns what it
+decided. Here the recorded turns are read from the audit rows and each result is compared
+with the record: category, request fields, NeedMoreInfo, and the reply (a text diff). A
+changed category or request makes the exit code 1.
 """
 
 from __future__ import annotations

@@ -23,9 +23,9 @@ from rich.measure import Measurement
 from rich.table import Table
 from sqlalchemy.engine import make_url
 
+from frontdesk.devkit.app import default_db
 from frontdesk.errors import ConfigError, UserError
 from frontdesk.experts.providers import Model
-from frontdesk.orchestrator.app import default_db
 from frontdesk.orchestrator.config import ModelChoice
 
 DB_HELP = "Database URL (default: $FRONTDESK_DB or sqlite:///frontdesk.db)."

@@ -50,11 +50,11 @@ from frontdesk.cli._options import (
     id_column,
     print_table,
 )
+from frontdesk.devkit.app import DEFAULT_APP, load_app
+from frontdesk.devkit.replay import ReplayRunner, build_runner, parse_models
 from frontdesk.errors import ConfigError, ReplayAppMismatch, UnknownConversation, UserError
 from frontdesk.experts.category import HUMAN, OTHER
 from frontdesk.orchestrator import Orchestrator
-from frontdesk.orchestrator.app import DEFAULT_APP, load_app
-from frontdesk.orchestrator.replay import ReplayRunner, build_runner, parse_models
 from frontdesk.redaction import RedactionPolicy, Redactor, Rule
 from frontdesk.ruled import RuledValues, ruled_key
 from frontdesk.threads.answered import answered_turns

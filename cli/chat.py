@@ -31,6 +31,7 @@ from frontdesk.cli._options import (
     db_url,
     invocation,
 )
+from frontdesk.devkit.app import DEFAULT_APP, describe_models, load_app
 from frontdesk.errors import (
     ConversationNotFound,
     FrontdeskError,
@@ -40,7 +41,6 @@ from frontdesk.errors import (
 )
 from frontdesk.masking import mask_url, scrub
 from frontdesk.orchestrator import Orchestrator
-from frontdesk.orchestrator.app import DEFAULT_APP, describe_models, load_app
 from frontdesk.orchestrator.config import offline_by_default
 from frontdesk.orchestrator.reply import Reply
 from frontdesk.orchestrator.stream import Delta, Done, Failed

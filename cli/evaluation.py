@@ -23,12 +23,12 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn
 
 from frontdesk.cli._options import MODEL_HELP, app_option, model_choice
+from frontdesk.devkit.app import load_app
 from frontdesk.errors import UserError
 from frontdesk.experts.category import Category, HandlerContext, Outcome
 from frontdesk.experts.providers import OfflineModel
 from frontdesk.experts.router import DEFAULT_MARGIN, DEFAULT_THRESHOLD, EmbeddingRouter
 from frontdesk.orchestrator import Orchestrator
-from frontdesk.orchestrator.app import load_app
 from frontdesk.orchestrator.datasets import load_extraction, load_triage
 from frontdesk.orchestrator.evaluation import (
     DEFAULT_CONCURRENCY,

@@ -22,10 +22,10 @@ from frontdesk.cli._options import (
     db_url,
     existing_db,
 )
+from frontdesk.devkit.app import DEFAULT_APP, load_app
 from frontdesk.errors import ConfigError
 from frontdesk.jobs.runner import DEFAULT_CONCURRENCY, SHUTDOWN_GRACE
 from frontdesk.jobs.store import JobRow, JobStore
-from frontdesk.orchestrator.app import DEFAULT_APP, load_app
 from frontdesk.orchestrator.erasure import retention_policy
 from frontdesk.threads.store import ConversationStore
 

@@ -16,10 +16,10 @@ from rich.markup import escape
 from rich.table import Table
 
 from frontdesk.cli._options import DbOption, app_option, db_url, emit_json, json_option
+from frontdesk.devkit.app import DEFAULT_APP, load_app
 from frontdesk.errors import UserError
 from frontdesk.knowledge import Passage
 from frontdesk.orchestrator import Orchestrator
-from frontdesk.orchestrator.app import DEFAULT_APP, load_app
 
 app = typer.Typer(help="knowledge commands", no_args_is_help=True)
 

@@ -19,10 +19,10 @@ from frontdesk.cli._options import (
     json_option,
     print_table,
 )
+from frontdesk.devkit.app import DEFAULT_APP, load_app
 from frontdesk.errors import UserError
 from frontdesk.memory import Memory
 from frontdesk.orchestrator import Orchestrator
-from frontdesk.orchestrator.app import DEFAULT_APP, load_app
 
 app = typer.Typer(help="memory commands", no_args_is_help=True)
 

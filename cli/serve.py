@@ -19,8 +19,8 @@ from frontdesk.cli._options import (
     RetentionTranscriptsOption,
     app_option,
 )
+from frontdesk.devkit.app import DEFAULT_APP
 from frontdesk.errors import ConfigError
-from frontdesk.orchestrator.app import DEFAULT_APP
 
 
 def _check_extra() -> None:

@@ -1,6 +1,6 @@
 """`frontdesk test PATH...`: YAML conversation tests, scripted or against a model.
 
-The engine is `frontdesk.orchestrator.conversation_tests`; this module is its command line: read
+The engine is `frontdesk.devkit.conversation_tests`; this module is its command line: read
 the files, build the app per run, print the report, write JUnit XML, exit 0 or 1.
 """
 
@@ -14,12 +14,12 @@ from typing import Annotated
 import typer
 
 from frontdesk.cli._options import MODEL_HELP, app_option, model_choice
+from frontdesk.devkit.app import DEFAULT_APP, load_app
+from frontdesk.devkit.conversation_tests import load_file, run_files, write_junit
 from frontdesk.errors import UserError
 from frontdesk.experts.providers import Model, model_from_spec
 from frontdesk.orchestrator import Orchestrator
-from frontdesk.orchestrator.app import DEFAULT_APP, load_app
 from frontdesk.orchestrator.config import ModelChoice
-from frontdesk.orchestrator.conversation_tests import load_file, run_files, write_junit
 
 
 def run_tests(

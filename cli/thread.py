@@ -21,8 +21,8 @@ from frontdesk.cli._options import (
     existing_db,
     model_option,
 )
+from frontdesk.devkit.app import DEFAULT_APP, load_app
 from frontdesk.errors import UserError
-from frontdesk.orchestrator.app import DEFAULT_APP, load_app
 from frontdesk.threads.builder import build_thread
 from frontdesk.threads.handoff import HandoffRecord
 from frontdesk.threads.store import ConversationStore, MessageRecord

@@ -10,16 +10,16 @@ provider would be sent.
                           handler directly
 """
 
-from frontdesk.experts.providers.base import ModelRequest, ModelResponse
-from frontdesk.experts.providers.function import FunctionModel, FunctionReply, StreamCut
-from frontdesk.experts.providers.latency import Latency, LatencyModel
-from frontdesk.experts.providers.scripted import ScriptedModel
-from frontdesk.experts.testing import (
+from frontdesk.devkit.doubles import (
     InMemoryState,
     InMemoryStore,
     RecordingMemory,
     handler_context,
 )
+from frontdesk.experts.providers.base import ModelRequest, ModelResponse
+from frontdesk.experts.providers.function import FunctionModel, FunctionReply, StreamCut
+from frontdesk.experts.providers.latency import Latency, LatencyModel
+from frontdesk.experts.providers.scripted import ScriptedModel
 
 __all__ = [
     "FunctionModel",

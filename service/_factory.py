@@ -48,10 +48,10 @@ from fastapi import FastAPI
 
 from frontdesk import metrics
 from frontdesk.audit.crypto import MASTER_KEY_ENV
+from frontdesk.devkit.app import DEFAULT_APP, default_db, load_app
 from frontdesk.errors import ConfigError
 from frontdesk.jobs.runner import JOBS_MODES
 from frontdesk.orchestrator import Orchestrator
-from frontdesk.orchestrator.app import DEFAULT_APP, default_db, load_app
 from frontdesk.orchestrator.erasure import retention_policy
 from frontdesk.service._app import create_app
 from frontdesk.service._auth import OPERATOR_ROLE, TokenVerifier, mint_token

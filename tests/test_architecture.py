@@ -18,6 +18,7 @@ FOLDERS = (
     "experts",
     "jobs",
     "orchestrator",
+    "devkit",
     "threads",
     "audit",
     "prompts",
@@ -38,9 +39,13 @@ ALLOWED = {
     "audit": {"core"},
     "experts": {"core", "prompts"},
     "orchestrator": {"core", "prompts", "experts", "jobs", "threads", "audit"},
+    # The developer's kit (loading an app, conversation tests, replay, handler doubles) runs
+    # the orchestrator from outside: nothing below it imports it.
+    "devkit": {"core", "prompts", "experts", "jobs", "threads", "audit", "orchestrator"},
     "examples": {"core", "experts", "orchestrator"},
-    # The HTTP service sits on the orchestrator; only the CLI above imports it.
-    "service": {"core", "prompts", "experts", "jobs", "threads", "audit", "orchestrator"},
+    # The HTTP service sits on the orchestrator (and loads the app with the kit); only the
+    # CLI above imports it.
+    "service": {"core", "prompts", "experts", "jobs", "threads", "audit", "orchestrator", "devkit"},
     # The command line sits on top of everything; nothing imports it.
     "cli": {*FOLDERS, "core"} - {"cli"},
 }
@@ -424,6 +429,27 @@ def test_the_orchestrator_holds_no_cli() -> None:
     assert named == []
 
 
+def test_the_developer_kit_has_its_own_room() -> None:
+    """Loading an app, conversation tests, replay and the handler doubles live in `devkit/`,
+    not in the engine's rooms; `frontdesk.testing` still gives the doubles."""
+    import frontdesk.devkit.doubles
+    import frontdesk.testing
+
+    kit = {"app", "conversation_tests", "replay", "testing"}
+    strays = [
+        str(p.relative_to(ROOT))
+        for room in ("orchestrator", "experts", "threads")
+        for p in (ROOT / room).glob("*.py")
+        if p.stem in kit
+    ]
+    assert strays == []
+    assert {"app", "conversation_tests", "replay", "doubles"} <= {
+        p.stem for p in (ROOT / "devkit").glob("*.py")
+    }
+    for name in frontdesk.devkit.doubles.__all__:
+        assert getattr(frontdesk.testing, name) is getattr(frontdesk.devkit.doubles, name)
+
+
 def test_nothing_imports_the_cli() -> None:
     """The service (and every other folder) imports nothing from `frontdesk.cli`, not even
     lazily inside a function: the CLI is the top of the stack."""
@@ -440,26 +466,51 @@ def test_nothing_imports_the_cli() -> None:
     assert any(_layer(m) == "orchestrator" for m in service)  # the check does see imports
 
 
-# Migrations that still run live audit code: 0014 and 0017 convert a stored log with
-# `frontdesk.audit.repack` (which needs the live crypto, blobs, compact and chain code).
-# The list may only shrink: a new migration copies what it needs into itself.
-MIGRATIONS_ON_LIVE_AUDIT = {"0014_audit_blobs.py", "0017_audit_compact.py"}
+# What a migration may import from the project: its own frozen helpers, and the error tree
+# (public types, so a migration that cannot run raises the error the CLI explains).
+MIGRATION_IMPORTS = ("frontdesk.migrations", "frontdesk.errors")
+
+
+def _migration_imports_of_live_code(base: Path) -> dict[str, list[str]]:
+    """Each migration file (and frozen helper) under `base` that imports project code other
+    than `MIGRATION_IMPORTS`, with what it imports."""
+    wrong = {}
+    for path in sorted(base.rglob("*.py")):
+        live = {
+            m
+            for m in _imports(path)
+            if _layer(m) is not None
+            and not any(m == ok or m.startswith(ok + ".") for ok in MIGRATION_IMPORTS)
+        }
+        if live:
+            wrong[str(path.relative_to(base))] = sorted(live)
+    return wrong
 
 
 def test_migrations_import_no_live_code() -> None:
     """A migration is history: changing the audit or the threads code must not change what
     an old revision does, so what it needs is copied into it (`0020_audit_narrow` holds
-    its own codec of the stored forms)."""
-    versions = ROOT / "frontdesk" / "migrations" / "versions"
-    wrong = {}
-    for path in sorted(versions.glob("*.py")):
-        live = {m for m in _imports(path) if _layer(m) is not None}
-        if path.name in MIGRATIONS_ON_LIVE_AUDIT:
-            live = {m for m in live if _layer(m) != "audit"}
-        if live:
-            wrong[path.name] = sorted(live)
-    assert wrong == {}
-    assert all((versions / name).exists() for name in MIGRATIONS_ON_LIVE_AUDIT)
+    its own codec of the stored forms; `0014` and `0017` convert the log with
+    `migrations/_frozen_audit`, a copy of the audit code as they were written). No
+    exceptions."""
+    migrations = ROOT / "frontdesk" / "migrations"
+    assert _migration_imports_of_live_code(migrations) == {}
+    frozen = {m for p in migrations.rglob("0014_*.py") for m in _imports(p)}
+    assert "frontdesk.migrations._frozen_audit.repack" in frozen  # The check sees them.
+
+
+def test_the_live_code_check_sees_a_migration_importing_a_room(tmp_path: Path) -> None:
+    """Not vacuous: a revision importing `audit`, `threads` or the package root is caught."""
+    (tmp_path / "versions").mkdir()
+    (tmp_path / "versions" / "0099_x.py").write_text(
+        "from frontdesk.audit import crypto\nimport frontdesk.threads.store\n"
+        "from frontdesk.db import create_engine\nfrom frontdesk.errors import StoreError\n"
+        "from frontdesk.migrations._frozen_audit import blobs\nimport sqlalchemy\n",
+        encoding="utf-8",
+    )
+    assert _migration_imports_of_live_code(tmp_path) == {
+        "versions/0099_x.py": ["frontdesk.audit", "frontdesk.db", "frontdesk.threads.store"]
+    }
 
 
 def test_errors_are_imported_from_the_one_tree() -> None:

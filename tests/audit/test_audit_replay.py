@@ -9,11 +9,11 @@ import pytest
 
 from frontdesk.audit.replay import ReplayReport, ReplayResult, compare, replay_transcript
 from frontdesk.audit.transcript import build_transcript
+from frontdesk.devkit.replay import build_runner, parse_models
 from frontdesk.errors import ConfigError
 from frontdesk.examples.potato_shop import categories
 from frontdesk.experts.providers import FunctionModel, ModelRequest
 from frontdesk.orchestrator import Orchestrator
-from frontdesk.orchestrator.replay import build_runner, parse_models
 
 pytestmark = pytest.mark.anyio
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typer.testing import CliRunner
 
 from frontdesk.cli import app
-from frontdesk.orchestrator.app import load_app
+from frontdesk.devkit.app import load_app
 from tests.cli.conftest import cli_json
 
 runner = CliRunner()

@@ -12,13 +12,13 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
+from frontdesk.devkit.conversation_tests import load_file, run_files
 from frontdesk.experts import Category, Outcome
 from frontdesk.experts.category import HandlerContext
 from frontdesk.experts.citations import CITE_NOTE, Cited, strip_citations
 from frontdesk.experts.providers import FunctionModel, ModelRequest
 from frontdesk.labels import DOCUMENTS_LABEL
 from frontdesk.orchestrator import Orchestrator
-from frontdesk.orchestrator.conversation_tests import load_file, run_files
 from frontdesk.orchestrator.stream import Delta, Done
 from tests._pg import create_database, drop_database
 from tests.orchestrator import _bank

@@ -332,7 +332,7 @@ async def test_audit_replay_reproduces_the_routes_made_without_triage(
 ) -> None:
     from frontdesk.audit.replay import ReplayReport, replay_transcript
     from frontdesk.audit.transcript import build_transcript
-    from frontdesk.orchestrator.replay import build_runner
+    from frontdesk.devkit.replay import build_runner
 
     desk = Desk()
     dispute_team(team)

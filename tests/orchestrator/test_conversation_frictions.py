@@ -10,10 +10,10 @@ import pytest
 from pydantic import BaseModel
 from structlog.testing import capture_logs
 
+from frontdesk.devkit.conversation_tests import load_file, run_files
 from frontdesk.errors import ConfigError, InvalidConversationFile
 from frontdesk.experts import Category, Outcome
 from frontdesk.orchestrator import Orchestrator
-from frontdesk.orchestrator.conversation_tests import load_file, run_files
 from tests.orchestrator import _bank
 
 pytestmark = pytest.mark.anyio

@@ -10,8 +10,7 @@ from xml.etree import ElementTree as ET
 
 import pytest
 
-from frontdesk.errors import ConfigError, InvalidConversationFile
-from frontdesk.orchestrator.conversation_tests import (
+from frontdesk.devkit.conversation_tests import (
     ConversationResult,
     Report,
     RunResult,
@@ -20,6 +19,7 @@ from frontdesk.orchestrator.conversation_tests import (
     run_files,
     write_junit,
 )
+from frontdesk.errors import ConfigError, InvalidConversationFile
 from frontdesk.testing import FunctionModel, ModelRequest
 from tests.orchestrator import _bank
 

@@ -13,12 +13,12 @@ from pydantic import BaseModel
 
 from frontdesk.audit.replay import ReplayReport, replay_transcript
 from frontdesk.audit.transcript import build_transcript
+from frontdesk.devkit.replay import build_runner
 from frontdesk.experts import Category, Outcome
 from frontdesk.experts.category import HandlerContext
 from frontdesk.experts.providers import FunctionModel, ModelRequest
 from frontdesk.labels import DOCUMENTS_LABEL, QUOTED_MARK
 from frontdesk.orchestrator import Orchestrator
-from frontdesk.orchestrator.replay import build_runner
 from frontdesk.threads.budget import DEFAULT_BUDGETS, Budget
 from tests._pg import create_database, drop_database
 

@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
+from frontdesk.devkit.app import describe_models
 from frontdesk.examples.potato_shop import build
 from frontdesk.orchestrator import SyncOrchestrator
-from frontdesk.orchestrator.app import describe_models
 
 pytestmark = pytest.mark.anyio
 

@@ -20,11 +20,11 @@ from pydantic import BaseModel
 from frontdesk import Category, EmbeddingRouter, Orchestrator, Outcome
 from frontdesk.audit.replay import ReplayReport, recorded_turns, replay_transcript
 from frontdesk.audit.transcript import build_transcript
+from frontdesk.devkit.replay import build_runner
 from frontdesk.errors import ConfigError, ModelConnectionError
 from frontdesk.eval import TriageRow, evaluate_triage
 from frontdesk.experts.category import HandlerContext
 from frontdesk.experts.providers import FunctionModel, ModelRequest
-from frontdesk.orchestrator.replay import build_runner
 from frontdesk.threads.budget import DEFAULT_BUDGETS
 from frontdesk.threads.tokens import CalibratedCounter
 from tests.experts.providers.wire_server import EMBEDDINGS_PATH, WireServer

@@ -8,9 +8,9 @@ from xml.etree import ElementTree as ET
 
 import pytest
 
+from frontdesk.devkit.conversation_tests import load_file, run_files, write_junit
 from frontdesk.errors import ConfigError, InvalidConversationFile
 from frontdesk.experts.providers import Model
-from frontdesk.orchestrator.conversation_tests import load_file, run_files, write_junit
 from tests.orchestrator import _bank, _players
 
 pytestmark = pytest.mark.anyio

@@ -2,10 +2,11 @@
 
 Creates `audit_blob` (see `frontdesk.audit.blobs`) and converts the stored log: each
 row's content fields are packed into blob references and the chains are linked again
-(`frontdesk.audit.repack`), so `audit verify` passes before and after. Encrypted rows are
-converted only when the master key is set (`FRONTDESK_MASTER_KEY`) while the migration
-runs; without it they stay as they are, still readable and verifiable. A conversation whose
-chain does not verify is left untouched. Heads change: take external anchors again.
+(`_frozen_audit.repack`, this revision's own copy of the audit code), so `audit verify`
+passes before and after. Encrypted rows are converted only when the master key is set
+(`FRONTDESK_MASTER_KEY`) while the migration runs; without it they stay as they are, still
+readable and verifiable. A conversation whose chain does not verify is left untouched.
+Heads change: take external anchors again.
 
 Revision ID: 0014_audit_blobs
 Revises: 0012_jobs
@@ -19,8 +20,8 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-from frontdesk.audit import crypto
-from frontdesk.audit.repack import repack_log, unpack_log
+from frontdesk.migrations._frozen_audit import crypto
+from frontdesk.migrations._frozen_audit.repack import repack_log, unpack_log
 
 revision: str = "0014_audit_blobs"
 down_revision: str | Sequence[str] | None = "0012_jobs"

@@ -1,7 +1,8 @@
 """Audit texts in a compact stored form, and no index that no query uses.
 
 Each payload's canonical JSON and each clear blob's body are stored deflated under the
-preset dictionary of `frontdesk.audit.compact`, sealed blobs as raw nonce and ciphertext
+preset dictionary of `audit.compact` (the conversions are `_frozen_audit.repack`, the
+revision's own copy of the audit code), sealed blobs as raw nonce and ciphertext
 (base64 text before); `audit_event.payload_json` and `audit_blob.body` become `bytea` on
 PostgreSQL (SQLite's columns take bytes as they are). The row hashes cover the JSON
 texts, which do not change: chains, heads and anchors stay valid and no key is needed.
@@ -27,8 +28,8 @@ from collections.abc import Sequence
 import structlog
 from alembic import op
 
-from frontdesk.audit import crypto
-from frontdesk.audit.repack import compact_log, expand_log, unzip_log
+from frontdesk.migrations._frozen_audit import crypto
+from frontdesk.migrations._frozen_audit.repack import compact_log, expand_log, unzip_log
 
 log = structlog.get_logger("migrations")
 

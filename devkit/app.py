@@ -13,7 +13,7 @@ from typing import Any
 
 from frontdesk.errors import ConfigError
 from frontdesk.masking import scrub
-from frontdesk.orchestrator._orchestrator import Orchestrator
+from frontdesk.orchestrator import Orchestrator
 from frontdesk.orchestrator.config import ModelChoice, default_model_choice
 
 DEFAULT_APP = "frontdesk.examples.potato_shop:build"

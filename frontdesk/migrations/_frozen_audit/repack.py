@@ -1,4 +1,5 @@
-"""Converting a stored log to blob references and back (migration `0014_audit_blobs`).
+"""Converting a stored log to blob references and back (migration `0014_audit_blobs`), and
+to the compact stored form and back (`0017_audit_compact`): frozen copy of `audit/repack.py`.
 
 A log written before `audit.blobs` repeats every message in every row. `repack_log` packs
 each row's content fields as `AuditLog.append` now does and links the chain again from the
@@ -22,12 +23,16 @@ from typing import Any, Literal
 import sqlalchemy as sa
 from sqlalchemy import Connection, select, update
 
-from frontdesk.audit import blobs, compact, crypto
-from frontdesk.audit.chain import GENESIS_HASH, Head, canonical_json, verify_chain
-from frontdesk.audit.crypto import DataKeys, KeyProvider, PayloadOpener
-from frontdesk.audit.store import spliced_row_hash
-from frontdesk.audit.tables import audit_prompt
 from frontdesk.errors import AuditKeyError
+from frontdesk.migrations._frozen_audit import blobs, compact, crypto
+from frontdesk.migrations._frozen_audit.chain import (
+    GENESIS_HASH,
+    Head,
+    canonical_json,
+    spliced_row_hash,
+    verify_chain,
+)
+from frontdesk.migrations._frozen_audit.crypto import DataKeys, KeyProvider, PayloadOpener
 
 _hex_columns = sa.MetaData()
 audit_event = sa.Table(
@@ -46,13 +51,19 @@ audit_event = sa.Table(
     sa.Column("hash", sa.String(64)),
 )
 """`audit_event` as the migrations before `0020_audit_narrow` (which run this module) find
-it: hex hashes and a stored `prev_hash` (`audit.tables` has the form of today)."""
+it: hex hashes and a stored `prev_hash`."""
 audit_head = sa.Table(
     "audit_head",
     _hex_columns,
     sa.Column("conversation_id", sa.String(255), primary_key=True),
     sa.Column("seq", sa.Integer),
     sa.Column("hash", sa.String(64)),
+)
+audit_prompt = sa.Table(
+    "audit_prompt",
+    _hex_columns,
+    sa.Column("sha256", sa.String(64), primary_key=True),
+    sa.Column("text_json", sa.Text),
 )
 
 _event_text = sa.table(

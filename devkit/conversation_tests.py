@@ -36,7 +36,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from frontdesk.errors import ConfigError, FrontdeskError, InvalidConversationFile
 from frontdesk.experts.providers import FunctionModel, Model, ModelRequest, OfflineModel
 from frontdesk.experts.providers.offline import reply_from_instruction
-from frontdesk.orchestrator._orchestrator import Orchestrator
+from frontdesk.orchestrator import Orchestrator
 from frontdesk.orchestrator.config import ModelChoice
 from frontdesk.orchestrator.evaluation import expected_value
 from frontdesk.orchestrator.reply import Reply

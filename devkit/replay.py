@@ -13,20 +13,20 @@ responses, so a replay makes no model call at all.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from pydantic import BaseModel
+
 from frontdesk.audit.replay import RecordedTurn, ReplayResult
 from frontdesk.errors import ConfigError, ReplayError
 from frontdesk.experts import NeedMoreInfo
-from frontdesk.experts.category import HUMAN, OTHER
+from frontdesk.experts.category import HUMAN, OTHER, Category
 from frontdesk.experts.providers import FunctionModel, Message, ModelRequest
-from frontdesk.orchestrator import fallbacks
-from frontdesk.orchestrator._orchestrator import Orchestrator
-from frontdesk.orchestrator._recorder import jsonable
-from frontdesk.orchestrator._router import Router
+from frontdesk.experts.router import EmbeddingRouter, RouteDecision, RouterIndex, text_key
+from frontdesk.orchestrator import Orchestrator, fallbacks
 from frontdesk.orchestrator.turn import CONTENT_ERRORS
 
 EXPERTS = ("triage", "request", "response", "summariser")
@@ -56,6 +56,35 @@ class RecordedResponses:
             )
         self._used[request.expert] = index + 1
         return outputs[index]
+
+
+def _as_recorded(value: BaseModel | None) -> dict[str, Any] | None:
+    """A parsed output in the JSON form the turn recorded it in."""
+    return None if value is None else value.model_dump(mode="json")
+
+
+@dataclass
+class ReplayRouter:
+    """The app's `EmbeddingRouter` over its categories, the vectors embedded in this
+    process (a replay keeps none in the store)."""
+
+    router: EmbeddingRouter
+    categories: Sequence[Category]
+    _index: RouterIndex | None = None
+
+    async def decide(self, text: str) -> RouteDecision:
+        """The router's decision on one message, as the turn's router made it.
+
+        Raises:
+            ModelError: the embedder failed.
+        """
+        if self._index is None:
+            texts = self.router.texts(self.categories)
+            keys = {text_key(t): t for each in texts.values() for t in each}
+            made = await self.router.embedder.embed(list(keys.values()))
+            self._index = self.router.index(texts, dict(zip(keys, made, strict=True)))
+        (vector,) = await self.router.embedder.embed([text])
+        return self._index.decide(vector)
 
 
 def _sent(turn: RecordedTurn, expert: str) -> list[Message]:
@@ -100,7 +129,7 @@ class ReplayRunner:
 
     orchestrator: Orchestrator
     recorded: RecordedResponses | None = None
-    router: Router | None = None
+    router: ReplayRouter | None = None
     """The app's router (`EmbeddingRouter`), its decisions computed again from the text."""
 
     async def __call__(self, turn: RecordedTurn) -> ReplayResult:
@@ -130,7 +159,8 @@ class ReplayRunner:
         if expert is not None:
             try:
                 extracted = await expert.run(_sent(turn, "request"), metadata=meta)
-                request, missing = jsonable(extracted.request), jsonable(extracted.need_more_info)
+                request = _as_recorded(extracted.request)
+                missing = _as_recorded(extracted.need_more_info)
             except CONTENT_ERRORS:
                 pass
         instruction, note = self._instruction(turn, category, request, missing, expert is None)
@@ -214,5 +244,5 @@ def build_runner(
     )
     router = None
     if business.router is not None:
-        router = Router.bind(business.router, None, list(business.categories))
+        router = ReplayRouter(business.router, list(business.categories))
     return ReplayRunner(replay, recorded, router)

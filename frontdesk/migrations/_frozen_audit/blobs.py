@@ -1,0 +1,409 @@
+"""Audit blobs: the large, repeated parts of payloads stored once, by content address
+(frozen copy of `audit/blobs.py`: the packing `0014_audit_blobs` writes, the sealing both
+conversions read and write).
+
+Every expert call's row used to repeat the thread it was sent, so each message was stored
+again on every later turn. Now the content fields of a payload (everything but
+`crypto.CLEAR_FIELDS`) are *packed* before they are stored: a text of `MIN_TEXT`
+characters or more becomes `{"$b": ref}`, a dict whose packed JSON is `MIN_DICT` bytes or
+more becomes one too, and a long list becomes `{"$l": [ref, ...]}`, its items cut into
+chunks at content-defined places (an item ends a chunk when its address says so), so two
+threads that share a run of messages share the chunks inside it, as backup tools
+deduplicate files. The row keeps the refs in order, so the hash chain covers them.
+
+`ref` is 128 bits of a keyed hash, base64url: HMAC-SHA256 under a key derived from the
+row's data key (the owner's key for the month, see `crypto`) when payloads are encrypted,
+so one user's equal texts share a blob while nobody without the key can test a guess;
+plain SHA-256 when the log is in clear (the texts are readable there anyway). An encrypted
+blob is AES-256-GCM under that same data key, with its ref as associated data, so it
+cannot be moved or swapped. Destroying the data key (erasure, retention) makes the blobs
+unreadable and their addresses unguessable, as it does the payloads.
+
+The rows of `audit_blob` (migration `0014_audit_blobs`) hold a clear blob's JSON deflated
+(`audit.compact`) and a sealed one's nonce and ciphertext as raw bytes (migration
+`0017_audit_compact`; base64 text before). They are written by `AuditLog.append`
+in the batch's transaction; `expand` puts the values back for every reader, so
+`audit show`, the exports, replay and verify see the payloads exactly as they were.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import math
+import os
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import sqlalchemy as sa
+from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+from sqlalchemy import Connection, select
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+
+from frontdesk.migrations._frozen_audit import compact
+from frontdesk.migrations._frozen_audit.chain import canonical_json
+
+audit_blob = sa.Table(
+    "audit_blob",
+    sa.MetaData(),
+    sa.Column("ref", sa.String(32), primary_key=True),
+    sa.Column("kid", sa.String(32), nullable=True),
+    sa.Column("body", sa.LargeBinary, nullable=False),
+)
+"""`audit_blob` as the reads of the conversions see it (text before `0017`, bytes after)."""
+
+BLOB = "$b"
+"""The key of a reference to one stored value: `{"$b": ref}`."""
+LIST = "$l"
+"""The key of a list stored as chunks: `{"$l": [ref, ...]}` (each chunk a list blob)."""
+ESCAPE = "$e"
+"""Wraps a payload's own dict that looks like a reference: `{"$e": {...}}`."""
+_MARKS = frozenset({BLOB, LIST, ESCAPE})
+
+MIN_TEXT = 48
+"""Texts this long or longer are stored as blobs (shorter ones cost less inline)."""
+MIN_DICT = 256
+"""Dicts whose packed JSON is this long or longer are stored as blobs."""
+MIN_LIST = 192
+"""Lists whose packed JSON is this long or longer are stored as chunks."""
+CHUNK_END = frozenset("ABCDEFGH")
+"""An item ends a chunk when the address of it and the item before it starts with one of
+these 8 of 64 letters (8 items on average), so a chunk's bounds depend only on its items,
+not on where the list starts."""
+
+_CACHE_LIMIT = 50_000
+_SCALARS: dict[Any, str] = {None: "null", True: "true", False: "false"}
+_KEYS: dict[str, str] = {}
+"""Payload keys' JSON texts (a few dozen names)."""
+_BLOB_AAD = b"frontdesk-audit-blob\x00"
+_ADDRESS_INFO = b"frontdesk audit blob address"
+
+
+def address_key(data_key: bytes) -> bytes:
+    """The HMAC key of a data key's blob addresses (a key of its own, derived one way)."""
+    return hmac.digest(data_key, _ADDRESS_INFO, "sha256")
+
+
+def address(text: str, key: bytes | None) -> str:
+    """A value's ref: 128 bits of HMAC-SHA256 under `key` (plain SHA-256 without), base64url."""
+    data = text.encode("utf-8", "surrogatepass")
+    digest = hashlib.sha256(data).digest() if key is None else hmac.digest(key, data, "sha256")
+    return base64.urlsafe_b64encode(digest[:16]).decode("ascii").rstrip("=")
+
+
+def is_reference(value: Any) -> bool:
+    """Whether a packed value is a reference (`{"$b": ref}` or `{"$l": [...]}`)."""
+    return isinstance(value, dict) and len(value) == 1 and (BLOB in value or LIST in value)
+
+
+@dataclass
+class Addresses:
+    """The refs one key has given, cached, and the refs known to be stored (per process).
+
+    A ref is known to be stored once a later batch saw it committed (`confirm`); until then
+    each batch that needs it inserts it again, idempotently, so a rolled-back batch never
+    leaves a row pointing at nothing.
+    """
+
+    key: bytes | None
+    refs: dict[str, str] = field(default_factory=dict)
+    packed: dict[Any, tuple[Any, str, tuple[tuple[str, str], ...]]] = field(default_factory=dict)
+    """Packed texts and small flat dicts (the thread's messages), with their JSON and the
+    blobs (ref, text) they refer to."""
+    lists: dict[tuple[str, ...], tuple[Any, str, tuple[tuple[str, str], ...]]] = field(
+        default_factory=dict
+    )
+    """Packed long lists by their items' packed JSON texts: a thread sent again (the same
+    list in `messages` and the wire body, on the next attempt or turn) is one dict hit."""
+    cuts: dict[tuple[str, str], bool] = field(default_factory=dict)
+    """Whether an item ends a chunk, by (the item before's JSON, its own): a thread that
+    grew by a message is cut again without hashing its older pairs again."""
+
+    def of(self, text: str) -> str:
+        """The ref of a JSON text (cached)."""
+        ref = self.refs.get(text)
+        if ref is None:
+            if len(self.refs) >= _CACHE_LIMIT:
+                self.clear()
+            ref = self.refs[text] = address(text, self.key)
+        return ref
+
+    def ends_chunk(self, before: str, item: str) -> bool:
+        """Whether `item` (JSON) ends a chunk after `before` (see `CHUNK_END`; cached)."""
+        pair = (before, item)
+        cut = self.cuts.get(pair)
+        if cut is None:
+            if len(self.cuts) >= _CACHE_LIMIT:
+                self.clear()
+            cut = self.cuts[pair] = address(before + "," + item, self.key)[0] in CHUNK_END
+        return cut
+
+    def clear(self) -> None:
+        """Forget every cached ref and packing."""
+        self.refs.clear()
+        self.packed.clear()
+        self.lists.clear()
+        self.cuts.clear()
+
+
+@dataclass
+class Packer:
+    """Packs the content fields of one batch's payloads under one key's addresses."""
+
+    addresses: Addresses
+    made: dict[str, str] = field(default_factory=dict)
+    """The blobs this packer referenced: ref -> JSON text."""
+
+    def pack(self, value: Any) -> Any:
+        """`value` with its large parts replaced by references (see the module docstring)."""
+        return self._value(value)[0]
+
+    def _value(self, value: Any) -> tuple[Any, str]:
+        """The packed value and its JSON text."""
+        if isinstance(value, str):
+            return self._memo(value, value)
+        if isinstance(value, dict):
+            if len(value) <= 3:  # A message of the thread, most often: seen before.
+                try:
+                    key: Any = tuple(value.items())
+                    found = self.addresses.packed.get(key)
+                except TypeError:  # A list or dict inside: not a flat dict.
+                    key, found = None, None
+                if found is not None:
+                    self.made.update(found[2])
+                    return found[0], found[1]
+                if key is not None and all(type(v) is str for v in value.values()):
+                    return self._memo(key, value)
+            return self._dict(value)
+        if isinstance(value, list | tuple):
+            return self._list(value)
+        if value is None or value is True or value is False:
+            return value, _SCALARS[value]
+        if type(value) is int:
+            return value, str(value)
+        if type(value) is float and math.isfinite(value):
+            return value, repr(value)  # What `json` writes for a finite float.
+        return value, canonical_json(value)  # Raises for what is not JSON.
+
+    def _memo(self, key: Any, value: Any) -> tuple[Any, str]:
+        """A text's or a flat dict's packing, from the cache (the thread repeats them)."""
+        cache = self.addresses.packed
+        found = cache.get(key)
+        if found is None:
+            if len(cache) >= _CACHE_LIMIT:
+                self.addresses.clear()
+            made, self.made = self.made, {}
+            if isinstance(value, str):
+                text = canonical_json(value)
+                packed = self._blob(text) if len(value) >= MIN_TEXT else (value, text)
+            else:
+                packed = self._dict(value)
+            found = cache[key] = (packed[0], packed[1], tuple(self.made.items()))
+            made.update(self.made)
+            self.made = made
+        else:
+            self.made.update(found[2])  # The blobs it refers to may be new to this batch.
+        return found[0], found[1]
+
+    def _blob(self, text: str) -> tuple[dict[str, str], str]:
+        ref = self.addresses.of(text)
+        self.made[ref] = text
+        return {BLOB: ref}, f'{{"{BLOB}":"{ref}"}}'
+
+    def _dict(self, value: Mapping[str, Any]) -> tuple[Any, str]:
+        packed, parts = {}, []
+        for key in sorted(value):
+            item, text = self._value(value[key])
+            packed[key] = item
+            key_text = _KEYS.get(key)
+            if key_text is None:
+                key_text = canonical_json(key)
+                if len(_KEYS) < _CACHE_LIMIT:
+                    _KEYS[key] = key_text
+            parts.append(f"{key_text}:{text}")
+        text = "{" + ",".join(parts) + "}"
+        if len(packed) == 1 and next(iter(packed)) in _MARKS:  # Not to be read as a ref.
+            packed, text = {ESCAPE: packed}, f'{{"{ESCAPE}":{text}}}'
+        if len(text) >= MIN_DICT:
+            return self._blob(text)
+        return packed, text
+
+    def _list(self, value: Iterable[Any]) -> tuple[Any, str]:
+        value = value if isinstance(value, list | tuple) else list(value)
+        found = self._known_list(value)
+        if found is not None:  # The same thread again: its items and chunks are known.
+            self.made.update(found[2])
+            return found[0], found[1]
+        made, self.made = self.made, {}
+        items = [self._value(item) for item in value]
+        texts = tuple(t for _, t in items)
+        text = "[" + ",".join(texts) + "]"
+        if len(text) < MIN_LIST:
+            made.update(self.made)
+            self.made = made
+            return [i for i, _ in items], text
+        refs, chunk, before = [], [], ""
+        for item_text in texts:
+            chunk.append(item_text)
+            # The item with the one before it decides, so a value that recurs (the same
+            # answer on every turn) does not cut the list at each of its places.
+            if self.addresses.ends_chunk(before, item_text):
+                refs.append(self._blob("[" + ",".join(chunk) + "]")[0][BLOB])
+                chunk = []
+            before = item_text
+        if chunk:
+            refs.append(self._blob("[" + ",".join(chunk) + "]")[0][BLOB])
+        packed: Any = {LIST: refs}
+        text = canonical_json(packed)
+        if len(text) >= MIN_DICT:  # The same list often goes out twice (messages, wire body).
+            packed, text = self._blob(text)
+        if len(self.addresses.lists) >= _CACHE_LIMIT:
+            self.addresses.clear()
+        self.addresses.lists[texts] = (packed, text, tuple(self.made.items()))
+        made.update(self.made)
+        self.made = made
+        return packed, text
+
+    def _known_list(
+        self, value: list[Any] | tuple[Any, ...]
+    ) -> tuple[Any, str, tuple[tuple[str, str], ...]] | None:
+        """The cached packing of a list whose items are all known flat dicts (a thread
+        packed before), with every blob it refers to; `None` when any item is not."""
+        packed, texts = self.addresses.packed, []
+        for item in value:
+            if not isinstance(item, dict) or len(item) > 3:
+                return None
+            try:
+                found = packed.get(tuple(item.items()))
+            except TypeError:  # A list or dict inside: not a flat dict.
+                return None
+            if found is None:
+                return None
+            texts.append(found[1])
+        return self.addresses.lists.get(tuple(texts))
+
+
+def references(value: Any) -> set[str]:
+    """Every ref a packed value (or a blob's decoded value) holds directly."""
+    found: set[str] = set()
+    _collect(value, found)
+    return found
+
+
+def _collect(value: Any, found: set[str]) -> None:
+    if isinstance(value, dict):
+        if len(value) == 1:
+            if BLOB in value and isinstance(value[BLOB], str):
+                found.add(value[BLOB])
+                return
+            if LIST in value and isinstance(value[LIST], list):
+                found.update(r for r in value[LIST] if isinstance(r, str))
+                return
+            if ESCAPE in value and isinstance(value[ESCAPE], dict):
+                value = value[ESCAPE]  # Its own keys are data, never marks.
+        for item in value.values():
+            _collect(item, found)
+    elif isinstance(value, list):
+        for item in value:
+            _collect(item, found)
+
+
+MISSING = "[missing]"
+"""What a blob reads as when it is not stored (`audit verify` reports the row)."""
+
+
+def expand(value: Any, blobs: Mapping[str, Any]) -> Any:
+    """A packed value with every reference replaced by the value stored for it."""
+    if isinstance(value, dict):
+        if len(value) == 1:
+            if BLOB in value and isinstance(value[BLOB], str):
+                if value[BLOB] not in blobs:
+                    return MISSING
+                return expand(blobs[value[BLOB]], blobs)
+            if LIST in value and isinstance(value[LIST], list):
+                out: list[Any] = []
+                for ref in value[LIST]:
+                    chunk = expand({BLOB: ref}, blobs)
+                    out.extend(chunk if isinstance(chunk, list) else [chunk])
+                return out
+            if ESCAPE in value and isinstance(value[ESCAPE], dict):
+                return {k: expand(v, blobs) for k, v in value[ESCAPE].items()}
+        return {k: expand(v, blobs) for k, v in value.items()}
+    if isinstance(value, list):
+        return [expand(item, blobs) for item in value]
+    return value
+
+
+# Storage.
+
+
+def seal_text(text: str, ref: str, aead: AESGCM) -> str:
+    """`seal` in the form before migration `0017_audit_compact`: base64 text, plain inside."""
+    return base64.b64encode(_encrypt(text.encode("utf-8", "surrogatepass"), ref, aead)).decode()
+
+
+def _encrypt(data: bytes, ref: str, aead: AESGCM) -> bytes:
+    nonce = os.urandom(12)
+    return nonce + aead.encrypt(nonce, data, _BLOB_AAD + ref.encode())
+
+
+def decrypt(body: bytes | str, ref: str, aead: AESGCM) -> bytes | None:
+    """A sealed body's plaintext as sealed (deflated or not), `None` when it does not
+    decrypt under this ref; `body` is raw bytes, or base64 text (before `0017`)."""
+    try:
+        raw = base64.b64decode(body) if isinstance(body, str) else bytes(body)
+        return aead.decrypt(raw[:12], raw[12:], _BLOB_AAD + ref.encode())
+    except (InvalidTag, ValueError):
+        return None
+
+
+def unseal(body: bytes | str, ref: str, aead: AESGCM) -> str | None:
+    """A sealed body's text, or `None` when it does not decrypt under this ref (edited).
+
+    `body` is raw bytes, or base64 text as stored before migration `0017_audit_compact`;
+    the plaintext is deflated (`seal`), or the JSON text itself (sealed before `0017`).
+    """
+    plain = decrypt(body, ref, aead)
+    if plain is None:
+        return None
+    try:
+        return compact.inflate(plain)
+    except ValueError:
+        return None
+
+
+def write_text_form(
+    conn: Connection,
+    made: Mapping[str, tuple[str | None, str]],
+    seal_with: Callable[[str | None], AESGCM | None],
+) -> None:
+    """Insert blobs in the text form of `0014_audit_blobs` (JSON text, or base64 sealed):
+    what that migration writes, before `0017_audit_compact` turns the column to bytes."""
+    table = sa.table("audit_blob", sa.column("ref"), sa.column("kid"), sa.column("body"))
+    dialect_insert = pg_insert if conn.dialect.name == "postgresql" else sqlite_insert
+    rows = []
+    for ref, (kid, text) in made.items():
+        aead = seal_with(kid)
+        body = text if aead is None else seal_text(text, ref, aead)
+        rows.append({"ref": ref, "kid": kid, "body": body})
+    if rows:
+        conn.execute(dialect_insert(table).on_conflict_do_nothing(), rows)
+
+
+def load(conn: Connection, refs: Iterable[str]) -> dict[str, tuple[str | None, bytes | str]]:
+    """The stored blobs of `refs`: ref -> (kid, body as stored: bytes, or text in the form
+    before `0017_audit_compact`)."""
+    wanted = sorted(set(refs))
+    out: dict[str, tuple[str | None, bytes | str]] = {}
+    for start in range(0, len(wanted), 500):
+        chunk = wanted[start : start + 500]
+        query = select(audit_blob.c.ref, audit_blob.c.kid, audit_blob.c.body).where(
+            audit_blob.c.ref.in_(chunk)
+        )
+        for ref, kid, body in conn.execute(query):
+            out[ref] = (kid, body)
+    return out
