@@ -15,10 +15,12 @@
   sending one message with `Accept: text/event-stream` to `frontdesk serve --workers 2`
   (PostgreSQL, instant models): the serving processes' resident memory before and with
   every stream open (per connection), and each client's delay from sending to its first
-  event and to its last (p50/p95).
+  event and to its last (p50/p95); the 503s with `Retry-After` (the admission limit's
+  `ServiceBusy`) apart, with their time to answer, and with `--retries N` each refused
+  client sends again after Retry-After.
 
     nice -n 10 python -m benchmarks.scale [--parts knowledge,memory,store,sse]
-        [--messages 10000000] [--clients 1000] [--pg URL | --no-pg]
+        [--messages 10000000] [--clients 1000] [--retries 0] [--pg URL | --no-pg]
 """
 
 from __future__ import annotations
@@ -247,23 +249,30 @@ def _rss_mb(root: int) -> float:
     return total / 1024
 
 
-async def _sse_clients(url: str, token: str, clients: int, root: int) -> dict[str, Any]:
+async def _sse_clients(
+    url: str, token: str, clients: int, root: int, retries: int = 0
+) -> dict[str, Any]:
+    """Each client sends one message as SSE; a 503 with `Retry-After` (the admission
+    limit's `ServiceBusy`, or a worker's connection cap) is counted apart, with the time it
+    took, and with `retries` the client sends the same message again (same
+    Idempotency-Key) after Retry-After, up to `retries` times."""
     headers = {"Authorization": f"Bearer {token}", "Accept": "text/event-stream"}
     limits = httpx.Limits(max_connections=clients + 10, max_keepalive_connections=0)
     timeout = httpx.Timeout(300.0, connect=120.0, pool=300.0)
     first: list[float] = []
     last: list[float] = []
     failed: list[str] = []
+    refused: list[float] = []  # seconds from sending to a 503 with Retry-After
+    refused_as: list[str] = []  # its body's `type`
+    answered_after: dict[int, int] = {}  # per completed client: how many sends it took
     run = secrets.token_hex(3)
-    opened = asyncio.Event()
-    open_count = 0
     peak = {"rss": 0.0}
 
     async with httpx.AsyncClient(base_url=url, limits=limits, timeout=timeout) as client:
 
-        async def one(c: int) -> None:
-            nonlocal open_count
-            started = time.perf_counter()
+        async def attempt(c: int, started: float, sends: int) -> float | None:
+            """One send: `None` when answered (or failed for good), else the Retry-After."""
+            sent = time.perf_counter()
             try:
                 async with client.stream(
                     "POST",
@@ -271,9 +280,11 @@ async def _sse_clients(url: str, token: str, clients: int, root: int) -> dict[st
                     json={"text": "a bag of purple please"},
                     headers={**headers, "Idempotency-Key": f"s-{c}"},
                 ) as response:
-                    open_count += 1
-                    if open_count == clients:
-                        opened.set()
+                    if response.status_code == 503 and "retry-after" in response.headers:
+                        body = json.loads(await response.aread() or b"{}")
+                        refused.append(time.perf_counter() - sent)
+                        refused_as.append(str(body.get("type")))
+                        return float(response.headers["retry-after"])
                     seen = response.status_code != 200  # An error's body is no event.
                     async for line in response.aiter_lines():
                         if line.startswith("event:") and not seen:
@@ -281,10 +292,21 @@ async def _sse_clients(url: str, token: str, clients: int, root: int) -> dict[st
                             first.append(time.perf_counter() - started)
                     if response.status_code == 200:
                         last.append(time.perf_counter() - started)
+                        answered_after[c] = sends
                     else:
                         failed.append(str(response.status_code))
             except httpx.HTTPError as e:
                 failed.append(type(e).__name__)
+            return None
+
+        async def one(c: int) -> None:
+            started = time.perf_counter()
+            for tries in range(1, retries + 2):
+                wait = await attempt(c, started, tries)
+                if wait is None:
+                    return
+                if tries <= retries:
+                    await asyncio.sleep(wait)
 
         async def watch() -> None:
             while True:
@@ -305,6 +327,13 @@ async def _sse_clients(url: str, token: str, clients: int, root: int) -> dict[st
         "completed": len(last),
         "failed": len(failed),
         "errors": {e: failed.count(e) for e in sorted(set(failed))},
+        "retries": retries,
+        "refused": len(refused),
+        "refused_as": {t: refused_as.count(t) for t in sorted(set(refused_as))},
+        "refused_p50_ms": pct(refused, 0.5),
+        "refused_p95_ms": pct(refused, 0.95),
+        "refused_max_ms": max(refused, default=0.0) * 1000,
+        "sends_per_completed": statistics.mean(answered_after.values()) if answered_after else 0.0,
         "first_event_p50_ms": pct(first, 0.5),
         "first_event_p95_ms": pct(first, 0.95),
         "last_event_p50_ms": pct(last, 0.5),
@@ -314,7 +343,7 @@ async def _sse_clients(url: str, token: str, clients: int, root: int) -> dict[st
     }
 
 
-def sse(server: str, clients: int) -> dict[str, Any]:
+def sse(server: str, clients: int, retries: int = 0) -> dict[str, Any]:
     """`clients` concurrent SSE turns against `frontdesk serve --workers 2` on PostgreSQL."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     want = min(hard, max(soft, clients * 4 + 256))
@@ -346,7 +375,7 @@ def sse(server: str, clients: int) -> dict[str, Any]:
             # Warm each worker (imports, pools) with a few plain turns first.
             asyncio.run(_sse_clients(base, token, 8, root))
             warm = _rss_mb(root)
-            figures = asyncio.run(_sse_clients(base, token, clients, root))
+            figures = asyncio.run(_sse_clients(base, token, clients, root, retries))
     finally:
         asyncio.run(drop(name))
     figures.update(
@@ -399,7 +428,11 @@ def report(figures: dict[str, Any]) -> str:
         e = figures["sse"]
         lines.append(
             f"| SSE turns at once, `--workers 2` | {e['clients']:,} clients | PostgreSQL |"
-            f" {e['completed']:,} completed, {e['failed']} failed {e['errors']}; first event p50"
+            f" {e['completed']:,} completed, {e['failed']} failed {e['errors']},"
+            f" {e['refused']} answered 503 + Retry-After {e['refused_as']} (p50"
+            f" {e['refused_p50_ms']:.0f} ms, p95 {e['refused_p95_ms']:.0f} ms, max"
+            f" {e['refused_max_ms']:.0f} ms; retries {e['retries']}, sends per completed"
+            f" {e['sends_per_completed']:.2f}); first event p50"
             f" {e['first_event_p50_ms']:.0f} ms, p95 {e['first_event_p95_ms']:.0f} ms; last"
             f" event p50 {e['last_event_p50_ms']:.0f} ms, p95 {e['last_event_p95_ms']:.0f} ms;"
             f" memory {e['warm_rss_mb']:.0f} -> {e['peak_rss_mb']:.0f} MB"
@@ -414,6 +447,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--parts", default=",".join(PARTS))
     parser.add_argument("--messages", type=int, default=10_000_000)
     parser.add_argument("--clients", type=int, default=1_000)
+    parser.add_argument(
+        "--retries", type=int, default=0, help="sse: resend after a 503's Retry-After"
+    )
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--knowledge-sizes", default="1000,10000,100000")
     parser.add_argument("--memory-sizes", default="100,1000,10000")
@@ -454,7 +490,7 @@ def main(argv: list[str] | None = None) -> None:
         figures["store"] = asyncio.run(store(pg, args.messages, args.rounds))
         print(report({"store": figures["store"]}), json.dumps(figures["store"]["plans"]))
     if "sse" in parts and pg is not None:
-        figures["sse"] = sse(pg, args.clients)
+        figures["sse"] = sse(pg, args.clients, args.retries)
         print(report({"sse": figures["sse"]}), flush=True)
     print(report(figures))
     if args.out is not None:

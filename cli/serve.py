@@ -123,6 +123,21 @@ def serve(
     ] = "inline",
     retention: RetentionOption = None,
     retention_transcripts: RetentionTranscriptsOption = False,
+    max_turns: Annotated[
+        int | None,
+        typer.Option(
+            "--max-turns",
+            help="Turns in flight per worker; one more waits --turn-queue-seconds, then 503"
+            " with Retry-After, nothing stored (default: twice the store's connections).",
+        ),
+    ] = None,
+    turn_queue_seconds: Annotated[
+        float,
+        typer.Option(
+            "--turn-queue-seconds",
+            help="How long a turn over --max-turns waits for a place before its 503 (0-60).",
+        ),
+    ] = 2.0,
 ) -> None:
     """Serve the HTTP API, the customer chat page (/) and the operator console (/operator).
 
@@ -155,6 +170,8 @@ def serve(
         jobs=jobs,
         retention=retention,
         retention_transcripts=retention_transcripts,
+        max_turns=max_turns,
+        turn_queue_seconds=turn_queue_seconds,
     )
     if check:
         for line in prepared.lines:

@@ -124,6 +124,13 @@ class _Instruments:
             "frontdesk_rate_limited_requests",
             "Requests refused with 429 by the per-user rate limit.",
         )
+        self.turns_refused = _prom.Counter(
+            "frontdesk_turns_refused",
+            "Turns refused with 503 before they started: the worker ran as many turns as"
+            " it may (the service's admission limit) for the whole queue time; by route"
+            " (json, stream, edit, regenerate).",
+            ["frontdesk_route"],
+        )
         self.feedback = _prom.Counter(
             "frontdesk_feedback",
             "Customers' ratings of bot answers (1-5; thumbs up is 5, down is 1), by rating"
@@ -236,6 +243,12 @@ def rate_limited() -> None:
     """Count one request refused by the rate limit."""
     if _instruments is not None:
         _instruments.rate_limited.inc()
+
+
+def turn_refused(route: str) -> None:
+    """Count one turn refused by the service's admission limit (nothing was stored)."""
+    if _instruments is not None:
+        _instruments.turns_refused.labels(route).inc()
 
 
 @dataclass(frozen=True, kw_only=True)

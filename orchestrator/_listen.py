@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 from collections.abc import Iterator
-from typing import Protocol
+from typing import Literal, Protocol
 
 from pydantic import BaseModel
 
@@ -21,8 +21,9 @@ from frontdesk.experts.providers.base import OnDelta
 class TurnListener(Protocol):
     """What a streaming caller is told while its turn runs."""
 
-    def routed(self, category: str) -> None:
-        """Triage chose `category` (final: never shown partially)."""
+    def routed(self, category: str, by: Literal["router", "triage"]) -> None:
+        """The turn goes to `category` (final: never shown partially); `by` is what
+        `Reply.routed_by` will say: `router` when no triage call was made."""
 
     def extracted(self, request: BaseModel | None, need_more_info: NeedMoreInfo | None) -> None:
         """The request expert's answer for the routed category."""
@@ -46,11 +47,11 @@ def listening(listener: TurnListener) -> Iterator[None]:
         _listener.reset(token)
 
 
-def routed(category: str) -> None:
-    """Report the route to the listener, if any."""
+def routed(category: str, *, by: Literal["router", "triage"] = "triage") -> None:
+    """Report the route, and whether the router made it, to the listener, if any."""
     listener = _listener.get()
     if listener is not None:
-        listener.routed(category)
+        listener.routed(category, by)
 
 
 def extracted(request: BaseModel | None, need_more_info: NeedMoreInfo | None) -> None:

@@ -1,9 +1,10 @@
 """`Orchestrator.stream`: one turn as typed events, the reply's text as the provider sends it.
 
-Events, in order: `routed` (the category), `extracted` (for a category with a request
-expert), `delta`... (the response expert's text only; routing and extraction are never shown
-partially), then exactly one of `done` (the same `Reply` `handle` returns; the deltas joined
-equal `done.reply.text`) or `failed` (`TurnFailed`: the user message is kept, `safe_reply`
+Events, in order: `routed` (the category, and `routed_by`: `router` or `triage`, as the
+reply will say), `extracted` (for a category with a request expert), `delta`... (the
+response expert's text only; routing and extraction are never shown partially), then
+exactly one of `done` (the same `Reply` `handle` returns; the deltas joined equal
+`done.reply.text`) or `failed` (`TurnFailed`: the user message is kept, `safe_reply`
 is what to show, `partial` says whether deltas were already shown; a retry with the same
 `client_message_id` finishes the turn, and the partial text is never stored as the reply).
 
@@ -36,10 +37,12 @@ from frontdesk.orchestrator.reply import Reply
 
 @dataclass(frozen=True, kw_only=True)
 class Routed:
-    """Triage's category for this turn."""
+    """The turn's category, before any other model call's answer is shown."""
 
     type: Literal["routed"] = "routed"
     category: str
+    routed_by: Literal["router", "triage"] = "triage"
+    """What `Reply.routed_by` will say: `router` when no triage call was made."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -100,8 +103,8 @@ class _QueueListener:
         if not self.closed:
             self.queue.put_nowait(item)
 
-    def routed(self, category: str) -> None:
-        self.put(Routed(category=category))
+    def routed(self, category: str, by: Literal["router", "triage"]) -> None:
+        self.put(Routed(category=category, routed_by=by))
 
     def extracted(self, request: BaseModel | None, need_more_info: NeedMoreInfo | None) -> None:
         self.put(Extracted(request=request, need_more_info=need_more_info))

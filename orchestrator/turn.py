@@ -601,7 +601,8 @@ async def _decide_once(p: Pipeline, t: Turn, earlier: TurnOutcome | None) -> Dec
             "outcome_reused", category=earlier.category, handler_ran=earlier.handler_ran
         )
         decided = _decided_from(p, earlier)
-        _listen.routed(decided.category)  # A stream of a retried turn still shows its route.
+        # A stream of a retried turn still shows its route.
+        _listen.routed(decided.category, by="router" if "router" in earlier.models else "triage")
         if decided.category in p.requests:
             _listen.extracted(decided.request, decided.missing)
         return decided
@@ -641,7 +642,7 @@ async def _decide_once(p: Pipeline, t: Turn, earlier: TurnOutcome | None) -> Dec
                 if routed.category is not None
                 else await _triage(p, t, routed.triage, view, meta, answered)
             )
-            _listen.routed(triaged.category)
+            _listen.routed(triaged.category, by="triage" if routed.category is None else "router")
             kept = None if guess is None else await guess.settle(t, triaged.category, answered)
         finally:
             if guess is not None:  # The turn failed or was cut off: the call must not outlive it.
@@ -679,7 +680,7 @@ async def _routed(
     flow = _language_of(p, t, route.language, how=route.how)
     asked = flows.asked(p.categories, p.multi_intent, t.recorder, route, flow)
     if asked is not None:  # Nothing runs: cancelled, or the customer is asked to choose.
-        _listen.routed(asked.category)
+        _listen.routed(asked.category, by="router" if "router" in answered else "triage")
         return await _settled(p, t, dataclasses.replace(asked, answered=answered))
     categories = route.categories or (route.category,)
     first = await _step(p, t, route, categories[0], view, meta, answered)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import secrets
+from collections.abc import Callable
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Header, HTTPException, Request
@@ -51,7 +52,9 @@ TURN_ERRORS = ERRORS | error_responses(
     {
         409: "Busy, or an Idempotency-Key reused.",
         428: "No Idempotency-Key: a retry could run the turn's handler twice.",
-        503: "The turn failed; `detail` is the safe reply.",
+        503: "The turn failed (`detail` is the safe reply; the message is stored), or"
+        " `ServiceBusy`: too many turns at once, not started, nothing stored; send it again"
+        " with the same Idempotency-Key after Retry-After.",
     }
 )
 SSE_RESPONSE: dict[int | str, dict[str, Any]] = {
@@ -160,27 +163,37 @@ async def post_message(
             detail="send an Idempotency-Key header (one per message, the same on a retry): "
             "without it a retry would run the turn, and its handler, again",
         )
-    profile = customer_profile(orch, principal)
-    if not parts.allow_client_conversation_ids:
-        await orch.store.check_owner(conversation_id, principal.user_id)
-    if _wants_stream(request):
-        frames = await open_stream(
-            orch,
+    streaming = _wants_stream(request)
+    gate = await parts.turn_gate()
+    await gate.admit("stream" if streaming else "json")  # Else 503: nothing is stored.
+    release: Callable[[], None] | None = gate.release
+    try:
+        profile = customer_profile(orch, principal)
+        if not parts.allow_client_conversation_ids:
+            await orch.store.check_owner(conversation_id, principal.user_id)
+        if streaming:
+            release, when_done = None, release  # The turn's own task gives the place back.
+            frames = await open_stream(
+                orch,
+                conversation_id,
+                body.text,
+                user_id=principal.user_id,
+                client_message_id=idempotency_key,
+                profile=profile,
+                when_done=when_done,
+            )
+            return StreamingResponse(frames, media_type="text/event-stream", headers=SSE_HEADERS)
+        reply = await orch.handle(
             conversation_id,
             body.text,
             user_id=principal.user_id,
             client_message_id=idempotency_key,
             profile=profile,
         )
-        return StreamingResponse(frames, media_type="text/event-stream", headers=SSE_HEADERS)
-    reply = await orch.handle(
-        conversation_id,
-        body.text,
-        user_id=principal.user_id,
-        client_message_id=idempotency_key,
-        profile=profile,
-    )
-    return reply_json(reply)
+        return reply_json(reply)
+    finally:
+        if release is not None:
+            release()
 
 
 @router.get(
@@ -249,11 +262,17 @@ async def get_transcript(
     summary="Answer an edited user message (a new branch)",
 )
 async def edit_message(
-    conversation_id: str, message_id: str, body: MessageIn, principal: Caller, orch: Orch
+    conversation_id: str,
+    message_id: str,
+    body: MessageIn,
+    principal: Caller,
+    orch: Orch,
+    parts: Parts,
 ) -> dict[str, Any]:
     await _message_in(orch, conversation_id, message_id)
     profile = customer_profile(orch, principal)
-    reply = await orch.edit(message_id, body.text, user_id=principal.user_id, profile=profile)
+    async with (await parts.turn_gate()).place("edit"):
+        reply = await orch.edit(message_id, body.text, user_id=principal.user_id, profile=profile)
     return reply_json(reply)
 
 
@@ -264,11 +283,12 @@ async def edit_message(
     summary="Answer the same user message again (a sibling answer)",
 )
 async def regenerate_message(
-    conversation_id: str, message_id: str, principal: Caller, orch: Orch
+    conversation_id: str, message_id: str, principal: Caller, orch: Orch, parts: Parts
 ) -> dict[str, Any]:
     await _message_in(orch, conversation_id, message_id)
     profile = customer_profile(orch, principal)
-    reply = await orch.regenerate(message_id, user_id=principal.user_id, profile=profile)
+    async with (await parts.turn_gate()).place("regenerate"):
+        reply = await orch.regenerate(message_id, user_id=principal.user_id, profile=profile)
     return reply_json(reply)
 
 

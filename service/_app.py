@@ -10,6 +10,7 @@ from importlib import metadata
 from importlib.resources import files
 from typing import Any
 
+import structlog
 from fastapi import FastAPI
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -18,10 +19,13 @@ from frontdesk import metrics
 from frontdesk.orchestrator import Orchestrator
 from frontdesk.schema import current_revisions, head_revisions
 from frontdesk.service import _api, _errors, _events, _memories, _operator, _telemetry
+from frontdesk.service._admission import Admission
 from frontdesk.service._auth import TokenVerifier
 from frontdesk.service._deps import Service
 from frontdesk.service._limits import DEFAULT_MAX_BODY_BYTES, RateLimiter
 from frontdesk.service._schemas import HealthOut, ReadyOut
+
+log = structlog.get_logger("frontdesk.service")
 
 WORKER_HEADER = "X-Frontdesk-Worker"
 """A random id of the worker process that answered (no pid, no host name): which worker
@@ -145,6 +149,7 @@ def create_app(
     allow_client_conversation_ids: bool = False,
     metrics_route: bool = True,
     greeting: str | None = None,
+    admission: Admission | None = None,
 ) -> FastAPI:
     """The HTTP service over `orchestrator`.
 
@@ -166,6 +171,9 @@ def create_app(
             `False` when the metrics are served on a port of their own.
         greeting: What the chat page says first (default: a welcome naming the app's
             `business_name`); shown, never stored in the conversation.
+        admission: How many turns this worker runs at once, and how long one over the
+            limit waits before it is answered 503 (`Admission()`: twice the store's pool
+            of connections, 2 s).
     """
     parts = Service(
         orchestrator=orchestrator,
@@ -174,6 +182,7 @@ def create_app(
         owns_orchestrator=owns_orchestrator,
         allow_missing_idempotency_key=allow_missing_idempotency_key,
         allow_client_conversation_ids=allow_client_conversation_ids,
+        admission=admission or Admission(),
     )
     heads = list(head_revisions())
     worker = secrets.token_hex(6)
@@ -181,6 +190,8 @@ def create_app(
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         await orchestrator.open()
+        gate = await parts.turn_gate()
+        log.info("turns.admission", max_turns=gate.max_turns, queue_seconds=gate.queue_seconds)
         try:
             yield
         finally:

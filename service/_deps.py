@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Annotated
 
 from fastapi import Depends, HTTPException, Request
@@ -11,6 +11,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from frontdesk import metrics
 from frontdesk.errors import ConversationNotFound, InvalidInput, InvalidToken
 from frontdesk.orchestrator import Orchestrator
+from frontdesk.service._admission import Admission, TurnGate
 from frontdesk.service._auth import Principal, TokenVerifier
 from frontdesk.service._limits import RateLimiter, retry_after_header
 from frontdesk.threads import ConversationRecord
@@ -30,6 +31,21 @@ class Service:
     allow_client_conversation_ids: bool = False
     """Let a first message create the conversation it names (today: only
     `POST /v1/conversations` makes ids, so none can be taken first or probed)."""
+    admission: Admission = field(default_factory=Admission)
+    """How many turns this worker runs at once (`service/_admission.py`)."""
+    gate: TurnGate | None = None
+    """The admission limit in force, made when the store is open (its pool sets the
+    default)."""
+
+    async def turn_gate(self) -> TurnGate:
+        """The admission limit (made on first use when the app's startup did not)."""
+        if self.gate is None:
+            await self.orchestrator.open()
+            if self.gate is None:
+                engine = self.orchestrator.store.engine
+                turns = self.admission.limit_for(engine)
+                self.gate = TurnGate(turns, self.admission.queue_seconds)
+        return self.gate
 
 
 def service(request: Request) -> Service:

@@ -3,7 +3,8 @@
 Every error answer is `{"detail": <message>, "type": <error class name>}`; the message is
 the library's own (for bad text, exactly what `InvalidUserText` says). A conversation or
 message of another user is answered exactly as a missing one (404), so ids cannot be
-probed. A failed turn is 503 with the safe reply to show (`detail` and `text`).
+probed. A failed turn is 503 with the safe reply to show (`detail` and `text`); a turn
+refused by the admission limit (`ServiceBusy`) is 503 with `Retry-After`, nothing stored.
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ from frontdesk.errors import (
     TurnFailed,
     UserError,
 )
+from frontdesk.service._admission import ServiceBusy
 
 # Most specific first: the first class an error is an instance of decides its status.
 STATUS: tuple[tuple[type[FrontdeskError], int], ...] = (
@@ -64,6 +66,7 @@ STATUS: tuple[tuple[type[FrontdeskError], int], ...] = (
     (InvalidInput, 422),
     (QuestionOverBudget, 422),
     (TurnFailed, 503),
+    (ServiceBusy, 503),
     (StoreUnavailable, 503),
     (StoreError, 503),
     (AuditWriteError, 503),
@@ -164,6 +167,9 @@ def error_response(error: FrontdeskError, store: str | None = None) -> JSONRespo
         body["detail"] = "no such conversation or message for this user"
     elif isinstance(error, SpendLimitReached):
         body["detail"] = "this account has used its allowance for now; try again later"
+        headers["Retry-After"] = str(max(1, round(error.retry_after)))
+    elif isinstance(error, ServiceBusy):  # Nothing was stored: the same key runs it once.
+        body["retry_after"] = round(error.retry_after)
         headers["Retry-After"] = str(max(1, round(error.retry_after)))
     elif isinstance(error, MemoryNotFound):
         body["detail"] = "no such memory for this user"

@@ -26,6 +26,10 @@ command line says reaches them as environment variables:
     FRONTDESK_HEADER_TIMEOUT, FRONTDESK_BODY_TIMEOUT, FRONTDESK_MAX_CONNECTIONS
                              slow clients (frontdesk.service._timeouts)
     FRONTDESK_SERVE_METRICS_PORT  --metrics-port: `/metrics` is served there, not by the workers
+    FRONTDESK_MAX_TURNS      --max-turns: turns in flight per worker (default: twice the
+                             store's pool of connections)
+    FRONTDESK_TURN_QUEUE_SECONDS  --turn-queue-seconds: how long a turn over it waits
+                             before a 503 (default 2; frontdesk.service._admission)
 
 Before the workers start, `prepare_serve` fails closed (`service/_startup.py`: no master key
 without `--allow-clear-audit`, no offline stand-in unless named) and says what will run.
@@ -53,6 +57,7 @@ from frontdesk.errors import ConfigError
 from frontdesk.jobs.runner import JOBS_MODES
 from frontdesk.orchestrator import Orchestrator
 from frontdesk.orchestrator.erasure import retention_policy
+from frontdesk.service._admission import DEFAULT_QUEUE_SECONDS, Admission
 from frontdesk.service._app import create_app
 from frontdesk.service._auth import OPERATOR_ROLE, TokenVerifier, mint_token
 from frontdesk.service._events import StreamTiming
@@ -100,6 +105,8 @@ class ServiceSettings:
     retention: str | None = None
     """`--retention AGE`: retention as a periodic job (`None`: none)."""
     retention_transcripts: bool = False
+    admission: Admission = Admission()
+    """Turns in flight per worker, and how long one over the limit waits for a place."""
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> ServiceSettings:
@@ -125,6 +132,7 @@ class ServiceSettings:
             problems.add(
                 f"FRONTDESK_EVENT_STREAM_SECONDS={raw_age!r}: expected seconds from 1 to 86400"
             )
+        admission = _admission(env, problems)
         verifier = rate_limit = None
         with problems.check():
             verifier = TokenVerifier.from_env(env)
@@ -147,6 +155,7 @@ class ServiceSettings:
             metrics_apart=bool(env.get(METRICS_PORT_ENV)),
             retention=env.get("FRONTDESK_SERVE_RETENTION") or None,
             retention_transcripts=_flag(env, "FRONTDESK_SERVE_RETENTION_TRANSCRIPTS"),
+            admission=admission,
         )
 
     def limiter(self) -> RateLimiter | None:
@@ -175,6 +184,32 @@ def _use_retention(orch: Orchestrator, age: str | None, transcripts: bool) -> No
         orch.use_retention(retention_policy(age, transcripts=transcripts))
 
 
+def _admission(env: Mapping[str, str], problems: Problems) -> Admission:
+    """`FRONTDESK_MAX_TURNS` (unset: from the pool) and `FRONTDESK_TURN_QUEUE_SECONDS`."""
+    raw_turns = env.get("FRONTDESK_MAX_TURNS", "").strip()
+    turns: int | None = None
+    if raw_turns:
+        if raw_turns.isdigit() and int(raw_turns) >= 1:
+            turns = int(raw_turns)
+        else:
+            problems.add(
+                f"FRONTDESK_MAX_TURNS={raw_turns!r} (--max-turns): expected a whole number of"
+                " turns >= 1, or unset for twice the store's connections"
+            )
+    raw_queue = env.get("FRONTDESK_TURN_QUEUE_SECONDS", "").strip() or str(DEFAULT_QUEUE_SECONDS)
+    try:
+        queue = float(raw_queue)
+    except ValueError:
+        queue = -1.0
+    if not 0.0 <= queue <= 60.0:
+        problems.add(
+            f"FRONTDESK_TURN_QUEUE_SECONDS={raw_queue!r} (--turn-queue-seconds): expected"
+            " seconds from 0 to 60"
+        )
+        queue = DEFAULT_QUEUE_SECONDS
+    return Admission(max_turns=turns, queue_seconds=queue)
+
+
 def _flag(env: Mapping[str, str], name: str) -> bool:
     return env.get(name, "").strip().lower() in ("1", "true", "yes", "on")
 
@@ -192,6 +227,7 @@ def app_from_env() -> FastAPI:
         allow_missing_idempotency_key=settings.allow_missing_idempotency_key,
         allow_client_conversation_ids=settings.allow_client_conversation_ids,
         metrics_route=not settings.metrics_apart,
+        admission=settings.admission,
     )
 
 
@@ -278,6 +314,8 @@ def prepare_serve(
     retention: str | None = None,
     retention_transcripts: bool = False,
     check_store: bool = True,
+    max_turns: int | None = None,
+    turn_queue_seconds: float | None = None,
 ) -> Prepared:
     """Check `frontdesk serve`'s whole configuration and hand it to the workers (the
     environment), before any worker starts; with `demo_tokens`, mint the demo page URLs
@@ -315,6 +353,8 @@ def prepare_serve(
         jobs=jobs,
         retention=retention,
         retention_transcripts=retention_transcripts,
+        max_turns=max_turns,
+        turn_queue_seconds=turn_queue_seconds,
     )
     startup = Startup(db=store, workers=workers, allow_clear_audit=allow_clear_audit or demo_tokens)
     # The app loads (a bad --app or --db is said here, once), and fails closed.
@@ -343,7 +383,14 @@ def prepare_serve(
             asyncio.run(_open_store(store))
     problems.raise_found()
     assert orch is not None
-    return Prepared(demo_urls=urls, lines=describe(orch, startup), orchestrator=orch)
+    lines = [*describe(orch, startup), _admission_line(max_turns, turn_queue_seconds)]
+    return Prepared(demo_urls=urls, lines=lines, orchestrator=orch)
+
+
+def _admission_line(max_turns: int | None, queue_seconds: float | None) -> str:
+    turns = "twice the store's connections" if max_turns is None else str(max_turns)
+    wait = DEFAULT_QUEUE_SECONDS if queue_seconds is None else queue_seconds
+    return f"turns: at most {turns} at once per worker; one more waits {wait:g} s, then 503"
 
 
 def _to_environ(
@@ -361,6 +408,8 @@ def _to_environ(
     jobs: str,
     retention: str | None,
     retention_transcripts: bool,
+    max_turns: int | None = None,
+    turn_queue_seconds: float | None = None,
 ) -> None:
     """Hand the options to the workers (the environment); what cannot work goes to
     `problems`."""
@@ -387,6 +436,11 @@ def _to_environ(
         os.environ["FRONTDESK_SERVE_RETENTION"] = retention
         if retention_transcripts:
             os.environ["FRONTDESK_SERVE_RETENTION_TRANSCRIPTS"] = "1"
+    # Checked with every other setting by `ServiceSettings.from_env`.
+    if max_turns is not None:
+        os.environ["FRONTDESK_MAX_TURNS"] = str(max_turns)
+    if turn_queue_seconds is not None:
+        os.environ["FRONTDESK_TURN_QUEUE_SECONDS"] = str(turn_queue_seconds)
     if metrics_port is not None:
         if metrics_port == port or not 0 < metrics_port < 65536:
             problems.add(f"--metrics-port {metrics_port}: a free port other than --port")

@@ -43,6 +43,12 @@ class ReplyOut(BaseModel):
 
     text: str = Field(description="The reply to show.")
     category: str | None = Field(description="Triage's category.")
+    routed_by: Literal["router", "triage"] = Field(
+        default="triage",
+        description="Who routed the message: `router` (the app's embedding router was"
+        " confident: no triage model call) or `triage` (the triage expert, or no routing"
+        " call at all: a confirmation's answer, a screened message).",
+    )
     request: dict[str, Any] | None = Field(description="The extracted request, if any.")
     need_more_info: dict[str, Any] | None = Field(
         description="What the request expert found missing, if anything."

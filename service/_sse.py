@@ -1,6 +1,6 @@
 """A turn's stream events as Server-Sent Events: `event: <type>` and one JSON `data:` line.
 
-    event: routed     data: {"category": "ORDERS"}
+    event: routed     data: {"category": "ORDERS", "routed_by": "router" | "triage"}
     event: extracted  data: {"request": {...} | null, "need_more_info": {...} | null}
     event: delta      data: {"text": "Ok great, "}
     event: done       data: <the reply, as the JSON answer of the same POST>
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from typing import Any
 
 from frontdesk.orchestrator import Orchestrator, Reply, TurnEvent
@@ -32,6 +32,7 @@ def reply_json(reply: Reply) -> dict[str, Any]:
     return {
         "text": reply.text,
         "category": reply.category,
+        "routed_by": reply.routed_by,
         "request": reply.request.model_dump(mode="json") if reply.request else None,
         "need_more_info": reply.need_more_info.model_dump() if reply.need_more_info else None,
         "message_id": reply.message_id,
@@ -54,7 +55,7 @@ def reply_json(reply: Reply) -> dict[str, Any]:
 def event_data(event: TurnEvent) -> dict[str, Any]:
     """The JSON `data:` of one stream event."""
     if isinstance(event, Routed):
-        return {"category": event.category}
+        return {"category": event.category, "routed_by": event.routed_by}
     if isinstance(event, Extracted):
         return {
             "request": event.request.model_dump(mode="json") if event.request else None,
@@ -94,11 +95,14 @@ async def open_stream(
     user_id: str,
     client_message_id: str | None,
     profile: str | None = None,
+    when_done: Callable[[], None] | None = None,
 ) -> AsyncIterator[bytes]:
     """Start the turn; return its frames once the first event is there.
 
     Errors raised before the turn runs (bad text, idempotency conflict, busy, not found)
     are raised here, so that they are answered with their HTTP status, not as a stream.
+    `when_done` is called once the turn has ended, whether or not the client stayed (it
+    gives the turn's admission place back).
     """
     queue: asyncio.Queue[TurnEvent | BaseException | _End] = asyncio.Queue()
 
@@ -118,6 +122,8 @@ async def open_stream(
             queue.put_nowait(_END)
 
     task = asyncio.create_task(pump())
+    if when_done is not None:  # Even for a task cancelled before it ran.
+        task.add_done_callback(lambda _: when_done())
     orchestrator.finish_in_background(task)
     first = await queue.get()
     if isinstance(first, BaseException):

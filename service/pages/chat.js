@@ -252,6 +252,7 @@ function plain(statusCode, body) {
   if (body.type === "ForbiddenCharacters") return "Your message has characters we cannot accept. Please remove them and send again.";
   if (statusCode === 429) return "You are sending messages quickly. Please wait a moment, then send again.";
   if (statusCode === 401 || statusCode === 403) return "You are not signed in any more. Please sign in again.";
+  if (body.type === "ServiceBusy") return "We are very busy right now and your message was not sent. Please wait a moment, then press Retry: it is sent once.";
   if (statusCode === 409) return "We are still answering your previous message. Please wait a moment, then send again.";
   return "Sorry, we could not send that message. Please try again.";
 }

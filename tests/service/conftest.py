@@ -15,6 +15,7 @@ from fastapi import FastAPI
 
 from frontdesk import Orchestrator
 from frontdesk.service import TokenBucket, TokenVerifier, create_app, mint_token
+from frontdesk.service._admission import Admission
 from frontdesk.service._limits import RateLimit, RateLimiter
 from tests.service import _shop
 
@@ -56,6 +57,7 @@ async def open_api(
     limiter: RateLimiter | None = None,
     max_body_bytes: int = 64 * 1024,
     strict: bool = False,
+    admission: Admission | None = None,
 ) -> AsyncIterator[Api]:
     """The app over `orch`; `strict` is the service's default policy (428 without an
     `Idempotency-Key`, ids made only by `POST /v1/conversations`), else the policy the
@@ -69,6 +71,7 @@ async def open_api(
         limiter=limiter,
         max_body_bytes=max_body_bytes,
         owns_orchestrator=True,
+        admission=admission,
     )
     async with app.router.lifespan_context(app):
         transport = httpx.ASGITransport(app=app)

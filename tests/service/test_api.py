@@ -25,6 +25,7 @@ REPLY_KEYS = {
     "confirmation",
     "awaiting_confirmation",
     "category",
+    "routed_by",
     "request",
     "need_more_info",
     "message_id",
@@ -53,6 +54,7 @@ async def test_a_message_is_answered_as_json(api: Api) -> None:
     assert set(body) == REPLY_KEYS
     assert body["text"] == "You said: hello."
     assert body["category"] == "OTHER" and body["handoff"] is False
+    assert body["routed_by"] == "triage"
     transcript = await api.orch.transcript(cid, user_id="u1")
     assert [m.id for m in transcript] == [body["user_message_id"], body["message_id"]]
 
@@ -83,7 +85,7 @@ async def test_a_stream_sends_one_event_per_turn_event(api: Api) -> None:
     kinds = [k for k, _ in events]
     assert kinds[:2] == ["routed", "extracted"] and kinds[-1] == "done"
     assert set(kinds[2:-1]) == {"delta"} and len(kinds) > 4
-    assert events[0][1] == {"category": "COUNT"}
+    assert events[0][1] == {"category": "COUNT", "routed_by": "triage"}
     assert events[1][1] == {"request": {"note": "x"}, "need_more_info": None}
     done = events[-1][1]
     assert set(done) == REPLY_KEYS

@@ -142,7 +142,7 @@ async def test_two_workers_lose_nothing_and_replay_retries(fresh_pg_url: str, ru
                 )
                 assert r.status_code == 200
                 events = sse_events(r.text)
-                assert events[0] == ("routed", {"category": "COUNT"})
+                assert events[0] == ("routed", {"category": "COUNT", "routed_by": "triage"})
                 kind, done = events[-1]
                 assert kind == "done" and done["text"] == f"You said: count stream {i}."
                 assert "".join(d["text"] for k, d in events if k == "delta") == done["text"]
