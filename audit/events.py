@@ -19,7 +19,6 @@ EventKind = Literal[
     "triage",  # payload: category, reason
     "routed",  # payload: by (router | triage), category (the router's, or null), embedder,
     # threshold, margin, scores {category: cosine} (the router's candidates, best first),
-    # rule ("follow-up": the bot's question for a missing field was answered; no embedding),
     # error (the embedder failed: triage ran on every category); `EmbeddingRouter`
     "request",  # payload: category, request (dict) or need_more_info (dict)
     "outcome",  # payload: category, instruction, data
@@ -61,6 +60,9 @@ EventKind = Literal[
     # Did it help (docs/outcomes.md). `turn_id` is the rated answer's question.
     "feedback",  # payload: message_id, rating (1-5), comment (or null), resolved (bool)
     "resolution",  # payload: resolution, by (a hand-back's, a sweep's), previous
+    "resolution_refused",  # payload: by (customer), judged_by (response), why: the reply
+    # ended with the closing tag, which was also in what the expert was sent (the customer's
+    # words): not a closing, the conversation stays as it is
     "operator_read",  # payload: by (operator id), conversation_id, what (no content); in the
     # user's chain: who read the customer's context, transcript or memories, and when
     # Before the bot acts or speaks (docs/safeguards.md).
@@ -78,7 +80,8 @@ EventKind = Literal[
     # (names only: the values are in the `request` events, with their rules)
     "clarify",  # payload: status (asked | answered | unmatched), candidates or category
     "multi_intent",  # payload: mode (sequential | ask), categories; or status stopped,
-    # not_handled (the categories after a step that needs more information)
+    # not_handled (the categories after a step that needs more information); or status
+    # resumed, categories (a retry of a turn that failed between two handlers: those left)
 ]
 
 # A `model_attempt` payload holds: expert, model, attempt, settings, prompt {name, version,

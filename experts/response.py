@@ -9,13 +9,19 @@ sends it, trimmed so that the pieces joined equal the stored (stripped) reply te
 
 The expert also judges whether the customer closed the conversation ("that's all,
 thanks"): its prompt asks it to end such a reply with the tag `CLOSES` (`[closes]`), which
-is taken off the text (and off the stream: a piece that may begin the tag is held back
-until the next shows it is not) and read as `ResponseResult.closes`.
+is taken off the text wherever it stands (and off the stream: a piece that may begin the
+tag is held back until the next shows it is not) and read as `ResponseResult.closes` only
+at the very end of the reply. The tag is the model's word to us, never the customer's: when
+anything the expert was sent holds it (a customer who wrote it, or a handler's instruction
+quoting them), a tag at the end may be a copy, so it is not read as a closing
+(`ResponseResult.echoed`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import re
+import unicodedata
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from frontdesk.experts._call import CallObserver, ExpertCall, MemoryBlock
@@ -34,8 +40,13 @@ class ResponseResult:
     passages: tuple[Passage, ...] = ()
     """The passages of the business's documents the request carried (`Reply.sources`)."""
     closes: bool = False
-    """The expert judged that the customer's message closed the conversation (it wrote
-    `CLOSES`): the conversation is resolved by the customer (orchestrator/resolution.py)."""
+    """The expert judged that the customer's message closed the conversation (its reply
+    ended with `CLOSES`, which nothing it was sent holds): the conversation is resolved by
+    the customer (orchestrator/resolution.py)."""
+    echoed: bool = False
+    """The reply ended with `CLOSES`, but what the expert was sent holds the tag too (the
+    customer's words, or a handler's instruction quoting them): maybe a copy, so not a
+    closing (`closes` is False; the orchestrator audits it)."""
     cited: tuple[str, ...] = ()
     """The passage numbers the reply cites, as the model wrote them (`experts.citations`;
     checked against `passages` by the orchestrator): empty when no passage was sent."""
@@ -47,11 +58,34 @@ the conversation (they have what they came for: "that's all, thanks"); never sho
 
 
 def without_closing(text: str) -> tuple[str, bool]:
-    """`text` without any `CLOSES` tag (matched in any letter case), and whether it had one."""
-    closes = False
+    """`text` without any `CLOSES` tag (matched in any letter case), and whether it ended
+    with one (only a tag at the very end is the expert's closing; one elsewhere, a quote of
+    it, is taken off all the same)."""
+    lowered = text.lower()
+    if CLOSES not in lowered:  # Almost every reply: one pass over it.
+        return text, False
+    closes = lowered.rstrip().endswith(CLOSES)
     while (at := text.lower().find(CLOSES)) >= 0:
-        text, closes = text[:at] + text[at + len(CLOSES) :], True
+        text = text[:at] + text[at + len(CLOSES) :]
     return text, closes
+
+
+# The tag's word between brackets, once folded (`_folded`): any spacing, any bracket.
+_TAG_LIKE = re.compile(r"[\[({<]\W*c\W*l\W*o\W*s\W*e\W*s\W*[\])}>]")
+
+
+def holds_closing(texts: Iterable[str]) -> bool:
+    """Whether any of `texts` holds the `CLOSES` tag or a near-copy of it (any letter case,
+    spacing or bracket, full-width or invisible characters): text the expert was sent that
+    a model could copy the tag from."""
+    return any(_TAG_LIKE.search(_folded(text)) for text in texts)
+
+
+def _folded(text: str) -> str:
+    """`text` in compatibility form (full-width brackets as plain ones), case-folded, its
+    invisible (format) characters taken out."""
+    folded = unicodedata.normalize("NFKC", text).casefold()
+    return "".join(ch for ch in folded if unicodedata.category(ch) != "Cf")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -100,6 +134,8 @@ class ResponseExpert:
         if deltas is not None:
             await deltas.finish()
         text, closes = without_closing(str(response.output))
+        # Read only when the reply closes (rare): a plain turn pays nothing for it.
+        echoed = closes and holds_closing(m["content"] for m in request.messages)
         cited: list[str] = []
         if passages:  # Only a reply that was sent passages is read for citations.
             text, cited = strip_citations(text)
@@ -107,7 +143,8 @@ class ResponseExpert:
             text=text.strip(),
             response=response,
             passages=request.passages,
-            closes=closes,
+            closes=closes and not echoed,
+            echoed=echoed,
             cited=tuple(cited),
         )
 

@@ -145,6 +145,7 @@ def with_step(
     """`first` with the steps so far in its flow; a step that needs more information
     becomes the request in progress, one that hands off opens the hand-off."""
     flow = {**(first.flow or {}), "steps": list(steps)}
+    flow[FIRST_INSTRUCTION] = first.outcome.instruction
     outcome = first.outcome
     if step.missing is not None and step.category in categories:
         kept = pending.started(
@@ -157,6 +158,58 @@ def with_step(
     if step.outcome.handoff is not None and outcome.handoff is None:
         outcome = outcome.model_copy(update={"handoff": step.outcome.handoff})
     return dataclasses.replace(first, flow=flow, outcome=outcome)
+
+
+FIRST_INSTRUCTION = "first_instruction"
+"""The flow's record of the first step's own instruction (its outcome's `instruction`
+covers every step once the message has several)."""
+
+
+def own(first: Decided) -> Decided:
+    """`first` with its own step's instruction (what the store keeps as the outcome's)."""
+    said = (first.flow or {}).get(FIRST_INSTRUCTION)
+    if said is None or said == first.outcome.instruction:
+        return first
+    outcome = first.outcome.model_copy(update={"instruction": said})
+    return dataclasses.replace(first, outcome=outcome)
+
+
+def combined(categories: Mapping[str, Category], first: Decided) -> Decided:
+    """`first` with one instruction covering its own step and every step after it that
+    its flow stored (the response expert writes one reply); unchanged with no such step.
+    The same however often it is applied: it starts from the first step's own."""
+    flow = first.flow or {}
+    steps = flow.get("steps")
+    if not steps:
+        return first
+    mine = own(first).outcome
+    listed = [(first.category, mine)]
+    listed += [(s["category"], Outcome(instruction=s["instruction"])) for s in steps]
+    instruction = multi_intent.combined(listed, categories)
+    return dataclasses.replace(first, outcome=mine.model_copy(update={"instruction": instruction}))
+
+
+def unfinished(stored: Decided) -> bool:
+    """Whether a stored outcome's message has requests after the steps stored and nothing
+    stopped the sequence: a try of the turn failed between two handlers, so its retry goes
+    on from the first step not stored (never one stored again)."""
+    flow = stored.flow or {}
+    if flow.get("clarify"):  # The customer was asked which one: nothing runs in sequence.
+        return False
+    steps = flow.get("steps") or ()
+    return len(flow.get("categories") or ()) > 1 + len(steps) and goes_on(stored, steps)
+
+
+def resumed_route(stored: Decided) -> Route:
+    """The route of the steps a retry runs after those stored (as the first try's steps
+    after the first: no request in progress, nothing extracted while routing)."""
+    flow = stored.flow or {}
+    return Route(
+        category=stored.category,
+        reason="the message's next request (a retry after a failed try)",
+        how="triage",
+        categories=tuple(flow.get("categories") or ()),
+    )
 
 
 _AUDITED = ("how", "language", "language_by", "reply_in", "categories", "clarify", "cancelled")

@@ -4,7 +4,9 @@ Triage may return up to three categories in order (`Reply.categories`). With
 `multi_intent="sequential"` (the default) the turn extracts and handles each in turn, each
 with its own outcome and idempotency key, and the response expert writes one reply from
 every step's instruction (`combined`); a step that needs more information stops the
-sequence there and becomes the request in progress (`orchestrator/pending.py`). With
+sequence there and becomes the request in progress (`orchestrator/pending.py`). Each
+step's outcome is stored before the next handler runs, so a retry of a turn that failed
+between two of them runs only the steps not stored (`flows.unfinished`). With
 `multi_intent="ask"` the reply asks which first, and the answer orders them.
 
 When two categories fit and the thread cannot decide, triage answers `Clarify`: the reply

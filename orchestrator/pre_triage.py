@@ -12,8 +12,9 @@ Without a router, triage is asked with every category, and, when their examples 
 all fit its allowance, with those nearest the message (`experts/triage_fit.py`).
 
 Every decision is audited (`routed`: by, category, embedder, scores, threshold, margin),
-and a route with no triage call is kept in the outcome's models as `router` (what
-`Reply.routed_by` reads), so a replayed or retried turn reports it too.
+and a route with no triage call is kept in the outcome's models as `router` (the
+embedder's name). `Reply.routed_by` is `triage` exactly when the outcome's models name the
+triage expert (it was called for the turn), so a replayed or retried turn reports it too.
 """
 
 from __future__ import annotations

@@ -57,9 +57,13 @@ class Reply:
     reviewed: bool = False
     """The review expert checked this reply (`Orchestrator(review=True)`)."""
     routed_by: Literal["router", "triage"] = "triage"
-    """Who routed the message: `router` when no triage call was made (an `EmbeddingRouter`
-    was confident, or the message answered the bot's question for a missing field);
-    `triage` otherwise (the default pipeline)."""
+    """Who routed the message: `triage` exactly when the triage expert was called for this
+    turn (its answer used, or unusable and fallen back from); `router` when the fast first
+    stage decided with no triage call: a confident `EmbeddingRouter`, or a rule on what
+    the turn before left (an answer to the bot's question for a missing field or a
+    correction of that request, "cancel", "yes, carry on", an answer to "which one?" or a
+    confirmation question), or no routing at all (the app's screen stopped the message, or
+    it was kept for a person). A replay reports what the first try did."""
     confirmation: str | None = None
     """The confirmation question, on the turn that asks the customer to confirm a request
     of a `Category(confirm=...)` (its handler has not run); `None` on any other turn."""

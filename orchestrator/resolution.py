@@ -54,11 +54,22 @@ VARIANT_EXPERTS = ("triage", "response")
 
 def closed_by_customer(recorder: TurnRecorder, outcome: Outcome, answer: ResponseResult) -> bool:
     """Whether the turn resolves its conversation by the customer: the response expert
-    judged that the customer's message closed it ("that's all, thanks": it wrote the
-    closing tag, `ResponseResult.closes`). The judgement is audited with the turn
+    judged that the customer's message closed it ("that's all, thanks": it ended its reply
+    with the closing tag, `ResponseResult.closes`). The judgement is audited with the turn
     (`resolution`, by `customer`, judged by `response`); the turn's last transaction then
     writes it (`ConversationStore.finish_turn(closes=True)`: no write on any other turn).
-    A handler that resolved it in the same turn, or a hand-off it opened, comes first."""
+    A handler that resolved it in the same turn, or a hand-off it opened, comes first. A
+    tag the expert may have copied from what it was sent (`ResponseResult.echoed`: the
+    customer wrote it, or asked for it in words a handler quoted) is the customer's word,
+    not a judgement: audited as `resolution_refused`, the conversation stays as it is."""
+    if answer.echoed:
+        recorder.note(
+            "resolution_refused",
+            by="customer",
+            judged_by="response",
+            why="the closing tag was in what the response expert was sent",
+        )
+        return False
     if not answer.closes or outcome.resolves or outcome.handoff is not None:
         return False
     recorder.note("resolution", resolution="resolved", by="customer", judged_by="response")

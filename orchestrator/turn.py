@@ -4,7 +4,8 @@
              for a new message, an edit or a regeneration; a message sent while a person
              has the conversation is kept for them with its waiting marker (no expert runs)
     experts  triage -> request -> handler, whose outcome is stored before going on;
-             then the response expert (a retry reuses the stored outcome and calls only it);
+             then the response expert (a retry reuses the stored outcome and calls only it,
+             after the handlers of the message's requests that had not run yet);
              what the turn before left is read first (routing.py: a request in progress
              answered, corrected, cancelled or resumed; an answer to "which one?"), and a
              message's several categories are handled in turn (multi_intent.py)
@@ -28,7 +29,7 @@ import hashlib
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 import structlog
 from pydantic import BaseModel, ValidationError
@@ -71,7 +72,6 @@ from frontdesk.orchestrator import (
     flows,
     handler_errors,
     handoff,
-    multi_intent,
     pending,
     pre_triage,
     routing,
@@ -602,9 +602,11 @@ async def _decide_once(p: Pipeline, t: Turn, earlier: TurnOutcome | None) -> Dec
         )
         decided = _decided_from(p, earlier)
         # A stream of a retried turn still shows its route.
-        _listen.routed(decided.category, by="router" if "router" in earlier.models else "triage")
+        _listen.routed(decided.category, by=_routed_by(earlier.models))
         if decided.category in p.requests:
             _listen.extracted(decided.request, decided.missing)
+        if flows.unfinished(decided):  # A try failed between two of the message's handlers.
+            return await _resumed(p, t, decided)
         return decided
     if p.screen is not None:  # The app's check before triage (screen.py).
         stopped = await _screen.screened(
@@ -680,33 +682,54 @@ async def _routed(
     flow = _language_of(p, t, route.language, how=route.how)
     asked = flows.asked(p.categories, p.multi_intent, t.recorder, route, flow)
     if asked is not None:  # Nothing runs: cancelled, or the customer is asked to choose.
-        _listen.routed(asked.category, by="router" if "router" in answered else "triage")
+        _listen.routed(asked.category, by=_routed_by(answered))
         return await _settled(p, t, dataclasses.replace(asked, answered=answered))
     categories = route.categories or (route.category,)
     first = await _step(p, t, route, categories[0], view, meta, answered)
-    steps: list[tuple[str, Outcome]] = [(first.category, first.outcome)]
     first = await _settled(p, t, flows.after(p.categories, t, route, first, flow))
-    stored_steps: list[dict[str, Any]] = []
-    for index, category in enumerate(categories[1:], start=1):
+    plain = dataclasses.replace(route, in_progress=None, kept=None, digressed_from=None)
+    return await _next_steps(p, t, plain, first, view, meta, answered)
+
+
+async def _resumed(p: Pipeline, t: Turn, earlier: Decided) -> Decided:
+    """A retry of a turn that failed after some of its message's handlers ran (their
+    outcomes stored) and before the next: the steps not stored yet run, each once."""
+    flow = earlier.flow or {}
+    done = 1 + len(flow.get("steps") or ())
+    t.recorder.note("multi_intent", status="resumed", categories=flow["categories"][done:])
+    route = flows.resumed_route(earlier)
+    view = _view(p, t, "request")
+    return await _next_steps(p, t, route, flows.own(earlier), view, _meta(t), {})
+
+
+async def _next_steps(
+    p: Pipeline,
+    t: Turn,
+    route: routing.Route,
+    first: Decided,
+    view: ExpertView,
+    meta: dict[str, str],
+    answered: dict[str, ModelResponse],
+) -> Decided:
+    """The message's categories after the steps `first`'s flow has stored, in turn, each
+    step's outcome stored once its handler ran (before the next one runs); `first` with one
+    instruction covering every step (`flows.combined`)."""
+    categories = list((first.flow or {}).get("categories") or (first.category,))
+    stored_steps: list[dict[str, Any]] = list((first.flow or {}).get("steps") or ())
+    for index in range(1 + len(stored_steps), len(categories)):
         if not flows.goes_on(first, stored_steps):  # Needs more, a person, or not done.
-            t.recorder.note("multi_intent", status="stopped", not_handled=list(categories[index:]))
+            t.recorder.note("multi_intent", status="stopped", not_handled=categories[index:])
             break
-        plain = dataclasses.replace(route, in_progress=None, kept=None, digressed_from=None)
-        step = await _step(p, t, plain, category, view, meta, answered, index=index)
+        category = categories[index]
+        step = await _step(p, t, route, category, view, meta, answered, index=index)
         key = idempotency_key(t.conversation_id, f"{t.user_message.id}#{index}")
         stored_steps.append(flows.step_record(p, step, key))
         shown = stored_steps[-1]["instruction"]  # Its ruled values reach the handler only.
         t.recorder.note("outcome", category=category, instruction=shown, step=index)
-        steps.append((category, step.outcome.model_copy(update={"instruction": shown})))
         first = flows.with_step(p.categories, t, first, step, stored_steps)
         if step.handler_ran:  # Each handler's outcome is stored before the next one runs.
             await p.store.save_outcome(_stored(p, t, first), lease=t.lease)
-    if len(steps) > 1:
-        combined = multi_intent.combined(steps, p.categories)
-        first = dataclasses.replace(
-            first, outcome=first.outcome.model_copy(update={"instruction": combined})
-        )
-    return first
+    return flows.combined(p.categories, first)
 
 
 async def _step(
@@ -803,7 +826,7 @@ def _screen_context(t: Turn) -> _screen.ScreenContext:
 def _builtin(t: Turn, outcome: Outcome) -> Decided:
     """A turn decided before triage: handed off (`HUMAN`) or answered as `OTHER`."""
     category = HUMAN if outcome.handoff is not None else OTHER
-    _listen.routed(category)
+    _listen.routed(category, by="router")  # No triage call.
     return Decided(
         category=category,
         request=None,
@@ -817,7 +840,7 @@ def _builtin(t: Turn, outcome: Outcome) -> Decided:
 async def _confirmed(p: Pipeline, t: Turn, said: confirmation.Answered) -> Decided:
     """The answer to a confirmation question: on "yes" the handler, with the request that
     was asked about; else the outcome `confirmation.answer` decided."""
-    _listen.routed(said.category)
+    _listen.routed(said.category, by="router")  # The yes or no, read by rule.
     _listen.extracted(_shown(p, said.request, t.user_id), None)
     secrets = None
     corrected = frozenset(t.pending.record.get("corrected") or ()) if t.pending else frozenset()
@@ -906,6 +929,8 @@ async def _triage(
             fallback=True,
         )
     except CONTENT_ERRORS as e:
+        # Called, if unusable: the turn was routed by triage (`Reply.routed_by`).
+        answered["triage"] = ModelResponse(output=None, model=triage.call.model.name)
         if p.on_unreadable == "ask":
             why = f"triage answer unusable ({type(e).__name__}); asking again"
             return routing.Triaged(category=OTHER, reason=why, unreadable=True)
@@ -1323,12 +1348,18 @@ def reply_from_records(
         citations=[] if outcome is None else _knowledge.citations_from_json(outcome.sources),
         handler_failed=bool(decided and decided.handler_failed),
         reviewed=outcome is not None and "review" in outcome.models,
-        routed_by="router" if outcome is not None and "router" in outcome.models else "triage",
+        routed_by=_routed_by({} if outcome is None else outcome.models),
         confirmation=None
         if outcome is None or not outcome.confirmation
         else confirmation.awaiting(outcome.confirmation),
         **_flow_fields(outcome),
     )
+
+
+def _routed_by(called: Mapping[str, object]) -> Literal["router", "triage"]:
+    """`Reply.routed_by` of a turn whose experts `called` names (its outcome's models, or
+    the answers so far): `triage` exactly when the triage expert was called for it."""
+    return "triage" if "triage" in called else "router"
 
 
 def _flow_fields(outcome: TurnOutcome | None) -> dict[str, Any]:
@@ -1347,12 +1378,14 @@ def _flow_fields(outcome: TurnOutcome | None) -> dict[str, Any]:
 
 
 def _decided_from(p: Pipeline, stored: TurnOutcome) -> Decided:
+    """What `stored` decided, its instruction covering every step its message's flow
+    stored (the store keeps the first step's own: `flows.combined`)."""
     category = p.categories.get(stored.category)
     request = None
     if stored.request is not None and category is not None and category.request is not None:
         request = model_of(category.request, stored.request)  # Scrubbed: `[PIN]` kept.
     missing = NeedMoreInfo.model_validate(stored.need_more_info) if stored.need_more_info else None
-    return Decided(
+    decided = Decided(
         category=stored.category,
         request=request,
         missing=missing,
@@ -1370,6 +1403,7 @@ def _decided_from(p: Pipeline, stored: TurnOutcome) -> Decided:
         confirmation=stored.confirmation,
         flow=stored.flow,
     )
+    return flows.combined(p.categories, decided)
 
 
 def _stored(
@@ -1390,7 +1424,7 @@ def _stored(
         if d.secrets is not None and p.secrets is not None and p.secrets.scrub
         else jsonable(d.request),
         need_more_info=jsonable(d.missing),
-        instruction=d.outcome.instruction,
+        instruction=flows.own(d).outcome.instruction,  # Steps after it: in the flow.
         data=jsonable(d.outcome.data),
         handler_ran=d.handler_ran,
         handoff=d.outcome.handoff,

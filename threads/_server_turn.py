@@ -10,7 +10,9 @@ refuses (`Fallback`: nothing of the call was kept).
 
 from __future__ import annotations
 
+import contextlib
 import json
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, Protocol, runtime_checkable
 
@@ -47,42 +49,68 @@ class Fallback(Exception):
     """The function refused (an unusual turn): run the general path; nothing was kept."""
 
 
+@contextlib.contextmanager
+def _refusal_as_fallback() -> Iterator[None]:
+    """The functions' refusal (SQLSTATE `FALLBACK`) raised as `Fallback`."""
+    try:
+        yield
+    except DBAPIError as e:
+        if getattr(e.orig, "sqlstate", None) == FALLBACK:
+            raise Fallback(str(e.orig)) from None
+        raise
+
+
+def _function_call(
+    select: str,
+    arguments: Mapping[str, Any],
+    columns: Sequence[Any],
+    *,
+    as_json: Collection[str] = (),
+) -> Any:
+    """`SELECT {select}` of a server function's call: `select` holds `{call}`, where the
+    call's arguments go, one bind each of its type, in `arguments`' order (the function's
+    own); those in `as_json` go as JSON text cast to `json`. Its rows read as `columns`."""
+    binds = [sa.bindparam(name, type_=kind) for name, kind in arguments.items()]
+    call = ", ".join(f"CAST(:{b.key} AS json)" if b.key in as_json else f":{b.key}" for b in binds)
+    return sa.text(f"SELECT {select.format(call=call)}").bindparams(*binds).columns(*columns)
+
+
+_START_ARGUMENTS: dict[str, Any] = {
+    "lease_name": sa.String,
+    "lease_owner": sa.String,
+    "lease_expires": sa.Float,
+    "lease_now": sa.Float,
+    "new_id": sa.String,
+    "conversation_id": sa.String,
+    "content": sa.Text,
+    "created_at": UTCDateTime,
+    "token_count": sa.Integer,
+    "client_message_id": sa.String,
+    "user_id": sa.String,
+    "profile": sa.String,
+    "check_handoff": sa.Boolean,
+}
+# `frontdesk_start_turn`'s columns beside its two row columns.
+_START_EXTRA: dict[str, Any] = {
+    "lease_token": sa.BigInteger,
+    "previous_id": sa.String,
+    "previous_category": sa.String,
+    "previous_confirmation": sa.JSON,
+    "previous_flow": sa.JSON,
+}
+
+
 def _start_statement() -> Any:
     """`SELECT` of `frontdesk_start_turn`'s rows, its two row columns spread out (the
     summary's as `summary_<column>`, as `path_since_newest_sync` reads them)."""
-    binds = [
-        sa.bindparam("lease_name", type_=sa.String),
-        sa.bindparam("lease_owner", type_=sa.String),
-        sa.bindparam("lease_expires", type_=sa.Float),
-        sa.bindparam("lease_now", type_=sa.Float),
-        sa.bindparam("new_id", type_=sa.String),
-        sa.bindparam("conversation_id", type_=sa.String),
-        sa.bindparam("content", type_=sa.Text),
-        sa.bindparam("created_at", type_=UTCDateTime),
-        sa.bindparam("token_count", type_=sa.Integer),
-        sa.bindparam("client_message_id", type_=sa.String),
-        sa.bindparam("user_id", type_=sa.String),
-        sa.bindparam("profile", type_=sa.String),
-        sa.bindparam("check_handoff", type_=sa.Boolean),
-    ]
-    spread = [f"(r.m).{c.name} AS {c.name}" for c in _msg.c]
-    spread += [f"(r.s).{c.name} AS summary_{c.name}" for c in _summary.c]
-    extra = ["r.lease_token", "r.previous_id", "r.previous_category", "r.previous_confirmation"]
-    extra.append("r.previous_flow")
-    call = ", ".join(f":{b.key}" for b in binds)
-    text = sa.text(
-        f"SELECT {', '.join(spread + extra)} FROM frontdesk_start_turn({call}) AS r"
-    ).bindparams(*binds)
-    columns: list[Any] = list(_msg.c)
-    columns += [sa.column(f"summary_{c.name}", c.type) for c in _summary.c]
-    columns += [
-        sa.column("lease_token", sa.BigInteger),
-        sa.column("previous_id", sa.String),
-        sa.column("previous_category", sa.String),
-        sa.column("previous_confirmation", sa.JSON),
-        sa.column("previous_flow", sa.JSON),
-    ]
-    return text.columns(*columns)
+    spread = [(f"(r.m).{c.name}", c.name, c.type) for c in _msg.c]
+    spread += [(f"(r.s).{c.name}", f"summary_{c.name}", c.type) for c in _summary.c]
+    spread += [(f"r.{name}", name, kind) for name, kind in _START_EXTRA.items()]
+    select = ", ".join(f"{value} AS {name}" for value, name, _ in spread)
+    columns = [sa.column(name, kind) for _, name, kind in spread]
+    return _function_call(
+        f"{select} FROM frontdesk_start_turn({{call}}) AS r", _START_ARGUMENTS, columns
+    )
 
 
 _START = Statement(_start_statement(), sqlite=False)
@@ -131,12 +159,8 @@ def start(
         "profile": profile,
         "check_handoff": check_handoff,
     }
-    try:
+    with _refusal_as_fallback():
         rows = _START.rows(conn, params)
-    except DBAPIError as e:
-        if getattr(e.orig, "sqlstate", None) == FALLBACK:
-            raise Fallback(str(e.orig)) from None
-        raise
     if not rows:
         return None, None
     top, last = rows[0], rows[-1]
@@ -215,27 +239,27 @@ _EVENT_COLUMNS = {
 }
 
 
+_FINISH_ARGUMENTS: dict[str, Any] = {
+    "lease_name": sa.String,
+    "lease_owner": sa.String,
+    "lease_token": sa.BigInteger,
+    "outcome": sa.Text,
+    "reply": sa.Text,
+    "audit_conversation": sa.String,
+    "audit_seq": sa.Integer,
+    "audit_hash": sa.String,
+    **{name: postgresql.ARRAY(kind) for name, kind in _ARRAYS.items()},
+}
+
+
 def _finish_statement() -> Any:
-    binds: list[sa.BindParameter[Any]] = [
-        sa.bindparam("lease_name", type_=sa.String),
-        sa.bindparam("lease_owner", type_=sa.String),
-        sa.bindparam("lease_token", type_=sa.BigInteger),
-        sa.bindparam("outcome", type_=sa.Text),
-        sa.bindparam("reply", type_=sa.Text),
-        sa.bindparam("audit_conversation", type_=sa.String),
-        sa.bindparam("audit_seq", type_=sa.Integer),
-        sa.bindparam("audit_hash", type_=sa.String),
-        *(sa.bindparam(name, type_=postgresql.ARRAY(kind)) for name, kind in _ARRAYS.items()),
-    ]
     # The outcome and the reply go as JSON text, made rows by the function
     # (`json_populate_record`): the tables' own columns, whatever they are.
-    call = ", ".join(
-        f"CAST(:{b.key} AS json)" if b.key in ("outcome", "reply") else f":{b.key}" for b in binds
-    )
-    return (
-        sa.text(f"SELECT frontdesk_finish_turn({call}) AS held")
-        .bindparams(*binds)
-        .columns(sa.column("held", sa.Boolean))
+    return _function_call(
+        "frontdesk_finish_turn({call}) AS held",
+        _FINISH_ARGUMENTS,
+        [sa.column("held", sa.Boolean)],
+        as_json=("outcome", "reply"),
     )
 
 
@@ -276,12 +300,8 @@ def finish(
     params["blob_bodies"] = [b["body"] for b in blobs]
     for name, column in _EVENT_COLUMNS.items():
         params[name] = [e[column] for e in events]
-    try:
+    with _refusal_as_fallback():
         row = _FINISH.first(conn, params)
-    except DBAPIError as e:
-        if getattr(e.orig, "sqlstate", None) == FALLBACK:
-            raise Fallback(str(e.orig)) from None
-        raise
     return row is not None and bool(row["held"])
 
 

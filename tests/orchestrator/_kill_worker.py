@@ -9,6 +9,8 @@ Points:
     after_outcome   right after the outcome is stored
     in_response     when the response expert is called
     before_finish   when the reply is about to be written
+    between_steps   a message with two requests (`TWO`: a transfer and a bill paid), right
+                    after the first one's outcome is stored, before the second's handler
     none            no kill (the parent's healthy retry uses this module's pieces)
 """
 
@@ -31,6 +33,7 @@ from frontdesk.threads.store import FinishedTurn
 CONVERSATION = "kill"
 TEXT = "send 10 to bob"
 CLIENT_ID = "m-1"
+TWO = "send 10 to bob and pay the gas bill"
 
 
 class Transfer(BaseModel):
@@ -66,10 +69,15 @@ def orchestrator(url: str, folder: Path, point: str) -> Orchestrator:
         bank_transfer(folder, context.idempotency_key, request.amount, request.to)
         if point == "in_handler":
             die()
-        return Outcome(instruction=f"Tell the user {request.amount} went to {request.to}.")
+        return Outcome(
+            instruction=f"Tell the user {request.amount} went to {request.to} ({context.category})."
+        )
 
     def model(request: ModelRequest) -> Any:
         if request.expert == "triage":
+            said = str(request.messages[-1]["content"])
+            if "gas bill" in said:
+                return {"categories": ["TRANSFER", "BILL"], "reason": "money, twice"}
             return {"category": "TRANSFER", "reason": "money"}
         if request.expert == "request":
             return {"request": {"amount": 10, "to": "bob"}}
@@ -80,7 +88,8 @@ def orchestrator(url: str, folder: Path, point: str) -> Orchestrator:
     transfer = Category(
         name="TRANSFER", description="Sending money.", request=Transfer, handler=send
     )
-    orch = Orchestrator([transfer], model=FunctionModel(model), store=url, lock_ttl=1.0)
+    bill = Category(name="BILL", description="Paying a bill.", request=Transfer, handler=send)
+    orch = Orchestrator([transfer, bill], model=FunctionModel(model), store=url, lock_ttl=1.0)
     return orch
 
 
@@ -92,7 +101,7 @@ async def _main(url: str, point: str, folder: Path) -> None:
 
     async def save_then_die(*args: Any, **kwargs: Any) -> None:
         await save(*args, **kwargs)
-        if point == "after_outcome":
+        if point in ("after_outcome", "between_steps"):
             die()
 
     async def die_then_finish(*args: Any, **kwargs: Any) -> FinishedTurn:
@@ -102,7 +111,8 @@ async def _main(url: str, point: str, folder: Path) -> None:
 
     store.save_outcome = save_then_die  # type: ignore[method-assign]
     store.finish_turn = die_then_finish  # type: ignore[method-assign]
-    await orch.handle(CONVERSATION, TEXT, client_message_id=CLIENT_ID)
+    text = TWO if point == "between_steps" else TEXT
+    await orch.handle(CONVERSATION, text, client_message_id=CLIENT_ID)
     await orch.aclose()
 
 

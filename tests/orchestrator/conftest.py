@@ -36,6 +36,8 @@ class FakeTeam:
     """One FunctionModel answering for every expert, recording every request."""
 
     route: Callable[[ModelRequest], str] = lambda r: "OTHER"
+    triage: Callable[[ModelRequest], Any] | None = None
+    """The whole triage answer (several categories, a `Clarify`), in place of `route`'s."""
     extract: Callable[[ModelRequest], dict[str, Any]] = lambda r: {}
     summarise: Callable[[ModelRequest], str] = lambda r: "summary"
     calls: list[ModelRequest] = field(default_factory=list)
@@ -47,6 +49,8 @@ class FakeTeam:
     def __call__(self, request: ModelRequest) -> Any:
         self.calls.append(request)
         if request.expert == "triage":
+            if self.triage is not None:
+                return self.triage(request)
             return {"category": self.route(request), "reason": "test"}
         if request.expert == "request":
             return self.extract(request)
@@ -71,3 +75,12 @@ def team() -> FakeTeam:
 @pytest.fixture
 def db_url(tmp_path: Path) -> str:
     return f"sqlite:///{tmp_path / 'frontdesk.db'}"
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
+def any_url(request: pytest.FixtureRequest, db_url: str) -> str:
+    """The conversation database on each backend: a SQLite file, or a fresh PostgreSQL
+    database of this test's own (`fresh_pg_url`)."""
+    if request.param == "sqlite":
+        return db_url
+    return str(request.getfixturevalue("fresh_pg_url"))

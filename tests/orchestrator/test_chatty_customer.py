@@ -3,26 +3,11 @@ the scenario expects, on SQLite and PostgreSQL, and the thread stays pure."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 
 from frontdesk.examples.chatty_customer import run, scenario
-from tests._pg import create_database, drop_database
 
 pytestmark = pytest.mark.anyio
-
-
-@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
-def any_url(request: pytest.FixtureRequest, db_url: str) -> Iterator[str]:
-    if request.param == "sqlite":
-        yield db_url
-        return
-    url = create_database()
-    try:
-        yield url
-    finally:
-        drop_database(url)
 
 
 async def test_the_chatty_customer_scenario(any_url: str) -> None:

@@ -4,7 +4,6 @@ once, with the request they were asked about; and approved replies (`Outcome(rep
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 
@@ -15,23 +14,9 @@ from frontdesk import Category, HandlerContext, Orchestrator, Outcome
 from frontdesk.errors import ConfigError
 from frontdesk.examples import bank
 from frontdesk.orchestrator.confirmation import answer_of
-from tests._pg import create_database, drop_database
 from tests.orchestrator.conftest import FakeTeam
 
 pytestmark = pytest.mark.anyio
-
-
-@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
-def any_url(request: pytest.FixtureRequest, db_url: str) -> Iterator[str]:
-    """The conversation database on each backend."""
-    if request.param == "sqlite":
-        yield db_url
-        return
-    url = create_database()
-    try:
-        yield url
-    finally:
-        drop_database(url)
 
 
 class Transfer(BaseModel):

@@ -4,130 +4,29 @@ in progress answered without triage, a digression and back, a cancellation, a co
 
 from __future__ import annotations
 
-import dataclasses
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from pydantic import BaseModel, Field
 
-from frontdesk import Category, Clarify, HandlerContext, Orchestrator, Outcome
-from frontdesk.experts.providers import ModelRequest
-from tests._pg import create_database, drop_database
+from frontdesk import Clarify, HandlerContext, Orchestrator
+from tests.orchestrator._desk import (
+    Desk,
+    confirmed_transfer,
+    dispute_desk,
+    last_user,
+    two_requests,
+)
 from tests.orchestrator.conftest import FakeTeam
 
 pytestmark = pytest.mark.anyio
-
-
-@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
-def any_url(request: pytest.FixtureRequest, db_url: str) -> Iterator[str]:
-    """The conversation database on each backend."""
-    if request.param == "sqlite":
-        yield db_url
-        return
-    url = create_database()
-    try:
-        yield url
-    finally:
-        drop_database(url)
-
-
-class Freeze(BaseModel):
-    card: str = Field(default="debit", description="Which card.")
-
-
-class Balance(BaseModel):
-    account: str = Field(default="current", description="Which account.")
-
-
-class Dispute(BaseModel):
-    reason: str = Field(description="Why the charge is wrong.")
-    amount: int = Field(description="Pounds disputed.")
-
-
-@dataclasses.dataclass
-class Desk:
-    """A card desk whose handlers record every run (request, context)."""
-
-    ran: list[tuple[str, Any, HandlerContext]] = dataclasses.field(default_factory=list)
-
-    def handler(self, name: str) -> Any:
-        async def handle(request: Any, context: HandlerContext) -> Outcome:
-            self.ran.append((name, request, context))
-            return Outcome(instruction=f"Tell the customer {name} is done.")
-
-        return handle
-
-    def categories(self) -> list[Category]:
-        return [
-            Category(
-                name="CARD_FREEZE",
-                description="Freeze or block a card",
-                request=Freeze,
-                handler=self.handler("CARD_FREEZE"),
-            ),
-            Category(
-                name="BALANCE",
-                description="The balance of an account",
-                request=Balance,
-                handler=self.handler("BALANCE"),
-            ),
-            Category(
-                name="DISPUTE",
-                description="Dispute a charge on a bill",
-                request=Dispute,
-                handler=self.handler("DISPUTE"),
-            ),
-        ]
-
-
-def last_user(r: ModelRequest) -> str:
-    return [m["content"] for m in r.messages if m["role"] == "user"][-1]
-
-
-def dispute_team(team: FakeTeam) -> None:
-    """Triage: disputes for "charge", OTHER for a question; the request expert reads the
-    amount from the latest message only, the reason from any earlier one."""
-    team.route = lambda r: "OTHER" if "?" in last_user(r) else "DISPUTE"
-
-    def extract(r: ModelRequest) -> dict[str, Any]:
-        said = last_user(r)
-        if "£" in said:
-            amount = int(said.split("£", 1)[1].split()[0])
-            return {"request": {"reason": "never made those calls", "amount": amount}}
-        if "request in progress" in said and 'reason = "never made those calls"' in said:
-            if "carry on" in said:  # Resumed: the known fields come back in view.
-                return {
-                    "need_more_info": {"missing": ["amount"], "question": "How much?"},
-                    "known": {"reason": "never made those calls"},
-                }
-        return {
-            "need_more_info": {"missing": ["amount"], "question": "How much?"},
-            "known": {"reason": "never made those calls"},
-        }
-
-    team.extract = extract
 
 
 async def test_two_requests_in_one_message_run_both_handlers_once(
     team: FakeTeam, any_url: str
 ) -> None:
     desk = Desk()
-    team.route = lambda r: "CARD_FREEZE"
-    original = team.__call__
-
-    def answer(r: ModelRequest) -> Any:
-        if r.expert == "triage":
-            team.calls.append(r)
-            return {"categories": ["CARD_FREEZE", "BALANCE"], "reason": "two requests"}
-        if r.expert == "request":
-            team.calls.append(r)
-            return {"request": {}}
-        return original(r)
-
-    from frontdesk.experts.providers import FunctionModel
-
-    orch = Orchestrator(desk.categories(), model=FunctionModel(answer), store=any_url)
+    team.triage, team.extract = two_requests, lambda r: {"request": {}}
+    orch = Orchestrator(desk.categories(), model=team.model(), store=any_url)
     reply = await orch.handle("c", "Freeze my card and tell me my balance")
     again = await orch.handle("c", "Freeze my card and tell me my balance", client_message_id=None)
     await orch.aclose()
@@ -146,20 +45,8 @@ async def test_ask_mode_asks_which_first_and_the_answer_routes_without_triage(
     team: FakeTeam, db_url: str
 ) -> None:
     desk = Desk()
-    original = team.__call__
-
-    def answer(r: ModelRequest) -> Any:
-        if r.expert == "triage":
-            team.calls.append(r)
-            return {"categories": ["CARD_FREEZE", "BALANCE"], "reason": "two"}
-        return original(r)
-
-    team.extract = lambda r: {"request": {}}
-    from frontdesk.experts.providers import FunctionModel
-
-    orch = Orchestrator(
-        desk.categories(), model=FunctionModel(answer), store=db_url, multi_intent="ask"
-    )
+    team.triage, team.extract = two_requests, lambda r: {"request": {}}
+    orch = Orchestrator(desk.categories(), model=team.model(), store=db_url, multi_intent="ask")
     asked = await orch.handle("c", "Freeze my card and tell me my balance")
     assert desk.ran == [] and asked.clarify == ["CARD_FREEZE", "BALANCE"]
     triaged = len(team.of("triage"))
@@ -173,9 +60,7 @@ async def test_ask_mode_asks_which_first_and_the_answer_routes_without_triage(
 async def test_an_answer_to_the_missing_field_makes_no_triage_call(
     team: FakeTeam, any_url: str
 ) -> None:
-    desk = Desk()
-    dispute_team(team)
-    orch = Orchestrator(desk.categories(), model=team.model(), store=any_url)
+    desk, orch = dispute_desk(team, any_url)
     first = await orch.handle("c", "I want to dispute a charge: I never made those calls")
     assert first.pending == "DISPUTE" and desk.ran == []
     triaged = len(team.of("triage"))
@@ -203,9 +88,7 @@ async def orch_thread(url: str) -> list[str]:
 async def test_a_digression_then_carry_on_runs_with_the_fields_from_before(
     team: FakeTeam, any_url: str
 ) -> None:
-    desk = Desk()
-    dispute_team(team)
-    orch = Orchestrator(desk.categories(), model=team.model(), store=any_url)
+    desk, orch = dispute_desk(team, any_url)
     await orch.handle("c", "I want to dispute a charge: I never made those calls")
     aside = await orch.handle("c", "wait, what's your returns policy?")
     assert aside.category == "OTHER" and aside.pending == "DISPUTE"
@@ -223,9 +106,7 @@ async def test_a_digression_then_carry_on_runs_with_the_fields_from_before(
 
 
 async def test_cancel_clears_the_request_in_progress(team: FakeTeam, any_url: str) -> None:
-    desk = Desk()
-    dispute_team(team)
-    orch = Orchestrator(desk.categories(), model=team.model(), store=any_url)
+    desk, orch = dispute_desk(team, any_url)
     await orch.handle("c", "I want to dispute a charge: I never made those calls")
     calls = len(team.calls)
     cancelled = await orch.handle("c", "cancel")
@@ -238,9 +119,7 @@ async def test_cancel_clears_the_request_in_progress(team: FakeTeam, any_url: st
 
 
 async def test_a_correction_is_told_to_the_handler(team: FakeTeam, db_url: str) -> None:
-    desk = Desk()
-    dispute_team(team)
-    orch = Orchestrator(desk.categories(), model=team.model(), store=db_url)
+    desk, orch = dispute_desk(team, db_url)
     await orch.handle("c", "I want to dispute a charge: I never made those calls")
     team.extract = lambda r: {
         "need_more_info": {"missing": ["amount"], "question": "How much?"},
@@ -256,9 +135,7 @@ async def test_a_correction_is_told_to_the_handler(team: FakeTeam, db_url: str) 
 
 
 async def test_a_request_in_progress_expires(team: FakeTeam, db_url: str) -> None:
-    desk = Desk()
-    dispute_team(team)
-    orch = Orchestrator(desk.categories(), model=team.model(), store=db_url, pending_ttl=0.001)
+    desk, orch = dispute_desk(team, db_url, pending_ttl=0.001)
     await orch.handle("c", "I want to dispute a charge: I never made those calls")
     triaged = len(team.of("triage"))
     await orch.handle("c", "£12")
@@ -270,18 +147,9 @@ async def test_clarify_asks_and_the_answer_routes_without_triage(
     team: FakeTeam, db_url: str
 ) -> None:
     desk = Desk()
-    original = team.__call__
-
-    def answer(r: ModelRequest) -> Any:
-        if r.expert == "triage":
-            team.calls.append(r)
-            return Clarify(["CARD_FREEZE", "BALANCE"])
-        return original(r)
-
+    team.triage = lambda r: Clarify(["CARD_FREEZE", "BALANCE"])
     team.extract = lambda r: {"request": {}}
-    from frontdesk.experts.providers import FunctionModel
-
-    orch = Orchestrator(desk.categories(), model=FunctionModel(answer), store=db_url)
+    orch = Orchestrator(desk.categories(), model=team.model(), store=db_url)
     asked = await orch.handle("c", "my card")
     assert asked.clarify == ["CARD_FREEZE", "BALANCE"] and desk.ran == []
     instruction = team.of("response")[-1].messages[-1]["content"]
@@ -334,9 +202,7 @@ async def test_audit_replay_reproduces_the_routes_made_without_triage(
     from frontdesk.audit.transcript import build_transcript
     from frontdesk.devkit.replay import build_runner
 
-    desk = Desk()
-    dispute_team(team)
-    orch = Orchestrator(desk.categories(), model=team.model(), store=db_url)
+    desk, orch = dispute_desk(team, db_url)
     await orch.handle("c", "I want to dispute a charge: I never made those calls")
     await orch.handle("c", "wait, what's your returns policy?")
     await orch.handle("c", "Hoffwn i wybod balans fy nghyfrif cyfredol os gwelwch yn dda")
@@ -366,22 +232,7 @@ async def test_a_correction_during_a_confirmation_goes_through_the_same_path(
     team: FakeTeam, db_url: str
 ) -> None:
     ran: list[tuple[Any, HandlerContext]] = []
-
-    class Transfer(BaseModel):
-        amount: int
-        account_number: str
-
-    async def transfer(request: Transfer, context: HandlerContext) -> Outcome:
-        ran.append((request, context))
-        return Outcome(instruction="Say it was sent.")
-
-    category = Category(
-        name="TRANSFER",
-        description="Send money to another account",
-        request=Transfer,
-        handler=transfer,
-        confirm=True,
-    )
+    category = confirmed_transfer(ran)
     team.route = lambda r: "TRANSFER"
     team.extract = lambda r: {"request": {"amount": 5000, "account_number": "99998888"}}
     orch = Orchestrator([category], model=team.model(), store=db_url)

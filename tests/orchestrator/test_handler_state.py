@@ -3,7 +3,6 @@ shared by named categories; on SQLite and PostgreSQL."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any, Literal
 
 import pytest
@@ -14,15 +13,6 @@ from frontdesk.examples.potato_shop import build
 from tests.orchestrator.conftest import FakeTeam
 
 pytestmark = pytest.mark.anyio
-
-
-@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
-def any_url(request: pytest.FixtureRequest, db_url: str) -> Iterator[str]:
-    """The conversation database on each backend (PostgreSQL: a fresh database)."""
-    if request.param == "sqlite":
-        yield db_url
-        return
-    yield str(request.getfixturevalue("fresh_pg_url"))
 
 
 class Ask(BaseModel):

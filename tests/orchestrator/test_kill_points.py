@@ -70,3 +70,31 @@ async def test_a_kill_at_any_point_then_a_retry_moves_the_money_once(
     assert reply.category == "TRANSFER" and again.replayed
     assert again.message_id == reply.message_id
     assert [(m.role, m.failed) for m in transcript] == [("user", False), ("assistant", False)]
+
+
+async def test_a_kill_between_two_requests_then_a_retry_runs_each_handler_once(
+    backend_url: str, tmp_path: Path
+) -> None:
+    folder = tmp_path / "effects"
+    folder.mkdir()
+    run = await asyncio.to_thread(
+        subprocess.run,
+        [sys.executable, str(WORKER), backend_url, "between_steps", str(folder)],
+        cwd=REPO,
+        capture_output=True,
+        timeout=120,
+    )
+    assert run.returncode == -signal.SIGKILL, run.stderr.decode()[-2000:]
+    assert len((folder / "runs").read_text().split()) == 1  # The transfer, stored; no bill.
+
+    orch = worker.orchestrator(backend_url, folder, "none")
+    reply = await orch.handle(worker.CONVERSATION, worker.TWO, client_message_id=worker.CLIENT_ID)
+    again = await orch.handle(worker.CONVERSATION, worker.TWO, client_message_id=worker.CLIENT_ID)
+    await orch.aclose()
+
+    runs = (folder / "runs").read_text().split()
+    bank = (folder / "bank").read_text().split()
+    assert len(runs) == 2 == len(set(runs)) == len(bank)  # Each step once, its own key.
+    assert reply.categories == ["TRANSFER", "BILL"] and again.replayed
+    assert reply.outcome is not None
+    assert "(TRANSFER)" in reply.outcome.instruction and "(BILL)" in reply.outcome.instruction

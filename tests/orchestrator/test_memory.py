@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,7 +22,6 @@ from frontdesk.errors import MemoryNotFound, ModelAPIError
 from frontdesk.experts.providers import FunctionModel, ModelRequest
 from frontdesk.orchestrator.config import resolve_models
 from frontdesk.threads.budget import DEFAULT_BUDGETS, Budget
-from tests._pg import create_database, drop_database
 
 pytestmark = pytest.mark.anyio
 
@@ -78,18 +77,6 @@ class Team:
 
     def of(self, expert: str) -> list[ModelRequest]:
         return [c for c in self.calls if c.expert == expert]
-
-
-@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
-def any_url(request: pytest.FixtureRequest, db_url: str) -> Iterator[str]:
-    if request.param == "sqlite":
-        yield db_url
-        return
-    url = create_database()
-    try:
-        yield url
-    finally:
-        drop_database(url)
 
 
 def orchestrator(team: Team, url: str, **kwargs: Any) -> Orchestrator:

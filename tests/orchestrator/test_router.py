@@ -82,27 +82,25 @@ class FeeRequest(BaseModel):
     pass
 
 
-CARDS = Category(
-    name="CARDS",
-    description="A lost or stolen card",
-    examples=["I lost my card", "my card was stolen"],
-    request=CardRequest,
-    handler=freeze,
+def category(name: str, description: str, *examples: str, card: bool = False) -> Category:
+    """A category of the test's bank: the card one freezes a card, the others explain."""
+    request, handler = (CardRequest, freeze) if card else (FeeRequest, explain)
+    return Category(
+        name=name,
+        description=description,
+        examples=list(examples),
+        request=request,
+        handler=handler,
+    )
+
+
+CARDS = category(
+    "CARDS", "A lost or stolen card", "I lost my card", "my card was stolen", card=True
 )
-FEES = Category(
-    name="FEES",
-    description="Charges on the statement",
-    examples=["why was I charged this fee", "a fee on my statement"],
-    request=FeeRequest,
-    handler=explain,
+FEES = category(
+    "FEES", "Charges on the statement", "why was I charged this fee", "a fee on my statement"
 )
-TRANSFERS = Category(
-    name="TRANSFERS",
-    description="Sending money",
-    examples=["send a transfer", "my transfer has not arrived"],
-    request=FeeRequest,
-    handler=explain,
-)
+TRANSFERS = category("TRANSFERS", "Sending money", "send a transfer", "my transfer has not arrived")
 
 
 def team() -> FakeTeam:
@@ -119,13 +117,23 @@ def team() -> FakeTeam:
     return FakeTeam(route=lambda r: "FEES", extract=extract)
 
 
-def app(url: str, fake: FakeTeam, embedder: AxisEmbedder, **router: Any) -> Orchestrator:
+def app(
+    url: str | None,
+    fake: FakeTeam,
+    embedder: Any,
+    categories: Sequence[Category] = (CARDS, FEES, TRANSFERS),
+    **router: Any,
+) -> Orchestrator:
+    """The three categories behind a router over `embedder` (a spec or an object), at
+    threshold 0.8 and margin 0.1 unless `router` says otherwise; `url=None`: no store."""
+    router = {"threshold": 0.8, "margin": 0.1, **router}
+    store: dict[str, Any] = {"store": url} if url else {"audit": False, "knowledge": False}
     return Orchestrator(
-        [CARDS, FEES, TRANSFERS],
+        list(categories),
         model=fake.model(),
-        store=url,
         memory=False,
-        router=EmbeddingRouter(embedder, threshold=0.8, margin=0.1, **router),
+        router=EmbeddingRouter(embedder, **router),
+        **store,
     )
 
 
@@ -196,7 +204,7 @@ async def test_the_answer_to_the_bots_question_keeps_its_category_without_any_ca
         assert first.need_more_info is not None and first.routed_by == "router"
         embedded = len(embedder.texts)
         second = await orch.handle("c", "it ends 4321")
-        assert second.category == "CARDS" and second.routed_by == "triage"
+        assert second.category == "CARDS" and second.routed_by == "router"  # No triage call.
         assert second.request is not None and second.request.model_dump() == {"last4": "4321"}
         # The request in progress keeps it (orchestrator/pending.py): the request expert
         # reads the answer, with no embedding and no triage call.
@@ -220,21 +228,11 @@ async def test_the_category_vectors_are_kept_in_the_store_and_recomputed_when_th
     async with app(db_url, fake, fresh) as orch:  # Another process: the vectors are kept.
         await orch.handle("c2", "my card is lost")
     assert fresh.texts == ["my card is lost"]
-    changed = Category(
-        name="CARDS",
-        description=CARDS.description,
-        examples=[*CARDS.examples, "card swallowed by the machine"],
-        request=CardRequest,
-        handler=freeze,
+    changed = category(
+        "CARDS", CARDS.description, *CARDS.examples, "card swallowed by the machine", card=True
     )
     third = AxisEmbedder()
-    async with Orchestrator(
-        [changed, FEES, TRANSFERS],
-        model=fake.model(),
-        store=db_url,
-        memory=False,
-        router=EmbeddingRouter(third, threshold=0.8, margin=0.1),
-    ) as orch:
+    async with app(db_url, fake, third, [changed, FEES, TRANSFERS]) as orch:
         await orch.handle("c3", "my card is lost")
     assert third.texts == ["card swallowed by the machine", "my card is lost"]
 
@@ -276,12 +274,9 @@ async def test_an_openai_compatible_embeddings_endpoint_routes(
     db_url: str, wire: WireServer
 ) -> None:
     wire.embed = axes
-    fake = team()
-    router = EmbeddingRouter(f"openai:embed-test@{wire.url}/v1", threshold=0.8, margin=0.1)
-    assert router.embedder.name == f"openai:embed-test@{wire.url}/v1"
-    async with Orchestrator(
-        [CARDS, FEES, TRANSFERS], model=fake.model(), store=db_url, memory=False, router=router
-    ) as orch:
+    fake, spec = team(), f"openai:embed-test@{wire.url}/v1"
+    assert EmbeddingRouter(spec).embedder.name == spec
+    async with app(db_url, fake, spec) as orch:
         reply = await orch.handle("c", "my card is lost")
     assert reply.routed_by == "router" and reply.category == "CARDS"
     sent = [r.body["input"] for r in wire.requests_to(EMBEDDINGS_PATH)]
@@ -291,10 +286,7 @@ async def test_an_openai_compatible_embeddings_endpoint_routes(
 
 async def test_the_minilm_embedder_routes_a_plain_message(db_url: str) -> None:
     fake = team()
-    router = EmbeddingRouter("minilm", threshold=0.5, margin=0.05)
-    async with Orchestrator(
-        [CARDS, FEES, TRANSFERS], model=fake.model(), store=db_url, memory=False, router=router
-    ) as orch:
+    async with app(db_url, fake, "minilm", threshold=0.5, margin=0.05) as orch:
         reply = await orch.handle("c", "Someone stole my card yesterday")
         between = await orch.handle("c2", "hmm")
     assert reply.routed_by == "router" and reply.category == "CARDS"
@@ -378,14 +370,7 @@ async def test_77_categories_with_10_examples_fit_the_default_triage_allowance(
 
 async def test_eval_triage_with_a_router_reports_the_routed_share_and_the_curve() -> None:
     fake, embedder = team(), AxisEmbedder()
-    orch = Orchestrator(
-        [CARDS, FEES, TRANSFERS],
-        model=fake.model(),
-        audit=False,
-        memory=False,
-        knowledge=False,
-        router=EmbeddingRouter(embedder, threshold=0.8, margin=0.1),
-    )
+    orch = app(None, fake, embedder)
     rows = [
         TriageRow("my card is lost", "CARDS"),  # Routed, right.
         TriageRow("a transfer please", "TRANSFERS"),  # Routed, right.

@@ -4,7 +4,6 @@ usage, across orchestrators on one database, checked before any model call."""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator
 from datetime import timedelta
 
 import pytest
@@ -14,24 +13,11 @@ from frontdesk.errors import ConfigError, SpendLimitReached
 from frontdesk.examples.potato_shop import categories
 from frontdesk.experts.providers import FunctionModel, ModelRequest, ModelResponse, Usage
 from frontdesk.experts.providers.function import to_response
-from tests._pg import create_database, drop_database
 from tests.orchestrator.conftest import FakeTeam
 
 pytestmark = pytest.mark.anyio
 
 MODEL = "anthropic:claude-haiku-4-5"
-
-
-@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
-def any_url(request: pytest.FixtureRequest, db_url: str) -> Iterator[str]:
-    if request.param == "sqlite":
-        yield db_url
-        return
-    url = create_database()
-    try:
-        yield url
-    finally:
-        drop_database(url)
 
 
 def costly(team: FakeTeam) -> FunctionModel:

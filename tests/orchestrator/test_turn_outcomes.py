@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -15,23 +14,9 @@ from frontdesk.experts.providers import FunctionModel, ModelRequest
 from frontdesk.orchestrator import Orchestrator, Reply, TurnFailed
 from frontdesk.orchestrator.fallbacks import plain_reply
 from frontdesk.orchestrator.turn import idempotency_key
-from tests._pg import create_database, drop_database
 from tests.orchestrator.conftest import FakeTeam
 
 pytestmark = pytest.mark.anyio
-
-
-@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
-def any_url(request: pytest.FixtureRequest, db_url: str) -> Iterator[str]:
-    """The conversation database on each backend."""
-    if request.param == "sqlite":
-        yield db_url
-        return
-    url = create_database()
-    try:
-        yield url
-    finally:
-        drop_database(url)
 
 
 def confirmed_order(team: FakeTeam) -> None:
