@@ -10,7 +10,9 @@
   PostgreSQL with `--messages` messages already in the store (default 10 million: 1 million
   conversations of 10 alternating messages, 100,000 users, generated in SQL with
   `generate_series` in a database of its own, dropped afterwards), against the same turn on
-  an empty database, alternating rounds.
+  an empty database, alternating rounds. `--keep-db NAME` generates them in a database of
+  that name and keeps it; `--reuse-db NAME` measures against it later without generating
+  (generation takes about half an hour).
 - `sse`: `--clients` (default 1,000) concurrent clients, each its own connection, each
   sending one message with `Accept: text/event-stream` to `frontdesk serve --workers 2`
   (PostgreSQL, instant models): the serving processes' resident memory before and with
@@ -20,7 +22,8 @@
   client sends again after Retry-After.
 
     nice -n 10 python -m benchmarks.scale [--parts knowledge,memory,store,sse]
-        [--messages 10000000] [--clients 1000] [--retries 0] [--pg URL | --no-pg]
+        [--messages 10000000] [--keep-db NAME | --reuse-db NAME] [--clients 1000]
+        [--retries 0] [--pg URL | --no-pg]
 """
 
 from __future__ import annotations
@@ -42,7 +45,9 @@ from typing import Any
 
 import asyncpg  # type: ignore[import-untyped]
 import httpx
+import sqlalchemy as sa
 from sqlalchemy.engine import make_url
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from benchmarks import knowledge as kb
 from benchmarks import memory as mem
@@ -83,10 +88,20 @@ async def knowledge(url_for: Callable[[str], Any], sizes: list[int]) -> dict[int
             try:
                 store = KnowledgeStore(conversations.engine)
                 await kb._seed(store, kb._synthetic(size, pages))
+                await _analyze(conversations.engine, "knowledge_passage")
                 out[size] = await kb.lookup_ms(FullTextPassageRetriever(store), questions)
             finally:
                 await conversations.aclose()
     return out
+
+
+async def _analyze(engine: AsyncEngine, table: str) -> None:
+    """On PostgreSQL, the planner's statistics of `table` after a bulk load (what autovacuum
+    does within a minute of one): without them it reads a whole table's index to find a
+    handful of rows."""
+    if engine.dialect.name == "postgresql":
+        async with engine.begin() as conn:
+            await conn.execute(sa.text(f"ANALYZE {table}"))
 
 
 async def memory(url_for: Callable[[str], Any], sizes: list[int]) -> dict[int, float]:
@@ -98,6 +113,7 @@ async def memory(url_for: Callable[[str], Any], sizes: list[int]) -> dict[int, f
             await orch.open()
             try:
                 await mem._seed(orch, size)
+                await _analyze(orch.store.engine, "memory")
                 for q in mem.QUESTIONS:  # Warm-up.
                     await orch.memory.recall(mem.USER, q)
                 times = []
@@ -187,17 +203,60 @@ async def _size(url: str) -> dict[str, Any]:
         await conn.close()
 
 
-async def store(server: str, messages: int, rounds: int) -> dict[str, Any]:
-    """Turn 10 (ms) on an empty database and on one holding `messages` messages."""
-    async with pg_database(server) as empty, pg_database(server) as full:
+@contextlib.asynccontextmanager
+async def _full_database(
+    server: str, keep: str | None, reuse: str | None
+) -> AsyncIterator[tuple[str, bool]]:
+    """The database that holds the generated messages, and whether it still needs filling:
+    a fresh one dropped afterwards; `keep`: a new database of that name, left in place;
+    `reuse`: an existing one (filled by an earlier `--keep-db`), left in place."""
+    if keep is None and reuse is None:
+        async with pg_database(server) as url:
+            yield url, True
+        return
+    name = keep if keep is not None else reuse
+    assert name is not None
+    admin = await asyncpg.connect(_admin_dsn(server))
+    try:
+        exists = await admin.fetchval("SELECT 1 FROM pg_database WHERE datname = $1", name)
+        if keep is not None:
+            if exists:
+                raise SystemExit(
+                    f"database {name!r} already exists: measure it with --reuse-db {name},"
+                    " or keep the new one under another name"
+                )
+            await admin.execute(f'CREATE DATABASE "{name}"')
+        elif not exists:
+            raise SystemExit(f"no database {name!r} to reuse: create it with --keep-db {name}")
+    finally:
+        await admin.close()
+    yield (
+        make_url(server).set(database=name).render_as_string(hide_password=False),
+        keep is not None,
+    )
+
+
+async def store(
+    server: str,
+    messages: int,
+    rounds: int,
+    *,
+    keep: str | None = None,
+    reuse: str | None = None,
+) -> dict[str, Any]:
+    """Turn 10 (ms) on an empty database and on one holding `messages` messages (`keep`:
+    generate them in a database of that name and leave it; `reuse`: measure the messages
+    already in that database, generating none)."""
+    async with pg_database(server) as empty, _full_database(server, keep, reuse) as (full, new):
         for url in (empty, full):  # The schema (the first open migrates).
             await _turn_ms(url, "schema", turns=1)
-        seconds = await fill(full, messages)
+        seconds = await fill(full, messages) if new else None
         size = await _size(full)
         times: dict[str, list[float]] = {"empty": [], "full": []}
+        run = secrets.token_hex(3)  # A reused database keeps the earlier runs' conversations.
         for r in range(rounds):
             for name, url in (("empty", empty), ("full", full)):
-                times[name] += await _turn_ms(url, f"{name}-{r}")
+                times[name] += await _turn_ms(url, f"{name}-{run}-{r}")
         plans = await _plans(full)
     return {
         "fill_s": seconds,
@@ -418,11 +477,12 @@ def report(figures: dict[str, Any]) -> str:
                 lines.append(f"| {label} | {int(size):,} | {backend} | {ms:.2f} ms |")
     if "store" in figures:
         s = figures["store"]
+        filled = "reused" if s["fill_s"] is None else f"filled in {s['fill_s']:.0f} s"
         lines.append(f"| turn 10, empty store | 0 | PostgreSQL | {s['empty_ms']:.2f} ms |")
         lines.append(
             f"| turn 10, full store | {s['messages']:,} messages ({s['db_gb']:.1f} GB) |"
             f" PostgreSQL | {s['full_ms']:.2f} ms ({s['full_ms'] / s['empty_ms']:.2f}x;"
-            f" filled in {s['fill_s']:.0f} s) |"
+            f" {filled}) |"
         )
     if "sse" in figures:
         e = figures["sse"]
@@ -451,6 +511,17 @@ def main(argv: list[str] | None = None) -> None:
         "--retries", type=int, default=0, help="sse: resend after a 503's Retry-After"
     )
     parser.add_argument("--rounds", type=int, default=3)
+    names = parser.add_mutually_exclusive_group()
+    names.add_argument(
+        "--keep-db",
+        metavar="NAME",
+        help="store: generate the messages in a new database NAME and keep it afterwards",
+    )
+    names.add_argument(
+        "--reuse-db",
+        metavar="NAME",
+        help="store: measure against database NAME (kept by --keep-db) without generating",
+    )
     parser.add_argument("--knowledge-sizes", default="1000,10000,100000")
     parser.add_argument("--memory-sizes", default="100,1000,10000")
     parser.add_argument("--pg", default=os.environ.get("FRONTDESK_BENCH_PG_URL", PG_DEFAULT))
@@ -487,7 +558,9 @@ def main(argv: list[str] | None = None) -> None:
                 figures[part] = {name: asyncio.run(run(u, counts)) for name, u in backends}
                 print(report({part: figures[part]}), flush=True)
     if "store" in parts and pg is not None:
-        figures["store"] = asyncio.run(store(pg, args.messages, args.rounds))
+        figures["store"] = asyncio.run(
+            store(pg, args.messages, args.rounds, keep=args.keep_db, reuse=args.reuse_db)
+        )
         print(report({"store": figures["store"]}), json.dumps(figures["store"]["plans"]))
     if "sse" in parts and pg is not None:
         figures["sse"] = sse(pg, args.clients, args.retries)

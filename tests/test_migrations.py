@@ -1152,3 +1152,27 @@ async def test_0030_gives_facts_and_passages_a_profile_and_takes_it_back(empty_u
     finally:
         await engine.dispose()
     assert "profile" in await _columns(empty_url, "knowledge_passage")
+
+
+@pytest.mark.anyio
+async def test_0035_indexes_a_users_newest_facts_on_postgresql_and_takes_it_back(
+    empty_url: str,
+) -> None:
+    def memory_indexes(conn: sa.Connection) -> set[str]:
+        return {str(i["name"]) for i in sa.inspect(conn).get_indexes("memory")}
+
+    engine = create_engine(empty_url)
+    try:
+        postgresql = engine.dialect.name == "postgresql"
+        await upgrade_schema(engine, "0035_memory_newest")
+        async with engine.connect() as conn:
+            upgraded = await conn.run_sync(memory_indexes)
+        await _downgrade_to(empty_url, _before("0035_memory_newest"))
+        async with engine.connect() as conn:
+            downgraded = await conn.run_sync(memory_indexes)
+    finally:
+        await engine.dispose()
+    # SQLite's `ix_memory_user_current` already ends with the rowid: nothing to add there.
+    assert ("ix_memory_user_newest" in upgraded) is postgresql
+    assert "ix_memory_user_current" in upgraded
+    assert upgraded - downgraded == ({"ix_memory_user_newest"} if postgresql else set())

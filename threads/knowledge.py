@@ -24,6 +24,7 @@ business's documents.
 from __future__ import annotations
 
 import array
+import functools
 import hashlib
 import re
 from collections.abc import Iterable, Mapping, Sequence
@@ -44,6 +45,7 @@ from frontdesk.threads.models import DEFAULT_PROFILE, UTCDateTime, utcnow
 
 __all__ = [
     "MAX_SEARCH_LIMIT",
+    "PASSAGES_RANKED",
     "FullTextPassageRetriever",
     "KnowledgeStore",
     "Passage",
@@ -236,35 +238,68 @@ class FullTextPassageRetriever:
         words = query_words(query)
         if not words or limit <= 0:
             return []
-        query = match_query(words, conn.dialect.name)
-        params = {"query": query, "limit": limit, "library": self.store.library}
-        rows = _MATCHES.rows(conn, params)
+        dialect = conn.dialect.name
+        params = {
+            "query": match_query(words, dialect),
+            "every": match_query(words, dialect, every=True),
+            "limit": limit,
+            "library": self.store.library,
+        }
+        rows = _matches(PASSAGES_RANKED).rows(conn, params)
         return [_passage(row, score=float(row["score"])) for row in rows]
 
 
-def _ranking(dialect: str) -> sa.TextClause:
-    """The best `:limit` matches of `:query` (any of its words), best first, scored
-    higher-is-better."""
+PASSAGES_RANKED = 200
+"""How many of the passages matching all of a question's words, and how many of those
+matching any of them, are ranked (each, in the index's order). Ranking every match costs a
+lookup time linear in the library's size once common words ("card", "account") match a
+fixed share of it; a library this size or smaller has every match ranked, as before."""
+
+
+def _ranking(dialect: str, cap: int) -> sa.TextClause:
+    """The best `:limit` of the candidates, best first, scored higher-is-better: at most
+    `cap` passages matching `:every` (all the words) and `cap` matching `:query` (any),
+    each scored against `:query` (so a passage in both has one score).
+
+    `cap` is written into the SQL: PostgreSQL's generic plan of a prepared statement, not
+    knowing a bound LIMIT, would scan the table instead of the GIN index."""
     columns = ", ".join(f"p.{c.name}" for c in _COLUMNS)
     if dialect == "postgresql":
-        return sa.text(
-            f"SELECT {columns}, ts_rank(p.tsv, q) AS score"
-            " FROM knowledge_passage p, to_tsquery('english', :query) q"
-            " WHERE p.tsv @@ q AND p.profile = :library"
-            " ORDER BY score DESC, p.source, p.position LIMIT :limit"
+        # The GIN index finds the matches; the LIMITs stop reading their rows (and
+        # `ts_rank`, which reads a row's `tsvector`, runs on the candidates only).
+        candidates = (
+            f"SELECT {columns}, p.position, ts_rank(p.tsv, q) AS score"
+            " FROM to_tsquery('english', :query) q, to_tsquery('english', :{}) a,"
+            " knowledge_passage p"
+            f" WHERE p.tsv @@ a AND p.profile = :library LIMIT {cap:d}"
         )
-    # bm25 is lower for a better match; the title (column 0) weighs twice the text.
+        return sa.text(
+            f"({candidates.format('every')}) UNION ({candidates.format('query')})"
+            " ORDER BY score DESC, source, position LIMIT :limit"
+        )
+    # FTS5 reads its matches in rowid order, so a LIMIT on that order stops the scan and
+    # bm25 (lower for a better match; the title, column 0, weighs twice the text) is
+    # computed for the candidates only.
+    candidates = (
+        "SELECT * FROM (SELECT knowledge_fts.rowid AS seq, bm25(knowledge_fts, 2.0, 1.0)"
+        " AS rank FROM knowledge_fts JOIN knowledge_passage p ON p.seq = knowledge_fts.rowid"
+        " WHERE knowledge_fts MATCH :{} AND p.profile = :library"
+        f" ORDER BY knowledge_fts.rowid DESC LIMIT {cap:d})"
+    )
     return sa.text(
-        f"SELECT {columns}, -bm25(knowledge_fts, 2.0, 1.0) AS score FROM knowledge_fts"
-        " JOIN knowledge_passage p ON p.seq = knowledge_fts.rowid"
-        " WHERE knowledge_fts MATCH :query AND p.profile = :library"
-        " ORDER BY bm25(knowledge_fts, 2.0, 1.0), p.source, p.position LIMIT :limit"
+        f"SELECT {columns}, -c.rank AS score FROM (SELECT seq, min(rank) AS rank FROM"
+        f" ({candidates.format('every')} UNION ALL {candidates.format('query')})"
+        " GROUP BY seq) c JOIN knowledge_passage p ON p.seq = c.seq"
+        " ORDER BY c.rank, p.source, p.position LIMIT :limit"
     )
 
 
-# Built once, and run on the SQLite writer's driver in a turn's first transaction (the
-# lookup is in every turn of an app with knowledge): see `frontdesk._driver.Statement`.
-_MATCHES = Statement(_ranking("sqlite"), postgresql=_ranking("postgresql"))
+@functools.cache
+def _matches(cap: int) -> Statement:
+    """The lookup for `cap` candidates of each kind, built once, and run on the SQLite
+    writer's driver in a turn's first transaction (the lookup is in every turn of an app
+    with knowledge): see `frontdesk._driver.Statement`."""
+    return Statement(_ranking("sqlite", cap), postgresql=_ranking("postgresql", cap))
 
 
 def _passage(row: RowMapping | Mapping[str, Any], *, score: float = 0.0) -> Passage:

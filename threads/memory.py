@@ -101,8 +101,11 @@ _STOP = frozenset(
 _WORD = re.compile(r"[^\W_]+(?:'[^\W_]+)?")
 MAX_QUERY_WORDS = 32
 MATCHES_SCORED = 200
-"""On SQLite, of the facts a turn's words match, the newest this many are ranked by
-relevance (so a lookup costs about the same for 1,000 facts and for 100,000)."""
+"""Of the facts a turn's words match, the newest this many are ranked by relevance (so a
+lookup costs about the same for 1,000 facts and for 100,000)."""
+FACTS_SEARCHED = 1_000
+"""On PostgreSQL, the words are matched in the user's newest this many current facts (read
+in the order of the index `ix_memory_user_newest`, and no further): a customer has tens."""
 
 
 def query_words(text: str) -> list[str]:
@@ -117,12 +120,13 @@ def query_words(text: str) -> list[str]:
     return list(seen)
 
 
-def match_query(words: Sequence[str], dialect: str) -> str:
-    """`words` as the full-text query that matches any of them: a `to_tsquery` text on
-    PostgreSQL, an FTS5 `MATCH` of quoted terms on SQLite (a quote in a word doubled)."""
+def match_query(words: Sequence[str], dialect: str, *, every: bool = False) -> str:
+    """`words` as the full-text query that matches any of them (all of them with `every`):
+    a `to_tsquery` text on PostgreSQL, an FTS5 `MATCH` of quoted terms on SQLite (a quote
+    in a word doubled)."""
     if dialect == "postgresql":
-        return " | ".join(words)
-    return " OR ".join('"' + w.replace('"', '""') + '"' for w in words)
+        return (" & " if every else " | ").join(words)
+    return (" AND " if every else " OR ").join('"' + w.replace('"', '""') + '"' for w in words)
 
 
 def _memory(row: RowMapping | Mapping[str, Any]) -> Memory:
@@ -224,7 +228,6 @@ class FullTextRetriever:
             "user_id": user_id,
             "profile": self.profile,
             "limit": limit,
-            "cap": MATCHES_SCORED,
         }
         if words:
             params["query"] = match_query(words, conn.dialect.name)
@@ -256,17 +259,22 @@ def _ranking(dialect: str, *, words: bool) -> sa.TextualSelect:
         sql = f"{recent}{newest} LIMIT :limit"
     else:
         if dialect == "postgresql":
+            # The newest matches among the user's newest facts are ranked: the index read
+            # backwards stops there. The numbers are in the SQL: a prepared statement's
+            # generic plan, not knowing them, would read and sort every fact of the user.
             matches = (
-                f"SELECT {columns}, 0 AS part, ts_rank(m.tsv, q) AS score"
-                f" FROM memory m, to_tsquery('english', :query) q WHERE {current} AND m.tsv @@ q"
-                " ORDER BY score DESC, m.updated_at DESC LIMIT :limit"
+                f"SELECT * FROM (SELECT {columns}, 0 AS part, ts_rank(m.tsv, q) AS score"
+                f" FROM (SELECT * FROM memory m WHERE {current}{newest}"
+                f" LIMIT {FACTS_SEARCHED:d}) m, to_tsquery('english', :query) q"
+                f" WHERE m.tsv @@ q{newest} LIMIT {MATCHES_SCORED:d}) m"
+                " ORDER BY m.score DESC, m.updated_at DESC LIMIT :limit"
             )
-        else:  # bm25 is lower for better; the newest `:cap` matches are ranked.
+        else:  # bm25 is lower for better; the newest `MATCHES_SCORED` matches are ranked.
             matches = (
                 f"SELECT * FROM (SELECT {columns}, 0 AS part, bm25(memory_fts) AS score"
                 " FROM memory_fts JOIN memory m ON m.seq = memory_fts.rowid"
                 f" WHERE memory_fts MATCH :query AND {current}"
-                " ORDER BY memory_fts.rowid DESC LIMIT :cap) m"
+                f" ORDER BY memory_fts.rowid DESC LIMIT {MATCHES_SCORED:d}) m"
                 " ORDER BY m.score, m.updated_at DESC LIMIT :limit"
             )
         sql = (

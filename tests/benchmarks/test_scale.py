@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -48,3 +49,27 @@ def test_the_store_is_filled_in_sql_with_threads_a_turn_can_read(fresh_pg_url: s
     assert messages == 2_000 + 2  # The generated ones, and the schema turn's two.
     assert chained == 1_800 + 1  # Each generated thread is a chain of 10.
     assert len(times) == 1
+
+
+@pytest.mark.postgres
+def test_a_kept_store_is_measured_again_without_generating_it() -> None:
+    from sqlalchemy.engine import make_url
+
+    from benchmarks.scale import store
+    from tests._pg import PG_URL, drop_database
+
+    name = f"fd_test_keep_{uuid.uuid4().hex[:12]}"
+    kept = make_url(PG_URL).set(database=name).render_as_string(hide_password=False)
+    try:
+        first = asyncio.run(store(PG_URL, 200, 1, keep=name))
+        assert first["fill_s"] is not None and first["messages"] >= 200
+        with pytest.raises(SystemExit, match="already exists"):
+            asyncio.run(store(PG_URL, 200, 1, keep=name))
+        again = asyncio.run(store(PG_URL, 200, 1, reuse=name))
+        # Nothing generated: the kept messages, and the first run's own turns, are there.
+        assert again["fill_s"] is None and again["messages"] > first["messages"]
+        assert "reused" in report({"store": again})
+    finally:
+        drop_database(kept)
+    with pytest.raises(SystemExit, match="no database"):
+        asyncio.run(store(PG_URL, 200, 1, reuse=name))

@@ -10,6 +10,7 @@ import sqlalchemy as sa
 
 from frontdesk.errors import InvalidInput
 from frontdesk.knowledge import MAX_PASSAGE_CHARS
+from frontdesk.threads import knowledge
 from frontdesk.threads.knowledge import (
     FullTextPassageRetriever,
     KnowledgeStore,
@@ -128,6 +129,23 @@ async def test_search_ranks_the_matching_passage_first(store: KnowledgeStore) ->
     assert [p.title for p in stolen] == ["Card replacement"]
     assert await retriever.retrieve("the of and", limit=5) == []
     assert await retriever.retrieve('"; DROP TABLE knowledge_passage; --', limit=5) == []
+
+
+async def test_a_common_word_ranks_a_bounded_set_and_keeps_the_passage_with_every_word(
+    store: KnowledgeStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await store.add("help/abroad.md", "## Card abroad\nPaying by card abroad costs no fee.")
+    cards = "".join(f"## Card {n}\nCard {n} is one of our card designs.\n\n" for n in range(6))
+    await store.add("help/cards.md", cards)  # Newer: first in the index's order.
+    retriever = FullTextPassageRetriever(store)
+    everything = await retriever.retrieve("card abroad", limit=10)
+    assert len(everything) == 7 and everything[0].title == "Card abroad"
+
+    monkeypatch.setattr(knowledge, "PASSAGES_RANKED", 2)
+    bounded = await retriever.retrieve("card abroad", limit=10)
+    # At most 2 of those with any word, and the one with every word (of at most 2).
+    assert 2 <= len(bounded) <= 3
+    assert bounded[0].title == "Card abroad" and bounded[0].score == everything[0].score
 
 
 async def test_remove_deletes_the_source_and_its_index_entries(store: KnowledgeStore) -> None:
