@@ -34,8 +34,9 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def trace_one_turn(tree: Path) -> dict[str, int]:
-    """In this process (run with `tree` first on the path): the counts of one warm turn."""
+def trace_one_turn(tree: Path, listing: bool = False) -> dict[str, int]:
+    """In this process (run with `tree` first on the path): the counts of one warm turn;
+    with `listing`, also print (to stderr) each file it enters and that file's functions."""
     from frontdesk.examples.potato_shop import build
 
     prefix = str(tree / "frontdesk")
@@ -67,6 +68,12 @@ def trace_one_turn(tree: Path) -> dict[str, int]:
             sys.setprofile(None)
             threading.setprofile(None)
     switches = sum(1 for a, b in zip(seen, seen[1:], strict=False) if a[0] != b[0])
+    if listing:
+        functions: dict[str, set[str]] = {}
+        for file, function in seen:
+            functions.setdefault(os.path.relpath(file, tree), set()).add(function)
+        for file, names in sorted(functions.items()):
+            print(f"{file} ({len(names)}): {', '.join(sorted(names))}", file=sys.stderr)
     return {
         **facade(tree),
         "files": len({file for file, _ in seen}),
@@ -91,15 +98,17 @@ def facade(tree: Path) -> dict[str, int]:
     return {"init_parameters": parameters, "public_names": len(names), "orchestrator_lines": lines}
 
 
-def measure(tree: Path) -> dict[str, int]:
+def measure(tree: Path, listing: bool = False) -> dict[str, int]:
     """`trace_one_turn` in a fresh interpreter whose `frontdesk` is `tree`'s."""
     env = {**os.environ, "PYTHONPATH": str(tree)}
     out = subprocess.run(
-        [sys.executable, str(Path(__file__).resolve()), "--trace", str(tree)],
+        [sys.executable, str(Path(__file__).resolve()), "--trace", str(tree)]
+        + (["--list"] if listing else []),
         cwd=tree,
         env=env,
         check=True,
-        capture_output=True,
+        stdout=subprocess.PIPE,
+        stderr=None if listing else subprocess.PIPE,
         text=True,
     ).stdout
     counts: dict[str, int] = json.loads(out.strip().splitlines()[-1])
@@ -110,9 +119,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("bases", nargs="*", help="the commits to compare with")
     parser.add_argument("--trace", type=Path, help=argparse.SUPPRESS)
+    # Prints each file one warm turn enters, with its functions (to stderr).
+    parser.add_argument("--list", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.trace is not None:
-        print(json.dumps(trace_one_turn(args.trace)))
+        print(json.dumps(trace_one_turn(args.trace, args.list)))
         return
     from benchmarks.ab import link_tree
 
@@ -128,8 +139,13 @@ def main() -> None:
             archive_path.write_bytes(archive)
             with tarfile.open(archive_path) as tar:
                 tar.extractall(source, filter="data")
-            rows[base] = measure(link_tree(source, Path(folder) / f"base-{i}-tree"))
-        rows["work tree"] = measure(link_tree(ROOT, Path(folder) / "tree"))
+            tree = link_tree(source, Path(folder) / f"base-{i}-tree")
+            if args.list:
+                print(f"## {base}", file=sys.stderr)
+            rows[base] = measure(tree, args.list)
+        if args.list:
+            print("## work tree", file=sys.stderr)
+        rows["work tree"] = measure(link_tree(ROOT, Path(folder) / "tree"), args.list)
     print("| | " + " | ".join(rows) + " |")
     print("|---|" + "---|" * len(rows))
     figures = ("init_parameters", "public_names", "orchestrator_lines")

@@ -7,6 +7,7 @@ Each call is one `chat {model}` span and one count of the GenAI metrics
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
@@ -84,6 +85,13 @@ class ExpertCall:
     prompt: RenderedPrompt
     settings: ModelSettings
 
+    @functools.cached_property
+    def prompt_ref(self) -> PromptRef:
+        """The system prompt as the audit log names it, hashed once (not per request)."""
+        return PromptRef(
+            name=self.prompt.name, version=self.prompt.version, sha256=self.prompt.sha256
+        )
+
     def build(
         self,
         messages: Sequence[Message],
@@ -105,9 +113,7 @@ class ExpertCall:
             messages=with_memory(messages, memory),
             output_type=output_type,
             settings=self.settings,
-            prompt=PromptRef(
-                name=self.prompt.name, version=self.prompt.version, sha256=self.prompt.sha256
-            ),
+            prompt=self.prompt_ref,
             cache_prefix_messages=cache_prefix_messages,
             metadata=dict(metadata or {}),
             memory=memory.text if memory is not None else "",

@@ -217,8 +217,9 @@ class TriageExpert:
     def for_message(self, text: str, candidates: Sequence[str] = ()) -> TriageExpert:
         """This expert with the prompt and output type for the message `text`: only
         `candidates` (a router's) when given; else every category, with the examples
-        nearest `text` when they do not all fit; itself when they do."""
-        if self.shortlist is None:
+        nearest `text` when they do not all fit; itself when they do (known since the
+        shortlist was built: no work per message)."""
+        if self.shortlist is None or (not candidates and self.shortlist.whole_fits):
             return self
         if candidates:
             picked = self.shortlist.for_candidates(candidates, text)

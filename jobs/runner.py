@@ -272,6 +272,12 @@ class Jobs:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._quiet.wait(), left)
 
+    @property
+    def unsettled(self) -> bool:
+        """Whether some job this process recorded may still hold a turn back (`settle`):
+        when none does, a turn need not even name its user's lock."""
+        return self.mode == "inline" and bool(self._settled)
+
     async def settle(self, lock: str, within: float = SETTLE_WAIT) -> None:
         """Wait, at most `within` seconds, for the jobs of `lock` this process recorded (so
         a fact said in one turn is usually known in the next).

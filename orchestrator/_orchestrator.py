@@ -497,7 +497,10 @@ class Orchestrator:
             knowledge=library if profile.knowledge else None,
             past=self._past if profile.memory and profile.past_conversations else None,
             profile=name,
-            secrets=secrets,
+            # A turn of requests with no rule that changes a value has no ruled-value step.
+            secrets=secrets
+            if secrets.change_any(c.request for c in profile.categories if c.request)
+            else None,
             variants=w.variants,
             confirm_ttl=profile.confirm_window,
             screen=profile.screen,

@@ -94,7 +94,8 @@ class Pipeline:
     handler_errors: handler_errors.HandlerErrors = "reply"
     """A handler's failure: the apology (`reply`) or `HandlerFailed` (`raise`)."""
     secrets: Secrets | None = None
-    """Ruled request values (`Redact`): shown as their rules say, scrubbed from what is kept."""
+    """Ruled request values (`Redact`): shown as their rules say, scrubbed from what is kept
+    (`None`: no category's request has a rule that changes a value)."""
     variants: Mapping[str, tuple[TriageExpert, ResponseExpert]] = dataclasses.field(
         default_factory=dict
     )

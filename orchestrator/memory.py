@@ -363,7 +363,7 @@ class Memories:
         return 0
 
     async def _settle(self, user_id: str) -> None:
-        if self.jobs is not None:  # Bounded: the wait ends, the memory job goes on.
+        if self.jobs is not None and self.jobs.unsettled:  # Bounded: the job goes on.
             await self.jobs.settle(self.refs.job_lock("memory_lock", user_id), SETTLE_WAIT)
 
     async def learn(

@@ -73,7 +73,8 @@ def before_of(flow: Mapping[str, Any] | None) -> tuple[InProgress | None, tuple[
     if not flow:
         return None, (), False
     clarify = tuple(flow.get("clarify") or ())
-    return pending.carried(flow), clarify, bool(flow.get("ask_order"))
+    in_progress = pending.carried(flow) if flow.get("pending") else None
+    return in_progress, clarify, bool(flow.get("ask_order"))
 
 
 async def route(
@@ -143,7 +144,9 @@ async def route(
     # The request expert already ran for the request in progress: no guess beside triage.
     triaged = await triage(kept is None)
     recorder.note("triage", category=triaged.category, reason=triaged.reason)
-    listed = multi_intent.handled(triaged.categories or (triaged.category,), categories)
+    named = triaged.categories or (triaged.category,)
+    # One category is taken as it is: only several are ordered or pruned (multi_intent.py).
+    listed = named if len(named) == 1 else multi_intent.handled(named, categories)
     common = {
         "reason": triaged.reason,
         "how": "triage" if not triaged.clarify else "clarify",

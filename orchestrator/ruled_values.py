@@ -21,7 +21,7 @@ views and exports of any conversation of that user.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -68,6 +68,14 @@ class Secrets:
     def key(self) -> bytes:
         """The installation key digests are made with."""
         return ruled_key(self.redactor.policy.secret)
+
+    def change_any(self, models: Iterable[type[BaseModel]]) -> bool:
+        """Whether a request of one of `models` may carry a value its rules change (any
+        rule but `keep`, or one of the policy's own `fields`): without one, a turn has no
+        ruled value to show, hold or scrub (the orchestrator decides it at open)."""
+        if self.redactor.policy.fields:
+            return True
+        return any(rule != "keep" for model in models for rule in field_rules(model).values())
 
     def rules(self, request: BaseModel | None) -> Mapping[str, Rule]:
         """The rules of `request`'s model, with the policy's own `fields` (empty: none)."""

@@ -465,7 +465,9 @@ async def _awaiting(p: Pipeline, s: Started, t: Turn) -> Turn:
                     confirmation=record.outcome.confirmation,
                     flow=record.outcome.flow,
                 )
-    held = confirmation.pending_of(previous, s.question.id)
+    held = None
+    if previous is not None and previous.confirmation:  # A request held for a yes.
+        held = confirmation.pending_of(previous, s.question.id)
     flow = None if previous is None else previous.flow
     if held is None and flow is None:
         return t
@@ -768,7 +770,12 @@ async def _step(
         **({"step": index} if index else {}),
         **field_rules_of(request),  # What `audit show` and the exports redact of it.
     )
-    asked = confirmation.ask(p.categories, t.recorder, category, request, missing)
+    # Only an app with a `confirm` category asks (`Pipeline.confirms`, known at open).
+    asked = (
+        confirmation.ask(p.categories, t.recorder, category, request, missing)
+        if p.confirms
+        else None
+    )
     if asked is None:
         outcome, handler_ran, handler_failed = await _decide(
             p,
@@ -1343,7 +1350,9 @@ def reply_from_records(
         handler_failed=bool(decided and decided.handler_failed),
         reviewed=outcome is not None and "review" in outcome.models,
         routed_by=_routed_by({} if outcome is None else outcome.models),
-        confirmation=None if outcome is None else confirmation.awaiting(outcome.confirmation),
+        confirmation=None
+        if outcome is None or not outcome.confirmation
+        else confirmation.awaiting(outcome.confirmation),
         **_flow_fields(outcome),
     )
 

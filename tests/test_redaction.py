@@ -489,3 +489,46 @@ def test_the_schema_sent_to_models_carries_no_rule() -> None:
     assert '"redact": "drop"' not in json.dumps(sent)
     plain = {k: v for k, v in raw["properties"]["text"].items() if k != "redact"}
     assert sent["properties"]["text"] == plain
+
+
+def test_the_schema_sent_is_made_once_and_each_call_gets_its_own_copy() -> None:
+    from frontdesk.experts.providers.base import json_schema_of
+
+    class Order(BaseModel):
+        number: str = Field(json_schema_extra={"redact": "keep"})
+
+    first = json_schema_of(Order)
+    first["properties"]["number"]["pattern"] = "changed by a caller"
+    first["title"] = "changed"
+    second = json_schema_of(Order)
+    assert second == json_schema_of(Order)
+    assert "pattern" not in second["properties"]["number"]
+    assert second["title"] == "Order"
+    assert "redact" not in json.dumps(second)
+
+
+def test_a_turn_has_a_ruled_value_step_only_when_a_rule_changes_a_value() -> None:
+    from typing import cast
+
+    from frontdesk.db import AsyncEngine
+    from frontdesk.orchestrator.ruled_values import Secrets
+
+    class Kept(BaseModel):
+        number: Annotated[str, Redact("keep")]
+
+    class Plain(BaseModel):
+        text: str
+
+    class Nested(BaseModel):
+        plain: Plain
+        payment: Payment
+
+    def secrets(policy: RedactionPolicy | None = None) -> Secrets:
+        redactor = Redactor(policy) if policy is not None else R
+        return Secrets(redactor=redactor, engine=cast(AsyncEngine, None))
+
+    assert not secrets().change_any([])
+    assert not secrets().change_any([Kept, Plain])  # `keep` shows every value as it is.
+    assert secrets().change_any([Plain, Nested])  # A nested masked field.
+    assert secrets(RedactionPolicy(fields={"text": "drop"})).change_any([Plain])
+    assert secrets(RedactionPolicy(fields={"text": "drop"})).change_any([])

@@ -684,7 +684,8 @@ class ConversationStore:
                 resolved[0] = resolve(conn, cid, "resolved", "customer", unless=("handed_off",))
             if reply is not None:
                 _outcomes.write_reply(conn, reply)
-            ids[:] = _jobs.defer(conn, jobs)
+            if jobs:  # Only a turn that starts background work: a plain one records none.
+                ids[:] = _jobs.defer(conn, jobs)
             if also is not None:
                 also(conn, opened[0])
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import copy
 import dataclasses
 import functools
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
@@ -463,7 +464,13 @@ def json_schema_of(output_type: type[BaseModel], *, union: bool = True) -> dict[
 
     A type with a `wire_json_schema()` (the request expert's: a tagged union on `kind`) is
     sent as that, so that a server's grammar enforces the choice; `union=False` keeps the
-    flat form (a tool's `input_schema` must be one object)."""
+    flat form (a tool's `input_schema` must be one object). Made once per type: each call
+    gets its own copy (a caller may change it)."""
+    return copy.deepcopy(_json_schema(output_type, union))
+
+
+@functools.lru_cache(maxsize=512)
+def _json_schema(output_type: type[BaseModel], union: bool) -> dict[str, Any]:
     wire = getattr(output_type, "wire_json_schema", None)
     raw = wire() if union and callable(wire) else output_type.model_json_schema()
     schema: dict[str, Any] = schema_without_rules(raw)
