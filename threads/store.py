@@ -632,9 +632,9 @@ class ConversationStore:
         """End a turn in one transaction: store `outcome` (or its usage; a `handoff` the
         stored outcome lacked opens the hand-off here too), store `reply` (from
         `stage_reply`) as the active leaf in place of any failed-turn marker, record `jobs`
-        (what runs after the reply: `jobs.store`), run `also` (the turn's audit batch, given the hand-off this
-        transaction opened), and give the lease back. Returns that hand-off and the recorded
-        jobs' ids.
+        (what runs after the reply: `jobs.store`), run `also` (the turn's audit batch, given
+        the hand-off this transaction opened), and give the lease back. Returns that hand-off
+        and the recorded jobs' ids.
 
         This is the turn's last transaction, the one place its final writes happen. With
         `release=False` the lease stays held (for a last write elsewhere, then
