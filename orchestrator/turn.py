@@ -728,7 +728,8 @@ async def _next_steps(
         t.recorder.note("outcome", category=category, instruction=shown, step=index)
         first = flows.with_step(p.categories, t, first, step, stored_steps)
         if step.handler_ran:  # Each handler's outcome is stored before the next one runs.
-            await p.store.save_outcome(_stored(p, t, first), lease=t.lease)
+            opened = await p.store.save_outcome(_stored(p, t, first), lease=t.lease)
+            t.recorder.events.extend(handoff.opened_events(opened))  # A step that hands off.
     return flows.combined(p.categories, first)
 
 

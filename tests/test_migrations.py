@@ -1176,3 +1176,38 @@ async def test_0035_indexes_a_users_newest_facts_on_postgresql_and_takes_it_back
     assert ("ix_memory_user_newest" in upgraded) is postgresql
     assert "ix_memory_user_current" in upgraded
     assert upgraded - downgraded == ({"ix_memory_user_newest"} if postgresql else set())
+
+
+@pytest.mark.anyio
+async def test_0036_makes_the_finish_keep_a_later_handoff_and_takes_it_back(
+    empty_url: str,
+) -> None:
+    def finish_source(conn: sa.Connection) -> str | None:
+        if conn.dialect.name != "postgresql":
+            return None
+        found = conn.execute(
+            sa.text("SELECT prosrc FROM pg_proc WHERE proname = 'frontdesk_finish_turn'")
+        ).scalar_one()
+        return str(found)
+
+    engine = create_engine(empty_url)
+    try:
+        await upgrade_schema(engine, _before("0036_later_handoff"))
+        async with engine.connect() as conn:
+            before = await conn.run_sync(finish_source)
+        await upgrade_schema(engine, "0036_later_handoff")
+        async with engine.connect() as conn:
+            upgraded = await conn.run_sync(finish_source)
+        await _downgrade_to(empty_url, _before("0036_later_handoff"))
+        async with engine.connect() as conn:
+            downgraded = await conn.run_sync(finish_source)
+    finally:
+        await engine.dispose()
+    if engine.dialect.name != "postgresql":  # SQLite has no functions: nothing changes.
+        assert before is upgraded is downgraded is None
+        return
+    assert before is not None and upgraded is not None
+    assert "handoff" not in before  # Revision 0031's: a hand-off dropped on a re-save.
+    assert "outcome ->> 'handoff' IS NOT NULL" in upgraded
+    assert "handoff = coalesce(o.handoff, excluded.handoff)" in upgraded
+    assert downgraded == before  # 0031's body, exactly.

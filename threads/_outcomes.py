@@ -97,8 +97,8 @@ class TurnRecord:
 
 
 def _upsert(insert: Any) -> Any:
-    """Insert an outcome; when one is stored already, change only its usage, models and
-    sources."""
+    """Insert an outcome; when one is stored already, change only its usage, models,
+    sources and flow, and its hand-off when it had none."""
     return _on_conflict(insert(_out))
 
 
@@ -110,8 +110,10 @@ def _on_conflict(stmt: Any) -> Any:
             "usage": stmt.excluded.usage,
             "models": stmt.excluded.models,
             "sources": stmt.excluded.sources,
-            # A message with several requests stores its outcome again after each handler.
+            # A message with several requests stores its outcome again after each handler,
+            # and a later step may hand off: its reason is kept, never a first one replaced.
             "flow": stmt.excluded.flow,
+            "handoff": sa.func.coalesce(_out.c.handoff, stmt.excluded.handoff),
         },
     )
 
@@ -124,18 +126,20 @@ _SAVE = Statement(
 
 
 def save(conn: Connection, outcome: TurnOutcome) -> Opened | None:
-    """Store `outcome`; when one is stored already, only its usage, models and sources
-    change.
+    """Store `outcome`; when one is stored already, only its usage, models, sources and
+    flow change, and its hand-off when it had none.
 
     An outcome with `handoff` opens the conversation's hand-off in this same transaction
     (`handoff.open_in`), so no crash can leave the reply "a person will take over" without
-    the person; stored again (a retry, the finish after an early save), it opens nothing.
+    the person: when first stored, or when the stored outcome had no hand-off (a later
+    request of a message with several handed off after the first step was stored). Stored
+    again with its hand-off (a retry, the finish after an early save), it opens nothing.
     Returns the hand-off opened, if this call opened one.
     """
-    first = (
-        outcome.handoff is not None
-        and _EXISTS.first(conn, {"user_message_id": outcome.user_message_id}) is None
-    )
+    first = False
+    if outcome.handoff is not None:
+        stored = _STORED_HANDOFF.first(conn, {"user_message_id": outcome.user_message_id})
+        first = stored is None or stored["handoff"] is None
     _SAVE.run(conn, _params(outcome))
     if first and outcome.handoff is not None:
         return handoff.open_in(conn, outcome.conversation_id, outcome.handoff)
@@ -190,11 +194,10 @@ def save_fenced(conn: Connection, outcome: TurnOutcome, fence: dict[str, Any]) -
     return _SAVE_FENCED.first(conn, {**_params(outcome), **fence}) is not None
 
 
-# Whether a turn's outcome is stored already (read only for an outcome that hands off).
-_EXISTS = Statement(
-    sa.select(_out.c.user_message_id).where(
-        _out.c.user_message_id == sa.bindparam("user_message_id")
-    )
+# A turn's stored outcome's hand-off, no row when none is stored (read only for an outcome
+# that hands off: the hand-off opens with the first of its saves that carries it).
+_STORED_HANDOFF = Statement(
+    sa.select(_out.c.handoff).where(_out.c.user_message_id == sa.bindparam("user_message_id"))
 )
 
 

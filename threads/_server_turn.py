@@ -1,7 +1,7 @@
 """A warm turn's start and finish as one call each to the server's own functions
-(PostgreSQL, revision `0031_turn_functions`): the SQL of `ConversationStore.start_turn`'s
-and `finish_turn`'s usual case, run where the rows are, in one round trip each instead of
-twelve and nine.
+(PostgreSQL, revision `0031_turn_functions`, the finish as `0036_later_handoff` left it):
+the SQL of `ConversationStore.start_turn`'s and `finish_turn`'s usual case, run where the
+rows are, in one round trip each instead of twelve and nine.
 
 The store decides when (`frontdesk.db.one_call_turns`: the database has the functions)
 and falls back to its general start, the one that knows every case, whenever the function
@@ -281,7 +281,7 @@ def finish(
 
     Raises:
         Fallback: not the usual finish (a failed-turn marker to supersede, an audit head
-            moved); nothing was written.
+            moved, an outcome that hands off: revision 0036); nothing was written.
     """
     params: dict[str, Any] = {
         **fence,

@@ -529,9 +529,11 @@ class ConversationStore:
 
         Called after the handler ran and before the response expert is called: a retry of
         the turn then reuses the outcome (`turn_record`) and never runs the handler again.
-        Storing it again for the same question changes only its usage and models. With
-        `lease`, the write is fenced by it (see `finish_turn`). An outcome with `handoff`
-        opens the hand-off in this transaction; returns it when this call opened it. `scrub`
+        Storing it again for the same question changes only its usage, models, sources and
+        flow, and its hand-off when it had none (a later request of a message with several).
+        With `lease`, the write is fenced by it (see `finish_turn`). An outcome with
+        `handoff` opens the hand-off in this transaction, the first time the stored outcome
+        carries it; returns it when this call opened it. `scrub`
         (a turn with ruled values) keeps their digests and rewrites the user message here.
 
         Raises:
@@ -627,12 +629,12 @@ class ConversationStore:
         scrub: Scrub | None = None,
         closes: bool = False,
     ) -> FinishedTurn:
-        """End a turn in one transaction: store `outcome` (or its usage; one with `handoff`
-        opens the hand-off here too), store `reply` (from `stage_reply`) as the active leaf
-        in place of any failed-turn marker, record `jobs` (what runs after the reply:
-        `jobs.store`), run `also` (the turn's audit batch, given the hand-off this
-        transaction opened), and give the lease back. Returns that hand-off and the recorded
-        jobs' ids.
+        """End a turn in one transaction: store `outcome` (or its usage; a `handoff` the
+        stored outcome lacked opens the hand-off here too), store `reply` (from
+        `stage_reply`) as the active leaf in place of any failed-turn marker, record `jobs`
+        (what runs after the reply: `jobs.store`), run `also` (the turn's audit batch, given
+        the hand-off this transaction opened), and give the lease back. Returns that hand-off
+        and the recorded jobs' ids.
 
         This is the turn's last transaction, the one place its final writes happen. With
         `release=False` the lease stays held (for a last write elsewhere, then

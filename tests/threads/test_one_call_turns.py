@@ -4,15 +4,18 @@ in between each leave the records as the general path leaves them."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import pytest
 from pydantic import BaseModel
+from sqlalchemy import Connection
 
 from frontdesk import Category, HandlerContext, Orchestrator, Outcome
 from frontdesk.errors import LeaseLost
 from frontdesk.experts.providers import FunctionModel, ModelRequest
-from frontdesk.threads import _server_turn
+from frontdesk.threads import _outcomes, _server_turn
+from frontdesk.threads.store import TurnOutcome
 
 pytestmark = [pytest.mark.anyio, pytest.mark.postgres]
 
@@ -102,3 +105,43 @@ async def test_a_finish_whose_lease_was_taken_over_writes_nothing(fresh_pg_url: 
     finally:
         await orch.aclose()
     assert leaf is not None and leaf.id == begun.message.id  # The late reply is nowhere.
+
+
+async def test_the_finish_call_refuses_an_outcome_that_hands_off(fresh_pg_url: str) -> None:
+    """The function cannot open a hand-off: given an outcome that carries one (a later
+    request of the message handed off after the first step was stored), it keeps nothing,
+    and the store's general finish stores the hand-off and opens it, once."""
+    orch = orchestrator(fresh_pg_url)
+    try:
+        await orch.handle("c", "refund order A-0", client_message_id="m-0")
+        store = orch.store
+        lease = store.turn_lease("c")
+        begun = await store.start_turn("c", "refund A-1, and more", lease=lease)
+        first = TurnOutcome(
+            user_message_id=begun.message.id,
+            conversation_id="c",
+            category="BILLING",
+            request={"order_id": "A-1"},
+            instruction="Say the refund is on its way.",
+            handler_ran=True,
+        )
+        await store.save_outcome(first, lease=lease)
+        later = dataclasses.replace(first, handoff="the second request needs a person")
+        reply = store.stage_reply(begun.message, "A person will look.")
+        fence = lease.fence_params()
+
+        def call(conn: Connection) -> bool:
+            values = _outcomes.row_values(later)
+            return _server_turn.finish(conn, fence, reply=reply, outcome=values, audit=None)
+
+        async with store.engine.connect() as conn:
+            with pytest.raises(_server_turn.Fallback, match="hands off"):
+                await conn.run_sync(call)
+        kept = await store.turn_record(begun.message.id)
+        assert kept.reply is None and kept.outcome is not None and kept.outcome.handoff is None
+        finished = await store.finish_turn(lease, reply, outcome=later)
+        current = await store.handoffs.current("c")
+    finally:
+        await orch.aclose()
+    assert finished.opened is not None and finished.opened.created
+    assert current is not None and current.id == finished.opened.handoff.id
