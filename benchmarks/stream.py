@@ -179,7 +179,8 @@ async def _run_changed(turns: int, scale: float, router: bool, db: Path) -> list
         for i in range(turns):
             started = time.perf_counter()
             first: float | None = None
-            text = STATUS if i % 2 else ORDER
+            # Ten conversations in turn, each alternating between the two categories.
+            text = STATUS if (i // 10) % 2 else ORDER
             async for event in orch.stream(f"c{i % 10}", text):
                 if isinstance(event, Delta) and first is None:
                     first = time.perf_counter() - started
