@@ -722,7 +722,7 @@ async def _next_steps(
             break
         category = categories[index]
         step = await _step(p, t, route, category, view, meta, answered, index=index)
-        key = idempotency_key(t.conversation_id, f"{t.user_message.id}#{index}")
+        key = _step_key(t, index)
         stored_steps.append(flows.step_record(p, step, key))
         shown = stored_steps[-1]["instruction"]  # Its ruled values reach the handler only.
         t.recorder.note("outcome", category=category, instruction=shown, step=index)
@@ -1035,10 +1035,7 @@ async def _decide(
         store=p.store.handler_store(category),
         state=p.store.handler_state(category, conversation_id=t.conversation_id, user_id=t.user_id),
         extras=p.context_extras,
-        # Each request of a message with several has its own key (`multi_intent.py`).
-        idempotency_key=idempotency_key(
-            t.conversation_id, t.user_message.id + (f"#{step}" if step else "")
-        ),
+        idempotency_key=_step_key(t, step),
         **_memory.for_handler(
             p.memory,
             t.user_id,
@@ -1315,6 +1312,13 @@ def idempotency_key(conversation_id: str, user_message_id: str) -> str:
     """The turn's `HandlerContext.idempotency_key`: the same for every try of the message."""
     digest = hashlib.sha256(f"{conversation_id}\n{user_message_id}".encode())
     return digest.hexdigest()[:32]
+
+
+def _step_key(t: Turn, step: int) -> str:
+    """The idempotency key of the message's `step`-th request: the one its handler is given
+    and the one its stored step carries (each request of a message with several has its own,
+    `multi_intent.py`)."""
+    return idempotency_key(t.conversation_id, t.user_message.id + (f"#{step}" if step else ""))
 
 
 def reply_from_records(
