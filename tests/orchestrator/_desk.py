@@ -6,9 +6,11 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+import pytest
 from pydantic import BaseModel, Field
 
 from frontdesk import Category, HandlerContext, Orchestrator, Outcome
+from frontdesk.errors import StoreError, TurnFailed
 from frontdesk.experts.providers import ModelRequest
 from tests.orchestrator.conftest import FakeTeam
 
@@ -121,3 +123,19 @@ def dispute_desk(team: FakeTeam, url: str, **settings: Any) -> tuple[Desk, Orche
 def two_requests(r: ModelRequest) -> dict[str, Any]:
     """A triage answer finding two requests (`FakeTeam.triage`)."""
     return {"categories": ["CARD_FREEZE", "BALANCE"], "reason": "two requests"}
+
+
+async def with_the_finish_down(orch: Orchestrator, text: str, client_message_id: str) -> None:
+    """`text` handled while the end of the turn fails (the database goes away after every
+    handler ran and stored its outcome): the turn fails; the store is then given back."""
+    finish = orch.store.finish_turn
+
+    async def down(*args: Any, **kwargs: Any) -> Any:
+        raise StoreError("the database went away")
+
+    orch.store.finish_turn = down  # type: ignore[method-assign]
+    try:
+        with pytest.raises(TurnFailed):
+            await orch.handle("c", text, client_message_id=client_message_id)
+    finally:
+        orch.store.finish_turn = finish  # type: ignore[method-assign]

@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 
 from frontdesk import HandlerContext, Orchestrator, Outcome
-from frontdesk.errors import ModelConnectionError, StoreError, TurnFailed
+from frontdesk.errors import ModelConnectionError, TurnFailed
 from frontdesk.experts.providers import FunctionModel, ModelRequest
-from tests.orchestrator._desk import Desk, two_requests
+from tests.orchestrator._desk import Desk, two_requests, with_the_finish_down
 from tests.orchestrator.conftest import FakeTeam
 
 pytestmark = pytest.mark.anyio
@@ -127,15 +127,7 @@ async def test_a_retry_after_the_finish_failed_opens_the_handoff_no_second_time(
     desk, team = HandingOffDesk(), TwoRequests()
     orch = Orchestrator(desk.categories(), model=FunctionModel(team), store=any_url)
     await orch.open()
-    finish = orch.store.finish_turn
-
-    async def down(*args: Any, **kwargs: Any) -> Any:
-        raise StoreError("the database went away")
-
-    orch.store.finish_turn = down  # type: ignore[method-assign]
-    with pytest.raises(TurnFailed):
-        await orch.handle("c", TEXT, client_message_id="m-1")
-    orch.store.finish_turn = finish  # type: ignore[method-assign]
+    await with_the_finish_down(orch, TEXT, "m-1")
     await check_one_handoff(orch, WHY)  # Opened with the step's outcome, before the reply.
     reply = await orch.handle("c", TEXT, client_message_id="m-1")
     assert reply.handoff and names(desk) == ["CARD_FREEZE", "BALANCE"]

@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 
 from frontdesk import Orchestrator
-from frontdesk.errors import ModelConnectionError, StoreError, TurnFailed
+from frontdesk.errors import ModelConnectionError, TurnFailed
 from frontdesk.experts.providers import FunctionModel, ModelRequest
-from tests.orchestrator._desk import Desk, two_requests
+from tests.orchestrator._desk import Desk, two_requests, with_the_finish_down
 from tests.orchestrator.conftest import FakeTeam
 
 pytestmark = pytest.mark.anyio
@@ -66,15 +66,7 @@ async def test_a_retry_after_every_step_was_stored_runs_no_handler_and_covers_bo
     desk, team = Desk(), TwoRequests()
     orch = Orchestrator(desk.categories(), model=FunctionModel(team), store=any_url)
     await orch.open()
-    finish = orch.store.finish_turn
-
-    async def down(*args: Any, **kwargs: Any) -> Any:
-        raise StoreError("the database went away")
-
-    orch.store.finish_turn = down  # type: ignore[method-assign]
-    with pytest.raises(TurnFailed):
-        await orch.handle("c", TEXT, client_message_id="m-1")
-    orch.store.finish_turn = finish  # type: ignore[method-assign]
+    await with_the_finish_down(orch, TEXT, "m-1")
     responses = len(team.of("response"))
     reply = await orch.handle("c", TEXT, client_message_id="m-1")
     regenerated = await orch.regenerate(reply.message_id)

@@ -86,6 +86,17 @@ async def message(api: Api, cid: str, text: str, key: str, **headers: str) -> ht
     )
 
 
+async def queued_turn(api: Api) -> asyncio.Task[httpx.Response]:
+    """A second turn ("hello again", key k-2), sent once the first holds the only place,
+    returned when it is waiting in the queue."""
+    queued = asyncio.create_task(message(api, api.cid(), "hello again", "k-2"))
+    deadline = time.monotonic() + 10
+    while gate_of(api).waiting < 1:
+        assert time.monotonic() < deadline
+        await asyncio.sleep(0.01)
+    return queued
+
+
 async def all_places_free(api: Api) -> bool:
     """Whether every place is given back (a stream's turn gives its place back as its task
     ends, a moment after its answer)."""
@@ -170,11 +181,7 @@ async def test_a_turn_over_the_limit_waits_for_a_place_within_the_queue_time(
     async for api in limited_api(f"sqlite:///{tmp_path / 'a.db'}", held, admission):
         running = asyncio.create_task(message(api, api.cid(), "hello", "k-1"))
         await held.until_held(1)
-        queued = asyncio.create_task(message(api, api.cid(), "hello again", "k-2"))
-        deadline = time.monotonic() + 10
-        while gate_of(api).waiting < 1:
-            assert time.monotonic() < deadline
-            await asyncio.sleep(0.01)
+        queued = await queued_turn(api)
         assert gate_of(api).in_flight == 1 and not queued.done()
         held.release.set()  # The first ends: the queued turn takes its place.
         assert (await running).status_code == 200
@@ -252,11 +259,7 @@ async def test_a_burst_past_the_queue_is_refused_without_waiting(
     async for api in limited_api(f"sqlite:///{tmp_path / 'a.db'}", held, admission):
         running = asyncio.create_task(message(api, api.cid(), "hello", "k-1"))
         await held.until_held(1)
-        queued = asyncio.create_task(message(api, api.cid(), "hello again", "k-2"))
-        deadline = time.monotonic() + 10
-        while gate_of(api).waiting < 1:
-            assert time.monotonic() < deadline
-            await asyncio.sleep(0.01)
+        queued = await queued_turn(api)
         started = time.monotonic()
         busy = await message(api, api.cid(), "and again", "k-3")
         assert busy.status_code == 503 and time.monotonic() - started < 5.0
