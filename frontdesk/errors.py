@@ -126,6 +126,7 @@ __all__ = [
     "ReplayError",
     "SchemaAhead",
     "SchemaOutdated",
+    "ServiceBusy",
     "SpendLimitReached",
     "StoreError",
     "StoreUnavailable",
@@ -603,6 +604,15 @@ class PromptVariableError(PromptError):
 class InvalidToken(UserError):
     """A bearer token the service refuses: missing, malformed, forged, expired, or signed with
     an algorithm it does not accept (`alg: none` included). The service answers 401."""
+
+
+class ServiceBusy(FrontdeskError):
+    """This worker runs as many turns as it may and none ended within the queue time: the
+    turn was not started and nothing of it is stored (503 with `Retry-After`)."""
+
+    def __init__(self, message: str, *, retry_after: float) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
 
 
 # --- Schema (frontdesk) ---

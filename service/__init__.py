@@ -10,7 +10,8 @@ docs/service.md.
     app = create_app(orch, verifier=TokenVerifier(secret=...))
 """
 
-from frontdesk.service._admission import Admission, ServiceBusy
+from frontdesk.errors import ServiceBusy
+from frontdesk.service._admission import Admission
 from frontdesk.service._app import WORKER_HEADER, create_app
 from frontdesk.service._auth import OPERATOR_ROLE, Principal, TokenVerifier, mint_token
 from frontdesk.service._factory import (

@@ -23,7 +23,7 @@ import structlog
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from frontdesk import metrics
-from frontdesk.errors import ConfigError, FrontdeskError
+from frontdesk.errors import ConfigError, ServiceBusy
 
 log = structlog.get_logger("frontdesk.service")
 
@@ -39,15 +39,6 @@ LOG_EVERY_SECONDS = 1.0
 line), not one each: a line per refusal cost a third of the refusal's CPU."""
 FALLBACK_CONNECTIONS = 15
 """A pool that does not say its size is taken as SQLAlchemy's default (5 + 10 overflow)."""
-
-
-class ServiceBusy(FrontdeskError):
-    """This worker runs as many turns as it may and none ended within the queue time: the
-    turn was not started and nothing of it is stored (503 with `Retry-After`)."""
-
-    def __init__(self, message: str, *, retry_after: float) -> None:
-        super().__init__(message)
-        self.retry_after = retry_after
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -41,13 +41,13 @@ from frontdesk.errors import (
     MessageNotFound,
     NotHandedOff,
     QuestionOverBudget,
+    ServiceBusy,
     SpendLimitReached,
     StoreError,
     StoreUnavailable,
     TurnFailed,
     UserError,
 )
-from frontdesk.service._admission import ServiceBusy
 
 # Most specific first: the first class an error is an instance of decides its status.
 STATUS: tuple[tuple[type[FrontdeskError], int], ...] = (
