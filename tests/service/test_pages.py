@@ -292,6 +292,8 @@ def test_the_chat_page_greets_starts_over_clears_stale_warnings_and_reconnects(
         expect(page.locator("#log .msg:not(#greeting)")).to_have_count(0)
         expect(page.locator("#banner")).to_be_hidden()
         expect(page.locator("#greeting")).to_be_visible()
+        # The page asks the service for the new conversation after the click: wait for it.
+        page.wait_for_function("() => sessionStorage.getItem('fd-conversation')")
         assert conversation_of(page) != first
         say(page, "a fresh start")
         expect(page.locator(".msg.assistant").last).to_contain_text("You said: a fresh start.")
