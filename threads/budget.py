@@ -18,7 +18,7 @@ from frontdesk.errors import (
     ConfigError,
     QuestionOverBudget,
 )
-from frontdesk.threads.tokens import TokenCounter, count_each
+from frontdesk.threads.tokens import TokenCounter, count_each, count_groups
 
 
 class Turn(Protocol):
@@ -134,14 +134,21 @@ class Budget:
         Raises:
             QuestionOverBudget: when the question alone is over its allowance.
         """
-        question_tokens = _turn_tokens(counter, question) if question is not None else 0
+        groups = exchanges(history)
+        # Every part counted in one call (the ratio looked up once): the question's and the
+        # summary's turn, then each exchange.
+        framed = [[{"role": "user", "content": text}] for text in (question, summary) if text is not None]
+        framed += [[{"role": t.role, "content": t.content} for t in g] for g in groups]
+        sizes = count_groups(counter, framed) if framed else []
+        question_tokens = sizes.pop(0) if question is not None else 0
+        summary_tokens = sizes.pop(0) if summary is not None else 0
         if question_tokens > self.question:
             raise QuestionOverBudget(
                 f"the message is about {question_tokens:,} tokens, over the {self.question:,}"
                 " allowed; send a shorter message (or raise the expert's Budget(question=...))"
             )
         kept, dropped, summary_kept, history_tokens = _fit_history(
-            counter, history, summary, self.history
+            groups, sizes, summary, summary_tokens, self.history
         )
         docs, docs_tokens = _fit_ranked(counter, documents, self.documents)
         facts, facts_tokens = _fit_ranked(counter, memory, self.memory)
@@ -210,13 +217,9 @@ def question_tokens(counter: TokenCounter, text: str) -> int:
 
 
 def _fit_history(
-    counter: TokenCounter, history: Sequence[T], summary: str | None, allowance: int
+    groups: list[list[T]], sizes: list[int], summary: str | None, summary_tokens: int, allowance: int
 ) -> tuple[list[T], int, bool, int]:
-    groups = exchanges(history)
-    sizes = [
-        counter.count_messages({"role": t.role, "content": t.content} for t in g) for g in groups
-    ]
-    summary_tokens = _turn_tokens(counter, summary) if summary is not None else 0
+    """The exchanges kept (whole, the newest first), from their token `sizes`."""
     start = 0
     # An orphan answer at the front would make the kept history start with an assistant turn.
     if groups and groups[0][0].role != "user":
@@ -235,6 +238,8 @@ def _fit_history(
 def _fit_ranked(
     counter: TokenCounter, items: Sequence[Document], allowance: int
 ) -> tuple[list[Document], int]:
+    if not items:
+        return [], 0
     sizes = count_each(counter, [item.text for item in items])
     used = sum(sizes)
     dropped: set[int] = set()

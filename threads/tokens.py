@@ -74,6 +74,15 @@ class EstimatingCounter:
         """Estimated tokens in `messages`, plus `MESSAGE_OVERHEAD` for each."""
         return sum(MESSAGE_OVERHEAD + _estimate(str(m["content"])) for m in messages)
 
+    def count_groups(self, groups: Sequence[Sequence[Mapping[str, object]]]) -> list[int]:
+        """`count_messages` of each group of messages."""
+        return _estimate_groups([[str(m["content"]) for m in group] for group in groups])
+
+
+def _estimate_groups(groups: Iterable[Sequence[str]]) -> list[int]:
+    """`EstimatingCounter.count_messages` of each group of message texts (it reads no role)."""
+    return [len(group) * MESSAGE_OVERHEAD + sum(map(_estimate, group)) for group in groups]
+
 
 @dataclass
 class _Ratio:
@@ -155,6 +164,17 @@ class CalibratedCounter:
         """Calibrated tokens in `messages` for `model`."""
         return _ceil(self.base.count_messages(messages) * self.ratio(model))
 
+    def count_groups(
+        self, groups: Sequence[Sequence[Mapping[str, object]]], *, model: str = ""
+    ) -> list[int]:
+        """`count_messages` of each group of messages, the ratio looked up once (a budget
+        counts a turn's question, summary and every exchange, for each expert)."""
+        ratio = self.ratio(model)
+        if type(self.base) is EstimatingCounter:  # It reads only the texts.
+            texts = [[str(m["content"]) for m in group] for group in groups]
+            return [_ceil(n * ratio) for n in _estimate_groups(texts)]
+        return [_ceil(self.base.count_messages(group) * ratio) for group in groups]
+
     def for_model(self, model: str) -> TokenCounter:
         """A `TokenCounter` that always counts for `model` (and follows later calibration)."""
         return _BoundCounter(self, model)
@@ -178,6 +198,20 @@ class _BoundCounter:
 
     def count_messages(self, messages: Iterable[Mapping[str, object]]) -> int:
         return self.owner.count_messages(messages, model=self.model)
+
+    def count_groups(self, groups: Sequence[Sequence[Mapping[str, object]]]) -> list[int]:
+        return self.owner.count_groups(groups, model=self.model)
+
+
+def count_groups(
+    counter: TokenCounter, groups: Sequence[Sequence[Mapping[str, object]]]
+) -> list[int]:
+    """`counter.count_messages` of each group of messages: in one call when the counter
+    has `count_groups` (the calibrated counters do), one group at a time for any other."""
+    each = getattr(counter, "count_groups", None)
+    if each is not None:
+        return list(each(groups))
+    return [counter.count_messages(group) for group in groups]
 
 
 def count_each(counter: TokenCounter, texts: Sequence[str]) -> list[int]:

@@ -15,6 +15,7 @@ from frontdesk.threads.tokens import (
     EstimatingCounter,
     TokenCounter,
     count_each,
+    count_groups,
 )
 
 
@@ -122,3 +123,12 @@ def test_count_each_equals_counting_each_text_alone() -> None:
             return sum(len(str(m["content"]).split()) for m in messages)
 
     assert count_each(Words(), texts) == [3, 0, 4, 1, 4]
+
+
+@given(st.lists(st.lists(st.text(max_size=80), max_size=4), max_size=6))
+def test_counting_groups_at_once_is_counting_each(texts: list[list[str]]) -> None:
+    groups = [[{"role": "user", "content": t} for t in group] for group in texts]
+    calibrated = CalibratedCounter(margin=0.07)
+    calibrated.observe("m", estimated=100, exact=131)
+    for counter in (EstimatingCounter(), calibrated, calibrated.for_model("m")):
+        assert count_groups(counter, groups) == [counter.count_messages(g) for g in groups]
