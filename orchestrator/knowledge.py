@@ -21,7 +21,9 @@ from __future__ import annotations
 import array
 import dataclasses
 import functools
+import math
 import operator
+import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -66,12 +68,53 @@ DEPTH = 50
 """How deep each ranking is read before the two are fused."""
 
 
+RECHECK_EMPTY = 1.0
+"""Seconds an empty library is taken as still empty before it is counted again: documents
+added by another process (`frontdesk knowledge add` beside a running service) reach its
+turns within this time; those added through this process's `Knowledge`, at once."""
+
+
+class _Changes:
+    """How many times this process added or removed documents (any library's): a library
+    seen empty before the latest change is counted again."""
+
+    count = 0
+
+
+@dataclass
+class _Seen:
+    """What a library's last count found, and when (`time.monotonic()`)."""
+
+    empty: bool = False
+    at: float = -math.inf
+    changes: int = -1
+
+
 @dataclass(frozen=True)
 class Library:
     """The opened knowledge: its store, and the retriever every turn and search uses."""
 
     store: KnowledgeStore
     retriever: PassageRetriever
+    _seen: _Seen = field(default_factory=_Seen, compare=False, repr=False)
+
+    async def empty(self) -> bool:
+        """Whether the library holds no passage, so a turn looks nothing up (most apps
+        have no documents: their turns should not search). One count on first use, and
+        every `RECHECK_EMPTY` seconds while it is empty; a library with passages is not
+        counted again until this process changes one (a turn then searches as before,
+        and finds nothing once they are all gone). A count that fails says not empty:
+        the lookup then fails as it would have, costing the turn its passages only."""
+        seen, changes = self._seen, _Changes.count
+        if seen.changes == changes and (not seen.empty or time.monotonic() - seen.at < RECHECK_EMPTY):
+            return seen.empty
+        try:
+            count = (await self.store.stamp())[0]
+        except Exception as e:
+            log.warning("knowledge.lookup_failed", error=type(e).__name__)
+            return False
+        seen.empty, seen.at, seen.changes = count == 0, time.monotonic(), changes
+        return seen.empty
 
     async def lookup(self, question: str) -> list[Passage]:
         """A turn's passages for `question`; a lookup that fails costs the turn its
@@ -124,11 +167,19 @@ class Knowledge:
         Raises:
             InvalidInput: an empty or over-long text, a bad source name.
         """
-        return len(await (await self._opened(profile)).store.add(source, text))
+        library = await self._opened(profile)
+        try:
+            return len(await library.store.add(source, text))
+        finally:
+            _Changes.count += 1  # Every library counts again: profiles may share one.
 
     async def remove(self, source: str, *, profile: str | None = None) -> int:
         """Delete the passages of `source`; how many there were (0 for an unknown source)."""
-        return await (await self._opened(profile)).store.remove(source)
+        library = await self._opened(profile)
+        try:
+            return await library.store.remove(source)
+        finally:
+            _Changes.count += 1
 
     async def search(
         self, query: str, limit: int = 5, *, profile: str | None = None

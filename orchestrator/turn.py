@@ -349,9 +349,9 @@ async def _lookups(p: Pipeline, user_id: str | None, text: str) -> AsyncIterator
     memory = p.memory
     beside = memory is not None and user_id is not None and reads_beside_writes(p.store.engine)
     in_start = None if memory is None or beside else await memory.reader(user_id, text)
-    inside = _knowledge.first_read(
-        in_start, None if p.knowledge is None else p.knowledge.reader(text)
-    )
+    library = p.knowledge
+    looked_up = None if library is None or await library.empty() else library.reader(text)
+    inside = _knowledge.first_read(in_start, looked_up)
     task = None
     if beside and memory is not None:
         task = asyncio.ensure_future(memory.recall(user_id, text))
@@ -493,6 +493,8 @@ async def _lookup(p: Pipeline, s: Started) -> Sequence[Passage]:
         return ()
     if s.passages is not None:
         return s.passages
+    if await p.knowledge.empty():  # Nothing to find (no call to an embeddings endpoint).
+        return ()
     return await p.knowledge.lookup(s.question.content)
 
 

@@ -106,6 +106,37 @@ async def test_the_reader_rides_a_transaction_and_a_failure_costs_only_passages(
         assert await conn.run_sync(read) == []
 
 
+async def test_an_empty_library_is_counted_again_only_after_a_while_or_a_change(
+    store: KnowledgeStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from frontdesk.orchestrator import knowledge as knowledge_module
+
+    library = Library(store=store, retriever=FullTextPassageRetriever(store))
+    counted: list[int] = []
+    stamp = store.stamp
+
+    async def counting() -> tuple[int, int, str]:
+        counted.append(1)
+        return await stamp()
+
+    monkeypatch.setattr(store, "stamp", counting)
+    assert await library.empty() and await library.empty()
+    assert len(counted) == 1  # Empty: taken as such for a while.
+    await store.add("help/fees.md", FEES)  # As another process would: seen after a while.
+    assert await library.empty()
+    monkeypatch.setattr(knowledge_module, "RECHECK_EMPTY", 0.0)
+    assert not await library.empty() and not await library.empty()
+    assert len(counted) == 2  # With passages: not counted again.
+    monkeypatch.setattr(knowledge_module, "RECHECK_EMPTY", 60.0)
+    knowledge = Knowledge(lambda profile: _opened(library))
+    assert await knowledge.remove("help/fees.md") == 3  # A change here: counted at once.
+    assert await library.empty() and len(counted) == 3
+
+
+async def _opened(library: Library) -> Library:
+    return library
+
+
 def test_the_block_follows_the_question_and_neutralises_labels() -> None:
     from frontdesk.knowledge import Passage
 

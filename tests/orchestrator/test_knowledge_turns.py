@@ -274,3 +274,29 @@ def test_the_blocking_api_has_knowledge_too(tmp_path: Path) -> None:
         )
         assert orch.remember_idle_conversations() == 0  # No owner: nothing to keep.
         assert orch.knowledge.remove("help/fees.md") == 3
+
+
+async def test_an_empty_library_is_not_searched_and_what_is_added_is_found_next_turn(
+    url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from frontdesk.threads.knowledge import FullTextPassageRetriever
+
+    searched: list[str] = []
+    search = FullTextPassageRetriever.retrieve_sync
+
+    def spy(self: FullTextPassageRetriever, conn: Any, query: str, *, limit: int) -> Any:
+        searched.append(query)
+        return search(self, conn, query, limit=limit)
+
+    monkeypatch.setattr(FullTextPassageRetriever, "retrieve_sync", spy)
+    team = Team()
+    async with Orchestrator(
+        [_category(knowledge=False)], model=FunctionModel(team), store=url
+    ) as orch:
+        reply = await orch.handle("c-1", "How much to send money abroad?")
+        reply = await orch.handle("c-1", "And to France?")
+        assert searched == [] and reply.sources == []  # No documents: no search.
+        await orch.knowledge.add("help/fees.md", FEES)
+        reply = await orch.handle("c-1", "How much to send money abroad?")
+        assert searched == ["How much to send money abroad?"]
+        assert reply.sources and reply.sources[0].title == "International transfers"
