@@ -101,26 +101,37 @@ def without_system(body: Any, system: str) -> Any:
 
 
 def _without(body: Any, text: str, reference: str) -> Any:
-    """`body` with every string equal to `text` replaced by `reference` (lists and dicts
-    copied, the rest as it is)."""
+    """`body` with every string equal to `text` replaced by `reference`: the lists and
+    dicts that hold one copied, the rest (most of a wire body: the thread) as it is."""
     kind = type(body)
     if kind is str:  # The most common value by far (a message's role and content).
         return reference if body == text else body
-    if kind is dict:
-        return {
-            key: (reference if value == text else value)
-            if type(value) is str
-            else _without(value, text, reference)
-            for key, value in body.items()
-        }
-    if kind is list:
-        return [_without(item, text, reference) for item in body]
+    if kind is dict or (kind is not list and isinstance(body, dict)):
+        changed: dict[Any, Any] | None = None
+        for key, value in body.items():
+            if type(value) is str:
+                made = reference if value == text else value
+            else:
+                made = _without(value, text, reference)
+            if made is not value:
+                if changed is None:
+                    changed = dict(body)
+                changed[key] = made
+        return body if changed is None else changed
+    if kind is list or isinstance(body, list):
+        copied: list[Any] | None = None
+        for index, item in enumerate(body):
+            if type(item) is str:
+                made = reference if item == text else item
+            else:
+                made = _without(item, text, reference)
+            if made is not item:
+                if copied is None:
+                    copied = list(body)
+                copied[index] = made
+        return body if copied is None else copied
     if isinstance(body, str):
         return reference if body == text else body
-    if isinstance(body, list):
-        return [_without(item, text, reference) for item in body]
-    if isinstance(body, dict):
-        return {key: _without(value, text, reference) for key, value in body.items()}
     return body
 
 
@@ -215,17 +226,18 @@ class TurnRecorder:
             provider_request_id=attempt.provider_request_id,
         )
         usage = attempt.usage
-        metrics.cost(
-            expert=attempt.expert,
-            model=telemetry.request_model_of(attempt.model),
-            usd=cost_of(
-                attempt.model,
-                input_tokens=usage.input_tokens,
-                output_tokens=usage.output_tokens,
-                cache_read_tokens=usage.cache_read_tokens,
-                cache_write_tokens=usage.cache_write_tokens,
-            ).usd,
-        )
+        if usage.total_input_tokens or usage.output_tokens:  # No tokens cost nothing.
+            metrics.cost(
+                expert=attempt.expert,
+                model=telemetry.request_model_of(attempt.model),
+                usd=cost_of(
+                    attempt.model,
+                    input_tokens=usage.input_tokens,
+                    output_tokens=usage.output_tokens,
+                    cache_read_tokens=usage.cache_read_tokens,
+                    cache_write_tokens=usage.cache_write_tokens,
+                ).usd,
+            )
 
     def cut_off(self, model: str) -> None:
         """Record the attempt of the call in progress that a cancellation cut off, unless the

@@ -1,0 +1,41 @@
+"""The turn recorder's view of a wire body: the system prompt's text replaced by its reference."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from frontdesk.orchestrator._recorder import _prompt_reference, without_system
+
+SYSTEM = "You route customer messages."
+
+_leaves = st.one_of(st.sampled_from([SYSTEM, "user", "hi"]), st.integers(), st.none())
+_bodies = st.recursive(
+    _leaves,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=3), inner),
+    max_leaves=20,
+)
+
+
+def _replaced(body: Any, reference: str) -> Any:
+    """What the recorder keeps: a copy of `body` with every `SYSTEM` the reference."""
+    if isinstance(body, str):
+        return reference if body == SYSTEM else body
+    if isinstance(body, list):
+        return [_replaced(item, reference) for item in body]
+    if isinstance(body, dict):
+        return {key: _replaced(value, reference) for key, value in body.items()}
+    return body
+
+
+@given(_bodies)
+def test_every_copy_of_the_system_prompt_is_replaced_and_the_body_left_as_it_was(
+    body: Any,
+) -> None:
+    before = repr(body)
+    kept = without_system(body, SYSTEM)
+    assert kept == _replaced(body, _prompt_reference(SYSTEM))
+    assert repr(body) == before  # The wire body itself is not changed.
+    assert SYSTEM not in repr(kept)
