@@ -80,7 +80,7 @@ def _factory() -> Any:
 def detect(text: str) -> str | None:
     """The language of `text` (a BCP 47 primary tag), or `None` when it is too short or
     the detector is not sure."""
-    if sum(1 for c in text if unicodedata.category(c)[0] in "LM") < MIN_LETTERS:
+    if not _enough_letters(text):
         return None
     if _plainly_english(text):
         return "en"
@@ -98,9 +98,22 @@ def detect(text: str) -> str | None:
     return str(best[0].lang).split("-", 1)[0]
 
 
+_ASCII_LETTERS = re.compile(rf"(?:[^A-Za-z]*[A-Za-z]){{{MIN_LETTERS}}}")
+"""At least `MIN_LETTERS` letters, in ASCII text (whose only letters are A-Z and a-z)."""
+
+
+def _enough_letters(text: str) -> bool:
+    """Whether `text` has `MIN_LETTERS` letters (Unicode categories L and M) or more."""
+    if text.isascii():  # Most messages: read by a regular expression, not per character.
+        return _ASCII_LETTERS.match(text) is not None
+    return sum(1 for c in text if unicodedata.category(c)[0] in "LM") >= MIN_LETTERS
+
+
 def _plainly_english(text: str) -> bool:
-    words = set(re.findall(r"[a-z]+", text.casefold()))
-    return text.isascii() and len(words & _ENGLISH) >= 2
+    if not text.isascii():
+        return False
+    words = set(re.findall(r"[a-z]+", text.lower()))  # ASCII: lower() is casefold().
+    return len(words & _ENGLISH) >= 2
 
 
 def warm() -> None:
