@@ -15,6 +15,7 @@ to turn and is marked as cacheable.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
@@ -53,7 +54,14 @@ class ThreadMessage:
     def __post_init__(self) -> None:
         # Neutralised on construction, so that budgets count what is sent and no thread
         # can hold a copy of the summary label (or the instruction label) outside its place.
-        object.__setattr__(self, "content", neutralise(self.content))
+        object.__setattr__(self, "content", _neutralised(self.content))
+
+
+@functools.lru_cache(maxsize=1024)
+def _neutralised(text: str) -> str:
+    """`neutralise(text)`, once per text: every turn builds its thread again from the
+    stored messages, whose texts the turns before it already neutralised."""
+    return neutralise(text)
 
 
 @dataclass(frozen=True, kw_only=True)
