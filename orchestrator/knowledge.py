@@ -106,7 +106,9 @@ class Library:
         and finds nothing once they are all gone). A count that fails says not empty:
         the lookup then fails as it would have, costing the turn its passages only."""
         seen, changes = self._seen, _Changes.count
-        if seen.changes == changes and (not seen.empty or time.monotonic() - seen.at < RECHECK_EMPTY):
+        if seen.changes == changes and (
+            not seen.empty or time.monotonic() - seen.at < RECHECK_EMPTY
+        ):
             return seen.empty
         try:
             count = (await self.store.stamp())[0]

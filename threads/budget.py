@@ -137,7 +137,9 @@ class Budget:
         groups = exchanges(history)
         # Every part counted in one call (the ratio looked up once): the question's and the
         # summary's turn, then each exchange.
-        framed = [[{"role": "user", "content": text}] for text in (question, summary) if text is not None]
+        framed = [
+            [{"role": "user", "content": text}] for text in (question, summary) if text is not None
+        ]
         framed += [[{"role": t.role, "content": t.content} for t in g] for g in groups]
         sizes = count_groups(counter, framed) if framed else []
         question_tokens = sizes.pop(0) if question is not None else 0
@@ -217,7 +219,11 @@ def question_tokens(counter: TokenCounter, text: str) -> int:
 
 
 def _fit_history(
-    groups: list[list[T]], sizes: list[int], summary: str | None, summary_tokens: int, allowance: int
+    groups: list[list[T]],
+    sizes: list[int],
+    summary: str | None,
+    summary_tokens: int,
+    allowance: int,
 ) -> tuple[list[T], int, bool, int]:
     """The exchanges kept (whole, the newest first), from their token `sizes`."""
     start = 0
