@@ -202,7 +202,8 @@ class TurnRecorder:
         if request is not None:
             system = request.system
             payload["request_body"] = without_system(attempt.request_body, system)
-            payload["messages"] = [dict(m) for m in request.messages]
+            # Plain dicts as they are: no one changes a request's messages once it is built.
+            payload["messages"] = [m if type(m) is dict else dict(m) for m in request.messages]
             payload["settings"] = request.settings.recorded()
             payload["output_type"] = request.output_type.__name__ if request.output_type else None
             if request.prompt is not None:

@@ -68,7 +68,7 @@ DEPTH = 50
 """How deep each ranking is read before the two are fused."""
 
 
-RECHECK_EMPTY = 1.0
+RECHECK_EMPTY = 30.0
 """Seconds an empty library is taken as still empty before it is counted again: documents
 added by another process (`frontdesk knowledge add` beside a running service) reach its
 turns within this time; those added through this process's `Knowledge`, at once."""

@@ -1517,9 +1517,12 @@ def _view(p: Pipeline, t: Turn, expert: str) -> ExpertView:
 
 
 def _turns(view: ExpertView) -> list[Message]:
-    """The view's turns typed as model messages (the builder only makes these two roles)."""
+    """The view's turns typed as model messages (the builder only makes these two roles,
+    in dicts of exactly `role` and `content`: each is a `Message` as it is)."""
     return [
-        Message(role="assistant" if m["role"] == "assistant" else "user", content=m["content"])
+        m  # type: ignore[misc]
+        if m["role"] == "user" or m["role"] == "assistant"
+        else Message(role="user", content=m["content"])
         for m in view.messages
     ]
 
