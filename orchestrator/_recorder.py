@@ -168,15 +168,9 @@ class TurnRecorder:
         """Record a pipeline event (triage, request, outcome, reply, ...)."""
         self.events.append(AuditEvent(kind=kind, turn_id=self.turn_id, payload=payload))
 
-    @contextlib.contextmanager
-    def expert_call(self, request: ModelRequest) -> Iterator[None]:
+    def expert_call(self, request: ModelRequest) -> _CallWindow:
         """Mark the expert call in progress, so its attempts carry its request."""
-        self._request = request
-        self._call_attempts, self._since = 0, time.perf_counter()
-        try:
-            yield
-        finally:
-            self._request = None
+        return _CallWindow(self, request)
 
     def on_attempt(self, attempt: AttemptEvent) -> None:
         """Observer for model attempts: one `model_attempt` event each."""
@@ -271,6 +265,23 @@ class TurnRecorder:
         """Attach the parsed output to the last (successful) attempt of the call."""
         if self._attempts:
             self._attempts[-1]["output"] = jsonable(response.output)
+
+
+class _CallWindow:
+    """`TurnRecorder.expert_call`'s window (a plain context manager: one per expert call)."""
+
+    __slots__ = ("_recorder", "_request")
+
+    def __init__(self, recorder: TurnRecorder, request: ModelRequest) -> None:
+        self._recorder, self._request = recorder, request
+
+    def __enter__(self) -> None:
+        recorder = self._recorder
+        recorder._request = self._request
+        recorder._call_attempts, recorder._since = 0, time.perf_counter()
+
+    def __exit__(self, *exc: object) -> None:
+        self._recorder._request = None
 
 
 @contextlib.contextmanager
