@@ -34,6 +34,7 @@ from frontdesk.experts.providers import (
     AttemptEvent,
     ModelRequest,
     ModelResponse,
+    PromptRef,
     Usage,
     observe_attempts,
 )
@@ -42,8 +43,14 @@ from frontdesk.redaction import field_rules
 
 
 def usage_dict(usage: Usage) -> dict[str, int]:
-    """A `Usage` as the audit payload stores it."""
-    return _flat(usage)
+    """A `Usage` as the audit payload stores it (each of its fields, in their order: every
+    attempt and every turn's outcome records one)."""
+    return {
+        "input_tokens": usage.input_tokens,
+        "output_tokens": usage.output_tokens,
+        "cache_read_tokens": usage.cache_read_tokens,
+        "cache_write_tokens": usage.cache_write_tokens,
+    }
 
 
 _SCALAR = (int, float, str, bool, type(None))
@@ -68,6 +75,12 @@ def _flat(value: Any) -> dict[str, Any]:
     if all(type(v) in _SCALAR for v in out.values()):
         return out
     return dataclasses.asdict(value)
+
+
+@functools.lru_cache(maxsize=256)
+def _prompt_dict(prompt: PromptRef) -> dict[str, Any]:
+    """A prompt reference as the audit payload stores it, made once per prompt."""
+    return _flat(prompt)
 
 
 def jsonable(value: Any) -> Any:
@@ -201,7 +214,7 @@ class TurnRecorder:
             payload["settings"] = request.settings.recorded()
             payload["output_type"] = request.output_type.__name__ if request.output_type else None
             if request.prompt is not None:
-                payload["prompt"] = _flat(request.prompt)
+                payload["prompt"] = dict(_prompt_dict(request.prompt))
             if request.memory:  # Exactly which facts were sent (their text: `messages`).
                 payload["memory"] = {"ids": list(request.memory_ids)}
             if request.passages:  # Which passages, at which version (their text: `messages`).

@@ -39,3 +39,14 @@ def test_every_copy_of_the_system_prompt_is_replaced_and_the_body_left_as_it_was
     assert kept == _replaced(body, _prompt_reference(SYSTEM))
     assert repr(body) == before  # The wire body itself is not changed.
     assert SYSTEM not in repr(kept)
+
+
+def test_usage_is_recorded_with_every_field() -> None:
+    import dataclasses
+
+    from frontdesk.experts.providers import Usage
+    from frontdesk.orchestrator._recorder import usage_dict
+
+    usage = Usage(input_tokens=1, output_tokens=2, cache_read_tokens=3, cache_write_tokens=4)
+    assert usage_dict(usage) == dataclasses.asdict(usage)
+    assert list(usage_dict(usage)) == [f.name for f in dataclasses.fields(Usage)]
