@@ -418,6 +418,9 @@ class Orchestrator:
             self._pipelines = {
                 name: dataclasses.replace(p, jobs=jobs) for name, p in pipelines.items()
             }
+            # Whether each library is empty is known before the first turn, whose deadline
+            # should not pay for the count (`Library.empty`).
+            await asyncio.gather(*(p.knowledge.empty() for p in pipelines.values() if p.knowledge))
             self._pipeline = self._pipelines[self._default]
             return self._pipeline
 
