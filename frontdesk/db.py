@@ -126,16 +126,15 @@ async def run_write(engine: AsyncEngine, work: Callable[[Connection], T]) -> T:
     The SQL is written once, sync, for both databases. On SQLite it runs on a sync engine
     over the same file, on a thread of its own, grouped with the other writes queued
     meanwhile into one transaction (a savepoint each, see `frontdesk._driver`); on PostgreSQL
-    it runs in the async engine's transaction (`AsyncConnection.run_sync`). The write is
-    committed when `work` returns (and the caller resumes only after the COMMIT), and
+    on a connection of the async engine's pool, in one hop (`_driver.postgres.run`). The
+    write is committed when `work` returns (and the caller resumes only after the COMMIT), and
     rolled back when it raises.
 
     A caller cancelled before its write started withdraws it; once handed to the SQLite
     thread, it runs to its end, and the cancellation is delivered after.
     """
     if engine.dialect.name != "sqlite":
-        async with engine.begin() as conn:
-            return await conn.run_sync(work)
+        return await postgres.run(engine, work)
     return await writer.run(engine, work)
 
 
@@ -150,23 +149,25 @@ async def run_alone(engine: AsyncEngine, work: Callable[[Connection], T]) -> T:
     """
     if engine.dialect.name == "sqlite":
         return await writer.run(engine, work)
-    async with engine.connect() as conn:
-        await conn.execution_options(isolation_level="AUTOCOMMIT")
-        async with conn.begin():  # No BEGIN in autocommit; `Statement`'s fast path runs here.
-            return await conn.run_sync(work)
+    # No BEGIN in autocommit; the transaction is SQLAlchemy's, for `Statement`'s fast path.
+    return await postgres.run(engine, work, options=_AUTOCOMMIT)
 
 
 async def run_read(engine: AsyncEngine, work: Callable[[Connection], T]) -> T:
     """Run `work` (sync SQL on a sync `Connection`) in one read-only transaction of `engine`.
 
     On SQLite it runs on a thread and connection of its own, in one hop (a WAL snapshot,
-    never queued behind the writer); on PostgreSQL in a read transaction of the async
-    engine (`AsyncConnection.run_sync`). Either runs beside a write of the same process.
+    never queued behind the writer); on PostgreSQL in a transaction on a connection of the
+    async engine's pool, in one hop (`_driver.postgres.run`). Either runs beside a write of
+    the same process.
     """
     if engine.dialect.name != "sqlite":
-        async with read_transaction(engine) as conn:
-            return await conn.run_sync(work)
+        return await postgres.run(engine, work, options=_READONLY)
     return await reader.run(engine, work)
+
+
+_AUTOCOMMIT = {"isolation_level": "AUTOCOMMIT"}
+_READONLY = {"frontdesk_readonly": True}
 
 
 @asynccontextmanager

@@ -9,8 +9,9 @@ What belongs here, and only here:
 - `reader`: the SQLite reader thread behind `frontdesk.db.run_read`: a read transaction
   (a WAL snapshot) in one hop, on a connection of its own that refuses writes, so a read
   never waits for the writer nor holds it.
-- `postgres`: the PostgreSQL pool's check at checkout, which costs no round trip (instead
-  of SQLAlchemy's pre-ping, three).
+- `postgres`: a PostgreSQL transaction of sync SQL in one greenlet hop (checkout, begin,
+  work, commit, check-in; through `AsyncConnection` each step was a hop of its own), and the
+  pool's check at checkout, which costs no round trip (instead of SQLAlchemy's pre-ping).
 - `Statement`: a prebuilt statement the store and the audit log run on any sync
   `Connection` without asking which driver is under it. On the writer's and the reader's
   pysqlite connections, and on asyncpg's inside a transaction, it runs straight on the
