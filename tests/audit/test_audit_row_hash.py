@@ -21,7 +21,7 @@ TEXTS = [
 
 
 @pytest.mark.parametrize("text", TEXTS)
-@pytest.mark.parametrize("conversation_id", ["conv-1", "conversación-ü"])
+@pytest.mark.parametrize("conversation_id", ["conv-1", "conversación-ü", 'a "quoted"\\id\x07'])
 @pytest.mark.parametrize("prompt_sha256", [None, "ab" * 32])
 def test_the_spliced_hash_is_the_chain_hash(
     text: str, conversation_id: str, prompt_sha256: str | None

@@ -4,12 +4,20 @@ from __future__ import annotations
 
 import os
 import uuid
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 
 from frontdesk.audit.events import AuditEvent, random_uuid4_hex
-from frontdesk.audit.store import PROMPT_DIGEST, _utc_text, id_bytes, id_text, time_bytes, time_text
+from frontdesk.audit.store import (
+    PROMPT_DIGEST,
+    _stamp,
+    _utc_text,
+    id_bytes,
+    id_text,
+    time_bytes,
+    time_text,
+)
 from frontdesk.threads._records import new_id
 
 # Fixed values (not drawn at import): pytest-xdist's workers must collect the same ids.
@@ -74,6 +82,22 @@ def test_every_timestamp_reads_back_exactly(value: str) -> None:
 def test_a_canonical_timestamp_takes_eight_bytes() -> None:
     assert len(time_bytes(_utc_text(datetime.now(UTC)))) == 8
     assert time_text("2026-01-01") == "2026-01-01"  # Stored by hand as text.
+
+
+@pytest.mark.parametrize(
+    "moment",
+    [
+        datetime(2026, 3, 1, 12, 30, 5, 123456, tzinfo=UTC),
+        datetime(2026, 3, 1, 12, 30, 5),  # Naive: taken as UTC.
+        datetime(2026, 3, 1, 23, 59, 59, 999999, tzinfo=timezone(timedelta(hours=-5))),
+        datetime(1969, 12, 31, 23, 59, 59, 1, tzinfo=UTC),
+        datetime(1, 1, 1, tzinfo=UTC),
+        datetime(9999, 12, 31, 23, 59, 59, 999999, tzinfo=UTC),
+    ],
+)
+def test_an_events_time_is_stored_as_its_text_would_be(moment: datetime) -> None:
+    """`_stamp` makes the stored form from the datetime, not by parsing its text back."""
+    assert _stamp(moment) == (_utc_text(moment), time_bytes(_utc_text(moment)))
 
 
 def test_event_ids_are_random_uuid4_hex_and_never_repeat() -> None:
