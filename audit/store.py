@@ -965,11 +965,9 @@ class AuditLog:
                 return _Prepared(event, created, "", prompt, split, created_stored=created_stored)
             return self._packed_split(event, created, prompt, kid, created_stored)
         packer = blobs.Packer(self._addresses(None))
-        payload = {
-            k: v if k in crypto.CLEAR_FIELDS else packer.pack(v) for k, v in event.payload.items()
-        }
+        # Packing made each part's text: the payload's JSON is joined from them.
+        _, payload_json = packer.payload(event.payload, crypto.CLEAR_FIELDS)
         made: dict[str, tuple[str | None, str]] = {r: (None, t) for r, t in packer.made.items()}
-        payload_json = canonical_json(payload)
         return _Prepared(
             event,
             created,
