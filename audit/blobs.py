@@ -33,6 +33,7 @@ import math
 import os
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from json.encoder import encode_basestring
 from typing import Any
 
 from cryptography.exceptions import InvalidTag
@@ -67,6 +68,8 @@ not on where the list starts."""
 
 _CACHE_LIMIT = 50_000
 _SCALARS: dict[Any, str] = {None: "null", True: "true", False: "false"}
+_encode_text = encode_basestring
+"""A text's JSON as `canonical_json` writes it (`ensure_ascii=False`), without the call."""
 _KEYS: dict[str, str] = {}
 """Payload keys' JSON texts (a few dozen names)."""
 _BLOB_AAD = b"frontdesk-audit-blob\x00"
@@ -104,11 +107,12 @@ class Addresses:
     packed: dict[Any, tuple[Any, str, tuple[tuple[str, str], ...]]] = field(default_factory=dict)
     """Packed texts and small flat dicts (the thread's messages), with their JSON and the
     blobs (ref, text) they refer to."""
-    lists: dict[tuple[str, ...], tuple[Any, str, tuple[tuple[str, str], ...]]] = field(
-        default_factory=dict
-    )
-    """Packed long lists by their items' packed JSON texts: a thread sent again (the same
-    list in `messages` and the wire body, on the next attempt or turn) is one dict hit."""
+    lists: dict[
+        tuple[tuple[tuple[str, str], ...], ...], tuple[Any, str, tuple[tuple[str, str], ...]]
+    ] = field(default_factory=dict)
+    """Packed long lists of flat dicts of texts (a thread's messages), by their items' items:
+    a thread sent again (in `messages` and the wire body, on the next attempt or turn) is
+    one dict hit, its key made in C."""
     cuts: dict[tuple[str, str], bool] = field(default_factory=dict)
     """Whether an item ends a chunk, by (the item before's JSON, its own): a thread that
     grew by a message is cut again without hashing its older pairs again."""
@@ -147,10 +151,43 @@ class Packer:
     addresses: Addresses
     made: dict[str, str] = field(default_factory=dict)
     """The blobs this packer referenced: ref -> JSON text."""
+    exact: bool = True
+    """Whether every text it made is its value's `canonical_json`: not once it met a key
+    that is not text, or a value `json` cannot write as it is (`payload` then encodes)."""
 
     def pack(self, value: Any) -> Any:
         """`value` with its large parts replaced by references (see the module docstring)."""
         return self._value(value)[0]
+
+    def payload(
+        self, payload: Mapping[str, Any], clear: frozenset[str]
+    ) -> tuple[dict[str, Any], str]:
+        """A payload with its content fields packed (the `clear` ones kept as they are) and
+        its canonical JSON, joined from the texts packing made rather than encoded again.
+
+        `canonical_json` of the packed payload whenever a part's text might not be its
+        canonical form: a key or value `json` converts, or an escaped surrogate (`\\ud...`,
+        which makes `canonical_json` escape the whole text; a literal one only costs this).
+        """
+        packed: dict[str, Any] = {}
+        texts: dict[str, str | None] = {}
+        for key, value in payload.items():
+            if key in clear:
+                packed[key], texts[key] = value, _plain(value)
+            else:
+                packed[key], texts[key] = self._value(value)
+        parts = []
+        if self.exact:
+            for key in sorted(texts) if all(type(k) is str for k in texts) else ():
+                text = texts[key]
+                if text is None:
+                    break
+                parts.append(f"{_key_json(key)}:{text}")
+        if len(parts) == len(texts):
+            joined = "{" + ",".join(parts) + "}"
+            if "\\ud" not in joined:
+                return packed, joined
+        return packed, canonical_json(packed)
 
     def _value(self, value: Any) -> tuple[Any, str]:
         """The packed value and its JSON text."""
@@ -166,7 +203,7 @@ class Packer:
                 if found is not None:
                     self.made.update(found[2])
                     return found[0], found[1]
-                if key is not None and all(type(v) is str for v in value.values()):
+                if key is not None and all(type(k) is str and type(v) is str for k, v in key):
                     return self._memo(key, value)
             return self._dict(value)
         if isinstance(value, list | tuple):
@@ -177,6 +214,7 @@ class Packer:
             return value, str(value)
         if type(value) is float and math.isfinite(value):
             return value, repr(value)  # What `json` writes for a finite float.
+        self.exact = False
         return value, canonical_json(value)  # Raises for what is not JSON.
 
     def _memo(self, key: Any, value: Any) -> tuple[Any, str]:
@@ -209,12 +247,9 @@ class Packer:
         for key in sorted(value):
             item, text = self._value(value[key])
             packed[key] = item
-            key_text = _KEYS.get(key)
-            if key_text is None:
-                key_text = canonical_json(key)
-                if len(_KEYS) < _CACHE_LIMIT:
-                    _KEYS[key] = key_text
-            parts.append(f"{key_text}:{text}")
+            if type(key) is not str:  # `json` writes it as text: this text is not canonical.
+                self.exact = False
+            parts.append(f"{_key_json(key)}:{text}")
         text = "{" + ",".join(parts) + "}"
         if len(packed) == 1 and next(iter(packed)) in _MARKS:  # Not to be read as a ref.
             packed, text = {ESCAPE: packed}, f'{{"{ESCAPE}":{text}}}'
@@ -251,9 +286,11 @@ class Packer:
         text = canonical_json(packed)
         if len(text) >= MIN_DICT:  # The same list often goes out twice (messages, wire body).
             packed, text = self._blob(text)
-        if len(self.addresses.lists) >= _CACHE_LIMIT:
-            self.addresses.clear()
-        self.addresses.lists[texts] = (packed, text, tuple(self.made.items()))
+        key = _flat_items(value)
+        if key is not None:
+            if len(self.addresses.lists) >= _CACHE_LIMIT:
+                self.addresses.clear()
+            self.addresses.lists[key] = (packed, text, tuple(self.made.items()))
         made.update(self.made)
         self.made = made
         return packed, text
@@ -261,20 +298,65 @@ class Packer:
     def _known_list(
         self, value: list[Any] | tuple[Any, ...]
     ) -> tuple[Any, str, tuple[tuple[str, str], ...]] | None:
-        """The cached packing of a list whose items are all known flat dicts (a thread
-        packed before), with every blob it refers to; `None` when any item is not."""
-        packed, texts = self.addresses.packed, []
-        for item in value:
-            if not isinstance(item, dict) or len(item) > 3:
-                return None
+        """The cached packing of a list of flat dicts (a thread packed before), with every
+        blob it refers to; `None` when it is not one, or not known."""
+        try:
+            return self.addresses.lists.get(tuple(map(tuple, map(dict.items, value))))
+        except TypeError:  # An item is not a dict, or holds a list or dict.
+            return None
+
+
+def _flat_items(
+    value: list[Any] | tuple[Any, ...],
+) -> tuple[tuple[tuple[str, str], ...], ...] | None:
+    """A list of flat dicts of texts as its items' items (its key in `Addresses.lists`);
+    `None` for any other list. Only texts: a text equals no other kind of value, so no two
+    lists that `json` writes differently share a key (`1 == 1.0 == True`)."""
+    try:
+        items = tuple(map(tuple, map(dict.items, value)))
+    except TypeError:
+        return None
+    if all(type(k) is str and type(v) is str for item in items for k, v in item):
+        return items
+    return None
+
+
+def _key_json(key: str) -> str:
+    """A payload key's JSON text (cached: a few dozen names)."""
+    text = _KEYS.get(key)
+    if text is None:
+        text = canonical_json(key)
+        if len(_KEYS) < _CACHE_LIMIT:
+            _KEYS[key] = text
+    return text
+
+
+def _plain(value: Any) -> str | None:
+    """The canonical JSON of a clear field's value (a scalar, a flat dict: usage, settings,
+    a prompt reference), or `None` when it is anything else (`Packer.payload` encodes then)."""
+    kind = type(value)
+    if kind is str:
+        if not value.isascii():
             try:
-                found = packed.get(tuple(item.items()))
-            except TypeError:  # A list or dict inside: not a flat dict.
+                value.encode("utf-8")
+            except UnicodeEncodeError:  # A lone surrogate: `canonical_json` escapes all.
                 return None
-            if found is None:
+        return _encode_text(value)
+    if value is None or value is True or value is False:
+        return _SCALARS[value]
+    if kind is int:
+        return str(value)
+    if kind is float:
+        return repr(value) if math.isfinite(value) else None
+    if kind is dict:
+        parts = []
+        for key in sorted(value) if all(type(k) is str for k in value) else ():
+            text = _plain(value[key])
+            if text is None:
                 return None
-            texts.append(found[1])
-        return self.addresses.lists.get(tuple(texts))
+            parts.append(f"{_key_json(key)}:{text}")
+        return "{" + ",".join(parts) + "}" if len(parts) == len(value) else None
+    return None
 
 
 def references(value: Any) -> set[str]:

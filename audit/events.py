@@ -6,6 +6,7 @@ The orchestrator builds these during a turn and appends them in one batch after 
 
 from __future__ import annotations
 
+import functools
 import os
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -96,6 +97,31 @@ EventKind = Literal[
 # `AuditEvent.system_prompt` and is stored once by hash.
 
 
+_IDS_AT_ONCE = 64
+_ids: list[str] = []
+"""Event ids made ahead, taken one at a time (`list.pop` is atomic: no lock needed)."""
+os.register_at_fork(after_in_child=_ids.clear)  # A child must not reuse its parent's ids.
+
+
+def random_uuid4_hex() -> str:
+    """`uuid.uuid4().hex` without the `UUID` object: 16 random bytes (`os.urandom`) with the
+    version 4 and variant bits. A turn makes a dozen events, so the bytes of 64 ids are read
+    in one call and kept in this process's memory until used (never shown before)."""
+    while True:
+        try:
+            return _ids.pop()
+        except IndexError:
+            _ids.extend(_fresh_ids(_IDS_AT_ONCE))
+
+
+def _fresh_ids(count: int) -> list[str]:
+    data = bytearray(os.urandom(16 * count))
+    data[6::16] = bytes((b & 0x0F) | 0x40 for b in data[6::16])
+    data[8::16] = bytes((b & 0x3F) | 0x80 for b in data[8::16])
+    text = data.hex()
+    return [text[i : i + 32] for i in range(0, 32 * count, 32)]
+
+
 @dataclass(frozen=True, kw_only=True)
 class AuditEvent:
     """One audit row before it is chained and stored."""
@@ -106,15 +132,6 @@ class AuditEvent:
     payload: dict[str, Any]
     system_prompt: str | None = None
     """For `model_attempt`: the full system text; stored once, keyed by its sha256."""
-    created_at: datetime = field(default_factory=lambda: datetime.now(UTC))
-    event_id: str = field(default_factory=lambda: random_uuid4_hex())
+    created_at: datetime = field(default_factory=functools.partial(datetime.now, UTC))
+    event_id: str = field(default_factory=random_uuid4_hex)
     """Unique per event, so a batch re-sent from the spool is never stored twice."""
-
-
-def random_uuid4_hex() -> str:
-    """`uuid.uuid4().hex` without the `UUID` object (a turn makes a dozen events, and the
-    object cost most of building one): 16 random bytes with the version 4 and variant bits."""
-    data = bytearray(os.urandom(16))
-    data[6] = (data[6] & 0x0F) | 0x40
-    data[8] = (data[8] & 0x3F) | 0x80
-    return data.hex()

@@ -20,6 +20,7 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from functools import cached_property
+from json.encoder import encode_basestring
 from pathlib import Path
 from typing import Any, Literal
 
@@ -360,6 +361,23 @@ def _utc_text(moment: datetime) -> str:
     return moment.isoformat(timespec="microseconds")
 
 
+def _stamp(moment: datetime) -> tuple[str, bytes]:
+    """`_utc_text(moment)` and its stored form (`time_bytes` of it), both made from the
+    datetime: a canonical text reads back as this very moment, so it need not be parsed."""
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    elif moment.tzinfo is not UTC:
+        moment = moment.astimezone(UTC)
+    micros = (moment - _EPOCH) // _MICROSECOND
+    return moment.isoformat(timespec="microseconds"), micros.to_bytes(8, "big", signed=True)
+
+
+@functools.lru_cache(maxsize=256)
+def _prompt_digest(text: str) -> str:
+    """A system prompt's sha256 (the same few prompts come with every turn, twice)."""
+    return sha256_text(text)
+
+
 def _retryable(error: BaseException) -> bool:
     """Serialization failures, deadlocks and dropped connections are worth one more try."""
     if not isinstance(error, DBAPIError):
@@ -401,6 +419,8 @@ class _Prepared:
     """The blobs the payload refers to: ref -> (kid, JSON text)."""
     stored: bytes = b""
     """`payload_json` in its stored form (`compact.deflate`), made with it."""
+    created_stored: bytes = b""
+    """`created_at` in its stored form (`time_bytes`), made from the event's datetime."""
 
 
 def spliced_row_hash(
@@ -422,8 +442,8 @@ def spliced_row_hash(
     whole text might have to be ASCII-escaped (a lone surrogate in the payload), so those
     rare rows take `row_hash` itself.
     """
-    fields = (conversation_id, event_id, kind, turn_id, created_at, prev_hash)
-    if not all(f.isascii() for f in fields) or not (prompt_sha256 or "").isascii():
+    ascii_fields = f"{conversation_id}{event_id}{kind}{turn_id}{created_at}{prev_hash}"
+    if not ascii_fields.isascii() or not (prompt_sha256 or "").isascii():
         return row_hash(
             conversation_id=conversation_id,
             seq=seq,
@@ -435,19 +455,18 @@ def spliced_row_hash(
             prompt_sha256=prompt_sha256,
             prev_hash=prev_hash,
         )
-    # Keys in sorted order, as canonical_json writes them.
-    head = canonical_json(
-        {
-            "conversation_id": conversation_id,
-            "created_at": created_at,
-            "event_id": event_id,
-            "kind": kind,
-        }
+    # Keys in sorted order, each value as canonical_json writes it (`seq` is an int).
+    prompt = "null" if prompt_sha256 is None else _json_text(prompt_sha256)
+    return sha256_text(
+        f'{{"conversation_id":{_json_text(conversation_id)},"created_at":{_json_text(created_at)}'
+        f',"event_id":{_json_text(event_id)},"kind":{_json_text(kind)},"payload":{payload_json}'
+        f',"prev_hash":{_json_text(prev_hash)},"prompt_sha256":{prompt},"seq":{int(seq)}'
+        f',"turn_id":{_json_text(turn_id)}}}'
     )
-    tail = canonical_json(
-        {"prev_hash": prev_hash, "prompt_sha256": prompt_sha256, "seq": seq, "turn_id": turn_id}
-    )
-    return sha256_text(f'{head[:-1]},"payload":{payload_json},{tail[1:]}')
+
+
+_json_text = encode_basestring
+"""A text's JSON as `canonical_json` writes it (`ensure_ascii=False`), without the call."""
 
 
 @functools.lru_cache(maxsize=256)
@@ -753,7 +772,7 @@ class AuditLog:
         are stored, and later batches of this log neither insert nor look for them again;
         with `conversation_id`, the head it moved is that conversation's now."""
         self._stored_prompts.update(
-            sha256_text(e.system_prompt) for e in events if e.system_prompt is not None
+            _prompt_digest(e.system_prompt) for e in events if e.system_prompt is not None
         )
         self._stored.committed(blobs_written)
         if conversation_id is not None:
@@ -936,32 +955,51 @@ class AuditLog:
     ) -> _Prepared:
         """JSON, prompt hash and packing done before the transaction (packing needs the
         data key's address key: when the owner's key is not cached it waits for `_sealed`)."""
-        prompt = None if event.system_prompt is None else sha256_text(event.system_prompt)
-        created = _utc_text(event.created_at)
+        prompt = None if event.system_prompt is None else _prompt_digest(event.system_prompt)
+        created, created_stored = _stamp(event.created_at)
         if self._keys is not None and not in_clear:
             ref, period = self._refs.ref("data_key", user_id), crypto.period_of(created)
             kid = self._keys.cached(ref, period)
             if kid is None:
-                return _Prepared(event, created, "", prompt, crypto.split(event.payload))
-            return self._packed_split(event, created, prompt, kid)
+                split = crypto.split(event.payload)
+                return _Prepared(event, created, "", prompt, split, created_stored=created_stored)
+            return self._packed_split(event, created, prompt, kid, created_stored)
         packer = blobs.Packer(self._addresses(None))
-        payload = {
-            k: v if k in crypto.CLEAR_FIELDS else packer.pack(v) for k, v in event.payload.items()
-        }
+        # Packing made each part's text: the payload's JSON is joined from them.
+        _, payload_json = packer.payload(event.payload, crypto.CLEAR_FIELDS)
         made: dict[str, tuple[str | None, str]] = {r: (None, t) for r, t in packer.made.items()}
-        payload_json = canonical_json(payload)
         return _Prepared(
-            event, created, payload_json, prompt, blobs=made, stored=compact.deflate(payload_json)
+            event,
+            created,
+            payload_json,
+            prompt,
+            blobs=made,
+            stored=compact.deflate(payload_json),
+            created_stored=created_stored,
         )
 
     def _packed_split(
-        self, event: AuditEvent, created: str, prompt: str | None, kid: str
+        self,
+        event: AuditEvent,
+        created: str,
+        prompt: str | None,
+        kid: str,
+        created_stored: bytes = b"",
     ) -> _Prepared:
         assert self._keys is not None
         packer = blobs.Packer(self._addresses(kid))
         parts = crypto.split(event.payload, packer.pack)
         made: dict[str, tuple[str | None, str]] = {r: (kid, t) for r, t in packer.made.items()}
-        return _Prepared(event, created, "", prompt, parts, kid=kid, blobs=made)
+        return _Prepared(
+            event,
+            created,
+            "",
+            prompt,
+            parts,
+            kid=kid,
+            blobs=made,
+            created_stored=created_stored,
+        )
 
     def _addresses(self, kid: str | None) -> blobs.Addresses:
         """The cached addresses of one data key (`None`: the log's clear blobs)."""
@@ -1085,7 +1123,9 @@ class AuditLog:
             e = item.event
             kid, aead = self._keys.for_writing(conn, ref, crypto.period_of(item.created_at), memo)
             if item.kid != kid:  # Packed for another key, or not yet: pack for this one.
-                item = self._packed_split(e, item.created_at, item.prompt_sha256, kid)
+                item = self._packed_split(
+                    e, item.created_at, item.prompt_sha256, kid, item.created_stored
+                )
             assert item.split is not None
             associated = crypto.aad(conversation_id, e.event_id, e.kind)
             envelope = crypto.seal(item.split, kid=kid, aead=aead, associated=associated)
@@ -1098,6 +1138,7 @@ class AuditLog:
                     item.prompt_sha256,
                     blobs=item.blobs,
                     stored=compact.deflate(sealed),
+                    created_stored=item.created_stored,
                 )
             )
         return out
@@ -1125,7 +1166,7 @@ class AuditLog:
             "event_id": id_bytes(event.event_id),
             "kind": event.kind,
             "turn_id": id_bytes(event.turn_id),
-            "created_at": time_bytes(item.created_at),
+            "created_at": item.created_stored or time_bytes(item.created_at),
             "payload_json": item.stored or compact.deflate(item.payload_json),
             "prompt_sha256": (
                 None if item.prompt_sha256 is None else id_bytes(item.prompt_sha256, PROMPT_DIGEST)

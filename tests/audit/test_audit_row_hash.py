@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 from pydantic_core import to_jsonable_python
 
+from frontdesk.audit import blobs, crypto
 from frontdesk.audit.chain import canonical_json, row_hash
 from frontdesk.audit.store import spliced_row_hash
 
@@ -21,7 +23,7 @@ TEXTS = [
 
 
 @pytest.mark.parametrize("text", TEXTS)
-@pytest.mark.parametrize("conversation_id", ["conv-1", "conversación-ü"])
+@pytest.mark.parametrize("conversation_id", ["conv-1", "conversación-ü", 'a "quoted"\\id\x07'])
 @pytest.mark.parametrize("prompt_sha256", [None, "ab" * 32])
 def test_the_spliced_hash_is_the_chain_hash(
     text: str, conversation_id: str, prompt_sha256: str | None
@@ -75,3 +77,39 @@ def test_canonical_json_of_plain_values_is_unchanged_by_the_fast_path(value: obj
             to_jsonable_python(value), sort_keys=True, separators=(",", ":"), ensure_ascii=True
         )
     assert canonical_json(value) == slow
+
+
+T0 = datetime(2026, 3, 1, tzinfo=UTC)
+_FIELDS = {"text", "messages", "request_body", "output", "error"} | set(crypto.CLEAR_FIELDS)
+"""Payload keys: content fields (packed) and clear ones (kept as they are)."""
+_WEIRD = st.one_of(
+    _JSON,
+    st.dictionaries(st.integers(), st.text(max_size=4), max_size=3),  # Keys `json` converts.
+    st.datetimes(timezones=st.just(UTC)),  # A value `canonical_json` converts.
+    st.text(alphabet=st.characters(min_codepoint=0xD800, max_codepoint=0xDFFF), max_size=2),
+    st.just("a literal \\ud800, not a surrogate"),
+)
+
+
+@given(st.dictionaries(st.sampled_from(sorted(_FIELDS)), _WEIRD, max_size=6))
+@example({"text": {0: "a", 10: "b", 9: "c"}, "output": "é"})  # Keys `json` turns to text.
+@example({"text": "x\ud800", "model": "é"})  # A surrogate: every non-ASCII text escaped.
+@example({"model": "x\ud800", "text": "é"})
+@example({"usage": {"n": 1, "m": [1.5, None]}, "settings": {1: 2}, "output": T0})
+@example({"text": "a literal \\ud800 " * 9, "error": 'quotes " \\ and \x01'})
+def test_the_payload_text_joined_from_packing_is_its_canonical_json(
+    payload: dict[str, object],
+) -> None:
+    """`Packer.payload` joins the texts packing made instead of encoding the payload again:
+    the text must be what `canonical_json` writes of the packed payload, or a row would
+    fail `audit verify` (which checks the canonical form)."""
+    addresses = blobs.Addresses(None)
+    for _ in range(2):  # Cold, then with every part cached.
+        packer = blobs.Packer(addresses)
+        packed, text = packer.payload(payload, crypto.CLEAR_FIELDS)
+        expected = {
+            k: v if k in crypto.CLEAR_FIELDS else blobs.Packer(addresses).pack(v)
+            for k, v in payload.items()
+        }
+        assert packed == expected
+        assert text == canonical_json(expected)

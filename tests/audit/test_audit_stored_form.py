@@ -2,12 +2,22 @@
 
 from __future__ import annotations
 
+import os
 import uuid
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 
-from frontdesk.audit.store import PROMPT_DIGEST, _utc_text, id_bytes, id_text, time_bytes, time_text
+from frontdesk.audit.events import AuditEvent, random_uuid4_hex
+from frontdesk.audit.store import (
+    PROMPT_DIGEST,
+    _stamp,
+    _utc_text,
+    id_bytes,
+    id_text,
+    time_bytes,
+    time_text,
+)
 from frontdesk.threads._records import new_id
 
 # Fixed values (not drawn at import): pytest-xdist's workers must collect the same ids.
@@ -72,3 +82,47 @@ def test_every_timestamp_reads_back_exactly(value: str) -> None:
 def test_a_canonical_timestamp_takes_eight_bytes() -> None:
     assert len(time_bytes(_utc_text(datetime.now(UTC)))) == 8
     assert time_text("2026-01-01") == "2026-01-01"  # Stored by hand as text.
+
+
+@pytest.mark.parametrize(
+    "moment",
+    [
+        datetime(2026, 3, 1, 12, 30, 5, 123456, tzinfo=UTC),
+        datetime(2026, 3, 1, 12, 30, 5),  # Naive: taken as UTC.
+        datetime(2026, 3, 1, 23, 59, 59, 999999, tzinfo=timezone(timedelta(hours=-5))),
+        datetime(1969, 12, 31, 23, 59, 59, 1, tzinfo=UTC),
+        datetime(1, 1, 1, tzinfo=UTC),
+        datetime(9999, 12, 31, 23, 59, 59, 999999, tzinfo=UTC),
+    ],
+)
+def test_an_events_time_is_stored_as_its_text_would_be(moment: datetime) -> None:
+    """`_stamp` makes the stored form from the datetime, not by parsing its text back."""
+    assert _stamp(moment) == (_utc_text(moment), time_bytes(_utc_text(moment)))
+
+
+def test_event_ids_are_random_uuid4_hex_and_never_repeat() -> None:
+    """Ids are made ahead in bulk (`events._fresh_ids`): still each a uuid4's hex, unique,
+    in the form `id_bytes` stores as 16 bytes."""
+    ids = [AuditEvent(kind="reply", turn_id="t", payload={}).event_id for _ in range(500)]
+    assert len(set(ids)) == len(ids)
+    for value in ids:
+        parsed = uuid.UUID(value)
+        assert parsed.hex == value and parsed.version == 4 and parsed.variant == uuid.RFC_4122
+        assert len(id_bytes(value)) == 16
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="os.fork is POSIX only")
+def test_a_forked_process_does_not_take_its_parents_ids() -> None:
+    """Ids made ahead are the parent's: a child (a forked worker) makes its own."""
+    random_uuid4_hex()  # The parent now holds ids made ahead.
+    read, write = os.pipe()
+    child = os.fork()
+    if child == 0:  # pragma: no cover (the child reports through the pipe)
+        os.write(write, random_uuid4_hex().encode())
+        os._exit(0)
+    os.close(write)
+    _, status = os.waitpid(child, 0)
+    childs = os.read(read, 64).decode()
+    os.close(read)
+    assert status == 0
+    assert childs != random_uuid4_hex()
