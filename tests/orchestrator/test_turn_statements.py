@@ -37,13 +37,16 @@ pytestmark = pytest.mark.anyio
 # landing (knowledge lookup, durable jobs) re-pin these at merge.
 PINNED: dict[str, dict[str, tuple[int, int, int]]] = {
     "sqlite": {
-        # start (1 write): lease upsert, client-id lookup, conversation + leaf, insert the
-        #   message, move the leaf, hand-off read, path since the newest summary, the route
-        #   of the turn before (the speculation's guess, no read of its own), the knowledge
-        #   search for the question (a read of the same transaction, issue 24) = 9
+        # start (1 write): lease upsert, conversation locked with its leaf's role (is it an
+        #   unanswered question?), the client-id lookup and the open hand-off (one read,
+        #   issue 47: 2 fewer), insert the message, move the leaf, path since the newest
+        #   summary, the route of the turn before (the speculation's guess, no read of its
+        #   own), the knowledge search for the question (a read of the same transaction,
+        #   issue 24) = 7
         # outcome (1 write, BEFORE the response expert: the handler ran, and a retry must
         #   reuse its outcome, never run it again): lease fence, outcome upsert = 2
-        # finish (1 write): lease fence that gives it back, outcome usage, failed-marker
+        # finish (1 write): lease fence that gives it back, outcome usage (an UPDATE of the
+        #   row the outcome's write stored, issue 47), failed-marker
         #   read, insert the reply, move the leaf, audit head, 9 audit rows (one
         #   executemany, traced per row by SQLite), move the audit head = 16; the audit
         #   rows' content stored once by reference (issue 27): the new blobs (2 rows of one
@@ -51,18 +54,19 @@ PINNED: dict[str, dict[str, tuple[int, int, int]]] = {
         #   repeats stays in its row, deflated with it, `blobs.MIN_DICT` 256: 3 fewer than
         #   with 96) = 18. No read of which blobs are stored already: a batch the turn saw
         #   committed says its blobs are (`AuditLog.committed`), 1 fewer (issue 20).
-        "new message": (29, 3, 0),
-        # start (1 write): lease upsert, client-id lookup, conversation + leaf, hand-off
-        #   read, the stored reply and outcome = 6; lease given back (1 write) = 1
-        "replay": (7, 2, 0),
+        "new message": (27, 3, 0),
+        # start (1 write): lease upsert, the conversation locked with the client-id lookup
+        #   and the hand-off (one read), the stored reply and outcome = 4; lease given back
+        #   (1 write) = 1
+        "replay": (5, 2, 0),
         # the edited message, then its conversation's owner (2 reads) = 2; start under the
-        #   original's parent (a parent lookup instead of the leaf's) = 9; outcome = 2;
-        #   finish = 18
-        "edit": (31, 3, 2),
-        # the new message's 29 plus the memory lookup in the start transaction, plus the
+        #   original's parent (a parent lookup; no leaf to answer, so only the hand-off
+        #   read folded) = 8; outcome = 2; finish = 18
+        "edit": (30, 3, 2),
+        # the new message's 27 plus the memory lookup in the start transaction, plus the
         #   `memory.learn` job row recorded in the reply's own transaction (issue 22; the
-        #   memory expert then runs as that job, off the turn) = 31
-        "memory and a user id": (31, 3, 0),
+        #   memory expert then runs as that job, off the turn) = 29
+        "memory and a user id": (29, 3, 0),
     },
     "postgresql": {
         # Issue 47: the start is one call of `frontdesk_start_turn` (revision 0031: lease,
@@ -75,14 +79,15 @@ PINNED: dict[str, dict[str, tuple[int, int, int]]] = {
         # 4 round trips (`ROUND_TRIPS`).
         "new message": (4, 4, 0),
         # The start's call finds the client message id stored and refuses (nothing kept):
-        # the general start follows (7 as before: lease, leaf, lock, hand-off, reply and
-        # outcome, lease given back), with the knowledge lookup read beside for nothing:
-        # 2 more statements than the general path alone, only for a retried message.
-        "replay": (9, 4, 0),
-        # An edit hangs under the original's parent: the general start (BEGIN, 9
-        # statements with the savepoint's lookup, COMMIT), then the outcome and the
-        # finish as one call each.
-        "edit": (12, 3, 2),
+        # the general start follows (5: lease, the conversation locked with its leaf, the
+        # client id and the hand-off in one read (issue 47: 2 fewer), reply and outcome,
+        # lease given back), with the knowledge lookup read beside for nothing: 2 more
+        # statements than the general path alone, only for a retried message.
+        "replay": (7, 4, 0),
+        # An edit hangs under the original's parent: the general start (BEGIN, 8
+        # statements with the savepoint's lookup, the hand-off read in the lock's,
+        # COMMIT), then the outcome and the finish as one call each.
+        "edit": (11, 3, 2),
         # A turn that records a job (`memory.learn`) finishes by the general path (the
         # job's row goes through Procrastinate's defer function), its start is one call;
         # the memory lookup is a read transaction beside the start, as before (issue 20).
