@@ -143,8 +143,8 @@ def save(conn: Connection, outcome: TurnOutcome, *, stored: bool = False) -> Ope
         return None  # What the upsert would have changed, changed.
     first = False
     if outcome.handoff is not None:
-        stored = _STORED_HANDOFF.first(conn, {"user_message_id": outcome.user_message_id})
-        first = stored is None or stored["handoff"] is None
+        row = _STORED_HANDOFF.first(conn, {"user_message_id": outcome.user_message_id})
+        first = row is None or row["handoff"] is None
     _SAVE.run(conn, _params(outcome))
     if first and outcome.handoff is not None:
         return handoff.open_in(conn, outcome.conversation_id, outcome.handoff)
@@ -248,12 +248,19 @@ class Previous:
     the customer to choose between (`orchestrator/pending.py`)."""
 
 
-def previous_turn(conn: Connection, path: list[MessageRecord]) -> Previous | None:
+def previous_turn(
+    conn: Connection, path: list[MessageRecord], locked: _writes.Locked | None = None
+) -> Previous | None:
     """The user message before the last one on `path`, with the category it was routed to
-    (the guess of the request expert a turn runs alongside triage) and its confirmation."""
+    (the guess of the request expert a turn runs alongside triage) and its confirmation.
+    `locked`: the start's read of the conversation, which holds the outcome of the old
+    leaf's parent; used when that is the message found (the usual turn), else read."""
     for m in reversed(path[:-1]):
         if m.role == "user":
-            row = _CATEGORY.first(conn, {"user_message_id": m.id})
+            if locked is not None and locked.leaf_parent_id == m.id:
+                row = locked.leaf_parent_outcome
+            else:
+                row = _CATEGORY.first(conn, {"user_message_id": m.id})
             if row is None:
                 return Previous(user_message_id=m.id, category=None)
             return Previous(

@@ -26,11 +26,12 @@ from frontdesk.errors import (
     ProfileMismatch,
 )
 from frontdesk.threads._records import Kind, MessageRecord, new_id
-from frontdesk.threads.models import Conversation, HandoffRow, Message, utcnow
+from frontdesk.threads.models import Conversation, HandoffRow, Message, TurnOutcomeRow, utcnow
 
 _conv = Conversation.__table__  # type: ignore[attr-defined]
 _msg = Message.__table__  # type: ignore[attr-defined]
 _handoff = HandoffRow.__table__  # type: ignore[attr-defined]
+_out = TurnOutcomeRow.__table__  # type: ignore[attr-defined]
 
 
 class _Unset(enum.Enum):
@@ -165,6 +166,11 @@ class Locked:
     handoff: dict[str, Any] | None
     """The open hand-off's row keyed as `handoff.HandoffRecord.from_row` reads it, when
     asked for and one is open."""
+    leaf_parent_id: str | None = None
+    """The message the active leaf answers (the turn before's question, usually)."""
+    leaf_parent_outcome: dict[str, Any] | None = None
+    """That message's stored outcome's category, confirmation and flow, if it has one
+    (`_outcomes.previous_turn` uses it when that message is the turn before's)."""
 
     def unanswered(self, client_message_id: str | None) -> bool:
         """Whether the leaf is a user message nobody answered that is not this very
@@ -206,6 +212,9 @@ def lock_for_turn(
     if handoff and row["handoff_id"] is not None:
         held = {name: row[label] for name, label in _HANDOFF_LABELS}
         held["user_id"], held["profile"] = row["owner_id"], row["profile"]
+    before = None
+    if row["before_category"] is not None:  # Never NULL in a stored outcome.
+        before = {name: row[f"before_{name}"] for name in _BEFORE}
     return Locked(
         leaf_id=row["leaf_id"],
         existing=found,
@@ -213,6 +222,8 @@ def lock_for_turn(
         leaf_role=row["leaf_role"],
         leaf_client_message_id=row["leaf_client_message_id"],
         handoff=held,
+        leaf_parent_id=row["leaf_parent_id"],
+        leaf_parent_outcome=before,
     )
 
 
@@ -304,13 +315,27 @@ def _lock_conversation_query(with_client_id: bool) -> sa.Select[Any]:
     )
 
 
+_BEFORE = ("category", "confirmation", "flow")
+
+
 def _lock_for_turn_query(with_client_id: bool, with_handoff: bool) -> sa.Select[Any]:
-    """`_lock_conversation_query` with the leaf's role and client message id, and the open
-    hand-off's columns (labelled `handoff_<name>`) when `with_handoff`."""
+    """`_lock_conversation_query` with the leaf's role, client message id and parent, the
+    parent's stored outcome (labelled `before_<name>`: the turn before's route, read by the
+    start anyway), and the open hand-off's columns (labelled `handoff_<name>`) when
+    `with_handoff`."""
     stmt = _lock_conversation_query(with_client_id)
     leaf = _msg.alias("leaf")
-    joined = stmt.get_final_froms()[0].outerjoin(leaf, leaf.c.id == _conv.c.active_leaf_id)
-    columns = [leaf.c.role.label("leaf_role"), leaf.c.client_message_id.label("leaf_client_message_id")]
+    joined = (
+        stmt.get_final_froms()[0]
+        .outerjoin(leaf, leaf.c.id == _conv.c.active_leaf_id)
+        .outerjoin(_out, _out.c.user_message_id == leaf.c.parent_id)
+    )
+    columns = [
+        leaf.c.role.label("leaf_role"),
+        leaf.c.client_message_id.label("leaf_client_message_id"),
+        leaf.c.parent_id.label("leaf_parent_id"),
+        *(_out.c[name].label(f"before_{name}") for name in _BEFORE),
+    ]
     if with_handoff:
         # At most one open hand-off per conversation (the partial unique index `uq_handoff_open`).
         is_open = sa.and_(_handoff.c.conversation_id == _conv.c.id, _handoff.c.closed_at.is_(None))

@@ -392,7 +392,9 @@ class ConversationStore:
             # A message kept for a person runs no expert, and a replay answers from the
             # records: nothing to recall for either.
             replayed = stored is not None and stored.reply is not None
-            previous = None if path is None else _outcomes.previous_turn(conn, path.messages)
+            previous = (
+                None if path is None else _outcomes.previous_turn(conn, path.messages, locked)
+            )
             begun = TurnStart(
                 message=message,
                 created=created,

@@ -38,11 +38,11 @@ pytestmark = pytest.mark.anyio
 PINNED: dict[str, dict[str, tuple[int, int, int]]] = {
     "sqlite": {
         # start (1 write): lease upsert, conversation locked with its leaf's role (is it an
-        #   unanswered question?), the client-id lookup and the open hand-off (one read,
-        #   issue 47: 2 fewer), insert the message, move the leaf, path since the newest
-        #   summary, the route of the turn before (the speculation's guess, no read of its
-        #   own), the knowledge search for the question (a read of the same transaction,
-        #   issue 24) = 7
+        #   unanswered question?), the client-id lookup, the open hand-off and the route of
+        #   the turn before (the speculation's guess: the outcome of the old leaf's parent)
+        #   in one read (issue 47: 3 fewer), insert the message, move the leaf, path since
+        #   the newest summary, the knowledge search for the question (a read of the same
+        #   transaction, issue 24) = 6
         # outcome (1 write, BEFORE the response expert: the handler ran, and a retry must
         #   reuse its outcome, never run it again): lease fence, outcome upsert = 2
         # finish (1 write): lease fence that gives it back, outcome usage (an UPDATE of the
@@ -54,19 +54,19 @@ PINNED: dict[str, dict[str, tuple[int, int, int]]] = {
         #   repeats stays in its row, deflated with it, `blobs.MIN_DICT` 256: 3 fewer than
         #   with 96) = 18. No read of which blobs are stored already: a batch the turn saw
         #   committed says its blobs are (`AuditLog.committed`), 1 fewer (issue 20).
-        "new message": (27, 3, 0),
+        "new message": (26, 3, 0),
         # start (1 write): lease upsert, the conversation locked with the client-id lookup
         #   and the hand-off (one read), the stored reply and outcome = 4; lease given back
         #   (1 write) = 1
         "replay": (5, 2, 0),
         # the edited message, then its conversation's owner (2 reads) = 2; start under the
-        #   original's parent (a parent lookup; no leaf to answer, so only the hand-off
-        #   read folded) = 8; outcome = 2; finish = 18
+        #   original's parent (a parent lookup; no leaf to answer and not the leaf's turn
+        #   before, so only the hand-off read folded) = 8; outcome = 2; finish = 18
         "edit": (30, 3, 2),
-        # the new message's 27 plus the memory lookup in the start transaction, plus the
+        # the new message's 26 plus the memory lookup in the start transaction, plus the
         #   `memory.learn` job row recorded in the reply's own transaction (issue 22; the
-        #   memory expert then runs as that job, off the turn) = 29
-        "memory and a user id": (29, 3, 0),
+        #   memory expert then runs as that job, off the turn) = 28
+        "memory and a user id": (28, 3, 0),
     },
     "postgresql": {
         # Issue 47: the start is one call of `frontdesk_start_turn` (revision 0031: lease,
