@@ -45,8 +45,9 @@ import os
 import secrets
 import shutil
 import tempfile
-from collections.abc import Mapping, MutableMapping
+from collections.abc import Callable, Mapping, MutableMapping
 from dataclasses import dataclass
+from typing import TypeVar
 
 from fastapi import FastAPI
 
@@ -85,6 +86,10 @@ worker stayed unreplaced for up to a minute. `Supervisor` also ends the wait whe
 worker's process ends, and gives a worker still starting `STARTUP_SECONDS`."""
 
 
+_N = TypeVar("_N", int, float)
+_D = TypeVar("_D")
+
+
 @dataclass(frozen=True)
 class ServiceSettings:
     """The service's settings, as read from the environment (see the module docstring)."""
@@ -117,21 +122,25 @@ class ServiceSettings:
         """
         env = os.environ if environ is None else environ
         problems = Problems()
-        raw_body = env.get("FRONTDESK_MAX_BODY_BYTES") or str(DEFAULT_MAX_BODY_BYTES)
-        if not raw_body.isdigit() or int(raw_body) < 1024:
-            problems.add(
-                f"FRONTDESK_MAX_BODY_BYTES={raw_body!r}: expected a number of bytes >= 1024"
-            )
-            raw_body = str(DEFAULT_MAX_BODY_BYTES)
-        raw_age = env.get("FRONTDESK_EVENT_STREAM_SECONDS") or str(StreamTiming().max_age)
-        try:
-            max_age = float(raw_age)
-        except ValueError:
-            max_age = -1.0
-        if not 1.0 <= max_age <= 86400.0:
-            problems.add(
-                f"FRONTDESK_EVENT_STREAM_SECONDS={raw_age!r}: expected seconds from 1 to 86400"
-            )
+        max_body = _number(
+            env,
+            "FRONTDESK_MAX_BODY_BYTES",
+            problems,
+            parse=int,
+            default=DEFAULT_MAX_BODY_BYTES,
+            low=1024,
+            expected="a number of bytes >= 1024",
+        )
+        max_age = _number(
+            env,
+            "FRONTDESK_EVENT_STREAM_SECONDS",
+            problems,
+            parse=float,
+            default=StreamTiming().max_age,
+            low=1.0,
+            high=86400.0,
+            expected="seconds from 1 to 86400",
+        )
         admission = _admission(env, problems)
         verifier = rate_limit = None
         with problems.check():
@@ -148,7 +157,7 @@ class ServiceSettings:
             jobs=env.get("FRONTDESK_SERVE_JOBS") or "inline",
             rate_limit=rate_limit,
             redis_url=env.get("FRONTDESK_REDIS_URL") or None,
-            max_body_bytes=int(raw_body),
+            max_body_bytes=max_body,
             event_timing=StreamTiming(max_age=max_age),
             allow_missing_idempotency_key=_flag(env, "FRONTDESK_ALLOW_MISSING_IDEMPOTENCY_KEY"),
             allow_client_conversation_ids=_flag(env, "FRONTDESK_ALLOW_CLIENT_CONVERSATION_IDS"),
@@ -186,28 +195,57 @@ def _use_retention(orch: Orchestrator, age: str | None, transcripts: bool) -> No
 
 def _admission(env: Mapping[str, str], problems: Problems) -> Admission:
     """`FRONTDESK_MAX_TURNS` (unset: from the pool) and `FRONTDESK_TURN_QUEUE_SECONDS`."""
-    raw_turns = env.get("FRONTDESK_MAX_TURNS", "").strip()
-    turns: int | None = None
-    if raw_turns:
-        if raw_turns.isdigit() and int(raw_turns) >= 1:
-            turns = int(raw_turns)
-        else:
-            problems.add(
-                f"FRONTDESK_MAX_TURNS={raw_turns!r} (--max-turns): expected a whole number of"
-                " turns >= 1, or unset for twice the store's connections"
-            )
-    raw_queue = env.get("FRONTDESK_TURN_QUEUE_SECONDS", "").strip() or str(DEFAULT_QUEUE_SECONDS)
-    try:
-        queue = float(raw_queue)
-    except ValueError:
-        queue = -1.0
-    if not 0.0 <= queue <= 60.0:
-        problems.add(
-            f"FRONTDESK_TURN_QUEUE_SECONDS={raw_queue!r} (--turn-queue-seconds): expected"
-            " seconds from 0 to 60"
-        )
-        queue = DEFAULT_QUEUE_SECONDS
+    turns = _number(
+        env,
+        "FRONTDESK_MAX_TURNS",
+        problems,
+        parse=int,
+        default=None,
+        low=1,
+        expected="a whole number of turns >= 1, or unset for twice the store's connections",
+        flag="--max-turns",
+    )
+    queue = _number(
+        env,
+        "FRONTDESK_TURN_QUEUE_SECONDS",
+        problems,
+        parse=float,
+        default=DEFAULT_QUEUE_SECONDS,
+        low=0.0,
+        high=60.0,
+        expected="seconds from 0 to 60",
+        flag="--turn-queue-seconds",
+    )
     return Admission(max_turns=turns, queue_seconds=queue)
+
+
+def _number(
+    env: Mapping[str, str],
+    name: str,
+    problems: Problems,
+    *,
+    parse: Callable[[str], _N],
+    default: _D,
+    low: _N,
+    high: _N | None = None,
+    expected: str,
+    flag: str | None = None,
+) -> _N | _D:
+    """The number setting `name` within [`low`, `high`]; `default` when unset. A value that
+    is not such a number is added to `problems` (all are reported at once) and `default`
+    stands in for it meanwhile."""
+    raw = env.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = parse(raw)
+    except ValueError:
+        value = None
+    if value is None or not (low <= value and (high is None or value <= high)):  # NaN too.
+        where = f"{name}={raw!r}" + (f" ({flag})" if flag else "")
+        problems.add(f"{where}: expected {expected}")
+        return default
+    return value
 
 
 def _flag(env: Mapping[str, str], name: str) -> bool:

@@ -265,3 +265,41 @@ async def test_a_burst_past_the_queue_is_refused_without_waiting(
         assert busy.status_code == 503 and time.monotonic() - started < 5.0
         held.release.set()
         assert (await running).status_code == (await queued).status_code == 200
+
+
+@pytest.mark.parametrize(
+    ("name", "raw"),
+    [
+        ("FRONTDESK_MAX_BODY_BYTES", "1023"),
+        ("FRONTDESK_MAX_BODY_BYTES", "lots"),
+        ("FRONTDESK_EVENT_STREAM_SECONDS", "nan"),
+        ("FRONTDESK_EVENT_STREAM_SECONDS", "0.5"),
+        ("FRONTDESK_MAX_TURNS", "2.5"),
+        ("FRONTDESK_TURN_QUEUE_SECONDS", "inf"),
+        ("FRONTDESK_TURN_QUEUE_SECONDS", "-1"),
+    ],
+)
+def test_a_number_setting_out_of_its_range_is_named(name: str, raw: str) -> None:
+    with pytest.raises(ConfigError) as found:
+        ServiceSettings.from_env({"FRONTDESK_JWT_SECRET": SECRET, name: raw})
+    assert f"{name}={raw!r}" in str(found.value)
+
+
+def test_every_bad_number_setting_is_reported_at_once_and_good_ones_are_read() -> None:
+    env = {"FRONTDESK_JWT_SECRET": SECRET}
+    good = ServiceSettings.from_env(
+        {**env, "FRONTDESK_MAX_BODY_BYTES": "4096", "FRONTDESK_EVENT_STREAM_SECONDS": "90"}
+    )
+    assert (good.max_body_bytes, good.event_timing.max_age) == (4096, 90.0)
+    bad = {
+        **env,
+        "FRONTDESK_MAX_BODY_BYTES": "12",
+        "FRONTDESK_EVENT_STREAM_SECONDS": "never",
+        "FRONTDESK_MAX_TURNS": "many",
+        "FRONTDESK_TURN_QUEUE_SECONDS": "61",
+    }
+    with pytest.raises(ConfigError) as found:
+        ServiceSettings.from_env(bad)
+    for name, raw in bad.items():
+        if name != "FRONTDESK_JWT_SECRET":
+            assert f"{name}={raw!r}" in str(found.value)
