@@ -272,17 +272,19 @@ def previous_turn(
     return None
 
 
+# Binds not named after the table's columns: through `Connection.execute` (a connection
+# with a cursor listener, a tracer) an UPDATE reserves those names for its SET clause.
 _SET_CONFIRMATION = Statement(
     sa.update(_out)
-    .where(_out.c.user_message_id == sa.bindparam("user_message_id"))
-    .values(confirmation=sa.bindparam("confirmation", type_=sa.JSON))
+    .where(_out.c.user_message_id == sa.bindparam("question_id"))
+    .values(confirmation=sa.bindparam("new_confirmation", type_=sa.JSON))
 )
 
 
 def set_confirmation(conn: Connection, user_message_id: str, confirmation: dict[str, Any]) -> None:
     """Replace the confirmation of the turn `user_message_id` (its pending request, now
     answered: a later branch of the conversation finds it answered, not pending)."""
-    _SET_CONFIRMATION.run(conn, {"user_message_id": user_message_id, "confirmation": confirmation})
+    _SET_CONFIRMATION.run(conn, {"question_id": user_message_id, "new_confirmation": confirmation})
 
 
 # The newest real reply under a question, and a turn's outcome: built once.

@@ -16,7 +16,7 @@ from sqlalchemy import Connection
 
 from frontdesk._driver.tx import run_sync_tx
 from frontdesk.errors import ConversationBusy, IdempotencyConflict
-from frontdesk.threads import _lease
+from frontdesk.threads import _lease, _outcomes
 from frontdesk.threads.builder import build_thread, thread_since
 from frontdesk.threads.models import TurnOutcomeRow
 from frontdesk.threads.store import ConversationStore, MessageRecord, TurnOutcome
@@ -329,3 +329,31 @@ async def test_the_turn_before_and_the_finish_after_an_early_outcome(
     await store.finish_turn(lease, store.stage_reply(second.message, "a2"), outcome=final)
     stored = (await store.turn_record(second.message.id)).outcome
     assert stored is not None and (stored.category, stored.flow) == ("OTHER", {"step": 2})
+
+
+async def test_the_outcome_updates_run_through_sqlalchemy_too(store: ConversationStore) -> None:
+    # Off the driver (the async engine's connection, as under a cursor listener such as a
+    # tracer) the statements go through `Connection.execute`, where an UPDATE's binds must
+    # not be named after its table's columns (the confirmation's were: a CompileError).
+    conversation = conv_id()
+    lease = store.turn_lease(conversation, timeout=5)
+    start = await store.start_turn(conversation, "q1", lease=lease, client_message_id="m-1")
+    outcome = TurnOutcome(
+        user_message_id=start.message.id,
+        conversation_id=conversation,
+        category="BILLING",
+        instruction="Say it is refunded.",
+        confirmation={"asked": True},
+    )
+    await store.save_outcome(outcome, lease=lease)
+    await store.finish_turn(lease, store.stage_reply(start.message, "a1"))
+    again = dataclasses.replace(outcome, usage={"response": {"input_tokens": 9}})
+    async with store.engine.begin() as conn:
+        await conn.run_sync(
+            lambda c: _outcomes.set_confirmation(c, start.message.id, {"answered": "yes"})
+        )
+        await conn.run_sync(lambda c: _outcomes.save(c, again, stored=True))
+    stored = (await store.turn_record(start.message.id)).outcome
+    assert stored is not None
+    assert stored.confirmation == {"answered": "yes"}
+    assert stored.usage == {"response": {"input_tokens": 9}}
