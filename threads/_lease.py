@@ -217,6 +217,9 @@ class TurnLease:
         """The fencing token of this claim, once taken."""
         self.started = time.monotonic()
         """When the claim was made (the lease wait counts against a turn's deadline)."""
+        self.outcome_of: str | None = None
+        """The user message whose outcome this holder stored (committed), if any: its
+        finish changes that row rather than upserting it (`_outcomes.save(stored=...)`)."""
         self._timer: asyncio.TimerHandle | None = None
         self._renewer: asyncio.Task[None] | None = None
 

@@ -125,9 +125,12 @@ _SAVE = Statement(
 )
 
 
-def save(conn: Connection, outcome: TurnOutcome) -> Opened | None:
+def save(conn: Connection, outcome: TurnOutcome, *, stored: bool = False) -> Opened | None:
     """Store `outcome`; when one is stored already, only its usage, models, sources and
-    flow change, and its hand-off when it had none.
+    flow change, and its hand-off when it had none. `stored`: the caller stored this
+    turn's outcome before (`TurnLease.outcome_of`), so an UPDATE of those columns is tried
+    first (the finish after the early save: 5 values bound, not 18, no upsert); a row not
+    found there after all is upserted as usual.
 
     An outcome with `handoff` opens the conversation's hand-off in this same transaction
     (`handoff.open_in`), so no crash can leave the reply "a person will take over" without
@@ -136,14 +139,36 @@ def save(conn: Connection, outcome: TurnOutcome) -> Opened | None:
     again with its hand-off (a retry, the finish after an early save), it opens nothing.
     Returns the hand-off opened, if this call opened one.
     """
+    if stored and outcome.handoff is None and _RESAVE.run(conn, _again(outcome)) == 1:
+        return None  # What the upsert would have changed, changed.
     first = False
     if outcome.handoff is not None:
-        stored = _STORED_HANDOFF.first(conn, {"user_message_id": outcome.user_message_id})
-        first = stored is None or stored["handoff"] is None
+        row = _STORED_HANDOFF.first(conn, {"user_message_id": outcome.user_message_id})
+        first = row is None or row["handoff"] is None
     _SAVE.run(conn, _params(outcome))
     if first and outcome.handoff is not None:
         return handoff.open_in(conn, outcome.conversation_id, outcome.handoff)
     return None
+
+
+# The upsert's change of a stored outcome without a hand-off, as an UPDATE (binds named
+# `new_<column>` and `question_id`: an UPDATE reserves its own table's column names).
+_AGAIN = ("usage", "models", "sources", "flow")
+_RESAVE = Statement(
+    sa.update(_out)
+    .where(_out.c.user_message_id == sa.bindparam("question_id"))
+    .values({name: sa.bindparam(f"new_{name}", type_=_out.c[name].type) for name in _AGAIN})
+)
+
+
+def _again(outcome: TurnOutcome) -> dict[str, Any]:
+    return {
+        "question_id": outcome.user_message_id,
+        "new_usage": outcome.usage,
+        "new_models": outcome.models,
+        "new_sources": outcome.sources or None,
+        "new_flow": outcome.flow,
+    }
 
 
 def row_values(outcome: TurnOutcome) -> dict[str, Any]:
@@ -223,12 +248,19 @@ class Previous:
     the customer to choose between (`orchestrator/pending.py`)."""
 
 
-def previous_turn(conn: Connection, path: list[MessageRecord]) -> Previous | None:
+def previous_turn(
+    conn: Connection, path: list[MessageRecord], locked: _writes.Locked | None = None
+) -> Previous | None:
     """The user message before the last one on `path`, with the category it was routed to
-    (the guess of the request expert a turn runs alongside triage) and its confirmation."""
+    (the guess of the request expert a turn runs alongside triage) and its confirmation.
+    `locked`: the start's read of the conversation, which holds the outcome of the old
+    leaf's parent; used when that is the message found (the usual turn), else read."""
     for m in reversed(path[:-1]):
         if m.role == "user":
-            row = _CATEGORY.first(conn, {"user_message_id": m.id})
+            if locked is not None and locked.leaf_parent_id == m.id:
+                row = locked.leaf_parent_outcome
+            else:
+                row = _CATEGORY.first(conn, {"user_message_id": m.id})
             if row is None:
                 return Previous(user_message_id=m.id, category=None)
             return Previous(
@@ -240,17 +272,19 @@ def previous_turn(conn: Connection, path: list[MessageRecord]) -> Previous | Non
     return None
 
 
+# Binds not named after the table's columns: through `Connection.execute` (a connection
+# with a cursor listener, a tracer) an UPDATE reserves those names for its SET clause.
 _SET_CONFIRMATION = Statement(
     sa.update(_out)
-    .where(_out.c.user_message_id == sa.bindparam("user_message_id"))
-    .values(confirmation=sa.bindparam("confirmation", type_=sa.JSON))
+    .where(_out.c.user_message_id == sa.bindparam("question_id"))
+    .values(confirmation=sa.bindparam("new_confirmation", type_=sa.JSON))
 )
 
 
 def set_confirmation(conn: Connection, user_message_id: str, confirmation: dict[str, Any]) -> None:
     """Replace the confirmation of the turn `user_message_id` (its pending request, now
     answered: a later branch of the conversation finds it answered, not pending)."""
-    _SET_CONFIRMATION.run(conn, {"user_message_id": user_message_id, "confirmation": confirmation})
+    _SET_CONFIRMATION.run(conn, {"question_id": user_message_id, "new_confirmation": confirmation})
 
 
 # The newest real reply under a question, and a turn's outcome: built once.

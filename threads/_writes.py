@@ -9,6 +9,7 @@ to build than to run are built once.
 from __future__ import annotations
 
 import enum
+from dataclasses import dataclass
 from typing import Any, Final
 
 import sqlalchemy as sa
@@ -25,10 +26,12 @@ from frontdesk.errors import (
     ProfileMismatch,
 )
 from frontdesk.threads._records import Kind, MessageRecord, new_id
-from frontdesk.threads.models import Conversation, Message, utcnow
+from frontdesk.threads.models import Conversation, HandoffRow, Message, TurnOutcomeRow, utcnow
 
 _conv = Conversation.__table__  # type: ignore[attr-defined]
 _msg = Message.__table__  # type: ignore[attr-defined]
+_handoff = HandoffRow.__table__  # type: ignore[attr-defined]
+_out = TurnOutcomeRow.__table__  # type: ignore[attr-defined]
 
 
 class _Unset(enum.Enum):
@@ -50,17 +53,23 @@ def add_user(
     parent_id: ParentId,
     token_count: int,
     profile: str | None = None,
+    *,
+    locked: Locked | None = None,
 ) -> tuple[MessageRecord, bool]:
     """The body of `add_user_message`: idempotent per `client_message_id`, owner checked
-    (and the profile, when one is named: a new conversation records it).
+    (and the profile, when one is named: a new conversation records it). `locked`: the
+    conversation's row as `lock_for_turn` read it in this transaction (else read here).
 
     Raises:
         ConversationNotFound: the conversation belongs to another user than `user_id`.
         ProfileMismatch: the conversation was recorded with another profile.
     """
-    leaf_id, existing, owner = lock_conversation(
-        conn, conversation_id, user_id, client_message_id, profile=profile
-    )
+    if locked is None:
+        leaf_id, existing, owner = lock_conversation(
+            conn, conversation_id, user_id, client_message_id, profile=profile
+        )
+    else:
+        leaf_id, existing, owner = locked.leaf_id, locked.existing, locked.owner
     check_owner(conversation_id, owner, user_id)
     if existing is not None:
         assert client_message_id is not None, "only a client message id finds a message"
@@ -141,6 +150,81 @@ def lock_conversation(
     check_profile(conversation_id, row["profile"], profile)
     found = None if client_message_id is None or row["id"] is None else MessageRecord.from_row(row)
     return row["leaf_id"], found, row["owner_id"]
+
+
+@dataclass(frozen=True, slots=True)
+class Locked:
+    """The conversation's row as a turn's start reads it, locked (`lock_for_turn`)."""
+
+    leaf_id: str | None
+    existing: MessageRecord | None
+    """The message already stored with the turn's `client_message_id`, if any."""
+    owner: str | None
+    leaf_role: str | None
+    """The active leaf's role (`None`: no leaf)."""
+    leaf_client_message_id: str | None
+    handoff: dict[str, Any] | None
+    """The open hand-off's row keyed as `handoff.HandoffRecord.from_row` reads it, when
+    asked for and one is open."""
+    leaf_parent_id: str | None = None
+    """The message the active leaf answers (the turn before's question, usually)."""
+    leaf_parent_outcome: dict[str, Any] | None = None
+    """That message's stored outcome's category, confirmation and flow, if it has one
+    (`_outcomes.previous_turn` uses it when that message is the turn before's)."""
+
+    def unanswered(self, client_message_id: str | None) -> bool:
+        """Whether the leaf is a user message nobody answered that is not this very
+        message (`_outcomes.answer_unanswered_leaf` would answer it)."""
+        if self.leaf_role != "user":
+            return False
+        return client_message_id is None or self.leaf_client_message_id != client_message_id
+
+
+def lock_for_turn(
+    conn: Connection,
+    conversation_id: str,
+    user_id: str | None,
+    client_message_id: str | None,
+    *,
+    profile: str | None,
+    handoff: bool,
+) -> Locked:
+    """`lock_conversation` for a turn's start, in the same statement: the active leaf's role
+    and client message id (is it an unanswered question?) and, with `handoff`, the open
+    hand-off. One read where the start made three (two fewer statements a turn).
+
+    Raises:
+        ProfileMismatch: `profile` is named and the conversation records another one.
+    """
+    select = _LOCK_FOR_TURN[client_message_id is not None, handoff]
+    params = {"conversation_id": conversation_id}
+    if client_message_id is not None:
+        params["client_message_id"] = client_message_id
+    row = select.first(conn, params)
+    if row is None:
+        values = {"id": conversation_id, "user_id": user_id, "created_at": utcnow()}
+        _CREATE_IF_MISSING.run(conn, {**values, "metadata": {}, "profile": profile})
+        row = select.first(conn, params)
+        assert row is not None, "the conversation row exists after the upsert"
+    check_profile(conversation_id, row["profile"], profile)
+    found = None if client_message_id is None or row["id"] is None else MessageRecord.from_row(row)
+    held = None
+    if handoff and row["handoff_id"] is not None:
+        held = {name: row[label] for name, label in _HANDOFF_LABELS}
+        held["user_id"], held["profile"] = row["owner_id"], row["profile"]
+    before = None
+    if row["before_category"] is not None:  # Never NULL in a stored outcome.
+        before = {name: row[f"before_{name}"] for name in _BEFORE}
+    return Locked(
+        leaf_id=row["leaf_id"],
+        existing=found,
+        owner=row["owner_id"],
+        leaf_role=row["leaf_role"],
+        leaf_client_message_id=row["leaf_client_message_id"],
+        handoff=held,
+        leaf_parent_id=row["leaf_parent_id"],
+        leaf_parent_outcome=before,
+    )
 
 
 def check_profile(conversation_id: str, recorded: str | None, named: str | None) -> None:
@@ -231,6 +315,38 @@ def _lock_conversation_query(with_client_id: bool) -> sa.Select[Any]:
     )
 
 
+_BEFORE = ("category", "confirmation", "flow")
+
+
+def _lock_for_turn_query(with_client_id: bool, with_handoff: bool) -> sa.Select[Any]:
+    """`_lock_conversation_query` with the leaf's role, client message id and parent, the
+    parent's stored outcome (labelled `before_<name>`: the turn before's route, read by the
+    start anyway), and the open hand-off's columns (labelled `handoff_<name>`) when
+    `with_handoff`."""
+    stmt = _lock_conversation_query(with_client_id)
+    leaf = _msg.alias("leaf")
+    joined = (
+        stmt.get_final_froms()[0]
+        .outerjoin(leaf, leaf.c.id == _conv.c.active_leaf_id)
+        .outerjoin(_out, _out.c.user_message_id == leaf.c.parent_id)
+    )
+    columns = [
+        leaf.c.role.label("leaf_role"),
+        leaf.c.client_message_id.label("leaf_client_message_id"),
+        leaf.c.parent_id.label("leaf_parent_id"),
+        *(_out.c[name].label(f"before_{name}") for name in _BEFORE),
+    ]
+    if with_handoff:
+        # At most one open hand-off per conversation (the partial unique index `uq_handoff_open`).
+        is_open = sa.and_(_handoff.c.conversation_id == _conv.c.id, _handoff.c.closed_at.is_(None))
+        joined = joined.outerjoin(_handoff, is_open)
+        columns += [c.label(f"handoff_{c.name}") for c in _handoff.c]
+    return stmt.select_from(joined).add_columns(*columns).with_for_update(of=_conv, key_share=True)
+
+
+_HANDOFF_LABELS = [(c.name, f"handoff_{c.name}") for c in _handoff.c]
+
+
 # Built once: building a statement costs more than running it on SQLite.
 def _create_if_missing(dialect: Any) -> Any:
     return dialect.insert(_conv).on_conflict_do_nothing(index_elements=[_conv.c.id])
@@ -246,6 +362,11 @@ first turn: built once, not per call)."""
 
 _LOCK_CONVERSATION = Statement(_lock_conversation_query(with_client_id=False))
 _LOCK_CONVERSATION_WITH_CLIENT_ID = Statement(_lock_conversation_query(with_client_id=True))
+_LOCK_FOR_TURN = {
+    (client_id, handoff): Statement(_lock_for_turn_query(client_id, handoff))
+    for client_id in (False, True)
+    for handoff in (False, True)
+}
 
 
 def get(conn: Connection, message_id: str) -> MessageRecord:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
@@ -354,8 +355,22 @@ class ConversationStore:
             handed_back = None
             if handoff is not None:
                 handed_back = handoff_sql.expire_due(conn, conversation_id, handoff)
-            if parent_id is UNSET:  # Following the leaf: never stack two user turns.
+            # One read: the conversation locked, its leaf's role, the message with this
+            # client id, and the open hand-off.
+            lock = functools.partial(
+                _writes.lock_for_turn,
+                conn,
+                conversation_id,
+                user_id,
+                client_message_id,
+                profile=profile,
+                handoff=handoff is not None,
+            )
+            locked = lock()
+            if parent_id is UNSET and locked.unanswered(client_message_id):
+                # Following the leaf: never stack two user turns (rare: a crashed turn).
                 _outcomes.answer_unanswered_leaf(conn, conversation_id, client_message_id)
+                locked = lock()  # The leaf is its marker now.
             message, created = _writes.add_user(
                 conn,
                 conversation_id,
@@ -365,8 +380,9 @@ class ConversationStore:
                 parent_id,
                 token_count,
                 profile,
+                locked=locked,
             )
-            held = None if handoff is None else handoff_sql.current(conn, conversation_id)
+            held = None if locked.handoff is None else HandoffRecord.from_row(locked.handoff)
             answer = None
             if held is not None and created:
                 assert handoff is not None
@@ -376,7 +392,9 @@ class ConversationStore:
             # A message kept for a person runs no expert, and a replay answers from the
             # records: nothing to recall for either.
             replayed = stored is not None and stored.reply is not None
-            previous = None if path is None else _outcomes.previous_turn(conn, path.messages)
+            previous = (
+                None if path is None else _outcomes.previous_turn(conn, path.messages, locked)
+            )
             begun = TurnStart(
                 message=message,
                 created=created,
@@ -554,6 +572,7 @@ class ConversationStore:
 
             # One statement, fence and write: its own transaction, no BEGIN or COMMIT.
             await run_sync_tx(self.engine, alone, alone=True)
+            lease.outcome_of = outcome.user_message_id
             return None
 
         def work(conn: Connection) -> Opened | None:
@@ -563,7 +582,10 @@ class ConversationStore:
                 _ruled.scrub(conn, scrub)
             return _outcomes.save(conn, outcome)
 
-        return await run_sync_tx(self.engine, work)
+        opened = await run_sync_tx(self.engine, work)
+        if lease is not None:
+            lease.outcome_of = outcome.user_message_id
+        return opened
 
     async def answer_confirmation(
         self, user_message_id: str, confirmation: dict[str, Any], *, lease: TurnLease
@@ -676,7 +698,8 @@ class ConversationStore:
             if scrub is not None:
                 _ruled.scrub(conn, scrub)
             if outcome is not None:
-                opened[0] = _outcomes.save(conn, outcome)
+                stored = lease.outcome_of == outcome.user_message_id
+                opened[0] = _outcomes.save(conn, outcome, stored=stored)
                 if outcome.resolves:  # Only a resolving turn: a plain one writes nothing more.
                     resolved[0] = resolve(conn, outcome.conversation_id, "resolved", "handler")
             if closes and reply is not None:  # Only a closing turn: a plain one writes no more.

@@ -37,14 +37,17 @@ pytestmark = pytest.mark.anyio
 # landing (knowledge lookup, durable jobs) re-pin these at merge.
 PINNED: dict[str, dict[str, tuple[int, int, int]]] = {
     "sqlite": {
-        # start (1 write): lease upsert, client-id lookup, conversation + leaf, insert the
-        #   message, move the leaf, hand-off read, path since the newest summary, the route
-        #   of the turn before (the speculation's guess, no read of its own) = 8 (the
-        #   knowledge search for the question, a read of the same transaction, only when
-        #   the library has passages: this one has none, `Library.empty`)
+        # start (1 write): lease upsert, conversation locked with its leaf's role (is it an
+        #   unanswered question?), the client-id lookup, the open hand-off and the route of
+        #   the turn before (the speculation's guess: the outcome of the old leaf's parent)
+        #   in one read (issue 47: 3 fewer), insert the message, move the leaf, path since
+        #   the newest summary = 5 (the knowledge search for the question, a read of the
+        #   same transaction, only when the library has passages: this one has none,
+        #   `Library.empty`)
         # outcome (1 write, BEFORE the response expert: the handler ran, and a retry must
         #   reuse its outcome, never run it again): lease fence, outcome upsert = 2
-        # finish (1 write): lease fence that gives it back, outcome usage, failed-marker
+        # finish (1 write): lease fence that gives it back, outcome usage (an UPDATE of the
+        #   row the outcome's write stored, issue 47), failed-marker
         #   read, insert the reply, move the leaf, audit head, 9 audit rows (one
         #   executemany, traced per row by SQLite), move the audit head = 16; the audit
         #   rows' content stored once by reference (issue 27): the new blobs (2 rows of one
@@ -52,18 +55,19 @@ PINNED: dict[str, dict[str, tuple[int, int, int]]] = {
         #   repeats stays in its row, deflated with it, `blobs.MIN_DICT` 256: 3 fewer than
         #   with 96) = 18. No read of which blobs are stored already: a batch the turn saw
         #   committed says its blobs are (`AuditLog.committed`), 1 fewer (issue 20).
-        "new message": (28, 3, 0),
-        # start (1 write): lease upsert, client-id lookup, conversation + leaf, hand-off
-        #   read, the stored reply and outcome = 6; lease given back (1 write) = 1
-        "replay": (7, 2, 0),
+        "new message": (25, 3, 0),
+        # start (1 write): lease upsert, the conversation locked with the client-id lookup
+        #   and the hand-off (one read), the stored reply and outcome = 4; lease given back
+        #   (1 write) = 1
+        "replay": (5, 2, 0),
         # the edited message, then its conversation's owner (2 reads) = 2; start under the
-        #   original's parent (a parent lookup instead of the leaf's) = 8; outcome = 2;
-        #   finish = 18
-        "edit": (30, 3, 2),
-        # the new message's 28 plus the memory lookup in the start transaction, plus the
+        #   original's parent (a parent lookup; no leaf to answer and not the leaf's turn
+        #   before, so only the hand-off read folded) = 7; outcome = 2; finish = 18
+        "edit": (29, 3, 2),
+        # the new message's 25 plus the memory lookup in the start transaction, plus the
         #   `memory.learn` job row recorded in the reply's own transaction (issue 22; the
-        #   memory expert then runs as that job, off the turn) = 30
-        "memory and a user id": (30, 3, 0),
+        #   memory expert then runs as that job, off the turn) = 27
+        "memory and a user id": (27, 3, 0),
     },
     "postgresql": {
         # Issue 47: the start is one call of `frontdesk_start_turn` (revision 0031: lease,
@@ -76,13 +80,15 @@ PINNED: dict[str, dict[str, tuple[int, int, int]]] = {
         # a BEGIN in autocommit), and 3 round trips (`ROUND_TRIPS`).
         "new message": (3, 3, 0),
         # The start's call finds the client message id stored and refuses (nothing kept):
-        # the general start follows (7 as before: lease, leaf, lock, hand-off, reply and
-        # outcome, lease given back): 1 more statement than the general path alone, only
-        # for a retried message.
-        "replay": (8, 3, 0),
-        # An edit hangs under the original's parent: the general start (BEGIN, 8
-        # statements, COMMIT), then the outcome and the finish as one call each.
-        "edit": (11, 3, 2),
+        # the general start follows (5: lease, the conversation locked with its leaf, the
+        # client id and the hand-off in one read (issue 47: 2 fewer), reply and outcome,
+        # lease given back): 1 more statement than the general path alone, only for a
+        # retried message.
+        "replay": (6, 3, 0),
+        # An edit hangs under the original's parent: the general start (BEGIN, 7
+        # statements with the savepoint's lookup, the hand-off read in the lock's,
+        # COMMIT), then the outcome and the finish as one call each.
+        "edit": (10, 3, 2),
         # A turn that records a job (`memory.learn`) finishes by the general path (the
         # job's row goes through Procrastinate's defer function), its start is one call;
         # the memory lookup is a read transaction beside the start, as before (issue 20).

@@ -3,6 +3,7 @@ stops at the newest summary's cut point. On SQLite and PostgreSQL."""
 
 from __future__ import annotations
 
+import dataclasses
 import time
 import uuid
 from collections.abc import Sequence
@@ -10,15 +11,20 @@ from pathlib import Path
 
 import anyio
 import pytest
+import sqlalchemy as sa
 from sqlalchemy import Connection
 
+from frontdesk._driver.tx import run_sync_tx
 from frontdesk.errors import ConversationBusy, IdempotencyConflict
-from frontdesk.threads import _lease
+from frontdesk.threads import _lease, _outcomes
 from frontdesk.threads.builder import build_thread, thread_since
-from frontdesk.threads.store import ConversationStore, MessageRecord
+from frontdesk.threads.models import TurnOutcomeRow
+from frontdesk.threads.store import ConversationStore, MessageRecord, TurnOutcome
 from frontdesk.threads.summaries import SummaryRecord, SummaryStore, path_since_newest_sync
 
 pytestmark = pytest.mark.anyio
+
+_out = TurnOutcomeRow.__table__  # type: ignore[attr-defined]
 
 
 def conv_id() -> str:
@@ -237,3 +243,117 @@ class _Wrapped:
         self, conversation_id: str, path_ids: Sequence[str]
     ) -> SummaryRecord | None:
         return await self.inner.newest_on_path(conversation_id, path_ids)
+
+
+async def test_a_start_after_a_crashed_turn_answers_its_question_first(
+    store: ConversationStore,
+) -> None:
+    # The start reads the leaf's role with the conversation's lock (issue 47): a question
+    # left unanswered still gets its failed marker before the next message, a retry of
+    # that very question does not.
+    conversation = conv_id()
+    crashed = store.turn_lease(conversation, timeout=5)
+    first = await store.start_turn(conversation, "q1", lease=crashed, client_message_id="m-1")
+    await crashed.aclose()  # Crashed before any reply.
+    retry = store.turn_lease(conversation, timeout=5)
+    again = await store.start_turn(conversation, "q1", lease=retry, client_message_id="m-1")
+    assert not again.created and again.message == first.message
+    await retry.aclose()
+    assert await store.active_leaf(conversation) == first.message  # No marker for a retry.
+    lease = store.turn_lease(conversation, timeout=5)
+    start = await store.start_turn(conversation, "q2", lease=lease, client_message_id="m-2")
+    assert start.path is not None
+    path = start.path.messages
+    assert [(m.role, m.kind) for m in path] == [
+        ("user", "message"),
+        ("assistant", "failed"),
+        ("user", "message"),
+    ]
+    assert path[0] == first.message and path[1].parent_id == first.message.id
+    assert start.previous is not None and start.previous.user_message_id == first.message.id
+    assert start.previous.category is None  # Its turn stored no outcome.
+    await store.finish_turn(lease, store.stage_reply(start.message, "a2"))
+
+
+async def test_the_turn_before_and_the_finish_after_an_early_outcome(
+    store: ConversationStore,
+) -> None:
+    # The start reads the turn before's route with the lock; the finish after the early
+    # save changes only what the upsert would change (usage, models, sources, flow), and
+    # stores the whole outcome when the early one is gone after all.
+    conversation = conv_id()
+    lease = store.turn_lease(conversation, timeout=5)
+    start = await store.start_turn(conversation, "q1", lease=lease, client_message_id="m-1")
+    early = TurnOutcome(
+        user_message_id=start.message.id,
+        conversation_id=conversation,
+        category="BILLING",
+        instruction="Say it is refunded.",
+        handler_ran=True,
+        usage={"triage": {"input_tokens": 3}},
+        confirmation={"asked": True},
+        flow={"step": 1},
+    )
+    await store.save_outcome(early, lease=lease)
+    final = dataclasses.replace(
+        early, category="OTHER", usage={"response": {"input_tokens": 9}}, flow={"step": 2}
+    )
+    await store.finish_turn(lease, store.stage_reply(start.message, "a1"), outcome=final)
+    stored = (await store.turn_record(start.message.id)).outcome
+    assert stored is not None
+    assert (stored.category, stored.usage, stored.flow, stored.confirmation) == (
+        "BILLING",
+        {"response": {"input_tokens": 9}},
+        {"step": 2},
+        {"asked": True},
+    )
+
+    lease = store.turn_lease(conversation, timeout=5)
+    second = await store.start_turn(conversation, "q2", lease=lease, client_message_id="m-2")
+    assert second.previous_category == "BILLING"
+    assert second.previous is not None
+    assert (second.previous.user_message_id, second.previous.flow) == (
+        start.message.id,
+        {"step": 2},
+    )
+    assert second.previous.confirmation == {"asked": True}
+    await store.save_outcome(
+        dataclasses.replace(early, user_message_id=second.message.id), lease=lease
+    )
+
+    def gone(conn: Connection) -> None:  # As if erased meanwhile.
+        conn.execute(sa.delete(_out).where(_out.c.user_message_id == second.message.id))
+
+    await run_sync_tx(store.engine, gone)
+    final = dataclasses.replace(final, user_message_id=second.message.id)
+    await store.finish_turn(lease, store.stage_reply(second.message, "a2"), outcome=final)
+    stored = (await store.turn_record(second.message.id)).outcome
+    assert stored is not None and (stored.category, stored.flow) == ("OTHER", {"step": 2})
+
+
+async def test_the_outcome_updates_run_through_sqlalchemy_too(store: ConversationStore) -> None:
+    # Off the driver (the async engine's connection, as under a cursor listener such as a
+    # tracer) the statements go through `Connection.execute`, where an UPDATE's binds must
+    # not be named after its table's columns (the confirmation's were: a CompileError).
+    conversation = conv_id()
+    lease = store.turn_lease(conversation, timeout=5)
+    start = await store.start_turn(conversation, "q1", lease=lease, client_message_id="m-1")
+    outcome = TurnOutcome(
+        user_message_id=start.message.id,
+        conversation_id=conversation,
+        category="BILLING",
+        instruction="Say it is refunded.",
+        confirmation={"asked": True},
+    )
+    await store.save_outcome(outcome, lease=lease)
+    await store.finish_turn(lease, store.stage_reply(start.message, "a1"))
+    again = dataclasses.replace(outcome, usage={"response": {"input_tokens": 9}})
+    async with store.engine.begin() as conn:
+        await conn.run_sync(
+            lambda c: _outcomes.set_confirmation(c, start.message.id, {"answered": "yes"})
+        )
+        await conn.run_sync(lambda c: _outcomes.save(c, again, stored=True))
+    stored = (await store.turn_record(start.message.id)).outcome
+    assert stored is not None
+    assert stored.confirmation == {"answered": "yes"}
+    assert stored.usage == {"response": {"input_tokens": 9}}
