@@ -31,9 +31,10 @@ import hashlib
 import hmac
 import math
 import os
+import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from json.encoder import encode_basestring
+from json.encoder import c_make_encoder, encode_basestring  # type: ignore[attr-defined]
 from typing import Any
 
 from cryptography.exceptions import InvalidTag
@@ -68,8 +69,6 @@ not on where the list starts."""
 
 _CACHE_LIMIT = 50_000
 _SCALARS: dict[Any, str] = {None: "null", True: "true", False: "false"}
-_encode_text = encode_basestring
-"""A text's JSON as `canonical_json` writes it (`ensure_ascii=False`), without the call."""
 _KEYS: dict[str, str] = {}
 """Payload keys' JSON texts (a few dozen names)."""
 _BLOB_AAD = b"frontdesk-audit-blob\x00"
@@ -236,9 +235,6 @@ class Packer:
     addresses: Addresses
     made: dict[str, str] = field(default_factory=dict)
     """The blobs this packer referenced: ref -> JSON text."""
-    exact: bool = True
-    """Whether every text it made is its value's `canonical_json`: not once it met a key
-    that is not text, or a value `json` cannot write as it is (`payload` then encodes)."""
 
     def pack(self, value: Any) -> Any:
         """`value` with its large parts replaced by references (see the module docstring)."""
@@ -248,31 +244,9 @@ class Packer:
         self, payload: Mapping[str, Any], clear: frozenset[str]
     ) -> tuple[dict[str, Any], str]:
         """A payload with its content fields packed (the `clear` ones kept as they are) and
-        its canonical JSON, joined from the texts packing made rather than encoded again.
-
-        `canonical_json` of the packed payload whenever a part's text might not be its
-        canonical form: a key or value `json` converts, or an escaped surrogate (`\\ud...`,
-        which makes `canonical_json` escape the whole text; a literal one only costs this).
-        """
-        packed: dict[str, Any] = {}
-        texts: dict[str, str | None] = {}
-        for key, value in payload.items():
-            if key in clear:
-                packed[key], texts[key] = value, _plain(value)
-            else:
-                packed[key], texts[key] = self._value(value)
-        parts = []
-        if self.exact:
-            for key in sorted(texts) if all(type(k) is str for k in texts) else ():
-                text = texts[key]
-                if text is None:
-                    break
-                parts.append(f"{_key_json(key)}:{text}")
-        if len(parts) == len(texts):
-            joined = "{" + ",".join(parts) + "}"
-            if "\\ud" not in joined:
-                return packed, joined
-        return packed, canonical_json(packed)
+        its canonical JSON (`_json`: the packed payload is small, its large parts refs)."""
+        packed = {k: v if k in clear else self._value(v)[0] for k, v in payload.items()}
+        return packed, _json(packed) or canonical_json(packed)
 
     def _value(self, value: Any) -> tuple[Any, str]:
         """The packed value and its JSON text."""
@@ -299,7 +273,6 @@ class Packer:
             return value, str(value)
         if type(value) is float and math.isfinite(value):
             return value, repr(value)  # What `json` writes for a finite float.
-        self.exact = False
         return value, canonical_json(value)  # Raises for what is not JSON.
 
     def _memo(self, key: Any, value: Any) -> tuple[Any, str]:
@@ -310,11 +283,14 @@ class Packer:
             if len(cache) >= _CACHE_LIMIT:
                 self.addresses.clear()
             made, self.made = self.made, {}
+            packed: tuple[Any, str]
             if isinstance(value, str):
-                text = canonical_json(value)
+                text = _json(value) or canonical_json(value)
                 packed = self._blob(text) if len(value) >= MIN_TEXT else (value, text)
             else:
                 packed = self._dict(value)
+                if packed[0] is value:  # Its own copy: the cache outlives the caller's dict.
+                    packed = (dict(value), packed[1])
             found = cache[key] = (packed[0], packed[1], tuple(self.made.items()))
             made.update(self.made)
             self.made = made
@@ -328,12 +304,13 @@ class Packer:
         return {BLOB: ref}, f'{{"{BLOB}":"{ref}"}}'
 
     def _dict(self, value: Mapping[str, Any]) -> tuple[Any, str]:
+        text = _kept_whole(value)
+        if text is not None:
+            return value, text
         packed, parts = {}, []
         for key in sorted(value):
             item, text = self._value(value[key])
             packed[key] = item
-            if type(key) is not str:  # `json` writes it as text: this text is not canonical.
-                self.exact = False
             parts.append(f"{_key_json(key)}:{text}")
         text = "{" + ",".join(parts) + "}"
         if len(packed) == 1 and next(iter(packed)) in _MARKS:  # Not to be read as a ref.
@@ -442,32 +419,59 @@ def _key_json(key: str) -> str:
     return text
 
 
-def _plain(value: Any) -> str | None:
-    """The canonical JSON of a clear field's value (a scalar, a flat dict: usage, settings,
-    a prompt reference), or `None` when it is anything else (`Packer.payload` encodes then)."""
-    kind = type(value)
-    if kind is str:
-        if not value.isascii():
-            try:
-                value.encode("utf-8")
-            except UnicodeEncodeError:  # A lone surrogate: `canonical_json` escapes all.
+_SMALL = 4
+"""Lists and dicts in a dict this long or shorter may leave it small (`_kept_whole`)."""
+_LONG_TEXT = re.compile(r'"(?:[^"\\]|\\.){' + str(MIN_TEXT) + ',}"')
+"""A JSON text token of `MIN_TEXT` characters or more (an escape counted as one or more:
+a text that long always matches; a stretch between two texts may, which only costs time)."""
+
+
+def _kept_whole(value: Mapping[str, Any]) -> str | None:
+    """The canonical JSON of a dict that packing leaves as it is (short: no text, list or
+    dict in it reaches its threshold; no key a reference's), written in C at once; `None`
+    for any other dict (then packed part by part)."""
+    for item in value.values():
+        kind = type(item)
+        if kind is str:
+            if len(item) >= MIN_TEXT:
                 return None
-        return _encode_text(value)
-    if value is None or value is True or value is False:
-        return _SCALARS[value]
-    if kind is int:
-        return str(value)
-    if kind is float:
-        return repr(value) if math.isfinite(value) else None
-    if kind is dict:
-        parts = []
-        for key in sorted(value) if all(type(k) is str for k in value) else ():
-            text = _plain(value[key])
-            if text is None:
-                return None
-            parts.append(f"{_key_json(key)}:{text}")
-        return "{" + ",".join(parts) + "}" if len(parts) == len(value) else None
-    return None
+        elif (kind is dict or kind is list) and len(item) > _SMALL:
+            return None
+    text = _json(value)
+    if text is None or len(text) >= MIN_LIST or '"$' in text or _LONG_TEXT.search(text):
+        return None
+    return text
+
+
+def _not_plain(value: Any) -> Any:
+    raise TypeError(f"{type(value).__name__} is not plain JSON")
+
+
+_encode = (
+    None
+    if c_make_encoder is None
+    else c_make_encoder(None, _not_plain, encode_basestring, None, ":", ",", True, False, False)
+)
+"""`json`'s own C encoder with `canonical_json`'s settings, made once (`json.dumps` makes
+one per call, which costs more than encoding a small value)."""
+
+
+def _json(value: Any) -> str | None:
+    """`canonical_json(value)` for plain JSON without a lone surrogate (for which that
+    escapes the whole text), written by `_encode`; `None` for anything else (`json` converts
+    or refuses it: then `canonical_json` itself)."""
+    if _encode is None:
+        return None
+    try:
+        text = "".join(_encode(value, 0))
+    except (TypeError, ValueError, RecursionError):  # Not plain JSON, NaN, too deep.
+        return None
+    if not text.isascii():
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            return None
+    return text
 
 
 def references(value: Any) -> set[str]:
