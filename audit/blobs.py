@@ -31,7 +31,6 @@ import hashlib
 import hmac
 import math
 import os
-import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from json.encoder import c_make_encoder, encode_basestring  # type: ignore[attr-defined]
@@ -420,27 +419,37 @@ def _key_json(key: str) -> str:
 
 
 _SMALL = 4
-"""Lists and dicts in a dict this long or shorter may leave it small (`_kept_whole`)."""
-_LONG_TEXT = re.compile(r'"(?:[^"\\]|\\.){' + str(MIN_TEXT) + ',}"')
-"""A JSON text token of `MIN_TEXT` characters or more (an escape counted as one or more:
-a text that long always matches; a stretch between two texts may, which only costs time)."""
+"""Lists and dicts this long or shorter may leave a dict small (`_kept_whole`)."""
+_DEEP = 8
+"""How deep `_short_texts` looks before it gives up (packing part by part then)."""
 
 
 def _kept_whole(value: Mapping[str, Any]) -> str | None:
     """The canonical JSON of a dict that packing leaves as it is (short: no text, list or
     dict in it reaches its threshold; no key a reference's), written in C at once; `None`
     for any other dict (then packed part by part)."""
-    for item in value.values():
-        kind = type(item)
-        if kind is str:
-            if len(item) >= MIN_TEXT:
-                return None
-        elif (kind is dict or kind is list) and len(item) > _SMALL:
-            return None
+    if not _short_texts(value.values(), 0):
+        return None
     text = _json(value)
-    if text is None or len(text) >= MIN_LIST or '"$' in text or _LONG_TEXT.search(text):
+    if text is None or len(text) >= MIN_LIST or '"$' in text:
         return None
     return text
+
+
+def _short_texts(values: Iterable[Any], depth: int) -> bool:
+    """Whether no text among `values` (and in the lists and dicts among them) is `MIN_TEXT`
+    long, and no list or dict holds more than `_SMALL` items."""
+    for item in values:
+        if isinstance(item, str):
+            if len(item) >= MIN_TEXT:
+                return False
+        elif isinstance(item, dict):
+            if len(item) > _SMALL or depth >= _DEEP or not _short_texts(item.values(), depth + 1):
+                return False
+        elif isinstance(item, list | tuple):
+            if len(item) > _SMALL or depth >= _DEEP or not _short_texts(item, depth + 1):
+                return False
+    return True
 
 
 def _not_plain(value: Any) -> Any:

@@ -282,8 +282,13 @@ def id_bytes(value: str, size: int = 16) -> bytes:
     """An id in its stored form: lowercase hex of `size` bytes (a uuid hex, a sha256) as
     those bytes, any other text as its UTF-8 (a byte 0xff added when that is `size` bytes
     too, so the two forms never meet: UTF-8 holds no 0xff). `id_text` reverses it exactly."""
-    if len(value) == 2 * size and _HEX.fullmatch(value):
-        return bytes.fromhex(value)
+    if len(value) == 2 * size:
+        try:
+            raw = bytes.fromhex(value)
+        except ValueError:
+            return _text_bytes(value, size)
+        if len(raw) == size and raw.hex() == value:  # Lowercase hex only, no spaces.
+            return raw
     return _text_bytes(value, size)
 
 
@@ -340,7 +345,6 @@ def time_text(stored: bytes | str) -> str:
     return moment.isoformat(timespec="microseconds")  # `_utc_text`: it is in UTC already.
 
 
-_HEX = re.compile("[0-9a-f]+")
 PROMPT_DIGEST = 32
 """`prompt_sha256` is stored by `id_bytes` as a sha256 (32 bytes); event and turn ids as
 uuid hex (16)."""

@@ -116,6 +116,10 @@ def test_the_payload_text_joined_from_packing_is_its_canonical_json(
         assert text == canonical_json(expected)
 
 
+class _Text(str):
+    """A text of a subclass (`json` writes it as a text, packing stores it as one)."""
+
+
 _MARK_KEYS = st.sampled_from([blobs.BLOB, blobs.LIST, blobs.ESCAPE])
 _NEAR = st.text(alphabet='ab"\\\n\x01é\ud800', min_size=40, max_size=56)
 """Texts about `MIN_TEXT` long, escapes and surrogates among them."""
@@ -145,6 +149,7 @@ _PACKABLE = st.recursive(
 @example({"a": [["x" * 30] * 4] * 2})
 @example({"a": ["x" * 48]})  # A long text inside: only the whole text shows it.
 @example({"a": {"b": "x" * 47 + "\n"}})
+@example({"a": (_Text("x" * 48),)})  # A text of a subclass, in a tuple.
 def test_a_dict_kept_whole_packs_as_it_does_part_by_part(value: dict[object, object]) -> None:
     """A short dict is written in C at once (`_kept_whole`) rather than packed part by part:
     only when packing would leave it as it is (its refs, blobs and text the same)."""
