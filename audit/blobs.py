@@ -144,10 +144,13 @@ def _starts_with(value: list[Any] | tuple[Any, ...], items: tuple[dict[str, str]
 
 def _flat(items: Iterable[Any]) -> bool:
     """Whether every item is a dict of texts (to texts): what `_Thread` keeps."""
-    return all(
-        isinstance(item, dict) and all(type(k) is str and type(v) is str for k, v in item.items())
-        for item in items
-    )
+    for item in items:
+        if not isinstance(item, dict):
+            return False
+        for key, text in item.items():
+            if type(key) is not str or type(text) is not str:
+                return False
+    return True
 
 
 @dataclass
