@@ -33,6 +33,7 @@ from frontdesk.jobs import store as _jobs
 from frontdesk.jobs.store import JobSpec
 from frontdesk.schema import ensure_schema
 from frontdesk.threads import _lease, _outcomes, _server_turn, _writes, spend
+from frontdesk.threads._path_cache import PathCache
 from frontdesk.threads import handoff as handoff_sql
 from frontdesk.threads import ruled_values as _ruled
 from frontdesk.threads._lease import TurnLease
@@ -155,6 +156,7 @@ class ConversationStore:
         self.engine = engine
         self.url = engine.url.render_as_string(hide_password=True)
         self.handoffs = HandoffStore(engine)
+        self._paths = PathCache()
 
     @classmethod
     async def open(cls, url: str) -> ConversationStore:
@@ -351,7 +353,10 @@ class ConversationStore:
                 if beside is not None and not beside.done():  # Not left on a connection.
                     await _settled(beside)
 
+        versions: list[int] = []  # The path version the path was read at (none: no path).
+
         def work(conn: Connection) -> TurnStart:
+            versions.clear()  # A retried transaction reads it again.
             handed_back = None
             if handoff is not None:
                 handed_back = handoff_sql.expire_due(conn, conversation_id, handoff)
@@ -387,7 +392,12 @@ class ConversationStore:
             if held is not None and created:
                 assert handoff is not None
                 answer = handoff_sql.held(conn, message, held, handoff.waiting_message)
-            path = path_since_newest_sync(conn, message.id) if created and held is None else None
+            path = None
+            if created and held is None:
+                path = self._paths.after(message, locked.path_version) or path_since_newest_sync(
+                    conn, message.id
+                )
+                versions.append(locked.path_version)
             stored = None if created else _outcomes.turn(conn, message.id)
             # A message kept for a person runs no expert, and a replay answers from the
             # records: nothing to recall for either.
@@ -411,7 +421,12 @@ class ConversationStore:
                 also(conn, begun)
             return begun
 
-        return await _retrying_a_new_conversation(lambda: _taking(lease, work), client_message_id)
+        begun = await _retrying_a_new_conversation(
+            lambda: _taking(lease, work), client_message_id
+        )
+        if begun.path is not None and versions:  # Committed: the next turn may build on it.
+            self._paths.keep(begun.path, versions[0])
+        return begun
 
     async def _start_in_one_call(
         self,
@@ -684,6 +699,7 @@ class ConversationStore:
         ):
             try:
                 await self._finish_in_one_call(lease, reply, outcome, also)
+                self._paths.extend(reply)
                 return FinishedTurn()
             except _server_turn.Fallback:
                 pass  # Not the usual finish: the general one below, which knows every case.
@@ -716,6 +732,8 @@ class ConversationStore:
             await lease.release(work)
         else:
             await run_sync_tx(self.engine, work)
+        if reply is not None:  # Committed: the next turn's path builds on it.
+            self._paths.extend(reply)
         return FinishedTurn(opened=opened[0], jobs=ids, resolved=resolved[0])
 
     async def _finish_in_one_call(
