@@ -1228,9 +1228,7 @@ async def test_0037_bumps_the_path_version_on_every_path_change_and_takes_it_bac
 
     def writes(conn: sa.Connection) -> list[int]:
         conn.execute(
-            sa.text(
-                "INSERT INTO conversation (id, created_at, metadata) VALUES ('c', :now, '{}')"
-            ),
+            sa.text("INSERT INTO conversation (id, created_at, metadata) VALUES ('c', :now, '{}')"),
             {"now": now},
         )
         for message_id, parent in (("m1", None), ("m2", "m1")):

@@ -324,9 +324,9 @@ _BEFORE = ("category", "confirmation", "flow")
 
 def _lock_for_turn_query(with_client_id: bool, with_handoff: bool) -> sa.Select[Any]:
     """`_lock_conversation_query` with the conversation's path version, the leaf's role,
-    client message id and parent, the parent's stored outcome (labelled `before_<name>`: the turn before's route, read by the
-    start anyway), and the open hand-off's columns (labelled `handoff_<name>`) when
-    `with_handoff`."""
+    client message id and parent, the parent's stored outcome (labelled `before_<name>`:
+    the turn before's route, read by the start anyway), and the open hand-off's columns
+    (labelled `handoff_<name>`) when `with_handoff`."""
     stmt = _lock_conversation_query(with_client_id)
     leaf = _msg.alias("leaf")
     joined = (

@@ -33,11 +33,11 @@ from frontdesk.jobs import store as _jobs
 from frontdesk.jobs.store import JobSpec
 from frontdesk.schema import ensure_schema
 from frontdesk.threads import _lease, _outcomes, _server_turn, _writes, spend
-from frontdesk.threads._path_cache import PathCache
 from frontdesk.threads import handoff as handoff_sql
 from frontdesk.threads import ruled_values as _ruled
 from frontdesk.threads._lease import TurnLease
 from frontdesk.threads._outcomes import Previous, TurnOutcome, TurnRecord
+from frontdesk.threads._path_cache import PathCache
 from frontdesk.threads._records import (
     ConversationRecord,
     MessageRecord,
@@ -421,9 +421,7 @@ class ConversationStore:
                 also(conn, begun)
             return begun
 
-        begun = await _retrying_a_new_conversation(
-            lambda: _taking(lease, work), client_message_id
-        )
+        begun = await _retrying_a_new_conversation(lambda: _taking(lease, work), client_message_id)
         if begun.path is not None and versions:  # Committed: the next turn may build on it.
             self._paths.keep(begun.path, versions[0])
         return begun

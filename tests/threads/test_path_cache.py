@@ -14,7 +14,8 @@ import pytest
 from sqlalchemy import Connection
 
 from frontdesk._driver.tx import run_sync_tx
-from frontdesk.threads import erasure, store as store_module
+from frontdesk.threads import erasure, summaries
+from frontdesk.threads import store as store_module
 from frontdesk.threads.ruled_values import Scrub
 from frontdesk.threads.store import ConversationStore, TurnStart
 from frontdesk.threads.summaries import PathSinceSummary, SummaryStore
@@ -36,7 +37,7 @@ async def other(store_url: str) -> AsyncIterator[ConversationStore]:
 def reads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """The messages whose path a start read from the database (rather than its cache)."""
     seen: list[str] = []
-    real = store_module.path_since_newest_sync
+    real = summaries.path_since_newest_sync
 
     def counting(conn: Connection, leaf_id: str) -> PathSinceSummary:
         seen.append(leaf_id)
@@ -89,9 +90,7 @@ async def test_a_warm_start_serves_the_path_a_fresh_read_gives(
     assert third.previous is not None and third.previous.user_message_id == second.message.id
 
 
-async def write_elsewhere(
-    other: ConversationStore, work: Callable[[Connection], Any]
-) -> None:
+async def write_elsewhere(other: ConversationStore, work: Callable[[Connection], Any]) -> None:
     await run_sync_tx(other.engine, work)
 
 
