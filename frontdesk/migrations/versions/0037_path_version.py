@@ -9,8 +9,8 @@ point moves, the summary's text is erased). Triggers bump `conversation.path_ver
 exactly those writes, whoever makes them (another process, a job, an operator's SQL), and
 the start reads the column with the conversation's lock (`threads/_writes.py`), no
 statement more: a cached path whose leaf and version still match is the path
-(`threads/_path_cache.py`). Both databases; row triggers, so a write of many rows bumps
-each conversation once per row.
+(`threads/_path_cache.py`). Both databases: on SQLite a row trigger, on PostgreSQL one per
+statement (a conversation bumped once however many of its rows the statement wrote).
 
 Revision ID: 0037_path_version
 Revises: 0036_later_handoff
@@ -31,7 +31,7 @@ depends_on: str | Sequence[str] | None = None
 
 _BUMP = "UPDATE conversation SET path_version = path_version + 1 WHERE id = {row}.conversation_id"
 
-# (trigger, event, table, the row that names the conversation)
+# (trigger, event, table, the row that names the conversation: OLD, or NEW for an insert)
 _TRIGGERS = (
     ("message_path_update", "UPDATE", "message", "OLD"),
     ("message_path_delete", "DELETE", "message", "OLD"),
@@ -40,15 +40,14 @@ _TRIGGERS = (
     ("summary_path_delete", "DELETE", "summary", "OLD"),
 )
 
-_PG_FUNCTION = f"""
-CREATE OR REPLACE FUNCTION frontdesk_path_changed() RETURNS trigger LANGUAGE plpgsql AS $$
+# PostgreSQL: per statement, over its transition table, so an erasure of many messages
+# bumps each conversation once (one row version, not one per message).
+_PG_FUNCTION = """
+CREATE FUNCTION frontdesk_path_changed_{rows}() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-    IF TG_OP = 'INSERT' THEN
-        {_BUMP.format(row="NEW")};
-        RETURN NEW;
-    END IF;
-    {_BUMP.format(row="OLD")};
-    RETURN OLD;
+    UPDATE conversation SET path_version = path_version + 1
+    WHERE id IN (SELECT DISTINCT conversation_id FROM {rows}_rows);
+    RETURN NULL;
 END;
 $$
 """
@@ -64,16 +63,20 @@ def upgrade() -> None:
     )
     postgresql = op.get_bind().dialect.name == "postgresql"
     if postgresql:
-        op.execute(_PG_FUNCTION)
+        for rows in ("old", "new"):
+            op.execute(_PG_FUNCTION.format(rows=rows))
     for name, event, table, row in _TRIGGERS:
         if postgresql:
+            rows = row.lower()
             op.execute(
                 f"CREATE TRIGGER {name} AFTER {event} ON {table} "
-                "FOR EACH ROW EXECUTE FUNCTION frontdesk_path_changed()"
+                f"REFERENCING {row} TABLE AS {rows}_rows "
+                f"FOR EACH STATEMENT EXECUTE FUNCTION frontdesk_path_changed_{rows}()"
             )
         else:
             op.execute(
-                f"CREATE TRIGGER {name} AFTER {event} ON {table} BEGIN {_BUMP.format(row=row)}; END"
+                f"CREATE TRIGGER {name} AFTER {event} ON {table} "
+                f"BEGIN {_BUMP.format(row=row)}; END"
             )
 
 
@@ -83,6 +86,7 @@ def downgrade() -> None:
     for name, _event, table, _row in _TRIGGERS:
         op.execute(f"DROP TRIGGER {name} ON {table}" if postgresql else f"DROP TRIGGER {name}")
     if postgresql:
-        op.execute("DROP FUNCTION frontdesk_path_changed()")
+        for rows in ("old", "new"):
+            op.execute(f"DROP FUNCTION frontdesk_path_changed_{rows}()")
     # ALTER TABLE ... DROP COLUMN (SQLite 3.35+ too): no table copy, no cascade.
     op.execute("ALTER TABLE conversation DROP COLUMN path_version")
