@@ -75,8 +75,7 @@ def upgrade() -> None:
             )
         else:
             op.execute(
-                f"CREATE TRIGGER {name} AFTER {event} ON {table} "
-                f"BEGIN {_BUMP.format(row=row)}; END"
+                f"CREATE TRIGGER {name} AFTER {event} ON {table} BEGIN {_BUMP.format(row=row)}; END"
             )
 
 
