@@ -3,11 +3,10 @@
 Nothing of a conversation lives only in process memory: any process may handle any message
 of any conversation, and a turn reads what it needs from the database (a start reuses the
 path it read the turn before only while the database says it still holds:
-`threads/_path_cache.py`). Turns on one
-conversation are serialised across processes by `conversation_lock` (a lease row, so no
-transaction stays open while the models think); each write is one short transaction that
-locks the conversation row (PostgreSQL) or takes SQLite's write lock (`BEGIN IMMEDIATE`,
-because SQLite ignores `SELECT ... FOR UPDATE`).
+`threads/_path_cache.py`). Turns on one conversation are serialised across processes by
+`conversation_lock` (a lease row, so no transaction stays open while the models think);
+each write is one short transaction that locks the conversation row (PostgreSQL) or takes
+SQLite's write lock (`BEGIN IMMEDIATE`, because SQLite ignores `SELECT ... FOR UPDATE`).
 """
 
 from __future__ import annotations
