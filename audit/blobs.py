@@ -33,7 +33,7 @@ import math
 import os
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from json.encoder import encode_basestring
+from json.encoder import c_make_encoder, encode_basestring  # type: ignore[attr-defined]
 from typing import Any
 
 from cryptography.exceptions import InvalidTag
@@ -68,8 +68,6 @@ not on where the list starts."""
 
 _CACHE_LIMIT = 50_000
 _SCALARS: dict[Any, str] = {None: "null", True: "true", False: "false"}
-_encode_text = encode_basestring
-"""A text's JSON as `canonical_json` writes it (`ensure_ascii=False`), without the call."""
 _KEYS: dict[str, str] = {}
 """Payload keys' JSON texts (a few dozen names)."""
 _BLOB_AAD = b"frontdesk-audit-blob\x00"
@@ -93,6 +91,68 @@ def is_reference(value: Any) -> bool:
     return isinstance(value, dict) and len(value) == 1 and (BLOB in value or LIST in value)
 
 
+_THREADS_KEPT = 10_000
+_THREADS_PER_SIGNATURE = 4
+"""Packed threads kept per (length, last item): conversations that end alike at the same
+length (a "yes" as the fifth message) are told apart by their other items."""
+_PREFIX_PROBES = 4
+"""How many shorter prefixes a new thread is looked up by: the next attempt sends one more
+message (the instruction), the next turn two (the reply, the customer's message)."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Thread:
+    """A long list of flat dicts of texts as packed, and where its chunking stands, so a
+    thread that extends it packs only its new items."""
+
+    items: tuple[dict[str, str], ...]
+    """Copies of the list's items (a caller's list changed later does not change them)."""
+    closed: tuple[str, ...]
+    """The refs of its chunks that ended at a cut."""
+    open: tuple[str, ...]
+    """The texts of the items after the last cut (its last chunk as packed, open here)."""
+    last: str
+    """Its last item's text (the one before the next item, for the cut)."""
+    item_blobs: dict[str, str]
+    """The blobs its items refer to, in order: ref -> JSON text."""
+    chunk_blobs: dict[str, str]
+    """The blobs of `closed`, in order."""
+    packed: Any
+    text: str
+    made: dict[str, str]
+    """Every blob the packed list refers to, in the order packing meets them."""
+
+
+def _signature(
+    value: list[Any] | tuple[Any, ...], length: int
+) -> tuple[int, tuple[tuple[str, str], ...]]:
+    """A list's first `length` items' key in `Addresses.threads`: the length and the last
+    item's items (raises `TypeError` when that item is not a flat dict)."""
+    return length, tuple(dict.items(value[length - 1]))
+
+
+def _starts_with(value: list[Any] | tuple[Any, ...], items: tuple[dict[str, str], ...]) -> bool:
+    """Whether `value` begins with dicts equal to `items` (compared in C, item by item: a
+    text equals only a text, so no two lists `json` writes differently are taken alike)."""
+    if len(value) < len(items):
+        return False
+    try:
+        return all(map(dict.__eq__, value, items))
+    except TypeError:  # An item is not a dict.
+        return False
+
+
+def _flat(items: Iterable[Any]) -> bool:
+    """Whether every item is a dict of texts (to texts): what `_Thread` keeps."""
+    for item in items:
+        if not isinstance(item, dict):
+            return False
+        for key, text in item.items():
+            if type(key) is not str or type(text) is not str:
+                return False
+    return True
+
+
 @dataclass
 class Addresses:
     """The refs one key has given, cached, and the refs known to be stored (per process).
@@ -107,12 +167,14 @@ class Addresses:
     packed: dict[Any, tuple[Any, str, tuple[tuple[str, str], ...]]] = field(default_factory=dict)
     """Packed texts and small flat dicts (the thread's messages), with their JSON and the
     blobs (ref, text) they refer to."""
-    lists: dict[
-        tuple[tuple[tuple[str, str], ...], ...], tuple[Any, str, tuple[tuple[str, str], ...]]
-    ] = field(default_factory=dict)
-    """Packed long lists of flat dicts of texts (a thread's messages), by their items' items:
-    a thread sent again (in `messages` and the wire body, on the next attempt or turn) is
-    one dict hit, its key made in C."""
+    threads: dict[tuple[int, tuple[tuple[str, str], ...]], list[_Thread]] = field(
+        default_factory=dict
+    )
+    """Packed long lists of flat dicts of texts (a thread's messages), by their length and
+    last item (`_signature`), a few per key, each checked item by item against the list:
+    a thread sent again is found without building a key of its whole content, and a thread
+    that grew (the next attempt or turn) continues the chunking of the one it extends."""
+    threads_kept: int = 0
     cuts: dict[tuple[str, str], bool] = field(default_factory=dict)
     """Whether an item ends a chunk, by (the item before's JSON, its own): a thread that
     grew by a message is cut again without hashing its older pairs again."""
@@ -136,11 +198,35 @@ class Addresses:
             cut = self.cuts[pair] = address(before + "," + item, self.key)[0] in CHUNK_END
         return cut
 
+    def thread(self, value: list[Any] | tuple[Any, ...], length: int) -> _Thread | None:
+        """The packed thread whose items equal the first `length` items of `value`."""
+        try:
+            bucket = self.threads.get(_signature(value, length))
+        except TypeError:  # The last item is not a dict, or holds a list or dict.
+            return None
+        for thread in bucket or ():
+            if _starts_with(value, thread.items):
+                return thread
+        return None
+
+    def keep(self, thread: _Thread) -> None:
+        """Remember a packed thread (the newest first among those of its signature)."""
+        if self.threads_kept >= _THREADS_KEPT:
+            self.threads.clear()
+            self.threads_kept = 0
+        bucket = self.threads.setdefault(_signature(thread.items, len(thread.items)), [])
+        bucket.insert(0, thread)
+        self.threads_kept += 1
+        if len(bucket) > _THREADS_PER_SIGNATURE:
+            bucket.pop()
+            self.threads_kept -= 1
+
     def clear(self) -> None:
         """Forget every cached ref and packing."""
         self.refs.clear()
         self.packed.clear()
-        self.lists.clear()
+        self.threads.clear()
+        self.threads_kept = 0
         self.cuts.clear()
 
 
@@ -151,9 +237,6 @@ class Packer:
     addresses: Addresses
     made: dict[str, str] = field(default_factory=dict)
     """The blobs this packer referenced: ref -> JSON text."""
-    exact: bool = True
-    """Whether every text it made is its value's `canonical_json`: not once it met a key
-    that is not text, or a value `json` cannot write as it is (`payload` then encodes)."""
 
     def pack(self, value: Any) -> Any:
         """`value` with its large parts replaced by references (see the module docstring)."""
@@ -163,31 +246,9 @@ class Packer:
         self, payload: Mapping[str, Any], clear: frozenset[str]
     ) -> tuple[dict[str, Any], str]:
         """A payload with its content fields packed (the `clear` ones kept as they are) and
-        its canonical JSON, joined from the texts packing made rather than encoded again.
-
-        `canonical_json` of the packed payload whenever a part's text might not be its
-        canonical form: a key or value `json` converts, or an escaped surrogate (`\\ud...`,
-        which makes `canonical_json` escape the whole text; a literal one only costs this).
-        """
-        packed: dict[str, Any] = {}
-        texts: dict[str, str | None] = {}
-        for key, value in payload.items():
-            if key in clear:
-                packed[key], texts[key] = value, _plain(value)
-            else:
-                packed[key], texts[key] = self._value(value)
-        parts = []
-        if self.exact:
-            for key in sorted(texts) if all(type(k) is str for k in texts) else ():
-                text = texts[key]
-                if text is None:
-                    break
-                parts.append(f"{_key_json(key)}:{text}")
-        if len(parts) == len(texts):
-            joined = "{" + ",".join(parts) + "}"
-            if "\\ud" not in joined:
-                return packed, joined
-        return packed, canonical_json(packed)
+        its canonical JSON (`_json`: the packed payload is small, its large parts refs)."""
+        packed = {k: v if k in clear else self._value(v)[0] for k, v in payload.items()}
+        return packed, _json(packed) or canonical_json(packed)
 
     def _value(self, value: Any) -> tuple[Any, str]:
         """The packed value and its JSON text."""
@@ -214,7 +275,6 @@ class Packer:
             return value, str(value)
         if type(value) is float and math.isfinite(value):
             return value, repr(value)  # What `json` writes for a finite float.
-        self.exact = False
         return value, canonical_json(value)  # Raises for what is not JSON.
 
     def _memo(self, key: Any, value: Any) -> tuple[Any, str]:
@@ -225,11 +285,14 @@ class Packer:
             if len(cache) >= _CACHE_LIMIT:
                 self.addresses.clear()
             made, self.made = self.made, {}
+            packed: tuple[Any, str]
             if isinstance(value, str):
-                text = canonical_json(value)
+                text = _json(value) or canonical_json(value)
                 packed = self._blob(text) if len(value) >= MIN_TEXT else (value, text)
             else:
                 packed = self._dict(value)
+                if packed[0] is value:  # Its own copy: the cache outlives the caller's dict.
+                    packed = (dict(value), packed[1])
             found = cache[key] = (packed[0], packed[1], tuple(self.made.items()))
             made.update(self.made)
             self.made = made
@@ -243,12 +306,13 @@ class Packer:
         return {BLOB: ref}, f'{{"{BLOB}":"{ref}"}}'
 
     def _dict(self, value: Mapping[str, Any]) -> tuple[Any, str]:
+        text = _kept_whole(value)
+        if text is not None:
+            return value, text
         packed, parts = {}, []
         for key in sorted(value):
             item, text = self._value(value[key])
             packed[key] = item
-            if type(key) is not str:  # `json` writes it as text: this text is not canonical.
-                self.exact = False
             parts.append(f"{_key_json(key)}:{text}")
         text = "{" + ",".join(parts) + "}"
         if len(packed) == 1 and next(iter(packed)) in _MARKS:  # Not to be read as a ref.
@@ -259,19 +323,58 @@ class Packer:
 
     def _list(self, value: Iterable[Any]) -> tuple[Any, str]:
         value = value if isinstance(value, list | tuple) else list(value)
-        found = self._known_list(value)
-        if found is not None:  # The same thread again: its items and chunks are known.
-            self.made.update(found[2])
-            return found[0], found[1]
+        if value and type(value[-1]) is dict:  # A thread, most often: packed before?
+            found = self.addresses.thread(value, len(value))
+            if found is not None:  # The same thread again: its items and chunks are known.
+                self.made.update(found.made)
+                return found.packed, found.text
+            base = self._base(value)
+            if base is not None and _flat(value[len(base.items) :]):
+                return self._thread(value, base)
         made, self.made = self.made, {}
         items = [self._value(item) for item in value]
-        texts = tuple(t for _, t in items)
+        texts = [t for _, t in items]
         text = "[" + ",".join(texts) + "]"
         if len(text) < MIN_LIST:
             made.update(self.made)
             self.made = made
             return [i for i, _ in items], text
-        refs, chunk, before = [], [], ""
+        self.made, item_blobs = made, self.made
+        if _flat(value):
+            return self._chunked(value, texts, item_blobs, None, keep=True)
+        return self._chunked(value, texts, item_blobs, None, keep=False)
+
+    def _base(self, value: list[Any] | tuple[Any, ...]) -> _Thread | None:
+        """The longest packed thread that `value` extends (among its last few prefixes)."""
+        for length in range(len(value) - 1, max(len(value) - 1 - _PREFIX_PROBES, 0), -1):
+            found = self.addresses.thread(value, length)
+            if found is not None:
+                return found
+        return None
+
+    def _thread(self, value: list[Any] | tuple[Any, ...], base: _Thread) -> tuple[Any, str]:
+        """Pack a thread that extends `base`: only its new items, its chunking continued."""
+        made, self.made = self.made, dict(base.item_blobs)
+        texts = [self._value(item)[1] for item in value[len(base.items) :]]
+        self.made, item_blobs = made, self.made
+        return self._chunked(value, texts, item_blobs, base, keep=True)
+
+    def _chunked(
+        self,
+        value: list[Any] | tuple[Any, ...],
+        texts: list[str],
+        item_blobs: dict[str, str],
+        base: _Thread | None,
+        *,
+        keep: bool,
+    ) -> tuple[Any, str]:
+        """A long list as chunks: the texts of its items (those after `base`'s, when it
+        extends that thread), cut where their addresses say, so the chunks depend only on
+        the items, not on where packing began; kept as a thread with `keep`."""
+        outer, self.made = self.made, {} if base is None else dict(base.chunk_blobs)
+        refs = [] if base is None else list(base.closed)
+        chunk = [] if base is None else list(base.open)
+        before = "" if base is None else base.last
         for item_text in texts:
             chunk.append(item_text)
             # The item with the one before it decides, so a value that recurs (the same
@@ -280,45 +383,32 @@ class Packer:
                 refs.append(self._blob("[" + ",".join(chunk) + "]")[0][BLOB])
                 chunk = []
             before = item_text
+        closed, chunk_blobs = tuple(refs), dict(self.made)
         if chunk:
             refs.append(self._blob("[" + ",".join(chunk) + "]")[0][BLOB])
         packed: Any = {LIST: refs}
-        text = canonical_json(packed)
+        text = '{"' + LIST + '":["' + '","'.join(refs) + '"]}'  # Refs are base64url: no escape.
         if len(text) >= MIN_DICT:  # The same list often goes out twice (messages, wire body).
             packed, text = self._blob(text)
-        key = _flat_items(value)
-        if key is not None:
-            if len(self.addresses.lists) >= _CACHE_LIMIT:
-                self.addresses.clear()
-            self.addresses.lists[key] = (packed, text, tuple(self.made.items()))
-        made.update(self.made)
-        self.made = made
+        made = item_blobs | self.made
+        self.made = outer
+        self.made.update(made)
+        if keep:
+            kept = () if base is None else base.items
+            self.addresses.keep(
+                _Thread(
+                    items=kept + tuple(map(dict, value[len(kept) :])),
+                    closed=closed,
+                    open=tuple(chunk),
+                    last=before,
+                    item_blobs=item_blobs,
+                    chunk_blobs=chunk_blobs,
+                    packed=packed,
+                    text=text,
+                    made=made,
+                )
+            )
         return packed, text
-
-    def _known_list(
-        self, value: list[Any] | tuple[Any, ...]
-    ) -> tuple[Any, str, tuple[tuple[str, str], ...]] | None:
-        """The cached packing of a list of flat dicts (a thread packed before), with every
-        blob it refers to; `None` when it is not one, or not known."""
-        try:
-            return self.addresses.lists.get(tuple(map(tuple, map(dict.items, value))))
-        except TypeError:  # An item is not a dict, or holds a list or dict.
-            return None
-
-
-def _flat_items(
-    value: list[Any] | tuple[Any, ...],
-) -> tuple[tuple[tuple[str, str], ...], ...] | None:
-    """A list of flat dicts of texts as its items' items (its key in `Addresses.lists`);
-    `None` for any other list. Only texts: a text equals no other kind of value, so no two
-    lists that `json` writes differently share a key (`1 == 1.0 == True`)."""
-    try:
-        items = tuple(map(tuple, map(dict.items, value)))
-    except TypeError:
-        return None
-    if all(type(k) is str and type(v) is str for item in items for k, v in item):
-        return items
-    return None
 
 
 def _key_json(key: str) -> str:
@@ -331,32 +421,69 @@ def _key_json(key: str) -> str:
     return text
 
 
-def _plain(value: Any) -> str | None:
-    """The canonical JSON of a clear field's value (a scalar, a flat dict: usage, settings,
-    a prompt reference), or `None` when it is anything else (`Packer.payload` encodes then)."""
-    kind = type(value)
-    if kind is str:
-        if not value.isascii():
-            try:
-                value.encode("utf-8")
-            except UnicodeEncodeError:  # A lone surrogate: `canonical_json` escapes all.
-                return None
-        return _encode_text(value)
-    if value is None or value is True or value is False:
-        return _SCALARS[value]
-    if kind is int:
-        return str(value)
-    if kind is float:
-        return repr(value) if math.isfinite(value) else None
-    if kind is dict:
-        parts = []
-        for key in sorted(value) if all(type(k) is str for k in value) else ():
-            text = _plain(value[key])
-            if text is None:
-                return None
-            parts.append(f"{_key_json(key)}:{text}")
-        return "{" + ",".join(parts) + "}" if len(parts) == len(value) else None
-    return None
+_SMALL = 4
+"""Lists and dicts this long or shorter may leave a dict small (`_kept_whole`)."""
+_DEEP = 8
+"""How deep `_short_texts` looks before it gives up (packing part by part then)."""
+
+
+def _kept_whole(value: Mapping[str, Any]) -> str | None:
+    """The canonical JSON of a dict that packing leaves as it is (short: no text, list or
+    dict in it reaches its threshold; no key a reference's), written in C at once; `None`
+    for any other dict (then packed part by part)."""
+    if not _short_texts(value.values(), 0):
+        return None
+    text = _json(value)
+    if text is None or len(text) >= MIN_LIST or '"$' in text:
+        return None
+    return text
+
+
+def _short_texts(values: Iterable[Any], depth: int) -> bool:
+    """Whether no text among `values` (and in the lists and dicts among them) is `MIN_TEXT`
+    long, and no list or dict holds more than `_SMALL` items."""
+    for item in values:
+        if isinstance(item, str):
+            if len(item) >= MIN_TEXT:
+                return False
+        elif isinstance(item, dict):
+            if len(item) > _SMALL or depth >= _DEEP or not _short_texts(item.values(), depth + 1):
+                return False
+        elif isinstance(item, list | tuple):
+            if len(item) > _SMALL or depth >= _DEEP or not _short_texts(item, depth + 1):
+                return False
+    return True
+
+
+def _not_plain(value: Any) -> Any:
+    raise TypeError(f"{type(value).__name__} is not plain JSON")
+
+
+_encode = (
+    None
+    if c_make_encoder is None
+    else c_make_encoder(None, _not_plain, encode_basestring, None, ":", ",", True, False, False)
+)
+"""`json`'s own C encoder with `canonical_json`'s settings, made once (`json.dumps` makes
+one per call, which costs more than encoding a small value)."""
+
+
+def _json(value: Any) -> str | None:
+    """`canonical_json(value)` for plain JSON without a lone surrogate (for which that
+    escapes the whole text), written by `_encode`; `None` for anything else (`json` converts
+    or refuses it: then `canonical_json` itself)."""
+    if _encode is None:
+        return None
+    try:
+        text = "".join(_encode(value, 0))
+    except (TypeError, ValueError, RecursionError):  # Not plain JSON, NaN, too deep.
+        return None
+    if not text.isascii():
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            return None
+    return text
 
 
 def references(value: Any) -> set[str]:

@@ -282,8 +282,13 @@ def id_bytes(value: str, size: int = 16) -> bytes:
     """An id in its stored form: lowercase hex of `size` bytes (a uuid hex, a sha256) as
     those bytes, any other text as its UTF-8 (a byte 0xff added when that is `size` bytes
     too, so the two forms never meet: UTF-8 holds no 0xff). `id_text` reverses it exactly."""
-    if len(value) == 2 * size and _HEX.fullmatch(value):
-        return bytes.fromhex(value)
+    if len(value) == 2 * size:
+        try:
+            raw = bytes.fromhex(value)
+        except ValueError:
+            return _text_bytes(value, size)
+        if len(raw) == size and raw.hex() == value:  # Lowercase hex only, no spaces.
+            return raw
     return _text_bytes(value, size)
 
 
@@ -340,7 +345,6 @@ def time_text(stored: bytes | str) -> str:
     return moment.isoformat(timespec="microseconds")  # `_utc_text`: it is in UTC already.
 
 
-_HEX = re.compile("[0-9a-f]+")
 PROMPT_DIGEST = 32
 """`prompt_sha256` is stored by `id_bytes` as a sha256 (32 bytes); event and turn ids as
 uuid hex (16)."""
@@ -414,9 +418,10 @@ class _Prepared:
     prompt_sha256: str | None
     split: crypto.Split | None = None
     kid: str | None = None
-    """The data key the split was packed for (`None`: packed in clear, or not packed)."""
-    blobs: dict[str, tuple[str | None, str]] = field(default_factory=dict)
-    """The blobs the payload refers to: ref -> (kid, JSON text)."""
+    """The data key the payload was packed (its blobs are sealed) for (`None`: packed in
+    clear, or not packed)."""
+    blobs: dict[str, str] = field(default_factory=dict)
+    """The blobs the payload refers to: ref -> JSON text (sealed under `kid`, if any)."""
     stored: bytes = b""
     """`payload_json` in its stored form (`compact.deflate`), made with it."""
     created_stored: bytes = b""
@@ -814,8 +819,7 @@ class AuditLog:
             seq += 1
             row, prev = self._row(conversation_id, seq, prev, item)
             rows.append(row)
-        made = {ref: blob for item in batch for ref, blob in item.blobs.items()}
-        fresh = {ref: blob for ref, blob in made.items() if ref not in self._stored.known}
+        fresh = self._unstored_blobs(batch)
         if any(kid is not None for kid, _ in fresh.values()):
             return None  # Sealed blobs: `append_sync` seals them.
         blob_rows: list[dict[str, Any]] = [
@@ -967,13 +971,12 @@ class AuditLog:
         packer = blobs.Packer(self._addresses(None))
         # Packing made each part's text: the payload's JSON is joined from them.
         _, payload_json = packer.payload(event.payload, crypto.CLEAR_FIELDS)
-        made: dict[str, tuple[str | None, str]] = {r: (None, t) for r, t in packer.made.items()}
         return _Prepared(
             event,
             created,
             payload_json,
             prompt,
-            blobs=made,
+            blobs=packer.made,
             stored=compact.deflate(payload_json),
             created_stored=created_stored,
         )
@@ -989,7 +992,6 @@ class AuditLog:
         assert self._keys is not None
         packer = blobs.Packer(self._addresses(kid))
         parts = crypto.split(event.payload, packer.pack)
-        made: dict[str, tuple[str | None, str]] = {r: (kid, t) for r, t in packer.made.items()}
         return _Prepared(
             event,
             created,
@@ -997,7 +999,7 @@ class AuditLog:
             prompt,
             parts,
             kid=kid,
-            blobs=made,
+            blobs=packer.made,
             created_stored=created_stored,
         )
 
@@ -1089,7 +1091,7 @@ class AuditLog:
         self._moved[conversation_id] = (seq, prev)
         if prompts:
             _PROMPT.run_many(conn, prompts)
-        made = {ref: blob for item in batch for ref, blob in item.blobs.items()}
+        made = self._unstored_blobs(batch)
         written: list[str] = []
         if made:
             keys = self._keys
@@ -1103,6 +1105,17 @@ class AuditLog:
         if conn.dialect.name != "postgresql":  # There the link trigger has moved it.
             _MOVE_HEAD.run(conn, moved)
         return written
+
+    def _unstored_blobs(self, batch: Sequence[_Prepared]) -> dict[str, tuple[str | None, str]]:
+        """The blobs a batch refers to that are not known to be stored: ref -> (kid, text).
+        (A ref known now is committed; `blobs.write` looks again after its probe.)"""
+        known = self._stored.known
+        return {
+            ref: (item.kid, text)
+            for item in batch
+            for ref, text in item.blobs.items()
+            if ref not in known
+        }
 
     def _sealed(
         self,
@@ -1136,6 +1149,7 @@ class AuditLog:
                     item.created_at,
                     sealed,
                     item.prompt_sha256,
+                    kid=kid,
                     blobs=item.blobs,
                     stored=compact.deflate(sealed),
                     created_stored=item.created_stored,

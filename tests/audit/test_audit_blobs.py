@@ -274,3 +274,71 @@ def test_a_warm_packer_packs_a_thread_as_a_cold_one_does(key: bytes | None) -> N
                 again = blobs.Packer(warm)
                 assert {n: again.pack(v) for n, v in event.payload.items()} == expected
                 assert again.made == cold.made
+
+
+def _packs_as_cold(warm: blobs.Addresses, value: Any) -> None:
+    """`value` packs under the warm caches exactly as in a fresh process (refs and blobs)."""
+    cold = blobs.Packer(blobs.Addresses(warm.key))
+    again = blobs.Packer(warm)
+    assert again.pack(value) == cold.pack(value)
+    assert list(again.made.items()) == list(cold.made.items())
+
+
+def _thread(turns: int, word: str = "charged") -> list[dict[str, str]]:
+    return [
+        {"role": "user" if i % 2 == 0 else "assistant", "content": f"Message {i}: {word} " * 9}
+        for i in range(turns)
+    ]
+
+
+def test_a_thread_changed_in_place_after_packing_is_packed_anew() -> None:
+    """The packed-thread cache compares a list with its own copies of the items: a caller's
+    list (or one of its dicts) changed after it was packed is not taken for what it was."""
+    warm = blobs.Addresses(None)
+    thread = _thread(12)
+    _packs_as_cold(warm, thread)
+    thread[3]["content"] = "changed in place"
+    _packs_as_cold(warm, thread)
+    thread[-1]["content"] = "the last one too"  # The item the cache looks threads up by.
+    _packs_as_cold(warm, thread)
+    thread.append({"role": "user", "content": "and one more"})  # Extends the changed one.
+    _packs_as_cold(warm, thread)
+    del thread[5]
+    _packs_as_cold(warm, thread)
+
+
+@pytest.mark.parametrize(
+    "other",
+    [
+        pytest.param(lambda t: [*t[:-1], {**t[-1], "content": 1}], id="a number for a text"),
+        pytest.param(lambda t: [*t[:4], {**t[4], "name": "x"}, *t[5:]], id="an extra key"),
+        pytest.param(lambda t: [*t[:4], {"content": t[4]["content"]}, *t[5:]], id="a key less"),
+        pytest.param(lambda t: [*t[:2], [*t[2].items()], *t[3:]], id="an item not a dict"),
+        pytest.param(lambda t: [*t[:6], {**t[6], "content": [t[6]["content"]]}], id="a list"),
+        pytest.param(lambda t: tuple(t), id="a tuple"),
+        pytest.param(lambda t: [*t[:-1], {"content": t[-1]["content"]}], id="last differs"),
+        pytest.param(lambda t: _thread(len(t), "billed"), id="same shape, other texts"),
+        pytest.param(lambda t: t[1:], id="its tail"),
+        pytest.param(lambda t: [*t, *t], id="twice over"),
+    ],
+)
+def test_a_list_that_only_looks_like_a_packed_thread_packs_as_itself(other: Any) -> None:
+    """Equal-looking lists (same length and last item, a prefix of a known thread, a value
+    `==` to a text's) are packed as a fresh packer packs them, before and after the thread."""
+    warm = blobs.Addresses(None)
+    thread = _thread(10)
+    _packs_as_cold(warm, thread)
+    _packs_as_cold(warm, other(thread))
+    _packs_as_cold(warm, thread)
+    _packs_as_cold(warm, other(thread))
+
+
+def test_a_thread_that_grows_packs_only_as_a_cold_packer_would() -> None:
+    """Threads that extend a known one (one or two messages more, the chunking continued from
+    it) or share only its beginning pack as in a fresh process; the cache stays bounded."""
+    warm = blobs.Addresses(None)
+    for turns in range(1, 40):
+        _packs_as_cold(warm, _thread(turns))
+        _packs_as_cold(warm, [*_thread(turns), {"role": "assistant", "content": "Instruction."}])
+        _packs_as_cold(warm, [*_thread(turns)[:-1], {"role": "user", "content": "Edited."}])
+    assert warm.threads_kept == sum(len(b) for b in warm.threads.values())

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from datetime import UTC, datetime
+from unittest.mock import patch
 
 import pytest
 from hypothesis import example, given
@@ -113,3 +114,63 @@ def test_the_payload_text_joined_from_packing_is_its_canonical_json(
         }
         assert packed == expected
         assert text == canonical_json(expected)
+
+
+class _Text(str):
+    """A text of a subclass (`json` writes it as a text, packing stores it as one)."""
+
+
+_MARK_KEYS = st.sampled_from([blobs.BLOB, blobs.LIST, blobs.ESCAPE])
+_NEAR = st.text(alphabet='ab"\\\n\x01é\ud800', min_size=40, max_size=56)
+"""Texts about `MIN_TEXT` long, escapes and surrogates among them."""
+_PACKABLE = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | _NEAR
+    | _MARK_KEYS,
+    lambda children: (
+        st.lists(children, max_size=7)
+        | st.dictionaries(st.text(max_size=3) | _MARK_KEYS, children, max_size=7)
+    ),
+    max_leaves=24,
+)
+
+
+@given(st.dictionaries(st.text(max_size=3) | _MARK_KEYS, _PACKABLE, max_size=7))
+@example({"a": "x" * 47, "b": [1, 2]})
+@example({"a": "x" * 48})
+@example({"a": "x" * 46 + '"'})  # 47 characters, a longer JSON text.
+@example({"a": '"' * 48})
+@example({blobs.BLOB: "r"})
+@example({"a": {blobs.LIST: []}})
+@example({"a": "x" * 40, "b": "y" * 40, "c": "z" * 40, "d": "w" * 40, "e": "v" * 30})
+@example({"a": [["x" * 30] * 4] * 2})
+@example({"a": ["x" * 48]})  # A long text inside: only the whole text shows it.
+@example({"a": {"b": "x" * 47 + "\n"}})
+@example({"a": (_Text("x" * 48),)})  # A text of a subclass, in a tuple.
+def test_a_dict_kept_whole_packs_as_it_does_part_by_part(value: dict[object, object]) -> None:
+    """A short dict is written in C at once (`_kept_whole`) rather than packed part by part:
+    only when packing would leave it as it is (its refs, blobs and text the same)."""
+    fast = blobs.Packer(blobs.Addresses(None))
+    slow = blobs.Packer(blobs.Addresses(None))
+    fast_text = fast._value(value)[1]
+    with patch.object(blobs, "_kept_whole", lambda _: None):
+        slow_packed, slow_text = slow._value(value)
+    assert fast_text == slow_text
+    assert canonical_json(fast.pack(value)) == canonical_json(slow_packed)
+    assert fast.made == slow.made
+
+
+def test_a_message_kept_whole_is_cached_as_a_copy() -> None:
+    """A short message's packing is cached: the cache keeps its own copy, so the caller's
+    dict changed afterwards does not change what an equal message packs as later."""
+    addresses = blobs.Addresses(None)
+    message = {"role": "user", "content": "hi"}
+    assert blobs.Packer(addresses).pack(message) == {"role": "user", "content": "hi"}
+    message["content"] = "changed"
+    assert blobs.Packer(addresses).pack({"role": "user", "content": "hi"}) == {
+        "role": "user",
+        "content": "hi",
+    }
