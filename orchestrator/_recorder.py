@@ -21,7 +21,6 @@ import dataclasses
 import functools
 import hashlib
 import time
-from collections.abc import Iterator
 from typing import Any
 
 from pydantic import BaseModel
@@ -297,8 +296,6 @@ class _CallWindow:
         self._recorder._request = None
 
 
-@contextlib.contextmanager
-def observing(recorder: TurnRecorder) -> Iterator[None]:
+def observing(recorder: TurnRecorder) -> contextlib.AbstractContextManager[None]:
     """Record every model attempt made inside this block (this task) as an audit event."""
-    with observe_attempts(recorder.on_attempt):
-        yield
+    return observe_attempts(recorder.on_attempt)

@@ -83,7 +83,15 @@ from frontdesk.orchestrator import memory as _memory
 from frontdesk.orchestrator import review as _review
 from frontdesk.orchestrator import screen as _screen
 from frontdesk.orchestrator._compaction import compaction_spec
-from frontdesk.orchestrator._pipeline import Decided, Extracted, Pipeline, Start, Started, Turn
+from frontdesk.orchestrator._pipeline import (
+    Decided,
+    Extracted,
+    Pipeline,
+    Start,
+    Started,
+    Turn,
+    evolved,
+)
 from frontdesk.orchestrator._recorder import (
     TurnRecorder,
     field_rules_of,
@@ -471,7 +479,7 @@ async def _awaiting(p: Pipeline, s: Started, t: Turn) -> Turn:
     flow = None if previous is None else previous.flow
     if held is None and flow is None:
         return t
-    return dataclasses.replace(t, pending=held, before=flow)
+    return evolved(t, pending=held, before=flow)
 
 
 async def _recall(p: Pipeline, s: Started) -> list[Document]:
@@ -651,7 +659,7 @@ async def _decide_once(p: Pipeline, t: Turn, earlier: TurnOutcome | None) -> Dec
         finally:
             if guess is not None:  # The turn failed or was cut off: the call must not outlive it.
                 await guess.discard(t, triage=None)
-        return dataclasses.replace(triaged, kept=kept)
+        return evolved(triaged, kept=kept)
 
     def extract(category: str, in_progress: pending.InProgress) -> Awaitable[Extracted]:
         return _extract(p, t, category, request_view, meta, answered, in_progress=in_progress)
@@ -685,11 +693,11 @@ async def _routed(
     asked = flows.asked(p.categories, p.multi_intent, t.recorder, route, flow)
     if asked is not None:  # Nothing runs: cancelled, or the customer is asked to choose.
         _listen.routed(asked.category, by=_routed_by(answered))
-        return await _settled(p, t, dataclasses.replace(asked, answered=answered))
+        return await _settled(p, t, evolved(asked, answered=answered))
     categories = route.categories or (route.category,)
     first = await _step(p, t, route, categories[0], view, meta, answered)
     first = await _settled(p, t, flows.after(p.categories, t, route, first, flow))
-    plain = dataclasses.replace(route, in_progress=None, kept=None, digressed_from=None)
+    plain = evolved(route, in_progress=None, kept=None, digressed_from=None)
     return await _next_steps(p, t, plain, first, view, meta, answered)
 
 
@@ -883,7 +891,7 @@ async def _settled(p: Pipeline, t: Turn, decided: Decided) -> Decided:
     secrets = decided.secrets
     if secrets is not None:  # The values reach the handler, not the reply.
         outcome = decided.outcome
-        decided = dataclasses.replace(
+        decided = evolved(
             decided,
             outcome=outcome.model_copy(update={"instruction": secrets.text(outcome.instruction)}),
         )
@@ -1202,9 +1210,7 @@ async def _finish(
     cited = _knowledge.citation_payload(answer.passages, answer.cited)  # Checked, audited.
     t.recorder.note("reply", assistant_message_id=reply.id, text=text, model=reply.model, **cited)
     answered = {**decided.answered, "response": answer.response}
-    outcome = _stored(
-        p, t, dataclasses.replace(decided, answered=answered), answer.passages, answer.cited
-    )
+    outcome = _stored(p, t, evolved(decided, answered=answered), answer.passages, answer.cited)
     scrub = _scrub(p, t, decided.secrets)
     jobs = _jobs_after(p, t, reply)
     if decided.outcome.resolves:  # The handler's effect completes what the customer came for.
