@@ -53,7 +53,7 @@ from frontdesk.threads.tokens import TokenCounter
 D = TypeVar("D")
 
 
-def evolved(value: D, **changes: Any) -> D:
+def evolved(value: D, /, **changes: Any) -> D:
     """`dataclasses.replace(value, **changes)`, made as a copy of `value`'s attributes with
     `changes` over them when its class allows (`_copyable`): `replace` passes every field
     through the frozen `__init__` again, five times the cost, and a turn makes half a

@@ -16,6 +16,7 @@ from frontdesk.threads.tokens import (
     TokenCounter,
     count_each,
     count_groups,
+    count_text_groups,
 )
 
 
@@ -132,3 +133,24 @@ def test_counting_groups_at_once_is_counting_each(texts: list[list[str]]) -> Non
     calibrated.observe("m", estimated=100, exact=131)
     for counter in (EstimatingCounter(), calibrated, calibrated.for_model("m")):
         assert count_groups(counter, groups) == [counter.count_messages(g) for g in groups]
+
+
+@given(st.lists(st.lists(st.text(max_size=80), max_size=4), max_size=6))
+def test_counting_the_texts_is_counting_them_as_messages(texts: list[list[str]]) -> None:
+    """The budget counts a thread's texts without framing each as a message, when the
+    counter reads no role: the figures must be the messages' own."""
+    groups = [[{"role": "assistant", "content": t} for t in group] for group in texts]
+    calibrated = CalibratedCounter(margin=0.07)
+    calibrated.observe("m", estimated=100, exact=131)
+    for counter in (EstimatingCounter(), calibrated, calibrated.for_model("m")):
+        assert count_text_groups(counter, texts) == count_groups(counter, groups)
+
+    class Words:
+        def count(self, text: str) -> int:
+            return len(text.split())
+
+        def count_messages(self, messages: Any) -> int:
+            return sum(len(str(m["content"]).split()) for m in messages)
+
+    assert count_text_groups(Words(), texts) is None  # It may read the roles: not here.
+    assert count_text_groups(CalibratedCounter(base=Words()), texts) is None
