@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
+from frontdesk._frozen import quick_init
 from frontdesk.audit.store import AuditLog
 from frontdesk.experts import Category, NeedMoreInfo, Outcome
 from frontdesk.experts.providers import ModelResponse
@@ -198,6 +199,7 @@ Start = Callable[[TurnLease], Awaitable[Started]]
 """A turn's first transaction (new message, edit or regeneration), under the given lease."""
 
 
+@quick_init
 @dataclass(frozen=True, kw_only=True)
 class Turn:
     """One user message being answered."""
@@ -236,6 +238,7 @@ class Turn:
         return None
 
 
+@quick_init
 @dataclass(frozen=True, kw_only=True)
 class Decided:
     """What the experts before the reply decided (or what an earlier try stored)."""

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Generic, Protocol, TypeVar
 
+from frontdesk._frozen import quick_init
 from frontdesk.errors import (
     ConfigError,
     QuestionOverBudget,
@@ -178,6 +179,7 @@ class Budget:
         )
 
 
+@quick_init
 @dataclass(frozen=True, kw_only=True)
 class Fit(Generic[T]):
     """What survived `Budget.fit`, and what it cost."""

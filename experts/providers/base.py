@@ -23,6 +23,7 @@ from typing import Any, Literal, Protocol, TypedDict, runtime_checkable
 
 from pydantic import BaseModel
 
+from frontdesk._frozen import quick_init
 from frontdesk.errors import ModelRequestsBlocked
 from frontdesk.knowledge import Passage
 from frontdesk.redaction import schema_without_rules
@@ -169,6 +170,7 @@ class Speculation:
             fn()
 
 
+@quick_init
 @dataclass(frozen=True, kw_only=True)
 class ModelRequest:
     """Everything one expert call sends to a model."""
@@ -254,6 +256,7 @@ class ModelResponse:
     """HTTP attempts spent, retries and validation re-asks included."""
 
 
+@quick_init
 @dataclass(frozen=True, kw_only=True)
 class AttemptEvent:
     """One HTTP attempt (or one double's call), reported to the attempt observer."""
