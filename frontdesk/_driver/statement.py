@@ -48,8 +48,14 @@ message, which costs a turn more than 1 % of its instructions. An adapter that g
 value back binds exactly what was bound without one, found at the first lookup. One the
 application registered before is kept."""
 
-for _kind in _ADAPTED:
-    sqlite3.adapters.setdefault((_kind, sqlite3.PrepareProtocol), _as_it_is)
+
+def adapt_as_they_are() -> None:
+    """Register `_as_it_is` for the `_ADAPTED` types that have no adapter yet (at import)."""
+    for kind in _ADAPTED:
+        sqlite3.adapters.setdefault((kind, sqlite3.PrepareProtocol), _as_it_is)
+
+
+adapt_as_they_are()
 
 TIMESTAMPS_REMEMBERED = 4096
 """Per timestamp column of a statement: how many decoded values are kept by their text."""
