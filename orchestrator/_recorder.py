@@ -122,25 +122,38 @@ def _without(body: Any, text: str, reference: str) -> Any:
         changed: dict[Any, Any] | None = None
         for key, value in body.items():
             if type(value) is str:
-                made = reference if value == text else value
+                if value != text:
+                    continue
+                made: Any = reference
             else:
                 made = _without(value, text, reference)
-            if made is not value:
-                if changed is None:
-                    changed = dict(body)
-                changed[key] = made
+                if made is value:
+                    continue
+            if changed is None:
+                changed = dict(body)
+            changed[key] = made
         return body if changed is None else changed
     if kind is list or isinstance(body, list):
         copied: list[Any] | None = None
         for index, item in enumerate(body):
-            if type(item) is str:
-                made = reference if item == text else item
+            kind = type(item)
+            if kind is str:
+                if item != text:
+                    continue
+                made = reference
             else:
+                if kind is dict:  # A message: read here, without a call per message.
+                    for value in item.values():
+                        if type(value) is not str or value == text:
+                            break
+                    else:
+                        continue  # Only other strings: nothing to replace.
                 made = _without(item, text, reference)
-            if made is not item:
-                if copied is None:
-                    copied = list(body)
-                copied[index] = made
+                if made is item:
+                    continue
+            if copied is None:
+                copied = list(body)
+            copied[index] = made
         return body if copied is None else copied
     if isinstance(body, str):
         return reference if body == text else body

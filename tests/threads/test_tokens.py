@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+import re
 from typing import Any
 
 import pytest
@@ -14,6 +16,7 @@ from frontdesk.threads.tokens import (
     CalibratedCounter,
     EstimatingCounter,
     TokenCounter,
+    _estimate,
     count_each,
     count_groups,
     count_text_groups,
@@ -154,3 +157,28 @@ def test_counting_the_texts_is_counting_them_as_messages(texts: list[list[str]])
 
     assert count_text_groups(Words(), texts) is None  # It may read the roles: not here.
     assert count_text_groups(CalibratedCounter(base=Words()), texts) is None
+
+
+def _by_pieces(text: str) -> int:
+    """The estimate as its docstring states it, piece by piece (the definition `_estimate`
+    counts with one expression)."""
+    total = 0
+    for piece in re.findall(r"[A-Za-z]+|[0-9]+|\s+|[^\sA-Za-z0-9]", text):
+        first = piece[0]
+        if first.isspace():
+            total += len(piece) // 8
+        elif first.isascii() and first.isalpha():
+            total += math.ceil(len(piece) / 4)
+        elif first.isascii() and first.isdigit():
+            total += math.ceil(len(piece) / 3)
+        else:
+            total += 1
+    return total
+
+
+@given(
+    st.text(max_size=300)
+    | st.text(alphabet=st.sampled_from("ab1 \t\n\u00a0\u2003.é٣"), max_size=300)
+)
+def test_the_estimate_is_its_piece_by_piece_definition(text: str) -> None:
+    assert _estimate.__wrapped__(text) == _by_pieces(text)
