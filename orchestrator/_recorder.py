@@ -119,45 +119,56 @@ def _without(body: Any, text: str, reference: str) -> Any:
     if kind is str:  # The most common value by far (a message's role and content).
         return reference if body == text else body
     if kind is dict or (kind is not list and isinstance(body, dict)):
-        changed: dict[Any, Any] | None = None
-        for key, value in body.items():
-            if type(value) is str:
-                if value != text:
-                    continue
-                made: Any = reference
-            else:
-                made = _without(value, text, reference)
-                if made is value:
-                    continue
-            if changed is None:
-                changed = dict(body)
-            changed[key] = made
-        return body if changed is None else changed
+        return _dict_without(body, text, reference)
     if kind is list or isinstance(body, list):
-        copied: list[Any] | None = None
-        for index, item in enumerate(body):
-            kind = type(item)
-            if kind is str:
-                if item != text:
-                    continue
-                made = reference
-            else:
-                if kind is dict:  # A message: read here, without a call per message.
-                    for value in item.values():
-                        if type(value) is not str or value == text:
-                            break
-                    else:
-                        continue  # Only other strings: nothing to replace.
-                made = _without(item, text, reference)
-                if made is item:
-                    continue
-            if copied is None:
-                copied = list(body)
-            copied[index] = made
-        return body if copied is None else copied
+        return _list_without(body, text, reference)
     if isinstance(body, str):
         return reference if body == text else body
     return body
+
+
+def _dict_without(body: dict[Any, Any], text: str, reference: str) -> dict[Any, Any]:
+    """`_without` of a dict: a copy only when one of its values changes."""
+    changed: dict[Any, Any] | None = None
+    for key, value in body.items():
+        if type(value) is str:
+            if value != text:
+                continue
+            made: Any = reference
+        else:
+            made = _without(value, text, reference)
+            if made is value:
+                continue
+        if changed is None:
+            changed = dict(body)
+        changed[key] = made
+    return body if changed is None else changed
+
+
+def _list_without(body: list[Any], text: str, reference: str) -> list[Any]:
+    """`_without` of a list: a copy only when one of its items changes. A message (a dict)
+    of strings none of which is `text` is read here, without a call per message."""
+    copied: list[Any] | None = None
+    for index, item in enumerate(body):
+        kind = type(item)
+        if kind is str:
+            if item != text:
+                continue
+            made: Any = reference
+        else:
+            if kind is dict:
+                for value in item.values():
+                    if type(value) is not str or value == text:
+                        break
+                else:
+                    continue  # Only other strings: nothing to replace.
+            made = _without(item, text, reference)
+            if made is item:
+                continue
+        if copied is None:
+            copied = list(body)
+        copied[index] = made
+    return body if copied is None else copied
 
 
 def passage_ref(passage: Passage) -> dict[str, Any]:
