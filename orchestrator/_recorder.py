@@ -37,6 +37,7 @@ from frontdesk.experts.providers import (
     Usage,
     observe_attempts,
 )
+from frontdesk.experts.providers.base import plain_messages
 from frontdesk.knowledge import Passage
 from frontdesk.redaction import field_rules
 
@@ -232,8 +233,7 @@ class TurnRecorder:
         if request is not None:
             system = request.system
             payload["request_body"] = without_system(attempt.request_body, system)
-            # Plain dicts as they are: no one changes a request's messages once it is built.
-            payload["messages"] = [m if type(m) is dict else dict(m) for m in request.messages]
+            payload["messages"] = plain_messages(request.messages)
             payload["settings"] = request.settings.recorded()
             payload["output_type"] = request.output_type.__name__ if request.output_type else None
             if request.prompt is not None:

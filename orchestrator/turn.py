@@ -26,6 +26,7 @@ import asyncio
 import contextlib
 import dataclasses
 import hashlib
+import operator
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -1524,13 +1525,20 @@ def _view(p: Pipeline, t: Turn, expert: str) -> ExpertView:
 
 def _turns(view: ExpertView) -> list[Message]:
     """The view's turns typed as model messages (the builder only makes these two roles,
-    in dicts of exactly `role` and `content`: each is a `Message` as it is)."""
+    in dicts of exactly `role` and `content`: each is a `Message` as it is; their roles
+    are checked in C, the list copied at once)."""
+    if _MODEL_ROLES.issuperset(map(_role, view.messages)):
+        return list(view.messages)  # type: ignore[arg-type]
     return [
         m  # type: ignore[misc]
         if m["role"] == "user" or m["role"] == "assistant"
         else Message(role="user", content=m["content"])
         for m in view.messages
     ]
+
+
+_MODEL_ROLES = frozenset(("user", "assistant"))
+_role = operator.itemgetter("role")
 
 
 def app_record(

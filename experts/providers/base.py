@@ -283,6 +283,18 @@ class AttemptEvent:
     (`latency_ms` is then the whole stream's time and `response_body` holds the full text)."""
 
 
+def plain_messages(messages: Sequence[Message]) -> list[dict[str, Any]]:
+    """`messages` as JSON-able dicts in a list of their own, those that are plain dicts
+    already as they are (no one changes a request's messages once it is built): a thread
+    of plain dicts, the usual one, is checked and copied in C."""
+    if _DICT_ONLY.issuperset(map(type, messages)):
+        return list(messages)  # type: ignore[arg-type]
+    return [m if type(m) is dict else dict(m) for m in messages]  # type: ignore[misc]
+
+
+_DICT_ONLY = frozenset((dict,))
+
+
 AttemptObserver = Callable[[AttemptEvent], None]
 
 _observer: contextvars.ContextVar[AttemptObserver | None] = contextvars.ContextVar(

@@ -1,5 +1,6 @@
-"""`evolved`: the turn's copy of a frozen dataclass with some fields changed, which must be
-exactly what `dataclasses.replace` makes."""
+"""The turn's quick copies, each exactly what the long way makes: `evolved` (a frozen
+dataclass with some fields changed: `dataclasses.replace`), `_turns` (a view's messages)
+and `plain_messages` (a request's messages as plain dicts)."""
 
 from __future__ import annotations
 
@@ -10,8 +11,11 @@ from dataclasses import dataclass, field
 import pytest
 
 from frontdesk.experts import Outcome
+from frontdesk.experts.providers.base import plain_messages
 from frontdesk.orchestrator._pipeline import Decided, _copyable, evolved
 from frontdesk.orchestrator.routing import Route, Triaged
+from frontdesk.orchestrator.turn import _turns
+from frontdesk.threads.builder import ExpertView, UserThread
 
 
 def _decided() -> Decided:
@@ -88,3 +92,32 @@ def test_a_class_a_copy_could_get_wrong_goes_to_replace() -> None:
     hidden.seen.append(1)
     assert evolved(hidden, value=2).seen == []
     assert _copyable(Decided) is not None
+
+
+class _Message(dict):  # type: ignore[type-arg]
+    """A dict of another type (a caller's own message class)."""
+
+
+def test_messages_are_copied_as_the_list_comprehension_copied_them() -> None:
+    plain = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yes"}]
+    copied = plain_messages(plain)  # type: ignore[arg-type]
+    assert copied == plain and copied is not plain
+    assert all(a is b for a, b in zip(copied, plain, strict=True))
+    mixed = [plain[0], _Message(role="assistant", content="yes")]
+    made = plain_messages(mixed)  # type: ignore[arg-type]
+    assert made[0] is plain[0] and type(made[1]) is dict and made[1] == mixed[1]
+
+
+def test_a_views_turns_are_its_messages_and_any_other_role_a_user_turn() -> None:
+    view = UserThread().for_expert("triage")
+    assert _turns(view) == []
+    messages = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yes"}]
+    view = ExpertView(messages=messages, cache_prefix_messages=0, fit=view.fit)
+    turns = _turns(view)
+    assert turns == messages and turns is not messages and turns[0] is messages[0]
+    odd = ExpertView(
+        messages=[*messages, {"role": "system", "content": "note"}],
+        cache_prefix_messages=0,
+        fit=view.fit,
+    )
+    assert _turns(odd)[-1] == {"role": "user", "content": "note"}
