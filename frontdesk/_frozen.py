@@ -60,9 +60,10 @@ def quick_init(cls: C) -> C:
             if name not in values:
                 attributes[name] = factory()
 
+    generated = cls.__dict__["__init__"]  # The dataclass's own, for its signature.
     __init__.__qualname__ = f"{cls.__qualname__}.__init__"
-    __init__.__doc__ = cls.__init__.__doc__
-    __init__.__signature__ = inspect.signature(cls.__init__)  # type: ignore[attr-defined]
+    __init__.__doc__ = generated.__doc__
+    __init__.__signature__ = inspect.signature(generated)  # type: ignore[attr-defined]
     cls.__init__ = __init__  # type: ignore[misc]
     return cls
 

@@ -35,7 +35,7 @@ __all__ = ["Statement", "driver_connection", "savepoint"]
 _PYSQLITE = SQLiteDialect_pysqlite()
 
 
-def _as_it_is(value: object) -> object:
+def _as_it_is(value: bytes | None) -> bytes | None:
     """A value bound as it is (see `_ADAPTED`)."""
     return value
 

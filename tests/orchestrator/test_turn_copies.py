@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 import pytest
 
 from frontdesk.experts import Outcome
+from frontdesk.experts.providers import ModelResponse
 from frontdesk.experts.providers.base import plain_messages
 from frontdesk.orchestrator._pipeline import Decided, _copyable, evolved
 from frontdesk.orchestrator.routing import Route, Triaged
@@ -32,7 +33,7 @@ def _decided() -> Decided:
 
 def test_a_copy_is_what_replace_makes() -> None:
     decided = _decided()
-    answered = {"response": None}
+    answered = {"response": ModelResponse(output="done")}
     made = evolved(decided, answered=answered)
     assert made == dataclasses.replace(decided, answered=answered)
     assert type(made) is Decided and made is not decided
