@@ -1211,3 +1211,74 @@ async def test_0036_makes_the_finish_keep_a_later_handoff_and_takes_it_back(
     assert "outcome ->> 'handoff' IS NOT NULL" in upgraded
     assert "handoff = coalesce(o.handoff, excluded.handoff)" in upgraded
     assert downgraded == before  # 0031's body, exactly.
+
+
+@pytest.mark.anyio
+async def test_0037_bumps_the_path_version_on_every_path_change_and_takes_it_back(
+    empty_url: str,
+) -> None:
+    """Rewriting or deleting a message and adding, rewriting or removing a summary each bump
+    the conversation's `path_version` (triggers, whoever writes); appending a message does
+    not. A downgrade drops the triggers and the column and keeps every row."""
+    now = datetime.now(UTC)
+
+    def version(conn: sa.Connection) -> int:
+        query = "SELECT path_version FROM conversation WHERE id = 'c'"
+        return int(conn.execute(sa.text(query)).scalar_one())
+
+    def writes(conn: sa.Connection) -> list[int]:
+        conn.execute(
+            sa.text("INSERT INTO conversation (id, created_at, metadata) VALUES ('c', :now, '{}')"),
+            {"now": now},
+        )
+        for message_id, parent in (("m1", None), ("m2", "m1")):
+            conn.execute(
+                sa.text(
+                    "INSERT INTO message (id, conversation_id, parent_id, role, content,"
+                    " created_at, token_count) VALUES (:id, 'c', :parent, 'user', 'hi', :now, 0)"
+                ),
+                {"id": message_id, "parent": parent, "now": now},
+            )
+        seen = [version(conn)]
+        for statement in (
+            "UPDATE message SET content = 'erased' WHERE id = 'm1'",
+            "INSERT INTO summary (id, conversation_id, covers_until_message_id, content,"
+            " token_count, created_at) VALUES ('s', 'c', 'm1', 'S', 1, :now)",
+            "UPDATE summary SET content = 'erased' WHERE id = 's'",
+            "DELETE FROM summary WHERE id = 's'",
+            "DELETE FROM message WHERE id = 'm2'",
+        ):
+            conn.execute(sa.text(statement), {"now": now} if ":now" in statement else {})
+            seen.append(version(conn))
+        return seen
+
+    def triggers(conn: sa.Connection) -> set[str]:
+        if conn.dialect.name == "postgresql":
+            query = "SELECT tgname FROM pg_trigger WHERE tgname LIKE '%path%'"
+        else:
+            query = "SELECT name FROM sqlite_master WHERE type = 'trigger' AND name LIKE '%path%'"
+        return {str(name) for name in conn.execute(sa.text(query)).scalars()}
+
+    engine = create_engine(empty_url)
+    try:
+        await upgrade_schema(engine, "0037_path_version")
+        async with engine.begin() as conn:
+            seen = await conn.run_sync(writes)
+            upgraded = await conn.run_sync(triggers)
+        await _downgrade_to(empty_url, _before("0037_path_version"))
+        async with engine.connect() as conn:
+            downgraded = await conn.run_sync(triggers)
+            left = (await conn.execute(sa.text("SELECT id FROM message"))).scalars().all()
+    finally:
+        await engine.dispose()
+    assert seen == [0, 1, 2, 3, 4, 5]
+    assert upgraded == {
+        "message_path_update",
+        "message_path_delete",
+        "summary_path_insert",
+        "summary_path_update",
+        "summary_path_delete",
+    }
+    assert downgraded == set()
+    assert left == ["m1"]
+    assert "path_version" not in await _columns(empty_url, "conversation")

@@ -171,6 +171,8 @@ class Locked:
     leaf_parent_outcome: dict[str, Any] | None = None
     """That message's stored outcome's category, confirmation and flow, if it has one
     (`_outcomes.previous_turn` uses it when that message is the turn before's)."""
+    path_version: int = 0
+    """The conversation's `path_version` (`threads/_path_cache.py`)."""
 
     def unanswered(self, client_message_id: str | None) -> bool:
         """Whether the leaf is a user message nobody answered that is not this very
@@ -190,8 +192,9 @@ def lock_for_turn(
     handoff: bool,
 ) -> Locked:
     """`lock_conversation` for a turn's start, in the same statement: the active leaf's role
-    and client message id (is it an unanswered question?) and, with `handoff`, the open
-    hand-off. One read where the start made three (two fewer statements a turn).
+    and client message id (is it an unanswered question?), the path version (is the path
+    this process read last still the path?) and, with `handoff`, the open hand-off. One
+    read where the start made three (two fewer statements a turn).
 
     Raises:
         ProfileMismatch: `profile` is named and the conversation records another one.
@@ -224,6 +227,7 @@ def lock_for_turn(
         handoff=held,
         leaf_parent_id=row["leaf_parent_id"],
         leaf_parent_outcome=before,
+        path_version=row["path_version"],
     )
 
 
@@ -319,10 +323,10 @@ _BEFORE = ("category", "confirmation", "flow")
 
 
 def _lock_for_turn_query(with_client_id: bool, with_handoff: bool) -> sa.Select[Any]:
-    """`_lock_conversation_query` with the leaf's role, client message id and parent, the
-    parent's stored outcome (labelled `before_<name>`: the turn before's route, read by the
-    start anyway), and the open hand-off's columns (labelled `handoff_<name>`) when
-    `with_handoff`."""
+    """`_lock_conversation_query` with the conversation's path version, the leaf's role,
+    client message id and parent, the parent's stored outcome (labelled `before_<name>`:
+    the turn before's route, read by the start anyway), and the open hand-off's columns
+    (labelled `handoff_<name>`) when `with_handoff`."""
     stmt = _lock_conversation_query(with_client_id)
     leaf = _msg.alias("leaf")
     joined = (
@@ -331,6 +335,7 @@ def _lock_for_turn_query(with_client_id: bool, with_handoff: bool) -> sa.Select[
         .outerjoin(_out, _out.c.user_message_id == leaf.c.parent_id)
     )
     columns = [
+        _conv.c.path_version.label("path_version"),
         leaf.c.role.label("leaf_role"),
         leaf.c.client_message_id.label("leaf_client_message_id"),
         leaf.c.parent_id.label("leaf_parent_id"),

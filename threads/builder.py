@@ -236,12 +236,14 @@ def _alternating(messages: Sequence[MessageRecord]) -> list[ThreadMessage]:
     """
     runs: list[list[MessageRecord]] = []
     for m in messages:
-        if runs and m.role == "assistant" and runs[-1][-1].role == "assistant":
+        if m.role == "assistant" and runs and runs[-1][-1].role == "assistant":
             runs[-1].append(m)
         else:
             runs.append([m])
     return [
-        ThreadMessage(
+        _turn(run[0].role, run[0].content, run[0].id)
+        if len(run) == 1
+        else ThreadMessage(
             role=run[0].role,
             content=ASSISTANT_JOIN.join(m.content for m in run),
             message_id=run[-1].id,
@@ -249,3 +251,11 @@ def _alternating(messages: Sequence[MessageRecord]) -> list[ThreadMessage]:
         )
         for run in runs
     ]
+
+
+@functools.lru_cache(maxsize=4096)
+def _turn(role: Literal["user", "assistant"], content: str, message_id: str) -> ThreadMessage:
+    """One message's turn (immutable, so shared): every turn builds its thread again from
+    the stored messages, all but the newest two the same as the turn before's. Keyed by
+    the text too: a message rewritten (erased, scrubbed) is a new turn."""
+    return ThreadMessage(role=role, content=content, message_id=message_id)

@@ -59,6 +59,14 @@ class Conversation(SQLModel, table=True):
     profile: str | None = Field(default=None, max_length=64)
     """The profile (business) that answers it, set by its first transaction (`None`: a
     conversation from before profiles, which any profile may answer)."""
+    path_version: int = Field(
+        default=0,
+        sa_column=sa.Column("path_version", sa.Integer, nullable=False, server_default="0"),
+    )
+    """Bumped (by triggers, revision 0037) by every write that can change an existing path
+    of the conversation: a message rewritten or deleted, a summary added, rewritten or
+    removed. A turn's start reuses its process's cached path while it holds
+    (`threads/_path_cache.py`)."""
 
 
 class Message(SQLModel, table=True):

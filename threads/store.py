@@ -1,11 +1,12 @@
 """The conversation store: every message as a row of a tree, on SQLite or PostgreSQL.
 
-Nothing of a conversation lives in process memory: any process may handle any message of
-any conversation, and a turn reads what it needs from the database. Turns on one
-conversation are serialised across processes by `conversation_lock` (a lease row, so no
-transaction stays open while the models think); each write is one short transaction that
-locks the conversation row (PostgreSQL) or takes SQLite's write lock (`BEGIN IMMEDIATE`,
-because SQLite ignores `SELECT ... FOR UPDATE`).
+Nothing of a conversation lives only in process memory: any process may handle any message
+of any conversation, and a turn reads what it needs from the database (a start reuses the
+path it read the turn before only while the database says it still holds:
+`threads/_path_cache.py`). Turns on one conversation are serialised across processes by
+`conversation_lock` (a lease row, so no transaction stays open while the models think);
+each write is one short transaction that locks the conversation row (PostgreSQL) or takes
+SQLite's write lock (`BEGIN IMMEDIATE`, because SQLite ignores `SELECT ... FOR UPDATE`).
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from frontdesk.threads import handoff as handoff_sql
 from frontdesk.threads import ruled_values as _ruled
 from frontdesk.threads._lease import TurnLease
 from frontdesk.threads._outcomes import Previous, TurnOutcome, TurnRecord
+from frontdesk.threads._path_cache import PathCache
 from frontdesk.threads._records import (
     ConversationRecord,
     MessageRecord,
@@ -155,6 +157,7 @@ class ConversationStore:
         self.engine = engine
         self.url = engine.url.render_as_string(hide_password=True)
         self.handoffs = HandoffStore(engine)
+        self._paths = PathCache()
 
     @classmethod
     async def open(cls, url: str) -> ConversationStore:
@@ -351,7 +354,10 @@ class ConversationStore:
                 if beside is not None and not beside.done():  # Not left on a connection.
                     await _settled(beside)
 
+        versions: list[int] = []  # The path version the path was read at (none: no path).
+
         def work(conn: Connection) -> TurnStart:
+            versions.clear()  # A retried transaction reads it again.
             handed_back = None
             if handoff is not None:
                 handed_back = handoff_sql.expire_due(conn, conversation_id, handoff)
@@ -387,7 +393,12 @@ class ConversationStore:
             if held is not None and created:
                 assert handoff is not None
                 answer = handoff_sql.held(conn, message, held, handoff.waiting_message)
-            path = path_since_newest_sync(conn, message.id) if created and held is None else None
+            path = None
+            if created and held is None:
+                path = self._paths.after(message, locked.path_version) or path_since_newest_sync(
+                    conn, message.id
+                )
+                versions.append(locked.path_version)
             stored = None if created else _outcomes.turn(conn, message.id)
             # A message kept for a person runs no expert, and a replay answers from the
             # records: nothing to recall for either.
@@ -411,7 +422,10 @@ class ConversationStore:
                 also(conn, begun)
             return begun
 
-        return await _retrying_a_new_conversation(lambda: _taking(lease, work), client_message_id)
+        begun = await _retrying_a_new_conversation(lambda: _taking(lease, work), client_message_id)
+        if begun.path is not None and versions:  # Committed: the next turn may build on it.
+            self._paths.keep(begun.path, versions[0])
+        return begun
 
     async def _start_in_one_call(
         self,
@@ -684,6 +698,7 @@ class ConversationStore:
         ):
             try:
                 await self._finish_in_one_call(lease, reply, outcome, also)
+                self._paths.extend(reply)
                 return FinishedTurn()
             except _server_turn.Fallback:
                 pass  # Not the usual finish: the general one below, which knows every case.
@@ -716,6 +731,8 @@ class ConversationStore:
             await lease.release(work)
         else:
             await run_sync_tx(self.engine, work)
+        if reply is not None:  # Committed: the next turn's path builds on it.
+            self._paths.extend(reply)
         return FinishedTurn(opened=opened[0], jobs=ids, resolved=resolved[0])
 
     async def _finish_in_one_call(

@@ -40,8 +40,10 @@ PINNED: dict[str, dict[str, tuple[int, int, int]]] = {
         # start (1 write): lease upsert, conversation locked with its leaf's role (is it an
         #   unanswered question?), the client-id lookup, the open hand-off and the route of
         #   the turn before (the speculation's guess: the outcome of the old leaf's parent)
-        #   in one read (issue 47: 3 fewer), insert the message, move the leaf, path since
-        #   the newest summary = 5 (the knowledge search for the question, a read of the
+        #   in one read (issue 47: 3 fewer), insert the message, move the leaf = 4; the
+        #   path since the newest summary is this process's own from the turn before (its
+        #   path version unchanged, read with the lock: `threads/_path_cache.py`, issue 47:
+        #   1 fewer) (the knowledge search for the question, a read of the
         #   same transaction, only when the library has passages: this one has none,
         #   `Library.empty`)
         # outcome (1 write, BEFORE the response expert: the handler ran, and a retry must
@@ -55,7 +57,7 @@ PINNED: dict[str, dict[str, tuple[int, int, int]]] = {
         #   repeats stays in its row, deflated with it, `blobs.MIN_DICT` 256: 3 fewer than
         #   with 96) = 18. No read of which blobs are stored already: a batch the turn saw
         #   committed says its blobs are (`AuditLog.committed`), 1 fewer (issue 20).
-        "new message": (25, 3, 0),
+        "new message": (24, 3, 0),
         # start (1 write): lease upsert, the conversation locked with the client-id lookup
         #   and the hand-off (one read), the stored reply and outcome = 4; lease given back
         #   (1 write) = 1
@@ -64,10 +66,10 @@ PINNED: dict[str, dict[str, tuple[int, int, int]]] = {
         #   original's parent (a parent lookup; no leaf to answer and not the leaf's turn
         #   before, so only the hand-off read folded) = 7; outcome = 2; finish = 18
         "edit": (29, 3, 2),
-        # the new message's 25 plus the memory lookup in the start transaction, plus the
+        # the new message's 24 plus the memory lookup in the start transaction, plus the
         #   `memory.learn` job row recorded in the reply's own transaction (issue 22; the
-        #   memory expert then runs as that job, off the turn) = 27
-        "memory and a user id": (27, 3, 0),
+        #   memory expert then runs as that job, off the turn) = 26
+        "memory and a user id": (26, 3, 0),
     },
     "postgresql": {
         # Issue 47: the start is one call of `frontdesk_start_turn` (revision 0031: lease,
