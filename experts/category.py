@@ -22,6 +22,7 @@ from typing import Any, Protocol
 from pydantic import BaseModel, Field, field_validator
 from pydantic_core import to_jsonable_python
 
+from frontdesk._frozen import quick_init
 from frontdesk.errors import ConfigError, InvalidOutcome, UserError
 from frontdesk.memory import Memory
 
@@ -203,6 +204,7 @@ class _NoUser:
         return []  # No user, nothing remembered: a handler need not check first.
 
 
+@quick_init
 @dataclass(frozen=True, kw_only=True)
 class HandlerContext:
     """What a handler knows besides the request."""

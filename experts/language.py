@@ -110,10 +110,23 @@ def _enough_letters(text: str) -> bool:
 
 
 def _plainly_english(text: str) -> bool:
+    """Whether `text`, in ASCII, has two or more of the common English words `_ENGLISH`."""
     if not text.isascii():
         return False
-    words = set(re.findall(r"[a-z]+", text.lower()))  # ASCII: lower() is casefold().
-    return len(words & _ENGLISH) >= 2
+    return len(_ENGLISH_BYTES.intersection(_ascii_words(text))) >= 2
+
+
+_ENGLISH_BYTES = frozenset(word.encode() for word in _ENGLISH)
+
+_WORD_BYTES = bytes(c if ord("a") <= c <= ord("z") else ord(" ") for c in range(256))
+"""`bytes.translate`'s table: a-z kept, every other byte a space."""
+
+
+def _ascii_words(text: str) -> list[bytes]:
+    """The a-z words of ASCII `text` once lower-cased (what `re.findall("[a-z]+",
+    text.lower())` finds), as bytes: a table and a split, a third of the expression's cost
+    (every turn reads its message's language)."""
+    return text.lower().encode("ascii").translate(_WORD_BYTES).split()
 
 
 def warm() -> None:

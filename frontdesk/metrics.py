@@ -148,6 +148,16 @@ class _Instruments:
 _instruments: _Instruments | None = _Instruments() if _prom is not None else None
 
 
+def _child(metric: Any, *labels: str) -> Any:
+    """`metric.labels(*labels)`, found in the metric's own table of children when that label
+    set was counted before: `labels()` checks its arguments and takes a lock on every call,
+    and each turn counts a dozen label sets it counted before. The table is the metric's
+    own, so a child it dropped (`remove`, `clear`) is made again by `labels()`, never
+    counted into after."""
+    child = metric._metrics.get(tuple(map(str, labels)))
+    return child if child is not None else metric.labels(*labels)
+
+
 def available() -> bool:
     """Whether `prometheus_client` is installed (else nothing is counted)."""
     return _instruments is not None
@@ -167,13 +177,15 @@ def expert_call(
     m = _instruments
     if m is None:
         return
-    m.operation_duration.labels("chat", provider, request_model, expert, error_type).observe(
+    _child(m.operation_duration, "chat", provider, request_model, expert, error_type).observe(
         seconds
     )
     if input_tokens is not None:
-        m.token_usage.labels("chat", provider, request_model, "input", expert).observe(input_tokens)
+        _child(m.token_usage, "chat", provider, request_model, "input", expert).observe(
+            input_tokens
+        )
     if output_tokens is not None:
-        m.token_usage.labels("chat", provider, request_model, "output", expert).observe(
+        _child(m.token_usage, "chat", provider, request_model, "output", expert).observe(
             output_tokens
         )
 
@@ -186,8 +198,8 @@ def turn(
     m = _instruments
     if m is None:
         return
-    m.turns.labels(category, outcome, profile, variant).inc()
-    m.turn_duration.labels(outcome).observe(seconds)
+    _child(m.turns, category, outcome, profile, variant).inc()
+    _child(m.turn_duration, outcome).observe(seconds)
 
 
 def job(*, kind: str, outcome: str, seconds: float) -> None:
@@ -195,8 +207,8 @@ def job(*, kind: str, outcome: str, seconds: float) -> None:
     m = _instruments
     if m is None:
         return
-    m.job_runs.labels(kind, outcome).inc()
-    m.job_duration.labels(kind, outcome).observe(seconds)
+    _child(m.job_runs, kind, outcome).inc()
+    _child(m.job_duration, kind, outcome).observe(seconds)
 
 
 def first_token(seconds: float) -> None:
@@ -209,7 +221,7 @@ def cost(*, expert: str, model: str, usd: float) -> None:
     """Add one attempt's estimated cost (labelled with the variant of the turn it is
     made in: `turn_variant`)."""
     if _instruments is not None and usd > 0:
-        _instruments.cost.labels(expert, model, _variant.get()).inc(usd)
+        _child(_instruments.cost, expert, model, _variant.get()).inc(usd)
 
 
 def feedback(rating: int, variant: str = "") -> None:

@@ -31,10 +31,12 @@ own GenAI instrumentations read), and what it captures goes through a `Redactor`
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import time
 from collections.abc import Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager
 from contextvars import Token
 from dataclasses import dataclass
 from typing import Any
@@ -124,6 +126,7 @@ def _capturing() -> bool:
     return os.environ.get(CAPTURE_CONTENT_ENV, "").strip().lower() in ("true", "1")
 
 
+@functools.lru_cache(maxsize=256)
 def provider_of(model: str) -> str:
     """`gen_ai.provider.name` of a model spec: `anthropic`, `openai`, else the spec's own
     prefix (`offline` for the stand-in, `function` for a test double)."""
@@ -131,6 +134,7 @@ def provider_of(model: str) -> str:
     return prefix or "unknown"
 
 
+@functools.lru_cache(maxsize=256)
 def request_model_of(model: str) -> str:
     """The model name a spec sends (`anthropic:claude-haiku-4-5` -> `claude-haiku-4-5`;
     the base URL of `openai:NAME@URL` is left out: it names a host, not a model)."""
@@ -333,8 +337,7 @@ def _jsonable(value: Any) -> str:
     return str(dump()) if callable(dump) else json.dumps(value, default=str)
 
 
-@contextlib.contextmanager
-def expert_call(expert: str, model: str) -> Iterator[ExpertSpan]:
+def expert_call(expert: str, model: str) -> AbstractContextManager[ExpertSpan]:
     """The `chat {model}` span around one expert call (a child of the turn's span); counts
     its duration and tokens when it ends.
 
@@ -342,20 +345,35 @@ def expert_call(expert: str, model: str) -> Iterator[ExpertSpan]:
         expert: `triage`, `request`, `response`, `summariser` or `memory`.
         model: The spec of the model asked (`anthropic:claude-haiku-4-5`).
     """
+    tracer = _active_tracer()
+    if tracer is None:  # No span: only the count (a plain object, no generator per call).
+        return _CountedCall(expert, model)
+    return _traced_call(tracer, expert, model)
+
+
+class _CountedCall:
+    """`expert_call` without a tracer: the call's metrics, counted when it ends."""
+
+    __slots__ = ("_handle", "_provider", "_started")
+
+    def __init__(self, expert: str, model: str) -> None:
+        self._handle = ExpertSpan(None, expert, request_model_of(model))
+        self._provider = provider_of(model)
+        self._started = time.perf_counter()
+
+    def __enter__(self) -> ExpertSpan:
+        return self._handle
+
+    def __exit__(self, kind: type[BaseException] | None, *_: object) -> None:
+        _count_call(self._handle, self._provider, self._started, kind.__name__ if kind else "")
+
+
+@contextlib.contextmanager
+def _traced_call(tracer: Any, expert: str, model: str) -> Iterator[ExpertSpan]:
+    """`expert_call` with a tracer: the span, and the call's metrics."""
     provider, request_model = provider_of(model), request_model_of(model)
     started = time.perf_counter()
     error = ""
-    tracer = _active_tracer()
-    if tracer is None:
-        handle = ExpertSpan(None, expert, request_model)
-        try:
-            yield handle
-        except BaseException as e:
-            error = type(e).__name__
-            raise
-        finally:
-            _count_call(handle, provider, started, error)
-        return
     attributes: Attributes = {
         "gen_ai.operation.name": "chat",
         "gen_ai.provider.name": provider,

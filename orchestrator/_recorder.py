@@ -21,7 +21,6 @@ import dataclasses
 import functools
 import hashlib
 import time
-from collections.abc import Iterator
 from typing import Any
 
 from pydantic import BaseModel
@@ -38,6 +37,7 @@ from frontdesk.experts.providers import (
     Usage,
     observe_attempts,
 )
+from frontdesk.experts.providers.base import plain_messages
 from frontdesk.knowledge import Passage
 from frontdesk.redaction import field_rules
 
@@ -120,32 +120,56 @@ def _without(body: Any, text: str, reference: str) -> Any:
     if kind is str:  # The most common value by far (a message's role and content).
         return reference if body == text else body
     if kind is dict or (kind is not list and isinstance(body, dict)):
-        changed: dict[Any, Any] | None = None
-        for key, value in body.items():
-            if type(value) is str:
-                made = reference if value == text else value
-            else:
-                made = _without(value, text, reference)
-            if made is not value:
-                if changed is None:
-                    changed = dict(body)
-                changed[key] = made
-        return body if changed is None else changed
+        return _dict_without(body, text, reference)
     if kind is list or isinstance(body, list):
-        copied: list[Any] | None = None
-        for index, item in enumerate(body):
-            if type(item) is str:
-                made = reference if item == text else item
-            else:
-                made = _without(item, text, reference)
-            if made is not item:
-                if copied is None:
-                    copied = list(body)
-                copied[index] = made
-        return body if copied is None else copied
+        return _list_without(body, text, reference)
     if isinstance(body, str):
         return reference if body == text else body
     return body
+
+
+def _dict_without(body: dict[Any, Any], text: str, reference: str) -> dict[Any, Any]:
+    """`_without` of a dict: a copy only when one of its values changes."""
+    changed: dict[Any, Any] | None = None
+    for key, value in body.items():
+        if type(value) is str:
+            if value != text:
+                continue
+            made: Any = reference
+        else:
+            made = _without(value, text, reference)
+            if made is value:
+                continue
+        if changed is None:
+            changed = dict(body)
+        changed[key] = made
+    return body if changed is None else changed
+
+
+def _list_without(body: list[Any], text: str, reference: str) -> list[Any]:
+    """`_without` of a list: a copy only when one of its items changes. A message (a dict)
+    of strings none of which is `text` is read here, without a call per message."""
+    copied: list[Any] | None = None
+    for index, item in enumerate(body):
+        kind = type(item)
+        if kind is str:
+            if item != text:
+                continue
+            made: Any = reference
+        else:
+            if kind is dict:
+                for value in item.values():
+                    if type(value) is not str or value == text:
+                        break
+                else:
+                    continue  # Only other strings: nothing to replace.
+            made = _without(item, text, reference)
+            if made is item:
+                continue
+        if copied is None:
+            copied = list(body)
+        copied[index] = made
+    return body if copied is None else copied
 
 
 def passage_ref(passage: Passage) -> dict[str, Any]:
@@ -209,8 +233,7 @@ class TurnRecorder:
         if request is not None:
             system = request.system
             payload["request_body"] = without_system(attempt.request_body, system)
-            # Plain dicts as they are: no one changes a request's messages once it is built.
-            payload["messages"] = [m if type(m) is dict else dict(m) for m in request.messages]
+            payload["messages"] = plain_messages(request.messages)
             payload["settings"] = request.settings.recorded()
             payload["output_type"] = request.output_type.__name__ if request.output_type else None
             if request.prompt is not None:
@@ -297,8 +320,6 @@ class _CallWindow:
         self._recorder._request = None
 
 
-@contextlib.contextmanager
-def observing(recorder: TurnRecorder) -> Iterator[None]:
+def observing(recorder: TurnRecorder) -> contextlib.AbstractContextManager[None]:
     """Record every model attempt made inside this block (this task) as an audit event."""
-    with observe_attempts(recorder.on_attempt):
-        yield
+    return observe_attempts(recorder.on_attempt)

@@ -15,7 +15,7 @@ from typing import Any
 from frontdesk.experts import Category, Outcome
 from frontdesk.experts.category import HUMAN, OTHER
 from frontdesk.orchestrator import multi_intent, pending
-from frontdesk.orchestrator._pipeline import Decided, Pipeline, Turn
+from frontdesk.orchestrator._pipeline import Decided, Pipeline, Turn, evolved
 from frontdesk.orchestrator._recorder import TurnRecorder, jsonable
 from frontdesk.orchestrator.multi_intent import MultiIntent
 from frontdesk.orchestrator.routing import Route
@@ -100,7 +100,7 @@ def after(
             t.recorder.note("pending", status="offered", category=left.category)
     elif route.in_progress is not None and t.pending is None:
         t.recorder.note("pending", status="completed", category=route.in_progress.category)
-    return dataclasses.replace(first, outcome=outcome, flow=flow)
+    return evolved(first, outcome=outcome, flow=flow)
 
 
 def goes_on(first: Decided, steps: Sequence[Mapping[str, Any]]) -> bool:

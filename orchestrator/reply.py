@@ -8,11 +8,13 @@ from typing import Literal
 
 from pydantic import BaseModel
 
+from frontdesk._frozen import quick_init
 from frontdesk.experts import NeedMoreInfo, Outcome
 from frontdesk.experts.providers import Usage
 from frontdesk.knowledge import Passage
 
 
+@quick_init
 @dataclass(frozen=True, kw_only=True)
 class Reply:
     """One answered turn."""

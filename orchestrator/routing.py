@@ -21,6 +21,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from frontdesk._frozen import quick_init
 from frontdesk.experts import Category
 from frontdesk.orchestrator import multi_intent, pending
 from frontdesk.orchestrator._pipeline import Extracted
@@ -44,6 +45,7 @@ class Triaged:
     """The request expert's answer run beside triage (speculation), when kept."""
 
 
+@quick_init
 @dataclass(frozen=True, kw_only=True)
 class Route:
     """Where the turn goes, and what it carries from the turn before."""

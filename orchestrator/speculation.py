@@ -16,7 +16,7 @@ import structlog
 
 from frontdesk.errors import StoreError
 from frontdesk.experts.providers import ModelResponse, Speculation
-from frontdesk.orchestrator._pipeline import Extracted, Pipeline, Turn
+from frontdesk.orchestrator._pipeline import Extracted, Pipeline, Turn, evolved
 from frontdesk.orchestrator._recorder import TurnRecorder, observing
 from frontdesk.threads.builder import ExpertView
 
@@ -107,7 +107,7 @@ class SpeculativeRequest:
         self, p: Pipeline, t: Turn, category: str, view: ExpertView, meta: dict[str, str]
     ) -> Extracted | None:
         with observing(self.recorder):
-            spec_turn = dataclasses.replace(t, recorder=self.recorder)
+            spec_turn = evolved(t, recorder=self.recorder)
             return await self.extract(
                 p, spec_turn, category, view, meta, self.answered, speculation=self.ticket
             )

@@ -26,6 +26,7 @@ import asyncio
 import contextlib
 import dataclasses
 import hashlib
+import operator
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -83,7 +84,15 @@ from frontdesk.orchestrator import memory as _memory
 from frontdesk.orchestrator import review as _review
 from frontdesk.orchestrator import screen as _screen
 from frontdesk.orchestrator._compaction import compaction_spec
-from frontdesk.orchestrator._pipeline import Decided, Extracted, Pipeline, Start, Started, Turn
+from frontdesk.orchestrator._pipeline import (
+    Decided,
+    Extracted,
+    Pipeline,
+    Start,
+    Started,
+    Turn,
+    evolved,
+)
 from frontdesk.orchestrator._recorder import (
     TurnRecorder,
     field_rules_of,
@@ -471,7 +480,7 @@ async def _awaiting(p: Pipeline, s: Started, t: Turn) -> Turn:
     flow = None if previous is None else previous.flow
     if held is None and flow is None:
         return t
-    return dataclasses.replace(t, pending=held, before=flow)
+    return evolved(t, pending=held, before=flow)
 
 
 async def _recall(p: Pipeline, s: Started) -> list[Document]:
@@ -651,7 +660,7 @@ async def _decide_once(p: Pipeline, t: Turn, earlier: TurnOutcome | None) -> Dec
         finally:
             if guess is not None:  # The turn failed or was cut off: the call must not outlive it.
                 await guess.discard(t, triage=None)
-        return dataclasses.replace(triaged, kept=kept)
+        return evolved(triaged, kept=kept)
 
     def extract(category: str, in_progress: pending.InProgress) -> Awaitable[Extracted]:
         return _extract(p, t, category, request_view, meta, answered, in_progress=in_progress)
@@ -685,11 +694,11 @@ async def _routed(
     asked = flows.asked(p.categories, p.multi_intent, t.recorder, route, flow)
     if asked is not None:  # Nothing runs: cancelled, or the customer is asked to choose.
         _listen.routed(asked.category, by=_routed_by(answered))
-        return await _settled(p, t, dataclasses.replace(asked, answered=answered))
+        return await _settled(p, t, evolved(asked, answered=answered))
     categories = route.categories or (route.category,)
     first = await _step(p, t, route, categories[0], view, meta, answered)
     first = await _settled(p, t, flows.after(p.categories, t, route, first, flow))
-    plain = dataclasses.replace(route, in_progress=None, kept=None, digressed_from=None)
+    plain = evolved(route, in_progress=None, kept=None, digressed_from=None)
     return await _next_steps(p, t, plain, first, view, meta, answered)
 
 
@@ -883,7 +892,7 @@ async def _settled(p: Pipeline, t: Turn, decided: Decided) -> Decided:
     secrets = decided.secrets
     if secrets is not None:  # The values reach the handler, not the reply.
         outcome = decided.outcome
-        decided = dataclasses.replace(
+        decided = evolved(
             decided,
             outcome=outcome.model_copy(update={"instruction": secrets.text(outcome.instruction)}),
         )
@@ -1202,9 +1211,7 @@ async def _finish(
     cited = _knowledge.citation_payload(answer.passages, answer.cited)  # Checked, audited.
     t.recorder.note("reply", assistant_message_id=reply.id, text=text, model=reply.model, **cited)
     answered = {**decided.answered, "response": answer.response}
-    outcome = _stored(
-        p, t, dataclasses.replace(decided, answered=answered), answer.passages, answer.cited
-    )
+    outcome = _stored(p, t, evolved(decided, answered=answered), answer.passages, answer.cited)
     scrub = _scrub(p, t, decided.secrets)
     jobs = _jobs_after(p, t, reply)
     if decided.outcome.resolves:  # The handler's effect completes what the customer came for.
@@ -1518,13 +1525,20 @@ def _view(p: Pipeline, t: Turn, expert: str) -> ExpertView:
 
 def _turns(view: ExpertView) -> list[Message]:
     """The view's turns typed as model messages (the builder only makes these two roles,
-    in dicts of exactly `role` and `content`: each is a `Message` as it is)."""
+    in dicts of exactly `role` and `content`: each is a `Message` as it is; their roles
+    are checked in C, the list copied at once)."""
+    if _MODEL_ROLES.issuperset(map(_role, view.messages)):
+        return list(view.messages)  # type: ignore[arg-type]
     return [
         m  # type: ignore[misc]
         if m["role"] == "user" or m["role"] == "assistant"
         else Message(role="user", content=m["content"])
         for m in view.messages
     ]
+
+
+_MODEL_ROLES = frozenset(("user", "assistant"))
+_role = operator.itemgetter("role")
 
 
 def app_record(

@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from frontdesk import metrics
@@ -64,3 +65,61 @@ def test_an_unreadable_store_is_said_and_the_rest_still_scraped() -> None:
     assert _value(text, "frontdesk_store_up") == 0
     assert "frontdesk_handoff_queue_length" not in text
     assert "# TYPE gen_ai_client_token_usage histogram" in text
+
+
+def _sample(name: str, **labels: str) -> float:
+    """A value of the default registry (this process's counts)."""
+    from prometheus_client import REGISTRY
+
+    value = REGISTRY.get_sample_value(name, labels)
+    return 0.0 if value is None else value
+
+
+def test_a_label_set_counted_before_is_counted_into_its_metrics_own_child() -> None:
+    """`_child` finds a counted label set in the metric's own table: the same child that
+    `labels()` gives; once the metric drops it (`remove`), the next count makes a new one
+    rather than counting into the dropped child."""
+    instruments = metrics._instruments
+    assert instruments is not None
+    cost = instruments.cost
+    labels = ("triage", "child-test-model", "")
+    metrics.cost(expert="triage", model="child-test-model", usd=1.0)
+    assert metrics._child(cost, *labels) is cost.labels(*labels)
+    metrics.cost(expert="triage", model="child-test-model", usd=2.0)
+    name = "frontdesk_cost_usd_total"
+    keys = {"frontdesk_expert": "triage", "gen_ai_request_model": "child-test-model"}
+    assert _sample(name, **keys, frontdesk_variant="") == 3.0
+    cost.remove(*labels)
+    metrics.cost(expert="triage", model="child-test-model", usd=0.5)
+    assert _sample(name, **keys, frontdesk_variant="") == 0.5
+
+
+def test_an_expert_calls_counts_carry_its_error_type() -> None:
+    """Without a tracer, `telemetry.expert_call` still counts the call, its error class
+    included (a plain object, not a generator, counts it)."""
+    from frontdesk import telemetry
+
+    def count(error: str) -> float:
+        return _sample(
+            "gen_ai_client_operation_duration_seconds_count",
+            gen_ai_operation_name="chat",
+            gen_ai_provider_name="countingtest",
+            gen_ai_request_model="m-1",
+            frontdesk_expert="triage",
+            error_type=error,
+        )
+
+    before_ok, before_failed = count(""), count("KeyError")
+    with telemetry.expert_call("triage", "countingtest:m-1") as span:
+        span.answered(
+            model="",
+            stop_reason=None,
+            input_tokens=1,
+            output_tokens=1,
+            cache_read_tokens=0,
+            cache_write_tokens=0,
+            attempts=1,
+        )
+    with pytest.raises(KeyError), telemetry.expert_call("triage", "countingtest:m-1"):
+        raise KeyError("x")
+    assert (count(""), count("KeyError")) == (before_ok + 1, before_failed + 1)

@@ -14,11 +14,12 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Generic, Protocol, TypeVar
 
+from frontdesk._frozen import quick_init
 from frontdesk.errors import (
     ConfigError,
     QuestionOverBudget,
 )
-from frontdesk.threads.tokens import TokenCounter, count_each, count_groups
+from frontdesk.threads.tokens import TokenCounter, count_each, count_groups, count_text_groups
 
 
 class Turn(Protocol):
@@ -136,12 +137,18 @@ class Budget:
         """
         groups = exchanges(history)
         # Every part counted in one call (the ratio looked up once): the question's and the
-        # summary's turn, then each exchange.
-        framed = [
-            [{"role": "user", "content": text}] for text in (question, summary) if text is not None
-        ]
-        framed += [[{"role": t.role, "content": t.content} for t in g] for g in groups]
-        sizes = count_groups(counter, framed) if framed else []
+        # summary's turn, then each exchange; as texts for a counter that reads no role.
+        texts = [[text] for text in (question, summary) if text is not None]
+        texts += [[t.content for t in g] for g in groups]
+        sizes = count_text_groups(counter, texts) if texts else []
+        if sizes is None:
+            framed = [
+                [{"role": "user", "content": text}]
+                for text in (question, summary)
+                if text is not None
+            ]
+            framed += [[{"role": t.role, "content": t.content} for t in g] for g in groups]
+            sizes = count_groups(counter, framed)
         question_tokens = sizes.pop(0) if question is not None else 0
         summary_tokens = sizes.pop(0) if summary is not None else 0
         if question_tokens > self.question:
@@ -172,6 +179,7 @@ class Budget:
         )
 
 
+@quick_init
 @dataclass(frozen=True, kw_only=True)
 class Fit(Generic[T]):
     """What survived `Budget.fit`, and what it cost."""

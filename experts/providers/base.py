@@ -17,12 +17,13 @@ import contextvars
 import copy
 import dataclasses
 import functools
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, TypedDict, runtime_checkable
 
 from pydantic import BaseModel
 
+from frontdesk._frozen import quick_init
 from frontdesk.errors import ModelRequestsBlocked
 from frontdesk.knowledge import Passage
 from frontdesk.redaction import schema_without_rules
@@ -169,6 +170,7 @@ class Speculation:
             fn()
 
 
+@quick_init
 @dataclass(frozen=True, kw_only=True)
 class ModelRequest:
     """Everything one expert call sends to a model."""
@@ -254,6 +256,7 @@ class ModelResponse:
     """HTTP attempts spent, retries and validation re-asks included."""
 
 
+@quick_init
 @dataclass(frozen=True, kw_only=True)
 class AttemptEvent:
     """One HTTP attempt (or one double's call), reported to the attempt observer."""
@@ -280,6 +283,18 @@ class AttemptEvent:
     (`latency_ms` is then the whole stream's time and `response_body` holds the full text)."""
 
 
+def plain_messages(messages: Sequence[Message]) -> list[dict[str, Any]]:
+    """`messages` as JSON-able dicts in a list of their own, those that are plain dicts
+    already as they are (no one changes a request's messages once it is built): a thread
+    of plain dicts, the usual one, is checked and copied in C."""
+    if _DICT_ONLY.issuperset(map(type, messages)):
+        return list(messages)  # type: ignore[arg-type]
+    return [m if type(m) is dict else dict(m) for m in messages]  # type: ignore[misc]
+
+
+_DICT_ONLY = frozenset((dict,))
+
+
 AttemptObserver = Callable[[AttemptEvent], None]
 
 _observer: contextvars.ContextVar[AttemptObserver | None] = contextvars.ContextVar(
@@ -287,14 +302,28 @@ _observer: contextvars.ContextVar[AttemptObserver | None] = contextvars.ContextV
 )
 
 
-@contextlib.contextmanager
-def observe_attempts(observer: AttemptObserver) -> Iterator[None]:
+def observe_attempts(observer: AttemptObserver) -> contextlib.AbstractContextManager[None]:
     """Send every attempt made inside this block (in this task) to `observer`."""
-    token = _observer.set(observer)
-    try:
-        yield
-    finally:
-        _observer.reset(token)
+    return _Observing(observer)
+
+
+class _Observing:
+    """`observe_attempts`' block (a plain object: every turn opens two, a generator-based
+    context manager costs several times more)."""
+
+    __slots__ = ("_observer", "_token")
+
+    def __init__(self, observer: AttemptObserver) -> None:
+        self._observer = observer
+        self._token: contextvars.Token[AttemptObserver | None] | None = None
+
+    def __enter__(self) -> None:
+        self._token = _observer.set(self._observer)
+
+    def __exit__(self, *exc: object) -> None:
+        if self._token is not None:
+            _observer.reset(self._token)
+            self._token = None
 
 
 def report_attempt(event: AttemptEvent) -> None:

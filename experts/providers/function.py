@@ -16,7 +16,7 @@ import dataclasses
 import inspect
 import re
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any, TypeAlias
 
 from pydantic import BaseModel, ValidationError
@@ -25,12 +25,12 @@ from frontdesk.errors import ModelError, OutputValidationError, StreamInterrupte
 from frontdesk.experts.providers._http import describe_validation_error, strip_code_fence
 from frontdesk.experts.providers.base import (
     AttemptEvent,
-    Message,
     ModelRequest,
     ModelResponse,
     StreamDone,
     StreamEvent,
     TextDelta,
+    plain_messages,
     report_attempt,
 )
 
@@ -62,16 +62,10 @@ def request_body(request: ModelRequest) -> dict[str, Any]:
     return {
         "expert": request.expert,
         "system": request.system,
-        "messages": _dicts(request.messages),
+        "messages": plain_messages(request.messages),
         "output_type": request.output_type.__name__ if request.output_type else None,
         "max_tokens": request.settings.max_tokens,
     }
-
-
-def _dicts(messages: Sequence[Message]) -> list[dict[str, Any]]:
-    """The messages as JSON-able dicts: those that are plain dicts already as they are (no
-    one changes a request's messages once it is built)."""
-    return [m if type(m) is dict else dict(m) for m in messages]  # type: ignore[misc]
 
 
 def to_response(reply: Any, request: ModelRequest, model: str) -> ModelResponse:

@@ -50,3 +50,28 @@ def test_usage_is_recorded_with_every_field() -> None:
     usage = Usage(input_tokens=1, output_tokens=2, cache_read_tokens=3, cache_write_tokens=4)
     assert usage_dict(usage) == dataclasses.asdict(usage)
     assert list(usage_dict(usage)) == [f.name for f in dataclasses.fields(Usage)]
+
+
+_messages = st.lists(
+    st.fixed_dictionaries(
+        {
+            "role": st.sampled_from(["user", "assistant"]),
+            "content": st.sampled_from([SYSTEM, "hi", "You route"]) | _bodies,
+        }
+    ),
+    max_size=6,
+)
+
+
+@given(_messages)
+def test_a_thread_of_messages_is_read_as_any_body(messages: list[dict[str, Any]]) -> None:
+    """The messages of a wire body are read without a call each (`_without`'s fast path for
+    a dict of plain strings): the same copy, and the very same objects where nothing is
+    replaced."""
+    body = {"system": SYSTEM, "messages": messages}
+    kept = without_system(body, SYSTEM)
+    assert kept == _replaced(body, _prompt_reference(SYSTEM))
+    if SYSTEM not in repr(messages):
+        assert kept["messages"] is messages
+    for sent, recorded in zip(messages, kept["messages"], strict=True):
+        assert (recorded is sent) == (SYSTEM not in repr(sent))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+import re
 from typing import Any
 
 import pytest
@@ -14,8 +16,10 @@ from frontdesk.threads.tokens import (
     CalibratedCounter,
     EstimatingCounter,
     TokenCounter,
+    _estimate,
     count_each,
     count_groups,
+    count_text_groups,
 )
 
 
@@ -132,3 +136,49 @@ def test_counting_groups_at_once_is_counting_each(texts: list[list[str]]) -> Non
     calibrated.observe("m", estimated=100, exact=131)
     for counter in (EstimatingCounter(), calibrated, calibrated.for_model("m")):
         assert count_groups(counter, groups) == [counter.count_messages(g) for g in groups]
+
+
+@given(st.lists(st.lists(st.text(max_size=80), max_size=4), max_size=6))
+def test_counting_the_texts_is_counting_them_as_messages(texts: list[list[str]]) -> None:
+    """The budget counts a thread's texts without framing each as a message, when the
+    counter reads no role: the figures must be the messages' own."""
+    groups = [[{"role": "assistant", "content": t} for t in group] for group in texts]
+    calibrated = CalibratedCounter(margin=0.07)
+    calibrated.observe("m", estimated=100, exact=131)
+    for counter in (EstimatingCounter(), calibrated, calibrated.for_model("m")):
+        assert count_text_groups(counter, texts) == count_groups(counter, groups)
+
+    class Words:
+        def count(self, text: str) -> int:
+            return len(text.split())
+
+        def count_messages(self, messages: Any) -> int:
+            return sum(len(str(m["content"]).split()) for m in messages)
+
+    assert count_text_groups(Words(), texts) is None  # It may read the roles: not here.
+    assert count_text_groups(CalibratedCounter(base=Words()), texts) is None
+
+
+def _by_pieces(text: str) -> int:
+    """The estimate as its docstring states it, piece by piece (the definition `_estimate`
+    counts with one expression)."""
+    total = 0
+    for piece in re.findall(r"[A-Za-z]+|[0-9]+|\s+|[^\sA-Za-z0-9]", text):
+        first = piece[0]
+        if first.isspace():
+            total += len(piece) // 8
+        elif first.isascii() and first.isalpha():
+            total += math.ceil(len(piece) / 4)
+        elif first.isascii() and first.isdigit():
+            total += math.ceil(len(piece) / 3)
+        else:
+            total += 1
+    return total
+
+
+@given(
+    st.text(max_size=300)
+    | st.text(alphabet=st.sampled_from("ab1 \t\n\u00a0\u2003.é٣"), max_size=300)
+)
+def test_the_estimate_is_its_piece_by_piece_definition(text: str) -> None:
+    assert _estimate.__wrapped__(text) == _by_pieces(text)
