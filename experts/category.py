@@ -22,8 +22,8 @@ from typing import Any, Protocol
 from pydantic import BaseModel, Field, field_validator
 from pydantic_core import to_jsonable_python
 
-from frontdesk._frozen import quick_init
 from frontdesk.errors import ConfigError, InvalidOutcome, UserError
+from frontdesk.frozen import quick_init
 from frontdesk.memory import Memory
 
 _NAME = re.compile(r"^[A-Z][A-Z0-9_]{0,63}$")

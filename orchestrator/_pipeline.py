@@ -11,17 +11,17 @@ import datetime
 import functools
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 
 from pydantic import BaseModel
 
-from frontdesk._frozen import quick_init
 from frontdesk.audit.store import AuditLog
 from frontdesk.experts import Category, NeedMoreInfo, Outcome
 from frontdesk.experts.providers import ModelResponse
 from frontdesk.experts.request import RequestExpert
 from frontdesk.experts.response import ResponseExpert
 from frontdesk.experts.triage import TriageExpert
+from frontdesk.frozen import quick_init
 from frontdesk.jobs.runner import Jobs
 from frontdesk.knowledge import Passage
 from frontdesk.memory import Memory
@@ -50,44 +50,6 @@ from frontdesk.threads.store import (
     TurnRecord,
 )
 from frontdesk.threads.tokens import TokenCounter
-
-D = TypeVar("D")
-
-
-def evolved(value: D, /, **changes: Any) -> D:
-    """`dataclasses.replace(value, **changes)`, made as a copy of `value`'s attributes with
-    `changes` over them when its class allows (`_copyable`): `replace` passes every field
-    through the frozen `__init__` again, five times the cost, and a turn makes half a
-    dozen of these. Any other class, or a name that is not a field, goes to `replace`."""
-    kind: type = type(value)
-    names = _copyable(kind)
-    if names is None or not names.issuperset(changes):
-        return dataclasses.replace(value, **changes)  # type: ignore[type-var]
-    made: Any = object.__new__(kind)
-    attributes = made.__dict__
-    attributes.update(vars(value))
-    attributes.update(changes)
-    return made  # type: ignore[no-any-return]
-
-
-@functools.cache
-def _copyable(kind: type) -> frozenset[str] | None:
-    """The field names of a dataclass whose copy is `replace`'s: every field in `__init__`
-    and nothing else in its instances' `__dict__` (no `__post_init__`, no slots, no cached
-    property a change could leave stale); `None` for any other class."""
-    if not dataclasses.is_dataclass(kind) or hasattr(kind, "__post_init__"):
-        return None
-    if "__slots__" in kind.__dict__ or any(
-        isinstance(member, functools.cached_property)
-        for base in kind.__mro__
-        for member in vars(base).values()
-    ):
-        return None
-    fields = dataclasses.fields(kind)
-    if any(not f.init for f in fields):
-        return None
-    return frozenset(f.name for f in fields)
-
 
 Extracted = tuple[BaseModel | None, NeedMoreInfo | None, tuple[str, ...], Mapping[str, Any]]
 """The request, or what is missing; the fields filled from a remembered fact; and, with

@@ -14,8 +14,9 @@ from typing import Any
 
 from frontdesk.experts import Category, Outcome
 from frontdesk.experts.category import HUMAN, OTHER
+from frontdesk.frozen import evolved
 from frontdesk.orchestrator import multi_intent, pending
-from frontdesk.orchestrator._pipeline import Decided, Pipeline, Turn, evolved
+from frontdesk.orchestrator._pipeline import Decided, Pipeline, Turn
 from frontdesk.orchestrator._recorder import TurnRecorder, jsonable
 from frontdesk.orchestrator.multi_intent import MultiIntent
 from frontdesk.orchestrator.routing import Route

@@ -8,9 +8,9 @@ from typing import Literal
 
 from pydantic import BaseModel
 
-from frontdesk._frozen import quick_init
 from frontdesk.experts import NeedMoreInfo, Outcome
 from frontdesk.experts.providers import Usage
+from frontdesk.frozen import quick_init
 from frontdesk.knowledge import Passage
 
 

@@ -21,8 +21,8 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from frontdesk._frozen import quick_init
 from frontdesk.experts import Category
+from frontdesk.frozen import quick_init
 from frontdesk.orchestrator import multi_intent, pending
 from frontdesk.orchestrator._pipeline import Extracted
 from frontdesk.orchestrator._recorder import TurnRecorder

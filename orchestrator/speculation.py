@@ -16,7 +16,8 @@ import structlog
 
 from frontdesk.errors import StoreError
 from frontdesk.experts.providers import ModelResponse, Speculation
-from frontdesk.orchestrator._pipeline import Extracted, Pipeline, Turn, evolved
+from frontdesk.frozen import evolved
+from frontdesk.orchestrator._pipeline import Extracted, Pipeline, Turn
 from frontdesk.orchestrator._recorder import TurnRecorder, observing
 from frontdesk.threads.builder import ExpertView
 

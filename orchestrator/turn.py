@@ -62,6 +62,7 @@ from frontdesk.experts.providers.base import OnDelta
 from frontdesk.experts.request import RequestExpert
 from frontdesk.experts.response import ResponseExpert, ResponseResult
 from frontdesk.experts.triage import TriageExpert
+from frontdesk.frozen import evolved
 from frontdesk.jobs.store import JobSpec
 from frontdesk.knowledge import Passage
 from frontdesk.memory import Memory
@@ -91,7 +92,6 @@ from frontdesk.orchestrator._pipeline import (
     Start,
     Started,
     Turn,
-    evolved,
 )
 from frontdesk.orchestrator._recorder import (
     TurnRecorder,

@@ -8,8 +8,8 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from frontdesk._frozen import quick_init
 from frontdesk.experts.providers.base import AttemptEvent, ModelRequest, ModelSettings
+from frontdesk.frozen import quick_init
 
 
 def _record() -> type:

@@ -14,11 +14,11 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Generic, Protocol, TypeVar
 
-from frontdesk._frozen import quick_init
 from frontdesk.errors import (
     ConfigError,
     QuestionOverBudget,
 )
+from frontdesk.frozen import quick_init
 from frontdesk.threads.tokens import TokenCounter, count_each, count_groups, count_text_groups
 
 

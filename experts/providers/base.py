@@ -23,8 +23,8 @@ from typing import Any, Literal, Protocol, TypedDict, runtime_checkable
 
 from pydantic import BaseModel
 
-from frontdesk._frozen import quick_init
 from frontdesk.errors import ModelRequestsBlocked
+from frontdesk.frozen import quick_init
 from frontdesk.knowledge import Passage
 from frontdesk.redaction import schema_without_rules
 

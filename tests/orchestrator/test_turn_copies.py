@@ -13,7 +13,8 @@ import pytest
 from frontdesk.experts import Outcome
 from frontdesk.experts.providers import ModelResponse
 from frontdesk.experts.providers.base import plain_messages
-from frontdesk.orchestrator._pipeline import Decided, _copyable, evolved
+from frontdesk.frozen import _copyable, evolved
+from frontdesk.orchestrator._pipeline import Decided
 from frontdesk.orchestrator.routing import Route, Triaged
 from frontdesk.orchestrator.turn import _turns
 from frontdesk.threads.builder import ExpertView, UserThread
