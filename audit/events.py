@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal
 
+from frontdesk.frozen import quick_init
+
 EventKind = Literal[
     "turn_started",  # payload: user_message_id, client_message_id, text, user_id, and
     # optionally parent_id (the message the user message answers), which lets
@@ -122,6 +124,7 @@ def _fresh_ids(count: int) -> list[str]:
     return [text[i : i + 32] for i in range(0, 32 * count, 32)]
 
 
+@quick_init
 @dataclass(frozen=True, kw_only=True)
 class AuditEvent:
     """One audit row before it is chained and stored."""

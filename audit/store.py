@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import structlog
-from sqlalchemy import Connection, bindparam, select, text, union, update
+from sqlalchemy import Connection, Engine, bindparam, select, text, union, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
@@ -555,6 +555,9 @@ class AuditLog:
         refuses the batch when another writer moved the head meanwhile."""
         self._moved: dict[str, tuple[int, str]] = {}
         """conversation -> the head its batch in a transaction not yet committed moves to."""
+        self._joined: Engine | None = None
+        """The engine of the last connection `append_sync` found to be this log's own (the
+        SQLite writer's private engine, say): every turn's finish asks again (`_writes_to`)."""
 
     @classmethod
     async def open(
@@ -758,13 +761,23 @@ class AuditLog:
         if not events:
             return []
         self.check_writable()
-        if not writes_to(conn, self._engine) or not self.joinable(self._engine):
+        if not self._writes_to(conn) or not self.joinable(self._engine):
             raise AuditConfigError(
                 "append_sync needs a connection of the audit log's own engine and an empty"
                 " spool; call append without a connection"
             )
         batch = [self._prepare(e, False, user_id) for e in events]
         return self._write_in(conn, conversation_id, batch, False, user_id)
+
+    def _writes_to(self, conn: Connection) -> bool:
+        """`writes_to(conn, engine)` for this log's engine, remembered for `conn`'s engine:
+        a connection's engine is its engine's for as long as both live."""
+        if conn.engine is self._joined:
+            return True
+        if writes_to(conn, self._engine):
+            self._joined = conn.engine
+            return True
+        return False
 
     def committed(
         self,

@@ -8,7 +8,7 @@ import pytest
 
 from frontdesk.audit.events import AuditEvent
 from frontdesk.audit.store import AuditLog
-from frontdesk.db import create_engine
+from frontdesk.db import create_engine, run_write
 from frontdesk.errors import AuditConfigError
 
 pytestmark = pytest.mark.anyio
@@ -45,3 +45,24 @@ async def test_a_connection_of_another_engine_is_refused(
     finally:
         await other.dispose()
     assert await audit_log.events(conv_id) == []
+
+
+async def test_a_foreign_connection_is_refused_after_the_logs_own_was_accepted(
+    audit_log: AuditLog, conv_id: str, make_turn: MakeTurn, tmp_path: object
+) -> None:
+    """`append_sync` remembers the engine of the connection it last accepted (every turn's
+    finish asks): a connection of another engine is still refused after it."""
+    first = make_turn("t1")
+    written = await run_write(
+        audit_log.engine, lambda conn: audit_log.append_sync(conn, conv_id, first)
+    )
+    audit_log.committed(first, written, conv_id)
+    other = create_engine(f"sqlite:///{tmp_path}/other.db")
+    try:
+        with pytest.raises(AuditConfigError, match="without a connection"):
+            await run_write(
+                other, lambda conn: audit_log.append_sync(conn, conv_id, make_turn("t2"))
+            )
+    finally:
+        await other.dispose()
+    assert [r.turn_id for r in await audit_log.events(conv_id)] == ["t1"] * 8
