@@ -43,6 +43,9 @@ async def run(texts: list[str], *, speculate: bool, folder: Path) -> dict[str, i
     try:
         for i, text in enumerate(texts):
             await orch.handle("scenario", text, user_id="u", client_message_id=f"m-{i}")
+            # The background work (compaction, memory) done before the next message: both
+            # runs see the same thread whatever the machine's speed.
+            await orch.drain()
         log = orch.audit_log
         assert log is not None
         events = await log.events("scenario")
