@@ -141,6 +141,25 @@ def lock_conversation(
     if client_message_id is not None:
         select = _LOCK_CONVERSATION_WITH_CLIENT_ID
         params["client_message_id"] = client_message_id
+    row = _locked_row(conn, select, params, conversation_id, user_id, profile)
+    found = None if client_message_id is None or row["id"] is None else MessageRecord.from_row(row)
+    return row["leaf_id"], found, row["owner_id"]
+
+
+def _locked_row(
+    conn: Connection,
+    select: Statement,
+    params: dict[str, Any],
+    conversation_id: str,
+    user_id: str | None,
+    profile: str | None,
+) -> dict[str, Any]:
+    """The conversation's row read by `select`, the row created first when missing (an
+    upsert, so two first messages never both insert), its profile checked.
+
+    Raises:
+        ProfileMismatch: `profile` is named and the conversation records another one.
+    """
     row = select.first(conn, params)
     if row is None:
         values = {"id": conversation_id, "user_id": user_id, "created_at": utcnow()}
@@ -148,8 +167,7 @@ def lock_conversation(
         row = select.first(conn, params)
         assert row is not None, "the conversation row exists after the upsert"
     check_profile(conversation_id, row["profile"], profile)
-    found = None if client_message_id is None or row["id"] is None else MessageRecord.from_row(row)
-    return row["leaf_id"], found, row["owner_id"]
+    return row
 
 
 @dataclass(frozen=True, slots=True)
@@ -203,13 +221,7 @@ def lock_for_turn(
     params = {"conversation_id": conversation_id}
     if client_message_id is not None:
         params["client_message_id"] = client_message_id
-    row = select.first(conn, params)
-    if row is None:
-        values = {"id": conversation_id, "user_id": user_id, "created_at": utcnow()}
-        _CREATE_IF_MISSING.run(conn, {**values, "metadata": {}, "profile": profile})
-        row = select.first(conn, params)
-        assert row is not None, "the conversation row exists after the upsert"
-    check_profile(conversation_id, row["profile"], profile)
+    row = _locked_row(conn, select, params, conversation_id, user_id, profile)
     found = None if client_message_id is None or row["id"] is None else MessageRecord.from_row(row)
     held = None
     if handoff and row["handoff_id"] is not None:
