@@ -7,6 +7,7 @@ conversations; a test that needs an empty database asks for `fresh_pg_url`.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import pytest
@@ -22,14 +23,28 @@ def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     return str(request.getfixturevalue("session_pg_url"))
 
 
-@pytest.fixture
-async def store(store_url: str) -> AsyncIterator[ConversationStore]:
-    """An open store on each backend."""
-    opened = await ConversationStore.open(store_url)
+@asynccontextmanager
+async def opened_store(url: str) -> AsyncIterator[ConversationStore]:
+    """A store open on `url` for the block, closed after it."""
+    opened = await ConversationStore.open(url)
     try:
         yield opened
     finally:
         await opened.aclose()
+
+
+@pytest.fixture
+async def store(store_url: str) -> AsyncIterator[ConversationStore]:
+    """An open store on each backend."""
+    async with opened_store(store_url) as opened:
+        yield opened
+
+
+@pytest.fixture
+async def other_store(store_url: str) -> AsyncIterator[ConversationStore]:
+    """A second store on `store`'s database: another process, with caches of its own."""
+    async with opened_store(store_url) as opened:
+        yield opened
 
 
 @pytest.fixture

@@ -7,7 +7,7 @@ reads the path in its own function: there the test checks the paths alone)."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -21,16 +21,6 @@ from frontdesk.threads.store import ConversationStore, TurnStart
 from frontdesk.threads.summaries import PathSinceSummary, SummaryStore
 
 pytestmark = pytest.mark.anyio
-
-
-@pytest.fixture
-async def other(store_url: str) -> AsyncIterator[ConversationStore]:
-    """A second store on the same database: another process, with a cache of its own."""
-    opened = await ConversationStore.open(store_url)
-    try:
-        yield opened
-    finally:
-        await opened.aclose()
 
 
 @pytest.fixture
@@ -90,13 +80,13 @@ async def test_a_warm_start_serves_the_path_a_fresh_read_gives(
 
 
 async def test_text_erased_by_another_process_is_never_served_from_the_cache(
-    store: ConversationStore, other: ConversationStore, reads: list[str]
+    store: ConversationStore, other_store: ConversationStore, reads: list[str]
 ) -> None:
     conversation = f"cache-{uuid.uuid4().hex[:12]}"
     await turn(store, conversation, "my card is 4111")
     await turn(store, conversation, "q2")
     await write_elsewhere(
-        other, lambda conn: erasure.erase_messages(conn, [conversation], "someone")
+        other_store, lambda conn: erasure.erase_messages(conn, [conversation], "someone")
     )
     after = await turn(store, conversation, "q3")
     assert read(store, reads, after) in (True, None)
@@ -105,13 +95,13 @@ async def test_text_erased_by_another_process_is_never_served_from_the_cache(
 
 
 async def test_a_compaction_elsewhere_moves_the_cut_point_of_the_next_start(
-    store: ConversationStore, other: ConversationStore, reads: list[str]
+    store: ConversationStore, other_store: ConversationStore, reads: list[str]
 ) -> None:
     conversation = f"cache-{uuid.uuid4().hex[:12]}"
     await turn(store, conversation, "q1")
     second = await turn(store, conversation, "q2")
     assert second.path is not None
-    summary, _ = await SummaryStore(other.engine).add(
+    summary, _ = await SummaryStore(other_store.engine).add(
         conversation_id=conversation,
         covers_until_message_id=second.path.messages[-1].id,  # The question q2.
         content="S",
@@ -124,7 +114,7 @@ async def test_a_compaction_elsewhere_moves_the_cut_point_of_the_next_start(
     assert texts(after.path) == ["re: q2", "q3"] and after.path.replaced == 3
     # The summary's text erased: the next start reads it again, erased.
     await write_elsewhere(
-        other, lambda conn: erasure.erase_summaries(conn, [conversation], "someone")
+        other_store, lambda conn: erasure.erase_summaries(conn, [conversation], "someone")
     )
     last = await turn(store, conversation, "q4")
     assert read(store, reads, last) in (True, None)
@@ -134,11 +124,11 @@ async def test_a_compaction_elsewhere_moves_the_cut_point_of_the_next_start(
 
 
 async def test_another_process_turn_and_a_scrub_make_the_next_start_read_again(
-    store: ConversationStore, other: ConversationStore, reads: list[str]
+    store: ConversationStore, other_store: ConversationStore, reads: list[str]
 ) -> None:
     conversation = f"cache-{uuid.uuid4().hex[:12]}"
     await turn(store, conversation, "q1")
-    await turn(other, conversation, "q2")  # Another process answers: the leaf moved.
+    await turn(other_store, conversation, "q2")  # Another process answers: the leaf moved.
     third = await turn(store, conversation, "q3")
     assert read(store, reads, third) in (True, None)
     assert texts(third.path) == ["q1", "re: q1", "q2", "re: q2", "q3"]
