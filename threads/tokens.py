@@ -195,9 +195,8 @@ def _ceil(value: float) -> int:
 
 
 def _scaled(counts: Iterable[int], ratio: float) -> list[int]:
-    """`_ceil(n * ratio)` of each of `counts`, in one loop (a budget scales a dozen)."""
-    ceil = math.ceil
-    return [ceil(round(n * ratio, 6)) for n in counts]
+    """`_ceil(n * ratio)` of each of `counts` (the ratio looked up once)."""
+    return [_ceil(n * ratio) for n in counts]
 
 
 @dataclass(frozen=True)
