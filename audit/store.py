@@ -511,6 +511,15 @@ _MOVE_HEAD = Statement(
     .where(audit_head.c.conversation_id == bindparam("conversation"))
     .values(seq=bindparam("seq"), hash=bindparam("hash"))
 )
+_MOVE_KNOWN_HEAD = Statement(  # SQLite: the head moved only if it is still the one known.
+    update(audit_head)
+    .where(
+        audit_head.c.conversation_id == bindparam("conversation"),
+        audit_head.c.seq == bindparam("was_seq"),
+        audit_head.c.hash == bindparam("was_hash"),
+    )
+    .values(seq=bindparam("seq"), hash=bindparam("hash"))
+)
 
 
 async def _ref_key(engine: AsyncEngine, provider: KeyProvider) -> UserRefs:
@@ -552,7 +561,8 @@ class AuditLog:
         self._heads: dict[str, tuple[int, str]] = {}
         """conversation -> the head (seq, hash) of its last batch this log saw committed:
         a batch chained ahead of its transaction (`ahead`) continues it, and the server
-        refuses the batch when another writer moved the head meanwhile."""
+        refuses the batch when another writer moved the head meanwhile; on SQLite a batch
+        chains from it and moves the head only if it is still there (`_write_in`)."""
         self._moved: dict[str, tuple[int, str]] = {}
         """conversation -> the head its batch in a transaction not yet committed moves to."""
         self._joined: Engine | None = None
@@ -1077,11 +1087,17 @@ class AuditLog:
     ) -> list[str]:
         """The body of the append transaction: lock the head, chain the rows, move the head.
         Returns the refs of the blobs it inserted."""
-        # One statement creates the head if missing and returns it, row-locked on
-        # PostgreSQL (an upsert that "updates" the row locks it like SELECT ... FOR UPDATE).
-        head = _HEAD.first(conn, {"conversation_id": conversation_id})
-        assert head is not None, "the upsert returns the head row"
-        seq, prev = head["seq"], hash_hex(head["hash"])
+        # On SQLite, a head this log saw committed is tried first: one conditional UPDATE
+        # moves it, read and moved at once (the transaction holds the write lock).
+        known = (
+            None
+            if idempotent or conn.dialect.name != "sqlite"
+            else self._heads.get(conversation_id)
+        )
+        if known is not None:
+            seq, prev = known
+        else:
+            seq, prev = self._read_head(conn, conversation_id)
         if idempotent:
             batch = self._unwritten(conn, conversation_id, batch)
             if not batch:
@@ -1095,13 +1111,14 @@ class AuditLog:
             batch = self._sealed(
                 conn, conversation_id, batch, user_id, {} if memo is None else memo
             )
-        rows = []
-        for item in batch:
-            seq += 1
-            row, prev = self._row(conversation_id, seq, prev, item)
-            rows.append(row)
-        moved = {"conversation": conversation_id, "seq": seq, "hash": hash_bytes(prev)}
-        self._moved[conversation_id] = (seq, prev)
+        rows, moved = self._chained(conversation_id, seq, prev, batch)
+        if known is not None:
+            was = {"was_seq": known[0], "was_hash": hash_bytes(known[1])}
+            if _MOVE_KNOWN_HEAD.run(conn, {**moved, **was}) != 1:  # Another writer's batch.
+                known = None
+                rows, moved = self._chained(
+                    conversation_id, *self._read_head(conn, conversation_id), batch
+                )
         if prompts:
             _PROMPT.run_many(conn, prompts)
         made = self._unstored_blobs(batch)
@@ -1115,9 +1132,29 @@ class AuditLog:
                 lambda kid: None if kid is None or keys is None else keys.cipher_of(kid),
             )
         _INSERT_EVENT.run_many(conn, rows)
-        if conn.dialect.name != "postgresql":  # There the link trigger has moved it.
+        if known is None and conn.dialect.name != "postgresql":  # There the link trigger has.
             _MOVE_HEAD.run(conn, moved)
         return written
+
+    @staticmethod
+    def _read_head(conn: Connection, conversation_id: str) -> tuple[int, str]:
+        """The conversation's head (seq, hash), created if missing; row-locked on PostgreSQL
+        (an upsert that "updates" the row locks it like SELECT ... FOR UPDATE)."""
+        head = _HEAD.first(conn, {"conversation_id": conversation_id})
+        assert head is not None, "the upsert returns the head row"
+        return head["seq"], hash_hex(head["hash"])
+
+    def _chained(
+        self, conversation_id: str, seq: int, prev: str, batch: Sequence[_Prepared]
+    ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+        """The batch's rows chained after the head (`seq`, `prev`), and the head's move."""
+        rows = []
+        for item in batch:
+            seq += 1
+            row, prev = self._row(conversation_id, seq, prev, item)
+            rows.append(row)
+        self._moved[conversation_id] = (seq, prev)
+        return rows, {"conversation": conversation_id, "seq": seq, "hash": hash_bytes(prev)}
 
     def _unstored_blobs(self, batch: Sequence[_Prepared]) -> dict[str, tuple[str | None, str]]:
         """The blobs a batch refers to that are not known to be stored: ref -> (kid, text).

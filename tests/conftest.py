@@ -11,10 +11,17 @@ import os
 from collections.abc import AsyncIterator, Iterator
 
 import pytest
+from hypothesis import HealthCheck, settings
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 import frontdesk.experts.providers.base as providers_base
 from tests._pg import fresh_database
+
+# Property tests judge what they check, never how fast the machine is: on a loaded 2-core
+# runner, generating an input or running one example can take longer than Hypothesis's
+# defaults allow (a `too_slow` health check failed a canonical-JSON test at load 11).
+settings.register_profile("frontdesk", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("frontdesk")
 
 # Keys from the developer's shell must never reach a test: a test that needs one sets it.
 for _var in ("ANTHROPIC_API_KEY", "OPENAI_API_KEY", "ANTHROPIC_BASE_URL", "OPENAI_BASE_URL"):

@@ -317,15 +317,20 @@ def turn(conn: Connection, user_message_id: str) -> TurnRecord:
     )
 
 
-def write_reply(conn: Connection, reply: MessageRecord) -> None:
+def write_reply(conn: Connection, reply: MessageRecord, *, fresh: bool = False) -> None:
     """Store a turn's reply, superseding the failed-turn marker under its question.
 
     A marker nothing follows is deleted, and the reply takes its place as the active leaf.
     A marker the conversation has moved on from (the user wrote again without retrying)
     stays where it is, and the late reply is stored beside it without moving the active
-    leaf, so the path the user is on keeps alternating.
+    leaf, so the path the user is on keeps alternating. `fresh`: the question was added by
+    the start of the turn whose fenced transaction this is (`TurnLease.asked`), so no
+    marker can be under it and none is looked for.
     """
     assert reply.parent_id is not None, "a reply has a question"
+    if fresh:
+        _writes.write(conn, reply)
+        return
     markers = _MARKERS.rows(conn, {"question_id": reply.parent_id})
     if not markers:  # The usual turn: no failed try before it.
         _writes.write(conn, reply)

@@ -425,6 +425,8 @@ class ConversationStore:
         begun = await _retrying_a_new_conversation(lambda: _taking(lease, work), client_message_id)
         if begun.path is not None and versions:  # Committed: the next turn may build on it.
             self._paths.keep(begun.path, versions[0])
+        if begun.created:
+            lease.asked = begun.message.id
         return begun
 
     async def _start_in_one_call(
@@ -485,6 +487,7 @@ class ConversationStore:
 
         begun = await lease.take_with(work, alone=True)
         assert begun is not None, "take_with returns what the first write returned"
+        lease.asked = begun.message.id
         if beside is not None:  # A lookup that failed finds nothing (as in a savepoint).
             begun = dataclasses.replace(begun, recalled=(await _settled(beside))[1])
         return begun
@@ -721,7 +724,7 @@ class ConversationStore:
                 cid = reply.conversation_id
                 resolved[0] = resolve(conn, cid, "resolved", "customer", unless=("handed_off",))
             if reply is not None:
-                _outcomes.write_reply(conn, reply)
+                _outcomes.write_reply(conn, reply, fresh=reply.parent_id == lease.asked)
             if jobs:  # Only a turn that starts background work: a plain one records none.
                 ids[:] = _jobs.defer(conn, jobs)
             if also is not None:

@@ -66,3 +66,36 @@ async def test_a_foreign_connection_is_refused_after_the_logs_own_was_accepted(
     finally:
         await other.dispose()
     assert [r.turn_id for r in await audit_log.events(conv_id)] == ["t1"] * 8
+
+
+async def test_a_batch_chains_after_another_logs_batch_the_first_log_never_saw(
+    audit_log: AuditLog, conv_id: str, make_turn: MakeTurn, tmp_path: object
+) -> None:
+    """On SQLite a joined batch chains from the head its log saw committed and moves it only
+    if it is still there; another process's batch (a second log on the same file) moved it
+    meanwhile: the batch reads the head and chains after that batch instead."""
+    engine_url = audit_log.engine.url
+    postgres = engine_url.get_backend_name() == "postgresql"
+    url = (
+        engine_url.render_as_string(hide_password=False)
+        if postgres
+        else f"sqlite:///{tmp_path}/audit.db"
+    )
+
+    async def joined(log: AuditLog, turn_id: str) -> None:
+        events = make_turn(turn_id)
+        written = await run_write(log.engine, lambda conn: log.append_sync(conn, conv_id, events))
+        log.committed(events, written, conv_id)
+
+    await joined(audit_log, "t1")
+    await joined(audit_log, "t2")  # Chained from the head this log saw committed.
+    other = await AuditLog.open(url)
+    try:
+        await joined(other, "t3")
+    finally:
+        await other.aclose()
+    await joined(audit_log, "t4")  # Its known head is stale now.
+    rows = await audit_log.events(conv_id)
+    assert [r.turn_id for r in rows] == ["t1"] * 8 + ["t2"] * 8 + ["t3"] * 8 + ["t4"] * 8
+    assert [r.seq for r in rows] == list(range(1, 33))
+    assert (await audit_log.verify(conv_id)).ok

@@ -49,27 +49,30 @@ PINNED: dict[str, dict[str, tuple[int, int, int]]] = {
         # outcome (1 write, BEFORE the response expert: the handler ran, and a retry must
         #   reuse its outcome, never run it again): lease fence, outcome upsert = 2
         # finish (1 write): lease fence that gives it back, outcome usage (an UPDATE of the
-        #   row the outcome's write stored, issue 47), failed-marker
-        #   read, insert the reply, move the leaf, audit head, 9 audit rows (one
-        #   executemany, traced per row by SQLite), move the audit head = 16; the audit
-        #   rows' content stored once by reference (issue 27): the new blobs (2 rows of one
-        #   executemany: the thread's new chunks; a call's request body that no other turn
-        #   repeats stays in its row, deflated with it, `blobs.MIN_DICT` 256: 3 fewer than
-        #   with 96) = 18. No read of which blobs are stored already: a batch the turn saw
-        #   committed says its blobs are (`AuditLog.committed`), 1 fewer (issue 20).
-        "new message": (24, 3, 0),
+        #   row the outcome's write stored, issue 47), insert the reply, move the leaf, 9
+        #   audit rows (one executemany, traced per row by SQLite), the audit head moved
+        #   from the head this process saw committed, if it is still there (one conditional
+        #   UPDATE instead of the head's upsert and its move, issue 47: 1 fewer) = 14; no
+        #   failed-marker read: the start added the question under this lease, and a marker
+        #   is only written under the lease (`TurnLease.asked`, issue 47: 1 fewer); the
+        #   audit rows' content stored once by reference (issue 27): the new blobs (2 rows
+        #   of one executemany: the thread's new chunks; a call's request body that no other
+        #   turn repeats stays in its row, deflated with it, `blobs.MIN_DICT` 256: 3 fewer
+        #   than with 96) = 16. No read of which blobs are stored already: a batch the turn
+        #   saw committed says its blobs are (`AuditLog.committed`), 1 fewer (issue 20).
+        "new message": (22, 3, 0),
         # start (1 write): lease upsert, the conversation locked with the client-id lookup
         #   and the hand-off (one read), the stored reply and outcome = 4; lease given back
         #   (1 write) = 1
         "replay": (5, 2, 0),
         # the edited message, then its conversation's owner (2 reads) = 2; start under the
         #   original's parent (a parent lookup; no leaf to answer and not the leaf's turn
-        #   before, so only the hand-off read folded) = 7; outcome = 2; finish = 18
-        "edit": (29, 3, 2),
-        # the new message's 24 plus the memory lookup in the start transaction, plus the
+        #   before, so only the hand-off read folded) = 7; outcome = 2; finish = 16
+        "edit": (27, 3, 2),
+        # the new message's 22 plus the memory lookup in the start transaction, plus the
         #   `memory.learn` job row recorded in the reply's own transaction (issue 22; the
-        #   memory expert then runs as that job, off the turn) = 26
-        "memory and a user id": (26, 3, 0),
+        #   memory expert then runs as that job, off the turn) = 24
+        "memory and a user id": (24, 3, 0),
     },
     "postgresql": {
         # Issue 47: the start is one call of `frontdesk_start_turn` (revision 0031: lease,
@@ -93,8 +96,9 @@ PINNED: dict[str, dict[str, tuple[int, int, int]]] = {
         "edit": (10, 3, 2),
         # A turn that records a job (`memory.learn`) finishes by the general path (the
         # job's row goes through Procrastinate's defer function), its start is one call;
-        # the memory lookup is a read transaction beside the start, as before (issue 20).
-        "memory and a user id": (11, 3, 1),
+        # the memory lookup is a read transaction beside the start, as before (issue 20);
+        # its finish reads no failed marker (the start added the question under the lease).
+        "memory and a user id": (10, 3, 1),
     },
 }
 
