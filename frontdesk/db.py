@@ -17,7 +17,7 @@ from sqlalchemy.engine import URL, Dialect, make_url
 from sqlalchemy.exc import ArgumentError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
-from frontdesk._driver import postgres, probe, reader, writer
+from frontdesk._driver import jsontext, postgres, probe, reader, writer
 from frontdesk._driver.writer import SQLITE_BUSY_TIMEOUT_MS, install_hooks, write_slot
 from frontdesk.errors import ConfigError
 from frontdesk.masking import scrub
@@ -107,6 +107,8 @@ def create_engine(url: str, **kwargs: Any) -> AsyncEngine:
     (`frontdesk._driver.tx.is_transient`).
     """
     normalised = normalise_url(url)
+    # JSON columns written as `json.dumps` writes them, with its encoder made once.
+    kwargs.setdefault("json_serializer", jsontext.dumps)
     if normalised.startswith("sqlite"):
         probe.can_open_sqlite(make_url(normalised).database or "")
         # Every transaction ends in an explicit COMMIT or ROLLBACK, so the pool's extra

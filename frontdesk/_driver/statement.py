@@ -30,9 +30,11 @@ from sqlalchemy.engine import Dialect
 from sqlalchemy.exc import DBAPIError, StatementError
 from sqlalchemy.sql.expression import Executable
 
+from frontdesk._driver.jsontext import dumps
+
 __all__ = ["Statement", "driver_connection", "savepoint"]
 
-_PYSQLITE = SQLiteDialect_pysqlite()
+_PYSQLITE = SQLiteDialect_pysqlite(json_serializer=dumps)
 
 
 def _as_it_is(value: bytes | None) -> bytes | None:
