@@ -17,7 +17,7 @@ from sqlalchemy.engine import URL, Dialect, make_url
 from sqlalchemy.exc import ArgumentError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
-from frontdesk._driver import postgres, probe, reader, writer
+from frontdesk._driver import jsontext, postgres, probe, reader, writer
 from frontdesk._driver.writer import SQLITE_BUSY_TIMEOUT_MS, install_hooks, write_slot
 from frontdesk.errors import ConfigError
 from frontdesk.masking import scrub
@@ -107,6 +107,8 @@ def create_engine(url: str, **kwargs: Any) -> AsyncEngine:
     (`frontdesk._driver.tx.is_transient`).
     """
     normalised = normalise_url(url)
+    # JSON columns written as `json.dumps` writes them, with its encoder made once.
+    kwargs.setdefault("json_serializer", jsontext.dumps)
     if normalised.startswith("sqlite"):
         probe.can_open_sqlite(make_url(normalised).database or "")
         # Every transaction ends in an explicit COMMIT or ROLLBACK, so the pool's extra
@@ -237,7 +239,33 @@ class UTCDateTime(sa.TypeDecorator[datetime]):
         # SQLite stores text; a naive UTC time sorts correctly as text.
         return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
 
+    def bind_processor(self, dialect: Dialect) -> Callable[[datetime | None], Any] | None:
+        """SQLAlchemy's processor (`process_bind_param`, then the dialect's own); on SQLite a
+        `datetime` in `UTC` (what `utcnow` gives) is written straight by `isoformat`: the
+        same text, without the conversion to itself, the naive copy and the storage
+        format's dict of fields (a turn writes a few; checked once against the slow path)."""
+        slow = super().bind_processor(dialect)
+        if slow is None or dialect.name != "sqlite" or slow(_PROBE) != _sqlite_text(_PROBE):
+            return slow
+
+        def process(value: datetime | None) -> Any:
+            if type(value) is datetime and value.tzinfo is UTC:
+                return _sqlite_text(value)
+            return slow(value)
+
+        return process
+
     def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
         if value is None:
             return None
         return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+_PROBE = datetime(1, 2, 3, 4, 5, 6, 7, tzinfo=UTC)
+"""A UTC time whose every field is padded in SQLite's text (`UTCDateTime.bind_processor`)."""
+
+
+def _sqlite_text(value: datetime) -> str:
+    """A `datetime` in `UTC` as SQLAlchemy stores it on SQLite: `YYYY-MM-DD HH:MM:SS.ffffff`,
+    naive (`isoformat`'s `+00:00` cut)."""
+    return value.isoformat(" ", "microseconds")[:-6]

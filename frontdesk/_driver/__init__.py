@@ -17,6 +17,8 @@ What belongs here, and only here:
   pysqlite connections, and on asyncpg's inside a transaction, it runs straight on the
   DBAPI connection (same SQL, binds and decoding as SQLAlchemy's, same typed errors);
   elsewhere through `Connection.execute`.
+- `jsontext`: the JSON columns' serializer, given to every engine's dialect and to the
+  `Statement`s' own: `json.dumps`'s text, with its encoder made once.
 
 Code outside this package never branches on the driver.
 """

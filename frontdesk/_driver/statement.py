@@ -30,9 +30,11 @@ from sqlalchemy.engine import Dialect
 from sqlalchemy.exc import DBAPIError, StatementError
 from sqlalchemy.sql.expression import Executable
 
+from frontdesk._driver.jsontext import dumps
+
 __all__ = ["Statement", "driver_connection", "savepoint"]
 
-_PYSQLITE = SQLiteDialect_pysqlite()
+_PYSQLITE = SQLiteDialect_pysqlite(json_serializer=dumps)
 
 
 def _as_it_is(value: bytes | None) -> bytes | None:
@@ -74,10 +76,14 @@ def _result_processor(kind: Any, dialect: Dialect, driver_type: Any) -> Callable
 
 
 def driver_connection(conn: Connection) -> sqlite3.Connection | None:
-    """The pysqlite connection under `conn` (the SQLite writer's), or `None` elsewhere."""
+    """The pysqlite connection under `conn` (the SQLite writer's), or `None` elsewhere.
+
+    It is the pool's `dbapi_connection`, a plain attribute: pysqlite's driver connection
+    is the DBAPI connection itself, and `driver_connection` reaches it through two
+    properties and a dialect call, for each statement (`None` alike once invalidated)."""
     if conn.dialect.driver != "pysqlite":
         return None
-    raw = conn.connection.driver_connection
+    raw = conn.connection.dbapi_connection
     return raw if isinstance(raw, sqlite3.Connection) else None
 
 

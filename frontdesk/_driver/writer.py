@@ -32,6 +32,8 @@ from sqlalchemy import Connection, Engine, event
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from frontdesk._driver.jsontext import dumps
+
 __all__ = [
     "KeptConnection",
     "LoopOwned",
@@ -110,7 +112,11 @@ def sync_twin(
     (and `options`): what the writer and the reader threads run their transactions on."""
     url = engine.url.set(drivername="sqlite")
     twin = sqlalchemy.create_engine(
-        url, pool_reset_on_return=None, hide_parameters=True, connect_args=connect_args or {}
+        url,
+        pool_reset_on_return=None,
+        hide_parameters=True,
+        json_serializer=dumps,
+        connect_args=connect_args or {},
     )
     install_hooks(twin)
     options = {**engine.get_execution_options(), **options}
