@@ -5,8 +5,8 @@ own `__setattr__` refuses): some 800 instructions a field, and a turn sets about
 of its frozen records (requests, responses, attempts, routes, decisions, the reply).
 `quick_init` gives a keyword-only frozen dataclass an `__init__` that fills the instance's
 `__dict__` at once: the same fields in the same order, the same defaults and factories,
-a `TypeError` for a missing or unknown argument, the same signature; the instances stay
-frozen (their `__setattr__` still refuses). `evolved` is `dataclasses.replace` the same
+the same `TypeError` for a missing or unknown argument, the same signature; the instances
+stay frozen (their `__setattr__` still refuses). `evolved` is `dataclasses.replace` the same
 way: a copy of the instance's `__dict__` with the changes over it.
 """
 
@@ -42,28 +42,8 @@ def quick_init(cls: C) -> C:
         or any(not f.init or not f.kw_only for f in fields)
     ):
         raise TypeError(f"quick_init: {cls.__name__} is not a keyword-only frozen dataclass")
-    template: dict[str, Any] = {}
-    required: set[str] = set()
-    factories: list[tuple[str, Callable[[], Any]]] = []
-    for f in fields:
-        template[f.name] = None if f.default is dataclasses.MISSING else f.default
-        if f.default_factory is not dataclasses.MISSING:
-            factories.append((f.name, f.default_factory))
-        elif f.default is dataclasses.MISSING:
-            required.add(f.name)
-    names, needed, made = frozenset(template), frozenset(required), tuple(factories)
-
-    def __init__(self: Any, **values: Any) -> None:
-        if not needed.issubset(values) or not names.issuperset(values):
-            raise TypeError(_refusal(cls, needed, names, values))
-        attributes = self.__dict__
-        attributes.update(template)  # Every field, in order (as the generated one sets them).
-        attributes.update(values)
-        for name, factory in made:
-            if name not in values:
-                attributes[name] = factory()
-
     generated = cls.__dict__["__init__"]  # The dataclass's own, for its signature.
+    __init__ = _quick_init_of(fields)
     __init__.__qualname__ = f"{cls.__qualname__}.__init__"
     __init__.__doc__ = generated.__doc__
     __init__.__signature__ = inspect.signature(generated)  # type: ignore[attr-defined]
@@ -71,13 +51,41 @@ def quick_init(cls: C) -> C:
     return cls
 
 
-def _refusal(cls: type, needed: frozenset[str], names: frozenset[str], values: Any) -> str:
-    """The `TypeError` message of a call that misses or invents arguments."""
-    missing = sorted(needed.difference(values))
-    unknown = sorted(set(values) - names)
-    said = [f"missing {', '.join(map(repr, missing))}"] if missing else []
-    said += [f"unexpected {', '.join(map(repr, unknown))}"] if unknown else []
-    return f"{cls.__qualname__}.__init__() keyword arguments: {'; '.join(said)}"
+_FACTORY: Any = object()
+"""The default of a field made by a factory (the generated `__init__`'s `_HAS_DEFAULT_FACTORY`)."""
+
+
+def _quick_init_of(fields: tuple[dataclasses.Field[Any], ...]) -> Callable[..., None]:
+    """The quick `__init__` of a class of `fields`, written out as the generated one is
+    (`exec`): its keyword-only parameters with their defaults, so Python checks the
+    arguments and raises the generated one's `TypeError`s, and one dict of the fields in
+    order, given to the instance's `__dict__` at once (a factory called for a field not
+    passed): 8.2k instructions for the audit event's six fields, where the `**values`
+    version it replaces took 13.1k and the generated one 13.4k."""
+    scope: dict[str, Any] = {"__quick_factory__": _FACTORY}
+    params, items = [], []
+    for f in fields:
+        name = f.name
+        if f.default_factory is not dataclasses.MISSING:
+            scope[f"__quick_make_{name}__"] = f.default_factory
+            params.append(f"{name}=__quick_factory__")
+            value = f"__quick_make_{name}__() if {name} is __quick_factory__ else {name}"
+        elif f.default is not dataclasses.MISSING:
+            scope[f"__quick_default_{name}__"] = f.default
+            params.append(f"{name}=__quick_default_{name}__")
+            value = name
+        else:
+            params.append(name)
+            value = name
+        items.append(f"{name!r}: {value}")
+    keywords = f", *, {', '.join(params)}" if params else ""
+    source = (
+        f"def __init__(__quick_self__{keywords}):\n"
+        f"    __quick_self__.__dict__.update({{{', '.join(items)}}})\n"
+    )
+    exec(source, scope)  # The text is made of the class's own field names.
+    made: Callable[..., None] = scope["__init__"]
+    return made
 
 
 def evolved(value: D, /, **changes: Any) -> D:

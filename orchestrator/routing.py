@@ -31,6 +31,7 @@ from frontdesk.orchestrator.pending import InProgress
 How = Literal["triage", "clarify", "cancel", "resume", "pending"]
 
 
+@quick_init
 @dataclass(frozen=True, kw_only=True)
 class Triaged:
     """What triage answered (or its safe fallback)."""

@@ -40,10 +40,11 @@ def test_it_stays_frozen_and_refuses_what_the_generated_init_refuses() -> None:
     quick = quick_init(_record())
     with pytest.raises(dataclasses.FrozenInstanceError):
         quick(name="a").count = 1
-    with pytest.raises(TypeError, match="missing 'name'"):
-        quick(count=1)
-    with pytest.raises(TypeError, match="unexpected 'colour'"):
-        quick(name="a", colour="red")
+    for kwargs in ({"count": 1}, {"name": "a", "colour": "red"}):  # The generated one's words.
+        with pytest.raises(TypeError) as plainly:
+            _record()(**kwargs)
+        with pytest.raises(TypeError, match=str(plainly.value).split("__init__()")[1]):
+            quick(**kwargs)
     with pytest.raises(TypeError):
         quick("a")  # Keyword-only, as before.
 

@@ -20,6 +20,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
+from frontdesk.frozen import quick_init
 from frontdesk.labels import SUMMARY_LABEL, neutralise
 from frontdesk.threads.budget import Budget, Document, Fit, budget_for
 from frontdesk.threads.store import MessageRecord
@@ -64,6 +65,7 @@ def _neutralised(text: str) -> str:
     return neutralise(text)
 
 
+@quick_init
 @dataclass(frozen=True, kw_only=True)
 class ExpertView:
     """What one expert is sent of the thread, after its budget."""

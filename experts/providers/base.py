@@ -209,6 +209,7 @@ class ModelRequest:
     answer may be thrown away); never sent to a provider."""
 
 
+@quick_init
 @dataclass(frozen=True, kw_only=True)
 class Usage:
     """Token usage of one call, as the provider reported it."""
@@ -236,6 +237,7 @@ class Usage:
         )
 
 
+@quick_init
 @dataclass(frozen=True, kw_only=True)
 class ModelResponse:
     """What a model returned for one `ModelRequest`."""

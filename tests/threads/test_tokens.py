@@ -16,6 +16,7 @@ from frontdesk.threads.tokens import (
     CalibratedCounter,
     EstimatingCounter,
     TokenCounter,
+    _ceil,
     _estimate,
     count_each,
     count_groups,
@@ -182,3 +183,23 @@ def _by_pieces(text: str) -> int:
 )
 def test_the_estimate_is_its_piece_by_piece_definition(text: str) -> None:
     assert _estimate.__wrapped__(text) == _by_pieces(text)
+
+
+@given(
+    st.one_of(
+        st.floats(min_value=-1e9, max_value=1e18, allow_nan=False),
+        st.builds(
+            lambda n, e: n + e,
+            st.integers(min_value=0, max_value=10**9),
+            st.floats(min_value=-2e-6, max_value=2e-6),
+        ),
+        st.builds(
+            lambda n, r: n * r,
+            st.integers(min_value=0, max_value=10**6),
+            st.floats(min_value=0.25, max_value=4.2),
+        ),
+    )
+)
+def test_the_rounding_up_is_the_rounded_ceiling(value: float) -> None:
+    # `_ceil` asks `round` only near a whole number: the same as always asking it.
+    assert _ceil(value) == math.ceil(round(value, 6))
