@@ -367,13 +367,16 @@ def _utc_text(moment: datetime) -> str:
 
 def _stamp(moment: datetime) -> tuple[str, bytes]:
     """`_utc_text(moment)` and its stored form (`time_bytes` of it), both made from the
-    datetime: a canonical text reads back as this very moment, so it need not be parsed."""
+    datetime: a canonical text reads back as this very moment, so it need not be parsed.
+    The text is `isoformat()`'s own unless the microseconds are 0 (which it leaves out):
+    its `timespec` argument costs a call as much again."""
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=UTC)
     elif moment.tzinfo is not UTC:
         moment = moment.astimezone(UTC)
     micros = (moment - _EPOCH) // _MICROSECOND
-    return moment.isoformat(timespec="microseconds"), micros.to_bytes(8, "big", signed=True)
+    text = moment.isoformat() if moment.microsecond else moment.isoformat(timespec="microseconds")
+    return text, micros.to_bytes(8, "big", signed=True)
 
 
 @functools.lru_cache(maxsize=256)
