@@ -832,12 +832,7 @@ class AuditLog:
         batch = [self._prepare(e, False, user_id) for e in events]
         if any(p.prompt_sha256 not in self._stored_prompts for p in batch if p.prompt_sha256):
             return None
-        seq, prev = head
-        rows = []
-        for item in batch:
-            seq += 1
-            row, prev = self._row(conversation_id, seq, prev, item)
-            rows.append(row)
+        rows, seq, prev = self._rows(conversation_id, head[0], head[1], batch)
         fresh = self._unstored_blobs(batch)
         if any(kid is not None for kid, _ in fresh.values()):
             return None  # Sealed blobs: `append_sync` seals them.
@@ -1108,11 +1103,7 @@ class AuditLog:
             batch = self._sealed(
                 conn, conversation_id, batch, user_id, {} if memo is None else memo
             )
-        rows = []
-        for item in batch:
-            seq += 1
-            row, prev = self._row(conversation_id, seq, prev, item)
-            rows.append(row)
+        rows, seq, prev = self._rows(conversation_id, seq, prev, batch)
         moved = {"conversation": conversation_id, "seq": seq, "hash": hash_bytes(prev)}
         self._moved[conversation_id] = (seq, prev)
         if prompts:
@@ -1184,10 +1175,29 @@ class AuditLog:
         return out
 
     @staticmethod
+    def _rows(
+        conversation_id: str, seq: int, prev: str, batch: Sequence[_Prepared]
+    ) -> tuple[list[dict[str, Any]], int, str]:
+        """The batch's rows chained after the head (`seq`, `prev`), and the head they make.
+        A turn's events share their turn id: its stored form is made once."""
+        rows = []
+        turn_id: str | None = None
+        turn_stored = b""
+        for item in batch:
+            seq += 1
+            if item.event.turn_id != turn_id:
+                turn_id = item.event.turn_id
+                turn_stored = id_bytes(turn_id)
+            row, prev = AuditLog._row(conversation_id, seq, prev, item, turn_stored)
+            rows.append(row)
+        return rows, seq, prev
+
+    @staticmethod
     def _row(
-        conversation_id: str, seq: int, prev: str, item: _Prepared
+        conversation_id: str, seq: int, prev: str, item: _Prepared, turn_stored: bytes
     ) -> tuple[dict[str, Any], str]:
-        """The row to insert (its `prev_hash` is not stored: see `events`) and its hash."""
+        """The row to insert (its `prev_hash` is not stored: see `events`) and its hash;
+        `turn_stored` is `id_bytes` of the event's turn id."""
         event = item.event
         digest = spliced_row_hash(
             conversation_id=conversation_id,
@@ -1205,7 +1215,7 @@ class AuditLog:
             "seq": seq,
             "event_id": id_bytes(event.event_id),
             "kind": event.kind,
-            "turn_id": id_bytes(event.turn_id),
+            "turn_id": turn_stored,
             "created_at": item.created_stored or time_bytes(item.created_at),
             "payload_json": item.stored or compact.deflate(item.payload_json),
             "prompt_sha256": (
