@@ -59,6 +59,7 @@ from frontdesk.audit.spool import Spool
 from frontdesk.audit.tables import audit_event, audit_head, audit_prompt
 from frontdesk.db import create_engine, dispose_engine, run_read, run_write, writes_to
 from frontdesk.errors import AuditConfigError, AuditKeyError, AuditWriteError
+from frontdesk.frozen import quick_init
 from frontdesk.schema import ensure_schema
 
 log = structlog.get_logger("audit")
@@ -367,13 +368,16 @@ def _utc_text(moment: datetime) -> str:
 
 def _stamp(moment: datetime) -> tuple[str, bytes]:
     """`_utc_text(moment)` and its stored form (`time_bytes` of it), both made from the
-    datetime: a canonical text reads back as this very moment, so it need not be parsed."""
+    datetime: a canonical text reads back as this very moment, so it need not be parsed.
+    The text is `isoformat()`'s own unless the microseconds are 0 (which it leaves out):
+    its `timespec` argument costs a call as much again."""
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=UTC)
     elif moment.tzinfo is not UTC:
         moment = moment.astimezone(UTC)
     micros = (moment - _EPOCH) // _MICROSECOND
-    return moment.isoformat(timespec="microseconds"), micros.to_bytes(8, "big", signed=True)
+    text = moment.isoformat() if moment.microsecond else moment.isoformat(timespec="microseconds")
+    return text, micros.to_bytes(8, "big", signed=True)
 
 
 @functools.lru_cache(maxsize=256)
@@ -407,9 +411,11 @@ class Ahead:
     """The refs of `blobs`, for `AuditLog.committed`."""
 
 
-@dataclass(frozen=True)
+@quick_init
+@dataclass(frozen=True, kw_only=True)
 class _Prepared:
-    """An event with its JSON and hash inputs computed before the transaction."""
+    """An event with its JSON and hash inputs computed before the transaction (made
+    `quick_init`'s way: a batch makes one per event, each setting nine fields)."""
 
     event: AuditEvent
     created_at: str
@@ -836,12 +842,7 @@ class AuditLog:
         batch = [self._prepare(e, False, user_id) for e in events]
         if any(p.prompt_sha256 not in self._stored_prompts for p in batch if p.prompt_sha256):
             return None
-        seq, prev = head
-        rows = []
-        for item in batch:
-            seq += 1
-            row, prev = self._row(conversation_id, seq, prev, item)
-            rows.append(row)
+        rows, seq, prev = self._rows(conversation_id, head[0], head[1], batch)
         fresh = self._unstored_blobs(batch)
         if any(kid is not None for kid, _ in fresh.values()):
             return None  # Sealed blobs: `append_sync` seals them.
@@ -989,16 +990,23 @@ class AuditLog:
             kid = self._keys.cached(ref, period)
             if kid is None:
                 split = crypto.split(event.payload)
-                return _Prepared(event, created, "", prompt, split, created_stored=created_stored)
+                return _Prepared(
+                    event=event,
+                    created_at=created,
+                    payload_json="",
+                    prompt_sha256=prompt,
+                    split=split,
+                    created_stored=created_stored,
+                )
             return self._packed_split(event, created, prompt, kid, created_stored)
         packer = blobs.Packer(self._addresses(None))
         # Packing made each part's text: the payload's JSON is joined from them.
         _, payload_json = packer.payload(event.payload, crypto.CLEAR_FIELDS)
         return _Prepared(
-            event,
-            created,
-            payload_json,
-            prompt,
+            event=event,
+            created_at=created,
+            payload_json=payload_json,
+            prompt_sha256=prompt,
             blobs=packer.made,
             stored=compact.deflate(payload_json),
             created_stored=created_stored,
@@ -1016,11 +1024,11 @@ class AuditLog:
         packer = blobs.Packer(self._addresses(kid))
         parts = crypto.split(event.payload, packer.pack)
         return _Prepared(
-            event,
-            created,
-            "",
-            prompt,
-            parts,
+            event=event,
+            created_at=created,
+            payload_json="",
+            prompt_sha256=prompt,
+            split=parts,
             kid=kid,
             blobs=packer.made,
             created_stored=created_stored,
@@ -1148,11 +1156,7 @@ class AuditLog:
         self, conversation_id: str, seq: int, prev: str, batch: Sequence[_Prepared]
     ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
         """The batch's rows chained after the head (`seq`, `prev`), and the head's move."""
-        rows = []
-        for item in batch:
-            seq += 1
-            row, prev = self._row(conversation_id, seq, prev, item)
-            rows.append(row)
+        rows, seq, prev = self._rows(conversation_id, seq, prev, batch)
         self._moved[conversation_id] = (seq, prev)
         return rows, {"conversation": conversation_id, "seq": seq, "hash": hash_bytes(prev)}
 
@@ -1195,10 +1199,10 @@ class AuditLog:
             sealed = canonical_json(envelope)
             out.append(
                 _Prepared(
-                    e,
-                    item.created_at,
-                    sealed,
-                    item.prompt_sha256,
+                    event=e,
+                    created_at=item.created_at,
+                    payload_json=sealed,
+                    prompt_sha256=item.prompt_sha256,
                     kid=kid,
                     blobs=item.blobs,
                     stored=compact.deflate(sealed),
@@ -1208,10 +1212,29 @@ class AuditLog:
         return out
 
     @staticmethod
+    def _rows(
+        conversation_id: str, seq: int, prev: str, batch: Sequence[_Prepared]
+    ) -> tuple[list[dict[str, Any]], int, str]:
+        """The batch's rows chained after the head (`seq`, `prev`), and the head they make.
+        A turn's events share their turn id: its stored form is made once."""
+        rows = []
+        turn_id: str | None = None
+        turn_stored = b""
+        for item in batch:
+            seq += 1
+            if item.event.turn_id != turn_id:
+                turn_id = item.event.turn_id
+                turn_stored = id_bytes(turn_id)
+            row, prev = AuditLog._row(conversation_id, seq, prev, item, turn_stored)
+            rows.append(row)
+        return rows, seq, prev
+
+    @staticmethod
     def _row(
-        conversation_id: str, seq: int, prev: str, item: _Prepared
+        conversation_id: str, seq: int, prev: str, item: _Prepared, turn_stored: bytes
     ) -> tuple[dict[str, Any], str]:
-        """The row to insert (its `prev_hash` is not stored: see `events`) and its hash."""
+        """The row to insert (its `prev_hash` is not stored: see `events`) and its hash;
+        `turn_stored` is `id_bytes` of the event's turn id."""
         event = item.event
         digest = spliced_row_hash(
             conversation_id=conversation_id,
@@ -1229,7 +1252,7 @@ class AuditLog:
             "seq": seq,
             "event_id": id_bytes(event.event_id),
             "kind": event.kind,
-            "turn_id": id_bytes(event.turn_id),
+            "turn_id": turn_stored,
             "created_at": item.created_stored or time_bytes(item.created_at),
             "payload_json": item.stored or compact.deflate(item.payload_json),
             "prompt_sha256": (

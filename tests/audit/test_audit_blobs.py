@@ -4,6 +4,7 @@ its key, and a missing or edited blob fails `verify` (SQLite and PostgreSQL)."""
 from __future__ import annotations
 
 import base64
+import functools
 import hashlib
 import json
 from collections.abc import Iterator
@@ -19,6 +20,7 @@ from frontdesk.audit.crypto import MasterKey
 from frontdesk.audit.events import AuditEvent
 from frontdesk.audit.store import AuditLog
 from frontdesk.db import create_engine, run_write
+from frontdesk.frozen import evolved
 
 pytestmark = pytest.mark.anyio
 
@@ -342,3 +344,70 @@ def test_a_thread_that_grows_packs_only_as_a_cold_packer_would() -> None:
         _packs_as_cold(warm, [*_thread(turns), {"role": "assistant", "content": "Instruction."}])
         _packs_as_cold(warm, [*_thread(turns)[:-1], {"role": "user", "content": "Edited."}])
     assert warm.threads_kept == sum(len(b) for b in warm.threads.values())
+
+
+STORED_ROWS_SHA256 = "89fb786b2c0283206ae98025673640df47fc2c7d7fd4e83068bb6dabefa2e63a"
+"""The digest of `_stored_rows` for `_pinned_batches`, as the code wrote them before the
+turn's audit batch was made cheaper (issue 47): its rows, hashes and texts are unchanged."""
+
+
+def _pinned_batches() -> list[list[AuditEvent]]:
+    """`conversation(4)` with fixed event ids, a time with microseconds (the others are whole
+    seconds) and a batch whose events belong to two turns, so every row is reproducible."""
+    batches = conversation(4)
+    n = 0
+    out = []
+    for i, batch in enumerate(batches):
+        fixed = []
+        for event in batch:
+            n += 1
+            changes: dict[str, Any] = {"event_id": f"{n:032x}"}
+            if n == 2:
+                changes["created_at"] = event.created_at + timedelta(microseconds=123457)
+            if i == 2 and event.kind == "reply":
+                changes["turn_id"] = "0123456789abcdef0123456789abcdef"
+            fixed.append(evolved(event, **changes))
+        out.append(fixed)
+    return out
+
+
+async def _stored_rows(url: str) -> str:
+    """Every audit row of the database, its stored texts inflated (the deflated bytes are
+    zlib's to make: another zlib may write other bytes for the same text), as one digest."""
+    engine = create_engine(url)
+    digest = hashlib.sha256()
+    try:
+        async with engine.connect() as conn:
+            for table, order in [
+                ("audit_event", "conversation_id, seq"),
+                ("audit_blob", "ref"),
+                ("audit_prompt", "sha256"),
+                ("audit_head", "conversation_id"),
+            ]:
+                found = await conn.execute(sa.text(f"SELECT * FROM {table} ORDER BY {order}"))
+                for row in found.mappings():
+                    values = {
+                        k: compact.inflate(v) if k in ("payload_json", "body") else v
+                        for k, v in row.items()
+                    }
+                    digest.update(repr((table, sorted(values.items()))).encode())
+    finally:
+        await engine.dispose()
+    return digest.hexdigest()
+
+
+async def test_the_stored_rows_are_those_written_before(tmp_path: Path) -> None:
+    """A conversation's rows, blobs, prompts and head, appended alone and joined to a
+    transaction (`append_sync`), are byte for byte what they were (texts inflated)."""
+    url = f"sqlite:///{tmp_path / 'audit.db'}"
+    batches = _pinned_batches()
+    async with await AuditLog.open(url) as log:
+        await log.append("conv-1", batches[0])
+        for batch in batches[1:]:
+            written = await run_write(
+                log.engine,
+                functools.partial(log.append_sync, events=batch, conversation_id="conv-1"),
+            )
+            log.committed(batch, written, "conv-1")
+        assert (await log.verify("conv-1")).ok
+    assert await _stored_rows(url) == STORED_ROWS_SHA256

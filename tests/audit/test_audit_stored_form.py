@@ -7,6 +7,8 @@ import uuid
 from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from frontdesk.audit.events import AuditEvent, random_uuid4_hex
 from frontdesk.audit.store import (
@@ -98,6 +100,27 @@ def test_a_canonical_timestamp_takes_eight_bytes() -> None:
 def test_an_events_time_is_stored_as_its_text_would_be(moment: datetime) -> None:
     """`_stamp` makes the stored form from the datetime, not by parsing its text back."""
     assert _stamp(moment) == (_utc_text(moment), time_bytes(_utc_text(moment)))
+
+
+@given(
+    st.datetimes(
+        timezones=st.one_of(
+            st.none(),
+            st.just(UTC),
+            st.builds(timezone, st.timedeltas(timedelta(hours=-23), timedelta(hours=23))),
+        )
+    )
+)
+def test_any_moment_is_stamped_as_its_text_would_be(moment: datetime) -> None:
+    """`_stamp`'s text is `isoformat()`'s own unless the microseconds are 0: equal to
+    `_utc_text` for every moment, whole seconds too, in any zone (or none)."""
+    try:
+        text = _utc_text(moment)
+    except OverflowError:  # Out of range once moved to UTC: `_stamp` refuses it as well.
+        with pytest.raises(OverflowError):
+            _stamp(moment)
+        return
+    assert _stamp(moment) == (text, time_bytes(text))
 
 
 def test_event_ids_are_random_uuid4_hex_and_never_repeat() -> None:
