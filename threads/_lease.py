@@ -222,7 +222,7 @@ class TurnLease:
         finish changes that row rather than upserting it (`_outcomes.save(stored=...)`)."""
         self.asked: str | None = None
         """The user message this holder's start added (committed), if any. Nothing was
-        under it then, and a failed-turn marker is only ever written under the lease (this
+        under it then, and a turn writes a failed-turn marker only under the lease (this
         turn's own failure, or a later turn's start once it has taken the lease over), so
         while the fence holds the finish need not look for one (`_outcomes.write_reply`)."""
         self._timer: asyncio.TimerHandle | None = None

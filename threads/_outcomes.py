@@ -328,10 +328,7 @@ def write_reply(conn: Connection, reply: MessageRecord, *, fresh: bool = False) 
     marker can be under it and none is looked for.
     """
     assert reply.parent_id is not None, "a reply has a question"
-    if fresh:
-        _writes.write(conn, reply)
-        return
-    markers = _MARKERS.rows(conn, {"question_id": reply.parent_id})
+    markers = [] if fresh else _MARKERS.rows(conn, {"question_id": reply.parent_id})
     if not markers:  # The usual turn: no failed try before it.
         _writes.write(conn, reply)
         return

@@ -61,6 +61,17 @@ def read(store: ConversationStore, reads: list[str], begun: TurnStart) -> bool |
     return begun.message.id in reads if store.engine.dialect.name == "sqlite" else None
 
 
+async def read_again(
+    store: ConversationStore, reads: list[str], conversation: str, text: str
+) -> TurnStart:
+    """One turn whose start must read its path from the database (something changed it
+    since the last start), and serve what a fresh read gives."""
+    begun = await turn(store, conversation, text)
+    assert read(store, reads, begun) in (True, None)
+    assert begun.path == await fresh(store, begun)
+    return begun
+
+
 async def write_elsewhere(other: ConversationStore, work: Callable[[Connection], Any]) -> None:
     await run_sync_tx(other.engine, work)
 
@@ -88,10 +99,8 @@ async def test_text_erased_by_another_process_is_never_served_from_the_cache(
     await write_elsewhere(
         other_store, lambda conn: erasure.erase_messages(conn, [conversation], "someone")
     )
-    after = await turn(store, conversation, "q3")
-    assert read(store, reads, after) in (True, None)
+    after = await read_again(store, reads, conversation, "q3")
     assert texts(after.path) == [erasure.ERASED] * 4 + ["q3"]
-    assert after.path == await fresh(store, after)
 
 
 async def test_a_compaction_elsewhere_moves_the_cut_point_of_the_next_start(
@@ -108,19 +117,16 @@ async def test_a_compaction_elsewhere_moves_the_cut_point_of_the_next_start(
         token_count=1,
         covered_messages=3,
     )
-    after = await turn(store, conversation, "q3")
-    assert read(store, reads, after) in (True, None)
+    after = await read_again(store, reads, conversation, "q3")
     assert after.path is not None and after.path.summary == summary
     assert texts(after.path) == ["re: q2", "q3"] and after.path.replaced == 3
     # The summary's text erased: the next start reads it again, erased.
     await write_elsewhere(
         other_store, lambda conn: erasure.erase_summaries(conn, [conversation], "someone")
     )
-    last = await turn(store, conversation, "q4")
-    assert read(store, reads, last) in (True, None)
+    last = await read_again(store, reads, conversation, "q4")
     assert last.path is not None and last.path.summary is not None
     assert last.path.summary.content == erasure.ERASED
-    assert last.path == await fresh(store, last)
 
 
 async def test_another_process_turn_and_a_scrub_make_the_next_start_read_again(
@@ -129,19 +135,15 @@ async def test_another_process_turn_and_a_scrub_make_the_next_start_read_again(
     conversation = f"cache-{uuid.uuid4().hex[:12]}"
     await turn(store, conversation, "q1")
     await turn(other_store, conversation, "q2")  # Another process answers: the leaf moved.
-    third = await turn(store, conversation, "q3")
-    assert read(store, reads, third) in (True, None)
+    third = await read_again(store, reads, conversation, "q3")
     assert texts(third.path) == ["q1", "re: q1", "q2", "re: q2", "q3"]
-    assert third.path == await fresh(store, third)
     # This process's own finish rewrites its question (a ruled value scrubbed).
     lease = store.turn_lease(conversation, timeout=5)
     begun = await store.start_turn(conversation, "pin 1234", lease=lease)
     scrub = Scrub(message_id=begun.message.id, rows=[], content="pin [redacted]")
     await store.finish_turn(lease, store.stage_reply(begun.message, "ok"), scrub=scrub)
-    after = await turn(store, conversation, "q5")
-    assert read(store, reads, after) in (True, None)
+    after = await read_again(store, reads, conversation, "q5")
     assert texts(after.path)[-3:] == ["pin [redacted]", "ok", "q5"]
-    assert after.path == await fresh(store, after)
 
 
 async def test_a_start_that_rolled_back_is_not_kept(store: ConversationStore) -> None:
