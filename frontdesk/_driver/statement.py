@@ -157,7 +157,21 @@ def _on_driver(conn: Connection, dbapi: Any, sql: str, args: Any, *, many: bool 
             cursor.execute(sql, args)
     except conn.dialect.loaded_dbapi.Error as e:
         raise _error(conn, dbapi, cursor, sql, e) from e
+    except BaseException as e:
+        _drop_if_cancelled(conn, e)
+        raise
     return cursor
+
+
+def _drop_if_cancelled(conn: Connection, error: BaseException) -> None:
+    """A PostgreSQL connection whose statement was cut off (the caller cancelled, or a
+    timeout) is invalidated, as SQLAlchemy's own execute does: the driver may have left
+    the server inside a transaction it no longer tracks (a `BEGIN` cut off keeps asyncpg's
+    transaction open), and the next caller's writes would go to a savepoint in it, never
+    committed."""
+    cut_off = not isinstance(error, Exception) or isinstance(error, TimeoutError)
+    if cut_off and conn.dialect.driver == "asyncpg" and not conn.closed:
+        conn.invalidate(error)
 
 
 def _error(conn: Connection, dbapi: Any, cursor: Any, sql: str, error: Exception) -> StatementError:

@@ -9,6 +9,7 @@ the transaction runs again from its start. Either way the caller sees its work d
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -19,6 +20,7 @@ from sqlalchemy import Connection
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from frontdesk import Category, HandlerContext, Orchestrator, Outcome
+from frontdesk._driver.statement import Statement
 from frontdesk._driver.tx import run_sync_tx
 from frontdesk.db import create_engine, dispose_engine
 from frontdesk.experts.providers import FunctionModel, ModelRequest
@@ -115,3 +117,43 @@ async def test_turns_go_on_after_the_server_ends_every_connection(fresh_pg_url: 
         assert roles == ["user", "assistant"] * 4, "each message stored once, alternating"
     finally:
         await orch.aclose()
+
+
+_COUNT = Statement(sa.text("SELECT count(*) AS n FROM note"))
+
+
+async def test_a_read_cancelled_at_any_point_leaves_its_pooled_connection_clean(
+    fresh_pg_url: str,
+) -> None:
+    """A caller cancelled while its statement ran on the driver (a turn's memory read
+    beside a start that failed) must not hand the next caller a connection still inside
+    its transaction: that caller's writes would go to a savepoint never committed, or fail
+    as "current transaction is aborted". One pooled connection, cancelled at every step."""
+    engine = create_engine(fresh_pg_url, pool_size=1, max_overflow=0)
+    try:
+        async with engine.begin() as conn:
+            await conn.execute(sa.text("CREATE TABLE note (id serial PRIMARY KEY, body text)"))
+        steps = 80
+        for step in range(steps):
+            read = asyncio.ensure_future(
+                run_sync_tx(engine, lambda conn: _COUNT.rows(conn, {}), readonly=True)
+            )
+            for _ in range(step % 40):
+                await asyncio.sleep(0)
+            read.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await read
+
+            def write(conn: Connection, body: str = str(step)) -> None:
+                conn.execute(sa.text("INSERT INTO note (body) VALUES (:b)"), {"b": body})
+
+            await run_sync_tx(engine, write)
+    finally:
+        await dispose_engine(engine)  # An open transaction left on it is rolled back here.
+    afterwards = create_engine(fresh_pg_url)
+    try:
+        async with afterwards.connect() as conn:
+            written = (await conn.execute(sa.text("SELECT count(*) FROM note"))).scalar_one()
+    finally:
+        await dispose_engine(afterwards)
+    assert written == steps, "every write committed"
