@@ -146,11 +146,41 @@ _EVENT = re.compile(
     r"|(?:doesn't|does not|don't) (?:look|seem) right|customer|been with you|send|check"
     r"|help|sort|fix|explain|tell me|let me know|account|card|app|stuck|stopped|report|away|sent)\b"
 )
+# The words a `_CUES` match can begin with: each of its alternatives starts with `\b` and
+# one of these whole words ("i" of "i'm", "e" of "e-mail"), so a clause with none of them
+# has no cue, and one with some has a cue only where one of them stands (searching the whole
+# alternation at every position of every clause was most of the gate's time). The test
+# tests/orchestrator/test_memory_gate_equivalence.py derives the set from `_CUES` itself.
+_CUE_STARTS = frozenset(
+    (
+        "i im we my our family mother speak reply replies write answer talk letter letters"
+        " address please call calls prefer preferably preference rather from going in for"
+        " always never don do no email e emails text texts sms whatsapp post phone chat only"
+        " contacted reached contact suit suits work works best is are as weekend weekends"
+        " weekday weekdays evening evenings morning mornings changed update updated note on"
+        " keep use"
+    ).split()
+) | frozenset(_LANGUAGES[3:-1].split("|"))  # The names in `(?:...)`.
+# The words a `_KEEP` match can begin with (checked alike).
+_KEEP_STARTS = frozenset("large braille easy stop new record save keep use future".split())
+_WORD = re.compile(r"\w+")
 # Standing wishes still worth a look when they come as a question ("Could you write in
 # French from now on?").
 _STANDING = re.compile(r"\bfrom now on\b|\bgoing forward\b|\bin (?:the )?future\b|\bfuture \w+")
 # A clause: a sentence, or a part of one after a comma or semicolon.
 _CLAUSE = re.compile(r"[^.!?;,]+[.!?;,]*")
+
+
+def _has_cue(folded: str, words: set[str]) -> bool:
+    """`_CUES.search(folded)` (`words`: the words of `folded`), tried only at the places where
+    a word that can begin a match stands (`_CUE_STARTS`)."""
+    for start in _CUE_STARTS.intersection(words):
+        at = folded.find(start)
+        while at >= 0:  # Every place the word stands (the match checks its boundaries).
+            if _CUES.match(folded, at):
+                return True
+            at = folded.find(start, at + 1)
+    return False
 
 
 def may_state_a_fact(text: str) -> bool:
@@ -171,7 +201,8 @@ def may_state_a_fact(text: str) -> bool:
             if _STANDING.search(folded):
                 return True
             continue
-        if _CUES.search(folded) or _KEEP.search(folded):
+        words = set(_WORD.findall(folded))
+        if _has_cue(folded, words) or (not _KEEP_STARTS.isdisjoint(words) and _KEEP.search(folded)):
             return True
         named = _NAMED.search(clause)
         if named is not None and named.group(1) not in _NOT_NAMES:
