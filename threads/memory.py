@@ -98,7 +98,8 @@ _STOP = frozenset(
     " was we were what when where which who why will with would you your yes ok okay hi"
     " hello hey thanks thank".split()
 )
-_WORD = re.compile(r"[^\W_]+(?:'[^\W_]+)?")
+_WORD = re.compile(r"([^\W_]+)(?:'[^\W_]+)?")
+"""A word, the part before an apostrophe captured ("don't": "don")."""
 MAX_QUERY_WORDS = 32
 MATCHES_SCORED = 200
 """Of the facts a turn's words match, the newest this many are ranked by relevance (so a
@@ -110,14 +111,8 @@ in the order of the index `ix_memory_user_newest`, and no further): a customer h
 
 def query_words(text: str) -> list[str]:
     """The distinct searchable words of `text` (lower case, no stop words), in order."""
-    seen: dict[str, None] = {}
-    for word in _WORD.findall(text.lower()):
-        word = word.split("'")[0]
-        if len(word) > 1 and word not in _STOP and word not in seen:
-            seen[word] = None
-        if len(seen) >= MAX_QUERY_WORDS:
-            break
-    return list(seen)
+    found = [w for w in _WORD.findall(text.lower()) if len(w) > 1 and w not in _STOP]
+    return list(dict.fromkeys(found))[:MAX_QUERY_WORDS]
 
 
 def match_query(words: Sequence[str], dialect: str, *, every: bool = False) -> str:
