@@ -19,7 +19,14 @@ from frontdesk.errors import (
     QuestionOverBudget,
 )
 from frontdesk.frozen import quick_init
-from frontdesk.threads.tokens import TokenCounter, count_each, count_groups, count_text_groups
+from frontdesk.threads.tokens import (
+    TextGroups,
+    TokenCounter,
+    count_each,
+    count_estimated,
+    count_groups,
+    count_text_groups,
+)
 
 
 class Turn(Protocol):
@@ -135,12 +142,34 @@ class Budget:
         Raises:
             QuestionOverBudget: when the question alone is over its allowance.
         """
-        groups = exchanges(history)
+        return self.fit_parts(
+            counter=counter,
+            parts=Parts.of(history, summary=summary, question=question),
+            documents=documents,
+            memory=memory,
+        )
+
+    def fit_parts(
+        self,
+        *,
+        counter: TokenCounter,
+        parts: Parts[T],
+        documents: Sequence[Document] = (),
+        memory: Sequence[Document] = (),
+    ) -> Fit[T]:
+        """`fit` of the history, summary and question `parts` was made of (made once for
+        a thread that several experts' budgets cut).
+
+        Raises:
+            QuestionOverBudget: when the question alone is over its allowance.
+        """
+        groups, summary, question = parts.groups, parts.summary, parts.question
         # Every part counted in one call (the ratio looked up once): the question's and the
         # summary's turn, then each exchange; as texts for a counter that reads no role.
-        texts = [[text] for text in (question, summary) if text is not None]
-        texts += [[t.content for t in g] for g in groups]
-        sizes = count_text_groups(counter, texts) if texts else []
+        texts = parts.texts
+        sizes = count_estimated(counter, texts)
+        if sizes is None:
+            sizes = count_text_groups(counter, texts.groups) if texts.groups else []
         if sizes is None:
             framed = [
                 [{"role": "user", "content": text}]
@@ -177,6 +206,34 @@ class Budget:
                 "question": question_tokens,
             },
         )
+
+
+@dataclass(frozen=True, kw_only=True, eq=False)
+class Parts(Generic[T]):
+    """What a budget cuts, in the shape it counts it: the history grouped into exchanges,
+    and the texts of the question's turn, the summary's and each exchange (`Parts.of`).
+
+    A turn fits one thread to three experts' budgets: the grouping and the texts' estimate
+    are the same for each, so the thread makes its parts once (`UserThread.for_expert`)
+    and each budget scales the estimate by its own counter's ratio.
+    """
+
+    groups: list[list[T]]
+    summary: str | None
+    question: str | None
+    texts: TextGroups
+    """`[question]` and `[summary]` (those given), then each exchange's texts."""
+
+    @classmethod
+    def of(
+        cls, history: Sequence[T], *, summary: str | None = None, question: str | None = None
+    ) -> Parts[T]:
+        """The parts of `history` (oldest first, the question excluded), `summary` (the
+        summary turn's full text as sent) and `question` (the new user message)."""
+        groups = exchanges(history)
+        texts = [[text] for text in (question, summary) if text is not None]
+        texts += [[t.content for t in g] for g in groups]
+        return cls(groups=groups, summary=summary, question=question, texts=TextGroups(texts))
 
 
 @quick_init

@@ -22,7 +22,7 @@ from typing import Literal, Protocol
 
 from frontdesk.frozen import quick_init
 from frontdesk.labels import SUMMARY_LABEL, neutralise
-from frontdesk.threads.budget import Budget, Document, Fit, budget_for
+from frontdesk.threads.budget import Budget, Document, Fit, Parts, budget_for
 from frontdesk.threads.store import MessageRecord
 from frontdesk.threads.summaries import PathSinceSummary, SummaryRecord, SummaryStore
 from frontdesk.threads.tokens import EstimatingCounter, TokenCounter
@@ -121,6 +121,23 @@ class UserThread:
             count -= 1
         return count
 
+    @functools.cached_property
+    def _parts(self) -> tuple[Parts[ThreadMessage], ThreadMessage | None]:
+        """The thread as every budget cuts it (the history before the question, grouped
+        into exchanges, and the texts to count), and the question: made once for the
+        turn's three expert views. A thread is never changed once built (its turns are
+        frozen, its list never appended to: a new turn builds a new thread)."""
+        history: Sequence[ThreadMessage] = self.messages
+        question: ThreadMessage | None = None
+        if history and history[-1].role == "user":
+            history, question = history[:-1], history[-1]
+        parts = Parts.of(
+            history,
+            summary=self.summary_turn(),
+            question=question.content if question is not None else None,
+        )
+        return parts, question
+
     def for_expert(
         self,
         expert: str,
@@ -139,15 +156,10 @@ class UserThread:
             ConfigError: no budget for `expert`.
         """
         budget = budget_for(expert, budgets)
-        history: Sequence[ThreadMessage] = self.messages
-        question: ThreadMessage | None = None
-        if history and history[-1].role == "user":
-            history, question = history[:-1], history[-1]
-        fit = budget.fit(
+        parts, question = self._parts
+        fit = budget.fit_parts(
             counter=counter or EstimatingCounter(),
-            history=history,
-            summary=self.summary_turn(),
-            question=question.content if question is not None else None,
+            parts=parts,
             memory=memory,
             documents=documents,
         )

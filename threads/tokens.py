@@ -252,6 +252,44 @@ def count_text_groups(counter: TokenCounter, groups: Sequence[Sequence[str]]) ->
     return None if each is None else each(groups)
 
 
+class TextGroups:
+    """Groups of message texts that several counters count (a turn's thread, fitted to
+    each expert's budget): their local estimate is made at most once, and each built-in
+    counter scales it by its own ratio when it counts (`count_estimated`)."""
+
+    __slots__ = ("groups", "_estimates")
+
+    def __init__(self, groups: Sequence[Sequence[str]]) -> None:
+        self.groups = groups
+        self._estimates: list[int] | None = None
+
+    def estimates(self) -> list[int]:
+        """`EstimatingCounter.count_text_groups(self.groups)`, made on the first call (the
+        estimate is a function of the texts alone; the caller must not change the list)."""
+        if self._estimates is None:
+            self._estimates = _estimate_groups(self.groups)
+        return self._estimates
+
+
+def count_estimated(counter: TokenCounter, groups: TextGroups) -> list[int] | None:
+    """`count_text_groups(counter, groups.groups)`, from the groups' estimate made once,
+    for the built-in counters whose counts are that estimate, scaled (an
+    `EstimatingCounter`, a `CalibratedCounter` over one, bound to a model or not; the
+    ratio read now, as it would be); `None` for any other counter, subclasses included
+    (the caller counts the texts through the counter's own methods)."""
+    if type(counter) is EstimatingCounter:
+        return list(groups.estimates())  # A copy: the caller may pop from it.
+    if type(counter) is _BoundCounter:
+        owner, model = counter.owner, counter.model
+    elif type(counter) is CalibratedCounter:
+        owner, model = counter, ""
+    else:
+        return None
+    if type(owner) is not CalibratedCounter or type(owner.base) is not EstimatingCounter:
+        return None
+    return _scaled(groups.estimates(), owner.ratio(model))
+
+
 def count_each(counter: TokenCounter, texts: Sequence[str]) -> list[int]:
     """`counter.count` of each of `texts`: in one call when the counter has `count_each`
     (the calibrated counters do), one text at a time for any other `TokenCounter`."""
