@@ -10,8 +10,8 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
-from re import _constants as C  # type: ignore[attr-defined]
-from re import _parser as P  # type: ignore[attr-defined]
+from re import _constants as C
+from re import _parser as P
 from typing import Any
 
 import pytest
