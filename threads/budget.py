@@ -23,7 +23,6 @@ from frontdesk.threads.tokens import (
     TextGroups,
     TokenCounter,
     count_each,
-    count_estimated,
     count_groups,
     count_text_groups,
 )
@@ -167,9 +166,7 @@ class Budget:
         # Every part counted in one call (the ratio looked up once): the question's and the
         # summary's turn, then each exchange; as texts for a counter that reads no role.
         texts = parts.texts
-        sizes = count_estimated(counter, texts)
-        if sizes is None:
-            sizes = count_text_groups(counter, texts.groups) if texts.groups else []
+        sizes = count_text_groups(counter, texts) if texts else []
         if sizes is None:
             framed = [
                 [{"role": "user", "content": text}]

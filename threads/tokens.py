@@ -78,8 +78,30 @@ class EstimatingCounter:
 
 
 def _estimate_groups(groups: Iterable[Sequence[str]]) -> list[int]:
-    """`EstimatingCounter.count_messages` of each group of message texts (it reads no role)."""
+    """`EstimatingCounter.count_messages` of each group of message texts (it reads no role);
+    for `TextGroups`, made once and kept (a copy each time: a caller may pop from it)."""
+    if isinstance(groups, TextGroups):
+        if groups.estimate is None:
+            groups.estimate = _estimate_each(groups)
+        return list(groups.estimate)
+    return _estimate_each(groups)
+
+
+def _estimate_each(groups: Iterable[Sequence[str]]) -> list[int]:
     return [len(group) * MESSAGE_OVERHEAD + sum(map(_estimate, group)) for group in groups]
+
+
+class TextGroups(list[Sequence[str]]):
+    """Groups of message texts that several counters count (a turn's thread, fitted to
+    each expert's budget): their local estimate is made once, by the first count, and each
+    built-in counter scales it by its own ratio, read when it counts. The groups must not
+    change once counted."""
+
+    __slots__ = ("estimate",)
+
+    def __init__(self, groups: Iterable[Sequence[str]]) -> None:
+        super().__init__(groups)
+        self.estimate: list[int] | None = None
 
 
 @dataclass
@@ -250,44 +272,6 @@ def count_text_groups(counter: TokenCounter, groups: Sequence[Sequence[str]]) ->
     other counter (the caller counts the groups as messages)."""
     each = getattr(counter, "count_text_groups", None)
     return None if each is None else each(groups)
-
-
-class TextGroups:
-    """Groups of message texts that several counters count (a turn's thread, fitted to
-    each expert's budget): their local estimate is made at most once, and each built-in
-    counter scales it by its own ratio when it counts (`count_estimated`)."""
-
-    __slots__ = ("groups", "_estimates")
-
-    def __init__(self, groups: Sequence[Sequence[str]]) -> None:
-        self.groups = groups
-        self._estimates: list[int] | None = None
-
-    def estimates(self) -> list[int]:
-        """`EstimatingCounter.count_text_groups(self.groups)`, made on the first call (the
-        estimate is a function of the texts alone; the caller must not change the list)."""
-        if self._estimates is None:
-            self._estimates = _estimate_groups(self.groups)
-        return self._estimates
-
-
-def count_estimated(counter: TokenCounter, groups: TextGroups) -> list[int] | None:
-    """`count_text_groups(counter, groups.groups)`, from the groups' estimate made once,
-    for the built-in counters whose counts are that estimate, scaled (an
-    `EstimatingCounter`, a `CalibratedCounter` over one, bound to a model or not; the
-    ratio read now, as it would be); `None` for any other counter, subclasses included
-    (the caller counts the texts through the counter's own methods)."""
-    if type(counter) is EstimatingCounter:
-        return list(groups.estimates())  # A copy: the caller may pop from it.
-    if type(counter) is _BoundCounter:
-        owner, model = counter.owner, counter.model
-    elif type(counter) is CalibratedCounter:
-        owner, model = counter, ""
-    else:
-        return None
-    if type(owner) is not CalibratedCounter or type(owner.base) is not EstimatingCounter:
-        return None
-    return _scaled(groups.estimates(), owner.ratio(model))
 
 
 def count_each(counter: TokenCounter, texts: Sequence[str]) -> list[int]:
