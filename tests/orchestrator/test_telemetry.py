@@ -133,7 +133,10 @@ async def test_one_turn_is_a_turn_span_over_three_chat_spans(
         assert row.kind == "model_attempt"
 
     # No message text, instruction, reply or system prompt anywhere on any span.
-    said = [QUESTION, "4111", "purple potatoes", ANSWER, "confirm", "Ask the user", "You are"]
+    # The card as written or run together: "4111" alone is also in one random hex id of
+    # about 230 (a span's audit event id), which failed a clean-clone CI run once.
+    card = ["4111 1111", "41111111"]
+    said = [QUESTION, *card, "purple potatoes", ANSWER, "confirm", "Ask the user", "You are"]
     for span in finished:
         for value in _every_value(span):
             assert not any(text in value for text in said), (span.name, value)
