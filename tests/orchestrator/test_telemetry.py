@@ -133,8 +133,9 @@ async def test_one_turn_is_a_turn_span_over_three_chat_spans(
         assert row.kind == "model_attempt"
 
     # No message text, instruction, reply or system prompt anywhere on any span.
-    # The card as written or run together: "4111" alone is also in one random hex id of
-    # about 230 (a span's audit event id), which failed a clean-clone CI run once.
+    # The card as written or run together: "4111" alone is in about one random 32-digit
+    # hex id of 2,000, and the spans hold about ten ids, so about one run in 200 (an audit
+    # event id failed a clean-clone CI run once).
     card = ["4111 1111", "41111111"]
     said = [QUESTION, *card, "purple potatoes", ANSWER, "confirm", "Ask the user", "You are"]
     for span in finished:
