@@ -13,9 +13,12 @@ both and here / BASE. With `--doc`, the table replaces the one between the
 last one). With `--instructions`, each side's instructions per warm turn are counted too
 (`benchmarks.instructions`, valgrind): times move with the machine's load, counts do not, so
 a regression of a few percent shows there first. With `--with-peers`, the peer benchmark
-(../shared/peerbench) runs once first, in the same run, and issue 20's goals
-(`benchmarks.turns.GOALS`) are checked for BASE and here against it: the before and after
-of every goal from one run.
+(../shared/peerbench) runs first in every round, and issue 20's and 47's goals
+(`benchmarks.turns.GOALS`) are checked for BASE and here against the peers of the same
+round: this machine's speed swings by a third within twenty minutes, and a ratio between
+figures measured minutes apart moves far less than one between figures measured a
+quarter of an hour apart. The table gives the median ratio of the rounds and in how many
+the work tree met each goal, then each round's turn-10 ratios.
 
 BASE is checked out with `git worktree` in a temporary folder and run with this
 virtualenv: a link tree maps its folders to the `frontdesk.<folder>` names the way the
@@ -32,6 +35,7 @@ import subprocess
 import sys
 import tempfile
 import tomllib
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -111,48 +115,86 @@ def table(base: str, then: list[dict[str, Any]], now: list[dict[str, Any]]) -> s
     return "\n".join(rows)
 
 
-def medians(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """The figures of several runs as one: the median of each number, by its path."""
-    first = rows[0]
-    out: dict[str, Any] = {}
-    for key, value in first.items():
-        if isinstance(value, dict):
-            found = [r[key] for r in rows if isinstance(r.get(key), dict)]
-            out[key] = medians(found)
-        elif isinstance(value, int | float) and not isinstance(value, bool):
-            out[key] = statistics.median(r[key] for r in rows if key in r)
-    return out
-
-
 GOAL_ROWS = [
     ("t10", "turn 10 / best peer's"),
+    ("memory", "turn 10 with memory / best peer's"),
     ("concurrent", "200x5 / best peer's"),
     ("flat", "turn 1000 / turn 10"),
 ]
+BACKENDS = [("sqlite", "SQLite", None), ("postgresql", "PostgreSQL", "postgres")]
 
 
-def goals_table(base: str, then: dict[str, Any], now: dict[str, Any], peers: Any) -> str:
-    """Issue 20's goals at BASE and here (median figures) against one run of the peers."""
-    rows = [f"| backend | goal | {base} | work tree | met here? |", "|---|---|---|---|---|"]
-    for backend, label, key in (
-        ("sqlite", "SQLite", None),
-        ("postgresql", "PostgreSQL", "postgres"),
-    ):
-        sides = [
-            then if key is None else then.get(key, {}),
-            now if key is None else now.get(key, {}),
-        ]
+@dataclass(frozen=True)
+class Round:
+    """One round of `--with-peers`: the peers, then BASE, then the work tree, back to back,
+    so each side's ratio to the best peer is taken against peers measured minutes away."""
+
+    peers: dict[str, Any]
+    then: dict[str, Any]
+    now: dict[str, Any]
+
+    def ratios(self, backend: str, key: str | None) -> dict[str, Any] | None:
+        """Each goal at BASE and here in this round, or None if the backend was not run."""
+        sides = (
+            [self.then, self.now]
+            if key is None
+            else [self.then.get(key, {}), self.now.get(key, {})]
+        )
         if not all("long" in side and "concurrent" in side for side in sides):
+            return None
+        before, after = (goals(side, self.peers, backend) for side in sides)
+        return {"then": before, "now": after}
+
+
+def _ratio(values: list[float | None]) -> str:
+    found = [v for v in values if v is not None]
+    return "-" if not found else f"{statistics.median(found):.2f}x"
+
+
+def goals_table(base: str, rounds: list[Round]) -> str:
+    """Issue 20's and 47's goals, each round's ratio taken against that round's peers: the
+    median ratio at BASE and here, and in how many rounds the work tree met the goal."""
+    rows = [f"| backend | goal | {base} | work tree | met here |", "|---|---|---|---|---|"]
+    for backend, label, key in BACKENDS:
+        found = [r for r in (rnd.ratios(backend, key) for rnd in rounds) if r is not None]
+        if not found:
             continue
-        before, after = (goals(side, peers, backend) for side in sides)
         for name, text in GOAL_ROWS:
-            old, new = before[name], after[name]
+            if not all(name in r["then"] and name in r["now"] for r in found):
+                continue  # A goal is shown before and after, or not at all.
+            met = sum(r["now"][name]["met"] for r in found)
+            rows.append(
+                f"| {label} | {text} {found[0]['now'][name]['goal']} "
+                f"| {_ratio([r['then'][name]['ratio'] for r in found])} "
+                f"| {_ratio([r['now'][name]['ratio'] for r in found])} "
+                f"| {met} of {len(found)} |"
+            )
+    return "\n".join(rows)
 
-            def shown(g: dict[str, Any]) -> str:
-                return "-" if g["ratio"] is None else f"{g['ratio']:.2f}x"
 
-            met = "yes" if new["met"] else "no"
-            rows.append(f"| {label} | {text} {new['goal']} | {shown(old)} | {shown(new)} | {met} |")
+def rounds_table(base: str, rounds: list[Round]) -> str:
+    """Round by round: the best peer's turn 10 and each turn-10 ratio, BASE -> here."""
+    columns: list[tuple[str, str | None, str, str]] = [
+        ("sqlite", None, "t10", "SQLite"),
+        ("sqlite", None, "memory", "memory on"),
+        ("postgresql", "postgres", "t10", "PostgreSQL"),
+    ]
+    head = [f"{text} / peer, {base} -> here" for *_, text in columns]
+    rows = ["| round | best peer turn 10 | " + " | ".join(head) + " |"]
+    rows.append("|---|---|" + "---|" * len(columns))
+    for i, rnd in enumerate(rounds, 1):
+        first = rnd.ratios("sqlite", None)
+        if first is None:
+            continue
+        peer = f"{first['now']['t10']['peer_ms']:.2f} ms ({first['now']['t10']['best_peer']})"
+        cells = []
+        for backend, key, name, _text in columns:
+            r = rnd.ratios(backend, key)
+            if r is None or name not in r["then"] or name not in r["now"]:
+                cells.append("-")
+                continue
+            cells.append(f"{r['then'][name]['ratio']:.2f}x -> {r['now'][name]['ratio']:.2f}x")
+        rows.append(f"| {i} | {peer} | " + " | ".join(cells) + " |")
     return "\n".join(rows)
 
 
@@ -183,7 +225,7 @@ def compare(argv: list[str] | None = None) -> str:
     parser.add_argument(
         "--with-peers",
         action="store_true",
-        help="run the peers once too and check issue 20's goals at both sides",
+        help="run the peers in every round and check the goals at both sides against them",
     )
     parser.add_argument("--peers-dir", type=Path, default=PEERS_DIR)
     parser.add_argument("--doc", type=Path, default=None, help="write the table into this file")
@@ -203,15 +245,17 @@ def compare(argv: list[str] | None = None) -> str:
         )
         try:
             tree = link_tree(checkout, work / "tree")
-            peers = None
-            if args.with_peers:  # Once, first, never beside frontdesk (two cores).
-                peers = run_peers(
-                    args.peers_dir, work / "peers", args.turns, args.convs, args.per_conv
-                )
-            then, now = [], []
+            then, now, rounds = [], [], []
             for i in range(args.rounds):  # Interleaved: the machine's noise hits both alike.
+                peers = None
+                if args.with_peers:  # First in each round, never beside frontdesk (two cores).
+                    peers = run_peers(
+                        args.peers_dir, work / f"peers-{i}", args.turns, args.convs, args.per_conv
+                    )
                 then.append(run_turns(tree, work / f"base-{i}.json", args))
                 now.append(run_turns(ROOT, work / f"here-{i}.json", args))
+                if peers is not None:
+                    rounds.append(Round(peers, then[-1], now[-1]))
             if args.instructions:  # Deterministic: one count per side is the figure.
                 then[0]["instructions"] = {"per_turn_m": per_turn(tree) / 1e6}
                 now[0]["instructions"] = {"per_turn_m": per_turn(ROOT) / 1e6}
@@ -220,8 +264,8 @@ def compare(argv: list[str] | None = None) -> str:
                 ["git", "worktree", "remove", "--force", str(checkout)], cwd=ROOT, check=False
             )
     text = table(sha, then, now)
-    if peers is not None:
-        text += "\n\n" + goals_table(sha, medians(then), medians(now), peers)
+    if rounds:
+        text += "\n\n" + goals_table(sha, rounds) + "\n\n" + rounds_table(sha, rounds)
     print(text)
     if args.doc is not None:
         write_doc(args.doc, text)

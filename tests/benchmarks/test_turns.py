@@ -52,3 +52,17 @@ def test_the_goals_are_issue_20s_per_backend_against_the_best_peer() -> None:
     assert not turns.goals(_figures(10.1, 13.0, 239.0), PEERS, "postgresql")["t10"]["met"]
     table = turns.goals_table({**_figures(3.0, 3.9, 720.0), "goals": sqlite})
     assert "| SQLite | 200x5 / best peer >= 6.0x | 6.00x | yes |" in table
+
+
+def test_memory_on_is_judged_against_the_best_peers_turn_10() -> None:
+    """Issue 47: the memory-on conversation's turn 10 at most 0.3x the best peer's."""
+    with_memory = {**_figures(2.0, 2.4, 720.0), "memory": {"t10_median_ms": 3.0}}
+    met = turns.goals(with_memory, PEERS)["memory"]
+    assert met["met"] and met["ratio"] == 0.3 and met["goal"] == "<= 0.3x"
+    over = {**with_memory, "memory": {"t10_median_ms": 3.1}}
+    found = turns.goals(over, PEERS)
+    assert not found["memory"]["met"] and found["t10"]["met"]
+    assert "| SQLite | turn 10 with memory / best peer <= 0.3x | 0.31x | no |" in (
+        turns.goals_table({**over, "goals": found})
+    )
+    assert "memory" not in turns.goals(_figures(2.0, 2.4, 720.0), PEERS)  # Not measured.
