@@ -8,7 +8,9 @@ message, as long as no message on it was rewritten or deleted and no summary cha
 such write bumps `conversation.path_version` (triggers, revision 0037), which the start
 reads with its lock. An entry is used only when the new message's parent is the entry's
 leaf and the version is the one the entry was read at; anything else (another process's
-turn, an edit, an erasure, a compaction, a rolled-back write) reads the path again.
+turn, an edit, an erasure, a compaction, a rolled-back write) reads the path again. On
+PostgreSQL the start's own function makes that check under the lock (`known`, revision
+0038) and sends the path back only when it fails.
 
 Entries are immutable; the store changes the mapping only on its event loop, after the
 transaction that read or wrote the rows committed, and reads it inside the transaction.
@@ -28,7 +30,9 @@ MAX_MESSAGES = 400
 
 
 @dataclass(frozen=True, slots=True)
-class _Entry:
+class KnownPath:
+    """A conversation's path as this process last read or extended it."""
+
     leaf_id: str
     """The last message of `path`."""
     version: int
@@ -40,7 +44,12 @@ class PathCache:
     """Per conversation, the path to its leaf as this process last read or extended it."""
 
     def __init__(self) -> None:
-        self._entries: dict[str, _Entry] = {}
+        self._entries: dict[str, KnownPath] = {}
+
+    def known(self, conversation_id: str) -> KnownPath | None:
+        """The kept path of `conversation_id`, for a start that checks its leaf and version
+        itself (PostgreSQL's function, `threads/_server_turn.py`)."""
+        return self._entries.get(conversation_id)
 
     def after(self, message: MessageRecord, version: int) -> PathSinceSummary | None:
         """The path to `message`, just written under its parent: the kept path to that
@@ -48,7 +57,7 @@ class PathCache:
         entry = self._entries.get(message.conversation_id)
         if entry is None or entry.version != version or entry.leaf_id != message.parent_id:
             return None
-        return _plus(entry.path, message)
+        return plus(entry.path, message)
 
     def keep(self, path: PathSinceSummary, version: int) -> None:
         """Remember `path` (ending at a message just committed), read at `version`."""
@@ -59,7 +68,7 @@ class PathCache:
         self._entries.pop(conversation_id, None)  # Re-inserted last: the newest used.
         if len(path.messages) > MAX_MESSAGES:
             return
-        self._entries[conversation_id] = _Entry(last.id, version, path)
+        self._entries[conversation_id] = KnownPath(last.id, version, path)
         if len(self._entries) > MAX_CONVERSATIONS:
             del self._entries[next(iter(self._entries))]
 
@@ -68,10 +77,11 @@ class PathCache:
         same version: a write that bumped it meanwhile makes the entry miss)."""
         entry = self._entries.get(reply.conversation_id)
         if entry is not None and entry.leaf_id == reply.parent_id:
-            self.keep(_plus(entry.path, reply), entry.version)
+            self.keep(plus(entry.path, reply), entry.version)
 
 
-def _plus(path: PathSinceSummary, message: MessageRecord) -> PathSinceSummary:
+def plus(path: PathSinceSummary, message: MessageRecord) -> PathSinceSummary:
+    """`path` and then `message`, written under its last message."""
     return PathSinceSummary(
         summary=path.summary, messages=[*path.messages, message], replaced=path.replaced
     )

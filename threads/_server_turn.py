@@ -23,6 +23,7 @@ from sqlalchemy.exc import DBAPIError
 
 from frontdesk._driver import Statement
 from frontdesk.threads._outcomes import Previous
+from frontdesk.threads._path_cache import KnownPath, plus
 from frontdesk.threads._records import MessageRecord
 from frontdesk.threads.handoff import Opened
 from frontdesk.threads.models import Message, UTCDateTime
@@ -89,6 +90,9 @@ _START_ARGUMENTS: dict[str, Any] = {
     "user_id": sa.String,
     "profile": sa.String,
     "check_handoff": sa.Boolean,
+    "known_leaf": sa.String,
+    "known_version": sa.Integer,
+    "known_previous": sa.String,
 }
 # `frontdesk_start_turn`'s columns beside its two row columns.
 _START_EXTRA: dict[str, Any] = {
@@ -97,6 +101,8 @@ _START_EXTRA: dict[str, Any] = {
     "previous_category": sa.String,
     "previous_confirmation": sa.JSON,
     "previous_flow": sa.JSON,
+    "path_version": sa.Integer,
+    "path_known": sa.Boolean,
 }
 
 
@@ -118,16 +124,25 @@ _START = Statement(_start_statement(), sqlite=False)
 
 class StartedOnServer:
     """What `frontdesk_start_turn` wrote and read: the new message, its path, the turn
-    before on that path."""
+    before on that path, the conversation's `path_version` under its lock, and whether the
+    caller's known path was still the path (`path_known`: the function sent no path)."""
 
-    __slots__ = ("message", "path", "previous")
+    __slots__ = ("message", "path", "path_known", "previous", "version")
 
     def __init__(
-        self, message: MessageRecord, path: PathSinceSummary, previous: Previous | None
+        self,
+        message: MessageRecord,
+        path: PathSinceSummary,
+        previous: Previous | None,
+        *,
+        version: int,
+        path_known: bool,
     ) -> None:
         self.message = message
         self.path = path
         self.previous = previous
+        self.version = version
+        self.path_known = path_known
 
 
 def start(
@@ -138,11 +153,13 @@ def start(
     user_id: str | None,
     profile: str | None,
     check_handoff: bool,
+    known: KnownPath | None = None,
 ) -> tuple[int | None, StartedOnServer | None]:
     """One call, its own transaction: take the lease of `claim` (`TurnLease.claim`), add
     `message` (its id, text, time and client id; its parent is the conversation's leaf)
-    and read its path. Returns the fencing token and what was done, or `(None, None)`
-    when another owner holds the lease (nothing written).
+    and read its path, unless `known` (the path this process kept) is still the path to
+    that leaf at its version (revision 0038). Returns the fencing token and what was done,
+    or `(None, None)` when another owner holds the lease (nothing written).
 
     Raises:
         Fallback: not the usual start (see revision 0031); nothing was written.
@@ -158,13 +175,19 @@ def start(
         "user_id": user_id,
         "profile": profile,
         "check_handoff": check_handoff,
+        "known_leaf": None if known is None else known.leaf_id,
+        "known_version": None if known is None else known.version,
+        "known_previous": None if known is None else _last_user_id(known.path),
     }
     with _refusal_as_fallback():
         rows = _START.rows(conn, params)
     if not rows:
         return None, None
     top, last = rows[0], rows[-1]
-    if top["summary_id"] is None:
+    if last["path_known"]:
+        assert known is not None, "the function reuses only a path it was told"
+        path = plus(known.path, MessageRecord.from_row(last))
+    elif top["summary_id"] is None:
         path = PathSinceSummary(
             summary=None, messages=[MessageRecord.from_row(r) for r in rows], replaced=0
         )
@@ -186,7 +209,23 @@ def start(
             confirmation=last["previous_confirmation"],
             flow=last["previous_flow"],
         )
-    return int(last["lease_token"]), StartedOnServer(path.messages[-1], path, previous)
+    started = StartedOnServer(
+        path.messages[-1],
+        path,
+        previous,
+        version=int(last["path_version"]),
+        path_known=bool(last["path_known"]),
+    )
+    return int(last["lease_token"]), started
+
+
+def _last_user_id(path: PathSinceSummary) -> str | None:
+    """The turn before a message written under `path`'s leaf: its last user message (as
+    `_outcomes.previous_turn` finds it), or `None`."""
+    for m in reversed(path.messages):
+        if m.role == "user":
+            return m.id
+    return None
 
 
 class AuditRows(Protocol):

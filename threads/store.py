@@ -445,7 +445,9 @@ class ConversationStore:
     ) -> TurnStart:
         """`start_turn`'s usual case as one call of the database's function (the lease,
         the message under the leaf, its path and the turn before: `threads/_server_turn.py`),
-        with what `beside` (the lookups on a second connection) read.
+        with what `beside` (the lookups on a second connection) read. The function is told
+        the path this process kept (`PathCache.known`) and sends none back while that is
+        still the path, as the general start reuses it (revision 0038).
 
         Raises:
             Fallback: not the usual start; nothing was written.
@@ -463,7 +465,11 @@ class ConversationStore:
             prompt_versions=None,
         )
 
+        known = self._paths.known(conversation_id)
+        versions: list[int] = []  # The path version the function read (none: no path).
+
         def work(conn: Connection) -> tuple[int | None, TurnStart | None]:
+            versions.clear()  # A retried call reads it again.
             token, done = _server_turn.start(
                 conn,
                 lease.claim(),
@@ -471,9 +477,11 @@ class ConversationStore:
                 user_id=user_id,
                 profile=profile,
                 check_handoff=handoff is not None,
+                known=known,
             )
             if done is None:
                 return token, None
+            versions.append(done.version)
             begun = TurnStart(
                 message=done.message,
                 created=True,
@@ -487,6 +495,8 @@ class ConversationStore:
 
         begun = await lease.take_with(work, alone=True)
         assert begun is not None, "take_with returns what the first write returned"
+        if begun.path is not None and versions:  # Committed: the next turn may build on it.
+            self._paths.keep(begun.path, versions[0])
         lease.asked = begun.message.id
         if beside is not None:  # A lookup that failed finds nothing (as in a savepoint).
             begun = dataclasses.replace(begun, recalled=(await _settled(beside))[1])

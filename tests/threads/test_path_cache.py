@@ -2,7 +2,7 @@
 only while nothing can have changed it: an erasure, a compaction, a scrub, another
 process's turn or a start that rolled back each make the next start read it again, and
 what it serves is what a fresh read gives. On SQLite and PostgreSQL (whose usual start
-reads the path in its own function: there the test checks the paths alone)."""
+is its own function, told the path kept: revision 0038)."""
 
 from __future__ import annotations
 
@@ -14,8 +14,9 @@ import pytest
 from sqlalchemy import Connection
 
 from frontdesk._driver.tx import run_sync_tx
-from frontdesk.threads import erasure, summaries
+from frontdesk.threads import _server_turn, erasure, summaries
 from frontdesk.threads import store as store_module
+from frontdesk.threads._outcomes import TurnOutcome
 from frontdesk.threads.ruled_values import Scrub
 from frontdesk.threads.store import ConversationStore, TurnStart
 from frontdesk.threads.summaries import PathSinceSummary, SummaryStore
@@ -25,15 +26,24 @@ pytestmark = pytest.mark.anyio
 
 @pytest.fixture
 def reads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """The messages whose path a start read from the database (rather than its cache)."""
+    """The messages whose path a start read from the database (rather than its cache): on
+    SQLite the store's read, on PostgreSQL its function's walk (`path_known` false)."""
     seen: list[str] = []
     real = summaries.path_since_newest_sync
+    real_start = _server_turn.start
 
     def counting(conn: Connection, leaf_id: str) -> PathSinceSummary:
         seen.append(leaf_id)
         return real(conn, leaf_id)
 
+    def starting(*args: Any, **kwargs: Any) -> Any:
+        token, done = real_start(*args, **kwargs)
+        if done is not None and not done.path_known:
+            seen.append(done.message.id)
+        return token, done
+
     monkeypatch.setattr(store_module, "path_since_newest_sync", counting)
+    monkeypatch.setattr(_server_turn, "start", starting)
     return seen
 
 
@@ -55,10 +65,9 @@ def texts(path: PathSinceSummary | None) -> list[str]:
     return [m.content for m in path.messages]
 
 
-def read(store: ConversationStore, reads: list[str], begun: TurnStart) -> bool | None:
-    """Whether the start read its path from the database rather than its cache (SQLite;
-    `None` on PostgreSQL, whose usual start reads it in its own function)."""
-    return begun.message.id in reads if store.engine.dialect.name == "sqlite" else None
+def read(reads: list[str], begun: TurnStart) -> bool:
+    """Whether the start read its path from the database rather than its cache."""
+    return begun.message.id in reads
 
 
 async def read_again(
@@ -67,7 +76,7 @@ async def read_again(
     """One turn whose start must read its path from the database (something changed it
     since the last start), and serve what a fresh read gives."""
     begun = await turn(store, conversation, text)
-    assert read(store, reads, begun) in (True, None)
+    assert read(reads, begun)
     assert begun.path == await fresh(store, begun)
     return begun
 
@@ -83,11 +92,39 @@ async def test_a_warm_start_serves_the_path_a_fresh_read_gives(
     await turn(store, conversation, "q1")
     second = await turn(store, conversation, "q2")
     third = await turn(store, conversation, "q3")
-    assert read(store, reads, second) in (False, None)
-    assert read(store, reads, third) in (False, None)
+    assert not read(reads, second)
+    assert not read(reads, third)
     assert third.path == await fresh(store, third)
     assert texts(third.path) == ["q1", "re: q1", "q2", "re: q2", "q3"]
     assert third.previous is not None and third.previous.user_message_id == second.message.id
+
+
+async def test_a_start_from_the_kept_path_reads_the_turn_befores_stored_outcome(
+    store: ConversationStore, reads: list[str]
+) -> None:
+    """The turn before is the kept path's last question; its category, confirmation and
+    flow are read as stored now (PostgreSQL's function reads them beside the new message)."""
+    conversation = f"cache-{uuid.uuid4().hex[:12]}"
+    await turn(store, conversation, "q1")
+    lease = store.turn_lease(conversation, timeout=5)
+    asked = await store.start_turn(conversation, "refund A-1", lease=lease)
+    outcome = TurnOutcome(
+        user_message_id=asked.message.id,
+        conversation_id=conversation,
+        category="BILLING",
+        instruction="Ask for the amount.",
+        confirmation={"pending": {"order_id": "A-1"}},
+        flow={"open": ["BILLING"]},
+    )
+    await store.finish_turn(lease, store.stage_reply(asked.message, "How much?"), outcome=outcome)
+    after = await turn(store, conversation, "42 pounds")
+    assert not read(reads, after)
+    assert after.path == await fresh(store, after)
+    assert after.previous is not None
+    assert after.previous.user_message_id == asked.message.id
+    assert after.previous.category == "BILLING"
+    assert after.previous.confirmation == {"pending": {"order_id": "A-1"}}
+    assert after.previous.flow == {"open": ["BILLING"]}
 
 
 async def test_text_erased_by_another_process_is_never_served_from_the_cache(
