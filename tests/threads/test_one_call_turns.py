@@ -8,6 +8,7 @@ import dataclasses
 from typing import Any
 
 import pytest
+import sqlalchemy as sa
 from pydantic import BaseModel
 from sqlalchemy import Connection
 
@@ -145,3 +146,31 @@ async def test_the_finish_call_refuses_an_outcome_that_hands_off(fresh_pg_url: s
         await orch.aclose()
     assert finished.opened is not None and finished.opened.created
     assert current is not None and current.id == finished.opened.handoff.id
+
+
+async def test_a_process_before_revision_0038_still_starts_its_turns(fresh_pg_url: str) -> None:
+    """A rolling upgrade: the start of revision 0031 (thirteen arguments, no known path)
+    stays beside the new one, and still takes the lease, adds the message and walks the
+    path."""
+    orch = orchestrator(fresh_pg_url)
+    try:
+        await orch.handle("c", "refund order A-0", client_message_id="m-0")
+        store = orch.store
+        lease = store.turn_lease("c")
+        claim = lease.claim()
+        call = (
+            "SELECT (r.m).content AS content, r.lease_token AS token FROM frontdesk_start_turn("
+            ":lease_name, :lease_owner, :lease_expires, :lease_now, 'm-old', 'c', 'old client', "
+            "now(), 3, 'old-1', NULL, NULL, false) AS r"
+        )
+
+        async with store.engine.begin() as conn:
+            rows = (await conn.execute(sa.text(call), claim)).all()
+    finally:
+        await orch.aclose()
+    assert [r.content for r in rows] == [
+        "refund order A-0",
+        "The refund is on its way.",
+        "old client",
+    ]
+    assert all(r.token == rows[-1].token for r in rows)
