@@ -162,6 +162,8 @@ def goals_table(base: str, rounds: list[Round]) -> str:
         for name, text in GOAL_ROWS:
             if not all(name in r["then"] and name in r["now"] for r in found):
                 continue  # A goal is shown before and after, or not at all.
+            if all(r["now"][name]["ratio"] is None for r in found):
+                continue  # Not measured (turn 1000 in a run of fewer turns).
             met = sum(r["now"][name]["met"] for r in found)
             rows.append(
                 f"| {label} | {text} {found[0]['now'][name]['goal']} "
