@@ -13,7 +13,8 @@ both and here / BASE. With `--doc`, the table replaces the one between the
 last one). With `--instructions`, each side's instructions per warm turn are counted too
 (`benchmarks.instructions`, valgrind): times move with the machine's load, counts do not, so
 a regression of a few percent shows there first. With `--with-peers`, the peer benchmark
-(../shared/peerbench) runs first in every round, and issue 20's and 47's goals
+(../shared/peerbench) runs first in every round (then BASE and the work tree, each
+first in every other round), and issue 20's and 47's goals
 (`benchmarks.turns.GOALS`) are checked for BASE and here against the peers of the same
 round: this machine's speed swings by a third within twenty minutes, and a ratio between
 figures measured minutes apart moves far less than one between figures measured a
@@ -88,6 +89,12 @@ def run_turns(cwd: Path, out: Path, args: argparse.Namespace) -> dict[str, Any]:
     )
     result: dict[str, Any] = json.loads(out.read_text())
     return result
+
+
+def sides_of_round(i: int) -> tuple[str, str]:
+    """The order the two sides run in round `i` (from 0): BASE first, then the work tree
+    first, alternately."""
+    return ("base", "here") if i % 2 == 0 else ("here", "base")
 
 
 def pick(row: dict[str, Any], path: tuple[str, ...]) -> float | None:
@@ -254,8 +261,14 @@ def compare(argv: list[str] | None = None) -> str:
                     peers = run_peers(
                         args.peers_dir, work / f"peers-{i}", args.turns, args.convs, args.per_conv
                     )
-                then.append(run_turns(tree, work / f"base-{i}.json", args))
-                now.append(run_turns(ROOT, work / f"here-{i}.json", args))
+                # BASE first in even rounds, the work tree first in odd ones: whatever the
+                # run before leaves behind (PostgreSQL's checkpoint after a dropped
+                # database, say) falls on each side alike.
+                for side in sides_of_round(i):
+                    if side == "base":
+                        then.append(run_turns(tree, work / f"base-{i}.json", args))
+                    else:
+                        now.append(run_turns(ROOT, work / f"here-{i}.json", args))
                 if peers is not None:
                     rounds.append(Round(peers, then[-1], now[-1]))
             if args.instructions:  # Deterministic: one count per side is the figure.

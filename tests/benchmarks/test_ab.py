@@ -15,6 +15,7 @@ from benchmarks.ab import (
     goals_table,
     link_tree,
     rounds_table,
+    sides_of_round,
     table,
     write_doc,
 )
@@ -128,3 +129,10 @@ def test_the_instruction_count_has_its_own_row() -> None:
     now = [{"long": {"t10_median_ms": 8.0}, "instructions": {"per_turn_m": 19.0}}]
     shown = table("abc1234", then, now).splitlines()
     assert "| SQLite instructions per warm turn, millions | 20.00 | 19.00 | 0.95x |" in shown
+
+
+def test_base_and_work_tree_take_turns_at_going_first() -> None:
+    """What a side leaves behind (the database server's work after it) never falls on the
+    same side every round."""
+    orders = [sides_of_round(i) for i in range(4)]
+    assert orders == [("base", "here"), ("here", "base")] * 2
