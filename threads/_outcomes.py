@@ -9,6 +9,7 @@ supersedes it (see `write_reply`).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -255,20 +256,29 @@ def previous_turn(
     (the guess of the request expert a turn runs alongside triage) and its confirmation.
     `locked`: the start's read of the conversation, which holds the outcome of the old
     leaf's parent; used when that is the message found (the usual turn), else read."""
-    for m in reversed(path[:-1]):
+    m = last_question(path[:-1])
+    if m is None:
+        return None
+    if locked is not None and locked.leaf_parent_id == m.id:
+        row = locked.leaf_parent_outcome
+    else:
+        row = _CATEGORY.first(conn, {"user_message_id": m.id})
+    if row is None:
+        return Previous(user_message_id=m.id, category=None)
+    return Previous(
+        user_message_id=m.id,
+        category=str(row["category"]),
+        confirmation=row["confirmation"],
+        flow=row["flow"],
+    )
+
+
+def last_question(messages: Sequence[MessageRecord]) -> MessageRecord | None:
+    """The last user message of `messages`, or `None`: the turn before a message written
+    under the last of them (`previous_turn`, and PostgreSQL's start told the path kept)."""
+    for m in reversed(messages):
         if m.role == "user":
-            if locked is not None and locked.leaf_parent_id == m.id:
-                row = locked.leaf_parent_outcome
-            else:
-                row = _CATEGORY.first(conn, {"user_message_id": m.id})
-            if row is None:
-                return Previous(user_message_id=m.id, category=None)
-            return Previous(
-                user_message_id=m.id,
-                category=str(row["category"]),
-                confirmation=row["confirmation"],
-                flow=row["flow"],
-            )
+            return m
     return None
 
 

@@ -22,7 +22,7 @@ from sqlalchemy.dialects import postgresql
 from sqlalchemy.exc import DBAPIError
 
 from frontdesk._driver import Statement
-from frontdesk.threads._outcomes import Previous
+from frontdesk.threads._outcomes import Previous, last_question
 from frontdesk.threads._path_cache import KnownPath, plus
 from frontdesk.threads._records import MessageRecord
 from frontdesk.threads.handoff import Opened
@@ -177,7 +177,7 @@ def start(
         "check_handoff": check_handoff,
         "known_leaf": None if known is None else known.leaf_id,
         "known_version": None if known is None else known.version,
-        "known_previous": None if known is None else _last_user_id(known.path),
+        "known_previous": _known_previous(known),
     }
     with _refusal_as_fallback():
         rows = _START.rows(conn, params)
@@ -219,13 +219,10 @@ def start(
     return int(last["lease_token"]), started
 
 
-def _last_user_id(path: PathSinceSummary) -> str | None:
-    """The turn before a message written under `path`'s leaf: its last user message (as
-    `_outcomes.previous_turn` finds it), or `None`."""
-    for m in reversed(path.messages):
-        if m.role == "user":
-            return m.id
-    return None
+def _known_previous(known: KnownPath | None) -> str | None:
+    """The id of the turn before a message written under `known`'s leaf, if any."""
+    question = None if known is None else last_question(known.path.messages)
+    return None if question is None else question.id
 
 
 class AuditRows(Protocol):
