@@ -133,8 +133,9 @@ BACKENDS = [("sqlite", "SQLite", None), ("postgresql", "PostgreSQL", "postgres")
 
 @dataclass(frozen=True)
 class Round:
-    """One round of `--with-peers`: the peers, then BASE, then the work tree, back to back,
-    so each side's ratio to the best peer is taken against peers measured minutes away."""
+    """One round of `--with-peers`: the peers, then BASE and the work tree (in the order
+    `sides_of_round` gives), back to back, so each side's ratio to the best peer is taken
+    against peers measured minutes away."""
 
     peers: dict[str, Any]
     then: dict[str, Any]
