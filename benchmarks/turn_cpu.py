@@ -3,9 +3,19 @@ workload (instant models, SQLite, or PostgreSQL with `--pg`), timed with
 `time.process_time()` around each `handle`.
 
     python -m benchmarks.turn_cpu --turns 130 [--pg postgresql://USER@HOST/DB]
+                                  [--conversations N] [--no-gc]
 
 With `--pg` the conversation runs in a fresh database on that server, dropped afterwards;
 the figures are this process's CPU, not the server's.
+
+For a sampling profiler (`py-spy record -f raw -- python -m benchmarks.turn_cpu --turns 15
+--conversations 80 --no-gc`, read with `benchmarks.profile_shares`): `--conversations`
+runs that many conversations one after the other, each message marked with its
+conversation's number (the same texts again would be packed and stored by the audit's
+caches, not as a new conversation's are), and the windows' medians are over all of them.
+`--no-gc` keeps Python's cyclic collector off during the turns: a collection falls inside
+one turn in dozens (about 1 ms) or hundreds (over 100 ms), so a median does not see it,
+but a profile would put it at whatever line allocated last.
 
 Wall time on a shared 2-core machine mostly measures the other processes; the process's
 CPU clock counts the SQLite writer thread and the event loop alike and is what the A/B of
@@ -17,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import json
 import logging
 import statistics
@@ -47,25 +58,40 @@ async def _store(pg: str | None) -> AsyncIterator[str]:
         yield f"sqlite:///{Path(tmp) / 'cpu.db'}"
 
 
-async def run(turns: int, pg: str | None = None) -> dict[str, Any]:
-    """One conversation of `turns` turns (on SQLite, or on the PostgreSQL server of `pg`);
-    the CPU figures."""
-    cpu: list[float] = []
+async def run(
+    turns: int, pg: str | None = None, *, conversations: int = 1, collect: bool = True
+) -> dict[str, Any]:
+    """`conversations` conversations of `turns` turns each, one after the other (on SQLite,
+    or on the PostgreSQL server of `pg`); the CPU figures. Without `collect`, Python's
+    cyclic garbage collector is off during the turns (see the module docstring)."""
+    cpu: list[list[float]] = []
+    was_collecting = gc.isenabled()
     async with _store(pg) as store:
         orch = Orchestrator([BILLING], model=FunctionModel(_model), store=store, memory=False)
         try:
-            for i in range(1, turns + 1):
-                began = time.process_time()
-                await orch.handle("conv-long", _user_message(i), client_message_id=f"m-{i}")
-                cpu.append((time.process_time() - began) * 1000)
+            if not collect:
+                gc.disable()
+            for c in range(conversations):
+                cid, mark = ("conv-long", "") if conversations == 1 else (f"conv-{c}", f"[{c}] ")
+                cpu.append([])
+                for i in range(1, turns + 1):
+                    began = time.process_time()
+                    await orch.handle(cid, mark + _user_message(i), client_message_id=f"m-{i}")
+                    cpu[-1].append((time.process_time() - began) * 1000)
             began = time.process_time()
         finally:
+            if was_collecting:
+                gc.enable()
             await orch.aclose()
         closing = (time.process_time() - began) * 1000
-    figures: dict[str, Any] = {"turns": turns, "cpu_total_ms": sum(cpu) + closing}
+    figures: dict[str, Any] = {
+        "turns": turns,
+        "conversations": conversations,
+        "cpu_total_ms": sum(map(sum, cpu)) + closing,
+    }
     for name, (low, high) in WINDOWS.items():
         if high <= turns:
-            figures[name] = statistics.median(cpu[low - 1 : high])
+            figures[name] = statistics.median(t for one in cpu for t in one[low - 1 : high])
     return figures
 
 
@@ -74,9 +100,18 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.turn_cpu")
     parser.add_argument("--turns", type=int, default=130)
     parser.add_argument("--pg", default=None, help="a PostgreSQL URL: run there, not SQLite")
+    parser.add_argument(
+        "--conversations", type=int, default=1, help="conversations of --turns turns each"
+    )
+    parser.add_argument(
+        "--no-gc", action="store_true", help="Python's cyclic collector off during the turns"
+    )
     args = parser.parse_args(argv)
+    if args.turns < 1 or args.conversations < 1:
+        parser.error("--turns and --conversations must be at least 1")
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
-    print(json.dumps(asyncio.run(run(args.turns, args.pg))))
+    figures = run(args.turns, args.pg, conversations=args.conversations, collect=not args.no_gc)
+    print(json.dumps(asyncio.run(figures)))
 
 
 if __name__ == "__main__":
