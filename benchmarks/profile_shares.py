@@ -68,10 +68,6 @@ class Shares:
         return self.inclusive.get(name, 0) / self.total if self.total else 0.0
 
 
-def _holds(frames: list[str], name: str) -> bool:
-    return any(f == name or _function(f) == name for f in frames)
-
-
 def shares(
     samples: Iterable[tuple[list[str], int]], roots: Iterable[str], names: list[str]
 ) -> Shares:
@@ -82,14 +78,15 @@ def shares(
     inclusive = dict.fromkeys(names, 0)
     innermost: Counter[str] = Counter()
     for frames, count in samples:
-        at = next((i for i, f in enumerate(frames) if _function(f) in roots), None)
+        functions = [_function(f) for f in frames]
+        at = next((i for i, f in enumerate(functions) if f in roots), None)
         if at is None:
             continue
-        below = frames[at:]
         total += count
-        innermost[below[-1]] += count
+        innermost[frames[-1]] += count
+        held = {*frames[at:], *functions[at:]}  # A name with its file, or the function alone.
         for name in names:
-            if _holds(below, name):
+            if name in held:
                 inclusive[name] += count
     return Shares(total=total, inclusive=inclusive, innermost=innermost)
 

@@ -110,8 +110,11 @@ def main(argv: list[str] | None = None) -> None:
     if args.turns < 1 or args.conversations < 1:
         parser.error("--turns and --conversations must be at least 1")
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
-    figures = run(args.turns, args.pg, conversations=args.conversations, collect=not args.no_gc)
-    print(json.dumps(asyncio.run(figures)))
+    collect = not args.no_gc
+    figures = asyncio.run(
+        run(args.turns, args.pg, conversations=args.conversations, collect=collect)
+    )
+    print(json.dumps(figures))
 
 
 if __name__ == "__main__":
